@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The agent-level files of a data directory (DESIGN §5). Partitions live in
+// subdirectories and belong to segstore.
+//
+//	<data_dir>/
+//	  meta.json        {"node_id": "n1", "format": 1}: written once, checked at every start
+//	  .lock            flock(2)ed while an agent uses the directory; holds its PID for messages
+//	  clean_shutdown   written last on a clean stop, removed at start
+const (
+	metaFileName          = "meta.json"
+	lockFileName          = ".lock"
+	cleanShutdownFileName = "clean_shutdown"
+	dataDirFormat         = 1
+)
+
+// ErrDataDirLocked is returned when another process holds the data
+// directory's lock.
+var ErrDataDirLocked = errors.New("agent: data directory is locked by another agent")
+
+// ErrNodeMismatch is returned when the data directory belongs to another
+// node_id: using it would mix two nodes' replicas.
+var ErrNodeMismatch = errors.New("agent: data directory belongs to another node")
+
+type metaFile struct {
+	NodeID string `json:"node_id"`
+	Format int    `json:"format"`
+}
+
+// DataDir is an open, locked data directory.
+type DataDir struct {
+	Path string
+	// CleanShutdown reports whether the previous agent stopped cleanly, so
+	// partitions may skip recovery scans.
+	CleanShutdown bool
+	lock          *os.File
+}
+
+// OpenDataDir creates or opens dir for nodeID and locks it. The lock is held
+// until Close; a second agent gets ErrDataDirLocked naming the lock file.
+func OpenDataDir(dir, nodeID string) (*DataDir, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("agent: create data directory: %w", err)
+	}
+	lockPath := filepath.Join(dir, lockFileName)
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("agent: open lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder := ""
+		if b, rerr := os.ReadFile(lockPath); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+			holder = " (held by pid " + strings.TrimSpace(string(b)) + ")"
+		}
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: cannot lock %s%s", ErrDataDirLocked, lockPath, holder)
+		}
+		return nil, fmt.Errorf("agent: lock %s: %w", lockPath, err)
+	}
+	d := &DataDir{Path: dir, lock: f}
+	if err := d.init(nodeID); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *DataDir) init(nodeID string) error {
+	if err := d.lock.Truncate(0); err != nil {
+		return fmt.Errorf("agent: write lock file: %w", err)
+	}
+	if _, err := d.lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		return fmt.Errorf("agent: write lock file: %w", err)
+	}
+
+	metaPath := filepath.Join(d.Path, metaFileName)
+	b, err := os.ReadFile(metaPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		out, _ := json.Marshal(metaFile{NodeID: nodeID, Format: dataDirFormat})
+		if err := writeFileAtomic(metaPath, append(out, '\n')); err != nil {
+			return fmt.Errorf("agent: write %s: %w", metaPath, err)
+		}
+	case err != nil:
+		return fmt.Errorf("agent: read %s: %w", metaPath, err)
+	default:
+		var m metaFile
+		if err := json.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("agent: %s is not valid: %w", metaPath, err)
+		}
+		if m.Format != dataDirFormat {
+			return fmt.Errorf("agent: %s has format %d, this agent reads format %d", metaPath, m.Format, dataDirFormat)
+		}
+		if m.NodeID != nodeID {
+			return fmt.Errorf("%w: %s is node %q's and this agent is %q; point data_dir elsewhere or fix node_id", ErrNodeMismatch, d.Path, m.NodeID, nodeID)
+		}
+	}
+
+	marker := filepath.Join(d.Path, cleanShutdownFileName)
+	if _, err := os.Stat(marker); err == nil {
+		d.CleanShutdown = true
+		if err := os.Remove(marker); err != nil {
+			return fmt.Errorf("agent: remove %s: %w", marker, err)
+		}
+		if err := syncDir(d.Path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MarkCleanShutdown records that every partition was closed cleanly. It is
+// the last write of a graceful stop.
+func (d *DataDir) MarkCleanShutdown() error {
+	return writeFileAtomic(filepath.Join(d.Path, cleanShutdownFileName), nil)
+}
+
+// Close releases the lock.
+func (d *DataDir) Close() error {
+	if d.lock == nil {
+		return nil
+	}
+	err := d.lock.Close() // closing the descriptor releases the flock
+	d.lock = nil
+	return err
+}
+
+// writeFileAtomic replaces name with data so that a crash leaves either the
+// old or the new content: write a temporary file, fsync it, rename it over
+// name, fsync the directory.
+func writeFileAtomic(name string, data []byte) error {
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(name))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("agent: open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("agent: fsync directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+# logagent agent configuration: every option, set to its default.
+#
+# Install as /etc/logagent.d/agent.hcl. The agent reads every *.hcl file of
+# each -config directory in name order; a later file overrides only the keys
+# it sets. Check a configuration with: logagent validate -config=/etc/logagent.d/
+#
+# Sizes are bytes, or a number with a unit: KB, MB, GB, TB (powers of 1000) or
+# KiB, MiB, GiB, TiB (powers of 1024). Durations use Go's syntax: "500ms",
+# "10s", "168h".
+
+# The agent's identity in the cluster: 1 to 64 letters, digits, '-' or '_'.
+# Defaults to the first label of the host name. It is written into
+# data_dir/meta.json on first start, and the agent refuses to start on a data
+# directory that belongs to another node_id.
+# node_id = "host-1"
+
+# Where partitions, checkpoints and meta.json live. The agent holds an
+# exclusive lock (data_dir/.lock) while it runs.
+data_dir = "/var/lib/logagent"
+
+# trace, debug, info, warn or error. SIGHUP re-reads the configuration and
+# applies a changed log_level; other changes need a restart.
+log_level = "info"
+
+# Log as JSON lines instead of text.
+log_json = false
+
+# The sidecar API that applications use (DESIGN §8). Keep it on loopback:
+# it has no authentication.
+client {
+  address = "127.0.0.1:7070"
+}
+
+# The API between agents: replication and forwarded produce requests.
+peer {
+  address = "0.0.0.0:7171"
+
+  # What other agents dial. Defaults to address when that names a host; when
+  # address listens on every interface (0.0.0.0 or [::]), to the host's only
+  # global unicast IPv4 address (set it when the host has several).
+  # advertise_address = "10.0.0.11:7171"
+
+  # A file holding a shared secret. When set, every peer request must carry
+  # "Authorization: Bearer <secret>". Empty means no authentication.
+  token_file = ""
+
+  # TLS for the peer API. Zero-copy (sendfile) reads do not apply over TLS.
+  # tls {
+  #   cert_file = "/etc/logagent.d/tls/agent.pem"
+  #   key_file  = "/etc/logagent.d/tls/agent-key.pem"
+  #   ca_file   = "/etc/logagent.d/tls/ca.pem"
+  # }
+}
+
+# How the agent reaches Consul. Keys left out fall back to the CONSUL_*
+# environment variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN,
+# CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, CONSUL_CLIENT_CERT,
+# CONSUL_CLIENT_KEY), then to 127.0.0.1:8500 over http.
+consul {
+  # address    = "127.0.0.1:8500"
+  # scheme     = "http"
+  # datacenter = "dc1"
+  # token      = ""      # or token_file; see docs/operations.md for the ACL policy
+  # token_file = "/etc/logagent.d/consul-token"
+  # ca_file    = ""
+  # cert_file  = ""
+  # key_file   = ""
+
+  # Every key logagent writes lives under this KV prefix.
+  prefix = "logagent/"
+
+  # The agent's Consul session: it holds the partition leadership locks.
+  # Consul's server refuses TTLs below its session_ttl_min (10s by default).
+  session_ttl = "10s"
+
+  # The TTL check the agent passes every third of this; the session is linked
+  # to it, so a crashed agent loses its leaderships within about this time.
+  check_ttl = "3s"
+
+  # How long Consul refuses a lock after its holder's session was
+  # invalidated (not after a voluntary release). 1ms to 60s.
+  lock_delay = "1s"
+}
+
+storage {
+  # A partition's active segment rolls at this size (4KiB to 2GiB) ...
+  segment_bytes = "1GiB"
+  # ... or at this age, whichever comes first.
+  segment_age = "168h"
+
+  # One sparse index entry per this many bytes of log.
+  index_interval_bytes = 4096
+
+  # "fsync": a write is acknowledged only once fsynced on every in-sync
+  # replica, so it survives every host losing power at once.
+  # "replicated": acknowledged once in the in-sync replicas' memory; it
+  # survives the loss of all but one of them, not a simultaneous power loss.
+  durability = "fsync"
+
+  # Whole segments older than this are deleted; "0s" keeps them regardless of age.
+  retention = "168h"
+  # Oldest segments are deleted while a partition is larger; 0 means no bound.
+  retention_bytes = 0
+}
+
+replication {
+  # A follower that has not caught up for this long leaves the ISR.
+  lag_time_max = "10s"
+  # How long a caught-up follower's fetch waits for new data (long poll).
+  # Must be below lag_time_max.
+  fetch_max_wait = "500ms"
+  # The most bytes one replica fetch returns (at least one whole batch).
+  fetch_max_bytes = "8MiB"
+}
+
+producer {
+  # How long the sidecar waits to coalesce concurrent produce requests for
+  # one partition into one forwarded batch (0s to 1s).
+  linger = "1ms"
+  # The largest coalesced batch. At most replication.fetch_max_bytes.
+  max_batch_bytes = "1MiB"
+}
+
+limits {
+  # The largest record value a client may send.
+  max_record_bytes = "1MiB"
+  # The largest produce request body; larger ones are refused with 413
+  # before they are read.
+  max_request_bytes = "16MiB"
+}
+
+# Settings for topics created without them. A topic created with defaults has
+# its replication_factor and min_insync_replicas capped by the number of
+# agents at creation; a value named in the request is never capped.
+topic_defaults {
+  partitions              = 3
+  replication_factor      = 3
+  min_insync_replicas     = 2
+  unclean_leader_election = false
+}

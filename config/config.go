@@ -1,0 +1,118 @@
+package config
+
+import (
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Config is the validated runtime configuration of an agent. Every field
+// holds a usable value: defaults have been applied and checked.
+type Config struct {
+	NodeID   string
+	DataDir  string
+	LogLevel string
+	LogJSON  bool
+
+	Client        Client
+	Peer          Peer
+	Consul        Consul
+	Storage       Storage
+	Replication   Replication
+	Producer      Producer
+	Limits        Limits
+	TopicDefaults TopicDefaults
+
+	// Sources lists the files merged to make this configuration, in order.
+	Sources []string
+}
+
+// Client is the listener applications use (the sidecar API).
+type Client struct {
+	Address string
+}
+
+// Peer is the listener other agents use.
+type Peer struct {
+	Address string
+	// AdvertiseAddress is what other agents dial; it defaults to Address
+	// when Address names a specific host.
+	AdvertiseAddress string
+	TokenFile        string
+	TLS              TLS
+}
+
+// TLS names the files of a TLS identity; all empty means TLS is off.
+type TLS struct {
+	CertFile string
+	KeyFile  string
+	CAFile   string
+}
+
+// Enabled reports whether a certificate is configured.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
+
+// Consul says how to reach Consul and how the agent uses it.
+type Consul struct {
+	// API is the Consul client configuration: CONSUL_* environment
+	// variables first, overridden by keys set in the consul block.
+	API        *api.Config
+	Prefix     string
+	SessionTTL time.Duration
+	CheckTTL   time.Duration
+	LockDelay  time.Duration
+}
+
+// Durability is when a replica's appended bytes count toward the high
+// watermark.
+type Durability string
+
+const (
+	// DurabilityFsync counts bytes only once they are fsynced: an
+	// acknowledged write survives every host losing power at once.
+	DurabilityFsync Durability = "fsync"
+	// DurabilityReplicated counts bytes once they are in the replica's page
+	// cache: an acknowledged write survives the loss of all but one in-sync
+	// replica, not a simultaneous power loss.
+	DurabilityReplicated Durability = "replicated"
+)
+
+// Storage configures partition logs on disk.
+type Storage struct {
+	SegmentBytes       int64
+	SegmentAge         time.Duration
+	IndexIntervalBytes int64
+	Durability         Durability
+	// Retention is the age after which a segment may be deleted; 0 keeps
+	// segments regardless of age.
+	Retention time.Duration
+	// RetentionBytes bounds a partition's size; 0 means no bound.
+	RetentionBytes int64
+}
+
+// Replication configures the follower fetch protocol and ISR management.
+type Replication struct {
+	LagTimeMax    time.Duration
+	FetchMaxWait  time.Duration
+	FetchMaxBytes int64
+}
+
+// Producer configures how the sidecar coalesces produce requests.
+type Producer struct {
+	Linger        time.Duration
+	MaxBatchBytes int64
+}
+
+// Limits bound what a client may send.
+type Limits struct {
+	MaxRecordBytes  int64
+	MaxRequestBytes int64
+}
+
+// TopicDefaults apply to topics created without the setting.
+type TopicDefaults struct {
+	Partitions            int
+	ReplicationFactor     int
+	MinInsyncReplicas     int
+	UncleanLeaderElection bool
+}

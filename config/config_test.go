@@ -1,0 +1,373 @@
+package config
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// testEnv is a host named "testhost" with one reachable address.
+func testEnv() Environment {
+	return Environment{
+		Hostname: func() (string, error) { return "testhost.example", nil },
+		InterfaceAddrs: func() ([]net.Addr, error) {
+			return []net.Addr{
+				&net.IPNet{IP: net.IPv4(127, 0, 0, 1), Mask: net.CIDRMask(8, 32)},
+				&net.IPNet{IP: net.IPv4(10, 1, 2, 3), Mask: net.CIDRMask(24, 32)},
+			}, nil
+		},
+	}
+}
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := LoadWith(testEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"node_id from host name", cfg.NodeID, "testhost"},
+		{"client", cfg.Client.Address, "127.0.0.1:7070"},
+		{"peer", cfg.Peer.Address, "0.0.0.0:7171"},
+		{"advertise", cfg.Peer.AdvertiseAddress, "10.1.2.3:7171"},
+		{"durability", cfg.Storage.Durability, DurabilityFsync},
+		{"segment_bytes", cfg.Storage.SegmentBytes, int64(1 << 30)},
+		{"index_interval_bytes", cfg.Storage.IndexIntervalBytes, int64(4096)},
+		{"retention", cfg.Storage.Retention, 168 * time.Hour},
+		{"lag_time_max", cfg.Replication.LagTimeMax, 10 * time.Second},
+		{"fetch_max_wait", cfg.Replication.FetchMaxWait, 500 * time.Millisecond},
+		{"max_record_bytes", cfg.Limits.MaxRecordBytes, int64(1 << 20)},
+		{"max_request_bytes", cfg.Limits.MaxRequestBytes, int64(16 << 20)},
+		{"session_ttl", cfg.Consul.SessionTTL, 10 * time.Second},
+		{"check_ttl", cfg.Consul.CheckTTL, 3 * time.Second},
+		{"lock_delay", cfg.Consul.LockDelay, time.Second},
+		{"prefix", cfg.Consul.Prefix, "logagent/"},
+		{"partitions", cfg.TopicDefaults.Partitions, 3},
+		{"replication_factor", cfg.TopicDefaults.ReplicationFactor, 3},
+		{"min_insync_replicas", cfg.TopicDefaults.MinInsyncReplicas, 2},
+		{"unclean", cfg.TopicDefaults.UncleanLeaderElection, false},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// The shipped example promises to list every option at its default: if a
+// default changes, the example must change with it.
+func TestShippedExampleEqualsDefaults(t *testing.T) {
+	def, err := LoadWith(testEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := LoadWith(testEnv(), "agent.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Consul client config holds functions; compare what it says.
+	if def.Consul.API.Address != ex.Consul.API.Address || def.Consul.API.Scheme != ex.Consul.API.Scheme {
+		t.Errorf("consul address differs: %q vs %q", def.Consul.API.Address, ex.Consul.API.Address)
+	}
+	def.Consul.API, ex.Consul.API = nil, nil
+	def.Sources, ex.Sources = nil, nil
+	if !reflect.DeepEqual(def, ex) {
+		t.Errorf("agent.hcl differs from the defaults:\n defaults %+v\n agent.hcl %+v", def, ex)
+	}
+	// And every key of the file schema appears in the example, set or
+	// commented out.
+	src, err := os.ReadFile("agent.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range schemaKeys(reflect.TypeOf(fileRoot{})) {
+		if !strings.Contains(string(src), key+" ") && !strings.Contains(string(src), key+"\n") {
+			t.Errorf("agent.hcl does not mention %q", key)
+		}
+	}
+}
+
+func schemaKeys(t reflect.Type) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		tag := strings.Split(t.Field(i).Tag.Get("hcl"), ",")
+		keys = append(keys, tag[0])
+		ft := t.Field(i).Type
+		if ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct {
+			keys = append(keys, schemaKeys(ft.Elem())...)
+		}
+	}
+	return keys
+}
+
+func TestDevFilesAreValid(t *testing.T) {
+	dir := t.TempDir()
+	entries, err := DevFiles.ReadDir("dev")
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("no embedded dev files: %v", err)
+	}
+	for _, e := range entries {
+		b, err := DevFiles.ReadFile("dev/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, dir, e.Name(), string(b))
+	}
+	cfg, err := LoadWith(testEnv(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Consul.LockDelay >= time.Second {
+		t.Errorf("dev lock_delay %s: expected the quicker dev setting", cfg.Consul.LockDelay)
+	}
+}
+
+func TestMergeOrder(t *testing.T) {
+	dir := t.TempDir()
+	confd := filepath.Join(dir, "conf.d")
+	if err := os.Mkdir(confd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Directory files apply in name order; a later file overrides only the
+	// keys it sets; a file named after the directory overrides it again.
+	writeFile(t, confd, "20-storage.hcl", `storage { durability = "replicated" }`)
+	writeFile(t, confd, "10-base.hcl", "node_id = \"a\"\nstorage {\n  segment_bytes = \"1MiB\"\n  durability = \"fsync\"\n}\n")
+	writeFile(t, confd, "ignored.json", `{"node_id": "json"}`)
+	override := writeFile(t, dir, "override.hcl", `node_id = "b"`)
+
+	cfg, err := LoadWith(testEnv(), confd, override)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeID != "b" {
+		t.Errorf("node_id %q, want b (last source wins)", cfg.NodeID)
+	}
+	if cfg.Storage.SegmentBytes != 1<<20 {
+		t.Errorf("segment_bytes %d, want 1MiB kept from 10-base.hcl", cfg.Storage.SegmentBytes)
+	}
+	if cfg.Storage.Durability != DurabilityReplicated {
+		t.Errorf("durability %q, want replicated from 20-storage.hcl", cfg.Storage.Durability)
+	}
+	want := []string{filepath.Join(confd, "10-base.hcl"), filepath.Join(confd, "20-storage.hcl"), override}
+	if !reflect.DeepEqual(cfg.Sources, want) {
+		t.Errorf("sources %v, want %v", cfg.Sources, want)
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	cases := []struct {
+		name string
+		hcl  string
+		line int    // line of the diagnostic in the file
+		want string // part of the message
+	}{
+		{"unknown key", "node_id = \"n1\"\nbogus = 1\n", 2, `argument named "bogus" is not expected`},
+		{"unknown key in block", "storage {\n  segmnt_bytes = \"1GiB\"\n}\n", 2, `"segmnt_bytes" is not expected`},
+		{"unknown block", "store {\n}\n", 1, `Unsupported block type`},
+		{"bad duration", "replication {\n  lag_time_max = \"10 seconds\"\n}\n", 2, `"10 seconds" is not a duration`},
+		{"negative duration", "producer {\n  linger = \"-1s\"\n}\n", 2, "outside the allowed range"},
+		{"bad size", "storage {\n  segment_bytes = \"1 gigabyte\"\n}\n", 2, `"1 gigabyte" is not a size`},
+		{"size too small", "storage {\n  segment_bytes = \"1KiB\"\n}\n", 2, "outside the allowed range 4KiB to 2GiB"},
+		{"zero partitions", "topic_defaults {\n  partitions = 0\n}\n", 2, "0 is outside the allowed range 1 to"},
+		{"negative partitions", "topic_defaults {\n  partitions = -3\n}\n", 2, "-3 is outside the allowed range"},
+		{"min_insync above rf", "topic_defaults {\n  replication_factor = 2\n  min_insync_replicas = 3\n}\n", 3, "3 is above topic_defaults.replication_factor (2)"},
+		{"zero rf", "topic_defaults {\n  replication_factor = 0\n}\n", 2, "must be at least 1"},
+		{"bad listen address", "client {\n  address = \"localhost\"\n}\n", 2, `"localhost" is not host:port`},
+		{"bad port", "client {\n  address = \"127.0.0.1:70000\"\n}\n", 2, "not a number from 1 to 65535"},
+		{"bad host", "peer {\n  address = \"bad_host!:7171\"\n}\n", 2, "neither an IP address nor a host name"},
+		{"unknown durability", "storage {\n  durability = \"sometimes\"\n}\n", 2, `"sometimes" is neither "fsync" nor "replicated"`},
+		{"bad log level", "log_level = \"loud\"\n", 1, `"loud" is not one of`},
+		{"bad node id", "node_id = \"../n1\"\n", 1, "must be 1 to 64 letters"},
+		{"lock delay zero", "consul {\n  lock_delay = \"0s\"\n}\n", 2, "outside the allowed range 1ms to 1m0s"},
+		{"prefix without slash", "consul {\n  prefix = \"logagent\"\n}\n", 2, "ending in '/'"},
+		{"wrong type", "topic_defaults {\n  partitions = \"many\"\n}\n", 2, "Unsuitable value type"},
+		{"fetch wait above lag", "replication {\n  lag_time_max = \"1s\"\n  fetch_max_wait = \"2s\"\n}\n", 3, "must be below replication.lag_time_max"},
+		{"record above request", "limits {\n  max_record_bytes = \"32MiB\"\n}\n", 2, "above limits.max_request_bytes"},
+		{"advertise unspecified", "peer {\n  advertise_address = \"0.0.0.0:7171\"\n}\n", 2, "must name a host"},
+		{"tls half set", "peer {\n  tls {\n    cert_file = \"c.pem\"\n  }\n}\n", 2, "cert_file and key_file must be set together"},
+		{"syntax error", "storage {\n  durability = \n}\n", 2, "Invalid expression"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "agent.hcl", c.hcl)
+			_, err := LoadWith(testEnv(), p)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("got %v, want an ErrInvalid", err)
+			}
+			var de *DiagnosticsError
+			if !errors.As(err, &de) {
+				t.Fatalf("got %T, want *DiagnosticsError", err)
+			}
+			for _, d := range de.Diags {
+				msg := FormatDiagnostic(d)
+				if strings.Contains(msg, c.want) {
+					if d.Subject == nil || d.Subject.Filename != p || d.Subject.Start.Line != c.line {
+						t.Errorf("diagnostic %q: want it at %s:%d", msg, p, c.line)
+					}
+					return
+				}
+			}
+			t.Errorf("no diagnostic contains %q; got:\n%v", c.want, err)
+		})
+	}
+}
+
+func TestEveryProblemReportedAtOnce(t *testing.T) {
+	body := "node_id = \"n1\"\n" + // 1
+		"storage {\n" + // 2
+		"  segment_bytes = \"big\"\n" + // 3: bad size
+		"  durability    = \"never\"\n" + // 4: unknown durability
+		"  compaction    = true\n" + // 5: unknown key
+		"}\n"
+	p := writeFile(t, t.TempDir(), "three.hcl", body)
+	_, err := LoadWith(testEnv(), p)
+	var de *DiagnosticsError
+	if !errors.As(err, &de) {
+		t.Fatalf("got %v, want diagnostics", err)
+	}
+	var lines []int
+	for _, d := range de.Diags {
+		if d.Subject == nil || d.Subject.Filename != p {
+			t.Errorf("diagnostic without its place in %s: %s", p, FormatDiagnostic(d))
+			continue
+		}
+		lines = append(lines, d.Subject.Start.Line)
+	}
+	if !reflect.DeepEqual(lines, []int{3, 4, 5}) {
+		t.Errorf("diagnostic lines %v, want [3 4 5]:\n%v", lines, err)
+	}
+}
+
+func TestMissingSource(t *testing.T) {
+	_, err := LoadWith(testEnv(), filepath.Join(t.TempDir(), "absent.hcl"))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "absent.hcl") {
+		t.Fatalf("got %v, want an error naming the missing file", err)
+	}
+}
+
+func TestAdvertiseAddress(t *testing.T) {
+	addrs := func(ips ...string) func() ([]net.Addr, error) {
+		return func() ([]net.Addr, error) {
+			var out []net.Addr
+			for _, s := range ips {
+				out = append(out, &net.IPNet{IP: net.ParseIP(s), Mask: net.CIDRMask(24, 32)})
+			}
+			return out, nil
+		}
+	}
+	cases := []struct {
+		name    string
+		hcl     string
+		ips     []string
+		want    string
+		wantErr string
+	}{
+		{"explicit host", `peer { address = "127.0.0.1:7171" }`, nil, "127.0.0.1:7171", ""},
+		{"explicit advertise", `peer { advertise_address = "10.0.0.9:7171" }`, []string{"10.0.0.1", "10.0.0.2"}, "10.0.0.9:7171", ""},
+		{"sole address", ``, []string{"127.0.0.1", "192.168.1.5"}, "192.168.1.5:7171", ""},
+		{"several addresses", ``, []string{"192.168.1.5", "10.0.0.1"}, "", "will not guess"},
+		{"no address", ``, []string{"127.0.0.1"}, "", "no global unicast"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := testEnv()
+			env.InterfaceAddrs = addrs(c.ips...)
+			cfg, err := LoadWith(env, writeFile(t, t.TempDir(), "a.hcl", c.hcl))
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("got %v, want an error containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Peer.AdvertiseAddress != c.want {
+				t.Errorf("advertise %q, want %q", cfg.Peer.AdvertiseAddress, c.want)
+			}
+		})
+	}
+}
+
+func TestConsulEnvironment(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_ADDR", "127.0.0.9:8501")
+	t.Setenv("CONSUL_HTTP_TOKEN", "from-env")
+
+	cfg, err := LoadWith(testEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Consul.API.Address != "127.0.0.9:8501" || cfg.Consul.API.Token != "from-env" {
+		t.Errorf("CONSUL_* ignored: address %q token %q", cfg.Consul.API.Address, cfg.Consul.API.Token)
+	}
+
+	p := writeFile(t, t.TempDir(), "c.hcl", "consul {\n  address = \"127.0.0.1:18500\"\n  token_file = \"/etc/token\"\n}\n")
+	cfg, err = LoadWith(testEnv(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Consul.API.Address != "127.0.0.1:18500" {
+		t.Errorf("file address did not override CONSUL_HTTP_ADDR: %q", cfg.Consul.API.Address)
+	}
+	if cfg.Consul.API.Token != "" || cfg.Consul.API.TokenFile != "/etc/token" {
+		t.Errorf("token_file should replace the environment's token: token %q file %q", cfg.Consul.API.Token, cfg.Consul.API.TokenFile)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	cases := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"4096", 4096, true},
+		{"64KiB", 64 << 10, true},
+		{"1GiB", 1 << 30, true},
+		{"10MB", 10_000_000, true},
+		{"2 TiB", 2 << 40, true},
+		{"5B", 5, true},
+		{"", 0, false},
+		{"-1", 0, false},
+		{"1.5GiB", 0, false},
+		{"1gib", 0, false},
+		{"9999999TiB", 0, false},
+	}
+	for _, c := range cases {
+		got, err := ParseSize(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d, ok=%v", c.in, got, err, c.want, c.ok)
+		}
+	}
+	for _, n := range []int64{0, 1, 4096, 1 << 20, 3 << 30, 1000} {
+		back, err := ParseSize(FormatSize(n))
+		if err != nil || back != n {
+			t.Errorf("FormatSize(%d) = %q does not parse back", n, FormatSize(n))
+		}
+	}
+}
+
+func TestFormatDiagnostic(t *testing.T) {
+	d := &hcl.Diagnostic{Summary: "Invalid x.", Detail: "bad.", Subject: &hcl.Range{Filename: "f.hcl", Start: hcl.Pos{Line: 3, Column: 7}}}
+	if got := FormatDiagnostic(d); got != "f.hcl:3:7: Invalid x: bad" {
+		t.Errorf("got %q", got)
+	}
+}

@@ -1,0 +1,350 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Bounds that validation enforces. They are here, not scattered, so that
+// docs and agent.hcl can be checked against one place.
+const (
+	minSegmentBytes = 4 << 10
+	// maxSegmentBytes keeps every file position inside the index's u32.
+	maxSegmentBytes   = 2 << 30
+	maxLockDelay      = 60 * time.Second
+	minLockDelay      = time.Millisecond
+	maxSessionTTL     = 24 * time.Hour
+	minSessionTTL     = time.Second
+	maxTopicPartition = 10000
+)
+
+var nodeIDPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
+
+var logLevels = []string{"trace", "debug", "info", "warn", "error"}
+
+// validator converts the merged file values into a Config, collecting one
+// diagnostic per problem with the place the value was written.
+type validator struct {
+	ranges rangeMap
+	diags  hcl.Diagnostics
+}
+
+func (v *validator) errorf(key, format string, args ...any) {
+	d := &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  fmt.Sprintf("Invalid %s", key),
+		Detail:   fmt.Sprintf(format, args...),
+	}
+	if r, ok := v.ranges[key]; ok {
+		r := r
+		d.Subject = &r
+	}
+	v.diags = append(v.diags, d)
+}
+
+func (v *validator) duration(key string, s *string, min, max time.Duration) time.Duration {
+	if s == nil {
+		v.errorf(key, "a duration is required")
+		return 0
+	}
+	d, err := time.ParseDuration(*s)
+	if err != nil {
+		v.errorf(key, "%q is not a duration such as \"500ms\", \"10s\" or \"168h\"", *s)
+		return 0
+	}
+	if d < min || (max > 0 && d > max) {
+		if max > 0 {
+			v.errorf(key, "%s is outside the allowed range %s to %s", d, min, max)
+		} else {
+			v.errorf(key, "%s is below the minimum %s", d, min)
+		}
+		return 0
+	}
+	return d
+}
+
+func (v *validator) size(key string, s *string, min, max int64) int64 {
+	if s == nil {
+		v.errorf(key, "a size is required")
+		return 0
+	}
+	n, err := ParseSize(*s)
+	if err != nil {
+		v.errorf(key, "%v", err)
+		return 0
+	}
+	if n < min || (max > 0 && n > max) {
+		if max > 0 {
+			v.errorf(key, "%s is outside the allowed range %s to %s", FormatSize(n), FormatSize(min), FormatSize(max))
+		} else {
+			v.errorf(key, "%s is below the minimum %s", FormatSize(n), FormatSize(min))
+		}
+		return 0
+	}
+	return n
+}
+
+func (v *validator) address(key string, s *string) string {
+	if s == nil || *s == "" {
+		v.errorf(key, "an address such as \"127.0.0.1:7070\" is required")
+		return ""
+	}
+	host, port, err := net.SplitHostPort(*s)
+	if err != nil {
+		v.errorf(key, "%q is not host:port: %v", *s, err)
+		return ""
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		v.errorf(key, "port %q is not a number from 1 to 65535", port)
+		return ""
+	}
+	if host != "" && net.ParseIP(host) == nil && !validHostname(host) {
+		v.errorf(key, "host %q is neither an IP address nor a host name", host)
+		return ""
+	}
+	return *s
+}
+
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || strings.HasPrefix(label, "-") || strings.HasSuffix(label, "-") {
+			return false
+		}
+		for _, c := range label {
+			if !(c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagnostics) {
+	v := &validator{ranges: ranges}
+	// Defaults set every block; a file cannot unset one, so these are non-nil.
+	c := &Config{}
+
+	c.NodeID = str(f.NodeID)
+	if f.NodeID == nil {
+		host, err := env.Hostname()
+		if err != nil {
+			v.errorf("node_id", "not set, and the host name is unavailable: %v", err)
+		}
+		c.NodeID = strings.SplitN(host, ".", 2)[0]
+	}
+	if c.NodeID != "" && !nodeIDPattern.MatchString(c.NodeID) {
+		v.errorf("node_id", "%q must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit (set node_id explicitly if the host name does not fit)", c.NodeID)
+	}
+	c.DataDir = str(f.DataDir)
+	if c.DataDir == "" {
+		v.errorf("data_dir", "a directory is required")
+	}
+	c.LogLevel = strings.ToLower(str(f.LogLevel))
+	if !contains(logLevels, c.LogLevel) {
+		v.errorf("log_level", "%q is not one of %s", str(f.LogLevel), strings.Join(logLevels, ", "))
+	}
+	c.LogJSON = f.LogJSON != nil && *f.LogJSON
+
+	c.Client.Address = v.address("client.address", f.Client.Address)
+
+	c.Peer.Address = v.address("peer.address", f.Peer.Address)
+	c.Peer.TokenFile = str(f.Peer.TokenFile)
+	if f.Peer.AdvertiseAddress != nil {
+		c.Peer.AdvertiseAddress = v.address("peer.advertise_address", f.Peer.AdvertiseAddress)
+		if host, _, err := net.SplitHostPort(c.Peer.AdvertiseAddress); err == nil && isUnspecified(host) {
+			v.errorf("peer.advertise_address", "%q must name a host other agents can reach", c.Peer.AdvertiseAddress)
+		}
+	} else if host, port, err := net.SplitHostPort(c.Peer.Address); err == nil {
+		if !isUnspecified(host) {
+			c.Peer.AdvertiseAddress = c.Peer.Address
+		} else if ip, err := soleHostAddress(env); err != nil {
+			v.errorf("peer.address", "%q listens on every interface, so set peer.advertise_address: %v", c.Peer.Address, err)
+		} else {
+			c.Peer.AdvertiseAddress = net.JoinHostPort(ip.String(), port)
+		}
+	}
+	if t := f.Peer.TLS; t != nil {
+		c.Peer.TLS = TLS{CertFile: str(t.CertFile), KeyFile: str(t.KeyFile), CAFile: str(t.CAFile)}
+		if (c.Peer.TLS.CertFile == "") != (c.Peer.TLS.KeyFile == "") {
+			v.errorf("peer.tls", "cert_file and key_file must be set together")
+		}
+	}
+
+	c.Consul = v.consul(f.Consul)
+	c.Storage = v.storage(f.Storage)
+
+	c.Replication.LagTimeMax = v.duration("replication.lag_time_max", f.Replication.LagTimeMax, 100*time.Millisecond, 0)
+	c.Replication.FetchMaxWait = v.duration("replication.fetch_max_wait", f.Replication.FetchMaxWait, time.Millisecond, 0)
+	c.Replication.FetchMaxBytes = v.size("replication.fetch_max_bytes", f.Replication.FetchMaxBytes, 1<<10, 1<<30)
+	if c.Replication.LagTimeMax > 0 && c.Replication.FetchMaxWait >= c.Replication.LagTimeMax {
+		v.errorf("replication.fetch_max_wait", "%s must be below replication.lag_time_max (%s), or a caught-up follower waiting in a long poll would be dropped from the ISR", c.Replication.FetchMaxWait, c.Replication.LagTimeMax)
+	}
+
+	c.Producer.Linger = v.duration("producer.linger", f.Producer.Linger, 0, time.Second)
+	c.Producer.MaxBatchBytes = v.size("producer.max_batch_bytes", f.Producer.MaxBatchBytes, 1<<10, 1<<30)
+
+	c.Limits.MaxRecordBytes = v.size("limits.max_record_bytes", f.Limits.MaxRecordBytes, 1, 1<<30)
+	c.Limits.MaxRequestBytes = v.size("limits.max_request_bytes", f.Limits.MaxRequestBytes, 1<<10, 1<<30)
+	if c.Limits.MaxRecordBytes > 0 && c.Limits.MaxRequestBytes > 0 && c.Limits.MaxRecordBytes > c.Limits.MaxRequestBytes {
+		v.errorf("limits.max_record_bytes", "%s is above limits.max_request_bytes (%s): no such record could be sent", FormatSize(c.Limits.MaxRecordBytes), FormatSize(c.Limits.MaxRequestBytes))
+	}
+	if c.Limits.MaxRecordBytes > 0 && c.Replication.FetchMaxBytes > 0 && c.Producer.MaxBatchBytes > c.Replication.FetchMaxBytes {
+		v.errorf("producer.max_batch_bytes", "%s is above replication.fetch_max_bytes (%s): followers fetch whole batches", FormatSize(c.Producer.MaxBatchBytes), FormatSize(c.Replication.FetchMaxBytes))
+	}
+
+	c.TopicDefaults = v.topicDefaults(f.TopicDefaults)
+	return c, v.diags
+}
+
+func (v *validator) consul(f *fileConsul) Consul {
+	// Consul's own client defaults read CONSUL_HTTP_ADDR,
+	// CONSUL_HTTP_TOKEN(_FILE), CONSUL_HTTP_SSL, CONSUL_CACERT and the other
+	// CONSUL_* variables; keys set in the consul block override them.
+	c := Consul{API: api.DefaultConfig()}
+	if f.Address != nil {
+		c.API.Address = *f.Address
+	}
+	if c.API.Address == "" {
+		v.errorf("consul.address", "an address is required")
+	}
+	if f.Scheme != nil {
+		if *f.Scheme != "http" && *f.Scheme != "https" {
+			v.errorf("consul.scheme", "%q is neither \"http\" nor \"https\"", *f.Scheme)
+		}
+		c.API.Scheme = *f.Scheme
+	}
+	if f.Datacenter != nil {
+		c.API.Datacenter = *f.Datacenter
+	}
+	if f.Token != nil && f.TokenFile != nil {
+		v.errorf("consul.token_file", "set consul.token or consul.token_file, not both")
+	}
+	if f.Token != nil {
+		c.API.Token, c.API.TokenFile = *f.Token, ""
+	}
+	if f.TokenFile != nil {
+		c.API.TokenFile, c.API.Token = *f.TokenFile, ""
+	}
+	if f.CAFile != nil {
+		c.API.TLSConfig.CAFile = *f.CAFile
+	}
+	if f.CertFile != nil {
+		c.API.TLSConfig.CertFile = *f.CertFile
+	}
+	if f.KeyFile != nil {
+		c.API.TLSConfig.KeyFile = *f.KeyFile
+	}
+	c.Prefix = str(f.Prefix)
+	if c.Prefix == "" || strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/") {
+		v.errorf("consul.prefix", "%q must be a non-empty KV path ending in '/' and not starting with one", c.Prefix)
+	}
+	c.SessionTTL = v.duration("consul.session_ttl", f.SessionTTL, minSessionTTL, maxSessionTTL)
+	c.CheckTTL = v.duration("consul.check_ttl", f.CheckTTL, 100*time.Millisecond, 0)
+	c.LockDelay = v.duration("consul.lock_delay", f.LockDelay, minLockDelay, maxLockDelay)
+	return c
+}
+
+func (v *validator) storage(f *fileStorage) Storage {
+	s := Storage{}
+	s.SegmentBytes = v.size("storage.segment_bytes", f.SegmentBytes, minSegmentBytes, maxSegmentBytes)
+	s.SegmentAge = v.duration("storage.segment_age", f.SegmentAge, time.Second, 0)
+	s.IndexIntervalBytes = v.size("storage.index_interval_bytes", f.IndexIntervalBytes, 1, 1<<20)
+	s.Durability = Durability(str(f.Durability))
+	if s.Durability != DurabilityFsync && s.Durability != DurabilityReplicated {
+		v.errorf("storage.durability", "%q is neither %q nor %q", s.Durability, DurabilityFsync, DurabilityReplicated)
+	}
+	s.Retention = v.duration("storage.retention", f.Retention, 0, 0)
+	s.RetentionBytes = v.size("storage.retention_bytes", f.RetentionBytes, 0, 0)
+	return s
+}
+
+func (v *validator) topicDefaults(f *fileTopicDefaults) TopicDefaults {
+	t := TopicDefaults{
+		Partitions:            intOr(f.Partitions),
+		ReplicationFactor:     intOr(f.ReplicationFactor),
+		MinInsyncReplicas:     intOr(f.MinInsyncReplicas),
+		UncleanLeaderElection: f.UncleanLeaderElection != nil && *f.UncleanLeaderElection,
+	}
+	if t.Partitions < 1 || t.Partitions > maxTopicPartition {
+		v.errorf("topic_defaults.partitions", "%d is outside the allowed range 1 to %d", t.Partitions, maxTopicPartition)
+	}
+	if t.ReplicationFactor < 1 {
+		v.errorf("topic_defaults.replication_factor", "%d must be at least 1", t.ReplicationFactor)
+	}
+	if t.MinInsyncReplicas < 1 {
+		v.errorf("topic_defaults.min_insync_replicas", "%d must be at least 1", t.MinInsyncReplicas)
+	} else if t.ReplicationFactor >= 1 && t.MinInsyncReplicas > t.ReplicationFactor {
+		v.errorf("topic_defaults.min_insync_replicas", "%d is above topic_defaults.replication_factor (%d): no write could ever be acknowledged with acks=all", t.MinInsyncReplicas, t.ReplicationFactor)
+	}
+	return t
+}
+
+func intOr(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func isUnspecified(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// soleHostAddress finds the one address other hosts can reach this host at,
+// as Consul does for its bind address: the only global unicast IPv4 address.
+// Several or none is an error, since guessing would be worse.
+func soleHostAddress(env Environment) (net.IP, error) {
+	addrs, err := env.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("cannot list interface addresses: %w", err)
+	}
+	var found []net.IP
+	for _, a := range addrs {
+		ipnet, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if ip := ipnet.IP.To4(); ip != nil && ip.IsGlobalUnicast() {
+			found = append(found, ip)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("this host has no global unicast IPv4 address")
+	case 1:
+		return found[0], nil
+	default:
+		return nil, fmt.Errorf("this host has %d IPv4 addresses (%v) and logagent will not guess", len(found), found)
+	}
+}
