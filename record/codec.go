@@ -1,0 +1,284 @@
+package record
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/golang/snappy"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+)
+
+// Codec is the compression applied to a batch's records section as a whole,
+// stored in attributes bits 0-2. The header stays uncompressed.
+//
+// The compressed formats, as they appear after the batch header:
+//
+//	codec   id  format
+//	none    0   the records as they are
+//	gzip    1   RFC 1952 gzip member(s)
+//	snappy  2   one snappy block (the plain block format, NOT the xerial or
+//	            framing formats): uvarint decoded length, then elements
+//	lz4     3   LZ4 frame (magic 04 22 4D 18), 64 KiB independent blocks,
+//	            content checksum
+//	zstd    4   zstd frame(s) (RFC 8878), no dictionary
+type Codec int8
+
+// The codecs; ids 5-7 are unknown and make a batch corrupt.
+const (
+	CodecNone   Codec = 0
+	CodecGzip   Codec = 1
+	CodecSnappy Codec = 2
+	CodecLZ4    Codec = 3
+	CodecZstd   Codec = 4
+)
+
+// ErrUnknownCodec is returned when a caller names a codec that does not exist.
+// A batch that carries an unknown codec id is corrupt instead (ErrCorrupt).
+var ErrUnknownCodec = errors.New("record: unknown compression codec")
+
+var codecNames = [...]string{
+	CodecNone:   "none",
+	CodecGzip:   "gzip",
+	CodecSnappy: "snappy",
+	CodecLZ4:    "lz4",
+	CodecZstd:   "zstd",
+}
+
+func (c Codec) valid() bool { return c >= 0 && int(c) < len(codecNames) }
+
+// String returns the codec's name as ParseCodec accepts it.
+func (c Codec) String() string {
+	if !c.valid() {
+		return fmt.Sprintf("codec(%d)", int8(c))
+	}
+	return codecNames[c]
+}
+
+// ParseCodec returns the codec with the given name: none, gzip, snappy, lz4
+// or zstd.
+func ParseCodec(name string) (Codec, error) {
+	for c, n := range codecNames {
+		if n == name {
+			return Codec(c), nil
+		}
+	}
+	return 0, fmt.Errorf("%w %q", ErrUnknownCodec, name)
+}
+
+// appendWriter is an io.Writer that appends to a slice, so that streaming
+// compressors can write straight after the batch header.
+type appendWriter struct{ buf []byte }
+
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	return len(p), nil
+}
+
+// gzipCompressor and lz4Compressor keep a writer together with the
+// appendWriter it writes to, so that pooling one reuses both without an
+// allocation per batch.
+type gzipCompressor struct {
+	out appendWriter
+	w   *gzip.Writer
+}
+
+type lz4Compressor struct {
+	out appendWriter
+	w   *lz4.Writer
+}
+
+var gzipCompressors = sync.Pool{New: func() any {
+	c := new(gzipCompressor)
+	c.w = gzip.NewWriter(&c.out)
+	return c
+}}
+
+var lz4Compressors = sync.Pool{New: func() any {
+	c := new(lz4Compressor)
+	c.w = lz4.NewWriter(&c.out)
+	// Options on a fresh writer cannot fail. 64 KiB blocks keep the buffers
+	// small (the default is 4 MiB) and match what Kafka producers write.
+	_ = c.w.Apply(lz4.BlockSizeOption(lz4.Block64Kb), lz4.ConcurrencyOption(1))
+	return c
+}}
+
+// zstdEncoder is shared: zstd encoders are expensive to create, and EncodeAll
+// is safe for concurrent use.
+var zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+	return zstd.NewWriter(nil)
+})
+
+// appendCompressed appends src compressed with codec to dst.
+func appendCompressed(dst []byte, codec Codec, src []byte) ([]byte, error) {
+	switch codec {
+	case CodecNone:
+		return append(dst, src...), nil
+	case CodecGzip:
+		c := gzipCompressors.Get().(*gzipCompressor)
+		defer gzipCompressors.Put(c)
+		c.out.buf = dst
+		c.w.Reset(&c.out)
+		_, err := c.w.Write(src)
+		if err == nil {
+			err = c.w.Close()
+		}
+		dst, c.out.buf = c.out.buf, nil
+		if err != nil {
+			return nil, fmt.Errorf("record: gzip: %w", err)
+		}
+		return dst, nil
+	case CodecSnappy:
+		start := len(dst)
+		dst = grow(dst, snappy.MaxEncodedLen(len(src)))
+		encoded := snappy.Encode(dst[start:cap(dst)], src)
+		return dst[:start+len(encoded)], nil
+	case CodecLZ4:
+		c := lz4Compressors.Get().(*lz4Compressor)
+		defer lz4Compressors.Put(c)
+		c.out.buf = dst
+		c.w.Reset(&c.out)
+		_, err := c.w.Write(src)
+		if err == nil {
+			err = c.w.Close()
+		}
+		dst, c.out.buf = c.out.buf, nil
+		if err != nil {
+			return nil, fmt.Errorf("record: lz4: %w", err)
+		}
+		return dst, nil
+	case CodecZstd:
+		enc, err := zstdEncoder()
+		if err != nil {
+			return nil, fmt.Errorf("record: zstd: %w", err)
+		}
+		return enc.EncodeAll(src, dst), nil
+	}
+	return nil, fmt.Errorf("%w %d", ErrUnknownCodec, codec)
+}
+
+// grow returns dst with room for at least n more bytes after len(dst).
+func grow(dst []byte, n int) []byte {
+	if cap(dst)-len(dst) >= n {
+		return dst
+	}
+	return append(dst[:cap(dst)], make([]byte, len(dst)+n-cap(dst))...)[:len(dst)]
+}
+
+// decompressor turns a compressed records section back into records,
+// reusing its readers and output buffer from one batch to the next. Its
+// output is bounded by limit: a batch that would expand beyond it is an
+// ErrTooLarge, found after at most limit (plus one codec block) bytes.
+type decompressor struct {
+	limit int
+	buf   []byte
+	src   bytes.Reader
+	gzip  *gzip.Reader
+	lz4   *lz4.Reader
+	zstd  *zstd.Decoder
+}
+
+// decompress returns the decompressed records. The result aliases the
+// decompressor's buffer and stays valid until the next call.
+func (d *decompressor) decompress(codec Codec, src []byte) ([]byte, error) {
+	switch codec {
+	case CodecGzip:
+		if d.gzip == nil {
+			d.gzip = new(gzip.Reader)
+		}
+		d.src.Reset(src)
+		if err := d.gzip.Reset(&d.src); err != nil {
+			return nil, corruptf("gzip: %v", err)
+		}
+		return d.readAll(codec, d.gzip)
+	case CodecSnappy:
+		n, err := snappy.DecodedLen(src)
+		if err != nil {
+			return nil, corruptf("snappy: %v", err)
+		}
+		if n > d.limit {
+			return nil, &TooLargeError{What: fmt.Sprintf("snappy records of %d bytes", n), Limit: d.limit}
+		}
+		d.buf = grow(d.buf[:0], n)
+		out, err := snappy.Decode(d.buf[:n], src)
+		if err != nil {
+			return nil, corruptf("snappy: %v", err)
+		}
+		return out, nil
+	case CodecLZ4:
+		if d.lz4 == nil {
+			d.lz4 = lz4.NewReader(nil)
+		}
+		d.src.Reset(src)
+		d.lz4.Reset(&d.src)
+		return d.readAll(codec, d.lz4)
+	case CodecZstd:
+		if d.zstd == nil {
+			// Concurrency 1 and no reader: DecodeAll runs on the caller's
+			// goroutine and the decoder starts none of its own, so it needs
+			// no Close.
+			dec, err := zstd.NewReader(nil,
+				zstd.WithDecoderConcurrency(1),
+				zstd.WithDecoderMaxMemory(uint64(d.limit)))
+			if err != nil {
+				return nil, fmt.Errorf("record: zstd: %w", err)
+			}
+			d.zstd = dec
+		}
+		// The decoder reports a frame that needs more than the limit as a
+		// window error, which it also uses for damaged blocks; a look at the
+		// first frame's header tells the two apart.
+		var frame zstd.Header
+		if frame.Decode(src) == nil && !frame.Skippable &&
+			((frame.HasFCS && frame.FrameContentSize > uint64(d.limit)) || frame.WindowSize > uint64(d.limit)) {
+			return nil, &TooLargeError{What: "zstd frame", Limit: d.limit}
+		}
+		out, err := d.zstd.DecodeAll(src, d.buf[:0])
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+			return nil, &TooLargeError{What: "zstd records", Limit: d.limit}
+		}
+		if err != nil {
+			return nil, corruptf("zstd: %v", err)
+		}
+		d.buf = out[:0]
+		return out, nil
+	}
+	return nil, corruptf("unknown compression codec %d", codec)
+}
+
+// readAll reads a stream decompressor to its end without ever holding more
+// than limit+1 bytes. Bytes after the compressed stream need no check here:
+// both gzip (multistream) and lz4 try to read them as a next stream and fail
+// (TestCorruptCompressedData).
+func (d *decompressor) readAll(codec Codec, r io.Reader) ([]byte, error) {
+	const firstRead = 4 << 10
+	buf := d.buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) > d.limit {
+				d.buf = buf[:0]
+				return nil, &TooLargeError{What: codec.String() + " records", Limit: d.limit}
+			}
+			want := min(max(2*cap(buf), firstRead), d.limit+1)
+			buf = grow(buf, want-len(buf))
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			d.buf = buf[:0]
+			return nil, corruptf("%s: %v", codec, err)
+		}
+	}
+	d.buf = buf[:0]
+	if len(buf) > d.limit {
+		return nil, &TooLargeError{What: codec.String() + " records", Limit: d.limit}
+	}
+	return buf, nil
+}
