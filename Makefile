@@ -37,11 +37,14 @@ dev: bin/logagent bin/consul ## Run Consul and three agents on localhost (Ctrl-C
 test: bin/logagent bin/consul ## Run every package's tests with -race, against the real Consul and binary
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+bin/staticcheck: tools/lint/go.mod tools/lint/go.sum
+	cd tools/lint && $(GO) build -o ../../bin/staticcheck honnef.co/go/tools/cmd/staticcheck
+
 .PHONY: check
-check: ## gofmt, go vet
+check: bin/staticcheck ## gofmt, go vet and staticcheck (pinned in tools/lint/go.mod)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	cd tools && $(GO) vet ./...
+	bin/staticcheck ./...
 
 .PHONY: clean
 clean: ## Remove built binaries and the dev cluster's state
