@@ -70,11 +70,13 @@ consul {
   prefix = "logagent/"
 
   # The agent's Consul session: it holds the partition leadership locks.
-  # Consul's server refuses TTLs below its session_ttl_min (10s by default).
+  # 2s to 24h; Consul's server also refuses TTLs below its session_ttl_min
+  # (10s by default).
   session_ttl = "10s"
 
-  # The TTL check the agent passes every third of this; the session is linked
-  # to it, so a crashed agent loses its leaderships within about this time.
+  # The TTL check the agent passes every third of this (2s to 24h); the
+  # session is linked to it, so a crashed agent loses its leaderships within
+  # about this time.
   check_ttl = "3s"
 
   # How long Consul refuses a lock after its holder's session was

@@ -197,6 +197,7 @@ func TestInvalid(t *testing.T) {
 		{"bad log level", "log_level = \"loud\"\n", 1, `"loud" is not one of`},
 		{"bad node id", "node_id = \"../n1\"\n", 1, "must be 1 to 64 letters"},
 		{"lock delay zero", "consul {\n  lock_delay = \"0s\"\n}\n", 2, "outside the allowed range 1ms to 1m0s"},
+		{"check ttl too short", "consul {\n  check_ttl = \"1s\"\n}\n", 2, "outside the allowed range 2s to 24h0m0s"},
 		{"prefix without slash", "consul {\n  prefix = \"logagent\"\n}\n", 2, "ending in '/'"},
 		{"wrong type", "topic_defaults {\n  partitions = \"many\"\n}\n", 2, "Unsuitable value type"},
 		{"fetch wait above lag", "replication {\n  lag_time_max = \"1s\"\n  fetch_max_wait = \"2s\"\n}\n", 3, "must be below replication.lag_time_max"},

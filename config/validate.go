@@ -17,11 +17,15 @@ import (
 const (
 	minSegmentBytes = 4 << 10
 	// maxSegmentBytes keeps every file position inside the index's u32.
-	maxSegmentBytes   = 2 << 30
-	maxLockDelay      = 60 * time.Second
-	minLockDelay      = time.Millisecond
-	maxSessionTTL     = 24 * time.Hour
-	minSessionTTL     = time.Second
+	maxSegmentBytes = 2 << 30
+	maxLockDelay    = 60 * time.Second
+	minLockDelay    = time.Millisecond
+	maxSessionTTL   = 24 * time.Hour
+	// The agent's local lease ends a safety margin (0.5s) before what a
+	// session renewal or a check pass proves; TTLs below these leave it no
+	// room to renew in time.
+	minSessionTTL     = 2 * time.Second
+	minCheckTTL       = 2 * time.Second
 	maxTopicPartition = 10000
 )
 
@@ -257,7 +261,7 @@ func (v *validator) consul(f *fileConsul) Consul {
 		v.errorf("consul.prefix", "%q must be a non-empty KV path ending in '/' and not starting with one", c.Prefix)
 	}
 	c.SessionTTL = v.duration("consul.session_ttl", f.SessionTTL, minSessionTTL, maxSessionTTL)
-	c.CheckTTL = v.duration("consul.check_ttl", f.CheckTTL, 100*time.Millisecond, 0)
+	c.CheckTTL = v.duration("consul.check_ttl", f.CheckTTL, minCheckTTL, maxSessionTTL)
 	c.LockDelay = v.duration("consul.lock_delay", f.LockDelay, minLockDelay, maxLockDelay)
 	return c
 }
