@@ -150,6 +150,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 // join makes the agent known to the cluster.
 func (a *Agent) join(ctx context.Context) error {
 	a.waitingFor.Store("waiting for Consul")
+	a.log.Info("connecting to Consul", "address", a.cfg.Consul.API.Address)
 	if err := a.reg.WaitForConsul(ctx); err != nil {
 		return err
 	}

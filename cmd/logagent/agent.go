@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/agent"
+	"github.com/logagent/logagent/config"
+	"github.com/logagent/logagent/election"
+)
+
+func runAgent(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("agent", stderr)
+	var paths stringList
+	fs.Var(&paths, "config", "a configuration file or directory of *.hcl files (repeatable, merged in order)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(paths...)
+	if err != nil {
+		return err
+	}
+
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "logagent",
+		Level:      hclog.LevelFromString(cfg.LogLevel),
+		JSONFormat: cfg.LogJSON,
+		Output:     stderr,
+	})
+	logger.Info("starting", "version", version, "node_id", cfg.NodeID, "config", cfg.Sources)
+
+	reg, err := election.New(electionConfig(cfg, logger.Named("election")))
+	if err != nil {
+		return err
+	}
+	a := agent.New(cfg, logger.Named("agent"), reg)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(signals)
+	go handleSignals(signals, cancel, paths, logger)
+
+	if err := a.Run(ctx, nil); err != nil {
+		if errors.Is(err, agent.ErrDataDirLocked) {
+			return fmt.Errorf("%w (is another agent running with data_dir %s?)", err, cfg.DataDir)
+		}
+		return err
+	}
+	return nil
+}
+
+// handleSignals turns the first SIGINT or SIGTERM into a graceful stop and a
+// second one into an immediate exit; SIGHUP re-reads the configuration and
+// applies its log_level.
+func handleSignals(signals <-chan os.Signal, stop context.CancelFunc, paths []string, logger hclog.Logger) {
+	stopping := false
+	for sig := range signals {
+		if sig == syscall.SIGHUP {
+			reloadLogLevel(paths, logger)
+			continue
+		}
+		if stopping {
+			logger.Warn("second signal: exiting at once", "signal", sig.String())
+			os.Exit(exitFailure)
+		}
+		stopping = true
+		logger.Info("signal received: stopping gracefully (send it again to exit at once)", "signal", sig.String())
+		stop()
+	}
+}
+
+func reloadLogLevel(paths []string, logger hclog.Logger) {
+	cfg, err := config.Load(paths...)
+	if err != nil {
+		logger.Error("reload: configuration invalid; keeping the running one", "error", err)
+		return
+	}
+	level := hclog.LevelFromString(cfg.LogLevel)
+	if level == logger.GetLevel() {
+		logger.Info("reload: log level unchanged", "log_level", cfg.LogLevel)
+		return
+	}
+	logger.SetLevel(level)
+	logger.Info("reload: log level changed", "log_level", cfg.LogLevel)
+}
+
+func electionConfig(cfg *config.Config, logger hclog.Logger) election.Config {
+	return election.Config{
+		Consul:     cfg.Consul.API,
+		Prefix:     cfg.Consul.Prefix,
+		NodeID:     cfg.NodeID,
+		PeerAddr:   cfg.Peer.AdvertiseAddress,
+		ClientAddr: cfg.Client.Address,
+		CheckTTL:   cfg.Consul.CheckTTL,
+		SessionTTL: cfg.Consul.SessionTTL,
+		LockDelay:  cfg.Consul.LockDelay,
+		Logger:     logger,
+	}
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	threeMistakes := filepath.Join(dir, "bad.hcl")
+	if err := os.WriteFile(threeMistakes, []byte(`node_id = "n1"
+storage {
+  segment_bytes = "lots"
+  durability = "eventually"
+}
+replication {
+  lag_time_max = "ten seconds"
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name      string
+		args      []string
+		code      int
+		stdout    []string
+		stderrHas []string
+		lines     int // diagnostics lines on stderr, when >0
+	}{
+		{"shipped example", []string{"validate", "-config", "../../config/agent.hcl"}, 0, []string{"configuration valid: node", "durability fsync"}, nil, 0},
+		{"three mistakes", []string{"validate", "-config", threeMistakes}, 1, nil, []string{
+			threeMistakes + ":3:", threeMistakes + ":4:", threeMistakes + ":7:", "3 problem(s)"}, 3},
+		{"no config", []string{"validate"}, 2, nil, []string{"-config is required"}, 0},
+		{"positional", []string{"validate", "-config", threeMistakes, "extra"}, 2, nil, []string{`unexpected argument "extra"`}, 0},
+		{"unknown command", []string{"frobnicate"}, 2, nil, []string{`unknown command "frobnicate"`}, 0},
+		{"no command", nil, 2, nil, []string{"Usage: logagent"}, 0},
+		{"version", []string{"version"}, 0, []string{"logagent " + version}, nil, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(c.args, &out, &errb)
+			if code != c.code {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, c.code, out.String(), errb.String())
+			}
+			for _, s := range c.stdout {
+				if !strings.Contains(out.String(), s) {
+					t.Errorf("stdout lacks %q: %s", s, out.String())
+				}
+			}
+			for _, s := range c.stderrHas {
+				if !strings.Contains(errb.String(), s) {
+					t.Errorf("stderr lacks %q: %s", s, errb.String())
+				}
+			}
+			if c.lines > 0 {
+				n := strings.Count(errb.String(), threeMistakes+":")
+				if n != c.lines {
+					t.Errorf("%d diagnostics, want %d:\n%s", n, c.lines, errb.String())
+				}
+			}
+		})
+	}
+}

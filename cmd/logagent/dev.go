@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/logagent/logagent/internal/devcluster"
+)
+
+func runDev(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("dev", stderr)
+	dir := fs.String("dir", ".logagent-dev", "directory for the cluster's state and logs")
+	consulAddr := fs.String("consul", "", "use this running Consul (host:port) instead of starting one")
+	consulBin := fs.String("consul-bin", "", "the Consul binary to start (default: bin/consul, beside logagent, or on PATH)")
+	portOffset := fs.Int("port-offset", 0, "add this to every port (client 7070-7072, peer 7171-7173, Consul 18300-18302 and 18500)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	opts := devcluster.Options{Logagent: exe, ConsulAddr: *consulAddr, ConsulBin: *consulBin, PortOffset: *portOffset, Out: stdout}
+	if opts.Dir, err = filepath.Abs(*dir); err != nil {
+		return err
+	}
+	if opts.ConsulAddr == "" && opts.ConsulBin == "" {
+		if opts.ConsulBin, err = devcluster.FindConsul(exe); err != nil {
+			return err
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kill := make(chan struct{})
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	go func() {
+		<-signals
+		cancel()
+		<-signals
+		close(kill)
+	}()
+	return devcluster.Run(ctx, kill, opts)
+}
