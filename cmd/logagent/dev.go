@@ -37,6 +37,10 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	kill := make(chan struct{})
+	// The cluster must be stopped in order even when the terminal or a pipe
+	// reading our output has gone away: a write then fails instead of
+	// killing us with SIGPIPE before the children are stopped.
+	signal.Ignore(syscall.SIGPIPE)
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
