@@ -1,0 +1,69 @@
+// Package replicate is the ISR replication protocol of one partition as two
+// deterministic state machines (DESIGN §7): Leader, for the replica that
+// leads an epoch, and Follower, for a replica following it. They do no I/O,
+// start no goroutines and read no clock: the caller (the agent's partition
+// loop) feeds them inputs one at a time, with the time as a value, and
+// carries out what they decide. Kafka's semantics are copied on purpose:
+// the high watermark over the maximal ISR (KAFKA-15583), lastCaughtUpTime,
+// epoch-based truncation (KIP-101, KIP-279) and diverging epochs in fetch
+// answers (KIP-320).
+//
+// # Leader
+//
+//	inputs                                     outputs
+//	CanAppend(acks) ─────────────────────────► nil | ErrNotEnoughReplicas | ErrNotLeader
+//	Fetch(req, now) ─────────┐  ┌────────┐ ──► FetchResult (HW, log end, diverging epoch)
+//	OffsetForEpoch(req) ─────┤  │        │ ──► EpochEndOffset
+//	Appended(last) ──────────┤  │        │
+//	Synced(last) ────────────┼─►│ Leader │     Ready() LeaderReady:
+//	WaitAck(id, last, acks) ─┤  │        │ ──►   HighWatermark  checkpoint it, publish it
+//	Tick(now) ───────────────┤  │        │ ──►   ISRProposal    write it with the guarded txn
+//	ISRCommitted(isr) ───────┤  └────────┘ ──►   Acks           answer the producers
+//	ISRProposalFailed() ─────┤
+//	Resign() ────────────────┘
+//
+// The HW is the minimum log end offset over the maximal ISR (the committed
+// ISR plus a pending addition), counting the leader's own records only once
+// fsynced in fsync mode. It only grows, and it does not grow while the
+// committed ISR is smaller than min_insync_replicas. Tick proposes removing
+// followers that have not caught up within LagTimeMax; the HW waits for them
+// until ISRCommitted confirms. A fetch proposes adding a follower whose log
+// reached the HW and the start of the leader's epoch; it counts for the HW
+// at once. One proposal is in flight at a time.
+//
+// # Follower
+//
+//	NewFollower ──► ask ─── EpochRequest ───► leader: OffsetForEpoch
+//	                 ▲            │ EpochAnswered
+//	                 │            ▼
+//	   epoch unknown └──────── truncate ─── Truncate ───► log; Truncated
+//	   to the leader              │
+//	                              ▼
+//	          ┌────────────────► fetch ─── Fetch ───► leader: Fetch
+//	          │                   │ Appended, Synced, then FetchResponded,
+//	          └───────────────────┘ FetchOutOfRange or FetchFailed
+//	    (a diverging epoch or an out-of-range answer goes back to truncate)
+//
+// A new follower never truncates to its own HW: it asks the leader where
+// its latest epoch ends and truncates to min(leader's end, own end) for the
+// epoch the leader answered; if it never had that epoch, it cuts after its
+// own largest epoch below it and asks again. The follower's HW is
+// min(leader HW, own log end), counting only fsynced records in fsync mode;
+// in that mode the next fetch waits for the fsync, so the fetch offset the
+// leader counts is always durable. Unlike Kafka's, a follower's HW does not
+// go down when a new leader reports a lower one (everything below it is
+// committed); only a truncation below it, after an unclean election, lowers
+// it.
+//
+// # The Ready contract
+//
+// Every input either fails (and then changes nothing, except for
+// ErrInconsistentLog, after which the state machine must be dropped) or
+// changes the state and may queue output. The caller drains Ready after
+// each input, carries the output out and reports back: Truncated after a
+// truncation, EpochAnswered or EpochRequestFailed after an epoch request,
+// FetchResponded (or FetchOutOfRange, FetchFailed) after a fetch,
+// ISRCommitted or ISRProposalFailed after a proposal. A HW checkpoint need
+// not be written before acks are answered: an acknowledged record is safe
+// because it is on every ISR member, not because of the checkpoint.
+package replicate

@@ -1,0 +1,379 @@
+package replicate
+
+import "fmt"
+
+// FollowerConfig is what a replica knows when it starts following a leader.
+type FollowerConfig struct {
+	// Self is this replica's node id.
+	Self string
+	// LeaderEpoch is the epoch of the leader to follow, from Consul. It is
+	// at least the latest epoch in the replica's own log.
+	LeaderEpoch int32
+	Durability  Durability
+	// LogEndOffset is the next offset the log will write; SyncedEndOffset
+	// bounds the records known to be fsynced (at most LogEndOffset).
+	LogEndOffset    int64
+	SyncedEndOffset int64
+	// HighWatermark is the replica's checkpointed HW, at most LogEndOffset.
+	// It is never a truncation point.
+	HighWatermark int64
+	EpochCache    EpochCache
+}
+
+// Truncation is a cut the caller applies to the follower's log and its epoch
+// cache, then confirms with Truncated.
+type Truncation struct {
+	// Offset is the new log end offset: every record at or above it goes,
+	// with every cached epoch that starts at or above it, even when Offset
+	// is the current log end (the cache may hold an epoch with no records).
+	Offset int64
+	// Restart means the whole log goes and starts again, empty, at Offset:
+	// the leader no longer keeps the records after the follower's log end.
+	Restart bool
+}
+
+// FollowerReady is the output the caller drains from a Follower with Ready.
+// At most one of EpochRequest, Truncate and Fetch is set.
+type FollowerReady struct {
+	// HighWatermarkChanged says HighWatermark changed since the last Ready:
+	// checkpoint it and publish it to local readers.
+	HighWatermarkChanged bool
+	HighWatermark        int64
+	// EpochRequest, when not nil, is to send to the leader; answer with
+	// EpochAnswered or EpochRequestFailed.
+	EpochRequest *EpochRequest
+	// Truncate, when not nil, is to apply to the log; answer with Truncated.
+	Truncate *Truncation
+	// Fetch, when not nil, is to send to the leader. Append the records of
+	// its answer, report them with Appended, then answer with
+	// FetchResponded, FetchOutOfRange or FetchFailed.
+	Fetch *FetchRequest
+}
+
+// followerPhase is where a follower is in its cycle: reconcile its log with
+// the leader's by epoch (ask, truncate, maybe ask again), then fetch.
+type followerPhase uint8
+
+const (
+	phaseAskEpoch followerPhase = iota
+	phaseTruncate
+	phaseFetch
+)
+
+// Follower is a follower's replication state for one partition and one
+// leader epoch: on creation it reconciles its log with the leader's by epoch
+// (KIP-101, KIP-279), never by its own HW, then fetches, truncating again
+// whenever the leader says its log diverged (KIP-320). It does no I/O and is
+// not safe for concurrent use.
+//
+// In fsync mode the follower sends its next fetch only once every record it
+// appended is fsynced, so the fetch offset the leader counts toward the HW
+// is durable; one fsync covers a whole fetch response.
+type Follower struct {
+	self        string
+	leaderEpoch int32
+	durability  Durability
+	cache       EpochCache
+
+	logEnd    int64
+	syncedEnd int64
+	hw        int64
+	hwChanged bool
+	leaderHW  int64
+
+	phase followerPhase
+	// sent says the current phase's request or truncation is out and its
+	// answer is awaited.
+	sent bool
+	// askedEpoch is the epoch of the EpochRequest of phaseAskEpoch.
+	askedEpoch int32
+	truncation Truncation
+	// reconciled says the truncation of phaseTruncate ends the
+	// reconciliation; otherwise the follower asks again about the epoch
+	// that remains its latest, keptEpoch or below.
+	reconciled bool
+	keptEpoch  int32
+}
+
+// NewFollower returns the state of a replica that starts following the
+// leader of cfg.LeaderEpoch. Its first output is an EpochRequest, or a fetch
+// when its log has no epoch to reconcile.
+func NewFollower(cfg FollowerConfig) (*Follower, error) {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w: follower: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case cfg.Self == "":
+		return nil, invalid("empty self id")
+	case cfg.LeaderEpoch < 0:
+		return nil, invalid("negative leader epoch %d", cfg.LeaderEpoch)
+	case cfg.Durability != DurabilityFsync && cfg.Durability != DurabilityReplicated:
+		return nil, invalid("unknown %s", cfg.Durability)
+	case cfg.LogEndOffset < 0:
+		return nil, invalid("negative log end offset %d", cfg.LogEndOffset)
+	case cfg.SyncedEndOffset < 0 || cfg.SyncedEndOffset > cfg.LogEndOffset:
+		return nil, invalid("synced end offset %d outside [0, log end %d]", cfg.SyncedEndOffset, cfg.LogEndOffset)
+	case cfg.HighWatermark < 0 || cfg.HighWatermark > cfg.LogEndOffset:
+		return nil, invalid("high watermark %d outside [0, log end %d]", cfg.HighWatermark, cfg.LogEndOffset)
+	case cfg.EpochCache == nil:
+		return nil, invalid("no epoch cache")
+	}
+	f := &Follower{
+		self:        cfg.Self,
+		leaderEpoch: cfg.LeaderEpoch,
+		durability:  cfg.Durability,
+		cache:       cfg.EpochCache,
+		logEnd:      cfg.LogEndOffset,
+		syncedEnd:   cfg.SyncedEndOffset,
+		hw:          cfg.HighWatermark,
+	}
+	latest, ok := f.cache.LatestEpoch()
+	switch {
+	case !ok:
+		f.phase = phaseFetch
+	case latest > cfg.LeaderEpoch:
+		return nil, invalid("the log has epoch %d, above leader epoch %d: stale leader metadata", latest, cfg.LeaderEpoch)
+	default:
+		f.phase, f.askedEpoch = phaseAskEpoch, latest
+	}
+	return f, nil
+}
+
+// LeaderEpoch is the epoch of the leader followed.
+func (f *Follower) LeaderEpoch() int32 { return f.leaderEpoch }
+
+// HighWatermark is min(leader HW, own durable log end), never decreasing
+// except when a truncation cuts below it (only possible after an unclean
+// election).
+func (f *Follower) HighWatermark() int64 { return f.hw }
+
+// LogEndOffset is the follower's log end offset, fsynced or not.
+func (f *Follower) LogEndOffset() int64 { return f.logEnd }
+
+// EpochAnswered gives the leader's answer to the EpochRequest sent. The
+// follower truncates to the end of the answered epoch in both logs: to
+// min(leader's end, own end) when it has that epoch too; when it does not,
+// to the end of its own largest epoch below it, and then asks again about
+// that one (KIP-279).
+func (f *Follower) EpochAnswered(answer EpochEndOffset) error {
+	if f.phase != phaseAskEpoch || !f.sent {
+		return fmt.Errorf("%w: epoch answer %+v without an epoch request in flight", ErrInvalidInput, answer)
+	}
+	if answer.Epoch > f.askedEpoch {
+		return fmt.Errorf("%w: leader answered epoch %d when asked about %d", ErrInvalidInput, answer.Epoch, f.askedEpoch)
+	}
+	return f.reconcile(answer)
+}
+
+// EpochRequestFailed says the EpochRequest got no answer (an error or a
+// timeout); the next Ready sends it again, after a back-off of the caller's.
+func (f *Follower) EpochRequestFailed() error {
+	if f.phase != phaseAskEpoch || !f.sent {
+		return fmt.Errorf("%w: epoch request failure without a request in flight", ErrInvalidInput)
+	}
+	f.sent = false
+	return nil
+}
+
+// Truncated confirms the truncation from Ready, with the log end it left,
+// at most the truncation's offset (exactly it for a restart).
+func (f *Follower) Truncated(logEndOffset int64) error {
+	t := f.truncation
+	switch {
+	case f.phase != phaseTruncate || !f.sent:
+		return fmt.Errorf("%w: truncation report without a truncation in progress", ErrInvalidInput)
+	case t.Restart && logEndOffset != t.Offset:
+		return fmt.Errorf("%w: log restarted at %d, not at %d", ErrInvalidInput, logEndOffset, t.Offset)
+	case logEndOffset < 0 || logEndOffset > t.Offset:
+		return fmt.Errorf("%w: truncated to %d, asked for %d", ErrInvalidInput, logEndOffset, t.Offset)
+	}
+	f.logEnd = logEndOffset
+	if t.Restart {
+		// The empty log has nothing to fsync, and everything below the
+		// leader's log start is committed: the leader deletes only below
+		// its HW.
+		f.syncedEnd = logEndOffset
+		f.setHighWatermark(logEndOffset)
+	} else {
+		f.syncedEnd = min(f.syncedEnd, logEndOffset)
+		if f.hw > logEndOffset {
+			f.setHighWatermark(logEndOffset)
+		}
+	}
+
+	f.sent = false
+	latest, ok := f.cache.LatestEpoch()
+	switch {
+	case f.reconciled || !ok:
+		f.phase = phaseFetch
+	case latest > f.keptEpoch:
+		return fmt.Errorf("%w: truncation to %d kept epoch %d, above epoch %d", ErrInconsistentLog, logEndOffset, latest, f.keptEpoch)
+	default:
+		f.phase, f.askedEpoch = phaseAskEpoch, latest
+	}
+	return nil
+}
+
+// Appended reports that the log wrote records of the fetch in flight, up to
+// and including lastOffset.
+func (f *Follower) Appended(lastOffset int64) error {
+	if f.phase != phaseFetch || !f.sent {
+		return fmt.Errorf("%w: append without a fetch in flight", ErrInvalidInput)
+	}
+	if lastOffset < f.logEnd {
+		return fmt.Errorf("%w: appended last offset %d is below the log end %d", ErrInvalidInput, lastOffset, f.logEnd)
+	}
+	f.logEnd = lastOffset + 1
+	f.updateHighWatermark()
+	return nil
+}
+
+// Synced reports that every record up to and including lastOffset is
+// fsynced.
+func (f *Follower) Synced(lastOffset int64) error {
+	if lastOffset >= f.logEnd {
+		return fmt.Errorf("%w: synced last offset %d is not below the log end %d", ErrInvalidInput, lastOffset, f.logEnd)
+	}
+	f.syncedEnd = max(f.syncedEnd, lastOffset+1)
+	f.updateHighWatermark()
+	return nil
+}
+
+// FetchResponded gives the leader's answer to the fetch in flight, after its
+// records were appended. A diverging answer starts a truncation exactly as an
+// EpochAnswered does; otherwise the follower's HW moves to min(leader HW, own
+// durable log end).
+func (f *Follower) FetchResponded(result FetchResult) error {
+	if f.phase != phaseFetch || !f.sent {
+		return fmt.Errorf("%w: fetch answer without a fetch in flight", ErrInvalidInput)
+	}
+	if result.LeaderEpoch != f.leaderEpoch {
+		return fmt.Errorf("%w: fetch answer from epoch %d, following epoch %d", ErrInvalidInput, result.LeaderEpoch, f.leaderEpoch)
+	}
+	if result.Diverging != nil {
+		latest, ok := f.cache.LatestEpoch()
+		if !ok || result.Diverging.Epoch > latest {
+			return fmt.Errorf("%w: diverging epoch %d, but the log's latest epoch is %d (present %t)", ErrInvalidInput, result.Diverging.Epoch, latest, ok)
+		}
+		return f.reconcile(*result.Diverging)
+	}
+	f.sent = false
+	f.leaderHW = max(f.leaderHW, result.HighWatermark)
+	f.updateHighWatermark()
+	return nil
+}
+
+// FetchOutOfRange reports that the leader refused the fetch offset, with the
+// leader's log start and end offsets. Below the leader's log start the
+// follower restarts its log there; beyond the leader's log end (possible
+// only after an unclean election) it truncates to it.
+func (f *Follower) FetchOutOfRange(leaderLogStart, leaderLogEnd int64) error {
+	if f.phase != phaseFetch || !f.sent {
+		return fmt.Errorf("%w: out of range answer without a fetch in flight", ErrInvalidInput)
+	}
+	switch {
+	case leaderLogEnd < f.logEnd:
+		f.startTruncation(Truncation{Offset: leaderLogEnd}, true, 0)
+	case leaderLogStart > f.logEnd:
+		f.startTruncation(Truncation{Offset: leaderLogStart, Restart: true}, true, 0)
+	default:
+		return fmt.Errorf("%w: fetch offset %d is within the leader's log [%d, %d)", ErrInvalidInput, f.logEnd, leaderLogStart, leaderLogEnd)
+	}
+	return nil
+}
+
+// FetchFailed says the fetch in flight got no usable answer; the next Ready
+// sends another, after a back-off of the caller's. A fenced or unknown epoch
+// means the caller should also refresh the leader metadata.
+func (f *Follower) FetchFailed() error {
+	if f.phase != phaseFetch || !f.sent {
+		return fmt.Errorf("%w: fetch failure without a fetch in flight", ErrInvalidInput)
+	}
+	f.sent = false
+	return nil
+}
+
+// HasReady says Ready has something.
+func (f *Follower) HasReady() bool {
+	return f.hwChanged || (!f.sent && (f.phase != phaseFetch || f.canFetch()))
+}
+
+// Ready returns the output accumulated since the last call and clears it.
+func (f *Follower) Ready() FollowerReady {
+	rd := FollowerReady{HighWatermarkChanged: f.hwChanged, HighWatermark: f.hw}
+	f.hwChanged = false
+	if f.sent {
+		return rd
+	}
+	switch f.phase {
+	case phaseAskEpoch:
+		rd.EpochRequest = &EpochRequest{ReplicaID: f.self, CurrentLeaderEpoch: f.leaderEpoch, Epoch: f.askedEpoch}
+	case phaseTruncate:
+		t := f.truncation
+		rd.Truncate = &t
+	case phaseFetch:
+		if !f.canFetch() {
+			return rd
+		}
+		lastFetched, ok := f.cache.LatestEpoch()
+		if !ok {
+			lastFetched = UndefinedEpoch
+		}
+		rd.Fetch = &FetchRequest{
+			ReplicaID:          f.self,
+			FetchOffset:        f.logEnd,
+			CurrentLeaderEpoch: f.leaderEpoch,
+			LastFetchedEpoch:   lastFetched,
+		}
+	}
+	f.sent = true
+	return rd
+}
+
+// reconcile decides the truncation for the leader's end of an epoch, as
+// Kafka's AbstractFetcherThread.getOffsetTruncationState does.
+func (f *Follower) reconcile(leader EpochEndOffset) error {
+	own, ownEnd, ok := f.cache.EndOffsetForEpoch(leader.Epoch)
+	switch {
+	case leader.Epoch < 0 || leader.EndOffset < 0:
+		return fmt.Errorf("%w: leader answered epoch %d ending at %d", ErrInvalidInput, leader.Epoch, leader.EndOffset)
+	case !ok || own > leader.Epoch || ownEnd < 0 || ownEnd > f.logEnd:
+		return fmt.Errorf("%w: own epoch cache answers epoch %d ending at %d (present %t) for epoch %d, log end %d", ErrInconsistentLog, own, ownEnd, ok, leader.Epoch, f.logEnd)
+	case own == leader.Epoch:
+		f.startTruncation(Truncation{Offset: min(ownEnd, leader.EndOffset, f.logEnd)}, true, 0)
+	default:
+		// The leader's epoch is unknown here, so nothing after this log's
+		// own largest epoch below it can match the leader: cut there and
+		// ask about that epoch.
+		f.startTruncation(Truncation{Offset: min(ownEnd, f.logEnd)}, false, own)
+	}
+	return nil
+}
+
+func (f *Follower) startTruncation(t Truncation, reconciled bool, keptEpoch int32) {
+	f.phase, f.sent = phaseTruncate, false
+	f.truncation, f.reconciled, f.keptEpoch = t, reconciled, keptEpoch
+}
+
+// canFetch holds back a fetch in fsync mode until the log is fsynced, so the
+// fetch offset the leader counts is durable.
+func (f *Follower) canFetch() bool {
+	return f.durability == DurabilityReplicated || f.syncedEnd == f.logEnd
+}
+
+func (f *Follower) durableEnd() int64 {
+	if f.durability == DurabilityFsync {
+		return f.syncedEnd
+	}
+	return f.logEnd
+}
+
+func (f *Follower) updateHighWatermark() {
+	if hw := min(f.leaderHW, f.durableEnd()); hw > f.hw {
+		f.setHighWatermark(hw)
+	}
+}
+
+func (f *Follower) setHighWatermark(hw int64) {
+	f.hw, f.hwChanged = hw, true
+}

@@ -1,0 +1,622 @@
+package replicate
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// LeaderConfig is what a replica knows when it becomes a partition's leader.
+type LeaderConfig struct {
+	// Self is this replica's node id.
+	Self string
+	// Epoch is the leader epoch this replica won in Consul. Before creating
+	// the Leader the caller assigns it in the log's epoch cache, starting at
+	// EpochStartOffset (the log end offset at the time), so that the cache's
+	// latest epoch is Epoch.
+	Epoch            int32
+	EpochStartOffset int64
+	// Replicas is the partition's replica set, Self included.
+	Replicas []string
+	// ISR is the committed in-sync replica set as stored in Consul, Self
+	// included.
+	ISR               []string
+	MinInsyncReplicas int
+	// LagTimeMax is how long a follower may go without catching up before
+	// it is proposed for removal from the ISR.
+	LagTimeMax time.Duration
+	Durability Durability
+	// LogEndOffset is the next offset the log will write; SyncedEndOffset
+	// bounds the records known to be fsynced (at most LogEndOffset).
+	LogEndOffset    int64
+	SyncedEndOffset int64
+	// HighWatermark is the replica's checkpointed HW, at most LogEndOffset.
+	HighWatermark int64
+	EpochCache    EpochCache
+}
+
+// AckID names a pending produce ack; the caller picks it, unique among the
+// acks pending on one Leader.
+type AckID uint64
+
+// AckOutcome is a finished produce wait: Err is nil when the write met its
+// acks condition, and otherwise matches ErrNotEnoughReplicasAfterAppend,
+// ErrNotLeader or ErrAckTimeout.
+type AckOutcome struct {
+	ID  AckID
+	Err error
+}
+
+// ISRProposal is an ISR change for the caller to write with the guarded
+// Consul transaction (check the leader key's session, CAS the state at
+// Epoch). The caller answers with ISRCommitted or ISRProposalFailed.
+type ISRProposal struct {
+	Epoch int32
+	ISR   []string
+}
+
+// LeaderReady is the output the caller drains from a Leader with Ready.
+type LeaderReady struct {
+	// HighWatermarkChanged says HighWatermark grew since the last Ready:
+	// checkpoint it and publish it to readers.
+	HighWatermarkChanged bool
+	HighWatermark        int64
+	// ISRProposal, when not nil, is an ISR change to write to Consul.
+	ISRProposal *ISRProposal
+	// Acks are the produce waits that finished, in the order they did.
+	// Answer each at once: none needs anything else to be persisted first.
+	Acks []AckOutcome
+}
+
+// ReplicaStatus is the leader's view of one replica, for status and metrics.
+type ReplicaStatus struct {
+	ID string
+	// LogEndOffset is the replica's last fetch offset in this epoch, or -1
+	// before its first valid fetch. For the leader it is its own log end.
+	LogEndOffset int64
+	// LastCaughtUp is when the replica was last known to be caught up
+	// (Kafka's lastCaughtUpTimeMs); zero if never in this epoch.
+	LastCaughtUp time.Time
+	// InSync says the replica is in the committed ISR.
+	InSync bool
+}
+
+// unknownOffset is a follower's log end offset before its first valid fetch
+// of the epoch: the HW waits for it.
+const unknownOffset int64 = -1
+
+// replicaProgress is what the leader learns about a follower from its
+// fetches (Kafka's Replica state).
+type replicaProgress struct {
+	logEnd                int64
+	lastCaughtUp          time.Time
+	lastFetchLeaderLogEnd int64
+	lastFetchTime         time.Time
+}
+
+type pendingAck struct {
+	id         AckID
+	lastOffset int64
+	acks       Acks
+	deadline   time.Time
+}
+
+// isrChange is the one ISR proposal in flight.
+type isrChange struct {
+	isr []string
+	// added is the follower an expansion adds; it counts toward the HW
+	// before the change commits. Empty for a shrink.
+	added string
+}
+
+// Leader is the leader's replication state for one partition: it validates
+// follower fetches, tracks their progress, moves the high watermark, decides
+// ISR changes and completes produce acks. It does no I/O and is not safe for
+// concurrent use: the caller feeds it inputs one at a time and drains Ready.
+type Leader struct {
+	self       string
+	epoch      int32
+	epochStart int64
+	replicas   []string
+	minISR     int
+	lagTimeMax time.Duration
+	durability Durability
+	cache      EpochCache
+
+	logEnd    int64
+	syncedEnd int64
+	hw        int64
+
+	isr       []string
+	inFlight  *isrChange
+	followers map[string]*replicaProgress
+
+	acks   []pendingAck
+	ackIDs map[AckID]struct{}
+
+	resigned bool
+	ready    LeaderReady
+}
+
+// NewLeader returns the state of a replica that just became leader. Every
+// follower in the ISR counts as caught up at now, and every follower's log
+// end is unknown until it fetches, so the HW waits for each ISR member's
+// first fetch of the epoch.
+func NewLeader(cfg LeaderConfig, now time.Time) (*Leader, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	l := &Leader{
+		self:       cfg.Self,
+		epoch:      cfg.Epoch,
+		epochStart: cfg.EpochStartOffset,
+		replicas:   slices.Clone(cfg.Replicas),
+		minISR:     cfg.MinInsyncReplicas,
+		lagTimeMax: cfg.LagTimeMax,
+		durability: cfg.Durability,
+		cache:      cfg.EpochCache,
+		logEnd:     cfg.LogEndOffset,
+		syncedEnd:  cfg.SyncedEndOffset,
+		hw:         cfg.HighWatermark,
+		followers:  make(map[string]*replicaProgress, len(cfg.Replicas)-1),
+		ackIDs:     make(map[AckID]struct{}),
+	}
+	l.isr = l.inReplicaOrder(cfg.ISR)
+	for _, id := range l.replicas {
+		if id == l.self {
+			continue
+		}
+		p := &replicaProgress{logEnd: unknownOffset, lastFetchLeaderLogEnd: l.logEnd}
+		if slices.Contains(l.isr, id) {
+			p.lastCaughtUp = now
+			p.lastFetchTime = now
+		}
+		l.followers[id] = p
+	}
+	l.updateHighWatermark()
+	return l, nil
+}
+
+func (cfg *LeaderConfig) validate() error {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w: leader: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case cfg.Self == "":
+		return invalid("empty self id")
+	case cfg.Epoch < 0:
+		return invalid("negative epoch %d", cfg.Epoch)
+	case !slices.Contains(cfg.Replicas, cfg.Self):
+		return invalid("self %q is not among the replicas %v", cfg.Self, cfg.Replicas)
+	case !slices.Contains(cfg.ISR, cfg.Self):
+		return invalid("self %q is not in the ISR %v", cfg.Self, cfg.ISR)
+	case cfg.MinInsyncReplicas < 1 || cfg.MinInsyncReplicas > len(cfg.Replicas):
+		return invalid("min insync replicas %d outside [1, %d]", cfg.MinInsyncReplicas, len(cfg.Replicas))
+	case cfg.LagTimeMax <= 0:
+		return invalid("lag time max %s is not positive", cfg.LagTimeMax)
+	case cfg.Durability != DurabilityFsync && cfg.Durability != DurabilityReplicated:
+		return invalid("unknown %s", cfg.Durability)
+	case cfg.LogEndOffset < 0:
+		return invalid("negative log end offset %d", cfg.LogEndOffset)
+	case cfg.SyncedEndOffset < 0 || cfg.SyncedEndOffset > cfg.LogEndOffset:
+		return invalid("synced end offset %d outside [0, log end %d]", cfg.SyncedEndOffset, cfg.LogEndOffset)
+	case cfg.HighWatermark < 0 || cfg.HighWatermark > cfg.LogEndOffset:
+		return invalid("high watermark %d outside [0, log end %d]", cfg.HighWatermark, cfg.LogEndOffset)
+	case cfg.EpochStartOffset < 0 || cfg.EpochStartOffset > cfg.LogEndOffset:
+		return invalid("epoch start offset %d outside [0, log end %d]", cfg.EpochStartOffset, cfg.LogEndOffset)
+	case cfg.EpochCache == nil:
+		return invalid("no epoch cache")
+	}
+	if err := checkMembers("replicas", cfg.Replicas, nil); err != nil {
+		return invalid("%v", err)
+	}
+	if err := checkMembers("ISR", cfg.ISR, cfg.Replicas); err != nil {
+		return invalid("%v", err)
+	}
+	if latest, ok := cfg.EpochCache.LatestEpoch(); !ok || latest != cfg.Epoch {
+		return fmt.Errorf("%w: leader epoch %d is not the epoch cache's latest (%d, present %t): assign it before leading", ErrInconsistentLog, cfg.Epoch, latest, ok)
+	}
+	// The end of the previous epoch is where this one starts; with no
+	// previous epoch the cache answers with the start of the first one.
+	if cfg.Epoch > 0 {
+		if _, end, ok := cfg.EpochCache.EndOffsetForEpoch(cfg.Epoch - 1); !ok || end != cfg.EpochStartOffset {
+			return fmt.Errorf("%w: epoch cache starts epoch %d at %d, not at %d", ErrInconsistentLog, cfg.Epoch, end, cfg.EpochStartOffset)
+		}
+	}
+	return nil
+}
+
+// Epoch is the leader epoch.
+func (l *Leader) Epoch() int32 { return l.epoch }
+
+// HighWatermark is the exclusive bound of committed records.
+func (l *Leader) HighWatermark() int64 { return l.hw }
+
+// LogEndOffset is the leader's log end offset, fsynced or not.
+func (l *Leader) LogEndOffset() int64 { return l.logEnd }
+
+// ISR is the committed in-sync replica set, in replica order.
+func (l *Leader) ISR() []string { return slices.Clone(l.isr) }
+
+// Resigned says the leader resigned: every input but Ready fails.
+func (l *Leader) Resigned() bool { return l.resigned }
+
+// Progress is the leader's view of every replica, in replica order.
+func (l *Leader) Progress() []ReplicaStatus {
+	out := make([]ReplicaStatus, 0, len(l.replicas))
+	for _, id := range l.replicas {
+		s := ReplicaStatus{ID: id, InSync: slices.Contains(l.isr, id)}
+		if id == l.self {
+			s.LogEndOffset = l.logEnd
+		} else {
+			p := l.followers[id]
+			s.LogEndOffset, s.LastCaughtUp = p.logEnd, p.lastCaughtUp
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// CanAppend is the check before appending a produce request: an acks=all
+// write is refused (ErrNotEnoughReplicas) while the committed ISR is smaller
+// than min_insync_replicas, and every write is refused (ErrNotLeader) after
+// resigning.
+func (l *Leader) CanAppend(acks Acks) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if acks == AcksAll && len(l.isr) < l.minISR {
+		return fmt.Errorf("%w: ISR %v is below min insync replicas %d", ErrNotEnoughReplicas, l.isr, l.minISR)
+	}
+	return nil
+}
+
+// Appended reports that the log wrote records up to and including
+// lastOffset. In replicated mode they count toward the HW at once; in fsync
+// mode once Synced reports them.
+func (l *Leader) Appended(lastOffset int64) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if lastOffset < l.logEnd {
+		return fmt.Errorf("%w: appended last offset %d is below the log end %d", ErrInvalidInput, lastOffset, l.logEnd)
+	}
+	l.logEnd = lastOffset + 1
+	l.updateHighWatermark()
+	return nil
+}
+
+// Synced reports that every record up to and including lastOffset is
+// fsynced (one group commit).
+func (l *Leader) Synced(lastOffset int64) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if lastOffset >= l.logEnd {
+		return fmt.Errorf("%w: synced last offset %d is not below the log end %d", ErrInvalidInput, lastOffset, l.logEnd)
+	}
+	l.syncedEnd = max(l.syncedEnd, lastOffset+1)
+	l.updateHighWatermark()
+	return nil
+}
+
+// WaitAck registers a produce wait for an appended write whose last record is
+// lastOffset. acks=1 finishes once the leader counts the write, acks=all once
+// the HW passes it, or with ErrNotEnoughReplicasAfterAppend if the committed
+// ISR is (or becomes) smaller than min_insync_replicas first. A write still
+// waiting at deadline fails with ErrAckTimeout on the next Tick; a zero
+// deadline waits for ever. The outcome comes out of Ready, possibly the next
+// one.
+func (l *Leader) WaitAck(id AckID, lastOffset int64, acks Acks, deadline time.Time) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if acks != AcksLeader && acks != AcksAll {
+		return fmt.Errorf("%w: ack %d: nothing to wait for with acks=%s", ErrInvalidInput, id, acks)
+	}
+	if _, dup := l.ackIDs[id]; dup {
+		return fmt.Errorf("%w: ack %d is already pending", ErrInvalidInput, id)
+	}
+	if lastOffset < 0 || lastOffset >= l.logEnd {
+		return fmt.Errorf("%w: ack %d: last offset %d is not appended (log end %d)", ErrInvalidInput, id, lastOffset, l.logEnd)
+	}
+	l.ackIDs[id] = struct{}{}
+	l.acks = append(l.acks, pendingAck{id: id, lastOffset: lastOffset, acks: acks, deadline: deadline})
+	l.settleAcks()
+	return nil
+}
+
+// Fetch validates a follower's fetch and, when the follower's log matches
+// the leader's up to the fetch offset, records its progress, which may move
+// the HW, complete acks and propose adding the follower to the ISR.
+//
+// It fails with ErrFencedLeaderEpoch or ErrUnknownLeaderEpoch for another
+// epoch, ErrNotReplica for a stranger, ErrOffsetOutOfRange for an offset
+// beyond the leader's log end and ErrInvalidRequest for nonsense; then
+// nothing is recorded. An offset below the log start offset is the caller's
+// to refuse, before calling Fetch, with the same out-of-range answer.
+//
+// A follower whose last fetched epoch ends, in the leader's log, before its
+// fetch offset (or which the leader does not have) gets
+// FetchResult.Diverging, and no progress is recorded either.
+func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
+	p, err := l.checkRequest(req.ReplicaID, req.CurrentLeaderEpoch)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	if req.FetchOffset < 0 {
+		return FetchResult{}, fmt.Errorf("%w: fetch offset %d from %q", ErrInvalidRequest, req.FetchOffset, req.ReplicaID)
+	}
+	if req.LastFetchedEpoch < UndefinedEpoch || req.LastFetchedEpoch > l.epoch {
+		return FetchResult{}, fmt.Errorf("%w: last fetched epoch %d from %q, leader epoch %d", ErrInvalidRequest, req.LastFetchedEpoch, req.ReplicaID, l.epoch)
+	}
+	result := FetchResult{LeaderEpoch: l.epoch, LogEndOffset: l.logEnd}
+	if req.LastFetchedEpoch != UndefinedEpoch {
+		end, err := l.endOffsetForEpoch(req.LastFetchedEpoch)
+		if err != nil {
+			return FetchResult{}, err
+		}
+		if end.Epoch < req.LastFetchedEpoch || end.EndOffset < req.FetchOffset {
+			result.HighWatermark = l.hw
+			result.Diverging = &end
+			return result, nil
+		}
+	}
+	if req.FetchOffset > l.logEnd {
+		return FetchResult{}, fmt.Errorf("%w: fetch offset %d from %q is beyond the log end %d", ErrOffsetOutOfRange, req.FetchOffset, req.ReplicaID, l.logEnd)
+	}
+
+	// Kafka's Replica.updateFetchState: a follower at the leader's log end is
+	// caught up now; one that reached where the leader's log ended at its
+	// previous fetch was caught up as of that fetch.
+	if req.FetchOffset >= l.logEnd {
+		p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
+	} else if req.FetchOffset >= p.lastFetchLeaderLogEnd {
+		p.lastCaughtUp = maxTime(p.lastCaughtUp, p.lastFetchTime)
+	}
+	p.lastFetchLeaderLogEnd = l.logEnd
+	p.lastFetchTime = now
+	p.logEnd = req.FetchOffset
+
+	l.maybeExpandISR(req.ReplicaID, p)
+	l.updateHighWatermark()
+	result.HighWatermark = l.hw
+	return result, nil
+}
+
+// OffsetForEpoch answers a follower's EpochRequest with the largest epoch at
+// or below the asked one in the leader's log, and where it ends there. It
+// fails like Fetch for a wrong epoch or a stranger.
+func (l *Leader) OffsetForEpoch(req EpochRequest) (EpochEndOffset, error) {
+	if _, err := l.checkRequest(req.ReplicaID, req.CurrentLeaderEpoch); err != nil {
+		return EpochEndOffset{}, err
+	}
+	if req.Epoch < 0 || req.Epoch > l.epoch {
+		return EpochEndOffset{}, fmt.Errorf("%w: epoch %d asked by %q, leader epoch %d", ErrInvalidRequest, req.Epoch, req.ReplicaID, l.epoch)
+	}
+	return l.endOffsetForEpoch(req.Epoch)
+}
+
+// Tick moves the leader's time: it fails acks past their deadline and, with
+// no ISR change in flight, proposes removing every ISR follower that has not
+// caught up within LagTimeMax. The HW keeps counting a removed follower until
+// ISRCommitted confirms the removal.
+func (l *Leader) Tick(now time.Time) {
+	if l.resigned {
+		return
+	}
+	l.acks = slices.DeleteFunc(l.acks, func(a pendingAck) bool {
+		if a.deadline.IsZero() || now.Before(a.deadline) {
+			return false
+		}
+		l.finishAck(a, fmt.Errorf("%w: ack %d for last offset %d, high watermark %d", ErrAckTimeout, a.id, a.lastOffset, l.hw))
+		return true
+	})
+	if l.inFlight != nil {
+		return
+	}
+	var lagging []string
+	for _, id := range l.isr {
+		if id != l.self && !l.caughtUp(l.followers[id], now) {
+			lagging = append(lagging, id)
+		}
+	}
+	if len(lagging) > 0 {
+		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool {
+			return slices.Contains(lagging, id)
+		})})
+	}
+}
+
+// ISRCommitted reports that the guarded Consul transaction wrote isr as the
+// partition's ISR, normally the proposal in flight, which it ends; a shrink lets the HW stop
+// waiting for the removed followers, and an ISR below min_insync_replicas
+// fails the acks=all writes the HW has not passed.
+func (l *Leader) ISRCommitted(isr []string) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if err := checkMembers("committed ISR", isr, l.replicas); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+	}
+	if !slices.Contains(isr, l.self) {
+		return fmt.Errorf("%w: committed ISR %v lacks the leader %q", ErrInvalidInput, isr, l.self)
+	}
+	l.isr = l.inReplicaOrder(isr)
+	l.inFlight = nil
+	l.updateHighWatermark()
+	return nil
+}
+
+// ISRProposalFailed reports that the proposal in flight was not written (the
+// transaction failed). The next Tick or fetch may propose again; if the
+// failure means the epoch moved, the caller resigns instead.
+func (l *Leader) ISRProposalFailed() error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if l.inFlight == nil {
+		return fmt.Errorf("%w: no ISR proposal in flight", ErrInvalidInput)
+	}
+	l.inFlight = nil
+	// Dropping a pending addition can only raise the minimum.
+	l.updateHighWatermark()
+	return nil
+}
+
+// Resign ends the leadership: every pending ack fails with ErrNotLeader in
+// the next Ready, and every later input fails. The caller must not answer a
+// produce request after it lost the leadership, except with these outcomes.
+func (l *Leader) Resign() {
+	if l.resigned {
+		return
+	}
+	l.resigned = true
+	l.inFlight = nil
+	l.ready.ISRProposal = nil
+	for _, a := range l.acks {
+		l.finishAck(a, fmt.Errorf("%w: epoch %d resigned before ack %d was done", ErrNotLeader, l.epoch, a.id))
+	}
+	l.acks = nil
+}
+
+// HasReady says Ready has something.
+func (l *Leader) HasReady() bool {
+	return l.ready.HighWatermarkChanged || l.ready.ISRProposal != nil || len(l.ready.Acks) > 0
+}
+
+// Ready returns the output accumulated since the last call and clears it.
+func (l *Leader) Ready() LeaderReady {
+	rd := l.ready
+	rd.HighWatermark = l.hw
+	l.ready = LeaderReady{}
+	return rd
+}
+
+// checkRequest validates the parts common to every follower request.
+func (l *Leader) checkRequest(replicaID string, currentLeaderEpoch int32) (*replicaProgress, error) {
+	if l.resigned {
+		return nil, fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	switch {
+	case currentLeaderEpoch < l.epoch:
+		return nil, fmt.Errorf("%w: request epoch %d from %q, leader epoch %d", ErrFencedLeaderEpoch, currentLeaderEpoch, replicaID, l.epoch)
+	case currentLeaderEpoch > l.epoch:
+		return nil, fmt.Errorf("%w: request epoch %d from %q, leader epoch %d", ErrUnknownLeaderEpoch, currentLeaderEpoch, replicaID, l.epoch)
+	}
+	p, ok := l.followers[replicaID]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not a follower among %v", ErrNotReplica, replicaID, l.replicas)
+	}
+	return p, nil
+}
+
+// endOffsetForEpoch asks the leader's epoch cache, which always has the
+// leader's own epoch, so every epoch up to it has an answer.
+func (l *Leader) endOffsetForEpoch(epoch int32) (EpochEndOffset, error) {
+	found, end, ok := l.cache.EndOffsetForEpoch(epoch)
+	switch {
+	case !ok:
+		return EpochEndOffset{}, fmt.Errorf("%w: leader epoch cache has no epoch at or below %d", ErrInconsistentLog, epoch)
+	case found > epoch || end < 0 || end > l.logEnd:
+		return EpochEndOffset{}, fmt.Errorf("%w: leader epoch cache answers epoch %d ending at %d for epoch %d (log end %d)", ErrInconsistentLog, found, end, epoch, l.logEnd)
+	}
+	return EpochEndOffset{Epoch: found, EndOffset: end}, nil
+}
+
+// caughtUp is Kafka's Replica.isCaughtUp.
+func (l *Leader) caughtUp(p *replicaProgress, now time.Time) bool {
+	return p.logEnd == l.logEnd || now.Sub(p.lastCaughtUp) <= l.lagTimeMax
+}
+
+// maybeExpandISR proposes adding a follower outside the ISR whose log reached
+// both the HW and the start of the current epoch (so it has every record of
+// earlier epochs that this leader kept).
+func (l *Leader) maybeExpandISR(id string, p *replicaProgress) {
+	if l.inFlight != nil || slices.Contains(l.isr, id) {
+		return
+	}
+	if p.logEnd >= l.hw && p.logEnd >= l.epochStart {
+		l.propose(&isrChange{isr: l.inReplicaOrder(append(slices.Clone(l.isr), id)), added: id})
+	}
+}
+
+func (l *Leader) propose(c *isrChange) {
+	l.inFlight = c
+	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr)}
+}
+
+// durableEnd is where the leader's own records stop counting toward the HW.
+func (l *Leader) durableEnd() int64 {
+	if l.durability == DurabilityFsync {
+		return l.syncedEnd
+	}
+	return l.logEnd
+}
+
+// updateHighWatermark sets the HW to the minimum log end over the maximal ISR
+// (the committed ISR plus a pending addition) when that is higher, unless the
+// committed ISR is below min_insync_replicas (KAFKA-15583), then settles the
+// acks.
+func (l *Leader) updateHighWatermark() {
+	defer l.settleAcks()
+	if len(l.isr) < l.minISR {
+		return
+	}
+	candidate := l.durableEnd()
+	for _, id := range l.isr {
+		if id != l.self {
+			candidate = min(candidate, l.followers[id].logEnd)
+		}
+	}
+	if l.inFlight != nil && l.inFlight.added != "" {
+		candidate = min(candidate, l.followers[l.inFlight.added].logEnd)
+	}
+	if candidate > l.hw {
+		l.hw = candidate
+		l.ready.HighWatermarkChanged = true
+	}
+}
+
+// settleAcks finishes the acks whose condition holds, and fails acks=all
+// writes the HW cannot pass while the ISR is below min_insync_replicas.
+func (l *Leader) settleAcks() {
+	if len(l.acks) == 0 {
+		return
+	}
+	durable := l.durableEnd()
+	underMinISR := len(l.isr) < l.minISR
+	l.acks = slices.DeleteFunc(l.acks, func(a pendingAck) bool {
+		switch {
+		case a.acks == AcksLeader && a.lastOffset < durable, a.acks == AcksAll && a.lastOffset < l.hw:
+			l.finishAck(a, nil)
+		case a.acks == AcksAll && underMinISR:
+			l.finishAck(a, fmt.Errorf("%w: ISR %v is below min insync replicas %d", ErrNotEnoughReplicasAfterAppend, l.isr, l.minISR))
+		default:
+			return false
+		}
+		return true
+	})
+}
+
+func (l *Leader) finishAck(a pendingAck, err error) {
+	delete(l.ackIDs, a.id)
+	l.ready.Acks = append(l.ready.Acks, AckOutcome{ID: a.id, Err: err})
+}
+
+// inReplicaOrder sorts ids by their position in the replica set, so that
+// proposals and comparisons do not depend on input order.
+func (l *Leader) inReplicaOrder(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.SortFunc(out, func(a, b string) int {
+		return slices.Index(l.replicas, a) - slices.Index(l.replicas, b)
+	})
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
