@@ -80,8 +80,11 @@ consul {
   check_ttl = "3s"
 
   # How long Consul refuses a lock after its holder's session was
-  # invalidated (not after a voluntary release). 1ms to 60s.
-  lock_delay = "1s"
+  # invalidated (not after a voluntary release). 1ms to 60s. Two leaders are
+  # kept apart by the agent's local lease, which ends before Consul can
+  # invalidate the session; the delay only covers a leader that stalled right
+  # at its deadline. Crash failover takes about check_ttl*5/6 + lock_delay.
+  lock_delay = "250ms"
 }
 
 storage {

@@ -58,7 +58,7 @@ func TestDefaults(t *testing.T) {
 		{"max_request_bytes", cfg.Limits.MaxRequestBytes, int64(16 << 20)},
 		{"session_ttl", cfg.Consul.SessionTTL, 10 * time.Second},
 		{"check_ttl", cfg.Consul.CheckTTL, 3 * time.Second},
-		{"lock_delay", cfg.Consul.LockDelay, time.Second},
+		{"lock_delay", cfg.Consul.LockDelay, 250 * time.Millisecond},
 		{"prefix", cfg.Consul.Prefix, "logagent/"},
 		{"partitions", cfg.TopicDefaults.Partitions, 3},
 		{"replication_factor", cfg.TopicDefaults.ReplicationFactor, 3},
@@ -135,8 +135,8 @@ func TestDevFilesAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Consul.LockDelay >= time.Second {
-		t.Errorf("dev lock_delay %s: expected the quicker dev setting", cfg.Consul.LockDelay)
+	if cfg.Consul.CheckTTL >= 3*time.Second {
+		t.Errorf("dev check_ttl %s: expected the quicker dev setting", cfg.Consul.CheckTTL)
 	}
 }
 

@@ -19,7 +19,7 @@ consul {
   prefix      = "logagent/"
   session_ttl = "10s"
   check_ttl   = "3s"
-  lock_delay  = "1s"
+  lock_delay  = "250ms"
 }
 
 storage {

@@ -1,0 +1,556 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Leadership is this agent leading one partition at one epoch. It ends
+// (Done closes, Err says why) when the session is lost, the lease expires,
+// the leader key or state moves on, the topic is deleted, or on Resign,
+// Deregister and Close; a new Campaign is needed after that.
+type Leadership struct {
+	c             *Client
+	topic         string
+	partition     int
+	epoch         int32
+	session       string
+	acquiredIndex uint64
+	ctx           context.Context
+	cancel        context.CancelCauseFunc
+
+	mu         sync.Mutex
+	state      PartitionState
+	stateIndex uint64
+}
+
+// Topic is the led partition's topic.
+func (l *Leadership) Topic() string { return l.topic }
+
+// Partition is the led partition.
+func (l *Leadership) Partition() int { return l.partition }
+
+// Epoch is the leader epoch this leadership won: every replica-to-replica
+// action carries it.
+func (l *Leadership) Epoch() int32 { return l.epoch }
+
+// State is the partition state as last written or read by this leader.
+func (l *Leadership) State() PartitionState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.state
+	st.ISR = slices.Clone(st.ISR)
+	return st
+}
+
+// Done is closed when the leadership ends.
+func (l *Leadership) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context is cancelled when the leadership ends, with Err as its cause.
+func (l *Leadership) Context() context.Context { return l.ctx }
+
+// Err is nil while leading, then why the leadership ended: ErrSessionLost,
+// ErrLeaseExpired, ErrLeadershipLost, ErrResigned or ErrClosed (wrapped).
+func (l *Leadership) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Resign stops leading at once and releases the lock; a release, unlike an
+// invalidation, has no lock delay, so another in-sync replica can take over
+// immediately. Resigning a lost leadership still releases a lock the session
+// may hold.
+func (l *Leadership) Resign(ctx context.Context) error {
+	c := l.c
+	c.mu.Lock()
+	c.loseLocked(l, ErrResigned)
+	c.mu.Unlock()
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	key := c.keys.leader(l.topic, l.partition)
+	pair := &api.KVPair{Key: key, Session: l.session, Value: encodeJSON(leaderValue{Node: c.cfg.NodeID, Epoch: l.epoch})}
+	if _, _, err := c.api.KV().Release(pair, c.writeOptions(callCtx)); err != nil {
+		return consulError(err, "release "+key, keyRule(c.keys.prefix))
+	}
+	return nil
+}
+
+// campaigner decides, from what the watch shows, when a campaign for one
+// partition tries to take the lead. It is a plain value driven with
+// explicit times.
+type campaigner struct {
+	self      string
+	lockDelay time.Duration
+	// freeSince is when the leader key was first seen free; zero while
+	// someone else holds it.
+	freeSince time.Time
+	retryAt   time.Time
+	backoff   *backoff
+}
+
+func newCampaigner(self string, lockDelay time.Duration) *campaigner {
+	return &campaigner{self: self, lockDelay: lockDelay, backoff: newBackoff(20*time.Millisecond, 500*time.Millisecond)}
+}
+
+// decision is what a campaign does next.
+type decision struct {
+	attempt bool
+	// unclean means the attempt is an unclean election: this replica is
+	// not in the ISR.
+	unclean bool
+	// wakeAt is when to decide again without a change; zero means only a
+	// change of metadata or session.
+	wakeAt time.Time
+}
+
+// next decides at now. session is the usable session ("" when none).
+func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool, uncleanDelay time.Duration, session string) decision {
+	heldBySelf := session != "" && pm.LeaderSession == session
+	if pm.LeaderSession != "" && !heldBySelf {
+		cp.freeSince = time.Time{}
+		cp.backoff.reset()
+		return decision{}
+	}
+	if pm.LeaderSession == "" && cp.freeSince.IsZero() {
+		cp.freeSince = now
+	}
+	if session == "" {
+		return decision{}
+	}
+	inISR := slices.Contains(pm.State.ISR, cp.self)
+	eligibleAt := now
+	switch {
+	case inISR:
+	case uncleanAllowed && !cp.freeSince.IsZero():
+		eligibleAt = cp.freeSince.Add(uncleanDelay)
+	default:
+		return decision{}
+	}
+	at := later(eligibleAt, cp.retryAt)
+	if now.Before(at) {
+		return decision{wakeAt: at}
+	}
+	return decision{attempt: true, unclean: !inISR}
+}
+
+// refused records a failed attempt at now: retry after a backoff, but not
+// before the lock delay of the previous holder can have run out.
+func (cp *campaigner) refused(now time.Time) {
+	cp.retryAt = now.Add(cp.backoff.delay())
+	if !cp.freeSince.IsZero() {
+		cp.retryAt = later(cp.retryAt, cp.freeSince.Add(cp.lockDelay))
+	}
+}
+
+// Campaign blocks until this agent leads the partition, and returns the
+// leadership (the current one if it already leads). Only a replica in the
+// partition's ISR campaigns; with the topic's unclean_leader_election, a
+// replica outside it may take over once the partition has been without a
+// leader for unclean_delay, with itself as the only ISR member. Winning is
+// one transaction [lock leader key with the session, cas state to
+// {leader: self, epoch: old+1, isr}] after a consistent read of the state,
+// so the epoch only grows and only the lock holder writes it. It returns
+// ctx.Err(), ErrUnknownPartition, ErrNotReplica, ErrNotRegistered, ErrClosed
+// or a *PermissionError; other Consul errors are retried.
+func (c *Client) Campaign(ctx context.Context, topic string, partition int) (*Leadership, error) {
+	key := partitionKey{topic: topic, partition: partition}
+	cp := newCampaigner(c.cfg.NodeID, c.cfg.LockDelay)
+	for {
+		c.mu.Lock()
+		closed, registered, current := c.closed, c.registration != nil, c.leaderships[key]
+		c.mu.Unlock()
+		switch {
+		case closed:
+			return nil, ErrClosed
+		case !registered:
+			return nil, ErrNotRegistered
+		case current != nil:
+			return current, nil
+		}
+		snap, err := c.WaitMetadata(ctx, 1)
+		if err != nil {
+			return nil, err
+		}
+		tm, ok := snap.Topic(topic)
+		if !ok || partition < 0 || partition >= len(tm.Partitions) {
+			// The watch may not have caught up with a topic just created:
+			// ask Consul before giving up.
+			exists, err := c.partitionExists(ctx, topic, partition)
+			if err != nil {
+				return nil, err
+			}
+			if !exists {
+				return nil, fmt.Errorf("%w: %s/%d", ErrUnknownPartition, topic, partition)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-c.ctx.Done():
+				return nil, ErrClosed
+			case <-snap.Changed():
+			}
+			continue
+		}
+		pm := tm.Partitions[partition]
+		if tm.Err == nil && !slices.Contains(pm.Replicas, c.cfg.NodeID) {
+			return nil, fmt.Errorf("%w: %s is not among the replicas %v of %s/%d", ErrNotReplica, c.cfg.NodeID, pm.Replicas, topic, partition)
+		}
+		session, sessionChanged, failure := c.usableSession()
+		if session == "" && failure != nil {
+			return nil, failure
+		}
+		var d decision
+		// A topic with corrupt metadata is never led: wait for a repair.
+		if tm.Err == nil {
+			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session)
+		}
+		if d.attempt {
+			l, err := c.tryLead(ctx, pm, session, d.unclean)
+			switch {
+			case l != nil:
+				return l, nil
+			case errors.Is(err, ErrPermissionDenied):
+				return nil, err
+			case err != nil && ctx.Err() == nil:
+				c.logConsulError("campaign attempt failed", err)
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			cp.refused(c.clock.Now())
+			continue
+		}
+		var timer <-chan time.Time
+		if !d.wakeAt.IsZero() {
+			timer = c.clock.After(d.wakeAt.Sub(c.clock.Now()))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		case <-snap.Changed():
+		case <-sessionChanged:
+		case <-timer:
+		}
+	}
+}
+
+// partitionExists reads the topic's config consistently: the config is
+// written last, so a topic is complete once it exists.
+func (c *Client) partitionExists(ctx context.Context, topic string, partition int) (bool, error) {
+	if !ValidTopicName(topic) || partition < 0 {
+		return false, nil
+	}
+	key := c.keys.config(topic)
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	pair, _, err := c.api.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	if err != nil {
+		return false, consulError(err, "read "+key, keyReadRule(c.keys.prefix))
+	}
+	if pair == nil {
+		return false, nil
+	}
+	tc, err := decodeTopicConfig(key, pair.Value)
+	if err != nil {
+		return false, err
+	}
+	return partition < tc.Partitions, nil
+}
+
+// tryLead runs one election attempt. It returns a leadership when won, nil
+// and nil when refused (lock held or in lock delay, state moved, or this
+// replica not eligible under the fresh state).
+func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, unclean bool) (*Leadership, error) {
+	select {
+	case c.inflight <- struct{}{}:
+		defer func() { <-c.inflight }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	self := c.cfg.NodeID
+	stateKey := c.keys.state(pm.Topic, pm.Partition)
+	leaderKey := c.keys.leader(pm.Topic, pm.Partition)
+	rule := keyRule(c.keys.prefix)
+
+	// Who may lead is decided on a consistent read, never on the watch.
+	callCtx, cancel := c.callContext(ctx)
+	pair, _, err := c.api.KV().Get(stateKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	cancel()
+	if err != nil {
+		return nil, consulError(err, "read "+stateKey, rule)
+	}
+	if pair == nil {
+		return nil, nil
+	}
+	st, err := decodeState(stateKey, pair.Value)
+	if err != nil {
+		return nil, err
+	}
+	isr := st.ISR
+	if !slices.Contains(st.ISR, self) {
+		if !unclean {
+			return nil, nil
+		}
+		isr = []string{self}
+	}
+	if st.Epoch >= maxEpoch {
+		return nil, fmt.Errorf("%w: %s: epoch %d cannot grow", ErrCorruptMetadata, stateKey, st.Epoch)
+	}
+	newState := PartitionState{Leader: self, Epoch: st.Epoch + 1, ISR: isr}
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: leaderKey, Session: session,
+			Value: encodeJSON(leaderValue{Node: self, Epoch: newState.Epoch})}},
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: pair.ModifyIndex, Value: encodeJSON(newState)}},
+	}
+	ok, resp, err := c.txn(ctx, ops, "elect "+leaderKey, rule)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		reasons := txnErrors(resp)
+		if strings.Contains(reasons, "invalid session") {
+			// The session died without us hearing yet: find out now.
+			c.requestRenewal()
+		}
+		c.log.Debug("election attempt refused", "topic", pm.Topic, "partition", pm.Partition, "reason", reasons)
+		return nil, nil
+	}
+
+	ctxLead, cancelLead := context.WithCancelCause(c.ctx)
+	l := &Leadership{
+		c: c, topic: pm.Topic, partition: pm.Partition, epoch: newState.Epoch, session: session,
+		acquiredIndex: resp.Results[1].KV.ModifyIndex, ctx: ctxLead, cancel: cancelLead,
+		state: newState, stateIndex: resp.Results[1].KV.ModifyIndex,
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.sessionID != session || !c.lease.valid(c.clock.Now()) {
+		// The lease ended while the txn ran. The lock stays with the
+		// session; a later attempt re-takes it with a new epoch.
+		cancelLead(ErrLeaseExpired)
+		return nil, nil
+	}
+	c.leaderships[partitionKey{topic: pm.Topic, partition: pm.Partition}] = l
+	c.log.Info("leading", "topic", pm.Topic, "partition", pm.Partition, "epoch", newState.Epoch,
+		"isr", newState.ISR, "unclean", unclean)
+	// A snapshot published while the txn ran was not checked against l.
+	c.checkLeadershipLocked(l, c.snapshot.Load())
+	if l.ctx.Err() != nil {
+		return nil, nil
+	}
+	return l, nil
+}
+
+// loseLocked ends one leadership.
+func (c *Client) loseLocked(l *Leadership, cause error) {
+	key := partitionKey{topic: l.topic, partition: l.partition}
+	if c.leaderships[key] == l {
+		delete(c.leaderships, key)
+	}
+	if l.ctx.Err() == nil {
+		l.cancel(cause)
+		c.log.Info("stopped leading", "topic", l.topic, "partition", l.partition, "epoch", l.epoch, "cause", cause)
+	}
+}
+
+// loseAllLocked ends every leadership at once.
+func (c *Client) loseAllLocked(cause error) {
+	for _, l := range c.leaderships {
+		c.loseLocked(l, cause)
+	}
+}
+
+// checkLeaderships ends the leaderships that a snapshot shows lost.
+func (c *Client) checkLeaderships(snap *Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.leaderships {
+		c.checkLeadershipLocked(l, snap)
+	}
+}
+
+// checkLeadershipLocked ends l if snap, at least as new as l's election,
+// shows its partition gone, its leader key held by another session, or its
+// state at another epoch or leader.
+func (c *Client) checkLeadershipLocked(l *Leadership, snap *Snapshot) {
+	if snap.Index < l.acquiredIndex {
+		return
+	}
+	pm, ok := snap.Partition(l.topic, l.partition)
+	switch {
+	case !ok:
+		c.loseLocked(l, fmt.Errorf("%w: %s/%d no longer exists", ErrLeadershipLost, l.topic, l.partition))
+	case pm.LeaderSession != l.session:
+		c.loseLocked(l, fmt.Errorf("%w: leader key held by session %q, not %q", ErrLeadershipLost, pm.LeaderSession, l.session))
+		// Usually the session itself is gone: learn it now, not at the
+		// next renewal.
+		c.requestRenewal()
+	case pm.State.Epoch != l.epoch || pm.State.Leader != c.cfg.NodeID:
+		c.loseLocked(l, fmt.Errorf("%w: state is leader %q epoch %d", ErrLeadershipLost, pm.State.Leader, pm.State.Epoch))
+	}
+}
+
+// heldLockKeysLocked lists the leader keys the session holds, by the
+// leaderships and by the latest snapshot (a lapsed lease leaves locks held
+// without a leadership).
+func (c *Client) heldLockKeysLocked() []string {
+	var keys []string
+	for _, l := range c.leaderships {
+		keys = append(keys, c.keys.leader(l.topic, l.partition))
+	}
+	if c.sessionID != "" {
+		snap := c.snapshot.Load()
+		for _, tm := range snap.topics {
+			for _, pm := range tm.Partitions {
+				if pm.LeaderSession == c.sessionID {
+					keys = append(keys, c.keys.leader(pm.Topic, pm.Partition))
+				}
+			}
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// releaseLocks unlocks keys held by session, in transactions of up to 64
+// unlocks; a chunk that rolls back (some key no longer held) is released
+// key by key.
+func (c *Client) releaseLocks(ctx context.Context, session string, keys []string) error {
+	rule := keyRule(c.keys.prefix)
+	var errs []error
+	for chunk := range slices.Chunk(keys, maxOpsPerTxn) {
+		ops := make(api.TxnOps, 0, len(chunk))
+		for _, key := range chunk {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: key, Session: session}})
+		}
+		ok, _, err := c.txn(ctx, ops, "release locks", rule)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			continue
+		}
+		for _, key := range chunk {
+			callCtx, cancel := c.callContext(ctx)
+			if _, _, err := c.api.KV().Release(&api.KVPair{Key: key, Session: session}, c.writeOptions(callCtx)); err != nil {
+				errs = append(errs, consulError(err, "release "+key, rule))
+			}
+			cancel()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ProposeISR changes the ISR of a partition this agent leads at epoch, with
+// the guarded transaction [check-session leader key, cas state at the index
+// this leader last wrote or read]. ErrNotLeader: this agent does not lead
+// at that epoch any more (the leadership is ended): step down. ErrConflict:
+// another change won at the same epoch; the leadership's State has been
+// re-read: decide again from it.
+func (c *Client) ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string) error {
+	key := partitionKey{topic: topic, partition: partition}
+	c.mu.Lock()
+	l := c.leaderships[key]
+	c.mu.Unlock()
+	if l == nil || l.epoch != epoch || l.ctx.Err() != nil {
+		return fmt.Errorf("%w: %s/%d epoch %d", ErrNotLeader, topic, partition, epoch)
+	}
+	if err := c.validateISR(topic, partition, isr); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	base := l.stateIndex
+	l.mu.Unlock()
+	err := c.casState(ctx, l, base, PartitionState{Leader: c.cfg.NodeID, Epoch: epoch, ISR: slices.Clone(isr)})
+	if err == nil {
+		c.log.Info("isr changed", "topic", topic, "partition", partition, "epoch", epoch, "isr", isr)
+	}
+	return err
+}
+
+func (c *Client) validateISR(topic string, partition int, isr []string) error {
+	pm, known := c.snapshot.Load().Partition(topic, partition)
+	seen := map[string]bool{}
+	for _, node := range isr {
+		if seen[node] || (known && !slices.Contains(pm.Replicas, node)) {
+			return fmt.Errorf("%w: isr %v of %s/%d: %q repeated or not a replica", ErrInvalidTopic, isr, topic, partition, node)
+		}
+		seen[node] = true
+	}
+	if !seen[c.cfg.NodeID] {
+		return fmt.Errorf("%w: isr %v of %s/%d must contain the leader %s", ErrInvalidTopic, isr, topic, partition, c.cfg.NodeID)
+	}
+	return nil
+}
+
+// casState writes newState with the guarded transaction and keeps the
+// leadership's view in step with Consul.
+func (c *Client) casState(ctx context.Context, l *Leadership, base uint64, newState PartitionState) error {
+	stateKey := c.keys.state(l.topic, l.partition)
+	leaderKey := c.keys.leader(l.topic, l.partition)
+	rule := keyRule(c.keys.prefix)
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: leaderKey, Session: l.session}},
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: base, Value: encodeJSON(newState)}},
+	}
+	ok, resp, err := c.txn(ctx, ops, "write "+stateKey, rule)
+	if err != nil {
+		return err
+	}
+	if ok {
+		l.mu.Lock()
+		if l.stateIndex == base {
+			l.state, l.stateIndex = newState, resp.Results[1].KV.ModifyIndex
+		}
+		l.mu.Unlock()
+		return nil
+	}
+	if len(resp.Errors) > 0 && resp.Errors[0].OpIndex == 0 {
+		c.lose(l, fmt.Errorf("%w: %s not held by session %s", ErrLeadershipLost, leaderKey, l.session))
+		return fmt.Errorf("%w: %s/%d epoch %d: %s", ErrNotLeader, l.topic, l.partition, l.epoch, txnErrors(resp))
+	}
+	// The state moved under us: re-read it to tell a lost epoch from a
+	// concurrent change at ours.
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	pair, _, err := c.api.KV().Get(stateKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	if err != nil {
+		return consulError(err, "read "+stateKey, rule)
+	}
+	if pair == nil {
+		c.lose(l, fmt.Errorf("%w: %s deleted", ErrLeadershipLost, stateKey))
+		return fmt.Errorf("%w: %s/%d deleted", ErrNotLeader, l.topic, l.partition)
+	}
+	st, err := decodeState(stateKey, pair.Value)
+	if err != nil {
+		return err
+	}
+	if st.Epoch != l.epoch || st.Leader != c.cfg.NodeID {
+		c.lose(l, fmt.Errorf("%w: state is leader %q epoch %d", ErrLeadershipLost, st.Leader, st.Epoch))
+		return fmt.Errorf("%w: %s/%d: epoch %d, state now leader %q epoch %d", ErrNotLeader, l.topic, l.partition, l.epoch, st.Leader, st.Epoch)
+	}
+	l.mu.Lock()
+	if pair.ModifyIndex > l.stateIndex {
+		l.state, l.stateIndex = st, pair.ModifyIndex
+	}
+	l.mu.Unlock()
+	return fmt.Errorf("%w: %s/%d epoch %d: state changed at index %d", ErrConflict, l.topic, l.partition, l.epoch, pair.ModifyIndex)
+}
+
+func (c *Client) lose(l *Leadership, cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loseLocked(l, cause)
+}

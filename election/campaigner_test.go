@@ -1,0 +1,96 @@
+package election
+
+import (
+	"testing"
+	"time"
+)
+
+func TestCampaignerDecisions(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	free := PartitionMeta{State: PartitionState{Leader: "b", Epoch: 3, ISR: []string{"a", "b"}}}
+	held := free
+	held.LeaderSession = "other"
+	mine := free
+	mine.LeaderSession = "s1"
+	outside := free
+	outside.State.ISR = []string{"b", "c"}
+
+	tests := []struct {
+		name           string
+		pm             PartitionMeta
+		unclean        bool
+		uncleanDelay   time.Duration
+		session        string
+		want           decision
+		setFreeSinceMs int // >0: the key was seen free this long before
+	}{
+		{name: "held by another session waits", pm: held, session: "s1", want: decision{}},
+		{name: "free and in isr attempts", pm: free, session: "s1", want: decision{attempt: true}},
+		{name: "held by own session re-takes", pm: mine, session: "s1", want: decision{attempt: true}},
+		{name: "no usable session waits", pm: free, session: "", want: decision{}},
+		{name: "outside isr, unclean off, never", pm: outside, session: "s1", want: decision{}},
+		{name: "outside isr, unclean on, waits the delay", pm: outside, session: "s1", unclean: true,
+			uncleanDelay: 5 * time.Second, want: decision{wakeAt: t0.Add(5 * time.Second)}},
+		{name: "outside isr, unclean on, after the delay", pm: outside, session: "s1", unclean: true,
+			uncleanDelay: 5 * time.Second, setFreeSinceMs: 5000, want: decision{attempt: true, unclean: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cp := newCampaigner("a", time.Second)
+			if tt.setFreeSinceMs > 0 {
+				cp.freeSince = t0.Add(-time.Duration(tt.setFreeSinceMs) * time.Millisecond)
+			}
+			if got := cp.next(t0, tt.pm, tt.unclean, tt.uncleanDelay, tt.session); got != tt.want {
+				t.Fatalf("next = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCampaignerRetriesAfterLockDelay(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	free := PartitionMeta{State: PartitionState{ISR: []string{"a"}}}
+	cp := newCampaigner("a", time.Second)
+	if d := cp.next(t0, free, false, 0, "s1"); !d.attempt {
+		t.Fatalf("first look at a free key: %+v, want an attempt", d)
+	}
+	// Refused (lock delay): the next try is when the delay ends, counted
+	// from when the key was first seen free.
+	cp.refused(t0.Add(time.Millisecond))
+	d := cp.next(t0.Add(2*time.Millisecond), free, false, 0, "s1")
+	if want := t0.Add(time.Second); d.attempt || !d.wakeAt.Equal(want) {
+		t.Fatalf("after refusal: %+v, want wake at %v", d, want)
+	}
+	if d := cp.next(t0.Add(time.Second), free, false, 0, "s1"); !d.attempt {
+		t.Fatalf("at the end of the lock delay: %+v, want an attempt", d)
+	}
+	// Refused again: a short backoff, not another lock delay.
+	cp.refused(t0.Add(time.Second))
+	d = cp.next(t0.Add(time.Second), free, false, 0, "s1")
+	if d.attempt || d.wakeAt.Sub(t0.Add(time.Second)) > 100*time.Millisecond {
+		t.Fatalf("second refusal: %+v, want a short backoff", d)
+	}
+	// Someone else took it: the free time resets.
+	held := free
+	held.LeaderSession = "other"
+	cp.next(t0.Add(2*time.Second), held, false, 0, "s1")
+	if !cp.freeSince.IsZero() {
+		t.Fatalf("freeSince = %v after the key was seen held", cp.freeSince)
+	}
+}
+
+func TestBackoffStaysWithinJitteredBounds(t *testing.T) {
+	bo := newBackoff(100*time.Millisecond, time.Second)
+	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for i, w := range want {
+		w *= time.Millisecond
+		d := bo.delay()
+		if d < w-w/5 || d > w+w/5 {
+			t.Fatalf("delay %d = %v, want %v ± 20%%", i, d, w)
+		}
+	}
+	bo.reset()
+	if d := bo.delay(); d > 120*time.Millisecond {
+		t.Fatalf("after reset delay = %v, want about 100ms", d)
+	}
+}

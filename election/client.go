@@ -1,0 +1,214 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Client is one agent's connection to Consul. Create it with New, call
+// Register before campaigning, and Close it to hand leadership over at once.
+type Client struct {
+	cfg   Config
+	api   *api.Client
+	log   hclog.Logger
+	clock Clock
+	keys  keyspace
+	// serviceID and checkID identify this agent's registration. The check id
+	// carries a per-client incarnation: re-registering after a crash replaces
+	// the old check, which invalidates the crashed incarnation's session at
+	// once instead of leaving its locks held until the session TTL.
+	serviceID string
+	checkID   string
+	// inflight bounds concurrent election transactions.
+	inflight chan struct{}
+	// renewNow asks the session loop to renew without waiting (buffered 1).
+	renewNow chan struct{}
+
+	// ctx ends every goroutine; cancel is Close's last step.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	watchOnce sync.Once
+	snapshot  atomic.Pointer[Snapshot]
+
+	mu sync.Mutex
+	// registration is non-nil between Register and Deregister.
+	registration *registration
+	sessionID    string
+	lease        lease
+	// sessionChanged is closed and replaced whenever the session or the
+	// validity of the lease changes.
+	sessionChanged chan struct{}
+	leaderships    map[partitionKey]*Leadership
+	// sessionFailure is why the last session creation failed, nil once one
+	// succeeds; Campaign reports a permission problem instead of waiting.
+	sessionFailure error
+	closed         bool
+}
+
+// registration holds the goroutines started by Register.
+type registration struct {
+	// cancel stops the lease keeper and, through keepAliveCancel, the
+	// heartbeats and renewals.
+	cancel context.CancelFunc
+	// keepAliveCancel stops only the check passes and session renewals: what
+	// a crashed process stops doing.
+	keepAliveCancel context.CancelFunc
+	done            chan struct{}
+}
+
+type partitionKey struct {
+	topic     string
+	partition int
+}
+
+// New checks the configuration and builds a client. It does no I/O.
+func New(cfg Config) (*Client, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	// NewClient fills in the config it is given: work on a copy.
+	consulCfg := *cfg.Consul
+	consul, err := api.NewClient(&consulCfg)
+	if err != nil {
+		return nil, fmt.Errorf("election: consul client: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		cfg:            cfg,
+		api:            consul,
+		log:            cfg.Logger,
+		clock:          cfg.Clock,
+		keys:           keyspace{prefix: cfg.Prefix},
+		serviceID:      serviceName + "-" + cfg.NodeID,
+		checkID:        serviceName + "-" + cfg.NodeID + ":" + randomHex(4),
+		inflight:       make(chan struct{}, cfg.MaxInflight),
+		renewNow:       make(chan struct{}, 1),
+		ctx:            ctx,
+		cancel:         cancel,
+		lease:          lease{sessionTTL: cfg.SessionTTL, checkTTL: cfg.CheckTTL, margin: cfg.LeaseMargin},
+		sessionChanged: make(chan struct{}),
+		leaderships:    map[partitionKey]*Leadership{},
+	}
+	c.snapshot.Store(emptySnapshot())
+	return c, nil
+}
+
+// NodeID is this agent's node id.
+func (c *Client) NodeID() string { return c.cfg.NodeID }
+
+// WaitForConsul returns once Consul answers with a leader, retrying with a
+// capped exponential backoff and logging each wait; it returns ctx.Err()
+// when ctx ends first.
+func (c *Client) WaitForConsul(ctx context.Context) error {
+	bo := newBackoff(100*time.Millisecond, 5*time.Second)
+	for attempt := 1; ; attempt++ {
+		leader, err := c.consulLeader(ctx)
+		if err == nil && leader != "" {
+			if attempt > 1 {
+				c.log.Info("Consul is available", "address", c.cfg.Consul.Address, "leader", leader)
+			}
+			return nil
+		}
+		if err == nil {
+			err = errors.New("no Consul leader elected yet")
+		}
+		delay := bo.delay()
+		c.log.Warn("waiting for Consul", "address", c.cfg.Consul.Address, "attempt", attempt,
+			"retry_in", delay.Round(time.Millisecond), "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.clock.After(delay):
+		}
+	}
+}
+
+func (c *Client) consulLeader(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	return c.api.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+}
+
+// Close hands over every leadership at once (locks released, which skips
+// Consul's lock delay), destroys the session, deregisters the agent and
+// stops the watch. The client cannot be used afterwards.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	err := c.Deregister(ctx)
+	c.mu.Lock()
+	c.broadcastSessionLocked()
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	return err
+}
+
+// halt stops every goroutine without telling Consul anything, leaving the
+// registration and session to Consul's timeouts as a crash would.
+func (c *Client) halt() {
+	c.mu.Lock()
+	c.closed = true
+	c.registration = nil
+	c.broadcastSessionLocked()
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+}
+
+// broadcastSessionLocked wakes everyone waiting on sessionChanged.
+func (c *Client) broadcastSessionLocked() {
+	close(c.sessionChanged)
+	c.sessionChanged = make(chan struct{})
+}
+
+// callContext bounds a non-blocking Consul call.
+func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.CallTimeout)
+}
+
+func (c *Client) writeOptions(ctx context.Context) *api.WriteOptions {
+	return (&api.WriteOptions{}).WithContext(ctx)
+}
+
+// txn runs a transaction under the call timeout; ok false means Consul
+// rolled it back (resp.Errors says why). op and rule describe it for
+// errors: Consul reports missing permissions inside a txn as a rollback,
+// which is returned as a *PermissionError instead.
+func (c *Client) txn(ctx context.Context, ops api.TxnOps, op, rule string) (bool, *api.TxnResponse, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, nil, consulError(err, op, rule)
+	}
+	if !ok {
+		for _, e := range resp.Errors {
+			if _, denied := permissionDenied(errors.New(e.What)); denied {
+				return false, resp, &PermissionError{Op: op, Rule: rule, Consul: e.What}
+			}
+		}
+	}
+	return ok, resp, nil
+}
+
+// sleep waits d or until ctx ends, reporting false in the latter case.
+func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-c.clock.After(d):
+		return true
+	}
+}

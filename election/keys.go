@@ -1,0 +1,138 @@
+package election
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Consul KV layout under the prefix (default "logagent/"). Every value is
+// JSON. The topic config is written last on creation, so a topic is visible
+// only once all of its partition keys exist.
+//
+//	<prefix>topics/<topic>/config        TopicConfig, created with cas index 0
+//	<prefix>topics/<topic>/<p>/replicas  ["n1","n2","n3"]  first = preferred leader
+//	<prefix>topics/<topic>/<p>/state     {"leader":"n1","epoch":7,"isr":["n1","n2"]}
+//	<prefix>topics/<topic>/<p>/leader    {"node":"n1","epoch":7}  lock key; its
+//	                                     Session field is the leader's session
+//
+//	          writer                          guard
+//	config    CreateTopic / DeleteTopic       cas 0 / delete-tree in one txn
+//	replicas  CreateTopic                     cas 0
+//	state     CreateTopic (epoch 0, leader ""), then only the leader:
+//	          election   txn [lock leader (own session), cas state (read index)]
+//	          ISR change txn [check-session leader (own session), cas state]
+//	leader    the election txn (lock verb), released by Resign and Close
+//
+// The epoch in state is the fencing token: it only grows, and only a txn that
+// holds the lock in the same step can write it. The leader key's LockIndex
+// is not used as an epoch because deleting and re-creating a key resets it.
+
+// keyspace builds and parses keys under one prefix.
+type keyspace struct {
+	prefix string
+}
+
+func (k keyspace) topicsRoot() string            { return k.prefix + "topics/" }
+func (k keyspace) topicRoot(topic string) string { return k.topicsRoot() + topic + "/" }
+func (k keyspace) config(topic string) string    { return k.topicRoot(topic) + "config" }
+func (k keyspace) replicas(topic string, p int) string {
+	return k.partitionRoot(topic, p) + "replicas"
+}
+func (k keyspace) state(topic string, p int) string  { return k.partitionRoot(topic, p) + "state" }
+func (k keyspace) leader(topic string, p int) string { return k.partitionRoot(topic, p) + "leader" }
+func (k keyspace) partitionRoot(topic string, p int) string {
+	return k.topicRoot(topic) + strconv.Itoa(p) + "/"
+}
+
+// keyKind names what a key under topicsRoot holds.
+type keyKind int
+
+const (
+	kindUnknown keyKind = iota
+	kindConfig
+	kindReplicas
+	kindState
+	kindLeader
+)
+
+// parse splits a full key into topic, partition and kind; kindUnknown for a
+// key that is not part of the layout (it is ignored, not treated as corrupt,
+// so later versions can add keys).
+func (k keyspace) parse(key string) (topic string, partition int, kind keyKind) {
+	rest, ok := strings.CutPrefix(key, k.topicsRoot())
+	if !ok {
+		return "", 0, kindUnknown
+	}
+	parts := strings.Split(rest, "/")
+	switch {
+	case len(parts) == 2 && parts[1] == "config":
+		return parts[0], 0, kindConfig
+	case len(parts) == 3:
+		p, err := strconv.Atoi(parts[1])
+		if err != nil || p < 0 || strconv.Itoa(p) != parts[1] {
+			return "", 0, kindUnknown
+		}
+		switch parts[2] {
+		case "replicas":
+			return parts[0], p, kindReplicas
+		case "state":
+			return parts[0], p, kindState
+		case "leader":
+			return parts[0], p, kindLeader
+		}
+	}
+	return "", 0, kindUnknown
+}
+
+// PartitionState is the value of the state key.
+type PartitionState struct {
+	// Leader is the node id of the leader elected at Epoch, "" before the
+	// first election.
+	Leader string `json:"leader"`
+	// Epoch is the leader epoch, the fencing token; 0 before the first
+	// election.
+	Epoch int32 `json:"epoch"`
+	// ISR is the in-sync replica set.
+	ISR []string `json:"isr"`
+}
+
+// leaderValue is the value of the leader key, for people reading Consul;
+// decisions use the key's Session and the state key.
+type leaderValue struct {
+	Node  string `json:"node"`
+	Epoch int32  `json:"epoch"`
+}
+
+func encodeJSON(v any) []byte {
+	// The values are plain structs of strings, numbers and slices: Marshal
+	// cannot fail on them.
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("election: encode %T: %v", v, err))
+	}
+	return data
+}
+
+func decodeState(key string, value []byte) (PartitionState, error) {
+	var st PartitionState
+	if err := json.Unmarshal(value, &st); err != nil {
+		return PartitionState{}, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, key, err)
+	}
+	if st.Epoch < 0 || len(st.ISR) == 0 {
+		return PartitionState{}, fmt.Errorf("%w: %s: epoch %d, isr %v", ErrCorruptMetadata, key, st.Epoch, st.ISR)
+	}
+	return st, nil
+}
+
+func decodeReplicas(key string, value []byte) ([]string, error) {
+	var replicas []string
+	if err := json.Unmarshal(value, &replicas); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, key, err)
+	}
+	if len(replicas) == 0 {
+		return nil, fmt.Errorf("%w: %s: no replicas", ErrCorruptMetadata, key)
+	}
+	return replicas, nil
+}

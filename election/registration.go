@@ -1,0 +1,311 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// AgentInfo is one registered agent whose check passes.
+type AgentInfo struct {
+	NodeID     string
+	PeerAddr   string
+	ClientAddr string
+	// ConsulNode is the Consul node the agent registered with.
+	ConsulNode string
+}
+
+// Register registers the agent as service "logagent" (ID
+// "logagent-<node_id>", meta node_id, peer_addr, client_addr) with a TTL
+// check created passing, then keeps the check passing every CheckTTL/3,
+// keeps one session linked to it, and keeps the local lease, until
+// Deregister or Close. Registering twice is a no-op.
+func (c *Client) Register(ctx context.Context) error {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return ErrClosed
+	case c.registration != nil:
+		c.mu.Unlock()
+		return nil
+	}
+	regCtx, cancel := context.WithCancel(c.ctx)
+	keepAliveCtx, keepAliveCancel := context.WithCancel(regCtx)
+	reg := &registration{cancel: cancel, keepAliveCancel: keepAliveCancel, done: make(chan struct{})}
+	// Claimed before the I/O so a concurrent Register returns at once.
+	c.registration = reg
+	c.mu.Unlock()
+
+	if err := c.registerService(ctx); err != nil {
+		c.mu.Lock()
+		c.registration = nil
+		c.mu.Unlock()
+		cancel()
+		close(reg.done)
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.registration != reg {
+		// Closed or deregistered while registering: start nothing.
+		cancel()
+		close(reg.done)
+		return ErrClosed
+	}
+	c.log.Info("registered", "service_id", c.serviceID, "check_id", c.checkID, "check_ttl", c.cfg.CheckTTL)
+	c.wg.Go(func() {
+		defer close(reg.done)
+		var loops sync.WaitGroup
+		loops.Go(func() { c.heartbeatLoop(keepAliveCtx) })
+		loops.Go(func() { c.sessionLoop(keepAliveCtx) })
+		loops.Go(func() { c.leaseLoop(regCtx) })
+		loops.Wait()
+	})
+	return nil
+}
+
+// registerService (re-)registers the service and its check, passing.
+func (c *Client) registerService(ctx context.Context) error {
+	reg := &api.AgentServiceRegistration{
+		ID:   c.serviceID,
+		Name: serviceName,
+		Meta: map[string]string{
+			metaNodeID:     c.cfg.NodeID,
+			metaPeerAddr:   c.cfg.PeerAddr,
+			metaClientAddr: c.cfg.ClientAddr,
+		},
+		Check: &api.AgentServiceCheck{
+			CheckID:                        c.checkID,
+			Name:                           "logagent alive",
+			Notes:                          "passed by the logagent process every third of its TTL",
+			TTL:                            c.cfg.CheckTTL.String(),
+			Status:                         api.HealthPassing,
+			DeregisterCriticalServiceAfter: c.cfg.DeregisterCriticalAfter.String(),
+		},
+	}
+	// The peer address doubles as the service address for DNS users; meta
+	// keeps the exact strings.
+	if host, port, err := net.SplitHostPort(c.cfg.PeerAddr); err == nil {
+		if n, err := strconv.Atoi(port); err == nil {
+			reg.Address, reg.Port = host, n
+		}
+	}
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	sent := c.clock.Now()
+	// Replacing existing checks removes the check of a previous incarnation
+	// of this node, which invalidates that incarnation's session.
+	err := c.api.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(callCtx))
+	if err != nil {
+		return consulError(err, fmt.Sprintf("register service %q", c.serviceID), serviceRule)
+	}
+	done := c.clock.Now()
+	c.updateLease(func(l *lease) bool { return l.checkRegistered(sent, done) })
+	return nil
+}
+
+// heartbeatLoop passes the TTL check every CheckTTL/3, registering again if
+// Consul lost the check (a Consul agent restarted without its data).
+func (c *Client) heartbeatLoop(ctx context.Context) {
+	interval := c.cfg.CheckTTL / heartbeatsPerTTL
+	// Failed passes are retried sooner: the lease is running out.
+	retry := interval / 4
+	next := c.clock.Now().Add(interval)
+	for {
+		if !c.sleep(ctx, next.Sub(c.clock.Now())) {
+			return
+		}
+		sent := c.clock.Now()
+		err := c.passCheck(ctx)
+		done := c.clock.Now()
+		switch {
+		case err == nil:
+			c.updateLease(func(l *lease) bool { return l.checkPassed(sent, done) })
+			next = sent.Add(interval)
+		case ctx.Err() != nil:
+			return
+		case unknownCheck(err):
+			c.log.Warn("health check missing in Consul; registering again", "check_id", c.checkID, "error", err)
+			if err := c.registerService(ctx); err != nil && ctx.Err() == nil {
+				c.log.Error("register again failed", "error", err)
+			}
+			next = done.Add(retry)
+		default:
+			c.logConsulError("health check pass failed", err)
+			next = done.Add(retry)
+		}
+	}
+}
+
+func (c *Client) passCheck(ctx context.Context) error {
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CheckTTL/heartbeatsPerTTL)
+	defer cancel()
+	err := c.api.Agent().UpdateTTLOpts(c.checkID, "", api.HealthPassing, (&api.QueryOptions{}).WithContext(callCtx))
+	if err != nil {
+		return consulError(err, fmt.Sprintf("pass check %q", c.checkID), serviceRule)
+	}
+	return nil
+}
+
+// unknownCheck recognises the Consul agent not knowing the check.
+func unknownCheck(err error) bool {
+	var status api.StatusError
+	if !errors.As(err, &status) {
+		return false
+	}
+	return status.Code == http.StatusNotFound ||
+		strings.Contains(status.Body, "does not have associated TTL") ||
+		strings.Contains(status.Body, "Unknown check")
+}
+
+// Deregister ends every leadership, releases their locks (no lock delay),
+// destroys the session and removes the registration. The client can
+// Register again afterwards.
+func (c *Client) Deregister(ctx context.Context) error {
+	c.mu.Lock()
+	reg := c.registration
+	if reg == nil {
+		c.mu.Unlock()
+		return nil
+	}
+	c.registration = nil
+	c.mu.Unlock()
+	// The loops stop first so they cannot create a new session behind us.
+	reg.cancel()
+	<-reg.done
+
+	c.mu.Lock()
+	held := c.heldLockKeysLocked()
+	sessionID := c.sessionID
+	c.loseAllLocked(ErrClosed)
+	c.sessionID = ""
+	c.lease.sessionLost()
+	c.broadcastSessionLocked()
+	c.mu.Unlock()
+
+	var errs []error
+	if sessionID != "" {
+		errs = append(errs, c.releaseLocks(ctx, sessionID, held))
+		callCtx, cancel := c.callContext(ctx)
+		if _, err := c.api.Session().Destroy(sessionID, c.writeOptions(callCtx)); err != nil {
+			errs = append(errs, consulError(err, "destroy session "+sessionID, sessionRule))
+		}
+		cancel()
+	}
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	if err := c.api.Agent().ServiceDeregisterOpts(c.serviceID, (&api.QueryOptions{}).WithContext(callCtx)); err != nil {
+		errs = append(errs, consulError(err, fmt.Sprintf("deregister service %q", c.serviceID), serviceRule))
+	}
+	c.log.Info("deregistered", "service_id", c.serviceID, "released_locks", len(held))
+	return errors.Join(errs...)
+}
+
+// Agents lists the registered agents whose checks pass, by node id.
+func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	entries, meta, err := c.api.Health().Service(serviceName, "", true, (&api.QueryOptions{}).WithContext(callCtx))
+	const op = "list agents"
+	rule := serviceRule + " and " + nodeRule
+	if err != nil {
+		return nil, consulError(err, op, rule)
+	}
+	if meta.ResultsFilteredByACLs {
+		return nil, &PermissionError{Op: op, Rule: rule, Consul: "results filtered by ACLs"}
+	}
+	agents := make([]AgentInfo, 0, len(entries))
+	for _, e := range entries {
+		nodeID := e.Service.Meta[metaNodeID]
+		if nodeID == "" {
+			continue
+		}
+		agents = append(agents, AgentInfo{
+			NodeID:     nodeID,
+			PeerAddr:   e.Service.Meta[metaPeerAddr],
+			ClientAddr: e.Service.Meta[metaClientAddr],
+			ConsulNode: e.Node.Node,
+		})
+	}
+	slices.SortFunc(agents, func(a, b AgentInfo) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return agents, nil
+}
+
+// logConsulError logs a failed background call; permission problems are
+// errors (they will not fix themselves), the rest warnings.
+func (c *Client) logConsulError(msg string, err error) {
+	if errors.Is(err, ErrPermissionDenied) {
+		c.log.Error(msg, "error", err)
+		return
+	}
+	c.log.Warn(msg, "error", err)
+}
+
+// updateLease applies f to the lease and acts on the result: a revoked lease
+// ends every leadership at once, a change of validity wakes campaigns, and a
+// lease that needs proof asks for a renewal now.
+func (c *Client) updateLease(f func(*lease) (revoked bool)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	wasValid := c.lease.valid(now)
+	if f(&c.lease) {
+		c.loseAllLocked(ErrLeaseExpired)
+		c.log.Warn("lease revoked: stopped leading", "session", c.sessionID)
+	}
+	if c.lease.valid(now) != wasValid {
+		c.broadcastSessionLocked()
+	}
+	if c.lease.needsProof() {
+		c.requestRenewal()
+	}
+}
+
+// leaseLoop ends every leadership when the lease deadline passes without a
+// renewal or pass having moved it.
+func (c *Client) leaseLoop(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		now := c.clock.Now()
+		if c.lease.expire(now) {
+			c.loseAllLocked(ErrLeaseExpired)
+			c.broadcastSessionLocked()
+			c.requestRenewal()
+			c.log.Warn("lease expired: stopped leading", "session", c.sessionID,
+				"deadline", c.lease.deadline().Format(time.RFC3339Nano))
+		}
+		var timer <-chan time.Time
+		if c.lease.valid(now) {
+			timer = c.clock.After(c.lease.deadline().Sub(now))
+		}
+		changed := c.sessionChanged
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-timer:
+		}
+	}
+}
+
+// LeaseDeadline is when this agent stops leading unless Consul hears from
+// it; zero when it has no valid lease.
+func (c *Client) LeaseDeadline() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.lease.valid(c.clock.Now()) {
+		return time.Time{}
+	}
+	return c.lease.deadline()
+}

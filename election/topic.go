@@ -1,0 +1,265 @@
+package election
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+var topicNamePattern = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// TopicConfig is a topic's settings as stored in Consul. Storage is opaque
+// here: the agent puts its storage settings there as JSON.
+type TopicConfig struct {
+	// ID is set by CreateTopic: it tells a re-created topic from the one
+	// deleted before it, whose epochs started again from 0.
+	ID                    string
+	Name                  string
+	Partitions            int
+	ReplicationFactor     int
+	MinInsyncReplicas     int
+	UncleanLeaderElection bool
+	// UncleanDelay is how long a replica outside the ISR must have seen the
+	// partition without a leader before it may take it (only with
+	// UncleanLeaderElection), which leaves in-sync replicas time to win.
+	UncleanDelay time.Duration
+	Storage      json.RawMessage
+}
+
+// topicConfigJSON is the stored form of TopicConfig:
+//
+//	{"id":"9f0c...","name":"orders","partitions":3,"replication_factor":3,
+//	 "min_insync_replicas":2,"unclean_leader_election":false,
+//	 "unclean_delay":"30s","storage":{...}}
+type topicConfigJSON struct {
+	ID                    string          `json:"id"`
+	Name                  string          `json:"name"`
+	Partitions            int             `json:"partitions"`
+	ReplicationFactor     int             `json:"replication_factor"`
+	MinInsyncReplicas     int             `json:"min_insync_replicas"`
+	UncleanLeaderElection bool            `json:"unclean_leader_election"`
+	UncleanDelay          string          `json:"unclean_delay"`
+	Storage               json.RawMessage `json:"storage,omitempty"`
+}
+
+func (tc TopicConfig) encode() ([]byte, error) {
+	data, err := json.Marshal(topicConfigJSON{
+		ID:                    tc.ID,
+		Name:                  tc.Name,
+		Partitions:            tc.Partitions,
+		ReplicationFactor:     tc.ReplicationFactor,
+		MinInsyncReplicas:     tc.MinInsyncReplicas,
+		UncleanLeaderElection: tc.UncleanLeaderElection,
+		UncleanDelay:          tc.UncleanDelay.String(),
+		Storage:               tc.Storage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidTopic, tc.Name, err)
+	}
+	return data, nil
+}
+
+func decodeTopicConfig(key string, value []byte) (TopicConfig, error) {
+	var w topicConfigJSON
+	if err := json.Unmarshal(value, &w); err != nil {
+		return TopicConfig{}, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, key, err)
+	}
+	delay, err := time.ParseDuration(w.UncleanDelay)
+	if err != nil {
+		return TopicConfig{}, fmt.Errorf("%w: %s: unclean_delay: %v", ErrCorruptMetadata, key, err)
+	}
+	tc := TopicConfig{
+		ID:                    w.ID,
+		Name:                  w.Name,
+		Partitions:            w.Partitions,
+		ReplicationFactor:     w.ReplicationFactor,
+		MinInsyncReplicas:     w.MinInsyncReplicas,
+		UncleanLeaderElection: w.UncleanLeaderElection,
+		UncleanDelay:          delay,
+		Storage:               w.Storage,
+	}
+	if err := tc.validate(); err != nil {
+		return TopicConfig{}, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, key, err)
+	}
+	return tc, nil
+}
+
+// ValidTopicName reports whether name can be a topic: 1 to 249 of
+// [a-zA-Z0-9._-], and not "." or "..".
+func ValidTopicName(name string) bool {
+	return topicNamePattern.MatchString(name) && name != "." && name != ".."
+}
+
+func (tc TopicConfig) validate() error {
+	var problems []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	check(ValidTopicName(tc.Name), "name %q must match %s and not be . or ..", tc.Name, topicNamePattern)
+	check(tc.Partitions >= 1, "partitions %d must be at least 1", tc.Partitions)
+	check(tc.ReplicationFactor >= 1, "replication factor %d must be at least 1", tc.ReplicationFactor)
+	check(tc.MinInsyncReplicas >= 1 && tc.MinInsyncReplicas <= tc.ReplicationFactor,
+		"min insync replicas %d must be within [1, replication factor %d]", tc.MinInsyncReplicas, tc.ReplicationFactor)
+	check(tc.UncleanDelay >= 0, "unclean delay %s must not be negative", tc.UncleanDelay)
+	check(len(tc.Storage) == 0 || json.Valid(tc.Storage), "storage must be JSON")
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// validateAssignment checks one replica list per partition, each with
+// ReplicationFactor distinct valid node ids.
+func (tc TopicConfig) validateAssignment(assignment [][]string) error {
+	if len(assignment) != tc.Partitions {
+		return fmt.Errorf("assignment has %d partitions, topic %d", len(assignment), tc.Partitions)
+	}
+	for p, replicas := range assignment {
+		if len(replicas) != tc.ReplicationFactor {
+			return fmt.Errorf("partition %d has %d replicas, replication factor is %d", p, len(replicas), tc.ReplicationFactor)
+		}
+		seen := make(map[string]bool, len(replicas))
+		for _, node := range replicas {
+			if !nodeIDPattern.MatchString(node) || seen[node] {
+				return fmt.Errorf("partition %d: replica %q is invalid or repeated", p, node)
+			}
+			seen[node] = true
+		}
+	}
+	return nil
+}
+
+// AssignReplicas spreads partitions over nodes as Kafka does: the sorted
+// nodes are taken round-robin for each partition's first (preferred leader)
+// replica, and the followers are placed at a shift from it that grows every
+// full round, so both leaders and follower pairs spread evenly.
+func AssignReplicas(nodes []string, partitions, replicationFactor int) ([][]string, error) {
+	sorted := slices.Clone(nodes)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	n := len(sorted)
+	switch {
+	case partitions < 1 || replicationFactor < 1:
+		return nil, fmt.Errorf("%w: %d partitions, replication factor %d", ErrInvalidTopic, partitions, replicationFactor)
+	case replicationFactor > n:
+		return nil, fmt.Errorf("%w: replication factor %d, %d agents", ErrNotEnoughAgents, replicationFactor, n)
+	}
+	assignment := make([][]string, partitions)
+	shift := 0
+	for p := range partitions {
+		if p > 0 && p%n == 0 {
+			shift++
+		}
+		first := p % n
+		replicas := make([]string, 0, replicationFactor)
+		replicas = append(replicas, sorted[first])
+		for j := range replicationFactor - 1 {
+			replicas = append(replicas, sorted[(first+1+(shift+j)%(n-1))%n])
+		}
+		assignment[p] = replicas
+	}
+	return assignment, nil
+}
+
+// CreateTopic stores a topic's config and, for each partition, its replicas
+// and an initial state (no leader, epoch 0, ISR = replicas). Every key is
+// created with cas index 0, so an existing topic is never overwritten
+// (ErrTopicExists); the config goes in the last transaction, so watchers see
+// the topic only when it is complete. Up to 31 partitions fit in one atomic
+// transaction; beyond that a failure can leave partition keys without a
+// config, which DeleteTopic removes.
+func (c *Client) CreateTopic(ctx context.Context, tc TopicConfig, assignment [][]string) error {
+	if err := tc.validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidTopic, err)
+	}
+	if err := tc.validateAssignment(assignment); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrInvalidTopic, tc.Name, err)
+	}
+	if tc.ID == "" {
+		tc.ID = randomHex(16)
+	}
+	config, err := tc.encode()
+	if err != nil {
+		return err
+	}
+	var ops api.TxnOps
+	for p, replicas := range assignment {
+		state := PartitionState{Leader: "", Epoch: 0, ISR: replicas}
+		ops = append(ops,
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: c.keys.replicas(tc.Name, p), Value: encodeJSON(replicas)}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: c.keys.state(tc.Name, p), Value: encodeJSON(state)}},
+		)
+	}
+	ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: c.keys.config(tc.Name), Value: config}})
+
+	for chunk := range slices.Chunk(ops, maxOpsPerTxn) {
+		ok, resp, err := c.txn(ctx, chunk, fmt.Sprintf("create topic %q", tc.Name), keyRule(c.keys.prefix))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: %s (%s)", ErrTopicExists, tc.Name, txnErrors(resp))
+		}
+	}
+	c.log.Info("created topic", "topic", tc.Name, "id", tc.ID, "partitions", tc.Partitions,
+		"replication_factor", tc.ReplicationFactor)
+	return nil
+}
+
+// DeleteTopic removes a topic's config and every key under it in one
+// transaction. Leaders of its partitions see their leadership lost.
+func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+	if !ValidTopicName(name) {
+		return fmt.Errorf("%w: name %q", ErrInvalidTopic, name)
+	}
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVGet, Key: c.keys.config(name)}},
+		{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: c.keys.topicRoot(name)}},
+	}
+	ok, _, err := c.txn(ctx, ops, fmt.Sprintf("delete topic %q", name), keyRule(c.keys.prefix))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		// The get of a missing key is what rolls the txn back: the config
+		// is absent. Partition keys left by a failed creation go anyway.
+		callCtx, cancel := c.callContext(ctx)
+		defer cancel()
+		if _, err := c.api.KV().DeleteTree(c.keys.topicRoot(name), c.writeOptions(callCtx)); err != nil {
+			return consulError(err, fmt.Sprintf("delete topic %q", name), keyRule(c.keys.prefix))
+		}
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	c.log.Info("deleted topic", "topic", name)
+	return nil
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	// crypto/rand.Read never returns an error (Go 1.24+).
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// txnErrors formats the reasons Consul gave for rolling a txn back.
+func txnErrors(resp *api.TxnResponse) string {
+	if resp == nil || len(resp.Errors) == 0 {
+		return "rolled back"
+	}
+	parts := make([]string, 0, len(resp.Errors))
+	for _, e := range resp.Errors {
+		parts = append(parts, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,275 @@
+package election
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Snapshot is the topic metadata as of one Consul index. It is immutable;
+// Changed is closed once a newer snapshot exists.
+type Snapshot struct {
+	// Index is the Consul index the data was read at; 0 until the first
+	// read.
+	Index   uint64
+	topics  map[string]*TopicMeta
+	changed chan struct{}
+}
+
+// TopicMeta is one topic as stored. Err is non-nil (ErrCorruptMetadata)
+// when some of its keys are missing or undecodable; its partitions are then
+// best effort and must not be led.
+type TopicMeta struct {
+	Config     TopicConfig
+	Partitions []PartitionMeta
+	Err        error
+}
+
+// PartitionMeta is one partition's keys.
+type PartitionMeta struct {
+	Topic     string
+	Partition int
+	Replicas  []string
+	State     PartitionState
+	// StateIndex is the ModifyIndex of the state key.
+	StateIndex uint64
+	// LeaderSession is the session holding the leader key, "" when no one
+	// holds it (no leader, or leader lost and not yet replaced).
+	LeaderSession string
+}
+
+func emptySnapshot() *Snapshot {
+	return &Snapshot{topics: map[string]*TopicMeta{}, changed: make(chan struct{})}
+}
+
+// Loaded reports whether the snapshot holds data read from Consul.
+func (s *Snapshot) Loaded() bool { return s.Index > 0 }
+
+// Changed is closed when a newer snapshot replaces this one.
+func (s *Snapshot) Changed() <-chan struct{} { return s.changed }
+
+// Topics lists the topic names, sorted.
+func (s *Snapshot) Topics() []string {
+	return slices.Sorted(maps.Keys(s.topics))
+}
+
+// Topic returns one topic's metadata; callers must not modify it.
+func (s *Snapshot) Topic(name string) (*TopicMeta, bool) {
+	t, ok := s.topics[name]
+	return t, ok
+}
+
+// Partition returns one partition's metadata; its slices must not be
+// modified.
+func (s *Snapshot) Partition(topic string, partition int) (PartitionMeta, bool) {
+	t, ok := s.topics[topic]
+	if !ok || partition < 0 || partition >= len(t.Partitions) {
+		return PartitionMeta{}, false
+	}
+	return t.Partitions[partition], true
+}
+
+// buildSnapshot decodes a KV listing of the topics prefix. A topic exists
+// once its config key does; a topic with a missing or corrupt key carries
+// the error instead of failing the whole snapshot.
+func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
+	type partitionKeys struct {
+		replicas, state, leader *api.KVPair
+	}
+	configs := map[string]*api.KVPair{}
+	parts := map[string]map[int]*partitionKeys{}
+	for _, pair := range pairs {
+		topic, p, kind := keys.parse(pair.Key)
+		if kind == kindUnknown {
+			continue
+		}
+		if kind == kindConfig {
+			configs[topic] = pair
+			continue
+		}
+		if parts[topic] == nil {
+			parts[topic] = map[int]*partitionKeys{}
+		}
+		pk := parts[topic][p]
+		if pk == nil {
+			pk = &partitionKeys{}
+			parts[topic][p] = pk
+		}
+		switch kind {
+		case kindReplicas:
+			pk.replicas = pair
+		case kindState:
+			pk.state = pair
+		case kindLeader:
+			pk.leader = pair
+		}
+	}
+
+	snap := &Snapshot{Index: index, topics: make(map[string]*TopicMeta, len(configs)), changed: make(chan struct{})}
+	for name, configPair := range configs {
+		tm := &TopicMeta{}
+		snap.topics[name] = tm
+		tc, err := decodeTopicConfig(configPair.Key, configPair.Value)
+		if err != nil {
+			tm.Err = err
+			continue
+		}
+		tm.Config = tc
+		tm.Partitions = make([]PartitionMeta, tc.Partitions)
+		for p := range tc.Partitions {
+			pm := PartitionMeta{Topic: name, Partition: p}
+			pk := parts[name][p]
+			switch {
+			case pk == nil || pk.replicas == nil:
+				tm.Err = corruptMissing(keys.replicas(name, p))
+			case pk.state == nil:
+				tm.Err = corruptMissing(keys.state(name, p))
+			}
+			if pk != nil && pk.replicas != nil {
+				if pm.Replicas, err = decodeReplicas(pk.replicas.Key, pk.replicas.Value); err != nil {
+					tm.Err = err
+				}
+			}
+			if pk != nil && pk.state != nil {
+				if pm.State, err = decodeState(pk.state.Key, pk.state.Value); err != nil {
+					tm.Err = err
+				}
+				pm.StateIndex = pk.state.ModifyIndex
+			}
+			if pk != nil && pk.leader != nil {
+				pm.LeaderSession = pk.leader.Session
+			}
+			tm.Partitions[p] = pm
+		}
+	}
+	return snap
+}
+
+func corruptMissing(key string) error {
+	return &missingKeyError{key: key}
+}
+
+// missingKeyError is ErrCorruptMetadata for a key a topic must have.
+type missingKeyError struct{ key string }
+
+func (e *missingKeyError) Error() string { return "election: corrupt metadata: missing key " + e.key }
+func (e *missingKeyError) Is(target error) bool {
+	return target == ErrCorruptMetadata
+}
+
+// Metadata returns the latest snapshot, starting the watch on first use.
+// Before the first read from Consul it is empty and not Loaded.
+func (c *Client) Metadata() *Snapshot {
+	c.startWatch()
+	return c.snapshot.Load()
+}
+
+// WaitMetadata returns the first snapshot at or above minIndex (1 means
+// any loaded snapshot), or ctx's error.
+func (c *Client) WaitMetadata(ctx context.Context, minIndex uint64) (*Snapshot, error) {
+	for {
+		snap := c.Metadata()
+		if snap.Index >= max(minIndex, 1) {
+			return snap, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		case <-snap.Changed():
+		}
+	}
+}
+
+func (c *Client) startWatch() {
+	c.watchOnce.Do(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		// Close waits for the goroutines only after setting closed: none
+		// may start after that.
+		if !c.closed {
+			c.wg.Go(c.watchLoop)
+		}
+	})
+}
+
+// watchLoop is the one blocking query on the topics prefix. Index rules (as
+// Consul documents them): start at 0; a result whose index did not grow is
+// not a change; an index that went backwards (Consul's state was reset)
+// means the result is a fresh start; the index sent is at least 1. After an
+// error the next query does not block (index 0): Consul may have restarted
+// without its data, and a wait on an index it has not reached yet would
+// last the whole wait time. Successive queries start at least WatchMinGap
+// apart, and errors back off.
+func (c *Client) watchLoop() {
+	bo := newBackoff(100*time.Millisecond, 5*time.Second)
+	var waitIndex, lastIndex uint64
+	var lastStart time.Time
+	for {
+		if wait := c.cfg.WatchMinGap - c.clock.Now().Sub(lastStart); wait > 0 {
+			if !c.sleep(c.ctx, wait) {
+				return
+			}
+		}
+		lastStart = c.clock.Now()
+		pairs, meta, err := c.listTopics(waitIndex)
+		if c.ctx.Err() != nil {
+			return
+		}
+		if err == nil && meta.ResultsFilteredByACLs {
+			err = &PermissionError{Op: "watch " + c.keys.topicsRoot(), Rule: keyReadRule(c.keys.prefix),
+				Consul: "results filtered by ACLs"}
+		}
+		if err != nil {
+			c.logConsulError("metadata watch failed", err)
+			waitIndex = 0
+			c.sleep(c.ctx, bo.delay())
+			continue
+		}
+		bo.reset()
+		newIndex := max(meta.LastIndex, 1)
+		waitIndex = newIndex
+		switch {
+		case newIndex == lastIndex:
+			continue
+		case newIndex < lastIndex:
+			c.log.Info("consul index went backwards; metadata read afresh", "was", lastIndex, "now", newIndex)
+		}
+		lastIndex = newIndex
+		c.publish(buildSnapshot(c.keys, newIndex, pairs))
+	}
+}
+
+func (c *Client) listTopics(index uint64) (api.KVPairs, *api.QueryMeta, error) {
+	// The blocking wait plus Consul's jitter (wait/16) plus a normal call
+	// bounds a query to a Consul that stopped answering.
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.WatchWait+c.cfg.WatchWait/16+watchTimeoutPadding)
+	defer cancel()
+	q := (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WatchWait}).WithContext(ctx)
+	pairs, meta, err := c.api.KV().List(c.keys.topicsRoot(), q)
+	if err != nil {
+		return nil, nil, consulError(err, "watch "+c.keys.topicsRoot(), keyReadRule(c.keys.prefix))
+	}
+	return pairs, meta, nil
+}
+
+// publish makes snap current, wakes its watchers, and ends leaderships the
+// snapshot shows lost.
+func (c *Client) publish(snap *Snapshot) {
+	old := c.snapshot.Swap(snap)
+	close(old.changed)
+	for name, tm := range snap.topics {
+		if tm.Err == nil {
+			continue
+		}
+		// Logged when it first appears, not on every change of the prefix.
+		if was, ok := old.topics[name]; !ok || was.Err == nil || was.Err.Error() != tm.Err.Error() {
+			c.log.Error("topic metadata unusable", "topic", name, "error", tm.Err)
+		}
+	}
+	c.checkLeaderships(snap)
+}

@@ -1,0 +1,79 @@
+package consultest
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+)
+
+// handedOut remembers every port this process has given away, so two tests
+// running in parallel never receive the same port even though each probe
+// listener is closed before Consul binds the port.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// maxPortProbes bounds the search for one port; the kernel hands out
+// thousands of distinct ephemeral ports, so hitting it means something is
+// badly wrong with the machine.
+const maxPortProbes = 1000
+
+// FreePorts returns n distinct loopback ports that were free for both TCP and
+// UDP (Serf uses both) when probed and that no other caller in this process
+// has received.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports, err := freePorts(n)
+	if err != nil {
+		t.Fatalf("consultest: %v", err)
+	}
+	return ports
+}
+
+// FreePort is FreePorts for a single port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	return FreePorts(t, 1)[0]
+}
+
+func freePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	ports := make([]int, 0, n)
+	for probes := 0; len(ports) < n; probes++ {
+		if probes == maxPortProbes {
+			return nil, fmt.Errorf("no free loopback port after %d probes", maxPortProbes)
+		}
+		port, err := probePort()
+		if err != nil {
+			return nil, err
+		}
+		if port == 0 || handedOut.ports[port] {
+			continue
+		}
+		handedOut.ports[port] = true
+		ports = append(ports, port)
+	}
+	return ports, nil
+}
+
+// probePort asks the kernel for a free TCP port and checks the same UDP port
+// is free too; it returns 0 when the UDP side is taken.
+func probePort() (int, error) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("probe tcp port: %w", err)
+	}
+	port := tcp.Addr().(*net.TCPAddr).Port
+	udp, udpErr := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+	if udpErr == nil {
+		udp.Close()
+	}
+	tcp.Close()
+	if udpErr != nil {
+		return 0, nil
+	}
+	return port, nil
+}
