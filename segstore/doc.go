@@ -1,0 +1,46 @@
+// Package segstore keeps one partition's log on disk (DESIGN §5): batches in
+// segment files named by base offset, a sparse mmap'd offset index per
+// segment, a leader epoch cache, small checkpoint files, group-committed
+// fsyncs, retention, truncation, and recovery after an unclean stop.
+//
+// # Directory layout
+//
+//	<dir>/
+//	  00000000000000000000.log     batches back to back (record.Header format)
+//	  00000000000000000000.index   sparse offset index, see index.go
+//	  leader-epoch-checkpoint      epoch cache, see epochs.go
+//	  hw-checkpoint                high watermark, see checkpoint.go
+//	  log-start-offset             first offset kept, see checkpoint.go
+//	  recovery-point               where recovery starts, see checkpoint.go
+//
+// # Durability
+//
+// Appends write to the page cache. Sync is a group commit: one fsync covers
+// every append made before it, and callers arriving while an fsync is in
+// flight share the next one. A failed fsync or write is fatal: the log moves
+// to a failed state (ErrFailed) and never retries, because after a failed
+// fsync Linux may have dropped the dirty pages and would report the next
+// fsync as a success. The owner closes the log and opens it again, which
+// recovers from what is on disk.
+//
+// # Recovery
+//
+// The recovery point is the last position known to be durable, together with
+// the index entries and epoch cache entries below it; it is written by
+// Checkpoint and Close (see recovery.go for the exact invariant). Open trusts
+// the log below it after a structural check of the boundary, validates every
+// batch above it, cuts a torn or corrupt tail, drops later segments, and
+// rebuilds indexes that do not match. Damage found below the recovery point
+// is not cut: Open fails with an error matching ErrDataLoss that names the
+// offset, unless Options.RepairDataLoss asks for the cut.
+//
+// # Concurrency
+//
+// Appends, truncation and retention are single-writer (serialized inside the
+// Log). Reads, Sync, Checkpoint and the accessors may run concurrently with
+// them. A Region returned by Read stays valid until it is closed, even if its
+// segment is deleted by retention or truncation meanwhile.
+//
+// All file I/O goes through FS, so tests can inject errors and simulate
+// crashes with FaultFS.
+package segstore

@@ -1,0 +1,102 @@
+package segstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+)
+
+// FS is every file system operation a Log performs. OSFS is the production
+// implementation; FaultFS injects errors and simulates crashes in tests.
+type FS interface {
+	// OpenFile opens or creates a file, with the flags of os.OpenFile.
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	// OpenReader opens a file read-only as an *os.File with its own file
+	// offset, so a Region can be served with sendfile(2).
+	OpenReader(name string) (*os.File, error)
+	Rename(oldpath, newpath string) error
+	Remove(name string) error
+	// ReadDir returns the names of the entries of dir, sorted.
+	ReadDir(dir string) ([]string, error)
+	MkdirAll(dir string, perm os.FileMode) error
+	// SyncDir makes the creations, renames and removals of entries in dir
+	// durable.
+	SyncDir(dir string) error
+}
+
+// File is an open file. Writes are positional: a log never shares a file
+// offset between its appender and its readers.
+type File interface {
+	ReadAt(p []byte, off int64) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
+	Sync() error
+	Truncate(size int64) error
+	Size() (int64, error)
+	// Fd is the descriptor, for mmap(2) of index files.
+	Fd() uintptr
+	Close() error
+}
+
+// OSFS is FS over the operating system's files.
+type OSFS struct{}
+
+type osFile struct{ *os.File }
+
+func (f osFile) Size() (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// OpenFile implements FS.
+func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// OpenReader implements FS.
+func (OSFS) OpenReader(name string) (*os.File, error) { return os.Open(name) }
+
+// Rename implements FS.
+func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
+
+// Remove implements FS.
+func (OSFS) Remove(name string) error { return os.Remove(name) }
+
+// MkdirAll implements FS.
+func (OSFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
+
+// ReadDir implements FS.
+func (OSFS) ReadDir(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// SyncDir implements FS.
+func (OSFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return d.Close()
+}
+
+func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }

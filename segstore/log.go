@@ -1,0 +1,1024 @@
+package segstore
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/record"
+)
+
+// Log is one partition's log on disk. See the package documentation.
+//
+// Locks, always taken in this order:
+//   - appendMu: the single writer (appends, roll, truncation, retention's
+//     deletions, close). Its holder may read segments without mu.
+//   - metaMu: checkpoint files, so a lowered recovery point is never
+//     overwritten by an older, higher one.
+//   - mu: the segment list and index mappings; readers hold it shared while
+//     they look up positions, writers exclusively while they change them.
+//   - syncMu: group commit state.
+type Log struct {
+	fs     FS
+	dir    string
+	opts   Options
+	logger hclog.Logger
+
+	appendMu sync.Mutex
+	metaMu   sync.Mutex
+	mu       sync.RWMutex
+
+	segments []*segment // guarded by mu (writes also hold appendMu); the last is active
+	active   *segment   // appendMu
+
+	// Published positions, readable without locks.
+	leo atomic.Int64
+	lso atomic.Int64
+	hw  atomic.Int64
+
+	epochs epochCache
+
+	// Group commit, guarded by syncMu.
+	syncMu   sync.Mutex
+	syncCond *sync.Cond
+	syncing  bool
+	synced   logPosition
+	// syncGen changes on truncation: a sync that started before it must not
+	// publish its (now too high) position.
+	syncGen uint64
+
+	// Guarded by appendMu: what the next sync must cover besides the active
+	// segment's log.
+	unsyncedSealed []*segment // each holds a reference
+	dirDirty       bool
+
+	// Guarded by metaMu: the values on disk.
+	recoveryPoint  logPosition
+	checkpointedHW int64
+
+	failure  atomic.Pointer[FailedError]
+	closed   atomic.Bool
+	dataLoss *DataLossError
+	// openScanned is how many log bytes Open validated (for tests and logs).
+	openScanned int64
+}
+
+// usable reports whether the log is closed or failed.
+func (l *Log) usable() error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if f := l.failure.Load(); f != nil {
+		return f
+	}
+	return nil
+}
+
+// fail moves the log to the failed state, which is final, and returns the
+// error every later call will see.
+func (l *Log) fail(err error) error {
+	if l.failure.CompareAndSwap(nil, &FailedError{Err: err}) {
+		l.logger.Error("log failed; close and reopen it to recover from disk", "error", err)
+	}
+	return l.failure.Load()
+}
+
+// LogEndOffset is the offset the next appended record gets (LEO).
+func (l *Log) LogEndOffset() int64 { return l.leo.Load() }
+
+// LogStartOffset is the first offset kept.
+func (l *Log) LogStartOffset() int64 { return l.lso.Load() }
+
+// HighWatermark is the last value given to SetHighWatermark, clamped by
+// truncation and retention.
+func (l *Log) HighWatermark() int64 { return l.hw.Load() }
+
+// DataLoss reports what Open cut below the recovery point when
+// Options.RepairDataLoss was set, or nil.
+func (l *Log) DataLoss() *DataLossError { return l.dataLoss }
+
+// SyncedOffset is the offset below which every batch is known durable.
+func (l *Log) SyncedOffset() int64 {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	return l.synced.offset
+}
+
+// SetHighWatermark records the high watermark; Checkpoint persists it.
+func (l *Log) SetHighWatermark(hw int64) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if lso, leo := l.lso.Load(), l.leo.Load(); hw < lso || hw > leo {
+		return fmt.Errorf("%w: high watermark %d outside [%d, %d]", ErrInvalidArgument, hw, lso, leo)
+	}
+	l.hw.Store(hw)
+	return nil
+}
+
+func (l *Log) clampHW(lo, hi int64) {
+	for {
+		old := l.hw.Load()
+		v := min(max(old, lo), hi)
+		if v == old || l.hw.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// LatestEpoch returns the newest entry of the epoch cache.
+func (l *Log) LatestEpoch() (EpochEntry, bool) { return l.epochs.latest() }
+
+// EpochEntries returns a copy of the epoch cache.
+func (l *Log) EpochEntries() []EpochEntry {
+	entries, _ := l.epochs.snapshot()
+	return entries
+}
+
+// EndOffsetForEpoch answers a follower's epoch query with Kafka's semantics:
+// the largest epoch at most epoch that this log knows and the offset where
+// it ends (the next epoch's start, or the LEO for the latest epoch), or
+// UndefinedEpoch and UndefinedOffset.
+func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64) {
+	return l.epochs.endOffsetFor(epoch, l.leo.Load())
+}
+
+// AssignEpoch records that a new leader epoch starts at startOffset, which
+// must be the log end offset: a new leader calls it before its first
+// append, so EndOffsetForEpoch answers for its epoch at once.
+func (l *Log) AssignEpoch(epoch int32, startOffset int64) error {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if leo := l.leo.Load(); startOffset != leo {
+		return fmt.Errorf("%w: epoch %d must start at the log end offset %d, not %d", ErrInvalidArgument, epoch, leo, startOffset)
+	}
+	if latest, ok := l.epochs.latest(); epoch < 0 || (ok && epoch < latest.Epoch) {
+		return fmt.Errorf("%w: epoch %d, latest is %d", ErrStaleEpoch, epoch, latest.Epoch)
+	}
+	l.epochs.assign(epoch, startOffset)
+	return nil
+}
+
+// AppendLeader appends one batch as the leader of epoch: it verifies the
+// batch, assigns its offsets from the log end offset and stamps the epoch,
+// both in place in batch. A new epoch starts a new epoch cache entry.
+func (l *Log) AppendLeader(batch []byte, epoch int32) (base, last int64, err error) {
+	h, err := record.Verify(batch, l.opts.MaxBatchBytes)
+	if err != nil {
+		return 0, 0, fmt.Errorf("segstore: append: %w", err)
+	}
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if err := l.usable(); err != nil {
+		return 0, 0, err
+	}
+	if latest := l.epochs.latestEpochOrUndefined(); epoch < 0 || epoch < latest {
+		return 0, 0, fmt.Errorf("%w: append with epoch %d, latest is %d", ErrStaleEpoch, epoch, latest)
+	}
+	base = l.leo.Load()
+	record.SetBaseOffset(batch, base)
+	record.SetLeaderEpoch(batch, epoch)
+	var one [1]batchInfo
+	one[0] = infoOf(h, 0)
+	if err := l.appendBatches(batch, one[:]); err != nil {
+		return 0, 0, err
+	}
+	return base, one[0].next - 1, nil
+}
+
+// AppendFollower appends a leader's batches verbatim: one or more whole
+// batches back to back. Each is verified, must start at the log end offset
+// (contiguity) and may not go back in epoch; the epoch cache follows the
+// batches' epochs. Nothing is written unless every batch passes.
+func (l *Log) AppendFollower(batches []byte) error {
+	var stack [16]batchInfo
+	infos := stack[:0]
+	for pos := 0; pos < len(batches); {
+		h, size, err := record.ParseHeader(batches[pos:], l.opts.MaxBatchBytes)
+		if err == nil && pos+size > len(batches) {
+			err = fmt.Errorf("%w: batch at byte %d needs %d bytes, %d given", record.ErrShort, pos, size, len(batches)-pos)
+		}
+		if err == nil {
+			_, err = record.Verify(batches[pos:pos+size], l.opts.MaxBatchBytes)
+		}
+		if err != nil {
+			return fmt.Errorf("segstore: append: batch at byte %d: %w", pos, err)
+		}
+		infos = append(infos, infoOf(h, 0))
+		pos += size
+	}
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	next := l.leo.Load()
+	latest, haveEpoch := l.epochs.latest()
+	for _, info := range infos {
+		if info.base != next {
+			return fmt.Errorf("%w: batch base offset %d, log end offset %d", ErrNotContiguous, info.base, next)
+		}
+		if info.epoch < 0 || (haveEpoch && info.epoch < latest.Epoch) {
+			return fmt.Errorf("%w: batch at %d has epoch %d, latest is %d", ErrStaleEpoch, info.base, info.epoch, latest.Epoch)
+		}
+		latest, haveEpoch = EpochEntry{Epoch: info.epoch}, true
+		next = info.next
+	}
+	return l.appendBatches(batches, infos)
+}
+
+// appendBatches writes batches (already checked, offsets assigned), rolling
+// segments as needed; infos describes them in order. One write per run of
+// batches that land in the same segment.
+func (l *Log) appendBatches(buf []byte, infos []batchInfo) error {
+	for _, info := range infos {
+		if info.epoch > l.epochs.latestEpochOrUndefined() {
+			l.epochs.assign(info.epoch, info.base)
+		}
+	}
+	var now time.Time
+	if l.opts.SegmentAge > 0 {
+		now = l.opts.Now()
+	}
+	seg := l.active
+	runStart, runLen, runFirst := 0, int64(0), 0
+	pos := seg.size.Load()
+	lastIndexed := seg.lastIndexedPos
+	newEntries := 0
+	for i, info := range infos {
+		needEntry := pos > 0 && pos-lastIndexed >= int64(l.opts.IndexIntervalBytes)
+		if l.mustRoll(seg, pos, info, needEntry, newEntries, now) {
+			if err := l.writeRun(seg, buf[runStart:runStart+int(runLen)], infos[runFirst:i], now); err != nil {
+				return err
+			}
+			if err := l.roll(info.base); err != nil {
+				return err
+			}
+			seg = l.active
+			runStart, runLen, runFirst = runStart+int(runLen), 0, i
+			pos, lastIndexed, newEntries, needEntry = 0, 0, 0, false
+		}
+		if needEntry {
+			lastIndexed = pos
+			newEntries++
+		}
+		pos += info.size
+		runLen += info.size
+	}
+	return l.writeRun(seg, buf[runStart:runStart+int(runLen)], infos[runFirst:], now)
+}
+
+// mustRoll decides whether the batch info, which would go at pos, needs a
+// new segment. An empty segment takes any batch.
+func (l *Log) mustRoll(seg *segment, pos int64, info batchInfo, needEntry bool, newEntries int, now time.Time) bool {
+	if pos == 0 {
+		return false
+	}
+	switch {
+	case pos+info.size > l.opts.SegmentBytes:
+		return true
+	case info.next-seg.base > math.MaxUint32:
+		return true // relative offsets are u32
+	case needEntry && (seg.index.entries()+newEntries+1)*indexEntrySize > len(seg.index.data):
+		return true
+	case l.opts.SegmentAge > 0 && now.Sub(seg.firstAppendAt) >= l.opts.SegmentAge:
+		return true
+	}
+	return false
+}
+
+// writeRun writes batches into seg at its end, adds their index entries and
+// publishes them to readers.
+func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Time) error {
+	if len(infos) == 0 {
+		return nil
+	}
+	start := seg.size.Load()
+	if _, err := seg.log.WriteAt(buf, start); err != nil {
+		return l.fail(fmt.Errorf("segstore: write %s: %w", seg.logPath, err))
+	}
+	if start == 0 {
+		seg.firstAppendAt = now
+	}
+	pos := start
+	interval := int64(l.opts.IndexIntervalBytes)
+	for _, info := range infos {
+		if pos > 0 && pos-seg.lastIndexedPos >= interval {
+			seg.index.append(indexEntry{rel: uint32(info.base - seg.base), pos: uint32(pos)})
+			seg.lastIndexedPos = pos
+		}
+		seg.noteTimestamp(info.maxTimestamp)
+		pos += info.size
+	}
+	next := infos[len(infos)-1].next
+	seg.next.Store(next)
+	seg.size.Store(pos)
+	l.leo.Store(next)
+	return nil
+}
+
+// roll seals the active segment and starts a new one at base.
+func (l *Log) roll(base int64) error {
+	old := l.active
+	seg, err := createSegment(l.fs, l.dir, base, l.opts.IndexBytes)
+	if err != nil {
+		return l.fail(err)
+	}
+	l.mu.Lock()
+	err = old.index.seal()
+	l.segments = append(l.segments, seg)
+	l.active = seg
+	l.mu.Unlock()
+	old.acquire()
+	l.unsyncedSealed = append(l.unsyncedSealed, old)
+	l.dirDirty = true
+	if err != nil {
+		return l.fail(err)
+	}
+	l.logger.Debug("rolled segment", "base", base, "previous_bytes", old.size.Load())
+	return nil
+}
+
+// Sync makes every batch appended before the call durable and returns the
+// synced offset. Concurrent callers share fsyncs: a caller that arrives
+// while one is in flight waits for the next, which covers its batches. An
+// fsync error fails the log for good; the fsync is never retried.
+func (l *Log) Sync() (int64, error) {
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	target := l.leo.Load()
+	l.syncMu.Lock()
+	gen := l.syncGen
+	for {
+		if err := l.usable(); err != nil {
+			l.syncMu.Unlock()
+			return 0, err
+		}
+		if l.syncGen != gen || l.synced.offset >= target {
+			// Reached, or what the caller appended was truncated away.
+			s := l.synced.offset
+			l.syncMu.Unlock()
+			return s, nil
+		}
+		if !l.syncing {
+			break
+		}
+		l.syncCond.Wait()
+	}
+	l.syncing = true
+	l.syncMu.Unlock()
+
+	tail, snapGen, err := l.syncOnce()
+
+	l.syncMu.Lock()
+	l.syncing = false
+	if err == nil && snapGen == l.syncGen && tail.offset > l.synced.offset {
+		l.synced = tail
+	}
+	s := l.synced.offset
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return s, nil
+}
+
+// syncOnce fsyncs what was appended up to now: segments sealed since the
+// last sync (log and index), the active segment's log, and the directory if
+// files were created. The active index is not synced here: recovery rebuilds
+// it above the recovery point, and Checkpoint syncs it before moving that.
+func (l *Log) syncOnce() (logPosition, uint64, error) {
+	l.appendMu.Lock()
+	if err := l.usable(); err != nil {
+		l.appendMu.Unlock()
+		return logPosition{}, 0, err
+	}
+	active := l.active
+	active.acquire()
+	tail := logPosition{offset: l.leo.Load(), segmentBase: active.base, pos: active.size.Load()}
+	sealed := l.unsyncedSealed
+	l.unsyncedSealed = nil
+	dirDirty := l.dirDirty
+	l.dirDirty = false
+	l.syncMu.Lock()
+	gen := l.syncGen
+	l.syncMu.Unlock()
+	l.appendMu.Unlock()
+
+	defer func() {
+		active.release()
+		for _, s := range sealed {
+			s.release()
+		}
+	}()
+	for _, s := range sealed {
+		if err := s.syncLog(); err != nil {
+			return tail, gen, l.fail(err)
+		}
+		if err := s.index.sync(); err != nil {
+			return tail, gen, l.fail(err)
+		}
+	}
+	if err := active.syncLog(); err != nil {
+		return tail, gen, l.fail(err)
+	}
+	if dirDirty {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return tail, gen, l.fail(fmt.Errorf("segstore: fsync directory: %w", err))
+		}
+	}
+	return tail, gen, nil
+}
+
+// segmentFor returns the segment holding offset. Caller holds mu or appendMu.
+func (l *Log) segmentFor(offset int64) (int, *segment) {
+	segs := l.segments
+	if last := len(segs) - 1; segs[last].base <= offset {
+		return last, segs[last]
+	}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
+	if i < 0 {
+		i = 0
+	}
+	return i, segs[i]
+}
+
+// findBatch returns the batch of seg that holds target, looking at the
+// published bytes below size only; found is false when target is past them.
+// Caller holds mu (shared) or appendMu, and a reference on seg.
+func (l *Log) findBatch(seg *segment, target, size int64) (batchInfo, bool, error) {
+	e := seg.index.floorByOffset(uint32(target - seg.base))
+	info, found, err := l.walkTo(seg, int64(e.pos), seg.base+int64(e.rel), target, size)
+	if err != nil && e.pos > 0 {
+		// The index entry does not point where it should: fall back to the
+		// segment start rather than fail a read the log itself can serve.
+		l.logger.Warn("index entry does not match the log; scanning the segment", "segment", seg.base, "position", e.pos, "error", err)
+		return l.walkTo(seg, 0, seg.base, target, size)
+	}
+	return info, found, err
+}
+
+func (l *Log) walkTo(seg *segment, pos, expect, target, size int64) (batchInfo, bool, error) {
+	bufp := lookupBufs.Get().(*[]byte)
+	defer lookupBufs.Put(bufp)
+	w := walker{f: seg.log, pos: pos, end: size, maxBatch: l.opts.MaxBatchBytes, buf: *bufp, bufPos: -1}
+	for first := true; ; first = false {
+		info, err := w.next()
+		if err == io.EOF {
+			return batchInfo{}, false, nil
+		}
+		if err == nil && first && info.base != expect {
+			err = fmt.Errorf("batch base offset %d, index says %d", info.base, expect)
+		}
+		if err != nil {
+			return batchInfo{}, false, &CorruptError{Path: seg.logPath, Position: w.pos, Err: err}
+		}
+		if info.next > target {
+			return info, true, nil
+		}
+	}
+}
+
+// lastBoundary returns the end of the last batch that ends at or before
+// bound, and not before the end of first (a read returns at least one batch).
+func (l *Log) lastBoundary(seg *segment, first batchInfo, bound, size int64) (int64, error) {
+	e := seg.index.floorByPosition(uint32(bound))
+	pos := max(int64(e.pos), first.pos)
+	end := first.pos + first.size
+	bufp := lookupBufs.Get().(*[]byte)
+	defer lookupBufs.Put(bufp)
+	w := walker{f: seg.log, pos: pos, end: size, maxBatch: l.opts.MaxBatchBytes, buf: *bufp, bufPos: -1}
+	for {
+		info, err := w.next()
+		if err == io.EOF {
+			return end, nil
+		}
+		if err != nil {
+			return 0, &CorruptError{Path: seg.logPath, Position: w.pos, Err: err}
+		}
+		if info.pos+info.size > bound {
+			return max(end, info.pos), nil
+		}
+		end = info.pos + info.size
+	}
+}
+
+// locate finds the file region for a read and takes a reference on its
+// segment (and a descriptor when withReader). seg is nil for an empty read.
+func (l *Log) locate(offset, maxBytes, limit int64, withReader bool) (seg *segment, start, end int64, f *os.File, err error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return nil, 0, 0, nil, err
+	}
+	leo := l.leo.Load()
+	lso := l.lso.Load()
+	if offset < lso || offset > leo {
+		return nil, 0, 0, nil, &OffsetOutOfRangeError{Offset: offset, LogStartOffset: lso, LogEndOffset: leo}
+	}
+	limit = min(limit, leo)
+	if offset >= limit {
+		return nil, 0, 0, nil, nil
+	}
+	_, seg = l.segmentFor(offset)
+	size := seg.size.Load()
+	next := seg.next.Load()
+	first, found, err := l.findBatch(seg, offset, size)
+	if err != nil || !found {
+		return nil, 0, 0, nil, err
+	}
+	start, end = first.pos, size
+	if next > limit {
+		b, found, err := l.findBatch(seg, limit, size)
+		if err != nil {
+			return nil, 0, 0, nil, err
+		}
+		if found {
+			end = b.pos
+		}
+	}
+	if end <= start {
+		return nil, 0, 0, nil, nil
+	}
+	if end-start > maxBytes {
+		if end, err = l.lastBoundary(seg, first, start+max(maxBytes, 0), end); err != nil {
+			return nil, 0, 0, nil, err
+		}
+	}
+	seg.acquire()
+	if withReader {
+		// Under mu the file is not yet unlinked: deletion takes mu first.
+		if f, err = seg.reader(l.fs); err != nil {
+			seg.release()
+			return nil, 0, 0, nil, err
+		}
+	}
+	return seg, start, end, f, nil
+}
+
+// Read returns the file region of whole batches that starts with the batch
+// holding offset (so it may start before offset) and holds only batches that
+// end at or before limit, the caller's high watermark bound. It holds at
+// most maxBytes, except that it always holds the first batch if that batch
+// is within limit. A region never spans segments. At the log end, or at or
+// past limit, the region is empty; outside [LogStartOffset, LogEndOffset]
+// the error matches ErrOffsetOutOfRange. The caller must Close the region.
+func (l *Log) Read(offset, maxBytes, limit int64) (*Region, error) {
+	seg, start, end, f, err := l.locate(offset, maxBytes, limit, true)
+	if err != nil {
+		return nil, err
+	}
+	if seg == nil {
+		return &Region{}, nil
+	}
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		f.Close()
+		seg.release()
+		return nil, fmt.Errorf("segstore: seek %s: %w", seg.logPath, err)
+	}
+	return &Region{File: f, Pos: start, Len: end - start, seg: seg, left: end - start}, nil
+}
+
+// ReadBytes is Read copied into memory, for replication tests and callers
+// that cannot use a file region.
+func (l *Log) ReadBytes(offset, maxBytes, limit int64) ([]byte, error) {
+	seg, start, end, _, err := l.locate(offset, maxBytes, limit, false)
+	if err != nil || seg == nil {
+		return nil, err
+	}
+	defer seg.release()
+	buf := make([]byte, end-start)
+	if n, err := seg.log.ReadAt(buf, start); n < len(buf) {
+		return nil, fmt.Errorf("segstore: read %s at %d: %w", seg.logPath, start, err)
+	}
+	return buf, nil
+}
+
+// Truncate removes every batch that holds an offset at or after offset (so
+// the log ends at the base of the batch holding offset), used by a follower
+// truncating by epoch. Whole segments may be deleted. The epoch cache loses
+// its entries from there on, also when offset is the log end offset. An
+// offset below the log start offset truncates fully (TruncateFully). The
+// truncation is durable when Truncate returns.
+//
+// Reads bounded by the high watermark are not disturbed: truncation never
+// goes below it in a correct replica, and a region beyond it cannot exist.
+func (l *Log) Truncate(offset int64) error {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if offset < l.lso.Load() {
+		return l.truncateFully(offset)
+	}
+	return l.truncate(offset)
+}
+
+func (l *Log) truncate(offset int64) error {
+	if offset >= l.leo.Load() {
+		l.epochs.truncateFromEnd(offset)
+		return nil
+	}
+	ti, target := l.segmentFor(offset)
+	cut, found, err := l.findBatch(target, offset, target.size.Load())
+	if err != nil {
+		return l.fail(err)
+	}
+	cutAt := logPosition{offset: target.next.Load(), segmentBase: target.base, pos: target.size.Load()}
+	if found {
+		cutAt = logPosition{offset: cut.base, segmentBase: target.base, pos: cut.pos}
+	}
+
+	l.metaMu.Lock()
+	defer l.metaMu.Unlock()
+	// The recovery point must never name bytes that are gone: lower it on
+	// disk before cutting.
+	if l.recoveryPoint.offset > cutAt.offset {
+		if err := writeRecoveryPoint(l.fs, l.dir, cutAt); err != nil {
+			return l.fail(err)
+		}
+		l.recoveryPoint = cutAt
+	}
+
+	removed := slices.Clone(l.segments[ti+1:])
+	l.mu.Lock()
+	l.segments = slices.Clip(l.segments[:ti+1])
+	if target != l.active {
+		err = target.index.activate(l.opts.IndexBytes)
+	}
+	if err == nil {
+		target.index.truncateAtPosition(cutAt.pos)
+	}
+	target.next.Store(cutAt.offset)
+	target.size.Store(cutAt.pos)
+	l.leo.Store(cutAt.offset)
+	l.active = target
+	l.mu.Unlock()
+	if err != nil {
+		return l.fail(err)
+	}
+
+	target.lastIndexedPos = target.index.lastPos()
+	target.firstAppendAt = l.opts.Now()
+	target.maxTimestamp.Store(unknownTimestamp)
+	if cutAt.pos == 0 {
+		target.maxTimestamp.Store(noTimestamp)
+	}
+	if err := target.log.Truncate(cutAt.pos); err != nil {
+		return l.fail(fmt.Errorf("segstore: truncate %s: %w", target.logPath, err))
+	}
+	if err := target.syncLog(); err != nil {
+		return l.fail(err)
+	}
+	if err := l.deleteSegments(removed); err != nil {
+		return err
+	}
+
+	l.syncMu.Lock()
+	l.syncGen++
+	if l.synced.offset > cutAt.offset {
+		l.synced = cutAt
+	}
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	l.clampHW(l.lso.Load(), cutAt.offset)
+	l.epochs.truncateFromEnd(cutAt.offset)
+	l.logger.Info("truncated log", "offset", offset, "log_end_offset", cutAt.offset, "deleted_segments", len(removed))
+	return nil
+}
+
+// deleteSegments unlinks segments already taken out of the list, then makes
+// that durable. Caller holds appendMu.
+func (l *Log) deleteSegments(segs []*segment) error {
+	if len(segs) == 0 {
+		return nil
+	}
+	for _, s := range segs {
+		err := s.remove(l.fs)
+		s.release()
+		if err != nil {
+			return l.fail(err)
+		}
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return l.fail(fmt.Errorf("segstore: fsync directory: %w", err))
+	}
+	return nil
+}
+
+// TruncateFully discards the whole log and starts it again, empty, at
+// newStart (a follower whose log lies entirely outside the leader's).
+// Durable when it returns.
+func (l *Log) TruncateFully(newStart int64) error {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	return l.truncateFully(newStart)
+}
+
+// truncateFully first empties the log durably at its start offset, then
+// moves the start offset and the recovery point there (recovery starts a
+// log that holds nothing at or above the checkpointed start offset over,
+// empty, at that offset, and trusts no recovery point at or below it), and
+// only then replaces the segments. Every crash in between recovers to the
+// old log, an empty log at the old start, or the new one.
+func (l *Log) truncateFully(newStart int64) error {
+	if newStart < 0 {
+		return fmt.Errorf("%w: negative log start offset %d", ErrInvalidArgument, newStart)
+	}
+	lso := l.lso.Load()
+	if l.leo.Load() > lso {
+		if err := l.truncate(lso); err != nil {
+			return err
+		}
+	}
+	l.metaMu.Lock()
+	defer l.metaMu.Unlock()
+	start := logPosition{offset: newStart, segmentBase: newStart}
+	if newStart != lso {
+		if err := writeOffsetCheckpoint(l.fs, l.dir, logStartOffsetFile, newStart); err != nil {
+			return l.fail(err)
+		}
+		if err := writeRecoveryPoint(l.fs, l.dir, start); err != nil {
+			return l.fail(err)
+		}
+		l.recoveryPoint = start
+		// The log is one empty segment at lso now, so newStart names no
+		// existing file.
+		seg, err := createSegment(l.fs, l.dir, newStart, l.opts.IndexBytes)
+		if err != nil {
+			return l.fail(err)
+		}
+		l.mu.Lock()
+		old := l.segments
+		l.segments = []*segment{seg}
+		l.active = seg
+		l.lso.Store(newStart)
+		l.leo.Store(newStart)
+		l.mu.Unlock()
+		// deleteSegments fsyncs the directory, which also makes seg durable.
+		if err := l.deleteSegments(old); err != nil {
+			return err
+		}
+	}
+	l.syncMu.Lock()
+	l.syncGen++
+	l.synced = start
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	l.hw.Store(newStart)
+	l.epochs.reset(nil)
+	l.logger.Info("truncated log fully", "log_start_offset", newStart)
+	return nil
+}
+
+// ApplyRetention deletes the oldest segments that break the retention
+// limits: newest record older than Retention, or the log larger than
+// RetentionBytes. Only whole segments that are not active and lie entirely
+// below below (the high watermark) go, oldest first, and the log start
+// offset moves to the first segment kept (checkpointed before any file is
+// deleted). Readers of a deleted segment keep their regions. It returns the
+// number of segments deleted.
+func (l *Log) ApplyRetention(below int64) (int, error) {
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	if l.opts.Retention == 0 && l.opts.RetentionBytes == 0 {
+		return 0, nil
+	}
+	deadline := int64(math.MinInt64)
+	if l.opts.Retention > 0 {
+		deadline = l.opts.Now().UnixMilli() - l.opts.Retention.Milliseconds()
+		// Segments loaded without a scan learn their newest timestamp by a
+		// header walk, outside the writer's lock.
+		for _, s := range l.expiryCandidates(below) {
+			err := l.computeMaxTimestamp(s)
+			s.release()
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
+
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	segs := l.segments
+	var total int64
+	for _, s := range segs {
+		total += s.size.Load()
+	}
+	n := 0
+	for ; n < len(segs)-1 && segs[n+1].base <= below; n++ {
+		s := segs[n]
+		ts := s.maxTimestamp.Load()
+		expired := l.opts.Retention > 0 && ts != unknownTimestamp && ts < deadline
+		oversize := l.opts.RetentionBytes > 0 && total-s.size.Load() >= l.opts.RetentionBytes
+		if !expired && !oversize {
+			break
+		}
+		total -= s.size.Load()
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	newStart := segs[n].base
+
+	l.metaMu.Lock()
+	defer l.metaMu.Unlock()
+	if err := writeOffsetCheckpoint(l.fs, l.dir, logStartOffsetFile, newStart); err != nil {
+		return 0, l.fail(err)
+	}
+	removed := slices.Clone(segs[:n])
+	l.mu.Lock()
+	l.segments = slices.Clone(segs[n:])
+	l.lso.Store(newStart)
+	l.mu.Unlock()
+	if err := l.deleteSegments(removed); err != nil {
+		return 0, err
+	}
+	l.clampHW(newStart, l.leo.Load())
+	l.epochs.truncateFromStart(newStart)
+	l.logger.Info("retention deleted segments", "count", n, "log_start_offset", newStart)
+	return n, nil
+}
+
+// expiryCandidates returns, with a reference each, the oldest non-active
+// segments below below whose newest timestamp is unknown.
+func (l *Log) expiryCandidates(below int64) []*segment {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []*segment
+	for i := 0; i < len(l.segments)-1 && l.segments[i+1].base <= below; i++ {
+		if s := l.segments[i]; s.maxTimestamp.Load() == unknownTimestamp {
+			s.acquire()
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// computeMaxTimestamp walks a sealed segment's headers for its newest
+// timestamp. The caller holds a reference.
+func (l *Log) computeMaxTimestamp(s *segment) error {
+	w := walker{f: s.log, end: s.size.Load(), maxBatch: l.opts.MaxBatchBytes, buf: make([]byte, 64<<10), bufPos: -1}
+	newest := int64(noTimestamp)
+	for {
+		info, err := w.next()
+		if err == io.EOF {
+			s.maxTimestamp.CompareAndSwap(unknownTimestamp, newest)
+			return nil
+		}
+		if err != nil {
+			return &CorruptError{Path: s.logPath, Position: w.pos, Err: err}
+		}
+		newest = max(newest, info.maxTimestamp)
+	}
+}
+
+// Checkpoint persists the epoch cache, the high watermark and the recovery
+// point (the last synced position), in that order, so recovery after a crash
+// starts from there. The agent calls it periodically; Close calls it too.
+func (l *Log) Checkpoint() error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	l.metaMu.Lock()
+	defer l.metaMu.Unlock()
+	return l.checkpointLocked()
+}
+
+// checkpointLocked keeps the recovery point invariant (see recovery.go):
+// before the recovery point moves to a position in a segment, that
+// segment's index is fsynced (it holds every entry below the position), and
+// the epoch cache is written (it holds every entry that starts below it).
+func (l *Log) checkpointLocked() error {
+	l.syncMu.Lock()
+	synced := l.synced
+	l.syncMu.Unlock()
+	advance := synced.offset > l.recoveryPoint.offset
+	if advance {
+		l.mu.RLock()
+		var seg *segment
+		for _, s := range l.segments {
+			if s.base == synced.segmentBase {
+				seg = s
+				seg.acquire()
+			}
+		}
+		l.mu.RUnlock()
+		if seg == nil {
+			advance = false
+		} else {
+			err := seg.index.sync()
+			seg.release()
+			if err != nil {
+				return l.fail(err)
+			}
+		}
+	}
+	if entries, version := l.epochs.snapshot(); l.epochs.dirty() {
+		if err := writeEpochCheckpoint(l.fs, l.dir, entries); err != nil {
+			return l.fail(err)
+		}
+		l.epochs.markSaved(version)
+	}
+	if hw := l.hw.Load(); hw != l.checkpointedHW {
+		if err := writeOffsetCheckpoint(l.fs, l.dir, hwCheckpointFile, hw); err != nil {
+			return l.fail(err)
+		}
+		l.checkpointedHW = hw
+	}
+	if advance {
+		if err := writeRecoveryPoint(l.fs, l.dir, synced); err != nil {
+			return l.fail(err)
+		}
+		l.recoveryPoint = synced
+	}
+	return nil
+}
+
+// Close syncs everything, trims the active index and writes the
+// checkpoints, so the next Open has nothing to recover. A failed log is
+// closed without writing anything. Regions still open stay readable.
+func (l *Log) Close() error {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	var err error
+	if l.failure.Load() == nil {
+		err = l.flushForClose()
+	}
+	l.closed.Store(true)
+	l.syncMu.Lock()
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	l.mu.Lock()
+	segs := l.segments
+	l.segments = nil
+	l.mu.Unlock()
+	for _, s := range l.unsyncedSealed {
+		s.release()
+	}
+	l.unsyncedSealed = nil
+	for _, s := range segs {
+		s.release()
+	}
+	return err
+}
+
+func (l *Log) flushForClose() error {
+	active := l.active
+	l.mu.Lock()
+	err := active.index.seal()
+	l.mu.Unlock()
+	if err != nil {
+		return l.fail(err)
+	}
+	for _, s := range l.unsyncedSealed {
+		if err := s.syncLog(); err != nil {
+			return l.fail(err)
+		}
+		if err := s.index.sync(); err != nil {
+			return l.fail(err)
+		}
+	}
+	if err := active.syncLog(); err != nil {
+		return l.fail(err)
+	}
+	if l.dirDirty {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return l.fail(fmt.Errorf("segstore: fsync directory: %w", err))
+		}
+		l.dirDirty = false
+	}
+	tail := logPosition{offset: l.leo.Load(), segmentBase: active.base, pos: active.size.Load()}
+	l.syncMu.Lock()
+	if tail.offset >= l.synced.offset {
+		l.synced = tail
+	}
+	l.syncMu.Unlock()
+	l.metaMu.Lock()
+	defer l.metaMu.Unlock()
+	return l.checkpointLocked()
+}
