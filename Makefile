@@ -1,11 +1,16 @@
 # logagent: `make dev` runs a local cluster, `make test` runs every test.
 # Needs only Go 1.26, make and git: everything else is built from pinned modules.
 
+SHELL         := /bin/bash
+.SHELLFLAGS   := -o pipefail -c
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
 LDFLAGS   := -X main.version=$(VERSION)
 GO_FILES  := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.logagent-dev/*') go.mod go.sum $(wildcard config/*.hcl config/dev/*.hcl)
 TEST_TIMEOUT ?= 20m
+TORTURE_CRASH_ITERS     ?= 20000
+TORTURE_SIM_ITERS       ?= 20000
+TORTURE_FAILOVER_CYCLES ?= 100
 
 # Tests find the programs they run here, so they test what `make build` built.
 export LOGAGENT_BIN        := $(CURDIR)/bin/logagent
@@ -39,6 +44,14 @@ test: bin/logagent bin/consul ## Run every package's tests with -race, against t
 
 bin/staticcheck: tools/lint/go.mod tools/lint/go.sum
 	cd tools/lint && $(GO) build -o ../../bin/staticcheck honnef.co/go/tools/cmd/staticcheck
+
+.PHONY: torture
+torture: bin/logagent bin/consul ## Long randomized runs: storage crashes, replication simulation, Consul failovers (~15 min)
+	SEGSTORE_CRASH_ITERS=$(TORTURE_CRASH_ITERS) LOGAGENT_REPLICATE_SIM_ITERATIONS=$(TORTURE_SIM_ITERS) \
+	LOGAGENT_FAILOVER_CYCLES=$(TORTURE_FAILOVER_CYCLES) \
+	$(GO) test -race -count=1 -timeout 3h -v -run 'TestCrashRecovery|TestRandomizedReplication|TestFailover$$' \
+		./segstore ./replicate ./election 2>&1 | tee torture.out | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|crash iterations|failover with|median'
+	@echo "full log: torture.out"
 
 .PHONY: check
 check: bin/staticcheck ## gofmt, go vet and staticcheck (pinned in tools/lint/go.mod)
