@@ -34,6 +34,12 @@ consul: bin/consul ## Build bin/consul (v1.14.11, pinned in tools/go.mod; ~3 min
 bin/consul: tools/go.mod tools/go.sum
 	cd tools && $(GO) build -o ../bin/consul github.com/hashicorp/consul
 
+.PHONY: nats
+nats: bin/nats-server ## Build bin/nats-server (v2.15.2, pinned in tools/nats/go.mod) for side-by-side benchmarks
+
+bin/nats-server: tools/nats/go.mod tools/nats/go.sum
+	cd tools/nats && $(GO) build -o ../../bin/nats-server github.com/nats-io/nats-server/v2
+
 .PHONY: dev
 dev: bin/logagent bin/consul ## Run Consul and three agents on localhost (Ctrl-C stops all)
 	bin/logagent dev
