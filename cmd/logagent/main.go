@@ -35,6 +35,10 @@ func commands() []command {
 		{"agent", "run the agent daemon", runAgent},
 		{"dev", "run a local cluster: Consul and three agents", runDev},
 		{"validate", "check configuration files", runValidate},
+		{"topic", "create, list, describe or delete topics", runTopic},
+		{"produce", "write records from stdin, one per line", runProduce},
+		{"consume", "print the records of a partition", runConsume},
+		{"status", "show topics and partitions: leaders, epochs, ISR, high watermarks", runStatus},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -1,0 +1,188 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// DefaultAddr is the agent's default client API address (DESIGN §10).
+const DefaultAddr = "http://127.0.0.1:7070"
+
+// AddrEnv names the environment variable that New reads when given no
+// address.
+const AddrEnv = "LOGAGENT_ADDR"
+
+// ErrInvalidAddr is returned by New for an address it cannot use.
+var ErrInvalidAddr = errors.New("client: invalid agent address")
+
+// maxJSONBodyBytes bounds a JSON answer (a topic list can be long).
+const maxJSONBodyBytes = 16 << 20
+
+// requestGrace is how much longer than the time the agent was given (an
+// ack timeout, a long-poll wait) the client waits for its answer before it
+// gives up on the request.
+const requestGrace = 5 * time.Second
+
+// Client talks to one agent's client API. It is safe for concurrent use;
+// producers and consumers made from it share its connections.
+type Client struct {
+	base  string // scheme://host[:port], without a trailing slash
+	http  *http.Client
+	clock Clock
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the Client send its requests with h. The Client never
+// relies on h.Timeout: it bounds each request itself, long polls included.
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithClock gives the Client, and the producers and consumers made from it,
+// the time source they use for timestamps, linger, backoff and deadlines.
+func WithClock(clock Clock) Option { return func(c *Client) { c.clock = clock } }
+
+// New returns a Client of the agent at addr: "http://host:port",
+// "https://host:port" or "host:port" (http). An empty addr means
+// $LOGAGENT_ADDR, or DefaultAddr when that is unset.
+func New(addr string, opts ...Option) (*Client, error) {
+	if addr == "" {
+		addr = os.Getenv(AddrEnv)
+	}
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	base, err := parseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{base: base, clock: systemClock{}}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.http == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// One request per partition may be in flight for each producer,
+		// and each consumer holds one long poll.
+		t.MaxIdleConnsPerHost = 64
+		c.http = &http.Client{Transport: t}
+	}
+	return c, nil
+}
+
+func parseAddr(addr string) (string, error) {
+	raw := addr
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w %q: %v", ErrInvalidAddr, addr, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("%w %q: scheme must be http or https", ErrInvalidAddr, addr)
+	case u.Host == "":
+		return "", fmt.Errorf("%w %q: no host", ErrInvalidAddr, addr)
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return "", fmt.Errorf("%w %q: only scheme, host and port are allowed", ErrInvalidAddr, addr)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// Addr is the agent's base URL, as the Client uses it.
+func (c *Client) Addr() string { return c.base }
+
+// newRequest builds a request for path (already escaped) and query.
+func (c *Client) newRequest(ctx context.Context, method, path string, query url.Values, body []byte) (*http.Request, error) {
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, r)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	return req, nil
+}
+
+// doJSON sends a request with an optional JSON body and decodes a 2xx JSON
+// answer into out (when out is not nil). A non-2xx answer is an *Error; no
+// answer is a transport error.
+func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return fmt.Errorf("client: %s %s: %w", method, path, err)
+		}
+	}
+	req, err := c.newRequest(ctx, method, path, nil, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return &transportError{err: err, written: true}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp)
+	}
+	if out == nil {
+		return nil
+	}
+	data, err := readLimited(resp.Body, maxJSONBodyBytes)
+	if err != nil {
+		return fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%w: %s %s: %v", ErrProtocol, method, path, err)
+	}
+	return nil
+}
+
+// readLimited reads all of r, failing when it holds more than limit bytes.
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, &transportError{err: err, written: true}
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: answer over %d bytes", ErrProtocol, limit)
+	}
+	return data, nil
+}
+
+// Health is the answer of GET /v1/health.
+type Health struct {
+	Status string `json:"status"`
+	NodeID string `json:"node_id"`
+}
+
+// Health asks the agent whether it serves. An agent that is starting or
+// stopping answers with an *Error whose code is service_unavailable.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var h Health
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/health", nil, &h); err != nil {
+		return nil, fmt.Errorf("health: %w", err)
+	}
+	return &h, nil
+}

@@ -1,0 +1,409 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/logagent/logagent/record"
+)
+
+// Offsets that a Consumer can start from besides a number.
+const (
+	// OffsetLatest starts at the high watermark as it is when the consumer
+	// first fetches: only records committed afterwards are read.
+	OffsetLatest int64 = -1
+	// OffsetEarliest starts at the log start offset: every record kept.
+	OffsetEarliest int64 = -2
+)
+
+// Headers of a fetch answer (DESIGN §8).
+const (
+	HighWatermarkHeader  = "Logagent-High-Watermark"
+	LogStartOffsetHeader = "Logagent-Log-Start-Offset"
+)
+
+// Record is a record read from a partition. Its slices belong to the caller.
+type Record struct {
+	Partition int
+	Offset    int64
+	// Timestamp has millisecond precision.
+	Timestamp time.Time
+	Key       []byte // nil when the record has no key
+	Value     []byte // nil when the value is null
+	Headers   []Header
+	// LeaderEpoch is the epoch of the leader that appended the record.
+	LeaderEpoch int32
+}
+
+type consumerConfig struct {
+	maxBytes   int
+	maxWait    time.Duration
+	reset      int64 // 0: none; else OffsetEarliest or OffsetLatest
+	limits     record.Limits
+	backoffMin time.Duration
+	backoffMax time.Duration
+}
+
+// ConsumerOption configures a Consumer.
+type ConsumerOption func(*consumerConfig)
+
+// WithFetchMaxBytes is the max_bytes of each fetch (default 1 MiB). An
+// answer holds whole batches, at least one even when it is bigger.
+func WithFetchMaxBytes(n int) ConsumerOption { return func(c *consumerConfig) { c.maxBytes = n } }
+
+// WithFetchMaxWait is how long a fetch may wait on the agent for records
+// when there are none yet (the wait parameter; default 5s). 0 asks for an
+// immediate answer, possibly empty.
+func WithFetchMaxWait(d time.Duration) ConsumerOption {
+	return func(c *consumerConfig) { c.maxWait = d }
+}
+
+// WithOffsetReset makes a consumer whose offset is out of range (below the
+// log start after retention, or above the high watermark) continue from
+// OffsetEarliest or OffsetLatest instead of failing with
+// ErrOffsetOutOfRange.
+func WithOffsetReset(to int64) ConsumerOption { return func(c *consumerConfig) { c.reset = to } }
+
+// WithFetchLimits bounds what decoding accepts (default: batches up to 16
+// MiB, the agents' default limits.max_request_bytes; decompressed records
+// up to record.DefaultMaxDecompressedBytes). An answer is read only up to
+// max bytes plus one batch.
+func WithFetchLimits(l record.Limits) ConsumerOption {
+	return func(c *consumerConfig) { c.limits = l }
+}
+
+// WithFetchBackoff sets the first and the largest delay between retries of
+// a failed fetch (default 50ms and 1s).
+func WithFetchBackoff(first, largest time.Duration) ConsumerOption {
+	return func(c *consumerConfig) { c.backoffMin, c.backoffMax = first, largest }
+}
+
+// Consumer reads one partition in offset order. It is not safe for
+// concurrent use.
+type Consumer struct {
+	client    *Client
+	topic     string
+	partition int
+	path      string // of the fetch endpoint, escaped
+	cfg       consumerConfig
+	clock     Clock
+	backoff   backoff
+	decoder   *record.Decoder
+
+	next           int64 // offset to fetch next, or OffsetEarliest/OffsetLatest until resolved
+	highWatermark  int64
+	logStartOffset int64
+	buffered       []Record // fetched, not yet returned by Next
+}
+
+// NewConsumer returns a Consumer of one partition of topic that starts at
+// from: OffsetEarliest, OffsetLatest or an offset.
+func (c *Client) NewConsumer(topic string, partition int, from int64, opts ...ConsumerOption) (*Consumer, error) {
+	if err := ValidateTopicName(topic); err != nil {
+		return nil, err
+	}
+	cfg := consumerConfig{
+		maxBytes:   1 << 20,
+		maxWait:    5 * time.Second,
+		limits:     record.Limits{MaxBatchBytes: 16 << 20},
+		backoffMin: 50 * time.Millisecond,
+		backoffMax: time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case partition < 0:
+		return nil, fmt.Errorf("%w: partition %d", ErrInvalidOption, partition)
+	case from < OffsetEarliest:
+		return nil, fmt.Errorf("%w: start offset %d", ErrInvalidOption, from)
+	case cfg.maxBytes <= 0 || cfg.maxWait < 0:
+		return nil, fmt.Errorf("%w: fetch max bytes %d, max wait %v", ErrInvalidOption, cfg.maxBytes, cfg.maxWait)
+	case cfg.reset != 0 && cfg.reset != OffsetEarliest && cfg.reset != OffsetLatest:
+		return nil, fmt.Errorf("%w: offset reset %d: want OffsetEarliest or OffsetLatest", ErrInvalidOption, cfg.reset)
+	case cfg.limits.MaxBatchBytes <= 0:
+		return nil, fmt.Errorf("%w: fetch limits need MaxBatchBytes", ErrInvalidOption)
+	case cfg.backoffMin <= 0 || cfg.backoffMax < cfg.backoffMin:
+		return nil, fmt.Errorf("%w: fetch backoff %v to %v", ErrInvalidOption, cfg.backoffMin, cfg.backoffMax)
+	}
+	return &Consumer{
+		client:         c,
+		topic:          topic,
+		partition:      partition,
+		path:           fmt.Sprintf("%s/partitions/%d/records", topicPath(topic), partition),
+		cfg:            cfg,
+		clock:          c.clock,
+		backoff:        newBackoff(cfg.backoffMin, cfg.backoffMax),
+		decoder:        record.NewDecoder(cfg.limits),
+		next:           from,
+		highWatermark:  -1,
+		logStartOffset: -1,
+	}, nil
+}
+
+// Position is the offset of the next record Next or Poll returns; before the
+// first fetch from OffsetEarliest or OffsetLatest, that constant.
+func (c *Consumer) Position() int64 {
+	if len(c.buffered) > 0 {
+		return c.buffered[0].Offset
+	}
+	return c.next
+}
+
+// HighWatermark is the partition's high watermark in the last answer, -1
+// before the first. Position() >= HighWatermark() means caught up.
+func (c *Consumer) HighWatermark() int64 { return c.highWatermark }
+
+// LogStartOffset is the partition's first kept offset in the last answer,
+// -1 before the first.
+func (c *Consumer) LogStartOffset() int64 { return c.logStartOffset }
+
+// SeekTo makes the next fetch start at offset (or OffsetEarliest or
+// OffsetLatest), dropping records fetched but not yet returned.
+func (c *Consumer) SeekTo(offset int64) error {
+	if offset < OffsetEarliest {
+		return fmt.Errorf("%w: seek to %d", ErrInvalidOption, offset)
+	}
+	c.next, c.buffered = offset, nil
+	return nil
+}
+
+// Next returns the next record, long-polling until there is one or ctx
+// ends.
+func (c *Consumer) Next(ctx context.Context) (Record, error) {
+	for len(c.buffered) == 0 {
+		records, err := c.Poll(ctx)
+		if err != nil {
+			return Record{}, err
+		}
+		c.buffered = records
+	}
+	r := c.buffered[0]
+	c.buffered[0] = Record{}
+	c.buffered = c.buffered[1:]
+	return r, nil
+}
+
+// Poll returns the records Next has not returned yet, or else fetches once:
+// it may return no records when the fetch's wait passed without new ones.
+// Failures that may pass (the agent says retriable, the connection failed)
+// are retried with backoff until ctx ends; others are returned, such as
+// ErrOffsetOutOfRange (an *Error with the partition's bounds, unless
+// WithOffsetReset) or a corrupt batch (record.ErrCorrupt).
+func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
+	if len(c.buffered) > 0 {
+		out := c.buffered
+		c.buffered = nil
+		return out, nil
+	}
+	reset := false
+	for attempt := 0; ; {
+		records, err := c.fetch(ctx)
+		if err == nil {
+			return records, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeOffsetOutOfRange && c.cfg.reset != 0 && !reset {
+			// One reset per Poll: an agent that keeps refusing its own
+			// bounds gets its error returned instead of a busy loop.
+			reset = true
+			c.next = c.cfg.reset
+			continue
+		}
+		if !fetchRetriable(err) {
+			return nil, err
+		}
+		var retryAfter time.Duration
+		if e != nil {
+			retryAfter = e.RetryAfter
+		}
+		if serr := sleep(ctx, c.clock, c.backoff.delay(attempt, retryAfter)); serr != nil {
+			return nil, fmt.Errorf("%w (last attempt: %w)", serr, err)
+		}
+		attempt++
+	}
+}
+
+// fetchRetriable: reads are idempotent, so any failure that may pass is
+// worth another try.
+func fetchRetriable(err error) bool {
+	var te *transportError
+	if errors.As(err, &te) {
+		return true
+	}
+	var e *Error
+	return errors.As(err, &e) && (e.Retriable || retriableBeforeAppendCodes[e.Code])
+}
+
+func offsetParam(offset int64) string {
+	switch offset {
+	case OffsetEarliest:
+		return "earliest"
+	case OffsetLatest:
+		return "latest"
+	}
+	return strconv.FormatInt(offset, 10)
+}
+
+// fetch fetches once from c.next and advances it past what it returns.
+func (c *Consumer) fetch(ctx context.Context) ([]Record, error) {
+	if c.next == OffsetLatest {
+		// "latest" is resolved on its own, without waiting: the answer's
+		// first batch may start before the offset the agent resolved, so
+		// which of its records to skip is known only from a number.
+		a, err := c.get(ctx, OffsetLatest, 0)
+		if err != nil {
+			return nil, err
+		}
+		c.highWatermark, c.logStartOffset = a.highWatermark, a.logStartOffset
+		c.next = a.highWatermark
+	}
+	a, err := c.get(ctx, c.next, c.cfg.maxWait)
+	if err != nil {
+		return nil, err
+	}
+	c.highWatermark, c.logStartOffset = a.highWatermark, a.logStartOffset
+	from := c.next
+	if from == OffsetEarliest {
+		from = a.logStartOffset
+	}
+	records, next, err := c.decode(a.body, from)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s/%d at offset %s: %w", c.topic, c.partition, offsetParam(c.next), err)
+	}
+	c.next = next
+	return records, nil
+}
+
+// fetchAnswer is a successful fetch: batches back to back and the bounds.
+type fetchAnswer struct {
+	body           []byte
+	highWatermark  int64
+	logStartOffset int64
+}
+
+func (c *Consumer) get(ctx context.Context, offset int64, wait time.Duration) (*fetchAnswer, error) {
+	query := url.Values{
+		"offset":    {offsetParam(offset)},
+		"max_bytes": {strconv.Itoa(c.cfg.maxBytes)},
+	}
+	if wait > 0 {
+		query.Set("wait", wait.String())
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait+requestGrace)
+	defer cancel()
+	fail := func(err error) (*fetchAnswer, error) {
+		return nil, fmt.Errorf("fetch %s/%d at offset %s: %w", c.topic, c.partition, offsetParam(offset), err)
+	}
+	req, err := c.client.newRequest(ctx, http.MethodGet, c.path, query, nil)
+	if err != nil {
+		return fail(err)
+	}
+	req.Header.Set("Accept", BatchContentType)
+	resp, err := c.client.http.Do(req)
+	if err != nil {
+		return fail(&transportError{err: err, written: true})
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fail(decodeError(resp))
+	}
+	a := &fetchAnswer{}
+	if a.highWatermark, err = offsetHeader(resp, HighWatermarkHeader); err != nil {
+		return fail(err)
+	}
+	if a.logStartOffset, err = offsetHeader(resp, LogStartOffsetHeader); err != nil {
+		return fail(err)
+	}
+	if a.body, err = readLimited(resp.Body, int64(c.cfg.maxBytes)+int64(c.cfg.limits.MaxBatchBytes)); err != nil {
+		return fail(err)
+	}
+	if len(a.body) > 0 {
+		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != BatchContentType {
+			return fail(fmt.Errorf("%w: Content-Type %q, want %s", ErrProtocol, resp.Header.Get("Content-Type"), BatchContentType))
+		}
+	}
+	return a, nil
+}
+
+func offsetHeader(resp *http.Response, name string) (int64, error) {
+	s := resp.Header.Get(name)
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%w: header %s is %q, want an offset", ErrProtocol, name, s)
+	}
+	return v, nil
+}
+
+// decode verifies and decodes the batches of body and returns their
+// records at or after from, and the offset to fetch next. Every batch must
+// start at or after the end of the one before; only the first may hold
+// records below from.
+func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
+	var records []Record
+	next, prevEnd := from, int64(-1)
+	for pos := 0; pos < len(body); {
+		batch, _, err := record.NextBatch(body[pos:], c.cfg.limits.MaxBatchBytes)
+		if err != nil {
+			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+		}
+		it, err := c.decoder.Records(batch)
+		if err != nil {
+			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+		}
+		h := it.Header()
+		if h.BaseOffset() < prevEnd {
+			return nil, 0, fmt.Errorf("%w: batch at byte %d starts at offset %d, before the end %d of the one before",
+				ErrProtocol, pos, h.BaseOffset(), prevEnd)
+		}
+		prevEnd = h.NextOffset()
+		// Uncompressed records alias body, which is this fetch's own;
+		// compressed ones alias the decoder's buffer, reused next batch.
+		owned := h.Codec() == record.CodecNone
+		for it.Next() {
+			r := it.Record()
+			if r.Offset < from {
+				continue
+			}
+			records = append(records, c.toRecord(r, h.LeaderEpoch(), owned))
+		}
+		if err := it.Err(); err != nil {
+			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+		}
+		next = max(next, h.NextOffset())
+		pos += len(batch)
+	}
+	if len(body) > 0 && next == from {
+		return nil, 0, fmt.Errorf("%w: the answer holds no batch that reaches offset %d", ErrProtocol, from)
+	}
+	return records, next, nil
+}
+
+func (c *Consumer) toRecord(r record.Record, epoch int32, owned bool) Record {
+	out := Record{
+		Partition:   c.partition,
+		Offset:      r.Offset,
+		Timestamp:   time.UnixMilli(r.Timestamp),
+		Key:         r.Key,
+		Value:       r.Value,
+		Headers:     r.Headers,
+		LeaderEpoch: epoch,
+	}
+	if !owned {
+		out.Key, out.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+		for i := range out.Headers {
+			out.Headers[i].Value = bytes.Clone(out.Headers[i].Value)
+		}
+	}
+	return out
+}

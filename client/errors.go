@@ -1,0 +1,225 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Error codes of the client API (DESIGN §8) that a caller may want to test
+// for. The agent may send others; Error.Code carries whatever it sent.
+const (
+	CodeInvalidRequest               = "invalid_request"
+	CodeInvalidTopicName             = "invalid_topic_name"
+	CodeInvalidOffset                = "invalid_offset"
+	CodeCorruptBatch                 = "corrupt_batch"
+	CodeUnknownTopic                 = "unknown_topic"
+	CodeUnknownPartition             = "unknown_partition"
+	CodeTopicExists                  = "topic_exists"
+	CodeRecordTooLarge               = "record_too_large"
+	CodeRequestTooLarge              = "request_too_large"
+	CodeOffsetOutOfRange             = "offset_out_of_range"
+	CodeNotLeader                    = "not_leader"
+	CodeFencedLeaderEpoch            = "fenced_leader_epoch"
+	CodeLeaderNotAvailable           = "leader_not_available"
+	CodeNotEnoughReplicas            = "not_enough_replicas"
+	CodeNotEnoughReplicasAfterAppend = "not_enough_replicas_after_append"
+	CodeNotLeaderAfterAppend         = "not_leader_after_append"
+	CodeAckTimeout                   = "ack_timeout"
+	CodeServiceUnavailable           = "service_unavailable"
+)
+
+// Sentinels matched (errors.Is) by an *Error with the corresponding code.
+// ErrInvalidTopicName is also returned, before any request, for a name that
+// DESIGN §3 does not allow.
+var (
+	ErrInvalidTopicName   = errors.New("client: invalid topic name")
+	ErrUnknownTopic       = errors.New("client: unknown topic")
+	ErrUnknownPartition   = errors.New("client: unknown partition")
+	ErrTopicExists        = errors.New("client: topic exists")
+	ErrOffsetOutOfRange   = errors.New("client: offset out of range")
+	ErrRecordTooLarge     = errors.New("client: record too large")
+	ErrNotEnoughReplicas  = errors.New("client: not enough in-sync replicas")
+	ErrLeaderNotAvailable = errors.New("client: leader not available")
+)
+
+var codeSentinels = map[string]error{
+	CodeInvalidTopicName:   ErrInvalidTopicName,
+	CodeUnknownTopic:       ErrUnknownTopic,
+	CodeUnknownPartition:   ErrUnknownPartition,
+	CodeTopicExists:        ErrTopicExists,
+	CodeOffsetOutOfRange:   ErrOffsetOutOfRange,
+	CodeRecordTooLarge:     ErrRecordTooLarge,
+	CodeNotEnoughReplicas:  ErrNotEnoughReplicas,
+	CodeLeaderNotAvailable: ErrLeaderNotAvailable,
+}
+
+// ErrOutcomeUnknown is matched by the error of a write that may or may not
+// have been applied (see OutcomeUnknownError). Retrying such a write may
+// duplicate its records.
+var ErrOutcomeUnknown = errors.New("client: outcome unknown")
+
+// ErrClosed is returned by a Producer after Close, and fails the records
+// that Close could not deliver before its context ended.
+var ErrClosed = errors.New("client: producer closed")
+
+// ErrProtocol reports an answer from the agent that breaks the API contract:
+// a missing header, a malformed JSON body, a fetch response out of order.
+var ErrProtocol = errors.New("client: response breaks the API contract")
+
+// Error is an error answer of the agent: the HTTP status and the JSON error
+// object {"error":{"code","message","retriable"}} of DESIGN §8.
+type Error struct {
+	Status    int
+	Code      string // empty when the body was not the JSON error object
+	Message   string
+	Retriable bool // the agent says the same request may succeed later
+	// RetryAfter is the Retry-After header (in seconds on the wire), 0 if
+	// absent.
+	RetryAfter time.Duration
+	// LogStartOffset and HighWatermark are the partition's bounds that an
+	// offset_out_of_range answer carries; -1 when absent.
+	LogStartOffset int64
+	HighWatermark  int64
+	// Leader and LeaderAddress name the partition's leader and its client
+	// API when the agent says (not_leader).
+	Leader        string
+	LeaderAddress string
+}
+
+func (e *Error) Error() string {
+	code := e.Code
+	if code == "" {
+		code = "http " + strconv.Itoa(e.Status)
+	} else {
+		code = fmt.Sprintf("%s (%d)", code, e.Status)
+	}
+	if e.Message == "" {
+		return "client: " + code
+	}
+	return "client: " + code + ": " + e.Message
+}
+
+// Is makes errors.Is(err, ErrUnknownTopic) and the other code sentinels work.
+func (e *Error) Is(target error) bool {
+	s, ok := codeSentinels[e.Code]
+	return ok && s == target
+}
+
+// OutcomeUnknownError is the error of a write whose records may or may not
+// have been written: the agent timed out waiting for replicas, answered
+// after appending that it could not complete, or the connection was lost
+// after the request was sent. Cause says which.
+type OutcomeUnknownError struct {
+	Cause error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return "client: outcome unknown, the records may have been written: " + e.Cause.Error()
+}
+
+func (e *OutcomeUnknownError) Unwrap() error { return e.Cause }
+
+// Is makes errors.Is(err, ErrOutcomeUnknown) true.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// IsRetriable reports whether the operation that failed with err may succeed
+// if the caller tries it again as it was: the agent marked the error
+// retriable, or the agent could not be reached. It is false for every error
+// that matches ErrOutcomeUnknown, since repeating a write whose outcome is
+// unknown may duplicate it, and for context errors.
+func IsRetriable(err error) bool {
+	if err == nil || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Retriable && !outcomeUnknownCodes[e.Code]
+	}
+	var te *transportError
+	return errors.As(err, &te)
+}
+
+// transportError is a request that got no HTTP answer. written is whether
+// any of the request may have reached the agent: for a write, false means
+// nothing was applied.
+type transportError struct {
+	err     error
+	written bool
+}
+
+func (e *transportError) Error() string { return "client: " + e.err.Error() }
+func (e *transportError) Unwrap() error { return e.err }
+
+// Codes that the agent sends for a write whose records may have been
+// appended: never retried by the producer.
+var outcomeUnknownCodes = map[string]bool{
+	CodeAckTimeout:                   true,
+	CodeNotEnoughReplicasAfterAppend: true,
+	CodeNotLeaderAfterAppend:         true,
+}
+
+// Codes that the agent sends only before it appends anything, and that are
+// worth retrying: leadership moves, the ISR grows back, the agent finishes
+// starting.
+var retriableBeforeAppendCodes = map[string]bool{
+	CodeNotEnoughReplicas:  true,
+	CodeLeaderNotAvailable: true,
+	CodeNotLeader:          true,
+	CodeFencedLeaderEpoch:  true,
+	CodeServiceUnavailable: true,
+}
+
+// maxErrorBodyBytes bounds how much of an error answer is read.
+const maxErrorBodyBytes = 64 << 10
+
+// decodeError turns a non-2xx answer into an *Error. A body that is not the
+// JSON error object (a proxy's HTML page, say) becomes the message.
+func decodeError(resp *http.Response) *Error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
+	e := &Error{Status: resp.StatusCode, LogStartOffset: -1, HighWatermark: -1}
+	if s := resp.Header.Get("Retry-After"); s != "" {
+		if secs, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && secs >= 0 {
+			e.RetryAfter = time.Duration(secs) * time.Second
+		}
+	}
+	var wire struct {
+		Error *struct {
+			Code           string `json:"code"`
+			Message        string `json:"message"`
+			Retriable      bool   `json:"retriable"`
+			Leader         string `json:"leader"`
+			LeaderAddress  string `json:"leader_address"`
+			LogStartOffset *int64 `json:"log_start_offset"`
+			HighWatermark  *int64 `json:"high_watermark"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &wire); err == nil && wire.Error != nil && wire.Error.Code != "" {
+		w := wire.Error
+		e.Code, e.Message, e.Retriable = w.Code, w.Message, w.Retriable
+		e.Leader, e.LeaderAddress = w.Leader, w.LeaderAddress
+		if w.LogStartOffset != nil {
+			e.LogStartOffset = *w.LogStartOffset
+		}
+		if w.HighWatermark != nil {
+			e.HighWatermark = *w.HighWatermark
+		}
+		return e
+	}
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > 200 {
+		msg = msg[:200] + "..."
+	}
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	e.Message = msg
+	return e
+}

@@ -1,0 +1,902 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/logagent/logagent/record"
+)
+
+// BatchContentType is the media type of one binary batch (DESIGN §4) in a
+// produce request, and of back-to-back batches in a fetch answer.
+const BatchContentType = "application/vnd.logagent.batch"
+
+// ErrInvalidOption is returned for an option or argument out of its range.
+var ErrInvalidOption = errors.New("client: invalid option")
+
+// Acks is how much of the write the agent confirms before answering.
+type Acks int
+
+const (
+	// AcksAll waits until every in-sync replica has the records (the high
+	// watermark passed them). The default.
+	AcksAll Acks = iota
+	// AcksLeader waits until the leader appended the records.
+	AcksLeader
+	// AcksNone answers once the agent has the request; no offsets.
+	AcksNone
+)
+
+// String is the value of the acks query parameter: all, 1 or 0.
+func (a Acks) String() string {
+	switch a {
+	case AcksAll:
+		return "all"
+	case AcksLeader:
+		return "1"
+	case AcksNone:
+		return "0"
+	}
+	return "acks(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAcks parses "all" (or "-1"), "1" or "0".
+func ParseAcks(s string) (Acks, error) {
+	switch s {
+	case "all", "-1":
+		return AcksAll, nil
+	case "1":
+		return AcksLeader, nil
+	case "0":
+		return AcksNone, nil
+	}
+	return 0, fmt.Errorf("%w: acks %q: want all, 1 or 0", ErrInvalidOption, s)
+}
+
+// Message is a record to produce.
+type Message struct {
+	// Key may be nil (no key) or empty (a key of no bytes, which is hashed
+	// like any other).
+	Key     []byte
+	Value   []byte
+	Headers []Header
+	// Time is the record's timestamp, stored in milliseconds; zero means
+	// the producer's clock at Produce.
+	Time time.Time
+	// Partition, when not nil, is the partition to write to; see the
+	// package documentation for what is used otherwise.
+	Partition *int
+}
+
+// Header is one application header of a record: a key and an optional
+// (nil) value.
+type Header = record.RecordHeader
+
+// ToPartition returns a Message.Partition that names partition p.
+func ToPartition(p int) *int { return &p }
+
+// Result is where a record was written.
+type Result struct {
+	Partition int
+	// Offset is the record's offset; -1 with AcksNone.
+	Offset int64
+	// Epoch is the leader epoch that appended the record; -1 with
+	// AcksNone.
+	Epoch int32
+}
+
+type producerConfig struct {
+	acks             Acks
+	linger           time.Duration
+	maxBatchBytes    int
+	maxBufferedBytes int
+	ackTimeout       time.Duration
+	deliveryTimeout  time.Duration
+	backoffMin       time.Duration
+	backoffMax       time.Duration
+	codec            record.Codec
+}
+
+// ProducerOption configures a Producer.
+type ProducerOption func(*producerConfig)
+
+// WithAcks sets the acknowledgement level (default AcksAll).
+func WithAcks(a Acks) ProducerOption { return func(c *producerConfig) { c.acks = a } }
+
+// WithLinger sets how long a partition's batch waits for more records
+// before it may be sent (default 5ms). With 0 a batch may be sent at once,
+// and records that arrive while the partition's previous request is in
+// flight still accumulate into the next batch.
+func WithLinger(d time.Duration) ProducerOption { return func(c *producerConfig) { c.linger = d } }
+
+// WithMaxBatchBytes caps the size of one batch, uncompressed, header
+// included (default 1 MiB, the agents' default producer.max_batch_bytes). A
+// single record bigger than this is sent alone.
+func WithMaxBatchBytes(n int) ProducerOption {
+	return func(c *producerConfig) { c.maxBatchBytes = n }
+}
+
+// WithMaxBufferedBytes caps the records that are queued or in flight
+// (default 32 MiB); Produce and Send block while the buffer is full.
+func WithMaxBufferedBytes(n int) ProducerOption {
+	return func(c *producerConfig) { c.maxBufferedBytes = n }
+}
+
+// WithAckTimeout is how long the agent may wait for replicas before it
+// answers ack_timeout, sent as the timeout parameter (default 5s). The
+// client waits that long plus a grace period for an answer.
+func WithAckTimeout(d time.Duration) ProducerOption {
+	return func(c *producerConfig) { c.ackTimeout = d }
+}
+
+// WithDeliveryTimeout bounds the retries of one batch, counted from its
+// first attempt (default 2 minutes). Each record's context bounds them too.
+func WithDeliveryTimeout(d time.Duration) ProducerOption {
+	return func(c *producerConfig) { c.deliveryTimeout = d }
+}
+
+// WithRetryBackoff sets the first and the largest delay between attempts
+// (default 50ms and 1s); see the package documentation for the jitter.
+func WithRetryBackoff(first, largest time.Duration) ProducerOption {
+	return func(c *producerConfig) { c.backoffMin, c.backoffMax = first, largest }
+}
+
+// WithCompression compresses each batch with codec (default none).
+func WithCompression(codec record.Codec) ProducerOption {
+	return func(c *producerConfig) { c.codec = codec }
+}
+
+// metadataMaxAge is how long a producer trusts the partition count it
+// read; an unknown_topic or unknown_partition answer drops it at once.
+const metadataMaxAge = time.Minute
+
+// Producer writes records to one topic. It is safe for concurrent use. See
+// the package documentation for batching, partitioning and guarantees.
+type Producer struct {
+	client  *Client
+	topic   string
+	path    string // of the produce endpoint, escaped
+	cfg     producerConfig
+	clock   Clock
+	backoff backoff
+
+	// life ends when Close gives up: in-flight requests and backoff
+	// sleeps end with it.
+	life    context.Context
+	abort   context.CancelFunc
+	senders sync.WaitGroup
+
+	metadataMu sync.Mutex // one DescribeTopic at a time
+
+	mu         sync.Mutex
+	closed     bool
+	partitions int // 0 until known, or after the agent denied it
+	metadataAt time.Time
+	sticky     int // partition of keyless records (mod partitions)
+	queues     map[int]*partitionQueue
+	buffered   int           // bytes of records not completed
+	spaceFreed chan struct{} // closed when buffered shrinks, if someone waits
+}
+
+// partitionQueue holds one partition's batches. Only its sender goroutine
+// (at most one at a time) sends them, oldest first, so the partition's
+// records are written in order.
+type partitionQueue struct {
+	partition int
+	batches   []*batch // waiting; only the last one may be open
+	inFlight  *batch   // taken by the sender
+	sending   bool     // a sender goroutine is running
+	builder   record.Builder
+}
+
+type batch struct {
+	records []*pending
+	bytes   int  // bound of the encoded size
+	ready   bool // may be sent: full, linger over, or flushed
+	closed  bool // takes no more records: full or taken by the sender
+	linger  Timer
+}
+
+type recordState uint8
+
+const (
+	// stateQueued: never sent, or every attempt so far was refused before
+	// anything was written. The record can still be withdrawn.
+	stateQueued recordState = iota
+	// stateInFlight: in a request that has not been answered.
+	stateInFlight
+	stateDone
+)
+
+// pending is a record between Produce and its outcome. Its key, value and
+// headers are copies, so the caller may reuse its slices at once.
+type pending struct {
+	ctx       context.Context
+	stopWatch func() bool // stops the watch on ctx
+	partition int
+	timestamp int64
+	key       []byte
+	value     []byte
+	headers   []Header
+	size      int
+	state     recordState // guarded by Producer.mu
+	future    *Future
+}
+
+// Future is the outcome of a record given to Produce.
+type Future struct {
+	done   chan struct{}
+	result Result
+	err    error
+}
+
+// Done is closed once the outcome is known.
+func (f *Future) Done() <-chan struct{} { return f.done }
+
+// Wait returns the record's Result or error once known. If ctx ends first
+// it returns ctx.Err() and the record stays in the producer's hands (the
+// context given to Produce, not this one, bounds its delivery).
+func (f *Future) Wait(ctx context.Context) (*Result, error) {
+	select {
+	case <-f.done:
+		return f.outcome()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (f *Future) outcome() (*Result, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	r := f.result
+	return &r, nil
+}
+
+// NewProducer returns a Producer of records to topic.
+func (c *Client) NewProducer(topic string, opts ...ProducerOption) (*Producer, error) {
+	if err := ValidateTopicName(topic); err != nil {
+		return nil, err
+	}
+	cfg := producerConfig{
+		acks:             AcksAll,
+		linger:           5 * time.Millisecond,
+		maxBatchBytes:    1 << 20,
+		maxBufferedBytes: 32 << 20,
+		ackTimeout:       5 * time.Second,
+		deliveryTimeout:  2 * time.Minute,
+		backoffMin:       50 * time.Millisecond,
+		backoffMax:       time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	life, abort := context.WithCancel(context.Background())
+	p := &Producer{
+		client:  c,
+		topic:   topic,
+		path:    topicPath(topic) + "/records",
+		cfg:     cfg,
+		clock:   c.clock,
+		backoff: newBackoff(cfg.backoffMin, cfg.backoffMax),
+		life:    life,
+		abort:   abort,
+		queues:  map[int]*partitionQueue{},
+	}
+	return p, nil
+}
+
+func (c *producerConfig) validate() error {
+	var b record.Builder
+	switch {
+	case c.acks < AcksAll || c.acks > AcksNone:
+		return fmt.Errorf("%w: acks %d", ErrInvalidOption, c.acks)
+	case c.linger < 0:
+		return fmt.Errorf("%w: negative linger %v", ErrInvalidOption, c.linger)
+	case c.maxBatchBytes <= record.HeaderSize:
+		return fmt.Errorf("%w: max batch bytes %d is not above the batch header's %d", ErrInvalidOption, c.maxBatchBytes, record.HeaderSize)
+	case c.maxBufferedBytes < c.maxBatchBytes:
+		return fmt.Errorf("%w: max buffered bytes %d is below max batch bytes %d", ErrInvalidOption, c.maxBufferedBytes, c.maxBatchBytes)
+	case c.ackTimeout <= 0 || c.deliveryTimeout <= 0:
+		return fmt.Errorf("%w: ack timeout %v and delivery timeout %v must be positive", ErrInvalidOption, c.ackTimeout, c.deliveryTimeout)
+	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
+		return fmt.Errorf("%w: retry backoff %v to %v", ErrInvalidOption, c.backoffMin, c.backoffMax)
+	}
+	if err := b.SetCodec(c.codec); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return nil
+}
+
+// Produce queues m and returns its Future; it blocks only to learn the
+// topic's partition count (once a minute, for records without a partition)
+// or while the buffer is full. ctx bounds that wait and the record's
+// delivery: see the package documentation.
+func (p *Producer) Produce(ctx context.Context, m Message) (*Future, error) {
+	r, err := p.enqueue(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return r.future, nil
+}
+
+// Send produces m and waits for its outcome. If ctx ends before the record
+// was sent (or between attempts), the record is withdrawn and Send returns
+// an error matching ctx.Err(): it was not written. If ctx ends while the
+// record's request is in flight, Send returns an error matching both
+// ErrOutcomeUnknown and ctx.Err().
+func (p *Producer) Send(ctx context.Context, m Message) (*Result, error) {
+	r, err := p.enqueue(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-r.future.done:
+	case <-ctx.Done():
+		p.withdraw(r, ctx.Err())
+		select {
+		case <-r.future.done:
+		default:
+			return nil, &OutcomeUnknownError{Cause: fmt.Errorf("stopped waiting for the answer: %w", ctx.Err())}
+		}
+	}
+	return r.future.outcome()
+}
+
+// Flush sends every queued record without waiting for linger and waits
+// until all records produced before the call have their outcome (not
+// necessarily success: check their futures). It returns ctx.Err() if ctx
+// ends first.
+func (p *Producer) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	var waits []*Future
+	for _, q := range p.queues {
+		for _, b := range q.batches {
+			b.ready = true
+			stopLinger(b)
+			waits = appendFutures(waits, b)
+		}
+		if q.inFlight != nil {
+			waits = appendFutures(waits, q.inFlight)
+		}
+		p.kickLocked(q)
+	}
+	p.mu.Unlock()
+	for _, f := range waits {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return fmt.Errorf("flush: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+func appendFutures(dst []*Future, b *batch) []*Future {
+	for _, r := range b.records {
+		if r.state != stateDone {
+			dst = append(dst, r.future)
+		}
+	}
+	return dst
+}
+
+// Close stops accepting records, flushes what is queued and waits for it.
+// If ctx ends first it aborts: requests in flight end with an outcome
+// unknown, queued records fail with ErrClosed, and Close returns ctx's
+// error. Either way no goroutine of the Producer is left when Close returns.
+func (p *Producer) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.releaseLocked(0) // wakes Produce calls waiting for space: they fail
+	p.mu.Unlock()
+	err := p.Flush(ctx)
+	p.abort()
+	p.senders.Wait()
+	if err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	return nil
+}
+
+func (p *Producer) enqueue(ctx context.Context, m Message) (*pending, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	partitions := 0
+	if m.Partition != nil {
+		if *m.Partition < 0 {
+			return nil, fmt.Errorf("%w: partition %d", ErrInvalidOption, *m.Partition)
+		}
+	} else {
+		n, err := p.partitionCount(ctx)
+		if err != nil {
+			return nil, err
+		}
+		partitions = n
+	}
+	r := newPending(ctx, m, p.clock.Now())
+	if err := p.reserve(ctx, r.size); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		p.releaseLocked(r.size)
+		return nil, ErrClosed
+	}
+	switch {
+	case m.Partition != nil:
+		r.partition = *m.Partition
+	case m.Key != nil:
+		r.partition = PartitionForKey(m.Key, partitions)
+	default:
+		p.sticky %= partitions
+		r.partition = p.sticky
+	}
+	p.appendLocked(r)
+	r.stopWatch = context.AfterFunc(ctx, func() { p.withdraw(r, ctx.Err()) })
+	return r, nil
+}
+
+func newPending(ctx context.Context, m Message, now time.Time) *pending {
+	ts := m.Time
+	if ts.IsZero() {
+		ts = now
+	}
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Value)
+	}
+	buf := make([]byte, 0, n)
+	r := &pending{ctx: ctx, timestamp: ts.UnixMilli(), future: &Future{done: make(chan struct{})}}
+	r.key, buf = appendCopy(buf, m.Key)
+	r.value, buf = appendCopy(buf, m.Value)
+	if len(m.Headers) > 0 {
+		r.headers = make([]Header, len(m.Headers))
+		for i, h := range m.Headers {
+			r.headers[i].Key = h.Key
+			r.headers[i].Value, buf = appendCopy(buf, h.Value)
+		}
+	}
+	r.size = recordSizeBound(r.key, r.value, r.headers)
+	return r
+}
+
+// appendCopy appends b to buf (which has room) and returns the copy, nil
+// for a nil b, and buf.
+func appendCopy(buf, b []byte) (copied, rest []byte) {
+	if b == nil {
+		return nil, buf
+	}
+	start := len(buf)
+	buf = append(buf, b...)
+	return buf[start:len(buf):len(buf)], buf
+}
+
+// recordSizeBound is at least the size of the record encoded in a batch
+// (record's layout): attributes, at most 10 bytes of timestamp_delta and 5
+// of length and offset_delta (both int32), then exact lengths.
+func recordSizeBound(key, value []byte, headers []Header) int {
+	n := 1 + binary.MaxVarintLen64 + 2*binary.MaxVarintLen32 +
+		bytesSizeBound(key) + bytesSizeBound(value) + varintLen(int64(len(headers)))
+	for _, h := range headers {
+		n += varintLen(int64(len(h.Key))) + len(h.Key) + bytesSizeBound(h.Value)
+	}
+	return n
+}
+
+func bytesSizeBound(b []byte) int { return varintLen(int64(len(b))) + len(b) }
+
+func varintLen(v int64) int {
+	var scratch [binary.MaxVarintLen64]byte
+	return binary.PutVarint(scratch[:], v)
+}
+
+// reserve waits until size bytes fit in the buffer and takes them. A record
+// bigger than the whole buffer goes when the buffer is empty.
+func (p *Producer) reserve(ctx context.Context, size int) error {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return ErrClosed
+		}
+		if p.buffered == 0 || p.buffered+size <= p.cfg.maxBufferedBytes {
+			p.buffered += size
+			p.mu.Unlock()
+			return nil
+		}
+		if p.spaceFreed == nil {
+			p.spaceFreed = make(chan struct{})
+		}
+		freed := p.spaceFreed
+		p.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for buffer space: %w", ctx.Err())
+		}
+	}
+}
+
+func (p *Producer) releaseLocked(size int) {
+	p.buffered -= size
+	if p.spaceFreed != nil {
+		close(p.spaceFreed)
+		p.spaceFreed = nil
+	}
+}
+
+// partitionCount is the topic's partition count, read with DescribeTopic
+// when unknown or older than metadataMaxAge. A failed refresh keeps a count
+// that was not denied by the agent.
+func (p *Producer) partitionCount(ctx context.Context) (int, error) {
+	fresh := func() (int, bool) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.partitions, p.partitions > 0 && p.clock.Now().Sub(p.metadataAt) < metadataMaxAge
+	}
+	if n, ok := fresh(); ok {
+		return n, nil
+	}
+	p.metadataMu.Lock()
+	defer p.metadataMu.Unlock()
+	n, ok := fresh()
+	if ok {
+		return n, nil
+	}
+	info, err := p.client.DescribeTopic(ctx, p.topic)
+	if err == nil && len(info.Partitions) == 0 {
+		err = fmt.Errorf("%w: topic %q has no partitions", ErrProtocol, p.topic)
+	}
+	if err != nil {
+		if n > 0 {
+			return n, nil
+		}
+		return 0, fmt.Errorf("produce to %q: partition count: %w", p.topic, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.partitions, p.metadataAt = len(info.Partitions), p.clock.Now()
+	return p.partitions, nil
+}
+
+func (p *Producer) appendLocked(r *pending) {
+	q := p.queues[r.partition]
+	if q == nil {
+		q = &partitionQueue{partition: r.partition}
+		// validate accepted the codec.
+		_ = q.builder.SetCodec(p.cfg.codec)
+		p.queues[r.partition] = q
+	}
+	var b *batch
+	if n := len(q.batches); n > 0 && !q.batches[n-1].closed {
+		b = q.batches[n-1]
+	}
+	if b != nil && len(b.records) > 0 && b.bytes+r.size > p.cfg.maxBatchBytes {
+		p.closeLocked(q, b)
+		b = nil
+	}
+	if b == nil {
+		b = &batch{bytes: record.HeaderSize}
+		q.batches = append(q.batches, b)
+		if p.cfg.linger == 0 {
+			b.ready = true
+		} else {
+			b.linger = p.clock.AfterFunc(p.cfg.linger, func() { p.lingerOver(q, b) })
+		}
+	}
+	b.records = append(b.records, r)
+	b.bytes += r.size
+	if b.bytes >= p.cfg.maxBatchBytes {
+		p.closeLocked(q, b)
+	}
+	p.kickLocked(q)
+}
+
+// closeLocked closes a full batch: it is ready, and keyless records move on
+// to the next partition.
+func (p *Producer) closeLocked(q *partitionQueue, b *batch) {
+	b.closed, b.ready = true, true
+	stopLinger(b)
+	p.moveStickyLocked(q.partition)
+	p.kickLocked(q)
+}
+
+func (p *Producer) moveStickyLocked(partition int) {
+	if p.sticky == partition {
+		p.sticky = partition + 1
+	}
+}
+
+func stopLinger(b *batch) {
+	if b.linger != nil {
+		b.linger.Stop()
+		b.linger = nil
+	}
+}
+
+func (p *Producer) lingerOver(q *partitionQueue, b *batch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.ready = true
+	p.kickLocked(q)
+}
+
+// kickLocked starts q's sender if its oldest batch is ready and none runs.
+func (p *Producer) kickLocked(q *partitionQueue) {
+	if q.sending || len(q.batches) == 0 || !q.batches[0].ready {
+		return
+	}
+	q.sending = true
+	p.senders.Add(1)
+	go p.sendLoop(q)
+}
+
+// sendLoop sends q's ready batches one at a time, and ends when the oldest
+// one is not ready (a linger timer or Flush starts it again).
+func (p *Producer) sendLoop(q *partitionQueue) {
+	defer p.senders.Done()
+	p.mu.Lock()
+	for len(q.batches) > 0 && q.batches[0].ready {
+		b := q.batches[0]
+		q.batches[0] = nil
+		q.batches = q.batches[1:]
+		b.closed = true
+		stopLinger(b)
+		p.moveStickyLocked(q.partition)
+		q.inFlight = b
+		p.mu.Unlock()
+		p.deliver(q, b)
+		p.mu.Lock()
+		q.inFlight = nil
+	}
+	q.sending = false
+	p.mu.Unlock()
+}
+
+// attemptOutcome is what one produce request did.
+type attemptOutcome int
+
+const (
+	attemptWritten attemptOutcome = iota
+	attemptRetry                  // nothing written; worth trying again
+	attemptFailed                 // nothing written; do not try again
+	attemptUnknown                // may have been written
+)
+
+// classifyAttempt decides, from a produce request's error, whether its
+// records were written; see the package documentation.
+func classifyAttempt(err error) attemptOutcome {
+	if err == nil {
+		return attemptWritten
+	}
+	var te *transportError
+	if errors.As(err, &te) {
+		if te.written {
+			return attemptUnknown
+		}
+		return attemptRetry
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		switch {
+		case outcomeUnknownCodes[e.Code]:
+			return attemptUnknown
+		case retriableBeforeAppendCodes[e.Code]:
+			return attemptRetry
+		case e.Status >= 500:
+			return attemptUnknown
+		case e.Retriable:
+			return attemptRetry
+		}
+		return attemptFailed
+	}
+	if errors.Is(err, ErrProtocol) {
+		return attemptUnknown
+	}
+	return attemptFailed
+}
+
+// deliver sends batch b of partition q until it is written, fails, or its
+// outcome is unknown. Between attempts nothing of b has been written, so
+// records whose context ended meanwhile are dropped from the next attempt.
+func (p *Producer) deliver(q *partitionQueue, b *batch) {
+	deadline := p.clock.Now().Add(p.cfg.deliveryTimeout)
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		p.mu.Lock()
+		live := b.records[:0]
+		for _, r := range b.records {
+			if r.state == stateQueued {
+				live = append(live, r)
+			}
+		}
+		clear(b.records[len(live):])
+		b.records = live
+		var giveUp error
+		switch {
+		case len(live) == 0:
+			p.mu.Unlock()
+			return
+		case p.life.Err() != nil:
+			giveUp = fmt.Errorf("%w before the records were sent", ErrClosed)
+			if lastErr != nil {
+				giveUp = fmt.Errorf("%w (last attempt: %w)", giveUp, lastErr)
+			}
+		case attempt > 0 && !p.clock.Now().Before(deadline):
+			giveUp = fmt.Errorf("delivery timeout of %v: records not written: %w", p.cfg.deliveryTimeout, lastErr)
+		}
+		if giveUp != nil {
+			p.completeAllLocked(live, giveUp)
+			p.mu.Unlock()
+			return
+		}
+		for _, r := range live {
+			r.state = stateInFlight
+		}
+		p.mu.Unlock()
+
+		answer, err := p.post(q, live)
+
+		p.mu.Lock()
+		outcome := classifyAttempt(err)
+		stillQueued := 0
+		switch outcome {
+		case attemptWritten:
+			for i, r := range live {
+				res := Result{Partition: q.partition, Offset: -1, Epoch: -1}
+				if answer != nil {
+					res.Offset, res.Epoch = answer.BaseOffset+int64(i), answer.Epoch
+				}
+				p.completeLocked(r, res, nil)
+			}
+		case attemptUnknown:
+			p.completeAllLocked(live, &OutcomeUnknownError{Cause: err})
+		case attemptFailed:
+			if errors.Is(err, ErrUnknownTopic) || errors.Is(err, ErrUnknownPartition) {
+				p.partitions = 0
+			}
+			p.completeAllLocked(live, err)
+		case attemptRetry:
+			for _, r := range live {
+				if cause := r.ctx.Err(); cause != nil {
+					p.completeLocked(r, Result{}, fmt.Errorf("client: record not written: %w (last attempt: %w)", cause, err))
+				} else {
+					r.state = stateQueued
+					stillQueued++
+				}
+			}
+		}
+		p.mu.Unlock()
+		if stillQueued == 0 {
+			return
+		}
+		lastErr = err
+		var retryAfter time.Duration
+		if e := (*Error)(nil); errors.As(err, &e) {
+			retryAfter = e.RetryAfter
+		}
+		// An aborted sleep is seen at the top of the loop.
+		_ = sleep(p.life, p.clock, p.backoff.delay(attempt, retryAfter))
+	}
+}
+
+func (p *Producer) completeAllLocked(records []*pending, err error) {
+	for _, r := range records {
+		p.completeLocked(r, Result{}, err)
+	}
+}
+
+func (p *Producer) completeLocked(r *pending, res Result, err error) {
+	if r.state == stateDone {
+		return
+	}
+	r.state = stateDone
+	r.future.result, r.future.err = res, err
+	close(r.future.done)
+	if r.stopWatch != nil {
+		r.stopWatch()
+	}
+	r.key, r.value, r.headers = nil, nil, nil
+	p.releaseLocked(r.size)
+}
+
+// withdraw fails r with cause if it is queued: it was not written and will
+// not be.
+func (p *Producer) withdraw(r *pending, cause error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.state == stateQueued {
+		p.completeLocked(r, Result{}, fmt.Errorf("client: record not sent: %w", cause))
+	}
+}
+
+// produceAnswer is the body of a successful produce (DESIGN §8).
+type produceAnswer struct {
+	Topic      string `json:"topic"`
+	Partition  int    `json:"partition"`
+	BaseOffset int64  `json:"base_offset"`
+	LastOffset int64  `json:"last_offset"`
+	Count      int    `json:"count"`
+	Epoch      int32  `json:"epoch"`
+}
+
+// post sends records as one batch to q's partition. It returns nil and no
+// error for AcksNone, whose answer carries no offsets.
+func (p *Producer) post(q *partitionQueue, records []*pending) (*produceAnswer, error) {
+	q.builder.Reset()
+	for _, r := range records {
+		if err := q.builder.Add(r.timestamp, r.key, r.value, r.headers); err != nil {
+			return nil, fmt.Errorf("produce to %s/%d: %w", p.topic, q.partition, err)
+		}
+	}
+	// A fresh buffer each time: the transport may still read the previous
+	// body after a failed request returns.
+	body, err := q.builder.AppendTo(make([]byte, 0, q.builder.Size()))
+	if err != nil {
+		return nil, fmt.Errorf("produce to %s/%d: %w", p.topic, q.partition, err)
+	}
+	query := url.Values{
+		"partition": {strconv.Itoa(q.partition)},
+		"acks":      {p.cfg.acks.String()},
+		"timeout":   {p.cfg.ackTimeout.String()},
+	}
+	ctx, cancel := context.WithTimeout(p.life, p.cfg.ackTimeout+requestGrace)
+	defer cancel()
+	// Headers written is the conservative line between "not sent" and
+	// "maybe applied": a failure before it cannot have reached the agent.
+	var written atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { written.Store(true) }})
+	req, err := p.client.newRequest(ctx, http.MethodPost, p.path, query, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", BatchContentType)
+	req.Header.Set("Accept", "application/json")
+	resp, err := p.client.http.Do(req)
+	if err != nil {
+		return nil, &transportError{err: err, written: written.Load()}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return nil, decodeError(resp)
+	}
+	if p.cfg.acks == AcksNone {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJSONBodyBytes))
+		return nil, nil
+	}
+	data, err := readLimited(resp.Body, maxJSONBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	var a produceAnswer
+	if err := json.Unmarshal(data, &a); err != nil {
+		return nil, fmt.Errorf("%w: produce answer: %v", ErrProtocol, err)
+	}
+	if a.Partition != q.partition || a.Count != len(records) || a.BaseOffset < 0 ||
+		a.LastOffset-a.BaseOffset+1 != int64(len(records)) {
+		return nil, fmt.Errorf("%w: produce of %d records to partition %d answered partition %d, offsets %d-%d, count %d",
+			ErrProtocol, len(records), q.partition, a.Partition, a.BaseOffset, a.LastOffset, a.Count)
+	}
+	return &a, nil
+}

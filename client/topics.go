@@ -1,0 +1,154 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+)
+
+// topicNamePattern is DESIGN §3's rule; "." and ".." are refused too.
+var topicNamePattern = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// ValidateTopicName returns an error matching ErrInvalidTopicName unless
+// name is a valid topic name (DESIGN §3). Every call that names a topic
+// checks it first, so a bad name never reaches a URL.
+func ValidateTopicName(name string) error {
+	if !topicNamePattern.MatchString(name) || name == "." || name == ".." {
+		return fmt.Errorf("%w %q: want 1 to 249 of [a-zA-Z0-9._-], other than %q and %q", ErrInvalidTopicName, name, ".", "..")
+	}
+	return nil
+}
+
+// TopicSpec is a topic to create (POST /v1/topics). Zero fields are left to
+// the agent's topic_defaults.
+type TopicSpec struct {
+	Name              string `json:"name"`
+	Partitions        int    `json:"partitions,omitempty"`
+	ReplicationFactor int    `json:"replication_factor,omitempty"`
+	MinInsyncReplicas int    `json:"min_insync_replicas,omitempty"`
+}
+
+// TopicInfo describes a topic (GET /v1/topics/{t}).
+type TopicInfo struct {
+	Name string `json:"name"`
+	// Config is the topic's configuration as the agent reports it, each
+	// value as raw JSON, so that no field is lost or rounded.
+	Config     map[string]json.RawMessage `json:"config,omitempty"`
+	Partitions []PartitionInfo            `json:"partitions"`
+}
+
+// PartitionInfo is one partition of a TopicInfo.
+type PartitionInfo struct {
+	Partition int `json:"partition"`
+	// Leader is the leader's node id; empty when the partition is offline.
+	Leader         string   `json:"leader"`
+	Epoch          int32    `json:"epoch"`
+	Replicas       []string `json:"replicas"`
+	ISR            []string `json:"isr"`
+	HighWatermark  int64    `json:"high_watermark"`
+	LogStartOffset int64    `json:"log_start_offset"`
+	// LogEndOffset is set when the agent reports the leader's log end
+	// offset; LogEndOffset - HighWatermark is then the records that are
+	// appended but not yet committed.
+	LogEndOffset *int64 `json:"log_end_offset,omitempty"`
+}
+
+func topicPath(name string) string { return "/v1/topics/" + url.PathEscape(name) }
+
+// CreateTopic creates a topic. It fails with ErrTopicExists if the name is
+// taken.
+func (c *Client) CreateTopic(ctx context.Context, spec TopicSpec) error {
+	if err := ValidateTopicName(spec.Name); err != nil {
+		return err
+	}
+	if spec.Partitions < 0 || spec.ReplicationFactor < 0 || spec.MinInsyncReplicas < 0 {
+		return fmt.Errorf("create topic %q: partitions, replication factor and min in-sync replicas must not be negative", spec.Name)
+	}
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/topics", spec, nil); err != nil {
+		return fmt.Errorf("create topic %q: %w", spec.Name, err)
+	}
+	return nil
+}
+
+// DescribeTopic returns the topic's configuration and partitions. It fails
+// with ErrUnknownTopic if there is no such topic.
+func (c *Client) DescribeTopic(ctx context.Context, name string) (*TopicInfo, error) {
+	if err := ValidateTopicName(name); err != nil {
+		return nil, err
+	}
+	var info TopicInfo
+	if err := c.doJSON(ctx, http.MethodGet, topicPath(name), nil, &info); err != nil {
+		return nil, fmt.Errorf("describe topic %q: %w", name, err)
+	}
+	if info.Name != name {
+		return nil, fmt.Errorf("%w: describe topic %q answered topic %q", ErrProtocol, name, info.Name)
+	}
+	return &info, nil
+}
+
+// DeleteTopic deletes a topic and its records.
+func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+	if err := ValidateTopicName(name); err != nil {
+		return err
+	}
+	if err := c.doJSON(ctx, http.MethodDelete, topicPath(name), nil, nil); err != nil {
+		return fmt.Errorf("delete topic %q: %w", name, err)
+	}
+	return nil
+}
+
+// ListTopics returns the topics the agent knows. Depending on what the agent
+// lists, an entry may carry only its Name (Partitions nil): DescribeTopic
+// gives the rest.
+func (c *Client) ListTopics(ctx context.Context) ([]TopicInfo, error) {
+	var raw json.RawMessage
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/topics", nil, &raw); err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	topics, err := decodeTopicList(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list topics: %v", ErrProtocol, err)
+	}
+	return topics, nil
+}
+
+// decodeTopicList accepts the shapes a topic list can reasonably take, as
+// DESIGN §8 does not fix one: a JSON array, or an object whose "topics" is
+// one, of topic names or of topic descriptions.
+func decodeTopicList(body []byte) ([]TopicInfo, error) {
+	var items []json.RawMessage
+	if trimmed := bytes.TrimSpace(body); len(trimmed) > 0 && trimmed[0] == '[' {
+		if err := json.Unmarshal(trimmed, &items); err != nil {
+			return nil, err
+		}
+	} else {
+		var wrapped struct {
+			Topics *[]json.RawMessage `json:"topics"`
+		}
+		if err := json.Unmarshal(body, &wrapped); err != nil {
+			return nil, err
+		}
+		if wrapped.Topics == nil {
+			return nil, fmt.Errorf("no \"topics\" array in %.100q", body)
+		}
+		items = *wrapped.Topics
+	}
+	topics := make([]TopicInfo, 0, len(items))
+	for _, item := range items {
+		var t TopicInfo
+		if err := json.Unmarshal(item, &t.Name); err != nil {
+			if err := json.Unmarshal(item, &t); err != nil {
+				return nil, err
+			}
+		}
+		if t.Name == "" {
+			return nil, fmt.Errorf("topic without a name in %.100q", item)
+		}
+		topics = append(topics, t)
+	}
+	return topics, nil
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/logagent/logagent/client"
+)
+
+// The data commands (topic, produce, consume, status) talk to an agent's
+// client API through package client; this file holds what they share.
+
+// addrFlag registers -addr, the agent to talk to.
+func addrFlag(fs *flag.FlagSet) *string {
+	return fs.String("addr", "", "the agent's client API (default $"+client.AddrEnv+" or "+client.DefaultAddr+")")
+}
+
+// timeoutFlag registers -timeout for commands that make a few requests.
+func timeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("timeout", 10*time.Second, "give up after this long")
+}
+
+// newAgentClient returns a client of addr; a bad address is bad usage.
+func newAgentClient(addr string) (*client.Client, error) {
+	c, err := client.New(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: -addr: %v", errUsage, err)
+	}
+	return c, nil
+}
+
+// signalContext ends at SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// timedContext ends after d, or at SIGINT or SIGTERM.
+func timedContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signalContext()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	return ctx, func() { cancel(); stop() }
+}
+
+// parseFlagsWithName parses args that may hold one positional name, before
+// or after the flags, as an alternative to the flag that fills *name.
+func parseFlagsWithName(fs *flag.FlagSet, args []string, name *string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if rest := fs.Args(); len(rest) > 0 {
+		if *name != "" {
+			return fmt.Errorf("%w: the topic is named twice: -name %q and %q", errUsage, *name, rest[0])
+		}
+		*name = rest[0]
+		if err := parseFlags(fs, rest[1:]); err != nil {
+			return err
+		}
+	}
+	if *name == "" {
+		return fmt.Errorf("%w: name the topic: -name T, or T as the argument", errUsage)
+	}
+	return nil
+}
+
+// usageError turns the client's errors about bad arguments into bad usage
+// (exit 2); anything else is a failure (exit 1).
+func usageError(err error) error {
+	if errors.Is(err, client.ErrInvalidTopicName) || errors.Is(err, client.ErrInvalidOption) {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return err
+}
+
+// writePartitionTable prints one row per partition of topics, with a TOPIC
+// column when withTopic. STATE is offline (no leader), below-min-isr (acks=all
+// writes are refused), under-replicated (ISR smaller than the replicas) or ok.
+// LAG is appended but not yet committed records, when the agent reports the
+// log end offset.
+func writePartitionTable(w io.Writer, topics []client.TopicInfo, withTopic bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tHW\tLOG-START\tLAG\tSTATE"
+	if withTopic {
+		header = "TOPIC\t" + header
+	}
+	fmt.Fprintln(tw, header)
+	for _, t := range topics {
+		minISR := configInt(t.Config, "min_insync_replicas")
+		for _, p := range t.Partitions {
+			if withTopic {
+				fmt.Fprintf(tw, "%s\t", t.Name)
+			}
+			leader, lag := p.Leader, "-"
+			if leader == "" {
+				leader = "-"
+			}
+			if p.LogEndOffset != nil {
+				lag = strconv.FormatInt(*p.LogEndOffset-p.HighWatermark, 10)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", p.Partition, leader, p.Epoch,
+				joinOrDash(p.Replicas), joinOrDash(p.ISR), p.HighWatermark, p.LogStartOffset, lag, partitionState(p, minISR))
+		}
+	}
+	return tw.Flush()
+}
+
+func partitionState(p client.PartitionInfo, minISR int) string {
+	switch {
+	case p.Leader == "":
+		return "offline"
+	case minISR > 0 && len(p.ISR) < minISR:
+		return "below-min-isr"
+	case len(p.ISR) < len(p.Replicas):
+		return "under-replicated"
+	}
+	return "ok"
+}
+
+func joinOrDash(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ",")
+}
+
+// configInt reads an integer topic setting, 0 when absent or not a number.
+func configInt(config map[string]json.RawMessage, key string) int {
+	var v int
+	if raw, ok := config[key]; ok && json.Unmarshal(raw, &v) == nil {
+		return v
+	}
+	return 0
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/logagent/logagent/client"
+)
+
+func runConsume(args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signalContext()
+	defer stop()
+	return consume(ctx, args, stdout, stderr)
+}
+
+// consume prints the records of one partition. Without -follow it prints
+// those below the high watermark of its first fetch and exits; with
+// -follow it long-polls for more until ctx ends (Ctrl-C), which is then a
+// success.
+func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("consume", stderr)
+	topic := fs.String("topic", "", "the topic to read (required)")
+	partition := fs.Int("partition", 0, "the partition to read")
+	fromFlag := fs.String("from", "earliest", "where to start: earliest, latest or an offset")
+	follow := fs.Bool("follow", false, "keep waiting for new records (until Ctrl-C)")
+	format := fs.String("format", "raw", "raw (each value on a line) or ndjson (one JSON object per record)")
+	maxBytes := fs.Int("max-bytes", 1<<20, "max_bytes of each fetch")
+	wait := fs.Duration("wait", 5*time.Second, "with -follow, how long each fetch waits on the agent for records")
+	addr := addrFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *topic == "" {
+		return fmt.Errorf("%w: -topic is required", errUsage)
+	}
+	from, err := parseStartOffset(*fromFlag)
+	if err != nil {
+		return err
+	}
+	var write func(*bufio.Writer, client.Record) error
+	switch *format {
+	case "raw":
+		write = writeRaw
+	case "ndjson":
+		write = writeNDJSON
+	default:
+		return fmt.Errorf("%w: -format %q: want raw or ndjson", errUsage, *format)
+	}
+	c, err := newAgentClient(*addr)
+	if err != nil {
+		return err
+	}
+	fetchWait := time.Duration(0)
+	if *follow {
+		fetchWait = *wait
+	}
+	cons, err := c.NewConsumer(*topic, *partition, from, client.WithFetchMaxBytes(*maxBytes), client.WithFetchMaxWait(fetchWait))
+	if err != nil {
+		return usageError(err)
+	}
+
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	end := int64(-1) // without -follow: the high watermark of the first fetch
+	for {
+		records, err := cons.Poll(ctx)
+		if err != nil {
+			if *follow && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if !*follow && end < 0 {
+			end = cons.HighWatermark()
+		}
+		for _, r := range records {
+			if !*follow && r.Offset >= end {
+				break
+			}
+			if err := write(out, r); err != nil {
+				return err
+			}
+		}
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		if !*follow && cons.Position() >= end {
+			return nil
+		}
+	}
+}
+
+func parseStartOffset(s string) (int64, error) {
+	switch s {
+	case "earliest":
+		return client.OffsetEarliest, nil
+	case "latest":
+		return client.OffsetLatest, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: -from %q: want earliest, latest or an offset", errUsage, s)
+	}
+	return n, nil
+}
+
+func writeRaw(w *bufio.Writer, r client.Record) error {
+	_, _ = w.Write(r.Value)
+	return w.WriteByte('\n')
+}
+
+// writeNDJSON writes one record as a JSON object on one line, in the shape
+// of the agent's ndjson fetch plus the partition:
+//
+//	{"partition":0,"offset":42,"timestamp":1700000000000,"key":"k","value":"v","headers":{"h":"x"}}
+//
+// A key or value that is null is null; one that is not valid UTF-8 is given
+// as key_base64 or value_base64 instead, and such header values go in a
+// "headers_base64" object. A repeated header key keeps its last value.
+func writeNDJSON(w *bufio.Writer, r client.Record) error {
+	b := []byte(`{"partition":`)
+	b = strconv.AppendInt(b, int64(r.Partition), 10)
+	b = append(b, `,"offset":`...)
+	b = strconv.AppendInt(b, r.Offset, 10)
+	b = append(b, `,"timestamp":`...)
+	b = strconv.AppendInt(b, r.Timestamp.UnixMilli(), 10)
+	b = appendBytesField(b, "key", r.Key)
+	b = appendBytesField(b, "value", r.Value)
+	if len(r.Headers) > 0 {
+		text, binary := map[string]*string{}, map[string]string{}
+		for _, h := range r.Headers {
+			switch {
+			case h.Value == nil:
+				text[h.Key] = nil
+			case utf8.Valid(h.Value):
+				v := string(h.Value)
+				text[h.Key] = &v
+			default:
+				binary[h.Key] = base64.StdEncoding.EncodeToString(h.Value)
+			}
+		}
+		if len(text) > 0 {
+			b = append(b, `,"headers":`...)
+			b = appendJSON(b, text)
+		}
+		if len(binary) > 0 {
+			b = append(b, `,"headers_base64":`...)
+			b = appendJSON(b, binary)
+		}
+	}
+	b = append(b, "}\n"...)
+	_, err := w.Write(b)
+	return err
+}
+
+func appendBytesField(b []byte, name string, v []byte) []byte {
+	switch {
+	case v == nil:
+		return append(b, `,"`+name+`":null`...)
+	case utf8.Valid(v):
+		b = append(b, `,"`+name+`":`...)
+		return appendJSON(b, string(v))
+	}
+	b = append(b, `,"`+name+`_base64":"`...)
+	b = base64.StdEncoding.AppendEncode(b, v)
+	return append(b, '"')
+}
+
+// appendJSON appends v as JSON without escaping <, > and &, which log lines
+// often hold. Maps come out with sorted keys.
+func appendJSON(b []byte, v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// Strings and maps of strings always encode.
+	_ = enc.Encode(v)
+	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+}

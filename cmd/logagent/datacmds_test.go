@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/logagent/logagent/client"
+)
+
+// exitCodeOf is the exit code run gives a command's error.
+func exitCodeOf(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errUsage):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+type cliCase struct {
+	name      string
+	args      []string
+	code      int
+	stdout    []string // substrings
+	stderrHas []string
+}
+
+func checkCLI(t *testing.T, c cliCase, code int, stdout, stderr string) {
+	t.Helper()
+	if code != c.code {
+		t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, c.code, stdout, stderr)
+	}
+	for _, s := range c.stdout {
+		if !strings.Contains(stdout, s) {
+			t.Errorf("stdout lacks %q:\n%s", s, stdout)
+		}
+	}
+	for _, s := range c.stderrHas {
+		if !strings.Contains(stderr, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, stderr)
+		}
+	}
+}
+
+func TestTopicCommands(t *testing.T) {
+	f := newFakeClientAPI(t)
+	addr := f.srv.URL
+	// In order: each case sees what the ones before it did.
+	cases := []cliCase{
+		{"create", []string{"topic", "create", "-addr", addr, "-name", "orders", "-partitions", "2", "-replication-factor", "1", "-min-insync-replicas", "1"}, 0,
+			[]string{"created topic orders\n"}, nil},
+		{"create again", []string{"topic", "create", "-addr", addr, "orders"}, 1, nil, []string{"topic_exists (409)"}},
+		{"create without a name", []string{"topic", "create", "-addr", addr}, 2, nil, []string{"name the topic"}},
+		{"named twice", []string{"topic", "create", "-addr", addr, "-name", "a", "b"}, 2, nil, []string{"named twice"}},
+		{"bad name", []string{"topic", "create", "-addr", addr, "bad/name"}, 2, nil, []string{"invalid topic name"}},
+		{"negative partitions", []string{"topic", "create", "-addr", addr, "-partitions", "-1", "x"}, 2, nil, []string{"must not be negative"}},
+		{"extra argument", []string{"topic", "create", "-addr", addr, "x", "y"}, 2, nil, []string{`unexpected argument "y"`}},
+		{"list", []string{"topic", "list", "-addr", addr}, 0, []string{"orders\n"}, nil},
+		{"describe, flags after the name", []string{"topic", "describe", "orders", "-addr", addr}, 0, []string{
+			"topic orders: 2 partition(s)\n",
+			"config: min_insync_replicas=1 replication_factor=1\n",
+			"PARTITION  LEADER  EPOCH  REPLICAS  ISR  HW  LOG-START  LAG  STATE\n",
+			"0          n1      1      n1        n1   0   0          -    ok\n",
+			"1          n1      1      n1        n1   0   0          -    ok\n",
+		}, nil},
+		{"describe unknown", []string{"topic", "describe", "-addr", addr, "-name", "nope"}, 1, nil, []string{`describe topic "nope": client: unknown_topic (404)`}},
+		{"delete", []string{"topic", "delete", "-addr", addr, "orders"}, 0, []string{"deleted topic orders\n"}, nil},
+		{"delete again", []string{"topic", "delete", "-addr", addr, "orders"}, 1, nil, []string{"unknown_topic"}},
+		{"no subcommand", []string{"topic"}, 2, nil, []string{"Usage: logagent topic", "name a subcommand"}},
+		{"unknown subcommand", []string{"topic", "frob"}, 2, nil, []string{`unknown subcommand "frob"`}},
+		{"help", []string{"topic", "-h"}, 0, nil, []string{"describe"}},
+		{"bad address", []string{"topic", "list", "-addr", "ftp://x"}, 2, nil, []string{"-addr"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(c.args, &out, &errb)
+			checkCLI(t, c, code, out.String(), errb.String())
+		})
+	}
+}
+
+func TestAddrFromEnvironment(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(client.TopicInfo{Name: "env-topic"})
+	t.Setenv(client.AddrEnv, f.srv.URL)
+	var out, errb bytes.Buffer
+	if code := run([]string{"topic", "list"}, &out, &errb); code != 0 || out.String() != "env-topic\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	f := newFakeClientAPI(t)
+	logEnd := int64(45)
+	f.addTopic(client.TopicInfo{Name: "b", Config: map[string]json.RawMessage{"min_insync_replicas": json.RawMessage("2")},
+		Partitions: []client.PartitionInfo{
+			{Partition: 0, Leader: "", Epoch: 4, Replicas: []string{"n1", "n2", "n3"}, ISR: nil, HighWatermark: 10},
+			{Partition: 1, Leader: "n3", Epoch: 9, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n3"}, HighWatermark: 5, LogStartOffset: 2},
+		}})
+	f.addTopic(client.TopicInfo{Name: "a", Partitions: []client.PartitionInfo{
+		{Partition: 0, Leader: "n1", Epoch: 3, Replicas: []string{"n1", "n2"}, ISR: []string{"n1", "n2"}, HighWatermark: 42, LogEndOffset: &logEnd},
+		{Partition: 1, Leader: "n2", Epoch: 12, Replicas: []string{"n2", "n1"}, ISR: []string{"n2"}, HighWatermark: 1234567},
+	}})
+	var out, errb bytes.Buffer
+	if code := run([]string{"status", "-addr", f.srv.URL}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	want := "agent " + f.srv.URL + ": node n1, ok\n" + `
+TOPIC  PARTITION  LEADER  EPOCH  REPLICAS  ISR    HW       LOG-START  LAG  STATE
+a      0          n1      3      n1,n2     n1,n2  42       0          3    ok
+a      1          n2      12     n2,n1     n2     1234567  0          -    under-replicated
+b      0          -       4      n1,n2,n3  -      10       0          -    offline
+b      1          n3      9      n1,n2,n3  n3     5        2          -    below-min-isr
+
+2 topic(s), 4 partition(s), 1 offline, 1 below-min-isr, 1 under-replicated
+`
+	if out.String() != want {
+		t.Fatalf("status printed:\n%s\nwant:\n%s", out.String(), want)
+	}
+
+	empty := newFakeClientAPI(t)
+	out.Reset()
+	if code := run([]string{"status", "-addr", empty.srv.URL}, &out, &errb); code != 0 || !strings.HasSuffix(out.String(), "no topics\n") {
+		t.Fatalf("exit %d, stdout %q", code, out.String())
+	}
+	if code := run([]string{"status", "-addr", "127.0.0.1:1", "-timeout", "2s"}, &out, &errb); code != 1 {
+		t.Fatalf("unreachable agent: exit %d", code)
+	}
+}
+
+// runData runs produce or consume with ctx and stdin, as run would.
+func runData(ctx context.Context, args []string, stdin string) (int, string, string) {
+	var out, errb bytes.Buffer
+	var err error
+	switch args[0] {
+	case "produce":
+		err = produce(ctx, args[1:], strings.NewReader(stdin), &out, &errb)
+	case "consume":
+		err = consume(ctx, args[1:], &out, &errb)
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		errb.WriteString(err.Error() + "\n")
+	}
+	return exitCodeOf(err), out.String(), errb.String()
+}
+
+func threePartitions(name string) client.TopicInfo {
+	info := client.TopicInfo{Name: name}
+	for p := range 3 {
+		info.Partitions = append(info.Partitions, client.PartitionInfo{Partition: p, Leader: "n1", Epoch: 2, Replicas: []string{"n1"}, ISR: []string{"n1"}})
+	}
+	return info
+}
+
+func TestProduceAndConsume(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	addr := f.srv.URL
+	ctx := context.Background()
+	keyed := client.PartitionForKey([]byte("user-7"), 3)
+	cases := []struct {
+		cliCase
+		stdin string
+		query string // of the last produce request, when set
+	}{
+		{cliCase{"lines to one partition", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "1"}, 0,
+			[]string{"produced 3 record(s) to topic t\n  partition 1: offsets 0-2 (3 record(s))\n"}, nil},
+			"a\nb\n\nc <&>\n", "acks=all&partition=1&timeout=5s"},
+		{cliCase{"keyed", []string{"produce", "-addr", addr, "-topic", "t", "-key", "user-7", "-acks", "1", "-compression", "gzip"}, 0,
+			[]string{"produced 2 record(s)", "partition " + string(rune('0'+keyed)) + ": offsets 0-1"}, nil},
+			"x\ny", "acks=1&partition=" + string(rune('0'+keyed)) + "&timeout=5s"},
+		{cliCase{"acks 0", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "2", "-acks", "0"}, 0,
+			[]string{"sent 1 record(s) to topic t (acks=0: offsets are not reported)\n  partition 2: 1 record(s)\n"}, nil},
+			"z\n", "acks=0&partition=2&timeout=5s"},
+		{cliCase{"nothing to send", []string{"produce", "-addr", addr, "-topic", "t"}, 0, []string{"produced 0 record(s)"}, nil}, "", ""},
+		{cliCase{"bad acks", []string{"produce", "-addr", addr, "-topic", "t", "-acks", "2"}, 2, nil, []string{`acks "2"`}}, "", ""},
+		{cliCase{"no topic", []string{"produce", "-addr", addr}, 2, nil, []string{"-topic is required"}}, "", ""},
+		{cliCase{"bad compression", []string{"produce", "-addr", addr, "-topic", "t", "-compression", "rar"}, 2, nil, []string{"-compression"}}, "", ""},
+		{cliCase{"unknown topic", []string{"produce", "-addr", addr, "-topic", "nope"}, 1, nil, []string{"line 1", "unknown_topic"}}, "a\n", ""},
+		{cliCase{"unknown partition", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "7"}, 1, nil,
+			[]string{"1 record(s) not written", "unknown_partition", "1 of 1 record(s) not acknowledged"}}, "a\n", ""},
+		{cliCase{"line too long", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "0", "-max-line-bytes", "4"}, 1,
+			[]string{"produced 1 record(s)"}, []string{"after line 1: longer than -max-line-bytes 4"}}, "abcd\nabcdef\n", ""},
+
+		{cliCase{"consume raw", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1"}, 0, []string{"a\nb\nc <&>\n"}, nil}, "", ""},
+		{cliCase{"consume from an offset", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "2"}, 0, []string{"c <&>\n"}, nil}, "", ""},
+		{cliCase{"consume ndjson", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-format", "ndjson"}, 0,
+			[]string{`"offset":0,`, `"key":null,"value":"a"}` + "\n", `"partition":1,"offset":2,`, `"value":"c <&>"}` + "\n"}, nil}, "", ""},
+		{cliCase{"consume keyed", []string{"consume", "-addr", addr, "-topic", "t", "-partition", string(rune('0' + keyed)), "-format", "ndjson"}, 0,
+			[]string{`"key":"user-7","value":"x"}`, `"key":"user-7","value":"y"}`}, nil}, "", ""},
+		{cliCase{"consume from latest", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "latest"}, 0, nil, nil}, "", ""},
+		{cliCase{"consume out of range", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "99"}, 1, nil, []string{"offset_out_of_range"}}, "", ""},
+		{cliCase{"consume bad from", []string{"consume", "-addr", addr, "-topic", "t", "-from", "-3"}, 2, nil, []string{"-from"}}, "", ""},
+		{cliCase{"consume bad format", []string{"consume", "-addr", addr, "-topic", "t", "-format", "xml"}, 2, nil, []string{"-format"}}, "", ""},
+		{cliCase{"consume no topic", []string{"consume", "-addr", addr}, 2, nil, []string{"-topic is required"}}, "", ""},
+		{cliCase{"consume bad partition", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "-1"}, 2, nil, []string{"partition -1"}}, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(f.produceQueries())
+			code, stdout, stderr := runData(ctx, c.args, c.stdin)
+			checkCLI(t, c.cliCase, code, stdout, stderr)
+			if c.query != "" {
+				qs := f.produceQueries()
+				if len(qs) == before || qs[len(qs)-1] != c.query {
+					t.Errorf("produce queries %v, want the last to be %q", qs[before:], c.query)
+				}
+			}
+		})
+	}
+	// Consuming from latest prints nothing, and only exact output counts.
+	if _, stdout, _ := runData(ctx, []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "latest"}, ""); stdout != "" {
+		t.Errorf("consume -from latest printed %q", stdout)
+	}
+	if _, stdout, _ := runData(ctx, []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1"}, ""); stdout != "a\nb\nc <&>\n" {
+		t.Errorf("consume printed %q", stdout)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a command writes while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestConsumeFollow(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	addr := f.srv.URL
+	if code, _, stderr := runData(context.Background(), []string{"produce", "-addr", addr, "-topic", "t", "-partition", "0"}, "one\n"); code != 0 {
+		t.Fatal(stderr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- consume(ctx, []string{"-addr", addr, "-topic", "t", "-follow", "-wait", "50ms"}, &out, &bytes.Buffer{})
+	}()
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for out.String() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("consume -follow printed %q, want %q", out.String(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("one\n")
+	if code, _, stderr := runData(context.Background(), []string{"produce", "-addr", addr, "-topic", "t", "-partition", "0"}, "two\nthree\n"); code != 0 {
+		t.Fatal(stderr)
+	}
+	waitFor("one\ntwo\nthree\n")
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("consume -follow ended with %v after Ctrl-C", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("consume -follow did not stop")
+	}
+}
+
+func TestWriteNDJSON(t *testing.T) {
+	ts := time.UnixMilli(1_700_000_000_123)
+	cases := []struct {
+		name string
+		r    client.Record
+		want string
+	}{
+		{"text", client.Record{Partition: 2, Offset: 7, Timestamp: ts, Key: []byte("k"), Value: []byte(`say "<hi>" & go`)},
+			`{"partition":2,"offset":7,"timestamp":1700000000123,"key":"k","value":"say \"<hi>\" & go"}`},
+		{"nulls and empties", client.Record{Timestamp: ts, Key: nil, Value: []byte{}},
+			`{"partition":0,"offset":0,"timestamp":1700000000123,"key":null,"value":""}`},
+		{"binary", client.Record{Timestamp: ts, Key: []byte{0xff}, Value: nil},
+			`{"partition":0,"offset":0,"timestamp":1700000000123,"key_base64":"/w==","value":null}`},
+		{"headers", client.Record{Timestamp: ts, Value: []byte("v"), Headers: []client.Header{
+			{Key: "z", Value: []byte("last")}, {Key: "a", Value: nil}, {Key: "bin", Value: []byte{0xc3, 0x28}},
+		}}, `{"partition":0,"offset":0,"timestamp":1700000000123,"key":null,"value":"v","headers":{"a":null,"z":"last"},"headers_base64":{"bin":"wyg="}}`},
+	}
+	for _, c := range cases {
+		var buf bytes.Buffer
+		w := bufio.NewWriter(&buf)
+		if err := writeNDJSON(w, c.r); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Flush()
+		if got := strings.TrimSuffix(buf.String(), "\n"); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+		if !json.Valid(buf.Bytes()) {
+			t.Errorf("%s: not valid JSON: %s", c.name, buf.String())
+		}
+	}
+}

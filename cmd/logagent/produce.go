@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/logagent/logagent/client"
+	"github.com/logagent/logagent/record"
+)
+
+func runProduce(args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signalContext()
+	defer stop()
+	return produce(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// produce sends each line of stdin (without its line ending) as one record,
+// batched, and prints where they went. Empty lines are skipped, as the
+// agent does for a text/plain produce. It stops at the first record that
+// fails, and at ctx's end, after waiting for the records already sent.
+func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("produce", stderr)
+	topic := fs.String("topic", "", "the topic to write to (required)")
+	key := fs.String("key", "", "the key of every record (default none: records spread over the partitions)")
+	partition := fs.Int("partition", -1, "write to this partition (default: by key, else spread)")
+	acksFlag := fs.String("acks", "all", "all, 1 or 0: what the agent confirms before answering")
+	linger := fs.Duration("linger", 5*time.Millisecond, "how long a batch waits for more lines")
+	batchBytes := fs.Int("batch-bytes", 1<<20, "largest batch, in bytes")
+	maxLine := fs.Int("max-line-bytes", 1<<20, "longest line accepted, in bytes")
+	compression := fs.String("compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up retrying a batch after this long")
+	addr := addrFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *topic == "" {
+		return fmt.Errorf("%w: -topic is required", errUsage)
+	}
+	if *maxLine <= 0 {
+		return fmt.Errorf("%w: -max-line-bytes must be positive", errUsage)
+	}
+	acks, err := client.ParseAcks(*acksFlag)
+	if err != nil {
+		return usageError(err)
+	}
+	codec, err := record.ParseCodec(*compression)
+	if err != nil {
+		return fmt.Errorf("%w: -compression: %v", errUsage, err)
+	}
+	c, err := newAgentClient(*addr)
+	if err != nil {
+		return err
+	}
+	p, err := c.NewProducer(*topic, client.WithAcks(acks), client.WithLinger(*linger),
+		client.WithMaxBatchBytes(*batchBytes), client.WithCompression(codec), client.WithDeliveryTimeout(*timeout))
+	if err != nil {
+		return usageError(err)
+	}
+	m := client.Message{}
+	if *key != "" {
+		m.Key = []byte(*key)
+	}
+	if *partition >= 0 {
+		m.Partition = client.ToPartition(*partition)
+	}
+
+	// The tally waits for outcomes in order while lines are read; a
+	// failure tells the reader to stop.
+	futures := make(chan *client.Future, 4096)
+	failed := make(chan struct{})
+	var tally produceTally
+	tallied := make(chan struct{})
+	go func() {
+		defer close(tallied)
+		for f := range futures {
+			if res, err := f.Wait(context.Background()); !tally.add(res, err) && tally.failures() == 1 {
+				close(failed)
+			}
+		}
+	}()
+
+	scanner := bufio.NewScanner(stdin)
+	scanner.Buffer(make([]byte, 0, min(*maxLine+1, 64<<10)), *maxLine+1)
+	var readErr error
+	lines := 0
+read:
+	for scanner.Scan() {
+		select {
+		case <-failed:
+			break read
+		default:
+		}
+		lines++
+		if len(scanner.Bytes()) == 0 {
+			continue
+		}
+		m.Value = scanner.Bytes()
+		f, err := p.Produce(ctx, m)
+		if err != nil {
+			readErr = fmt.Errorf("line %d: %w", lines, err)
+			break
+		}
+		futures <- f
+	}
+	if err := scanner.Err(); err != nil && readErr == nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("longer than -max-line-bytes %d", *maxLine)
+		}
+		readErr = fmt.Errorf("stdin after line %d: %w", lines, err)
+	}
+	close(futures)
+	// Records already given to the producer get their chance even after
+	// Ctrl-C: those still queued were withdrawn by their context.
+	closeCtx, cancel := context.WithTimeout(context.Background(), *timeout+5*time.Second)
+	defer cancel()
+	closeErr := p.Close(closeCtx)
+	<-tallied
+
+	tally.print(stdout, stderr, *topic, acks)
+	switch {
+	case readErr != nil:
+		return readErr
+	case tally.failures() > 0:
+		return fmt.Errorf("%d of %d record(s) not acknowledged", tally.failures(), tally.total())
+	case closeErr != nil:
+		return closeErr
+	}
+	return nil
+}
+
+// produceTally counts outcomes; the offsets of one partition arrive in
+// order, so each range is first to last.
+type produceTally struct {
+	ranges       map[int]*offsetRange
+	notWritten   int
+	firstFailure error
+	unknown      int
+	firstUnknown error
+}
+
+type offsetRange struct {
+	first, last int64
+	count       int
+}
+
+// add counts one outcome and reports whether it was a success.
+func (t *produceTally) add(res *client.Result, err error) bool {
+	switch {
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		t.unknown++
+		if t.firstUnknown == nil {
+			t.firstUnknown = err
+		}
+		return false
+	case err != nil:
+		t.notWritten++
+		if t.firstFailure == nil {
+			t.firstFailure = err
+		}
+		return false
+	}
+	if t.ranges == nil {
+		t.ranges = map[int]*offsetRange{}
+	}
+	r := t.ranges[res.Partition]
+	if r == nil {
+		r = &offsetRange{first: res.Offset}
+		t.ranges[res.Partition] = r
+	}
+	r.last = res.Offset
+	r.count++
+	return true
+}
+
+func (t *produceTally) failures() int { return t.notWritten + t.unknown }
+
+func (t *produceTally) total() int {
+	n := t.failures()
+	for _, r := range t.ranges {
+		n += r.count
+	}
+	return n
+}
+
+func (t *produceTally) print(stdout, stderr io.Writer, topic string, acks client.Acks) {
+	written := t.total() - t.failures()
+	if acks == client.AcksNone {
+		fmt.Fprintf(stdout, "sent %d record(s) to topic %s (acks=0: offsets are not reported)\n", written, topic)
+	} else {
+		fmt.Fprintf(stdout, "produced %d record(s) to topic %s\n", written, topic)
+	}
+	partitions := make([]int, 0, len(t.ranges))
+	for p := range t.ranges {
+		partitions = append(partitions, p)
+	}
+	slices.Sort(partitions)
+	for _, p := range partitions {
+		r := t.ranges[p]
+		if acks == client.AcksNone {
+			fmt.Fprintf(stdout, "  partition %d: %d record(s)\n", p, r.count)
+			continue
+		}
+		fmt.Fprintf(stdout, "  partition %d: offsets %d-%d (%d record(s))\n", p, r.first, r.last, r.count)
+	}
+	if t.notWritten > 0 {
+		fmt.Fprintf(stderr, "%d record(s) not written: %v\n", t.notWritten, t.firstFailure)
+	}
+	if t.unknown > 0 {
+		fmt.Fprintf(stderr, "%d record(s) of unknown outcome (they may have been written; sending them again may duplicate them): %v\n",
+			t.unknown, t.firstUnknown)
+	}
+}
