@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +15,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/config"
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
 )
 
 // Registrar is what the agent needs from Consul to be seen by its peers.
@@ -25,6 +31,28 @@ type Registrar interface {
 	Register(ctx context.Context) error
 	// Deregister removes the service and stops passing its check.
 	Deregister(ctx context.Context) error
+}
+
+// Coordinator is everything the agent asks of Consul: registration, the
+// metadata watch, elections, ISR changes and topic creation.
+// election.Client implements it.
+type Coordinator interface {
+	Registrar
+	// Metadata is the latest metadata snapshot.
+	Metadata() *election.Snapshot
+	// WaitMetadata returns the first snapshot at or above minIndex.
+	WaitMetadata(ctx context.Context, minIndex uint64) (*election.Snapshot, error)
+	// Campaign blocks until this agent leads the partition.
+	Campaign(ctx context.Context, topic string, partition int) (*election.Leadership, error)
+	// ProposeISR writes an ISR change with the guarded transaction.
+	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string) error
+	// CreateTopic stores a new topic.
+	CreateTopic(ctx context.Context, tc election.TopicConfig, assignment [][]string) error
+	// Agents lists the agents whose checks pass.
+	Agents(ctx context.Context) ([]election.AgentInfo, error)
+	// Close hands every leadership over at once, destroys the session and
+	// deregisters: the graceful stop.
+	Close(ctx context.Context) error
 }
 
 // lifecycle states, as reported by /v1/health.
@@ -42,25 +70,103 @@ const stopTimeout = 5 * time.Second
 type Agent struct {
 	cfg   *config.Config
 	log   hclog.Logger
-	reg   Registrar
+	coord Coordinator
+	now   func() time.Time
 	state atomic.Int32
 
 	// waitingFor says what a starting agent is waiting for, for /v1/health.
 	waitingFor atomic.Value
+	// stopping is closed when the graceful stop begins; held requests end.
+	stopping chan struct{}
+
+	peerToken    []byte
+	recordLimits record.Limits
+	decoders     sync.Pool
+	roundRobin   atomic.Uint64
+	agents       *directory
+	replicas     *manager
 }
 
-// New prepares an agent; Run starts it. reg is normally an election.Client.
-func New(cfg *config.Config, log hclog.Logger, reg Registrar) *Agent {
-	a := &Agent{cfg: cfg, log: log, reg: reg}
+// New prepares an agent; Run starts it. coord is normally an
+// election.Client.
+func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
+	a := &Agent{cfg: cfg, log: log, coord: coord, now: time.Now, stopping: make(chan struct{})}
 	a.waitingFor.Store("opening the data directory")
+	a.recordLimits = record.Limits{
+		MaxBatchBytes:  maxBatchBytes(cfg),
+		MaxRecordBytes: int(cfg.Limits.MaxRecordBytes),
+	}
+	a.decoders.New = func() any { return record.NewDecoder(a.recordLimits) }
+	a.agents = newDirectory(func(ctx context.Context) ([]election.AgentInfo, error) {
+		return a.coord.Agents(ctx)
+	}, log.Named("agents"), a.now)
 	return a
 }
 
-// Run opens the data directory, starts the listeners, registers with Consul
-// and serves until ctx is cancelled; then it stops gracefully: deregister,
-// close the listeners, mark a clean shutdown, release the data directory.
-// ready, if not nil, is called once the agent serves.
+// maxBatchBytes bounds one batch in a partition log. It never goes below
+// segstore's default, so that lowering limits.max_request_bytes cannot make
+// recovery refuse batches written before.
+func maxBatchBytes(cfg *config.Config) int {
+	return max(segstore.DefaultMaxBatchBytes, int(cfg.Limits.MaxRequestBytes))
+}
+
+// durability maps the configuration's durability to the protocol's.
+func durability(d config.Durability) replicate.Durability {
+	if d == config.DurabilityReplicated {
+		return replicate.DurabilityReplicated
+	}
+	return replicate.DurabilityFsync
+}
+
+// readPeerToken reads peer.token_file; no file means no authentication.
+func readPeerToken(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("agent: peer token: %w", err)
+	}
+	token := bytes.TrimSpace(b)
+	if len(token) == 0 {
+		return nil, fmt.Errorf("agent: peer token file %s is empty", path)
+	}
+	return token, nil
+}
+
+func (a *Agent) replicaDeps(dataDir string) *replicaDeps {
+	maxBody := int(max(a.cfg.Replication.FetchMaxBytes, int64(maxBatchBytes(a.cfg)))) + 64<<10
+	return &replicaDeps{
+		self:       a.cfg.NodeID,
+		cfg:        a.cfg,
+		coord:      a.coord,
+		peers:      newPeerClients(string(a.peerToken), maxBody),
+		agents:     a.agents,
+		log:        a.log,
+		now:        a.now,
+		durability: durability(a.cfg.Storage.Durability),
+		logOptions: segstore.Options{
+			SegmentBytes:       a.cfg.Storage.SegmentBytes,
+			SegmentAge:         a.cfg.Storage.SegmentAge,
+			IndexIntervalBytes: int(a.cfg.Storage.IndexIntervalBytes),
+			MaxBatchBytes:      maxBatchBytes(a.cfg),
+			Retention:          a.cfg.Storage.Retention,
+			RetentionBytes:     a.cfg.Storage.RetentionBytes,
+			Now:                a.now,
+		},
+	}
+}
+
+// Run opens the data directory, starts the listeners, registers with
+// Consul, opens the partitions the metadata assigns here and serves until
+// ctx is cancelled; then it stops gracefully: hand leaderships over and
+// deregister, close the listeners, close the partition logs, mark a clean
+// shutdown, release the data directory. ready, if not nil, is called once
+// the agent serves.
 func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
+	if a.peerToken, err = readPeerToken(a.cfg.Peer.TokenFile); err != nil {
+		return err
+	}
 	dir, err := OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
 	if err != nil {
 		return err
@@ -100,7 +206,20 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
+	a.replicas = newManager(a.replicaDeps(dir.Path), dir.Path)
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
 	runErr := a.join(ctx)
+	if runErr == nil {
+		a.waitingFor.Store("opening partitions")
+		if err := a.agents.refresh(ctx); err != nil {
+			a.log.Warn("cannot list agents yet", "error", err)
+		}
+		go a.agents.run(bgCtx, agentsRefreshInterval)
+		runErr = a.replicas.start(ctx, func(ctx context.Context) (*election.Snapshot, error) {
+			return a.coord.WaitMetadata(ctx, 1)
+		})
+	}
 	if runErr == nil {
 		a.state.Store(stateServing)
 		a.log.Info("agent ready", "node_id", a.cfg.NodeID)
@@ -117,6 +236,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	}
 
 	a.state.Store(stateStopping)
+	close(a.stopping)
 	a.log.Info("stopping")
 	if err := sdNotify("STOPPING=1"); err != nil {
 		a.log.Warn("cannot notify systemd", "error", err)
@@ -124,21 +244,33 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	if errors.Is(runErr, context.Canceled) {
 		runErr = nil // stopped while starting: a signal, not a failure
 	}
+	// Leaderships go first, so followers elsewhere take over while this
+	// agent closes its logs.
 	dctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-	if err := a.reg.Deregister(dctx); err != nil {
-		a.log.Warn("deregister from Consul failed; its TTL check will turn critical", "error", err)
+	if err := a.coord.Close(dctx); err != nil {
+		a.log.Warn("leaving Consul failed; its TTL check will turn critical", "error", err)
 	}
 	cancel()
+	// Both at once: each polls its open connections every 100ms.
+	sctx, cancelShutdown := context.WithTimeout(context.Background(), stopTimeout)
+	var shutdowns sync.WaitGroup
 	for _, srv := range []*fasthttp.Server{clientSrv, peerSrv} {
-		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		if err := srv.ShutdownWithContext(sctx); err != nil {
-			a.log.Warn("listener did not close in time", "error", err)
-		}
-		cancel()
+		shutdowns.Go(func() {
+			if err := srv.ShutdownWithContext(sctx); err != nil {
+				a.log.Warn("listener did not close in time", "error", err)
+			}
+		})
 	}
+	shutdowns.Wait()
+	cancelShutdown()
 	wg.Wait()
+	stopBackground()
+	closeErr := a.replicas.stop()
 	if runErr != nil {
 		return runErr
+	}
+	if closeErr != nil {
+		return fmt.Errorf("agent: partitions did not close cleanly: %w", closeErr)
 	}
 	if err := dir.MarkCleanShutdown(); err != nil {
 		return fmt.Errorf("agent: mark clean shutdown: %w", err)
@@ -151,26 +283,37 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 func (a *Agent) join(ctx context.Context) error {
 	a.waitingFor.Store("waiting for Consul")
 	a.log.Info("connecting to Consul", "address", a.cfg.Consul.API.Address)
-	if err := a.reg.WaitForConsul(ctx); err != nil {
+	if err := a.coord.WaitForConsul(ctx); err != nil {
 		return err
 	}
 	a.waitingFor.Store("registering with Consul")
-	if err := a.reg.Register(ctx); err != nil {
+	if err := a.coord.Register(ctx); err != nil {
 		return fmt.Errorf("agent: register with Consul: %w", err)
 	}
 	return nil
 }
 
-func (a *Agent) clientRoutes() router {
-	return router{
-		"/v1/health": {{method: fasthttp.MethodGet, handler: a.handleHealth}},
-	}
+// agentsRefreshInterval is how often the agent directory is read again
+// from Consul, besides the reads a lookup miss triggers.
+const agentsRefreshInterval = 10 * time.Second
+
+func (a *Agent) clientRoutes() *router {
+	rt := &router{}
+	rt.add(fasthttp.MethodGet, "/v1/health", a.handleHealth)
+	rt.add(fasthttp.MethodGet, "/v1/topics", a.handleListTopics)
+	rt.add(fasthttp.MethodPost, "/v1/topics", a.handleCreateTopic)
+	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}", a.handleDescribeTopic)
+	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", a.handleProduce)
+	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
+	return rt
 }
 
-func (a *Agent) peerRoutes() router {
-	return router{
-		"/v1/health": {{method: fasthttp.MethodGet, handler: a.handleHealth}},
-	}
+func (a *Agent) peerRoutes() *router {
+	rt := &router{}
+	rt.add(fasthttp.MethodGet, "/v1/health", a.requirePeerToken(a.handleHealth))
+	rt.add(fasthttp.MethodGet, peerFetchPath, a.requirePeerToken(a.handleReplicaFetch))
+	rt.add(fasthttp.MethodGet, peerEpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
+	return rt
 }
 
 type healthResponse struct {

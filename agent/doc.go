@@ -1,6 +1,8 @@
 // Package agent is the logagent daemon: it opens and locks the data
-// directory, connects to Consul through election, serves the client API (the
-// sidecar applications use on localhost) and the peer API (between agents)
-// with fasthttp, and stops gracefully. It does the I/O; the protocol
-// decisions live in replicate, election and segstore.
+// directory, connects to Consul through election, keeps a replica of every
+// partition the metadata assigns to it (leading or following it, one loop
+// per replica), serves the client API (the sidecar applications use on
+// localhost: topics, produce, fetch) and the peer API (replica fetches
+// between agents) with fasthttp, and stops gracefully. It does the I/O; the
+// protocol decisions live in replicate, election and segstore.
 package agent

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -11,36 +13,97 @@ import (
 // Error codes of the HTTP APIs (DESIGN §8). Every error response is JSON:
 //
 //	{"error":{"code":"not_enough_replicas","message":"...","retriable":true}}
+//
+// Some codes add fields to the error object: not_leader names the leader
+// ("leader", "leader_address"), offset_out_of_range the bounds
+// ("log_start_offset", "high_watermark" or "log_end_offset").
 const (
 	codeInvalidRequest     = "invalid_request"
 	codeNotFound           = "not_found"
 	codeMethodNotAllowed   = "method_not_allowed"
 	codeServiceUnavailable = "service_unavailable"
+	codeInternal           = "internal"
+
+	codeInvalidTopicName = "invalid_topic_name"
+	codeInvalidOffset    = "invalid_offset"
+	codeCorruptBatch     = "corrupt_batch"
+	codeUnknownTopic     = "unknown_topic"
+	codeUnknownPartition = "unknown_partition"
+	codeTopicExists      = "topic_exists"
+	codeRecordTooLarge   = "record_too_large"
+	codeRequestTooLarge  = "request_too_large"
+	codeOffsetOutOfRange = "offset_out_of_range"
+	codeNotAcceptable    = "not_acceptable"
+	codeUnsupportedType  = "unsupported_media_type"
+
+	codeNotLeader                    = "not_leader"
+	codeLeaderNotAvailable           = "leader_not_available"
+	codeNotEnoughReplicas            = "not_enough_replicas"
+	codeNotEnoughReplicasAfterAppend = "not_enough_replicas_after_append"
+	codeNotLeaderAfterAppend         = "not_leader_after_append"
+	codeAckTimeout                   = "ack_timeout"
+	codeStorageError                 = "storage_error"
+
+	// Peer API only.
+	codeUnauthorized       = "unauthorized"
+	codeFencedLeaderEpoch  = "fenced_leader_epoch"
+	codeUnknownLeaderEpoch = "unknown_leader_epoch"
+	codeNotReplica         = "not_replica"
 )
 
+// apiError is the error object of every error response. The optional
+// fields belong to the codes named in the comment on the codes.
 type apiError struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	Retriable bool   `json:"retriable"`
+	Code           string `json:"code"`
+	Message        string `json:"message"`
+	Retriable      bool   `json:"retriable"`
+	Leader         string `json:"leader,omitempty"`
+	LeaderAddress  string `json:"leader_address,omitempty"`
+	LogStartOffset *int64 `json:"log_start_offset,omitempty"`
+	HighWatermark  *int64 `json:"high_watermark,omitempty"`
+	LogEndOffset   *int64 `json:"log_end_offset,omitempty"`
+
+	status int
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func newAPIError(status int, code, message string, retriable bool) *apiError {
+	return &apiError{status: status, Code: code, Message: message, Retriable: retriable}
 }
 
 func writeError(ctx *fasthttp.RequestCtx, status int, code, message string, retriable bool) {
+	writeAPIError(ctx, newAPIError(status, code, message, retriable))
+}
+
+// writeAPIError answers with e; a retriable 503 carries Retry-After.
+func writeAPIError(ctx *fasthttp.RequestCtx, e *apiError) {
 	body, _ := json.Marshal(struct {
-		Error apiError `json:"error"`
-	}{apiError{Code: code, Message: message, Retriable: retriable}})
+		Error *apiError `json:"error"`
+	}{e})
 	ctx.Response.Reset()
-	ctx.SetStatusCode(status)
+	ctx.SetStatusCode(e.status)
 	ctx.SetContentType("application/json")
-	if retriable && status == fasthttp.StatusServiceUnavailable {
+	if e.Retriable && e.status == fasthttp.StatusServiceUnavailable {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(1))
 	}
 	ctx.SetBody(append(body, '\n'))
 }
 
+// writeErr answers with err when it is an *apiError, else with a 500.
+func writeErr(ctx *fasthttp.RequestCtx, err error) {
+	var e *apiError
+	if errors.As(err, &e) {
+		writeAPIError(ctx, e)
+		return
+	}
+	writeError(ctx, fasthttp.StatusInternalServerError, codeInternal, err.Error(), false)
+}
+
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusInternalServerError, "internal", err.Error(), false)
+		writeError(ctx, fasthttp.StatusInternalServerError, codeInternal, err.Error(), false)
 		return
 	}
 	ctx.SetStatusCode(status)
@@ -48,28 +111,82 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	ctx.SetBody(append(body, '\n'))
 }
 
-// route is one endpoint: a method and a handler.
+// route is one endpoint: a method, a path pattern and a handler.
 type route struct {
 	method  string
+	pattern []string // path segments; "{name}" captures a segment
 	handler fasthttp.RequestHandler
 }
 
-// router dispatches exact paths; unknown paths and methods get JSON errors.
-type router map[string][]route
+// router dispatches on path patterns such as
+// "/v1/topics/{topic}/partitions/{partition}/records"; captured segments are
+// read with pathParam. Unknown paths and methods get JSON errors.
+type router struct {
+	routes []route
+}
 
-func (rt router) handle(ctx *fasthttp.RequestCtx) {
-	routes, ok := rt[string(ctx.Path())]
-	if !ok {
-		writeError(ctx, fasthttp.StatusNotFound, codeNotFound, "no endpoint "+string(ctx.Path()), false)
+func (rt *router) add(method, pattern string, handler fasthttp.RequestHandler) {
+	rt.routes = append(rt.routes, route{method: method, pattern: splitPath(pattern), handler: handler})
+}
+
+func splitPath(path string) []string {
+	return strings.Split(strings.Trim(path, "/"), "/")
+}
+
+func (rt *router) handle(ctx *fasthttp.RequestCtx) {
+	segments := splitPath(string(ctx.Path()))
+	pathFound := false
+	for _, r := range rt.routes {
+		params, ok := matchPattern(r.pattern, segments)
+		if !ok {
+			continue
+		}
+		pathFound = true
+		if string(ctx.Method()) != r.method {
+			continue
+		}
+		for name, value := range params {
+			ctx.SetUserValue(name, value)
+		}
+		r.handler(ctx)
 		return
 	}
-	for _, r := range routes {
-		if string(ctx.Method()) == r.method {
-			r.handler(ctx)
-			return
+	if pathFound {
+		writeError(ctx, fasthttp.StatusMethodNotAllowed, codeMethodNotAllowed, string(ctx.Method())+" is not allowed on "+string(ctx.Path()), false)
+		return
+	}
+	writeError(ctx, fasthttp.StatusNotFound, codeNotFound, "no endpoint "+string(ctx.Path()), false)
+}
+
+// matchPattern matches path segments against a pattern and returns the
+// captured segments.
+func matchPattern(pattern, segments []string) (map[string]string, bool) {
+	if len(pattern) != len(segments) {
+		return nil, false
+	}
+	var params map[string]string
+	for i, p := range pattern {
+		if name, ok := strings.CutPrefix(p, "{"); ok {
+			if segments[i] == "" {
+				return nil, false
+			}
+			if params == nil {
+				params = map[string]string{}
+			}
+			params[strings.TrimSuffix(name, "}")] = segments[i]
+			continue
+		}
+		if p != segments[i] {
+			return nil, false
 		}
 	}
-	writeError(ctx, fasthttp.StatusMethodNotAllowed, codeMethodNotAllowed, string(ctx.Method())+" is not allowed on "+string(ctx.Path()), false)
+	return params, true
+}
+
+// pathParam is a segment captured by the route's pattern.
+func pathParam(ctx *fasthttp.RequestCtx, name string) string {
+	v, _ := ctx.UserValue(name).(string)
+	return v
 }
 
 // newServer returns a fasthttp server for one of the agent's APIs. It sets
@@ -78,6 +195,7 @@ func (rt router) handle(ctx *fasthttp.RequestCtx) {
 func newServer(handler fasthttp.RequestHandler, maxBody int64, logger fasthttp.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                      handler,
+		ErrorHandler:                 serverError,
 		Name:                         "logagent",
 		ReadTimeout:                  60 * time.Second,
 		WriteTimeout:                 60 * time.Second,
@@ -89,4 +207,14 @@ func newServer(handler fasthttp.RequestHandler, maxBody int64, logger fasthttp.L
 		DisablePreParseMultipartForm: true,
 		Logger:                       logger,
 	}
+}
+
+// serverError answers requests fasthttp refuses before a handler runs, in
+// the API's JSON error format.
+func serverError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeRequestTooLarge, "request body over limits.max_request_bytes", false)
+		return
+	}
+	writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
 }

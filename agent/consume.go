@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"errors"
+	"mime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/segstore"
+)
+
+// Bounds of a consumer fetch.
+const (
+	defaultFetchMaxBytes = 1 << 20
+	maxClientWait        = 30 * time.Second
+)
+
+// handleFetch serves GET /v1/topics/{topic}/partitions/{partition}/records:
+// whole batches from the local replica, below its high watermark, sent with
+// sendfile. A leader, or a follower in the ISR, serves; other agents answer
+// not_leader with the leader's address.
+func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	if !acceptsBatches(ctx.Request.Header.Peek(fasthttp.HeaderAccept)) {
+		writeError(ctx, fasthttp.StatusNotAcceptable, codeNotAcceptable, "records are served as "+contentTypeBatch, false)
+		return
+	}
+	topic, partition, err := a.partitionParams(ctx)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	args := ctx.QueryArgs()
+	maxBytes, err := intParam(args, "max_bytes", defaultFetchMaxBytes, 1, 1<<31-1)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	wait, err := durationParam(args, "wait", 0, maxClientWait)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	r := a.replicas.get(topic, partition)
+	if r == nil {
+		writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition)))
+		return
+	}
+	if v := r.currentView(); v.dataLoss || !(v.role == roleLeader || (v.role == roleFollower && v.inSync(a.cfg.NodeID))) {
+		writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent's replica of "+partitionName(topic, partition)+" is not in sync"))
+		return
+	}
+	log := r.currentLog()
+	offset, err := resolveOffset(args.Peek("offset"), log)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	if lso, leo := log.LogStartOffset(), log.LogEndOffset(); offset < lso || offset > leo {
+		writeAPIError(ctx, offsetOutOfRange(offset, lso, log.HighWatermark()))
+		return
+	}
+	if wait > 0 && offset >= log.HighWatermark() {
+		a.waitFor(r, wait, func() bool { return log.HighWatermark() > offset })
+	}
+	hw := log.HighWatermark()
+	region, err := log.Read(offset, maxBytes, hw)
+	if err != nil {
+		writeAPIError(ctx, storageAPIError(err))
+		return
+	}
+	h := &ctx.Response.Header
+	h.Set(headerHighWatermark, strconv.FormatInt(hw, 10))
+	h.Set(headerLogStartOffset, strconv.FormatInt(log.LogStartOffset(), 10))
+	ctx.SetContentType(contentTypeBatch)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	sendRegion(ctx, region)
+}
+
+// sendRegion makes a log region the response body with its exact size, so
+// fasthttp sends it with sendfile(2) and closes it (returning its
+// descriptor) when done.
+func sendRegion(ctx *fasthttp.RequestCtx, region *segstore.Region) {
+	if region.Len == 0 {
+		region.Close()
+		return
+	}
+	ctx.SetBodyStream(region, int(region.Len))
+}
+
+// resolveOffset reads the offset parameter: a number, "earliest" (the log
+// start) or "latest" (the high watermark); absent means earliest.
+func resolveOffset(v []byte, log *segstore.Log) (int64, error) {
+	switch s := string(v); s {
+	case "", "earliest":
+		return log.LogStartOffset(), nil
+	case "latest":
+		return log.HighWatermark(), nil
+	default:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidOffset, "offset must be a non-negative integer, earliest or latest, not "+strconv.Quote(s), false)
+		}
+		return n, nil
+	}
+}
+
+func offsetOutOfRange(offset, lso, hw int64) *apiError {
+	e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, codeOffsetOutOfRange,
+		"offset "+strconv.FormatInt(offset, 10)+" is outside the log", false)
+	e.LogStartOffset, e.HighWatermark = &lso, &hw
+	return e
+}
+
+// storageAPIError maps a segstore error of a read.
+func storageAPIError(err error) *apiError {
+	var oor *segstore.OffsetOutOfRangeError
+	switch {
+	case errors.As(err, &oor):
+		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, codeOffsetOutOfRange, err.Error(), false)
+		e.LogStartOffset, e.LogEndOffset = &oor.LogStartOffset, &oor.LogEndOffset
+		return e
+	case errors.Is(err, segstore.ErrClosed), errors.Is(err, segstore.ErrFailed), errors.Is(err, errReplicaStopped):
+		return newAPIError(fasthttp.StatusServiceUnavailable, codeStorageError, err.Error(), true)
+	default:
+		return newAPIError(fasthttp.StatusInternalServerError, codeStorageError, err.Error(), false)
+	}
+}
+
+// acceptsBatches says whether an Accept header allows the binary batch
+// format.
+func acceptsBatches(accept []byte) bool {
+	if len(accept) == 0 {
+		return true
+	}
+	for part := range strings.SplitSeq(string(accept), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		if mt == contentTypeBatch || mt == "*/*" || mt == "application/*" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestRouter(t *testing.T) {
+	rt := &router{}
+	hit := func(name string) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			ctx.SetBodyString(name + " topic=" + pathParam(ctx, "topic") + " partition=" + pathParam(ctx, "partition"))
+		}
+	}
+	rt.add(fasthttp.MethodGet, "/v1/topics", hit("list"))
+	rt.add(fasthttp.MethodPost, "/v1/topics", hit("create"))
+	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}", hit("describe"))
+	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", hit("produce"))
+	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", hit("fetch"))
+
+	tests := []struct {
+		method, path string
+		status       int
+		body         string
+		code         string
+	}{
+		{"GET", "/v1/topics", 200, "list topic= partition=", ""},
+		{"POST", "/v1/topics", 200, "create topic= partition=", ""},
+		{"GET", "/v1/topics/", 200, "list topic= partition=", ""},
+		{"GET", "/v1/topics/orders", 200, "describe topic=orders partition=", ""},
+		{"POST", "/v1/topics/orders/records", 200, "produce topic=orders partition=", ""},
+		{"GET", "/v1/topics/a.b-c_d/partitions/7/records", 200, "fetch topic=a.b-c_d partition=7", ""},
+		{"DELETE", "/v1/topics/orders", 405, "", codeMethodNotAllowed},
+		{"GET", "/v1/topics/orders/records", 405, "", codeMethodNotAllowed},
+		{"GET", "/v1/topics/orders/partitions/7", 404, "", codeNotFound},
+		{"GET", "/v2/topics", 404, "", codeNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			ctx.Request.Header.SetMethod(tc.method)
+			ctx.Request.SetRequestURI(tc.path)
+			rt.handle(&ctx)
+			if got := ctx.Response.StatusCode(); got != tc.status {
+				t.Fatalf("status %d, want %d (%s)", got, tc.status, ctx.Response.Body())
+			}
+			if tc.code == "" {
+				if got := string(ctx.Response.Body()); got != tc.body {
+					t.Fatalf("body %q, want %q", got, tc.body)
+				}
+				return
+			}
+			var e struct {
+				Error apiError `json:"error"`
+			}
+			if err := json.Unmarshal(ctx.Response.Body(), &e); err != nil || e.Error.Code != tc.code {
+				t.Fatalf("body %s, want code %s (%v)", ctx.Response.Body(), tc.code, err)
+			}
+		})
+	}
+}
+
+func TestErrorBodies(t *testing.T) {
+	lso, hw := int64(5), int64(42)
+	e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, codeOffsetOutOfRange, "offset 99 is outside the log", false)
+	e.LogStartOffset, e.HighWatermark = &lso, &hw
+	var ctx fasthttp.RequestCtx
+	writeAPIError(&ctx, e)
+	want := `{"error":{"code":"offset_out_of_range","message":"offset 99 is outside the log","retriable":false,"log_start_offset":5,"high_watermark":42}}` + "\n"
+	if got := string(ctx.Response.Body()); got != want || ctx.Response.StatusCode() != 416 {
+		t.Fatalf("%d %s\nwant 416 %s", ctx.Response.StatusCode(), got, want)
+	}
+	if h := ctx.Response.Header.Peek("Retry-After"); h != nil {
+		t.Fatalf("Retry-After %q on a 416", h)
+	}
+
+	ctx.Response.Reset()
+	writeAPIError(&ctx, newAPIError(fasthttp.StatusServiceUnavailable, codeNotEnoughReplicas, "isr [n1]", true))
+	if h := string(ctx.Response.Header.Peek("Retry-After")); h != "1" {
+		t.Fatalf("retriable 503 without Retry-After: %q", h)
+	}
+}

@@ -1,0 +1,375 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/segstore"
+)
+
+// Each partition directory holds, besides segstore's files, the agent's own
+// small file naming the partition and the topic incarnation it belongs to:
+//
+//	<data_dir>/<topic>-<partition>/
+//	  replica.json   {"topic":"orders","partition":0,"topic_id":"9f0c...","data_loss":false}
+//	  (segstore's segments, indexes and checkpoints)
+//
+// topic_id tells a topic that was deleted and created again (its epochs
+// start over at 0) from the one whose data the directory holds: such data is
+// dropped. data_loss records that recovery cut acknowledged data, so the
+// replica refuses to lead, across restarts, until it has fetched it again.
+// Only directories with a replica.json are ever removed by the agent, and
+// only when the metadata proves the data obsolete: the topic exists with
+// another topic_id, or it no longer assigns the partition here. A topic that
+// is simply absent from Consul may mean a Consul that lost its data (a dev
+// server restarted, a restore from an old snapshot) rather than a deletion,
+// so its directories are moved aside into <data_dir>/orphaned/ for the
+// operator to delete, never removed.
+const (
+	replicaFileName = "replica.json"
+	orphanedDirName = "orphaned"
+)
+
+type replicaFile struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	TopicID   string `json:"topic_id"`
+	DataLoss  bool   `json:"data_loss"`
+}
+
+func readReplicaFile(dir string) (replicaFile, bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, replicaFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return replicaFile{}, false, nil
+	}
+	if err != nil {
+		return replicaFile{}, false, fmt.Errorf("agent: read %s: %w", replicaFileName, err)
+	}
+	var f replicaFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return replicaFile{}, false, fmt.Errorf("agent: %s in %s is not valid: %w", replicaFileName, dir, err)
+	}
+	return f, true, nil
+}
+
+func writeReplicaFile(dir string, f replicaFile) error {
+	b, _ := json.Marshal(f)
+	return writeFileAtomic(filepath.Join(dir, replicaFileName), append(b, '\n'))
+}
+
+// partitionDir is where a partition's log lives (DESIGN §5).
+func partitionDir(dataDir, topic string, partition int) string {
+	return filepath.Join(dataDir, topic+"-"+strconv.Itoa(partition))
+}
+
+// openPartitionLog opens (and recovers) a partition's log. Damage below the
+// recovery point is cut rather than refused, and reported as dataLoss: the
+// replica then fetches the data again instead of staying down.
+func openPartitionLog(dir string, opts segstore.Options) (log *segstore.Log, dataLoss bool, err error) {
+	log, err = segstore.Open(segstore.OSFS{}, dir, opts)
+	if errors.Is(err, segstore.ErrDataLoss) {
+		opts.Logger.Error("partition lost acknowledged data; cutting it and fetching it again", "dir", dir, "error", err)
+		opts.RepairDataLoss = true
+		log, err = segstore.Open(segstore.OSFS{}, dir, opts)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("agent: open partition log %s: %w", dir, err)
+	}
+	return log, log.DataLoss() != nil, nil
+}
+
+type partitionKey struct {
+	topic     string
+	partition int
+}
+
+// manager keeps one replica for every partition the metadata assigns to this
+// agent: it opens their logs, hands them metadata, and closes and removes the
+// logs of deleted topics.
+type manager struct {
+	deps    *replicaDeps
+	dataDir string
+	log     hclog.Logger
+
+	mu       sync.RWMutex
+	replicas map[partitionKey]*replica
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newManager(deps *replicaDeps, dataDir string) *manager {
+	return &manager{deps: deps, dataDir: dataDir, log: deps.log.Named("partitions"), replicas: map[partitionKey]*replica{}}
+}
+
+// get returns this agent's replica of a partition, or nil.
+func (m *manager) get(topic string, partition int) *replica {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.replicas[partitionKey{topic, partition}]
+}
+
+// start waits for the first metadata from Consul, opens every local
+// partition it assigns here (recovering their logs), removes the local
+// partitions of topics that no longer exist, and then follows the metadata
+// in the background.
+func (m *manager) start(ctx context.Context, waitMetadata func(context.Context) (*election.Snapshot, error)) error {
+	snap, err := waitMetadata(ctx)
+	if err != nil {
+		return err
+	}
+	m.apply(snap)
+	if err := m.removeStrays(snap); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	m.cancel, m.done = cancel, make(chan struct{})
+	go m.run(runCtx, snap)
+	return nil
+}
+
+func (m *manager) run(ctx context.Context, snap *election.Snapshot) {
+	defer close(m.done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-snap.Changed():
+		}
+		snap = m.deps.coord.Metadata()
+		m.apply(snap)
+	}
+}
+
+// stop stops following the metadata and stops every replica, closing their
+// logs; it returns the errors of the logs that did not close cleanly.
+func (m *manager) stop() error {
+	if m.cancel != nil {
+		m.cancel()
+		<-m.done
+	}
+	m.mu.Lock()
+	replicas := m.replicas
+	m.replicas = map[partitionKey]*replica{}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, 0, len(replicas))
+	var errMu sync.Mutex
+	for _, r := range replicas {
+		wg.Go(func() {
+			if err := r.stop(); err != nil {
+				errMu.Lock()
+				errs = append(errs, err)
+				errMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// apply brings the replicas in line with a snapshot.
+func (m *manager) apply(snap *election.Snapshot) {
+	want := map[partitionKey]replicaMeta{}
+	corrupt := map[string]bool{}
+	for _, name := range snap.Topics() {
+		tm, _ := snap.Topic(name)
+		if tm.Err != nil {
+			corrupt[name] = true
+			continue
+		}
+		for _, pm := range tm.Partitions {
+			if slices.Contains(pm.Replicas, m.deps.self) {
+				want[partitionKey{name, pm.Partition}] = replicaMeta{pm: pm, tc: tm.Config, usable: true}
+			}
+		}
+	}
+
+	m.mu.RLock()
+	var gone, absent []partitionKey
+	for key, r := range m.replicas {
+		meta, ok := want[key]
+		_, topicKnown := snap.Topic(key.topic)
+		switch {
+		case corrupt[key.topic]:
+			// Kept as is until the metadata is readable again.
+		case !topicKnown:
+			absent = append(absent, key)
+		case !ok || meta.tc.ID != r.topicID:
+			gone = append(gone, key)
+		}
+	}
+	m.mu.RUnlock()
+	for _, key := range gone {
+		m.remove(key, false)
+	}
+	for _, key := range absent {
+		m.remove(key, true)
+	}
+
+	for key, meta := range want {
+		r := m.get(key.topic, key.partition)
+		if r == nil {
+			var err error
+			if r, err = m.open(key, meta.tc.ID); err != nil {
+				m.log.Error("cannot open partition", "topic", key.topic, "partition", key.partition, "error", err)
+				continue
+			}
+		}
+		r.setMeta(meta)
+	}
+}
+
+// open creates or opens the local replica of a partition of the topic
+// incarnation topicID, dropping data of an earlier incarnation.
+func (m *manager) open(key partitionKey, topicID string) (*replica, error) {
+	dir := partitionDir(m.dataDir, key.topic, key.partition)
+	file, found, err := readReplicaFile(dir)
+	if err != nil {
+		return nil, err
+	}
+	if found && file.TopicID != topicID {
+		m.log.Warn("dropping the data of a deleted topic that has the same name", "topic", key.topic,
+			"partition", key.partition, "old_id", file.TopicID, "id", topicID)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("agent: remove %s: %w", dir, err)
+		}
+		found = false
+	}
+	if !found {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("agent: create %s: %w", dir, err)
+		}
+		file = replicaFile{Topic: key.topic, Partition: key.partition, TopicID: topicID}
+		if err := writeReplicaFile(dir, file); err != nil {
+			return nil, fmt.Errorf("agent: write %s: %w", filepath.Join(dir, replicaFileName), err)
+		}
+	}
+	opts := m.deps.logOptions
+	opts.Logger = m.deps.log.Named("segstore")
+	log, lostNow, err := openPartitionLog(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := newReplica(m.deps, key.topic, key.partition, topicID, dir, log, file.DataLoss)
+	if lostNow {
+		r.dataLoss = false
+		r.setDataLoss(true)
+	}
+	m.mu.Lock()
+	m.replicas[key] = r
+	m.mu.Unlock()
+	r.start()
+	m.log.Info("partition open", "topic", key.topic, "partition", key.partition,
+		"log_start_offset", log.LogStartOffset(), "log_end_offset", log.LogEndOffset(),
+		"high_watermark", log.HighWatermark(), "data_loss", r.dataLoss)
+	return r, nil
+}
+
+// remove stops a replica and deletes its directory, or with quarantine moves
+// it into orphaned/.
+func (m *manager) remove(key partitionKey, quarantine bool) {
+	m.mu.Lock()
+	r := m.replicas[key]
+	delete(m.replicas, key)
+	m.mu.Unlock()
+	if r == nil {
+		return
+	}
+	if err := r.stop(); err != nil {
+		m.log.Warn("closing a deleted partition", "topic", key.topic, "partition", key.partition, "error", err)
+	}
+	if quarantine {
+		if err := m.quarantine(r.dir, r.topicID); err != nil {
+			m.log.Error("cannot move aside the partition of a topic Consul no longer has", "dir", r.dir, "error", err)
+		}
+		return
+	}
+	if err := os.RemoveAll(r.dir); err != nil {
+		m.log.Error("cannot remove a deleted partition", "dir", r.dir, "error", err)
+		return
+	}
+	m.log.Info("partition removed", "topic", key.topic, "partition", key.partition, "topic_id", r.topicID)
+}
+
+// removeStrays deals with partition directories (those with a replica.json)
+// that the metadata no longer assigns here: deleted when the topic exists in
+// another incarnation or without this replica, moved into orphaned/ when the
+// topic is absent. A topic whose metadata is unreadable keeps its
+// directories.
+func (m *manager) removeStrays(snap *election.Snapshot) error {
+	entries, err := os.ReadDir(m.dataDir)
+	if err != nil {
+		return fmt.Errorf("agent: list %s: %w", m.dataDir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(m.dataDir, e.Name())
+		file, found, err := readReplicaFile(dir)
+		if err != nil {
+			m.log.Warn("leaving a partition directory alone", "dir", dir, "error", err)
+			continue
+		}
+		if !found || m.get(file.Topic, file.Partition) != nil {
+			continue
+		}
+		tm, ok := snap.Topic(file.Topic)
+		if !ok {
+			if err := m.quarantine(dir, file.TopicID); err != nil {
+				return err
+			}
+			continue
+		}
+		pm, assigned := snap.Partition(file.Topic, file.Partition)
+		if tm.Err != nil || (tm.Config.ID == file.TopicID && assigned && slices.Contains(pm.Replicas, m.deps.self)) {
+			continue // unreadable metadata, or a partition that failed to open
+		}
+		m.log.Warn("removing a partition this agent no longer has: its topic was deleted", "dir", dir,
+			"topic", file.Topic, "partition", file.Partition, "topic_id", file.TopicID)
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("agent: remove %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// quarantine moves the directory of a partition whose topic Consul does not
+// know into <data_dir>/orphaned/, where it stays until an operator deletes
+// it.
+func (m *manager) quarantine(dir, topicID string) error {
+	parent := filepath.Join(m.dataDir, orphanedDirName)
+	if err := os.MkdirAll(parent, 0o750); err != nil {
+		return fmt.Errorf("agent: create %s: %w", parent, err)
+	}
+	target := filepath.Join(parent, filepath.Base(dir)+"."+topicID)
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		target = filepath.Join(parent, fmt.Sprintf("%s.%s.%d", filepath.Base(dir), topicID, i))
+	}
+	if err := os.Rename(dir, target); err != nil {
+		return fmt.Errorf("agent: move %s aside: %w", dir, err)
+	}
+	if err := syncDir(parent); err != nil {
+		return err
+	}
+	if err := syncDir(m.dataDir); err != nil {
+		return err
+	}
+	m.log.Warn("Consul has no topic for this partition: its data was moved aside, not deleted; delete it once you know the topic is gone for good",
+		"moved_to", target)
+	return nil
+}

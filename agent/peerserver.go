@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"crypto/subtle"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/replicate"
+)
+
+// requirePeerToken wraps a peer handler: when peer.token_file is set, a
+// request must carry "Authorization: Bearer <token>" (compared in constant
+// time), or it gets 401 unauthorized.
+func (a *Agent) requirePeerToken(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	if len(a.peerToken) == 0 {
+		return h
+	}
+	want := append([]byte("Bearer "), a.peerToken...)
+	return func(ctx *fasthttp.RequestCtx) {
+		got := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="logagent peer API"`)
+			writeError(ctx, fasthttp.StatusUnauthorized, codeUnauthorized, "peer API requests need the shared token (peer.token_file)", false)
+			return
+		}
+		h(ctx)
+	}
+}
+
+// peerReplica finds the replica a peer request names, or answers for it.
+func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition int) *replica {
+	if a.state.Load() != stateServing {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "agent is not serving", true)
+		return nil
+	}
+	r := a.replicas.get(topic, partition)
+	if r == nil {
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "this agent has no replica of "+partitionName(topic, partition), true))
+	}
+	return r
+}
+
+// handleReplicaFetch serves a follower's fetch: the leader's loop validates
+// it and records the follower's progress, then the batches are read from
+// the log here, after a long poll when the follower is caught up, and leave
+// through sendfile.
+func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
+	f, err := parsePeerFetch(ctx.QueryArgs())
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		return
+	}
+	r := a.peerReplica(ctx, f.Topic, f.Partition)
+	if r == nil {
+		return
+	}
+	out := r.leaderFetch(f.FetchRequest)
+	if out.err != nil {
+		writeAPIError(ctx, peerAPIError(out.err))
+		return
+	}
+	pos := fetchPositions{
+		LeaderEpoch:    out.result.LeaderEpoch,
+		HighWatermark:  out.result.HighWatermark,
+		LogEndOffset:   out.result.LogEndOffset,
+		LogStartOffset: out.logStartOffset,
+		Diverging:      out.result.Diverging,
+	}
+	if pos.Diverging != nil {
+		pos.write(&ctx.Response.Header)
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		return
+	}
+	log := r.currentLog()
+	if f.MaxWait > 0 && f.FetchOffset >= pos.LogEndOffset && pos.HighWatermark <= f.KnownHighWatermark {
+		a.waitFor(r, f.MaxWait, func() bool {
+			v := r.currentView()
+			return log.LogEndOffset() > f.FetchOffset || log.HighWatermark() > f.KnownHighWatermark ||
+				v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch
+		})
+		if v := r.currentView(); v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch {
+			writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "leadership changed while the fetch waited", true))
+			return
+		}
+	}
+	region, err := log.Read(f.FetchOffset, f.MaxBytes, math.MaxInt64)
+	if err != nil {
+		writeAPIError(ctx, storageAPIError(err))
+		return
+	}
+	// The loop answers before it publishes the high watermark this fetch
+	// may have moved, so the log's can be the older of the two.
+	pos.HighWatermark = max(pos.HighWatermark, log.HighWatermark())
+	pos.LogEndOffset = log.LogEndOffset()
+	pos.LogStartOffset = log.LogStartOffset()
+	pos.write(&ctx.Response.Header)
+	ctx.SetContentType(contentTypeBatch)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	sendRegion(ctx, region)
+}
+
+// handleEpochEndOffset answers a follower's epoch end offset request.
+func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
+	q, err := parsePeerEpochQuery(ctx.QueryArgs())
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		return
+	}
+	r := a.peerReplica(ctx, q.Topic, q.Partition)
+	if r == nil {
+		return
+	}
+	out := r.epochQuery(q.EpochRequest)
+	if out.err != nil {
+		writeAPIError(ctx, peerAPIError(out.err))
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, epochEndOffsetJSON{Epoch: out.answer.Epoch, EndOffset: out.answer.EndOffset})
+}
+
+// waitFor holds a request until cond holds, wait passes, or the agent
+// stops, re-checking cond on every change of r.
+func (a *Agent) waitFor(r *replica, wait time.Duration, cond func() bool) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		changed := r.changed.wait()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return
+		case <-a.stopping:
+			return
+		case <-r.done:
+			return
+		}
+	}
+}
+
+// peerAPIError maps a refusal of the leader's loop to the peer API's codes.
+func peerAPIError(err error) *apiError {
+	var oor *outOfRangeError
+	switch {
+	case errors.As(err, &oor):
+		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, codeOffsetOutOfRange, err.Error(), false)
+		e.LogStartOffset, e.LogEndOffset = &oor.logStartOffset, &oor.logEndOffset
+		return e
+	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
+		return newAPIError(fasthttp.StatusConflict, codeFencedLeaderEpoch, err.Error(), true)
+	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
+		return newAPIError(fasthttp.StatusPreconditionFailed, codeUnknownLeaderEpoch, err.Error(), true)
+	case errors.Is(err, replicate.ErrNotReplica):
+		return newAPIError(fasthttp.StatusForbidden, codeNotReplica, err.Error(), false)
+	case errors.Is(err, replicate.ErrInvalidRequest):
+		return newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+	case errors.Is(err, errNotLeaderHere), errors.Is(err, replicate.ErrNotLeader), errors.Is(err, errReplicaStopped):
+		return newAPIError(fasthttp.StatusConflict, codeNotLeader, err.Error(), true)
+	default:
+		return storageAPIError(err)
+	}
+}

@@ -1,0 +1,218 @@
+package agent
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/replicate"
+)
+
+// The peer API's replication requests (docs/api.md, "Peer API"). A follower
+// asks with query parameters and the leader answers a fetch with raw batches
+// in the body and the partition's positions in headers, so the body can go
+// out with sendfile(2) untouched:
+//
+//	follower                                             leader
+//	GET /v1/replica/fetch?topic=t&partition=0
+//	    &replica_id=n2&fetch_offset=1200
+//	    &current_leader_epoch=7&last_fetched_epoch=7
+//	    &high_watermark=1100&max_bytes=8388608&max_wait_ms=500   ──►
+//	                                                 ◄──  200 OK
+//	                                                      Logagent-Leader-Epoch: 7
+//	                                                      Logagent-High-Watermark: 1200
+//	                                                      Logagent-Log-End-Offset: 1350
+//	                                                      Logagent-Log-Start-Offset: 0
+//	                                                      Content-Type: application/vnd.logagent.batch
+//	                                                      Content-Length: 40960
+//	                                                      <batches from the one holding 1200, whole,
+//	                                                       at most max_bytes unless the first is bigger>
+//
+// A follower whose log diverges gets no body and two more headers,
+// Logagent-Diverging-Epoch and Logagent-Diverging-End-Offset (KIP-320). A
+// caught-up fetch (fetch_offset at the leader's log end and high_watermark at
+// the leader's) is held up to max_wait_ms until an append or a new high
+// watermark. Refusals are the API's JSON errors: 409 fenced_leader_epoch or
+// not_leader, 412 unknown_leader_epoch, 416 offset_out_of_range (with the
+// leader's Logagent-Log-Start-Offset and Logagent-Log-End-Offset headers).
+//
+//	GET /v1/replica/epoch-end-offset?topic=t&partition=0&replica_id=n2
+//	    &current_leader_epoch=7&epoch=5                          ──►
+//	                                                 ◄──  200 {"epoch":5,"end_offset":1187}
+const (
+	peerFetchPath          = "/v1/replica/fetch"
+	peerEpochEndOffsetPath = "/v1/replica/epoch-end-offset"
+
+	headerLeaderEpoch        = "Logagent-Leader-Epoch"
+	headerHighWatermark      = "Logagent-High-Watermark"
+	headerLogEndOffset       = "Logagent-Log-End-Offset"
+	headerLogStartOffset     = "Logagent-Log-Start-Offset"
+	headerDivergingEpoch     = "Logagent-Diverging-Epoch"
+	headerDivergingEndOffset = "Logagent-Diverging-End-Offset"
+
+	contentTypeBatch  = "application/vnd.logagent.batch"
+	contentTypeJSON   = "application/json"
+	contentTypeNDJSON = "application/x-ndjson"
+)
+
+// peerFetch is a follower's fetch as it travels.
+type peerFetch struct {
+	Topic     string
+	Partition int
+	replicate.FetchRequest
+	// KnownHighWatermark is the leader high watermark the follower last
+	// saw: a held fetch also ends when the leader's passes it, so followers
+	// learn of commits within one round trip.
+	KnownHighWatermark int64
+	MaxBytes           int64
+	MaxWait            time.Duration
+}
+
+func (f peerFetch) writeArgs(a *fasthttp.Args) {
+	a.Set("topic", f.Topic)
+	a.SetUint("partition", f.Partition)
+	a.Set("replica_id", f.ReplicaID)
+	a.Set("fetch_offset", strconv.FormatInt(f.FetchOffset, 10))
+	a.Set("current_leader_epoch", strconv.FormatInt(int64(f.CurrentLeaderEpoch), 10))
+	a.Set("last_fetched_epoch", strconv.FormatInt(int64(f.LastFetchedEpoch), 10))
+	a.Set("high_watermark", strconv.FormatInt(f.KnownHighWatermark, 10))
+	a.Set("max_bytes", strconv.FormatInt(f.MaxBytes, 10))
+	a.Set("max_wait_ms", strconv.FormatInt(f.MaxWait.Milliseconds(), 10))
+}
+
+func parsePeerFetch(a *fasthttp.Args) (peerFetch, error) {
+	p := argParser{args: a}
+	f := peerFetch{
+		Topic:     p.str("topic"),
+		Partition: int(p.int64("partition", 0, 1<<31-1)),
+		FetchRequest: replicate.FetchRequest{
+			ReplicaID:          p.str("replica_id"),
+			FetchOffset:        p.int64("fetch_offset", 0, 1<<63-1),
+			CurrentLeaderEpoch: int32(p.int64("current_leader_epoch", 0, 1<<31-1)),
+			LastFetchedEpoch:   int32(p.int64("last_fetched_epoch", int64(replicate.UndefinedEpoch), 1<<31-1)),
+		},
+		KnownHighWatermark: p.int64("high_watermark", 0, 1<<63-1),
+		MaxBytes:           p.int64("max_bytes", 1, 1<<31-1),
+		MaxWait:            time.Duration(p.int64("max_wait_ms", 0, maxPeerWait.Milliseconds())) * time.Millisecond,
+	}
+	return f, p.err
+}
+
+// maxPeerWait bounds a held follower fetch whatever the follower asks.
+const maxPeerWait = 30 * time.Second
+
+// peerEpochQuery is a follower's epoch end offset request as it travels.
+type peerEpochQuery struct {
+	Topic     string
+	Partition int
+	replicate.EpochRequest
+}
+
+func (q peerEpochQuery) writeArgs(a *fasthttp.Args) {
+	a.Set("topic", q.Topic)
+	a.SetUint("partition", q.Partition)
+	a.Set("replica_id", q.ReplicaID)
+	a.Set("current_leader_epoch", strconv.FormatInt(int64(q.CurrentLeaderEpoch), 10))
+	a.Set("epoch", strconv.FormatInt(int64(q.Epoch), 10))
+}
+
+func parsePeerEpochQuery(a *fasthttp.Args) (peerEpochQuery, error) {
+	p := argParser{args: a}
+	q := peerEpochQuery{
+		Topic:     p.str("topic"),
+		Partition: int(p.int64("partition", 0, 1<<31-1)),
+		EpochRequest: replicate.EpochRequest{
+			ReplicaID:          p.str("replica_id"),
+			CurrentLeaderEpoch: int32(p.int64("current_leader_epoch", 0, 1<<31-1)),
+			Epoch:              int32(p.int64("epoch", 0, 1<<31-1)),
+		},
+	}
+	return q, p.err
+}
+
+// epochEndOffsetJSON is the body of an epoch end offset answer.
+type epochEndOffsetJSON struct {
+	Epoch     int32 `json:"epoch"`
+	EndOffset int64 `json:"end_offset"`
+}
+
+// fetchPositions are the headers of a fetch answer.
+type fetchPositions struct {
+	LeaderEpoch    int32
+	HighWatermark  int64
+	LogEndOffset   int64
+	LogStartOffset int64
+	Diverging      *replicate.EpochEndOffset
+}
+
+func (p fetchPositions) write(h *fasthttp.ResponseHeader) {
+	h.Set(headerLeaderEpoch, strconv.FormatInt(int64(p.LeaderEpoch), 10))
+	h.Set(headerHighWatermark, strconv.FormatInt(p.HighWatermark, 10))
+	h.Set(headerLogEndOffset, strconv.FormatInt(p.LogEndOffset, 10))
+	h.Set(headerLogStartOffset, strconv.FormatInt(p.LogStartOffset, 10))
+	if p.Diverging != nil {
+		h.Set(headerDivergingEpoch, strconv.FormatInt(int64(p.Diverging.Epoch), 10))
+		h.Set(headerDivergingEndOffset, strconv.FormatInt(p.Diverging.EndOffset, 10))
+	}
+}
+
+func parseFetchPositions(h *fasthttp.ResponseHeader) (fetchPositions, error) {
+	p := headerParser{h: h}
+	pos := fetchPositions{
+		LeaderEpoch:    int32(p.int64(headerLeaderEpoch)),
+		HighWatermark:  p.int64(headerHighWatermark),
+		LogEndOffset:   p.int64(headerLogEndOffset),
+		LogStartOffset: p.int64(headerLogStartOffset),
+	}
+	if len(h.Peek(headerDivergingEpoch)) > 0 {
+		pos.Diverging = &replicate.EpochEndOffset{
+			Epoch:     int32(p.int64(headerDivergingEpoch)),
+			EndOffset: p.int64(headerDivergingEndOffset),
+		}
+	}
+	return pos, p.err
+}
+
+// argParser reads required query parameters, keeping the first error.
+type argParser struct {
+	args *fasthttp.Args
+	err  error
+}
+
+func (p *argParser) str(name string) string {
+	v := string(p.args.Peek(name))
+	if v == "" && p.err == nil {
+		p.err = fmt.Errorf("missing parameter %s", name)
+	}
+	return v
+}
+
+func (p *argParser) int64(name string, lo, hi int64) int64 {
+	s := p.str(name)
+	if p.err != nil {
+		return 0
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < lo || v > hi {
+		p.err = fmt.Errorf("parameter %s=%q is not an integer in [%d, %d]", name, s, lo, hi)
+		return 0
+	}
+	return v
+}
+
+// headerParser reads required integer headers, keeping the first error.
+type headerParser struct {
+	h   *fasthttp.ResponseHeader
+	err error
+}
+
+func (p *headerParser) int64(name string) int64 {
+	s := string(p.h.Peek(name))
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil && p.err == nil {
+		p.err = fmt.Errorf("header %s=%q is not an integer", name, s)
+	}
+	return v
+}

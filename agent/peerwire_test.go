@@ -1,0 +1,272 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
+)
+
+func TestPeerFetchRoundTrip(t *testing.T) {
+	in := peerFetch{
+		Topic:     "orders.v2",
+		Partition: 11,
+		FetchRequest: replicate.FetchRequest{
+			ReplicaID:          "n-2",
+			FetchOffset:        1 << 40,
+			CurrentLeaderEpoch: 7,
+			LastFetchedEpoch:   replicate.UndefinedEpoch,
+		},
+		KnownHighWatermark: 99,
+		MaxBytes:           8 << 20,
+		MaxWait:            500 * time.Millisecond,
+	}
+	var args fasthttp.Args
+	in.writeArgs(&args)
+	var parsed fasthttp.Args
+	parsed.Parse(args.String())
+	out, err := parsePeerFetch(&parsed)
+	if err != nil || out != in {
+		t.Fatalf("round trip: %+v %v\nwant %+v", out, err, in)
+	}
+
+	for _, bad := range []string{
+		"", // everything missing
+		"topic=t&partition=0&replica_id=n2&fetch_offset=-1&current_leader_epoch=1&last_fetched_epoch=0&high_watermark=0&max_bytes=1&max_wait_ms=0",
+		"topic=t&partition=0&replica_id=n2&fetch_offset=0&current_leader_epoch=1&last_fetched_epoch=-2&high_watermark=0&max_bytes=1&max_wait_ms=0",
+		"topic=t&partition=0&replica_id=n2&fetch_offset=0&current_leader_epoch=1&last_fetched_epoch=0&high_watermark=0&max_bytes=0&max_wait_ms=0",
+		"topic=t&partition=0&replica_id=n2&fetch_offset=0&current_leader_epoch=1&last_fetched_epoch=0&high_watermark=0&max_bytes=1&max_wait_ms=60000",
+		"topic=t&partition=x&replica_id=n2&fetch_offset=0&current_leader_epoch=1&last_fetched_epoch=0&high_watermark=0&max_bytes=1&max_wait_ms=0",
+	} {
+		var a fasthttp.Args
+		a.Parse(bad)
+		if _, err := parsePeerFetch(&a); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestPeerEpochQueryRoundTrip(t *testing.T) {
+	in := peerEpochQuery{Topic: "t", Partition: 3, EpochRequest: replicate.EpochRequest{ReplicaID: "n3", CurrentLeaderEpoch: 9, Epoch: 4}}
+	var args, parsed fasthttp.Args
+	in.writeArgs(&args)
+	parsed.Parse(args.String())
+	if out, err := parsePeerEpochQuery(&parsed); err != nil || out != in {
+		t.Fatalf("round trip: %+v %v", out, err)
+	}
+}
+
+func TestFetchPositionsRoundTrip(t *testing.T) {
+	for _, in := range []fetchPositions{
+		{LeaderEpoch: 3, HighWatermark: 10, LogEndOffset: 12, LogStartOffset: 2},
+		{LeaderEpoch: 3, HighWatermark: 10, LogEndOffset: 12, LogStartOffset: 2, Diverging: &replicate.EpochEndOffset{Epoch: 1, EndOffset: 7}},
+	} {
+		var h fasthttp.ResponseHeader
+		in.write(&h)
+		out, err := parseFetchPositions(&h)
+		if err != nil || out.LeaderEpoch != in.LeaderEpoch || out.HighWatermark != in.HighWatermark ||
+			out.LogEndOffset != in.LogEndOffset || out.LogStartOffset != in.LogStartOffset ||
+			(in.Diverging == nil) != (out.Diverging == nil) || (in.Diverging != nil && *in.Diverging != *out.Diverging) {
+			t.Fatalf("round trip of %+v: %+v %v", in, out, err)
+		}
+	}
+	var h fasthttp.ResponseHeader
+	h.Set(headerLeaderEpoch, "3")
+	if _, err := parseFetchPositions(&h); err == nil {
+		t.Fatal("headers without positions accepted")
+	}
+}
+
+func TestPeerAPIErrorCodes(t *testing.T) {
+	tests := []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("x: %w", replicate.ErrFencedLeaderEpoch), 409, codeFencedLeaderEpoch},
+		{fmt.Errorf("x: %w", replicate.ErrUnknownLeaderEpoch), 412, codeUnknownLeaderEpoch},
+		{errNotLeaderHere, 409, codeNotLeader},
+		{replicate.ErrNotLeader, 409, codeNotLeader},
+		{replicate.ErrNotReplica, 403, codeNotReplica},
+		{replicate.ErrInvalidRequest, 400, codeInvalidRequest},
+		{&outOfRangeError{logStartOffset: 3, logEndOffset: 9}, 416, codeOffsetOutOfRange},
+		{segstore.ErrClosed, 503, codeStorageError},
+	}
+	for _, tc := range tests {
+		e := peerAPIError(tc.err)
+		if e.status != tc.status || e.Code != tc.code {
+			t.Errorf("%v: %d %s, want %d %s", tc.err, e.status, e.Code, tc.status, tc.code)
+		}
+	}
+	e := peerAPIError(&outOfRangeError{logStartOffset: 3, logEndOffset: 9})
+	if *e.LogStartOffset != 3 || *e.LogEndOffset != 9 {
+		t.Fatalf("out of range bounds %d %d", *e.LogStartOffset, *e.LogEndOffset)
+	}
+}
+
+func TestBroadcastWakesEveryWaiter(t *testing.T) {
+	b := newBroadcast()
+	waiters := make([]<-chan struct{}, 3)
+	for i := range waiters {
+		waiters[i] = b.wait()
+	}
+	later := b.wait()
+	b.notify()
+	for i, w := range waiters {
+		select {
+		case <-w:
+		default:
+			t.Fatalf("waiter %d not woken", i)
+		}
+	}
+	<-later
+	select {
+	case <-b.wait():
+		t.Fatal("a wait after the notify is already woken")
+	default:
+	}
+}
+
+func TestBackoffDelay(t *testing.T) {
+	b := backoffDelay{min: 10 * time.Millisecond, max: 50 * time.Millisecond}
+	var got []time.Duration
+	for range 5 {
+		got = append(got, b.next())
+	}
+	want := []time.Duration{10, 20, 40, 50, 50}
+	for i := range want {
+		if got[i] != want[i]*time.Millisecond {
+			t.Fatalf("delays %v", got)
+		}
+	}
+	b.reset()
+	if d := b.next(); d != 10*time.Millisecond {
+		t.Fatalf("after reset: %s", d)
+	}
+}
+
+// testLog opens a segstore log over the OS file system in a temporary
+// directory, with small segments and index intervals.
+func testLog(t *testing.T, dir string) *segstore.Log {
+	t.Helper()
+	log, _, err := openPartitionLog(dir, segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log
+}
+
+func appendLeader(t *testing.T, log *segstore.Log, epoch int32, values ...string) {
+	t.Helper()
+	var b record.Builder
+	for _, v := range values {
+		if err := b.Add(1, nil, []byte(v), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := log.AppendLeader(batch, epoch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEpochCacheAdapter(t *testing.T) {
+	log := testLog(t, t.TempDir())
+	defer log.Close()
+	c := epochCache{log: log}
+	if _, ok := c.LatestEpoch(); ok {
+		t.Fatal("empty log has an epoch")
+	}
+	if _, _, ok := c.EndOffsetForEpoch(0); ok {
+		t.Fatal("empty log answers an epoch")
+	}
+	appendLeader(t, log, 2, "a", "b")
+	appendLeader(t, log, 5, "c")
+	if e, ok := c.LatestEpoch(); !ok || e != 5 {
+		t.Fatalf("latest epoch %d %t", e, ok)
+	}
+	tests := []struct {
+		asked, epoch int32
+		end          int64
+		ok           bool
+	}{
+		{1, 1, 0, true}, // below every epoch: the asked one, ending where the first starts
+		{2, 2, 2, true},
+		{4, 2, 2, true},
+		{5, 5, 3, true},
+		{6, 0, 0, false},
+	}
+	for _, tc := range tests {
+		epoch, end, ok := c.EndOffsetForEpoch(tc.asked)
+		if ok != tc.ok || (ok && (epoch != tc.epoch || end != tc.end)) {
+			t.Errorf("epoch %d: %d %d %t, want %d %d %t", tc.asked, epoch, end, ok, tc.epoch, tc.end, tc.ok)
+		}
+	}
+}
+
+// TestOpenPartitionLogCutsDataLoss: damage below the recovery point is
+// reported as data loss (the replica must not lead) and cut, instead of
+// keeping the partition down.
+func TestOpenPartitionLogCutsDataLoss(t *testing.T) {
+	dir := t.TempDir()
+	log := testLog(t, dir)
+	for i := range 20 {
+		appendLeader(t, log, 1, fmt.Sprintf("value-%d", i))
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segment := filepath.Join(dir, "00000000000000000000.log")
+	b, err := os.ReadFile(segment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff // the last batch, below the recovery point of a clean close
+	if err := os.WriteFile(segment, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log, dataLoss, err := openPartitionLog(dir, segstore.Options{Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	if !dataLoss || !errors.Is(log.DataLoss(), segstore.ErrDataLoss) {
+		t.Fatalf("data loss %t %v, want it reported", dataLoss, log.DataLoss())
+	}
+	if leo := log.LogEndOffset(); leo != 19 {
+		t.Fatalf("log end offset %d after the cut, want 19", leo)
+	}
+}
+
+func TestReplicaFileRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	if _, found, err := readReplicaFile(dir); found || err != nil {
+		t.Fatalf("empty dir: %t %v", found, err)
+	}
+	in := replicaFile{Topic: "t-1", Partition: 4, TopicID: "abc", DataLoss: true}
+	if err := writeReplicaFile(dir, in); err != nil {
+		t.Fatal(err)
+	}
+	out, found, err := readReplicaFile(dir)
+	if err != nil || !found || out != in {
+		t.Fatalf("%+v %t %v", out, found, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, replicaFileName), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readReplicaFile(dir); err == nil {
+		t.Fatal("a broken replica.json was accepted")
+	}
+}

@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/config"
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
+)
+
+// unitAgent is an Agent for handler-level tests that need no Consul.
+func unitAgent(t *testing.T) *Agent {
+	t.Helper()
+	cfg, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Limits.MaxRecordBytes = 100
+	a := New(cfg, hclog.NewNullLogger(), nil)
+	a.now = func() time.Time { return time.UnixMilli(1_700_000_000_000) }
+	return a
+}
+
+func records(t *testing.T, batch []byte) (keys, values []string, timestamps []int64) {
+	t.Helper()
+	it, err := record.NewDecoder(record.Limits{}).Records(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for it.Next() {
+		r := it.Record()
+		keys = append(keys, string(r.Key))
+		values = append(values, string(r.Value))
+		timestamps = append(timestamps, r.Timestamp)
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return keys, values, timestamps
+}
+
+func TestDecodeProduceBody(t *testing.T) {
+	a := unitAgent(t)
+	var b record.Builder
+	if err := b.Add(1, []byte("k"), []byte("binary"), nil); err != nil {
+		t.Fatal(err)
+	}
+	good, _ := b.AppendTo(nil)
+	corrupt := bytes.Clone(good)
+	corrupt[len(corrupt)-1] ^= 1
+	b.Reset()
+	b.SetProducer(7, 0, 0)
+	_ = b.Add(1, nil, []byte("x"), nil)
+	idempotent, _ := b.AppendTo(nil)
+	b.Reset()
+	_ = b.Add(1, nil, bytes.Repeat([]byte("v"), 200), nil)
+	bigRecord, _ := b.AppendTo(nil)
+
+	tests := []struct {
+		name        string
+		contentType string
+		body        []byte
+		key         []byte
+		values      []string
+		code        string
+	}{
+		{"ndjson", "application/x-ndjson", []byte("a\nbb\n\nccc"), nil, []string{"a", "bb", "ccc"}, ""},
+		{"ndjson crlf and key", "application/x-ndjson; charset=utf-8", []byte("{\"x\":1}\r\n{\"x\":2}\r\n"), []byte("k1"), []string{`{"x":1}`, `{"x":2}`}, ""},
+		{"text", "text/plain", []byte("one line"), nil, []string{"one line"}, ""},
+		{"ndjson empty", "application/x-ndjson", []byte("\n\n"), nil, nil, codeInvalidRequest},
+		{"ndjson value too large", "application/x-ndjson", bytes.Repeat([]byte("x"), 101), nil, nil, codeRecordTooLarge},
+		{"batch", contentTypeBatch, good, nil, []string{"binary"}, ""},
+		{"batch corrupt", contentTypeBatch, corrupt, nil, nil, codeCorruptBatch},
+		{"batch truncated", contentTypeBatch, good[:30], nil, nil, codeCorruptBatch},
+		{"batch idempotent", contentTypeBatch, idempotent, nil, nil, codeInvalidRequest},
+		{"batch record too large", contentTypeBatch, bigRecord, nil, nil, codeRecordTooLarge},
+		{"json not yet", "application/json", []byte(`{"records":[]}`), nil, nil, codeUnsupportedType},
+		{"no content type", "", []byte("x"), nil, nil, codeUnsupportedType},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			batch, count, err := a.decodeProduceBody([]byte(tc.contentType), tc.body, tc.key)
+			if tc.code != "" {
+				var e *apiError
+				if !errors.As(err, &e) || e.Code != tc.code {
+					t.Fatalf("error %v, want code %s", err, tc.code)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if count != len(tc.values) {
+				t.Fatalf("count %d, want %d", count, len(tc.values))
+			}
+			keys, values, timestamps := records(t, batch)
+			if strings.Join(values, "|") != strings.Join(tc.values, "|") {
+				t.Fatalf("values %q, want %q", values, tc.values)
+			}
+			if tc.contentType != contentTypeBatch {
+				for i, k := range keys {
+					if k != string(tc.key) || timestamps[i] != 1_700_000_000_000 {
+						t.Fatalf("record %d: key %q, timestamp %d; want %q and the agent clock's", i, k, timestamps[i], tc.key)
+					}
+				}
+			}
+			if tc.contentType == contentTypeBatch && &batch[0] == &tc.body[0] {
+				t.Fatal("the batch aliases the request buffer, which fasthttp reuses")
+			}
+		})
+	}
+}
+
+func TestParseAcks(t *testing.T) {
+	for in, want := range map[string]replicate.Acks{"": replicate.AcksAll, "all": replicate.AcksAll, "-1": replicate.AcksAll, "1": replicate.AcksLeader, "0": replicate.AcksNone} {
+		if got, err := parseAcks([]byte(in)); err != nil || got != want {
+			t.Errorf("acks=%q: %v %v, want %v", in, got, err, want)
+		}
+	}
+	if _, err := parseAcks([]byte("2")); err == nil {
+		t.Error("acks=2 accepted")
+	}
+}
+
+func TestChoosePartition(t *testing.T) {
+	a := unitAgent(t)
+	args := func(q string) *fasthttp.Args {
+		var x fasthttp.Args
+		x.Parse(q)
+		return &x
+	}
+	if p, err := a.choosePartition(args("partition=2"), nil, 3); err != nil || p != 2 {
+		t.Fatalf("partition=2: %d %v", p, err)
+	}
+	for _, q := range []string{"partition=3", "partition=-1", "partition=x"} {
+		var e *apiError
+		if _, err := a.choosePartition(args(q), nil, 3); !errors.As(err, &e) || e.Code != codeUnknownPartition {
+			t.Errorf("%s: %v, want unknown_partition", q, err)
+		}
+	}
+	// FNV-1a 32 of "user-42" is 0x026073ab (39875499), and 39875499 % 7 = 6.
+	if p, _ := a.choosePartition(args(""), []byte("user-42"), 7); p != 6 {
+		t.Fatalf("key user-42 over 7 partitions: %d, want 6", p)
+	}
+	seen := map[int]bool{}
+	for range 6 {
+		p, _ := a.choosePartition(args(""), nil, 3)
+		seen[p] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("round robin over 3 partitions hit %v", seen)
+	}
+}
+
+func TestProduceErrorCodes(t *testing.T) {
+	a := unitAgent(t)
+	a.coord = nil
+	tests := []struct {
+		out    produceOutcome
+		status int
+		code   string
+	}{
+		{produceOutcome{err: replicate.ErrNotEnoughReplicas}, 503, codeNotEnoughReplicas},
+		{produceOutcome{err: replicate.ErrNotEnoughReplicasAfterAppend, appended: true}, 503, codeNotEnoughReplicasAfterAppend},
+		{produceOutcome{err: replicate.ErrAckTimeout, appended: true}, 504, codeAckTimeout},
+		{produceOutcome{err: &segstore.FailedError{Err: errors.New("eio")}}, 503, codeStorageError},
+		{produceOutcome{err: record.ErrCorrupt}, 400, codeCorruptBatch},
+	}
+	for _, tc := range tests {
+		e := a.produceError("t", 0, tc.out)
+		if e.status != tc.status || e.Code != tc.code {
+			t.Errorf("%v: %d %s, want %d %s", tc.out.err, e.status, e.Code, tc.status, tc.code)
+		}
+	}
+}
+
+func TestAcceptsBatches(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"": true, "*/*": true, contentTypeBatch: true, "application/*": true,
+		"text/html, " + contentTypeBatch + ";q=0.9": true,
+		"application/x-ndjson":                      false, "text/plain": false,
+	} {
+		if got := acceptsBatches([]byte(accept)); got != want {
+			t.Errorf("Accept %q: %t, want %t", accept, got, want)
+		}
+	}
+}

@@ -1,0 +1,597 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/config"
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
+)
+
+// A replica is this agent's copy of one partition. One goroutine, the loop,
+// owns the replication state machine (replicate.Leader or
+// replicate.Follower), the log's writer side and every decision; everything
+// else talks to it with events:
+//
+//	HTTP handlers ── produce, leader fetch, epoch query ──┐
+//	campaign goroutine ── leadership won ─────────────────┤
+//	syncer goroutine ── fsync done (group commit) ────────┼──► loop ──► segstore.Log (append, truncate)
+//	follower requests ── epoch answer, fetch answer ──────┤         ──► state machine inputs, Ready
+//	ISR proposals ── committed / failed ──────────────────┤         ──► replies, notifications
+//	manager ── metadata (latest value) ───────────────────┘
+//
+// Readers (fetch handlers) read the log directly, bounded by the high
+// watermark the loop publishes in the log, and wait for changes on
+// changed. Results of asynchronous work carry the generation they were
+// started in; the loop drops those of an earlier role.
+type replica struct {
+	deps      *replicaDeps
+	topic     string
+	partition int
+	topicID   string
+	dir       string
+	log       hclog.Logger
+
+	segLog  atomic.Pointer[segstore.Log]
+	view    atomic.Pointer[replicaView]
+	changed *broadcast
+
+	events      chan any
+	metaMu      sync.Mutex
+	pendingMeta *replicaMeta
+	metaSignal  chan struct{}
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	// closeErr is the log's Close error, set before done is closed.
+	closeErr error
+
+	// Everything below is owned by the loop goroutine.
+	meta       replicaMeta
+	gen        uint64
+	role       role
+	dataLoss   bool
+	logFailed  bool
+	reopenAt   time.Time
+	syncReq    chan struct{}
+	syncerStop chan struct{}
+
+	leader     *replicate.Leader
+	leadership *election.Leadership
+	// leaderISR is leader.ISR() as of its last change, for publish.
+	leaderISR  []string
+	acks       map[replicate.AckID]pendingProduce
+	nextAck    replicate.AckID
+	isrRetry   *replicate.ISRProposal
+	isrRetryAt time.Time
+
+	follower      *replicate.Follower
+	following     followTarget
+	knownLeaderHW int64
+	followRetryAt time.Time
+	followBackoff backoffDelay
+
+	campaigning     bool
+	campaignCancel  context.CancelFunc
+	campaignRetryAt time.Time
+
+	wakeTimer *time.Timer
+	wakeAt    time.Time
+	// leaderTicker runs while leading: ack deadlines and ISR lag.
+	leaderTicker *time.Ticker
+}
+
+// replicaDeps is what every replica shares with its agent.
+type replicaDeps struct {
+	self       string
+	cfg        *config.Config
+	coord      Coordinator
+	peers      *peerClients
+	agents     *directory
+	log        hclog.Logger
+	now        func() time.Time
+	durability replicate.Durability
+	logOptions segstore.Options
+}
+
+type role uint8
+
+const (
+	roleNone role = iota
+	roleLeader
+	roleFollower
+)
+
+func (r role) String() string {
+	switch r {
+	case roleLeader:
+		return "leader"
+	case roleFollower:
+		return "follower"
+	default:
+		return "none"
+	}
+}
+
+// replicaView is what request handlers read without asking the loop.
+type replicaView struct {
+	role role
+	// epoch is this replica's epoch when leading, the epoch it follows, or
+	// the metadata's.
+	epoch int32
+	// isr is the committed ISR: the leader's own when leading, else the
+	// metadata's.
+	isr []string
+	// dataLoss says this replica lost acknowledged data and is fetching it
+	// again: it does not lead and is not a follower read source.
+	dataLoss bool
+}
+
+func (v *replicaView) inSync(node string) bool { return slices.Contains(v.isr, node) }
+
+// replicaMeta is the partition as the latest metadata snapshot shows it.
+type replicaMeta struct {
+	pm election.PartitionMeta
+	tc election.TopicConfig
+	// usable is false for a topic whose metadata is corrupt: it is never
+	// led, and nothing is decided from it.
+	usable bool
+}
+
+type followTarget struct {
+	node  string
+	epoch int32
+}
+
+type pendingProduce struct {
+	reply      chan produceOutcome
+	base, last int64
+	epoch      int32
+}
+
+// Intervals of the loop.
+const (
+	leaderTick         = 50 * time.Millisecond
+	checkpointInterval = 5 * time.Second
+	retentionInterval  = time.Minute
+	reopenBackoff      = 5 * time.Second
+	campaignBackoff    = time.Second
+	isrRetryBackoff    = 200 * time.Millisecond
+	// eventQueue bounds the events waiting for the loop; senders block.
+	eventQueue = 256
+)
+
+func newReplica(deps *replicaDeps, topic string, partition int, topicID, dir string, log *segstore.Log, dataLoss bool) *replica {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{
+		deps:          deps,
+		topic:         topic,
+		partition:     partition,
+		topicID:       topicID,
+		dir:           dir,
+		log:           deps.log.Named("replica").With("topic", topic, "partition", partition),
+		changed:       newBroadcast(),
+		events:        make(chan any, eventQueue),
+		metaSignal:    make(chan struct{}, 1),
+		ctx:           ctx,
+		cancel:        cancel,
+		done:          make(chan struct{}),
+		dataLoss:      dataLoss,
+		acks:          map[replicate.AckID]pendingProduce{},
+		followBackoff: backoffDelay{min: 50 * time.Millisecond, max: 2 * time.Second},
+	}
+	r.segLog.Store(log)
+	r.view.Store(&replicaView{dataLoss: dataLoss})
+	return r
+}
+
+// start runs the loop.
+func (r *replica) start() {
+	r.startSyncer(r.segLog.Load())
+	go r.run()
+}
+
+// stop ends the loop: a leader stops acknowledging (pending writes fail with
+// not_leader), and the log is closed. It returns the log's Close error.
+func (r *replica) stop() error {
+	r.cancel()
+	<-r.done
+	return r.closeErr
+}
+
+// setMeta hands the loop the partition's latest metadata; only the latest
+// value is kept, so the manager never waits for a busy loop.
+func (r *replica) setMeta(m replicaMeta) {
+	r.metaMu.Lock()
+	r.pendingMeta = &m
+	r.metaMu.Unlock()
+	select {
+	case r.metaSignal <- struct{}{}:
+	default:
+	}
+}
+
+// currentLog is the open log. It changes only when a failed log is reopened.
+func (r *replica) currentLog() *segstore.Log { return r.segLog.Load() }
+
+// currentView is the replica's published state.
+func (r *replica) currentView() *replicaView { return r.view.Load() }
+
+// send delivers an event to the loop unless the replica stops first.
+func (r *replica) send(ev any) bool {
+	select {
+	case r.events <- ev:
+		return true
+	case <-r.ctx.Done():
+		return false
+	}
+}
+
+func (r *replica) run() {
+	defer close(r.done)
+	checkpoint := time.NewTicker(checkpointInterval)
+	defer checkpoint.Stop()
+	retention := time.NewTicker(retentionInterval)
+	defer retention.Stop()
+	r.wakeTimer = time.NewTimer(time.Hour)
+	r.wakeTimer.Stop()
+	defer r.wakeTimer.Stop()
+
+	for {
+		var leadershipDone <-chan struct{}
+		var tick <-chan time.Time
+		if r.leadership != nil {
+			leadershipDone, tick = r.leadership.Done(), r.leaderTicker.C
+		}
+		select {
+		case <-r.ctx.Done():
+			r.shutdown()
+			return
+		case ev := <-r.events:
+			r.handle(ev)
+		case <-r.metaSignal:
+			r.metaMu.Lock()
+			m := r.pendingMeta
+			r.pendingMeta = nil
+			r.metaMu.Unlock()
+			if m != nil {
+				r.meta = *m
+			}
+		case <-leadershipDone:
+			r.stepDown(fmt.Errorf("leadership ended: %w", r.leadership.Err()), false)
+		case <-tick:
+			r.leader.Tick(r.deps.now())
+			r.processLeaderReady()
+		case <-checkpoint.C:
+			r.checkpoint()
+		case <-retention.C:
+			r.applyRetention()
+		case <-r.wakeTimer.C:
+			r.wakeAt = time.Time{}
+		}
+		r.reconcile()
+	}
+}
+
+func (r *replica) handle(ev any) {
+	switch ev := ev.(type) {
+	case *produceRequest:
+		r.onProduce(ev)
+	case *leaderFetchRequest:
+		r.onLeaderFetch(ev)
+	case *epochQueryRequest:
+		r.onEpochQuery(ev)
+	case campaignResult:
+		r.onCampaignResult(ev)
+	case syncResult:
+		r.onSyncResult(ev)
+	case isrResult:
+		r.onISRResult(ev)
+	case epochAnswered:
+		r.onEpochAnswered(ev)
+	case fetchAnswered:
+		r.onFetchAnswered(ev)
+	default:
+		panic(fmt.Sprintf("agent: replica event of unknown type %T", ev))
+	}
+}
+
+// reconcile runs after every event: it moves the replica towards what the
+// metadata asks (campaign, follow the leader), retries what backed off, and
+// arms the wake timer for the next retry.
+func (r *replica) reconcile() {
+	now := r.deps.now()
+	if r.logFailed && !now.Before(r.reopenAt) {
+		r.reopen()
+	}
+	if r.role == roleLeader {
+		if r.isrRetry != nil && !now.Before(r.isrRetryAt) {
+			p := r.isrRetry
+			r.isrRetry = nil
+			r.propose(*p)
+		}
+	} else if !r.logFailed && r.meta.usable {
+		r.ensureCampaign(now)
+		pm := r.meta.pm
+		target := followTarget{node: pm.State.Leader, epoch: pm.State.Epoch}
+		led := target.node != "" && target.node != r.deps.self && pm.LeaderSession != ""
+		if led && (target != r.following || (r.follower == nil && !now.Before(r.followRetryAt))) {
+			r.becomeFollower(target)
+		}
+		r.driveFollower()
+	}
+	r.publish()
+	r.armWake(now)
+}
+
+// armWake sets the wake timer to the earliest pending retry.
+func (r *replica) armWake(now time.Time) {
+	var next time.Time
+	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt} {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if next.IsZero() || (!r.wakeAt.IsZero() && !r.wakeAt.After(next) && r.wakeAt.After(now)) {
+		return
+	}
+	r.wakeAt = next
+	r.wakeTimer.Reset(next.Sub(now))
+}
+
+// publish stores the view handlers read, and wakes held requests when the
+// role or epoch changed.
+func (r *replica) publish() {
+	v := &replicaView{role: r.role, dataLoss: r.dataLoss, epoch: r.meta.pm.State.Epoch, isr: r.meta.pm.State.ISR}
+	switch r.role {
+	case roleLeader:
+		v.epoch, v.isr = r.leader.Epoch(), r.leaderISR
+	case roleFollower:
+		v.epoch = r.following.epoch
+	}
+	old := r.view.Load()
+	if old.role == v.role && old.epoch == v.epoch && old.dataLoss == v.dataLoss && slices.Equal(old.isr, v.isr) {
+		return
+	}
+	r.view.Store(v)
+	if old.role != v.role || old.epoch != v.epoch {
+		r.changed.notify()
+	}
+}
+
+// ensureCampaign keeps one campaign running while this replica may lead and
+// does not: election.Campaign itself waits for the leader key to be free
+// and for this replica to be in the ISR.
+func (r *replica) ensureCampaign(now time.Time) {
+	if r.campaigning || r.dataLoss || now.Before(r.campaignRetryAt) {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	r.campaigning, r.campaignCancel = true, cancel
+	go func() {
+		l, err := r.deps.coord.Campaign(ctx, r.topic, r.partition)
+		if !r.send(campaignResult{leadership: l, err: err}) && l != nil {
+			r.resignAsync(l)
+		}
+	}()
+}
+
+func (r *replica) cancelCampaign() {
+	if r.campaignCancel != nil {
+		r.campaignCancel()
+	}
+}
+
+type campaignResult struct {
+	leadership *election.Leadership
+	err        error
+}
+
+func (r *replica) onCampaignResult(ev campaignResult) {
+	r.campaigning = false
+	r.campaignCancel = nil
+	if ev.err != nil {
+		if !errors.Is(ev.err, context.Canceled) && !errors.Is(ev.err, election.ErrClosed) {
+			r.log.Warn("campaign failed; retrying", "error", ev.err, "retry_in", campaignBackoff)
+		}
+		r.campaignRetryAt = r.deps.now().Add(campaignBackoff)
+		return
+	}
+	l := ev.leadership
+	switch {
+	case r.role == roleLeader && r.leadership == l:
+	case r.dataLoss || r.logFailed:
+		r.log.Warn("won leadership but may not lead: handing it back", "epoch", l.Epoch(), "data_loss", r.dataLoss)
+		r.resignAsync(l)
+	case l.Err() != nil:
+		// Lost already; the next campaign starts from fresh metadata.
+	default:
+		r.becomeLeader(l)
+	}
+}
+
+// resignAsync releases a leadership without blocking the loop.
+func (r *replica) resignAsync(l *election.Leadership) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+		defer cancel()
+		if err := l.Resign(ctx); err != nil {
+			r.log.Warn("resign failed; the lock goes with the session", "epoch", l.Epoch(), "error", err)
+		}
+	}()
+}
+
+// startSyncer starts the group-commit goroutine of log: the loop asks for
+// a sync with requestSync and hears back with a syncResult. A sync that
+// starts while another runs waits for it, so one fsync covers every append
+// made before it started.
+func (r *replica) startSyncer(log *segstore.Log) {
+	req := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	r.syncReq, r.syncerStop = req, stop
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-req:
+			}
+			offset, err := log.Sync()
+			if !r.send(syncResult{log: log, offset: offset, err: err}) {
+				return
+			}
+		}
+	}()
+}
+
+func (r *replica) requestSync() {
+	select {
+	case r.syncReq <- struct{}{}:
+	default:
+	}
+}
+
+type syncResult struct {
+	log    *segstore.Log
+	offset int64
+	err    error
+}
+
+func (r *replica) onSyncResult(ev syncResult) {
+	if ev.log != r.currentLog() {
+		return
+	}
+	if ev.err != nil {
+		r.failLog(fmt.Errorf("fsync: %w", ev.err))
+		return
+	}
+	if ev.offset <= 0 {
+		return
+	}
+	switch {
+	case r.leader != nil:
+		if err := r.leader.Synced(ev.offset - 1); err != nil {
+			r.log.Debug("sync report refused", "error", err)
+		}
+		r.processLeaderReady()
+	case r.follower != nil:
+		if err := r.follower.Synced(ev.offset - 1); err != nil {
+			r.log.Debug("sync report refused", "error", err)
+		}
+	}
+}
+
+// failLog handles a log that failed (an I/O error on a write path): stop
+// acknowledging, stop following, close it and recover it from disk.
+func (r *replica) failLog(cause error) {
+	r.log.Error("partition log failed: stepping down and recovering from disk", "error", cause)
+	if r.role == roleLeader {
+		r.stepDown(cause, true)
+	}
+	r.stopFollowing()
+	r.cancelCampaign()
+	close(r.syncerStop)
+	if err := r.currentLog().Close(); err != nil && !errors.Is(err, segstore.ErrFailed) {
+		r.log.Warn("closing the failed log", "error", err)
+	}
+	r.logFailed = true
+	r.reopenAt = time.Time{}
+}
+
+// reopen opens the log again after a failure, which recovers it.
+func (r *replica) reopen() {
+	log, dataLoss, err := openPartitionLog(r.dir, r.deps.logOptions)
+	if err != nil {
+		r.log.Error("cannot reopen the partition log; retrying", "error", err, "retry_in", reopenBackoff)
+		r.reopenAt = r.deps.now().Add(reopenBackoff)
+		return
+	}
+	r.segLog.Store(log)
+	r.startSyncer(log)
+	r.logFailed = false
+	if dataLoss {
+		r.setDataLoss(true)
+	}
+	r.changed.notify()
+	r.log.Info("partition log reopened", "log_end_offset", log.LogEndOffset(), "high_watermark", log.HighWatermark())
+}
+
+// setDataLoss records, durably, whether this replica lost acknowledged data.
+func (r *replica) setDataLoss(lost bool) {
+	if lost {
+		r.cancelCampaign()
+	}
+	if r.dataLoss == lost {
+		return
+	}
+	r.dataLoss = lost
+	if err := writeReplicaFile(r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: lost}); err != nil {
+		r.log.Error("cannot record the data loss state", "data_loss", lost, "error", err)
+	}
+	if lost {
+		r.log.Warn("replica lost acknowledged data: it will not lead until it has fetched it again")
+	} else {
+		r.log.Info("replica fetched back the data it had lost: it may lead again")
+	}
+}
+
+func (r *replica) checkpoint() {
+	if r.logFailed {
+		return
+	}
+	if err := r.currentLog().Checkpoint(); err != nil {
+		r.failLog(fmt.Errorf("checkpoint: %w", err))
+	}
+}
+
+func (r *replica) applyRetention() {
+	if r.logFailed {
+		return
+	}
+	log := r.currentLog()
+	if _, err := log.ApplyRetention(log.HighWatermark()); err != nil {
+		if errors.Is(err, segstore.ErrFailed) {
+			r.failLog(fmt.Errorf("retention: %w", err))
+			return
+		}
+		r.log.Warn("retention failed", "error", err)
+	}
+}
+
+// shutdown ends the loop's work when the replica stops.
+func (r *replica) shutdown() {
+	if r.role == roleLeader {
+		r.stepDown(errors.New("replica stopping"), r.leadership.Err() == nil)
+	}
+	r.stopFollowing()
+	r.cancelCampaign()
+	if r.logFailed {
+		return
+	}
+	close(r.syncerStop)
+	if err := r.currentLog().Close(); err != nil {
+		r.closeErr = fmt.Errorf("agent: close %s: %w", r.dir, err)
+	}
+}
+
+// backoffDelay doubles from min to max on every failure.
+type backoffDelay struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoffDelay) next() time.Duration {
+	b.cur = min(max(b.cur*2, b.min), b.max)
+	return b.cur
+}
+
+func (b *backoffDelay) reset() { b.cur = 0 }

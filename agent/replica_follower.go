@@ -1,0 +1,261 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
+)
+
+// becomeFollower starts following the leader of target's epoch: the
+// follower state machine first reconciles the log with the leader's by
+// epoch, then fetches.
+func (r *replica) becomeFollower(target followTarget) {
+	if target != r.following {
+		r.followBackoff.reset()
+		r.followRetryAt = time.Time{}
+	}
+	r.stopFollowing()
+	r.following = target
+	log := r.currentLog()
+	leo := log.LogEndOffset()
+	f, err := replicate.NewFollower(replicate.FollowerConfig{
+		Self:            r.deps.self,
+		LeaderEpoch:     target.epoch,
+		Durability:      r.deps.durability,
+		LogEndOffset:    leo,
+		SyncedEndOffset: min(log.SyncedOffset(), leo),
+		HighWatermark:   min(log.HighWatermark(), leo),
+		EpochCache:      epochCache{log: log},
+	})
+	if err != nil {
+		// Metadata older than the log (its epoch is above the leader's):
+		// wait for newer metadata.
+		r.log.Warn("cannot follow", "leader", target.node, "epoch", target.epoch, "error", err)
+		r.followRetryAt = r.deps.now().Add(r.followBackoff.next())
+		return
+	}
+	r.gen++
+	r.role, r.follower = roleFollower, f
+	r.knownLeaderHW = f.HighWatermark()
+	r.log.Info("following", "leader", target.node, "epoch", target.epoch, "log_end_offset", leo)
+	r.publish()
+}
+
+// stopFollowing drops the follower state; answers to its requests still in
+// flight are dropped by their generation.
+func (r *replica) stopFollowing() {
+	r.following = followTarget{}
+	if r.follower == nil {
+		return
+	}
+	r.gen++
+	r.follower = nil
+	if r.role == roleFollower {
+		r.role = roleNone
+	}
+}
+
+// driveFollower carries out the follower's output until it waits for an
+// answer: epoch requests and fetches go out on their own goroutines,
+// truncations are done here (they are the log's writer side).
+func (r *replica) driveFollower() {
+	for r.follower != nil && r.follower.HasReady() {
+		if r.deps.now().Before(r.followRetryAt) {
+			return
+		}
+		agent, ok := r.deps.agents.lookup(r.following.node)
+		if !ok {
+			r.followRetryAt = r.deps.now().Add(r.followBackoff.next())
+			return
+		}
+		rd := r.follower.Ready()
+		if rd.HighWatermarkChanged {
+			r.setFollowerHighWatermark(rd.HighWatermark)
+		}
+		switch {
+		case rd.EpochRequest != nil:
+			r.askEpoch(agent.PeerAddr, *rd.EpochRequest)
+		case rd.Truncate != nil:
+			if !r.truncate(*rd.Truncate) {
+				return
+			}
+		case rd.Fetch != nil:
+			r.fetch(agent.PeerAddr, *rd.Fetch)
+		}
+	}
+}
+
+func (r *replica) setFollowerHighWatermark(hw int64) {
+	if err := r.currentLog().SetHighWatermark(hw); err != nil {
+		r.log.Warn("cannot set the high watermark", "high_watermark", hw, "error", err)
+		return
+	}
+	r.changed.notify()
+}
+
+// truncate applies a truncation the follower decided; false if the log
+// failed.
+func (r *replica) truncate(t replicate.Truncation) bool {
+	log := r.currentLog()
+	before := log.LogEndOffset()
+	var err error
+	if t.Restart {
+		err = log.TruncateFully(t.Offset)
+	} else {
+		err = log.Truncate(t.Offset)
+	}
+	if err != nil {
+		r.failLog(fmt.Errorf("truncate to %d: %w", t.Offset, err))
+		return false
+	}
+	if err := r.follower.Truncated(log.LogEndOffset()); err != nil {
+		r.failLog(err)
+		return false
+	}
+	if after := log.LogEndOffset(); after != before || t.Restart {
+		r.log.Info("truncated by epoch", "log_end_offset_was", before, "log_end_offset", after, "restart", t.Restart)
+	}
+	r.changed.notify()
+	return true
+}
+
+func (r *replica) askEpoch(addr string, req replicate.EpochRequest) {
+	gen := r.gen
+	q := peerEpochQuery{Topic: r.topic, Partition: r.partition, EpochRequest: req}
+	go func() {
+		answer, err := r.deps.peers.epochEndOffset(addr, q)
+		r.send(epochAnswered{gen: gen, answer: answer, err: err})
+	}()
+}
+
+type epochAnswered struct {
+	gen    uint64
+	answer replicate.EpochEndOffset
+	err    error
+}
+
+func (r *replica) onEpochAnswered(ev epochAnswered) {
+	if ev.gen != r.gen || r.follower == nil {
+		return
+	}
+	if ev.err != nil {
+		r.followerRequestFailed("epoch end offset", ev.err)
+		if err := r.follower.EpochRequestFailed(); err != nil {
+			r.log.Error("follower refused the epoch request failure", "error", err)
+		}
+		return
+	}
+	if err := r.follower.EpochAnswered(ev.answer); err != nil {
+		r.followerBroken(err)
+		return
+	}
+	r.followBackoff.reset()
+}
+
+func (r *replica) fetch(addr string, req replicate.FetchRequest) {
+	gen := r.gen
+	f := peerFetch{
+		Topic:              r.topic,
+		Partition:          r.partition,
+		FetchRequest:       req,
+		KnownHighWatermark: r.knownLeaderHW,
+		MaxBytes:           r.deps.cfg.Replication.FetchMaxBytes,
+		MaxWait:            r.deps.cfg.Replication.FetchMaxWait,
+	}
+	go func() {
+		answer, err := r.deps.peers.fetch(addr, f)
+		r.send(fetchAnswered{gen: gen, answer: answer, err: err})
+	}()
+}
+
+type fetchAnswered struct {
+	gen    uint64
+	answer peerFetchAnswer
+	err    error
+}
+
+func (r *replica) onFetchAnswered(ev fetchAnswered) {
+	if ev.gen != r.gen || r.follower == nil {
+		return
+	}
+	if ev.err != nil {
+		var pe *peerError
+		if errors.As(ev.err, &pe) && pe.Code == codeOffsetOutOfRange {
+			if err := r.follower.FetchOutOfRange(pe.LogStartOffset, pe.LogEndOffset); err == nil {
+				return
+			}
+		}
+		r.followerRequestFailed("fetch", ev.err)
+		if err := r.follower.FetchFailed(); err != nil {
+			r.log.Error("follower refused the fetch failure", "error", err)
+		}
+		return
+	}
+	pos := ev.answer.Positions
+	if pos.LeaderEpoch != r.following.epoch {
+		r.followerRequestFailed("fetch", fmt.Errorf("answer from epoch %d, following %d", pos.LeaderEpoch, r.following.epoch))
+		_ = r.follower.FetchFailed()
+		return
+	}
+	if pos.Diverging == nil && len(ev.answer.Batches) > 0 {
+		log := r.currentLog()
+		if err := log.AppendFollower(ev.answer.Batches); err != nil {
+			if errors.Is(err, segstore.ErrFailed) {
+				r.failLog(err)
+				return
+			}
+			r.followerRequestFailed("append", err)
+			_ = r.follower.FetchFailed()
+			return
+		}
+		if err := r.follower.Appended(log.LogEndOffset() - 1); err != nil {
+			r.followerBroken(err)
+			return
+		}
+		if r.deps.durability == replicate.DurabilityFsync {
+			r.requestSync()
+		}
+		r.changed.notify()
+	}
+	r.knownLeaderHW = max(r.knownLeaderHW, pos.HighWatermark)
+	err := r.follower.FetchResponded(replicate.FetchResult{
+		LeaderEpoch:   pos.LeaderEpoch,
+		HighWatermark: pos.HighWatermark,
+		LogEndOffset:  pos.LogEndOffset,
+		Diverging:     pos.Diverging,
+	})
+	if err != nil {
+		r.followerBroken(err)
+		return
+	}
+	r.followBackoff.reset()
+	if r.dataLoss && r.follower.HighWatermark() >= pos.HighWatermark && pos.Diverging == nil {
+		r.setDataLoss(false)
+	}
+}
+
+// followerRequestFailed backs off before the next request; refusals that
+// mean the metadata moved wait for the watch to deliver it.
+func (r *replica) followerRequestFailed(what string, err error) {
+	delay := r.followBackoff.next()
+	r.followRetryAt = r.deps.now().Add(delay)
+	r.log.Debug("follower request failed", "request", what, "leader", r.following.node, "epoch", r.following.epoch,
+		"error", err, "retry_in", delay)
+}
+
+// followerBroken handles an input the follower state machine refused: the
+// log contradicts the protocol, so it is reopened (recovery) and the
+// follower starts over.
+func (r *replica) followerBroken(err error) {
+	if errors.Is(err, replicate.ErrInconsistentLog) {
+		r.failLog(err)
+		return
+	}
+	r.log.Error("follower state refused an input; following again", "error", err)
+	r.gen++
+	r.follower, r.role = nil, roleNone
+	r.followRetryAt = r.deps.now().Add(r.followBackoff.next())
+}

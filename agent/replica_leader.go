@@ -1,0 +1,372 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
+)
+
+// isrProposalTimeout bounds one guarded ISR transaction.
+const isrProposalTimeout = 10 * time.Second
+
+// becomeLeader starts leading at l's epoch: the epoch starts at the log end
+// in the log's epoch cache, then the leader state machine takes over from
+// the log's positions.
+func (r *replica) becomeLeader(l *election.Leadership) {
+	r.stopFollowing()
+	log := r.currentLog()
+	leo := log.LogEndOffset()
+	fail := func(err error) {
+		r.log.Error("cannot lead", "epoch", l.Epoch(), "error", err)
+		r.resignAsync(l)
+		// Campaign would hand the same leadership back until the
+		// resignation has gone through.
+		r.campaignRetryAt = r.deps.now().Add(campaignBackoff)
+		if errors.Is(err, segstore.ErrFailed) || errors.Is(err, replicate.ErrInconsistentLog) {
+			r.failLog(err)
+		}
+	}
+	if err := log.AssignEpoch(l.Epoch(), leo); err != nil {
+		fail(fmt.Errorf("assign epoch: %w", err))
+		return
+	}
+	st := l.State()
+	leader, err := replicate.NewLeader(replicate.LeaderConfig{
+		Self:              r.deps.self,
+		Epoch:             l.Epoch(),
+		EpochStartOffset:  leo,
+		Replicas:          r.meta.pm.Replicas,
+		ISR:               st.ISR,
+		MinInsyncReplicas: r.meta.tc.MinInsyncReplicas,
+		LagTimeMax:        r.deps.cfg.Replication.LagTimeMax,
+		Durability:        r.deps.durability,
+		LogEndOffset:      leo,
+		SyncedEndOffset:   min(log.SyncedOffset(), leo),
+		HighWatermark:     min(log.HighWatermark(), leo),
+		EpochCache:        epochCache{log: log},
+	}, r.deps.now())
+	if err != nil {
+		fail(err)
+		return
+	}
+	r.gen++
+	r.role, r.leader, r.leadership, r.leaderISR = roleLeader, leader, l, leader.ISR()
+	r.leaderTicker = time.NewTicker(leaderTick)
+	r.isrRetry = nil
+	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
+	if r.deps.durability == replicate.DurabilityFsync {
+		r.requestSync()
+	}
+	r.publish()
+	r.processLeaderReady()
+}
+
+// stepDown ends this replica's leadership: every pending write fails with
+// not_leader at once. release also gives the lock back in Consul, for a
+// leader that steps down on its own.
+func (r *replica) stepDown(cause error, release bool) {
+	if r.role != roleLeader {
+		return
+	}
+	r.log.Info("stopped leading", "epoch", r.leader.Epoch(), "cause", cause)
+	r.leader.Resign()
+	r.processLeaderReady()
+	if release {
+		r.resignAsync(r.leadership)
+	}
+	r.leaderTicker.Stop()
+	r.gen++
+	r.role, r.leader, r.leadership, r.leaderTicker, r.leaderISR = roleNone, nil, nil, nil, nil
+	r.isrRetry = nil
+	r.following = followTarget{}
+	r.publish()
+}
+
+// processLeaderReady carries out the leader's output: the new high
+// watermark goes to the log (so readers see it) before any ack is answered.
+func (r *replica) processLeaderReady() {
+	if r.leader == nil || !r.leader.HasReady() {
+		return
+	}
+	rd := r.leader.Ready()
+	if rd.HighWatermarkChanged {
+		if err := r.currentLog().SetHighWatermark(rd.HighWatermark); err != nil {
+			r.log.Warn("cannot set the high watermark", "high_watermark", rd.HighWatermark, "error", err)
+		}
+		r.changed.notify()
+	}
+	if rd.ISRProposal != nil {
+		r.propose(*rd.ISRProposal)
+	}
+	for _, a := range rd.Acks {
+		p, ok := r.acks[a.ID]
+		if !ok {
+			continue
+		}
+		delete(r.acks, a.ID)
+		p.reply <- produceOutcome{base: p.base, last: p.last, epoch: p.epoch, appended: true, err: a.Err}
+	}
+}
+
+// propose writes an ISR change with the guarded transaction, off the loop.
+func (r *replica) propose(p replicate.ISRProposal) {
+	gen := r.gen
+	go func() {
+		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
+		defer cancel()
+		err := r.deps.coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR)
+		r.send(isrResult{gen: gen, proposal: p, err: err})
+	}()
+}
+
+type isrResult struct {
+	gen      uint64
+	proposal replicate.ISRProposal
+	err      error
+}
+
+// onISRResult feeds an ISR transaction's outcome back: committed; not
+// leader any more (step down); a refusal because the state moved, which
+// takes Consul's ISR as the committed one (or steps down if the epoch
+// moved); a refusal before any write (no permission, invalid), which ends
+// the proposal. An unknown outcome (Consul unreachable, a timeout) is
+// retried with the same proposal still in flight, so a follower being added
+// keeps counting for the high watermark until Consul says whether it is in
+// the ISR.
+func (r *replica) onISRResult(ev isrResult) {
+	if ev.gen != r.gen || r.leader == nil {
+		return
+	}
+	var err error
+	switch {
+	case ev.err == nil:
+		err = r.leader.ISRCommitted(ev.proposal.ISR)
+		r.log.Info("isr changed", "epoch", ev.proposal.Epoch, "isr", ev.proposal.ISR)
+	case errors.Is(ev.err, election.ErrNotLeader):
+		r.stepDown(ev.err, false)
+		return
+	case errors.Is(ev.err, election.ErrConflict):
+		st := r.leadership.State()
+		if st.Epoch != r.leader.Epoch() {
+			r.stepDown(ev.err, false)
+			return
+		}
+		err = r.leader.ISRCommitted(st.ISR)
+	case errors.Is(ev.err, context.Canceled):
+		return
+	case errors.Is(ev.err, election.ErrPermissionDenied), errors.Is(ev.err, election.ErrInvalidTopic):
+		// Refused before anything was written: the proposal is over.
+		r.log.Error("isr change refused", "isr", ev.proposal.ISR, "error", ev.err)
+		err = r.leader.ISRProposalFailed()
+	default:
+		r.log.Warn("isr change not confirmed; retrying", "isr", ev.proposal.ISR, "error", ev.err)
+		r.isrRetry = &ev.proposal
+		r.isrRetryAt = r.deps.now().Add(isrRetryBackoff)
+		return
+	}
+	if err != nil {
+		r.log.Error("isr change refused by the leader state", "error", err)
+	}
+	r.leaderISR = r.leader.ISR()
+	r.processLeaderReady()
+}
+
+// produceRequest is a produce call from a handler. The batch belongs to the
+// loop from then on: it is stamped in place.
+type produceRequest struct {
+	batch    []byte
+	acks     replicate.Acks
+	deadline time.Time
+	reply    chan produceOutcome
+}
+
+// produceOutcome answers a produceRequest. appended says the batch is in
+// the leader's log, so a failure's outcome is unknown rather than "nothing
+// written".
+type produceOutcome struct {
+	base, last int64
+	epoch      int32
+	appended   bool
+	err        error
+}
+
+// errNotLeaderHere refuses a request sent to a replica that does not lead.
+var errNotLeaderHere = errors.New("agent: this replica does not lead")
+
+func (r *replica) onProduce(req *produceRequest) {
+	if r.leader == nil {
+		req.reply <- produceOutcome{err: errNotLeaderHere}
+		return
+	}
+	if err := r.leader.CanAppend(req.acks); err != nil {
+		req.reply <- produceOutcome{err: err}
+		return
+	}
+	epoch := r.leader.Epoch()
+	base, last, err := r.currentLog().AppendLeader(req.batch, epoch)
+	if err != nil {
+		req.reply <- produceOutcome{err: err}
+		if errors.Is(err, segstore.ErrFailed) {
+			r.failLog(err)
+		}
+		return
+	}
+	if err := r.leader.Appended(last); err != nil {
+		r.failLog(err)
+		req.reply <- produceOutcome{base: base, last: last, epoch: epoch, appended: true, err: err}
+		return
+	}
+	r.changed.notify()
+	if r.deps.durability == replicate.DurabilityFsync {
+		r.requestSync()
+	}
+	if req.acks == replicate.AcksNone {
+		req.reply <- produceOutcome{base: base, last: last, epoch: epoch, appended: true}
+		r.processLeaderReady()
+		return
+	}
+	r.nextAck++
+	id := r.nextAck
+	r.acks[id] = pendingProduce{reply: req.reply, base: base, last: last, epoch: epoch}
+	if err := r.leader.WaitAck(id, last, req.acks, req.deadline); err != nil {
+		delete(r.acks, id)
+		req.reply <- produceOutcome{base: base, last: last, epoch: epoch, appended: true, err: err}
+	}
+	r.processLeaderReady()
+}
+
+// leaderFetchRequest is a follower's fetch as the peer handler hands it to
+// the leader's loop.
+type leaderFetchRequest struct {
+	req   replicate.FetchRequest
+	reply chan leaderFetchOutcome
+}
+
+type leaderFetchOutcome struct {
+	result         replicate.FetchResult
+	logStartOffset int64
+	err            error
+}
+
+// outOfRangeError refuses a fetch outside the leader's log.
+type outOfRangeError struct {
+	logStartOffset, logEndOffset int64
+}
+
+func (e *outOfRangeError) Error() string {
+	return fmt.Sprintf("agent: offset out of the leader's log [%d, %d]", e.logStartOffset, e.logEndOffset)
+}
+
+func (r *replica) onLeaderFetch(ev *leaderFetchRequest) {
+	if r.leader == nil {
+		ev.reply <- leaderFetchOutcome{err: r.notLeaderFor(ev.req.CurrentLeaderEpoch)}
+		return
+	}
+	log := r.currentLog()
+	if lso := log.LogStartOffset(); ev.req.FetchOffset < lso {
+		ev.reply <- leaderFetchOutcome{err: &outOfRangeError{logStartOffset: lso, logEndOffset: log.LogEndOffset()}}
+		return
+	}
+	result, err := r.leader.Fetch(ev.req, r.deps.now())
+	if errors.Is(err, replicate.ErrOffsetOutOfRange) {
+		err = &outOfRangeError{logStartOffset: log.LogStartOffset(), logEndOffset: log.LogEndOffset()}
+	}
+	ev.reply <- leaderFetchOutcome{result: result, logStartOffset: log.LogStartOffset(), err: err}
+	if errors.Is(err, replicate.ErrInconsistentLog) {
+		r.failLog(err)
+		return
+	}
+	r.processLeaderReady()
+}
+
+// epochQueryRequest is a follower's epoch end offset request.
+type epochQueryRequest struct {
+	req   replicate.EpochRequest
+	reply chan epochQueryOutcome
+}
+
+type epochQueryOutcome struct {
+	answer replicate.EpochEndOffset
+	err    error
+}
+
+func (r *replica) onEpochQuery(ev *epochQueryRequest) {
+	if r.leader == nil {
+		ev.reply <- epochQueryOutcome{err: r.notLeaderFor(ev.req.CurrentLeaderEpoch)}
+		return
+	}
+	answer, err := r.leader.OffsetForEpoch(ev.req)
+	ev.reply <- epochQueryOutcome{answer: answer, err: err}
+	if errors.Is(err, replicate.ErrInconsistentLog) {
+		r.failLog(err)
+	}
+}
+
+// notLeaderFor is what a replica that does not lead answers a request
+// carrying epoch: fenced if the sender follows an older epoch than this
+// replica knows, unknown if a newer one, else not leader.
+func (r *replica) notLeaderFor(epoch int32) error {
+	known := r.meta.pm.State.Epoch
+	switch {
+	case epoch < known:
+		return fmt.Errorf("%w: request epoch %d, current epoch %d", replicate.ErrFencedLeaderEpoch, epoch, known)
+	case epoch > known:
+		return fmt.Errorf("%w: request epoch %d, known epoch %d", replicate.ErrUnknownLeaderEpoch, epoch, known)
+	default:
+		return errNotLeaderHere
+	}
+}
+
+// Calls from handlers. Each waits for the loop's answer, or for the replica
+// to stop.
+
+// errReplicaStopped answers requests to a replica that stopped meanwhile.
+var errReplicaStopped = errors.New("agent: replica stopped")
+
+func (r *replica) produce(req *produceRequest, wait time.Duration) produceOutcome {
+	req.reply = make(chan produceOutcome, 1)
+	if !r.send(req) {
+		return produceOutcome{err: errReplicaStopped}
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case out := <-req.reply:
+		return out
+	case <-r.done:
+		return produceOutcome{err: errReplicaStopped, appended: true}
+	case <-timer.C:
+		return produceOutcome{err: replicate.ErrAckTimeout, appended: true}
+	}
+}
+
+func (r *replica) leaderFetch(req replicate.FetchRequest) leaderFetchOutcome {
+	ev := &leaderFetchRequest{req: req, reply: make(chan leaderFetchOutcome, 1)}
+	if !r.send(ev) {
+		return leaderFetchOutcome{err: errReplicaStopped}
+	}
+	select {
+	case out := <-ev.reply:
+		return out
+	case <-r.done:
+		return leaderFetchOutcome{err: errReplicaStopped}
+	}
+}
+
+func (r *replica) epochQuery(req replicate.EpochRequest) epochQueryOutcome {
+	ev := &epochQueryRequest{req: req, reply: make(chan epochQueryOutcome, 1)}
+	if !r.send(ev) {
+		return epochQueryOutcome{err: errReplicaStopped}
+	}
+	select {
+	case out := <-ev.reply:
+		return out
+	case <-r.done:
+		return epochQueryOutcome{err: errReplicaStopped}
+	}
+}

@@ -1,0 +1,299 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/election"
+)
+
+// defaultUncleanDelay is how long a partition must have been without a
+// leader before a replica outside the ISR may take it, for topics that
+// allow unclean election.
+const defaultUncleanDelay = 30 * time.Second
+
+// createTopicRequest is the body of POST /v1/topics. Absent settings take
+// topic_defaults; replication_factor and min_insync_replicas taken from the
+// defaults are capped by the number of agents, named ones never are.
+type createTopicRequest struct {
+	Name                  string `json:"name"`
+	Partitions            *int   `json:"partitions"`
+	ReplicationFactor     *int   `json:"replication_factor"`
+	MinInsyncReplicas     *int   `json:"min_insync_replicas"`
+	UncleanLeaderElection *bool  `json:"unclean_leader_election"`
+}
+
+// topicDescription is a topic as GET /v1/topics/{topic} shows it.
+type topicDescription struct {
+	Name       string                 `json:"name"`
+	Config     topicConfigJSON        `json:"config"`
+	Partitions []partitionDescription `json:"partitions"`
+}
+
+type topicConfigJSON struct {
+	ID                    string `json:"id"`
+	Partitions            int    `json:"partitions"`
+	ReplicationFactor     int    `json:"replication_factor"`
+	MinInsyncReplicas     int    `json:"min_insync_replicas"`
+	UncleanLeaderElection bool   `json:"unclean_leader_election"`
+}
+
+// partitionDescription is one partition: the leader and ISR from Consul
+// (leader is empty while the partition has none), and the positions of this
+// agent's replica when it has one.
+type partitionDescription struct {
+	Partition      int      `json:"partition"`
+	Leader         string   `json:"leader"`
+	Epoch          int32    `json:"epoch"`
+	Replicas       []string `json:"replicas"`
+	ISR            []string `json:"isr"`
+	HighWatermark  *int64   `json:"high_watermark,omitempty"`
+	LogStartOffset *int64   `json:"log_start_offset,omitempty"`
+	LogEndOffset   *int64   `json:"log_end_offset,omitempty"`
+	Role           string   `json:"role,omitempty"`
+}
+
+// handleCreateTopic serves POST /v1/topics.
+func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	var req createTopicRequest
+	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "body is not a topic: "+err.Error(), false)
+		return
+	}
+	if !election.ValidTopicName(req.Name) {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidTopicName,
+			fmt.Sprintf("topic name %q must be 1 to 249 of [a-zA-Z0-9._-], and not . or ..", req.Name), false)
+		return
+	}
+	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	defer cancel()
+	agents, err := a.coord.Agents(callCtx)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		return
+	}
+	tc := a.topicConfig(req, len(agents))
+	nodes := make([]string, len(agents))
+	for i, ag := range agents {
+		nodes[i] = ag.NodeID
+	}
+	assignment, err := election.AssignReplicas(nodes, tc.Partitions, tc.ReplicationFactor)
+	if err == nil {
+		err = a.coord.CreateTopic(callCtx, tc, assignment)
+	}
+	if err == nil {
+		// Answer once this agent's metadata has the topic, so a describe
+		// or produce that follows the creation finds it.
+		err = a.waitTopic(callCtx, tc.Name, tc.ID)
+	}
+	switch {
+	case errors.Is(err, election.ErrTopicExists):
+		writeError(ctx, fasthttp.StatusConflict, codeTopicExists, "topic "+req.Name+" exists", false)
+		return
+	case errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		return
+	case err != nil:
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "cannot create topic: "+err.Error(), true)
+		return
+	}
+	desc := topicDescription{Name: tc.Name, Config: describeConfig(tc)}
+	for p, replicas := range assignment {
+		desc.Partitions = append(desc.Partitions, partitionDescription{Partition: p, Replicas: replicas, ISR: replicas})
+	}
+	writeJSON(ctx, fasthttp.StatusCreated, desc)
+}
+
+// topicConfig fills a create request in from topic_defaults.
+func (a *Agent) topicConfig(req createTopicRequest, agents int) election.TopicConfig {
+	d := a.cfg.TopicDefaults
+	tc := election.TopicConfig{
+		ID:                    rand.Text(),
+		Name:                  req.Name,
+		Partitions:            d.Partitions,
+		ReplicationFactor:     max(1, min(d.ReplicationFactor, agents)),
+		UncleanLeaderElection: d.UncleanLeaderElection,
+		UncleanDelay:          defaultUncleanDelay,
+	}
+	if req.Partitions != nil {
+		tc.Partitions = *req.Partitions
+	}
+	if req.ReplicationFactor != nil {
+		tc.ReplicationFactor = *req.ReplicationFactor
+	}
+	tc.MinInsyncReplicas = max(1, min(d.MinInsyncReplicas, tc.ReplicationFactor))
+	if req.MinInsyncReplicas != nil {
+		tc.MinInsyncReplicas = *req.MinInsyncReplicas
+	}
+	if req.UncleanLeaderElection != nil {
+		tc.UncleanLeaderElection = *req.UncleanLeaderElection
+	}
+	return tc
+}
+
+// waitTopic waits until the metadata shows the topic incarnation id.
+func (a *Agent) waitTopic(ctx context.Context, name, id string) error {
+	for {
+		snap := a.coord.Metadata()
+		if tm, ok := snap.Topic(name); ok && tm.Config.ID == id {
+			return nil
+		}
+		select {
+		case <-snap.Changed():
+		case <-ctx.Done():
+			return fmt.Errorf("agent: topic %s created, but the metadata watch has not shown it yet: %w", name, ctx.Err())
+		}
+	}
+}
+
+func describeConfig(tc election.TopicConfig) topicConfigJSON {
+	return topicConfigJSON{
+		ID:                    tc.ID,
+		Partitions:            tc.Partitions,
+		ReplicationFactor:     tc.ReplicationFactor,
+		MinInsyncReplicas:     tc.MinInsyncReplicas,
+		UncleanLeaderElection: tc.UncleanLeaderElection,
+	}
+}
+
+// handleListTopics serves GET /v1/topics: the topic names.
+func (a *Agent) handleListTopics(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, struct {
+		Topics []string `json:"topics"`
+	}{a.coord.Metadata().Topics()})
+}
+
+// handleDescribeTopic serves GET /v1/topics/{topic}.
+func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	name := pathParam(ctx, "topic")
+	tm, ok := a.coord.Metadata().Topic(name)
+	if !ok {
+		writeAPIError(ctx, unknownTopic(name))
+		return
+	}
+	if tm.Err != nil {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, tm.Err.Error(), true)
+		return
+	}
+	desc := topicDescription{Name: name, Config: describeConfig(tm.Config)}
+	for _, pm := range tm.Partitions {
+		pd := partitionDescription{
+			Partition: pm.Partition,
+			Epoch:     pm.State.Epoch,
+			Replicas:  pm.Replicas,
+			ISR:       pm.State.ISR,
+		}
+		if pm.LeaderSession != "" {
+			pd.Leader = pm.State.Leader
+		}
+		if r := a.replicas.get(name, pm.Partition); r != nil {
+			log := r.currentLog()
+			hw, lso, leo := log.HighWatermark(), log.LogStartOffset(), log.LogEndOffset()
+			pd.HighWatermark, pd.LogStartOffset, pd.LogEndOffset = &hw, &lso, &leo
+			v := r.currentView()
+			pd.Role = v.role.String()
+			if v.role == roleLeader {
+				// The leader's own view is fresher than the watch's.
+				pd.Leader, pd.Epoch, pd.ISR = a.cfg.NodeID, v.epoch, v.isr
+			}
+		}
+		desc.Partitions = append(desc.Partitions, pd)
+	}
+	writeJSON(ctx, fasthttp.StatusOK, desc)
+}
+
+// Helpers shared by the client API handlers.
+
+// serving answers 503 unless the agent serves.
+func (a *Agent) serving(ctx *fasthttp.RequestCtx) bool {
+	if a.state.Load() == stateServing {
+		return true
+	}
+	writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "agent is not serving", true)
+	return false
+}
+
+// partitionParams reads {topic} and {partition} and checks them against
+// the metadata.
+func (a *Agent) partitionParams(ctx *fasthttp.RequestCtx) (string, int, error) {
+	topic := pathParam(ctx, "topic")
+	tm, ok := a.coord.Metadata().Topic(topic)
+	if !ok {
+		return "", 0, unknownTopic(topic)
+	}
+	p, err := strconv.Atoi(pathParam(ctx, "partition"))
+	if err != nil || p < 0 || p >= len(tm.Partitions) {
+		return "", 0, newAPIError(fasthttp.StatusNotFound, codeUnknownPartition,
+			fmt.Sprintf("topic %s has partitions 0 to %d, not %q", topic, len(tm.Partitions)-1, pathParam(ctx, "partition")), false)
+	}
+	return topic, p, nil
+}
+
+func unknownTopic(name string) *apiError {
+	return newAPIError(fasthttp.StatusNotFound, codeUnknownTopic, "no topic "+strconv.Quote(name), false)
+}
+
+func partitionName(topic string, partition int) string {
+	return topic + "/" + strconv.Itoa(partition)
+}
+
+// notLeaderError answers a request this agent cannot serve for a partition:
+// 409 not_leader naming the leader and its client address, or 503
+// leader_not_available when the partition has no leader.
+func (a *Agent) notLeaderError(topic string, partition int, message string) *apiError {
+	pm, ok := a.coord.Metadata().Partition(topic, partition)
+	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" {
+		return newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, partitionName(topic, partition)+" has no leader now", true)
+	}
+	e := newAPIError(fasthttp.StatusConflict, codeNotLeader, message, true)
+	e.Leader = pm.State.Leader
+	if info, ok := a.agents.lookup(pm.State.Leader); ok {
+		e.LeaderAddress = info.ClientAddr
+	}
+	return e
+}
+
+// intParam reads an optional integer query parameter within [lo, hi].
+func intParam(args *fasthttp.Args, name string, def, lo, hi int64) (int64, error) {
+	v := args.Peek(name)
+	if len(v) == 0 {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest,
+			fmt.Sprintf("%s=%q must be an integer in [%d, %d]", name, v, lo, hi), false)
+	}
+	return n, nil
+}
+
+// durationParam reads an optional duration query parameter ("500ms", "5s")
+// within [0, most].
+func durationParam(args *fasthttp.Args, name string, def, most time.Duration) (time.Duration, error) {
+	v := args.Peek(name)
+	if len(v) == 0 {
+		return def, nil
+	}
+	d, err := time.ParseDuration(string(v))
+	if err != nil || d < 0 || d > most {
+		return 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest,
+			fmt.Sprintf("%s=%q must be a duration between 0s and %s", name, v, most), false)
+	}
+	return d, nil
+}

@@ -1,0 +1,326 @@
+package testcluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/logagent/logagent/internal/consultest"
+)
+
+// Options configure a cluster.
+type Options struct {
+	// Agents is the number of agents, n1 to nN; default 3.
+	Agents int
+	// HCL is every agent's last configuration file, merged after the
+	// cluster's own settings, so it can override them (durability,
+	// timeouts).
+	HCL string
+	// Consul are options for the Consul server.
+	Consul []consultest.Option
+}
+
+// Timings every agent of a test cluster starts with: failover in about two
+// seconds, a lagging follower out of the ISR in two.
+const baseHCL = `
+log_level = "debug"
+consul {
+  session_ttl = "5s"
+  check_ttl   = "2s"
+  lock_delay  = "100ms"
+}
+replication {
+  lag_time_max   = "2s"
+  fetch_max_wait = "250ms"
+}
+storage {
+  segment_bytes = "64MiB"
+}
+`
+
+const (
+	healthyTimeout = 30 * time.Second
+	stopGrace      = 15 * time.Second
+	logTailBytes   = 64 << 10
+)
+
+// Cluster is a Consul server and agents, all stopped when the test ends.
+type Cluster struct {
+	t      testing.TB
+	Consul *consultest.Server
+	Agents []*Agent
+	http   *http.Client
+}
+
+// Start runs Consul and the agents and waits until every agent is healthy.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Agents == 0 {
+		opts.Agents = 3
+	}
+	bin := Binary(t)
+	c := &Cluster{
+		t:      t,
+		Consul: consultest.Start(t, opts.Consul...),
+		http:   &http.Client{Timeout: 60 * time.Second},
+	}
+	for i := range opts.Agents {
+		ports := consultest.FreePorts(t, 2)
+		a := &Agent{
+			c:          c,
+			bin:        bin,
+			NodeID:     "n" + strconv.Itoa(i+1),
+			DataDir:    filepath.Join(t.TempDir(), "data"),
+			ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+			PeerAddr:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
+			ConsulAddr: c.Consul.HTTPAddr(),
+			logDir:     t.TempDir(),
+		}
+		a.PeerAdvertise = a.PeerAddr
+		a.ConfigPaths = []string{
+			writeFile(t, filepath.Join(a.logDir, "10-cluster.hcl"), baseHCL),
+			filepath.Join(a.logDir, "20-agent.hcl"),
+			writeFile(t, filepath.Join(a.logDir, "30-test.hcl"), opts.HCL),
+		}
+		a.WriteConfig()
+		c.Agents = append(c.Agents, a)
+	}
+	for _, a := range c.Agents {
+		a.Start()
+	}
+	for _, a := range c.Agents {
+		a.WaitHealthy()
+	}
+	return c
+}
+
+// Agent is one logagent process and its files. Its process can be stopped
+// and started again on the same data directory and ports.
+type Agent struct {
+	c   *Cluster
+	bin string
+
+	NodeID  string
+	DataDir string
+	// ClientAddr and PeerAddr are where the agent listens.
+	ClientAddr string
+	PeerAddr   string
+	// PeerAdvertise is what other agents dial to reach this one.
+	PeerAdvertise string
+	// ConsulAddr is the Consul address this agent uses.
+	ConsulAddr string
+	// ConfigPaths are the agent's -config files, merged in order: the
+	// cluster's timings, the agent's identity and addresses (written by
+	// WriteConfig), the test's Options.HCL.
+	ConfigPaths []string
+	logDir      string
+
+	mu     sync.Mutex
+	proc   *process
+	starts int
+}
+
+type process struct {
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	err     error // set before done closes
+}
+
+// WriteConfig writes the agent's identity and addresses; call it after
+// changing them, before the next Start.
+func (a *Agent) WriteConfig() {
+	a.c.t.Helper()
+	writeFile(a.c.t, a.ConfigPaths[1], fmt.Sprintf(`node_id  = %q
+data_dir = %q
+client { address = %q }
+peer {
+  address           = %q
+  advertise_address = %q
+}
+consul { address = %q }
+`, a.NodeID, a.DataDir, a.ClientAddr, a.PeerAddr, a.PeerAdvertise, a.ConsulAddr))
+}
+
+func writeFile(t testing.TB, path, body string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatalf("testcluster: %v", err)
+	}
+	return path
+}
+
+// Start runs the agent's process (again, on the same data, after a stop).
+// It does not wait for it to be healthy: see WaitHealthy.
+func (a *Agent) Start() {
+	t := a.c.t
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc != nil && !a.proc.exited() {
+		t.Fatalf("testcluster: %s is already running (pid %d)", a.NodeID, a.proc.pid())
+	}
+	a.starts++
+	logPath := filepath.Join(a.logDir, fmt.Sprintf("%s.%d.log", a.NodeID, a.starts))
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatalf("testcluster: %v", err)
+	}
+	args := []string{"agent"}
+	for _, p := range a.ConfigPaths {
+		args = append(args, "-config", p)
+	}
+	cmd := exec.Command(a.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, so a stop reaches anything it started; and
+	// the kernel kills it if the test binary dies without cleaning up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("testcluster: start %s: %v", a.NodeID, err)
+	}
+	p := &process{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	a.proc = p
+	t.Cleanup(func() {
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			t.Logf("testcluster: tail of %s (pid %d):\n%s", logPath, p.pid(), tail(logPath, logTailBytes))
+		}
+	})
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process group; a process that is gone is not an
+// error.
+func (p *process) signal(sig syscall.Signal) {
+	if p.exited() {
+		return
+	}
+	if err := syscall.Kill(-p.pid(), sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+func (a *Agent) current() *process {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc == nil {
+		a.c.t.Fatalf("testcluster: %s was never started", a.NodeID)
+	}
+	return a.proc
+}
+
+// PID is the running process's id.
+func (a *Agent) PID() int { return a.current().pid() }
+
+// Running reports whether the process is alive.
+func (a *Agent) Running() bool { return !a.current().exited() }
+
+// Kill ends the process with SIGKILL, as a crash, and waits for it.
+func (a *Agent) Kill() {
+	p := a.current()
+	p.signal(syscall.SIGCONT) // a paused process must die too
+	p.signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Terminate sends SIGTERM (the graceful stop) and waits for the exit; it
+// returns the exit code, failing the test if the process does not exit
+// within the grace period.
+func (a *Agent) Terminate() int {
+	t := a.c.t
+	t.Helper()
+	p := a.current()
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(stopGrace):
+		t.Fatalf("testcluster: %s (pid %d) still running %s after SIGTERM", a.NodeID, p.pid(), stopGrace)
+	}
+	var exitErr *exec.ExitError
+	if errors.As(p.err, &exitErr) {
+		return exitErr.ExitCode()
+	}
+	return 0
+}
+
+// Pause stops the process with SIGSTOP; Resume continues it.
+func (a *Agent) Pause() { a.current().signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process.
+func (a *Agent) Resume() { a.current().signal(syscall.SIGCONT) }
+
+// Restart starts the agent again on its data and waits until it is
+// healthy. The previous process must have exited.
+func (a *Agent) Restart() {
+	a.c.t.Helper()
+	a.Start()
+	a.WaitHealthy()
+}
+
+// WaitHealthy waits until the agent's /v1/health answers 200.
+func (a *Agent) WaitHealthy() {
+	t := a.c.t
+	t.Helper()
+	p := a.current()
+	deadline := time.Now().Add(healthyTimeout)
+	for {
+		if p.exited() {
+			t.Fatalf("testcluster: %s exited while starting: %v\n%s", a.NodeID, p.err, tail(p.logPath, logTailBytes))
+		}
+		resp, err := a.c.http.Get("http://" + a.ClientAddr + "/v1/health")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testcluster: %s not healthy after %s (last: %v)", a.NodeID, healthyTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// PartitionDir is where the agent keeps a partition's log.
+func (a *Agent) PartitionDir(topic string, partition int) string {
+	return filepath.Join(a.DataDir, topic+"-"+strconv.Itoa(partition))
+}
+
+func tail(path string, limit int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	if int64(len(b)) > limit {
+		b = b[int64(len(b))-limit:]
+	}
+	return strings.TrimRight(string(b), "\n")
+}

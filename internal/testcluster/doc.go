@@ -1,0 +1,15 @@
+// Package testcluster runs real logagent processes for tests (DESIGN §13):
+// a Consul server (consultest) and N agents built from this module, each
+// with its own data directory, configuration file and free loopback ports.
+// Tests kill (SIGKILL), stop (SIGTERM), pause (SIGSTOP) and restart agents on
+// their data, find partition leaders, produce and fetch through the client
+// API, and read partition logs from disk to compare replicas.
+//
+// Every process is started in its own process group with Pdeathsig, and
+// stopped by PID in t.Cleanup, also when the test fails (its log is then
+// printed).
+//
+// Each agent has separate listen and advertised addresses, and its own
+// Consul address, so that a later fault-injecting TCP proxy can sit between
+// an agent and its peers or Consul without changing the tests.
+package testcluster
