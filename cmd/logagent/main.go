@@ -39,6 +39,7 @@ func commands() []command {
 		{"produce", "write records from stdin, one per line", runProduce},
 		{"consume", "print the records of a partition", runConsume},
 		{"status", "show topics and partitions: leaders, epochs, ISR, high watermarks", runStatus},
+		{"bench", "load generator: produce, consume, e2e latency, machine limits", runBench},
 		{"version", "print the version", runVersion},
 	}
 }
