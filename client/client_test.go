@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 func TestNewAddress(t *testing.T) {
@@ -286,7 +288,7 @@ func TestPartitionForKey(t *testing.T) {
 		}
 	}
 	// Keys spread: 3000 distinct keys over 3 partitions.
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	counts := make([]int, 3)
 	for i := range 3000 {
 		key := []byte("user-" + string(rune('a'+i%26)) + "-" + time.Duration(rng.Int64()).String())

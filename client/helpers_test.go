@@ -2,32 +2,10 @@ package client
 
 import (
 	"context"
-	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 )
-
-// seedEnv overrides the seed of every randomized test in this package.
-const seedEnv = "LOGAGENT_TEST_SEED"
-
-// testRand returns a seeded generator and logs the seed, so that a failing
-// run prints how to repeat it.
-func testRand(t testing.TB) *rand.Rand {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(seedEnv); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", seedEnv, s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (repeat with %s=%d)", seed, seedEnv, seed)
-	return rand.New(rand.NewPCG(seed, seed))
-}
 
 // fakeClock is a Clock that moves only when told to. In auto mode every
 // AfterFunc fires at once and moves the time forward by its duration, so

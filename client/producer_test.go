@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logagent/logagent/internal/testseed"
 	"github.com/logagent/logagent/record"
 )
 
@@ -649,7 +650,7 @@ func TestClassifyAttempt(t *testing.T) {
 // before appending. Every record must be written exactly once, where its
 // Result says, and one goroutine's records to a partition in order.
 func TestProducerRandomized(t *testing.T) {
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	var rngMu sync.Mutex
 	intn := func(n int) int {
 		rngMu.Lock()

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
 	"github.com/logagent/logagent/internal/consultest"
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 // testPrefix keeps test keys apart from anything else in the same Consul.
@@ -705,7 +707,7 @@ func TestFailover(t *testing.T) {
 		start(node)
 	}
 
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	modes := []string{"crash", "destroy", "resign", "close"}
 	if s := os.Getenv("LOGAGENT_FAILOVER_MODES"); s != "" {
 		modes = strings.Split(s, ",")

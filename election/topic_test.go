@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 func TestAssignReplicasProperties(t *testing.T) {
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	for range 200 {
 		n := 1 + rng.IntN(9)
 		rf := 1 + rng.IntN(n)

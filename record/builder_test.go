@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"testing"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 func TestBuilderErrors(t *testing.T) {
@@ -89,7 +91,7 @@ func TestCodecNames(t *testing.T) {
 // TestHotPathsDoNotAllocatePerRecord builds and decodes 100-record batches
 // with reused buffers and counts allocations per batch.
 func TestHotPathsDoNotAllocatePerRecord(t *testing.T) {
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	records := randomRecords(rng, 100)
 	for i := range records {
 		records[i].Headers = nil
@@ -152,7 +154,7 @@ func TestHotPathsDoNotAllocatePerRecord(t *testing.T) {
 // TestConcurrentBuilders shares the pooled compressors and the zstd encoder
 // between goroutines, for the race detector to check.
 func TestConcurrentBuilders(t *testing.T) {
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	records := randomRecords(rng, 20)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*len(allCodecs))

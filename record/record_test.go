@@ -11,10 +11,12 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 func TestRoundTripRandomBatches(t *testing.T) {
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	for _, codec := range allCodecs {
 		t.Run(codec.String(), func(t *testing.T) {
 			var (
@@ -179,7 +181,7 @@ func TestNullAndEmptyStayDistinct(t *testing.T) {
 }
 
 func TestAnyChangeInCRCRangeIsCorrupt(t *testing.T) {
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	for _, codec := range []Codec{CodecNone, CodecZstd} {
 		t.Run(codec.String(), func(t *testing.T) {
 			batch := buildBatch(t, codec, &producer{id: 1, epoch: 2, sequence: 3}, randomRecords(rng, 5))
@@ -206,7 +208,7 @@ func TestAnyChangeInCRCRangeIsCorrupt(t *testing.T) {
 }
 
 func TestTruncatedIsShort(t *testing.T) {
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	batch := buildBatch(t, CodecNone, nil, randomRecords(rng, 3))
 	for n := range len(batch) {
 		if _, err := Verify(batch[:n], 0); !errors.Is(err, ErrShort) || errors.Is(err, ErrCorrupt) {
@@ -444,7 +446,7 @@ func TestTooLarge(t *testing.T) {
 }
 
 func TestSplitBatches(t *testing.T) {
-	rng := testRand(t)
+	rng := testseed.Rand(t)
 	var region []byte
 	var sizes []int
 	for i := range 3 {

@@ -3,31 +3,9 @@ package replicate
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"testing"
-	"time"
 )
-
-// seedEnv overrides the seed of every randomized test in this package (the
-// same variable as the other packages').
-const seedEnv = "LOGAGENT_TEST_SEED"
-
-// testSeed returns the seed for a randomized test and logs how to repeat it.
-func testSeed(t testing.TB) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(seedEnv); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", seedEnv, s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (repeat with %s=%d)", seed, seedEnv, seed)
-	return seed
-}
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
 

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 // simIterationsEnv sets how many seeded runs TestRandomizedReplication does
@@ -48,7 +50,7 @@ func TestRandomizedReplication(t *testing.T) {
 		}
 		iterations = n
 	}
-	base := testSeed(t)
+	base := testseed.Seed(t)
 	for i := range iterations {
 		seed := base + uint64(i)
 		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { newSim(t, seed).run() }) {
@@ -215,7 +217,7 @@ func (s *sim) fail(format string, args ...any) {
 		s.t.Logf("%s up=%t gen=%d log=%v", n.id, n.up, n.gen, n.log)
 	}
 	s.t.Logf("controller %+v; %s, min ISR %d", s.ctl, s.durability, s.minISR)
-	s.t.Fatalf("seed %d (repeat with %s=%d %s=1): %s", s.seed, seedEnv, s.seed, simIterationsEnv, fmt.Sprintf(format, args...))
+	s.t.Fatalf("seed %d (repeat with %s=%d %s=1): %s", s.seed, testseed.Env, s.seed, simIterationsEnv, fmt.Sprintf(format, args...))
 }
 
 func (s *sim) must(err error) {

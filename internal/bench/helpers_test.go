@@ -2,35 +2,9 @@ package bench
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"sync"
-	"testing"
 	"time"
 )
-
-// seedEnv overrides the seed of the randomized tests.
-const seedEnv = "LOGAGENT_BENCH_SEED"
-
-// testSeed returns the seed of a randomized test, from $LOGAGENT_BENCH_SEED
-// or the time, and prints it if the test fails.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(seedEnv); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", seedEnv, s, err)
-		}
-		seed = v
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("seed %d: rerun with %s=%d", seed, seedEnv, seed)
-		}
-	})
-	return seed
-}
 
 // fakeClock is virtual time that moves only when someone sleeps until a
 // later time or advances it. Timers fire synchronously, in the goroutine

@@ -6,10 +6,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 func TestHistogramQuantilesMatchSortedReference(t *testing.T) {
-	seed := testSeed(t)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	distributions := []struct {
 		name string
@@ -61,7 +63,7 @@ func TestHistogramQuantilesMatchSortedReference(t *testing.T) {
 }
 
 func TestHistogramMergeEqualsOneHistogram(t *testing.T) {
-	seed := testSeed(t)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var whole Histogram
 	parts := make([]Histogram, 4)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/client"
+	"github.com/logagent/logagent/internal/testseed"
 	"github.com/logagent/logagent/record"
 )
 
@@ -100,7 +101,7 @@ func TestBatchBytesIsAnEncodedBatch(t *testing.T) {
 }
 
 func TestKeySetGroupsKeysByTheirPartition(t *testing.T) {
-	seed := testSeed(t)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	const keys, partitions = 50, 7
 	s := newKeySet(keys, partitions)
