@@ -141,17 +141,7 @@ func (ta *testAgent) start() {
 		t.Fatal(err)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: ta.nodeID, Level: hclog.LevelFromString(cfg.LogLevel), Output: ta.c.logs})
-	coord, err := election.New(election.Config{
-		Consul:     cfg.Consul.API,
-		Prefix:     cfg.Consul.Prefix,
-		NodeID:     cfg.NodeID,
-		PeerAddr:   cfg.Peer.AdvertiseAddress,
-		ClientAddr: cfg.Client.Address,
-		CheckTTL:   cfg.Consul.CheckTTL,
-		SessionTTL: cfg.Consul.SessionTTL,
-		LockDelay:  cfg.Consul.LockDelay,
-		Logger:     logger.Named("election"),
-	})
+	coord, err := NewCoordinator(cfg, logger.Named("election"))
 	if err != nil {
 		t.Fatal(err)
 	}

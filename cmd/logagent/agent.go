@@ -13,7 +13,6 @@ import (
 
 	"github.com/logagent/logagent/agent"
 	"github.com/logagent/logagent/config"
-	"github.com/logagent/logagent/election"
 )
 
 func runAgent(args []string, stdout, stderr io.Writer) error {
@@ -36,7 +35,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	})
 	logger.Info("starting", "version", version, "node_id", cfg.NodeID, "config", cfg.Sources)
 
-	reg, err := election.New(electionConfig(cfg, logger.Named("election")))
+	reg, err := agent.NewCoordinator(cfg, logger.Named("election"))
 	if err != nil {
 		return err
 	}
@@ -91,18 +90,4 @@ func reloadLogLevel(paths []string, logger hclog.Logger) {
 	}
 	logger.SetLevel(level)
 	logger.Info("reload: log level changed", "log_level", cfg.LogLevel)
-}
-
-func electionConfig(cfg *config.Config, logger hclog.Logger) election.Config {
-	return election.Config{
-		Consul:     cfg.Consul.API,
-		Prefix:     cfg.Consul.Prefix,
-		NodeID:     cfg.NodeID,
-		PeerAddr:   cfg.Peer.AdvertiseAddress,
-		ClientAddr: cfg.Client.Address,
-		CheckTTL:   cfg.Consul.CheckTTL,
-		SessionTTL: cfg.Consul.SessionTTL,
-		LockDelay:  cfg.Consul.LockDelay,
-		Logger:     logger,
-	}
 }

@@ -1,0 +1,24 @@
+package agent
+
+import (
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/config"
+	"github.com/logagent/logagent/election"
+)
+
+// NewCoordinator returns the election client an agent with cfg uses: the
+// one place that maps the configuration onto Consul's settings.
+func NewCoordinator(cfg *config.Config, logger hclog.Logger) (*election.Client, error) {
+	return election.New(election.Config{
+		Consul:     cfg.Consul.API,
+		Prefix:     cfg.Consul.Prefix,
+		NodeID:     cfg.NodeID,
+		PeerAddr:   cfg.Peer.AdvertiseAddress,
+		ClientAddr: cfg.Client.Address,
+		CheckTTL:   cfg.Consul.CheckTTL,
+		SessionTTL: cfg.Consul.SessionTTL,
+		LockDelay:  cfg.Consul.LockDelay,
+		Logger:     logger,
+	})
+}
