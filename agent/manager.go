@@ -29,7 +29,8 @@ import (
 // dropped. data_loss records that recovery cut acknowledged data, so the
 // replica refuses to lead, across restarts, until it has fetched it again.
 // Only directories with a replica.json are ever removed by the agent, and
-// only when the metadata proves the data obsolete: the topic exists with
+// only when the metadata proves the data obsolete: the topic incarnation has
+// a tombstone (it was deleted through the API), the topic exists with
 // another topic_id, or it no longer assigns the partition here. A topic that
 // is simply absent from Consul may mean a Consul that lost its data (a dev
 // server restarted, a restore from an old snapshot) rather than a deletion,
@@ -203,7 +204,7 @@ func (m *manager) apply(snap *election.Snapshot) {
 		switch {
 		case corrupt[key.topic]:
 			// Kept as is until the metadata is readable again.
-		case !topicKnown:
+		case !topicKnown && !snap.Deleted(r.topicID):
 			absent = append(absent, key)
 		case !ok || meta.tc.ID != r.topicID:
 			gone = append(gone, key)
@@ -303,9 +304,9 @@ func (m *manager) remove(key partitionKey, quarantine bool) {
 }
 
 // removeStrays deals with partition directories (those with a replica.json)
-// that the metadata no longer assigns here: deleted when the topic exists in
-// another incarnation or without this replica, moved into orphaned/ when the
-// topic is absent. A topic whose metadata is unreadable keeps its
+// that the metadata no longer assigns here: deleted when their incarnation
+// has a tombstone or the topic exists in another incarnation or without this
+// replica, moved into orphaned/ when the topic is absent without a tombstone. A topic whose metadata is unreadable keeps its
 // directories.
 func (m *manager) removeStrays(snap *election.Snapshot) error {
 	entries, err := os.ReadDir(m.dataDir)
@@ -326,15 +327,17 @@ func (m *manager) removeStrays(snap *election.Snapshot) error {
 			continue
 		}
 		tm, ok := snap.Topic(file.Topic)
-		if !ok {
+		if !ok && !snap.Deleted(file.TopicID) {
 			if err := m.quarantine(dir, file.TopicID); err != nil {
 				return err
 			}
 			continue
 		}
-		pm, assigned := snap.Partition(file.Topic, file.Partition)
-		if tm.Err != nil || (tm.Config.ID == file.TopicID && assigned && slices.Contains(pm.Replicas, m.deps.self)) {
-			continue // unreadable metadata, or a partition that failed to open
+		if ok {
+			pm, assigned := snap.Partition(file.Topic, file.Partition)
+			if tm.Err != nil || (tm.Config.ID == file.TopicID && assigned && slices.Contains(pm.Replicas, m.deps.self)) {
+				continue // unreadable metadata, or a partition that failed to open
+			}
 		}
 		m.log.Warn("removing a partition this agent no longer has: its topic was deleted", "dir", dir,
 			"topic", file.Topic, "partition", file.Partition, "topic_id", file.TopicID)

@@ -311,18 +311,19 @@ func TestDeletedTopicLogsRemoved(t *testing.T) {
 	if err := leader.coord.DeleteTopic(context.Background(), "temp"); err != nil {
 		t.Fatal(err)
 	}
-	c.waitFor(10*time.Second, "the partition directories moved aside", func() bool {
+	c.waitFor(10*time.Second, "the partition directories removed", func() bool {
 		for _, ta := range c.agents {
 			if _, err := os.Stat(partitionDir(ta.dataDir, "temp", 0)); !os.IsNotExist(err) {
-				return false
-			}
-			moved, _ := filepath.Glob(filepath.Join(ta.dataDir, orphanedDirName, "temp-0.*", "*.log"))
-			if len(moved) == 0 {
 				return false
 			}
 		}
 		return true
 	})
+	for _, ta := range c.agents {
+		if moved, _ := filepath.Glob(filepath.Join(ta.dataDir, orphanedDirName, "temp-0.*")); len(moved) != 0 {
+			t.Errorf("%s moved a deleted topic aside instead of removing it: %v", ta.nodeID, moved)
+		}
+	}
 	c.createTopic(c.agents[1], "temp", 1, 2, 1)
 	leader, pd := c.waitLeader("temp", 0, 2)
 	if pd.Epoch != 1 || *pd.LogEndOffset != 0 {

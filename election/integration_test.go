@@ -527,8 +527,15 @@ func TestTopicLifecycle(t *testing.T) {
 	if again := campaign(t, a, "life", 0); again != l {
 		t.Fatal("Campaign while leading returned a different leadership")
 	}
+	lifeTopic, _ := a.Metadata().Topic("life")
 	if err := a.DeleteTopic(ctx, "life"); err != nil {
 		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the deleted incarnation's tombstone", func() bool {
+		return a.Metadata().Deleted(lifeTopic.Config.ID)
+	})
+	if _, ok := a.Metadata().Topic("life"); ok {
+		t.Fatal("a deleted topic is still in the metadata")
 	}
 	select {
 	case <-l.Done():

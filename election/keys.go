@@ -16,6 +16,10 @@ import (
 //	<prefix>topics/<topic>/<p>/state     {"leader":"n1","epoch":7,"isr":["n1","n2"]}
 //	<prefix>topics/<topic>/<p>/leader    {"node":"n1","epoch":7}  lock key; its
 //	                                     Session field is the leader's session
+//	<prefix>topics/~deleted/<topic id>   {"topic":"orders"}  tombstone written by
+//	                                     DeleteTopic in the same txn that deletes
+//	                                     the topic; '~' is not allowed in topic
+//	                                     names, so it cannot clash with a topic
 //
 //	          writer                          guard
 //	config    CreateTopic / DeleteTopic       cas 0 / delete-tree in one txn
@@ -24,6 +28,11 @@ import (
 //	          election   txn [lock leader (own session), cas state (read index)]
 //	          ISR change txn [check-session leader (own session), cas state]
 //	leader    the election txn (lock verb), released by Resign and Close
+//	~deleted  DeleteTopic                     check-index config, delete-tree, set
+//
+// A tombstone tells agents that a topic incarnation was deleted on purpose,
+// so they may delete its data; a topic that is merely absent (a Consul that
+// lost its data) is not proof of that. Tombstones are small and never removed.
 //
 // The epoch in state is the fencing token: it only grows, and only a txn that
 // holds the lock in the same step can write it. The leader key's LockIndex
@@ -34,7 +43,13 @@ type keyspace struct {
 	prefix string
 }
 
+// deletedDir is the path segment under topicsRoot that holds tombstones.
+const deletedDir = "~deleted"
+
 func (k keyspace) topicsRoot() string            { return k.prefix + "topics/" }
+func (k keyspace) tombstone(topicID string) string {
+	return k.topicsRoot() + deletedDir + "/" + topicID
+}
 func (k keyspace) topicRoot(topic string) string { return k.topicsRoot() + topic + "/" }
 func (k keyspace) config(topic string) string    { return k.topicRoot(topic) + "config" }
 func (k keyspace) replicas(topic string, p int) string {
@@ -55,6 +70,8 @@ const (
 	kindReplicas
 	kindState
 	kindLeader
+	// kindTombstone's "topic" is the deleted incarnation's topic ID.
+	kindTombstone
 )
 
 // parse splits a full key into topic, partition and kind; kindUnknown for a
@@ -67,6 +84,8 @@ func (k keyspace) parse(key string) (topic string, partition int, kind keyKind) 
 	}
 	parts := strings.Split(rest, "/")
 	switch {
+	case len(parts) == 2 && parts[0] == deletedDir && parts[1] != "":
+		return parts[1], 0, kindTombstone
 	case len(parts) == 2 && parts[1] == "config":
 		return parts[0], 0, kindConfig
 	case len(parts) == 3:

@@ -222,25 +222,41 @@ func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 	if !ValidTopicName(name) {
 		return fmt.Errorf("%w: name %q", ErrInvalidTopic, name)
 	}
-	ops := api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVGet, Key: c.keys.config(name)}},
-		{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: c.keys.topicRoot(name)}},
+	op, rule := fmt.Sprintf("delete topic %q", name), keyRule(c.keys.prefix)
+	callCtx, cancel := c.callContext(ctx)
+	pair, _, err := c.api.KV().Get(c.keys.config(name), (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	cancel()
+	if err != nil {
+		return consulError(err, op, rule)
 	}
-	ok, _, err := c.txn(ctx, ops, fmt.Sprintf("delete topic %q", name), keyRule(c.keys.prefix))
+	if pair == nil {
+		// Partition keys left by a failed creation go anyway.
+		callCtx, cancel := c.callContext(ctx)
+		defer cancel()
+		if _, err := c.api.KV().DeleteTree(c.keys.topicRoot(name), c.writeOptions(callCtx)); err != nil {
+			return consulError(err, op, rule)
+		}
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	tc, err := decodeTopicConfig(pair.Key, pair.Value)
+	if err != nil {
+		return err
+	}
+	// The tombstone names the incarnation read above; check-index makes sure
+	// it is still the one being deleted.
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: pair.Key, Index: pair.ModifyIndex}},
+		{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: c.keys.topicRoot(name)}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: c.keys.tombstone(tc.ID), Value: encodeJSON(map[string]string{"topic": name})}},
+	}
+	ok, resp, err := c.txn(ctx, ops, op, rule)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		// The get of a missing key is what rolls the txn back: the config
-		// is absent. Partition keys left by a failed creation go anyway.
-		callCtx, cancel := c.callContext(ctx)
-		defer cancel()
-		if _, err := c.api.KV().DeleteTree(c.keys.topicRoot(name), c.writeOptions(callCtx)); err != nil {
-			return consulError(err, fmt.Sprintf("delete topic %q", name), keyRule(c.keys.prefix))
-		}
-		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+		return fmt.Errorf("%w: topic %q changed while being deleted: %s", ErrConflict, name, txnErrors(resp))
 	}
-	c.log.Info("deleted topic", "topic", name)
+	c.log.Info("deleted topic", "topic", name, "topic_id", tc.ID)
 	return nil
 }
 

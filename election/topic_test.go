@@ -234,3 +234,17 @@ func TestDecodeStateRejectsImpossibleValues(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyspaceParsesTombstones(t *testing.T) {
+	k := keyspace{prefix: "logagent/"}
+	id, _, kind := k.parse(k.tombstone("ABC123"))
+	if kind != kindTombstone || id != "ABC123" {
+		t.Fatalf("parse(%q) = %q, %v", k.tombstone("ABC123"), id, kind)
+	}
+	if ValidTopicName(deletedDir) {
+		t.Fatalf("%q must not be a valid topic name, or a topic could clash with the tombstones", deletedDir)
+	}
+	if _, _, kind := k.parse("logagent/topics/~deleted/"); kind != kindUnknown {
+		t.Fatalf("an empty tombstone id parsed as %v", kind)
+	}
+}

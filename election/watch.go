@@ -16,8 +16,14 @@ type Snapshot struct {
 	// read.
 	Index   uint64
 	topics  map[string]*TopicMeta
+	deleted map[string]bool // topic IDs with a tombstone
 	changed chan struct{}
 }
+
+// Deleted reports whether the topic incarnation with this ID was deleted
+// through DeleteTopic (it has a tombstone). A topic that is absent without
+// one may only be missing from a Consul that lost its data.
+func (s *Snapshot) Deleted(topicID string) bool { return s.deleted[topicID] }
 
 // TopicMeta is one topic as stored. Err is non-nil (ErrCorruptMetadata)
 // when some of its keys are missing or undecodable; its partitions are then
@@ -81,9 +87,14 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 	}
 	configs := map[string]*api.KVPair{}
 	parts := map[string]map[int]*partitionKeys{}
+	deleted := map[string]bool{}
 	for _, pair := range pairs {
 		topic, p, kind := keys.parse(pair.Key)
 		if kind == kindUnknown {
+			continue
+		}
+		if kind == kindTombstone {
+			deleted[topic] = true
 			continue
 		}
 		if kind == kindConfig {
@@ -108,7 +119,7 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 		}
 	}
 
-	snap := &Snapshot{Index: index, topics: make(map[string]*TopicMeta, len(configs)), changed: make(chan struct{})}
+	snap := &Snapshot{Index: index, topics: make(map[string]*TopicMeta, len(configs)), deleted: deleted, changed: make(chan struct{})}
 	for name, configPair := range configs {
 		tm := &TopicMeta{}
 		snap.topics[name] = tm
