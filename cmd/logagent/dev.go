@@ -16,6 +16,8 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", ".logagent-dev", "directory for the cluster's state and logs")
 	consulAddr := fs.String("consul", "", "use this running Consul (host:port) instead of starting one")
 	consulBin := fs.String("consul-bin", "", "the Consul binary to start (default: bin/consul, beside logagent, or on PATH)")
+	var extra stringList
+	fs.Var(&extra, "config", "more agent configuration (file or directory; repeatable), merged over the dev settings")
 	portOffset := fs.Int("port-offset", 0, "add this to every port (client 7070-7072, peer 7171-7173, Consul 18300-18302 and 18500)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -25,6 +27,13 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts := devcluster.Options{Logagent: exe, ConsulAddr: *consulAddr, ConsulBin: *consulBin, PortOffset: *portOffset, Out: stdout}
+	for _, p := range extra {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return err
+		}
+		opts.ExtraConfig = append(opts.ExtraConfig, abs)
+	}
 	if opts.Dir, err = filepath.Abs(*dir); err != nil {
 		return err
 	}

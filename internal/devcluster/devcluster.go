@@ -40,6 +40,9 @@ type Options struct {
 	ConsulBin string
 	// ConsulAddr, when set, is a running Consul to use instead of starting one.
 	ConsulAddr string
+	// ExtraConfig lists more configuration files or directories for every
+	// agent, merged after the dev settings and before each agent's own file.
+	ExtraConfig []string
 	// PortOffset shifts every port of the cluster, so two clusters (or a
 	// test and a developer's cluster) can run side by side.
 	PortOffset int
@@ -109,8 +112,12 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 			return err
 		}
 		logPath := filepath.Join(o.Dir, s.nodeID+".log")
-		c, err := startChild(s.nodeID, logPath, o.Logagent, "agent",
-			"-config", filepath.Join(o.Dir, "dev.hcl"), "-config", filepath.Join(s.dir, "agent.hcl"))
+		args := []string{"agent", "-config", filepath.Join(o.Dir, "dev.hcl")}
+		for _, extra := range o.ExtraConfig {
+			args = append(args, "-config", extra)
+		}
+		args = append(args, "-config", filepath.Join(s.dir, "agent.hcl"))
+		c, err := startChild(s.nodeID, logPath, o.Logagent, args...)
 		if err != nil {
 			return err
 		}
