@@ -40,6 +40,15 @@ nats: bin/nats-server ## Build bin/nats-server (v2.15.2, pinned in tools/nats/go
 bin/nats-server: tools/nats/go.mod tools/nats/go.sum
 	cd tools/nats && $(GO) build -o ../../bin/nats-server github.com/nats-io/nats-server/v2
 
+BENCH_FLAGS ?=
+
+bin/benchrun: $(wildcard tools/bench/*.go) tools/bench/go.mod tools/bench/go.sum $(GO_FILES)
+	cd tools/bench && $(GO) build -o ../../bin/benchrun .
+
+.PHONY: bench
+bench: bin/logagent bin/consul bin/nats-server bin/benchrun ## logagent vs NATS JetStream and the machine's limits (~5 min); rewrites docs/benchmarks.md's bench region and docs/benchmarks.png (BENCH_FLAGS="-quick" for a smoke run)
+	bin/benchrun -bin bin -out docs $(BENCH_FLAGS)
+
 .PHONY: dev
 dev: bin/logagent bin/consul ## Run Consul and three agents on localhost (Ctrl-C stops all)
 	bin/logagent dev

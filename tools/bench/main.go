@@ -1,0 +1,553 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	labench "github.com/logagent/logagent/internal/bench"
+)
+
+// Matched load shape of every row (see the package documentation).
+const (
+	workers      = 4
+	batchRecords = 100
+	maxPending   = workers * batchRecords
+	partitions   = 3
+)
+
+var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits"}
+
+type options struct {
+	duration time.Duration
+	groups   map[string]bool
+	out      string
+	bin      string
+	work     string
+	// portOffset is passed to logagent dev.
+	portOffset int
+	log        io.Writer
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("benchrun", flag.ContinueOnError)
+	duration := fs.Duration("duration", 10*time.Second, "how long each row runs")
+	quick := fs.Bool("quick", false, "1s rows, for smoke tests (overrides -duration)")
+	only := fs.String("only", "", "comma-separated groups to run: "+strings.Join(groupKeys, ", ")+" (default all)")
+	out := fs.String("out", "docs", "directory holding benchmarks.md (rewritten between its bench markers) and benchmarks.png")
+	bin := fs.String("bin", "bin", "directory holding logagent, consul and nats-server")
+	timeout := fs.Duration("timeout", 0, "cap on the whole run (default 40 rows' worth of -duration plus 10 min)")
+	ports := fs.Int("port-offset", 3000, "the logagent dev clusters' -port-offset (nats-server takes free ports)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *quick {
+		*duration = time.Second
+	}
+	if *timeout == 0 {
+		*timeout = 40**duration + 10*time.Minute
+	}
+	groups, err := parseGroups(*only)
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "benchrun-")
+	if err != nil {
+		return fmt.Errorf("benchrun: %w", err)
+	}
+	defer os.RemoveAll(work)
+	absBin, err := filepath.Abs(*bin)
+	if err != nil {
+		return fmt.Errorf("benchrun: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	o := options{duration: *duration, groups: groups, out: *out, bin: absBin, work: work, portOffset: *ports, log: stdout}
+	rows, notes := o.runAll(ctx)
+	if err := ctx.Err(); err != nil {
+		// A cut-short run must not replace published figures.
+		return fmt.Errorf("benchrun: run stopped before the end, %s left as it was: %w", *out, err)
+	}
+	in := reportInput{Date: time.Now(), Machine: machineFacts(), Duration: *duration, Rows: rows, Notes: notes}
+	if err := writeOutputs(*out, in); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(*out, "benchmarks.md"), filepath.Join(*out, "benchmarks.png"))
+	return nil
+}
+
+func parseGroups(only string) (map[string]bool, error) {
+	groups := map[string]bool{}
+	if only == "" {
+		for _, g := range groupKeys {
+			groups[g] = true
+		}
+		return groups, nil
+	}
+	for _, g := range strings.Split(only, ",") {
+		g = strings.TrimSpace(g)
+		if !slices.Contains(groupKeys, g) {
+			return nil, fmt.Errorf("benchrun: -only: unknown group %q (want %s)", g, strings.Join(groupKeys, ", "))
+		}
+		groups[g] = true
+	}
+	return groups, nil
+}
+
+// writeOutputs rewrites the bench region of dir/benchmarks.md and draws
+// dir/benchmarks.png.
+func writeOutputs(dir string, in reportInput) error {
+	mdPath := filepath.Join(dir, "benchmarks.md")
+	doc, err := os.ReadFile(mdPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("benchrun: %w", err)
+	}
+	updated, err := replaceRegion(string(doc), renderRegion(in))
+	if err != nil {
+		return fmt.Errorf("benchrun: %s: %w", mdPath, err)
+	}
+	var chart bytes.Buffer
+	if err := drawChart(&chart, in.Rows); err != nil {
+		return fmt.Errorf("benchrun: chart: %w", err)
+	}
+	if err := os.WriteFile(mdPath, []byte(updated), 0o644); err != nil {
+		return fmt.Errorf("benchrun: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "benchmarks.png"), chart.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("benchrun: %w", err)
+	}
+	return nil
+}
+
+// produceRow is one produce comparison.
+type produceRow struct {
+	group, name string
+	rf          int
+	acks        string
+	size        int
+	jsReplicas  int
+	goal        float64
+}
+
+func (r produceRow) topic() string {
+	return strings.NewReplacer("-", "_").Replace(fmt.Sprintf("%s_%d", r.group, r.size))
+}
+
+var produceRows = []produceRow{
+	{"produce-r1", "RF 1 acks=1, 100 B", 1, "1", 100, 1, 0},
+	{"produce-r1", "RF 1 acks=1, 1 KiB", 1, "1", 1024, 1, 0},
+	{"produce-r3", "RF 3 acks=all replicated, 100 B", 3, "all", 100, 3, 1.5},
+	{"produce-r3", "RF 3 acks=all replicated, 1 KiB", 3, "all", 1024, 3, 1.5},
+	{"produce-r3-fsync", "RF 3 acks=all fsync, 100 B", 3, "all", 100, 3, 2},
+	{"produce-r3-fsync", "RF 3 acks=all fsync, 1 KiB", 3, "all", 1024, 3, 2},
+}
+
+// results collects every measured side by key while the systems run one
+// after another; rows are assembled at the end.
+type results struct {
+	logagent, jetstream map[string]sample
+	limits              map[string]sample
+	notes               []string
+}
+
+func (o *options) progress(format string, args ...any) {
+	fmt.Fprintf(o.log, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (o *options) note(res *results, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	o.progress("NOTE %s", msg)
+	res.notes = append(res.notes, msg)
+}
+
+// runAll runs the selected groups, one system at a time, and assembles the
+// rows. A failure of one system or row is a note, and the run goes on.
+func (o *options) runAll(ctx context.Context) ([]comparison, []string) {
+	res := &results{logagent: map[string]sample{}, jetstream: map[string]sample{}, limits: map[string]sample{}}
+	g := o.groups
+	// e2e runs at half of each system's RF 3 maximum, and consume reads
+	// what the RF 3 rows wrote, so both need those rows.
+	needR3 := g["produce-r3"] || g["consume"] || g["e2e"]
+	if g["limits"] || g["consume"] {
+		o.runLimits(ctx, res)
+	}
+	if g["produce-r1"] {
+		o.runNATS(ctx, res, "R1", 1, false, func(nc natsRun) {
+			o.natsProduce(ctx, res, nc, "produce-r1", false)
+		})
+	}
+	if needR3 {
+		o.runNATS(ctx, res, "R3", 3, false, func(nc natsRun) {
+			o.natsProduce(ctx, res, nc, "produce-r3", g["consume"])
+		})
+	}
+	if g["produce-r1"] || needR3 {
+		o.runLogagent(ctx, res, "replicated", func(c *logagentCluster) {
+			if g["produce-r1"] {
+				o.logagentProduce(ctx, res, c, "produce-r1")
+			}
+			if needR3 {
+				o.logagentProduce(ctx, res, c, "produce-r3")
+			}
+			if g["consume"] {
+				o.logagentConsume(ctx, res, c)
+			}
+			if g["e2e"] {
+				o.logagentEndToEnd(ctx, res, c)
+			}
+		})
+	}
+	if g["e2e"] {
+		o.runNATS(ctx, res, "R3", 3, false, func(nc natsRun) { o.natsEndToEnd(ctx, res, nc) })
+	}
+	if g["produce-r3-fsync"] || g["limits"] {
+		o.runLogagent(ctx, res, "fsync", func(c *logagentCluster) { o.logagentProduce(ctx, res, c, "produce-r3-fsync") })
+	}
+	if g["produce-r3-fsync"] {
+		o.runNATS(ctx, res, "R3 sync always", 3, true, func(nc natsRun) {
+			o.natsProduce(ctx, res, nc, "produce-r3-fsync", false)
+		})
+	}
+	return assemble(o, res), res.notes
+}
+
+// assemble turns the measured sides into the report's rows.
+func assemble(o *options, res *results) []comparison {
+	var rows []comparison
+	for _, r := range produceRows {
+		if !o.groups[r.group] {
+			continue
+		}
+		rows = append(rows, comparison{Group: r.group, Name: r.name, TheirsName: fmt.Sprintf("JetStream R%d", r.jsReplicas),
+			Ours: res.logagent[r.topic()], Theirs: res.jetstream[r.topic()], Metric: byRecords, Goal: r.goal})
+	}
+	if o.groups["consume"] {
+		rows = append(rows,
+			comparison{Group: "consume", Name: "replay 1 KiB, RF 3 / R3", TheirsName: "JetStream R3 ordered consumer",
+				Ours: res.logagent["consume"], Theirs: res.jetstream["consume"], Metric: byMB, Goal: 5},
+			comparison{Group: "consume", Name: "replay 1 KiB vs loopback TCP", TheirsName: "loopback TCP 1 MiB writes",
+				Ours: res.logagent["consume"], Theirs: res.limits["loopback"], Metric: byMB, Goal: 0.5})
+	}
+	if o.groups["e2e"] {
+		rows = append(rows,
+			comparison{Group: "e2e", Name: "1 KiB RF 3 / R3 at half JetStream's max", TheirsName: "JetStream R3",
+				Ours: res.logagent["e2e-js-rate"], Theirs: res.jetstream["e2e"], Metric: byP99, Goal: 1},
+			comparison{Group: "e2e", Name: "1 KiB RF 3 at half logagent's max",
+				Ours: res.logagent["e2e-own-rate"], Metric: byP99})
+	}
+	if o.groups["limits"] {
+		for _, size := range []int{100, 1024} {
+			rows = append(rows, comparison{Group: "limits", Name: fmt.Sprintf("RF 3 fsync, %d B records", size),
+				TheirsName: "file write + fsync", Ours: res.logagent[produceRowFor("produce-r3-fsync", size).topic()],
+				Theirs: res.limits[fmt.Sprintf("fsync-%d", size)], Metric: byMB})
+		}
+	}
+	return rows
+}
+
+func produceRowFor(group string, size int) produceRow {
+	for _, r := range produceRows {
+		if r.group == group && r.size == size {
+			return r
+		}
+	}
+	panic("benchrun: no produce row " + group)
+}
+
+// runLimits measures loopback TCP and raw file writes with logagent's own
+// baseline tool, with one write per logagent batch.
+func (o *options) runLimits(ctx context.Context, res *results) {
+	args := []string{"limits", "-duration", o.duration.String(), "-size", "100,1024", "-batch", fmt.Sprint(batchRecords), "-dir", o.work}
+	o.progress("limits: %s", commandLine(args...))
+	var reports []limitReport
+	if _, err := runLogagentBench(ctx, filepath.Join(o.bin, "logagent"), 10*o.duration+time.Minute, &reports, args...); err != nil {
+		o.note(res, "limits failed: %v", err)
+		return
+	}
+	cmd := commandLine(args...)
+	for _, r := range reports {
+		s := sample{MBPerSec: r.MBPerSecond, P50: micros(r.Latency.P50), P99: micros(r.Latency.P99), Command: cmd}
+		switch {
+		case r.Name == "loopback TCP":
+			res.limits["loopback"] = s
+		case r.Name == "file write + fsync":
+			// The batch of 100-byte records is the smaller write.
+			key := "fsync-1024"
+			if small, _ := labench.BatchBytes(100, batchRecords); r.WriteBytes == small {
+				key = "fsync-100"
+			}
+			res.limits[key] = s
+		}
+		o.progress("  %s %d B: %.1f MB/s", r.Name, r.WriteBytes, r.MBPerSecond)
+	}
+}
+
+func micros(us float64) time.Duration { return time.Duration(us * float64(time.Microsecond)) }
+
+// runLogagent runs body against a fresh dev cluster with the given
+// durability and stops the cluster afterwards.
+func (o *options) runLogagent(ctx context.Context, res *results, durability string, body func(*logagentCluster)) {
+	dir, err := os.MkdirTemp(o.work, "logagent-"+durability+"-")
+	if err != nil {
+		o.note(res, "logagent %s: %v", durability, err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	o.progress("starting logagent dev cluster (durability %s) in %s", durability, dir)
+	c, err := startLogagent(ctx, filepath.Join(o.bin, "logagent"), dir, o.portOffset, durability)
+	if err != nil {
+		o.note(res, "logagent %s cluster did not start: %v", durability, err)
+		return
+	}
+	body(c)
+	o.progress("stopping logagent dev cluster")
+	if err := c.stop(); err != nil {
+		o.note(res, "%v", err)
+	}
+}
+
+func (o *options) produceArgs(c *logagentCluster, r produceRow) []string {
+	minISR := min(r.rf, 2)
+	return []string{"produce", "-addr", c.clientAddr, "-topic", r.topic(), "-create", "-partitions", fmt.Sprint(partitions),
+		"-replication-factor", fmt.Sprint(r.rf), "-min-insync-replicas", fmt.Sprint(minISR), "-acks", r.acks,
+		"-size", fmt.Sprint(r.size), "-batch", fmt.Sprint(batchRecords), "-concurrency", fmt.Sprint(workers),
+		"-duration", o.duration.String()}
+}
+
+func (o *options) logagentProduce(ctx context.Context, res *results, c *logagentCluster, group string) {
+	for _, r := range produceRows {
+		if r.group != group {
+			continue
+		}
+		args := o.produceArgs(c, r)
+		o.progress("logagent %s", r.name)
+		res.logagent[r.topic()] = o.logagentSample(ctx, res, c, args)
+	}
+}
+
+// logagentSample runs one logagent bench command and keeps its figures.
+func (o *options) logagentSample(ctx context.Context, res *results, c *logagentCluster, args []string) sample {
+	s := sample{Command: commandLine(args...), Setup: c.setup}
+	var rep logagentReport
+	reported, err := runLogagentBench(ctx, c.bin, o.duration+2*time.Minute, &rep, args...)
+	if err != nil {
+		s.Note = err.Error()
+		o.note(res, "%v", err)
+	}
+	if !reported {
+		return s
+	}
+	s.RecordsPerSec, s.MBPerSec = rep.RecordsPerSecond, rep.MBPerSecond
+	lat := rep.Latency
+	if rep.EndToEnd != nil {
+		lat = *rep.EndToEnd
+	}
+	s.P50, s.P99 = micros(lat.P50), micros(lat.P99)
+	if rep.ErrorCount > 0 && s.Note == "" {
+		s.Note = fmt.Sprintf("%d failed requests %v", rep.ErrorCount, rep.Errors)
+	}
+	if rep.NotConsumed != nil && *rep.NotConsumed > 0 {
+		s.Note = strings.TrimSpace(s.Note + fmt.Sprintf(" %d records not consumed", *rep.NotConsumed))
+	}
+	o.progress("  %.0f records/s, %.1f MB/s, p50 %v, p99 %v", s.RecordsPerSec, s.MBPerSec, s.P50, s.P99)
+	return s
+}
+
+func (o *options) logagentConsume(ctx context.Context, res *results, c *logagentCluster) {
+	r := produceRowFor("produce-r3", 1024)
+	args := []string{"consume", "-addr", c.clientAddr, "-topic", r.topic(), "-duration", o.duration.String()}
+	o.progress("logagent consume %s", r.topic())
+	res.logagent["consume"] = o.logagentSample(ctx, res, c, args)
+}
+
+// e2eRates are the rates of the e2e rows: half of each system's measured
+// RF 3 1 KiB maximum.
+func e2eRates(res *results) (jsHalf, ownHalf float64) {
+	key := produceRowFor("produce-r3", 1024).topic()
+	return res.jetstream[key].RecordsPerSec / 2, res.logagent[key].RecordsPerSec / 2
+}
+
+func (o *options) e2eArgs(c *logagentCluster, topic string, rate float64) []string {
+	return []string{"e2e", "-addr", c.clientAddr, "-topic", topic, "-create", "-partitions", fmt.Sprint(partitions),
+		"-replication-factor", "3", "-min-insync-replicas", "2", "-acks", "all", "-size", "1024",
+		"-batch", fmt.Sprint(batchRecords), "-concurrency", fmt.Sprint(2 * workers),
+		"-rate", fmt.Sprintf("%.0f", rate), "-duration", o.duration.String()}
+}
+
+func (o *options) logagentEndToEnd(ctx context.Context, res *results, c *logagentCluster) {
+	jsHalf, ownHalf := e2eRates(res)
+	for _, run := range []struct {
+		key  string
+		rate float64
+	}{{"e2e-js-rate", jsHalf}, {"e2e-own-rate", ownHalf}} {
+		if run.rate < 1 {
+			o.note(res, "logagent %s: no maximum rate was measured, so no e2e run", run.key)
+			continue
+		}
+		o.progress("logagent %s at %.0f records/s", run.key, run.rate)
+		res.logagent[run.key] = o.logagentSample(ctx, res, c, o.e2eArgs(c, strings.ReplaceAll(run.key, "-", "_"), run.rate))
+	}
+}
+
+// natsRun is a running nats-server set handed to a body.
+type natsRun struct {
+	cluster *natsCluster
+	label   string
+}
+
+func (o *options) runNATS(ctx context.Context, res *results, label string, size int, syncAlways bool, body func(natsRun)) {
+	dir, err := os.MkdirTemp(o.work, "nats-")
+	if err != nil {
+		o.note(res, "nats %s: %v", label, err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	o.progress("starting nats-server %s (%d process(es)) in %s", label, size, dir)
+	c, err := startNATS(ctx, filepath.Join(o.bin, "nats-server"), dir, size, syncAlways)
+	if err != nil {
+		o.note(res, "nats %s did not start: %v", label, err)
+		return
+	}
+	body(natsRun{cluster: c, label: label})
+	o.progress("stopping nats-server %s", label)
+	if err := c.stop(); err != nil {
+		o.note(res, "%v", err)
+	}
+}
+
+func (o *options) jsWorkload(name string, replicas, size int, rate float64) jsWorkload {
+	return jsWorkload{Name: name, Streams: partitions, Replicas: replicas, RecordBytes: size, MaxPending: maxPending,
+		Duration: o.duration, Rate: rate, Clock: labench.SystemClock{}}
+}
+
+// jsSample describes how a JetStream side ran: benchrun drives it
+// in-process, so its command is benchrun's own.
+func jsSample(out *jsOutcome, group, label string, w jsWorkload, what string) sample {
+	s := out.sample()
+	s.Command = fmt.Sprintf("bin/benchrun -only %s -duration %v", group, w.Duration)
+	s.Setup = fmt.Sprintf("nats-server %s, %d file-storage streams with %d replica(s); nats.go %s, %d B payloads, at most %d pending acks",
+		label, w.Streams, w.Replicas, what, w.RecordBytes, w.MaxPending)
+	return s
+}
+
+// natsProduce runs the JetStream side of a produce group; with keep, the
+// 1 KiB streams stay for the replay, which runs right after.
+func (o *options) natsProduce(ctx context.Context, res *results, nc natsRun, group string, replay bool) {
+	js, err := jetstream.New(nc.cluster.conn)
+	if err != nil {
+		o.note(res, "jetstream: %v", err)
+		return
+	}
+	for _, r := range produceRows {
+		if r.group != group {
+			continue
+		}
+		w := o.jsWorkload(r.topic(), r.jsReplicas, r.size, 0)
+		o.progress("JetStream %s: %s", nc.label, r.name)
+		if err := createStreams(ctx, js, w); err != nil {
+			o.note(res, "%v", err)
+			continue
+		}
+		out, err := jsPublish(ctx, nc.cluster.conn, w)
+		if err != nil {
+			o.note(res, "JetStream %s: %v", r.name, err)
+		} else {
+			s := jsSample(out, group, nc.label, w, "PublishAsync")
+			res.jetstream[r.topic()] = s
+			o.progress("  %.0f records/s, %.1f MB/s, p50 %v, p99 %v", s.RecordsPerSec, s.MBPerSec, s.P50, s.P99)
+		}
+		if replay && r.size == 1024 {
+			o.progress("JetStream %s: ordered consumer replay", nc.label)
+			if out, err := jsReplay(ctx, nc.cluster.conn, w, o.duration); err != nil {
+				o.note(res, "JetStream replay: %v", err)
+			} else {
+				s := jsSample(out, "consume", nc.label, w, fmt.Sprintf("ordered consumer replay of the produce row's streams, %d-message prefetch", replayPrefetch))
+				s.P50, s.P99 = 0, 0
+				res.jetstream["consume"] = s
+				o.progress("  %.0f records/s, %.1f MB/s", s.RecordsPerSec, s.MBPerSec)
+			}
+		}
+		if err := deleteStreams(ctx, js, w); err != nil {
+			o.note(res, "%v", err)
+		}
+	}
+}
+
+func (o *options) natsEndToEnd(ctx context.Context, res *results, nc natsRun) {
+	jsHalf, _ := e2eRates(res)
+	if jsHalf < 1 {
+		o.note(res, "JetStream e2e: no maximum rate was measured, so no e2e run")
+		return
+	}
+	js, err := jetstream.New(nc.cluster.conn)
+	if err != nil {
+		o.note(res, "jetstream: %v", err)
+		return
+	}
+	w := o.jsWorkload("e2e", 3, 1024, jsHalf)
+	if err := createStreams(ctx, js, w); err != nil {
+		o.note(res, "%v", err)
+		return
+	}
+	sub, err := nats.Connect(nc.cluster.urls[0])
+	if err != nil {
+		o.note(res, "JetStream e2e: consumer connection: %v", err)
+		return
+	}
+	defer sub.Close()
+	o.progress("JetStream %s: e2e at %.0f records/s", nc.label, jsHalf)
+	out, err := jsEndToEnd(ctx, nc.cluster.conn, sub, w, 10*time.Second)
+	if err != nil {
+		o.note(res, "JetStream e2e: %v", err)
+		return
+	}
+	s := jsSample(out, "e2e", nc.label, w, fmt.Sprintf("PublishAsync at %.0f msg/s, one ordered consumer per stream", jsHalf))
+	res.jetstream["e2e"] = s
+	o.progress("  end to end p50 %v, p99 %v; publish to ack p50 %v, p99 %v; %d not consumed",
+		s.P50, s.P99, out.Latency.Quantile(0.5), out.Latency.Quantile(0.99), out.NotConsumed)
+}
+
+// machineFacts describes the machine for the report.
+func machineFacts() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if name, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
+				break
+			}
+		}
+	}
+	mem := "unknown memory"
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			mem = fmt.Sprintf("%.1f GiB memory", float64(kb)/(1<<20))
+		}
+	}
+	return fmt.Sprintf("%s, %d cores (nproc), %s, %s %s/%s", cpu, runtime.NumCPU(), mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
