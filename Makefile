@@ -56,16 +56,20 @@ dev: bin/logagent bin/consul ## Run Consul and three agents on localhost (Ctrl-C
 .PHONY: test
 test: bin/logagent bin/consul ## Run every package's tests with -race, against the real Consul and binary
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd tools/bench && $(GO) test -race -count=1 ./...
 
 bin/staticcheck: tools/lint/go.mod tools/lint/go.sum
 	cd tools/lint && $(GO) build -o ../../bin/staticcheck honnef.co/go/tools/cmd/staticcheck
 
 .PHONY: torture
-torture: bin/logagent bin/consul ## Long randomized runs: storage crashes, replication simulation, Consul failovers (~15 min)
+torture: bin/logagent bin/consul ## Long randomized runs: storage crashes, replication simulation, Consul failovers (~15 min), then fault-injection scenarios for DURATION
 	SEGSTORE_CRASH_ITERS=$(TORTURE_CRASH_ITERS) LOGAGENT_REPLICATE_SIM_ITERATIONS=$(TORTURE_SIM_ITERS) \
 	LOGAGENT_FAILOVER_CYCLES=$(TORTURE_FAILOVER_CYCLES) \
 	$(GO) test -race -count=1 -timeout 3h -v -run 'TestCrashRecovery|TestRandomizedReplication|TestFailover$$' \
 		./segstore ./replicate ./election 2>&1 | tee torture.out | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|crash iterations|failover with|median'
+	LOGAGENT_JEPSEN_DURATION=$(DURATION) \
+	$(GO) test -race -count=1 -timeout 6h -v -run 'TestScenarios' ./internal/jepsen 2>&1 | tee -a torture.out | \
+		grep -E '^ *(=== RUN|--- |ok|FAIL|PASS)|VALID|INVALID|failover in|longest time|run kept in'
 	@echo "full log: torture.out"
 
 .PHONY: check
