@@ -11,6 +11,9 @@ TEST_TIMEOUT ?= 20m
 TORTURE_CRASH_ITERS     ?= 20000
 TORTURE_SIM_ITERS       ?= 20000
 TORTURE_FAILOVER_CYCLES ?= 100
+# Wall time of the fault-injection scenarios in `make torture`, shared
+# between them (internal/jepsen): make torture DURATION=30m.
+DURATION                ?= 10m
 
 # Tests find the programs they run here, so they test what `make build` built.
 export LOGAGENT_BIN        := $(CURDIR)/bin/logagent

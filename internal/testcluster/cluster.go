@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +29,14 @@ type Options struct {
 	HCL string
 	// Consul are options for the Consul server.
 	Consul []consultest.Option
+	// Dir, when set, holds every agent's data directory and logs (under
+	// Dir/<node id>/) instead of the test's temporary directories, which
+	// are removed when the test ends: a harness that keeps a failing run's
+	// files for inspection owns and removes Dir itself.
+	Dir string
+	// Proxies puts each agent behind fault-injecting proxies (see Agent's
+	// ConsulProxy and PeerProxy).
+	Proxies bool
 }
 
 // Timings every agent of a test cluster starts with: failover in about two
@@ -60,6 +69,9 @@ type Cluster struct {
 	Consul *consultest.Server
 	Agents []*Agent
 	http   *http.Client
+	// built closes once Agents is complete, before any agent starts:
+	// proxies read Agents from their own goroutines.
+	built chan struct{}
 }
 
 // Start runs Consul and the agents and waits until every agent is healthy.
@@ -73,20 +85,39 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t:      t,
 		Consul: consultest.Start(t, opts.Consul...),
 		http:   &http.Client{Timeout: 60 * time.Second},
+		built:  make(chan struct{}),
 	}
+	// Also on a failure while building, so that no proxy waits for ever.
+	markBuilt := sync.OnceFunc(func() { close(c.built) })
+	defer markBuilt()
 	for i := range opts.Agents {
 		ports := consultest.FreePorts(t, 2)
+		nodeID := "n" + strconv.Itoa(i+1)
+		var dataParent, logDir string
+		if opts.Dir == "" {
+			dataParent, logDir = t.TempDir(), t.TempDir()
+		} else {
+			dataParent, logDir = filepath.Join(opts.Dir, nodeID), filepath.Join(opts.Dir, nodeID, "logs")
+			if err := os.MkdirAll(logDir, 0o755); err != nil {
+				t.Fatalf("testcluster: %v", err)
+			}
+		}
 		a := &Agent{
 			c:          c,
 			bin:        bin,
-			NodeID:     "n" + strconv.Itoa(i+1),
-			DataDir:    filepath.Join(t.TempDir(), "data"),
+			NodeID:     nodeID,
+			DataDir:    filepath.Join(dataParent, "data"),
 			ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 			PeerAddr:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
 			ConsulAddr: c.Consul.HTTPAddr(),
-			logDir:     t.TempDir(),
+			logDir:     logDir,
 		}
 		a.PeerAdvertise = a.PeerAddr
+		if opts.Proxies {
+			a.ConsulProxy = startProxy(t, a.ConsulAddr, nil)
+			a.PeerProxy = startProxy(t, a.PeerAddr, c.identifyAgent)
+			a.ConsulAddr, a.PeerAdvertise = a.ConsulProxy.Addr, a.PeerProxy.Addr
+		}
 		a.ConfigPaths = []string{
 			writeFile(t, filepath.Join(a.logDir, "10-cluster.hcl"), baseHCL),
 			filepath.Join(a.logDir, "20-agent.hcl"),
@@ -95,6 +126,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		a.WriteConfig()
 		c.Agents = append(c.Agents, a)
 	}
+	markBuilt()
 	for _, a := range c.Agents {
 		a.Start()
 	}
@@ -119,6 +151,16 @@ type Agent struct {
 	PeerAdvertise string
 	// ConsulAddr is the Consul address this agent uses.
 	ConsulAddr string
+	// ConsulProxy, with Options.Proxies, carries the agent's every
+	// request to Consul: Forward is agent to Consul.
+	ConsulProxy *Proxy
+	// PeerProxy, with Options.Proxies, is the agent's advertised peer
+	// address: every other agent reaches this one's peer listener through
+	// it (followers fetching from a leader dial the leader's), so Forward
+	// is the other agents to this one. It knows which agent dialed each
+	// connection (by the socket's owner in /proc), for CutFrom and
+	// Cluster.CutLink.
+	PeerProxy *Proxy
 	// ConfigPaths are the agent's -config files, merged in order: the
 	// cluster's timings, the agent's identity and addresses (written by
 	// WriteConfig), the test's Options.HCL.
@@ -151,6 +193,34 @@ peer {
 consul { address = %q }
 `, a.NodeID, a.DataDir, a.ClientAddr, a.PeerAddr, a.PeerAdvertise, a.ConsulAddr))
 }
+
+// startProxy runs a proxy to target, closed when the test ends.
+func startProxy(t testing.TB, target string, identify func(local, remote net.Addr) string) *Proxy {
+	t.Helper()
+	p, err := newProxy(target, identify)
+	if err != nil {
+		t.Fatalf("testcluster: proxy to %s: %v", target, err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// CutLink stalls every byte that agent from sends to agent to over their
+// peer connections, both those from dials (requests) and those to dials
+// (answers), leaving the other direction and other agents alone. Heal the
+// two agents' PeerProxy to undo it. It needs Options.Proxies.
+func (c *Cluster) CutLink(from, to *Agent) {
+	c.t.Helper()
+	if from.PeerProxy == nil || to.PeerProxy == nil {
+		c.t.Fatalf("testcluster: CutLink needs Options.Proxies")
+	}
+	to.PeerProxy.CutFrom(from.NodeID, Forward)
+	from.PeerProxy.CutFrom(to.NodeID, Backward)
+}
+
+// LogDir is where the agent's process logs are written, one file per
+// start.
+func (a *Agent) LogDir() string { return a.logDir }
 
 func writeFile(t testing.TB, path, body string) string {
 	t.Helper()

@@ -1,0 +1,364 @@
+package jepsen
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/logagent/logagent/internal/testcluster"
+)
+
+// Env is what a fault acts on. The nemesis goroutine is its only user.
+type Env struct {
+	Cluster    *testcluster.Cluster
+	Topic      string
+	Partitions int
+	Rng        *rand.Rand
+	Recorder   *Recorder
+	// Logf reports progress (t.Logf).
+	Logf func(format string, args ...any)
+	// Fatalf stops the run (t.Fatalf); only the test goroutine may call
+	// it, which is where the nemesis runs.
+	Fatalf func(format string, args ...any)
+
+	paused map[*testcluster.Agent]bool
+}
+
+// reachable lists the agents that answer: running and not paused. A
+// paused agent holds a request until it resumes, so it is never asked.
+func (e *Env) reachable() []*testcluster.Agent {
+	var out []*testcluster.Agent
+	for _, a := range e.Cluster.Agents {
+		if a.Running() && !e.paused[a] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// leader finds the agent that leads the partition by its own account, among
+// the reachable ones, with its epoch.
+func (e *Env) leader(partition int) (*testcluster.Agent, int32) {
+	var best *testcluster.Agent
+	var epoch int32 = -1
+	for _, a := range e.reachable() {
+		p, err := a.DescribePartition(e.Topic, partition)
+		if err == nil && p.Role == "leader" && p.Epoch > epoch {
+			best, epoch = a, p.Epoch
+		}
+	}
+	return best, epoch
+}
+
+// waitLeader polls for a leader of the partition with an epoch above
+// above, and returns how long it took; ok is false after timeout.
+func (e *Env) waitLeader(partition int, above int32, timeout time.Duration) (*testcluster.Agent, time.Duration, bool) {
+	start := time.Now()
+	for {
+		if a, epoch := e.leader(partition); a != nil && epoch > above {
+			return a, time.Since(start), true
+		}
+		if time.Since(start) > timeout {
+			return nil, time.Since(start), false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// mustLeader waits for any leader of the partition.
+func (e *Env) mustLeader(partition int) (*testcluster.Agent, int32) {
+	a, _, ok := e.waitLeader(partition, -1, leaderTimeout)
+	if !ok {
+		e.Fatalf("jepsen: no leader of %s/%d after %s", e.Topic, partition, leaderTimeout)
+	}
+	_, epoch := e.leader(partition)
+	return a, epoch
+}
+
+// waitFullISR polls until every partition's leader has every agent in its
+// ISR; it reports whether that happened within timeout.
+func (e *Env) waitFullISR(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		full := true
+		for p := range e.Partitions {
+			a, _ := e.leader(p)
+			if a == nil {
+				full = false
+				break
+			}
+			desc, err := a.DescribePartition(e.Topic, p)
+			if err != nil || len(desc.ISR) != len(e.Cluster.Agents) {
+				full = false
+				break
+			}
+		}
+		if full {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// restart starts a stopped agent on its data and waits for its health.
+func (e *Env) restart(a *testcluster.Agent) {
+	if !a.Running() {
+		a.Restart()
+	}
+}
+
+// pause and resume keep track of SIGSTOPped agents.
+func (e *Env) pause(a *testcluster.Agent) {
+	a.Pause()
+	e.paused[a] = true
+}
+
+func (e *Env) resume(a *testcluster.Agent) {
+	a.Resume()
+	delete(e.paused, a)
+}
+
+// healAll undoes every fault: resumes paused agents, heals every proxy and
+// restarts stopped agents.
+func (e *Env) healAll() {
+	for a := range e.paused {
+		e.resume(a)
+	}
+	for _, a := range e.Cluster.Agents {
+		if a.ConsulProxy != nil {
+			a.ConsulProxy.Heal()
+			a.PeerProxy.Heal()
+		}
+	}
+	for _, a := range e.Cluster.Agents {
+		if !a.Running() {
+			a.Start()
+		}
+	}
+	for _, a := range e.Cluster.Agents {
+		a.WaitHealthy()
+	}
+}
+
+const (
+	leaderTimeout   = 60 * time.Second
+	failoverTimeout = 45 * time.Second
+	// sessionTTL is testcluster's Consul session TTL: a pause or a cut
+	// from Consul must outlast it for leadership to move.
+	sessionTTL = 5 * time.Second
+)
+
+// Fault is one kind of fault that a scenario injects cycle after cycle.
+type Fault interface {
+	// Name is a short name for logs.
+	Name() string
+	// Inject starts the fault (or, for the rolling restart, runs it
+	// whole) and describes what it did.
+	Inject(e *Env) Injected
+	// Heal ends the fault: restarts, resumes, reconnects.
+	Heal(e *Env, in Injected)
+}
+
+// Injected is what an injection did, for the healing and the figures.
+type Injected struct {
+	Detail string
+	// Target is the agent acted on, if one.
+	Target *testcluster.Agent
+	// Partition and Epoch, when Epoch >= 0, are a partition whose leader
+	// was hit and its epoch then: the nemesis measures the failover to a
+	// higher epoch.
+	Partition int
+	Epoch     int32
+	// Hold is how long the fault lasts before Heal.
+	Hold time.Duration
+}
+
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+}
+
+// KillLeader is scenario (a): kill -9 of a partition's leader, restarted
+// on its data after a while.
+type KillLeader struct{}
+
+func (KillLeader) Name() string { return "kill-leader" }
+
+func (KillLeader) Inject(e *Env) Injected {
+	p := e.Rng.IntN(e.Partitions)
+	a, epoch := e.mustLeader(p)
+	a.Kill()
+	return Injected{Detail: fmt.Sprintf("kill -9 %s, leader of p%d epoch %d", a.NodeID, p, epoch), Target: a, Partition: p, Epoch: epoch,
+		Hold: between(e.Rng, 2*time.Second, 5*time.Second)}
+}
+
+func (KillLeader) Heal(e *Env, in Injected) { e.restart(in.Target) }
+
+// PauseLeader is scenario (b): the leader SIGSTOPped longer than its
+// Consul session TTL, so that another agent takes over, then resumed: a
+// zombie that believes it still leads until it learns otherwise.
+type PauseLeader struct{}
+
+func (PauseLeader) Name() string { return "pause-leader" }
+
+func (PauseLeader) Inject(e *Env) Injected {
+	p := e.Rng.IntN(e.Partitions)
+	a, epoch := e.mustLeader(p)
+	e.pause(a)
+	return Injected{Detail: fmt.Sprintf("SIGSTOP %s, leader of p%d epoch %d", a.NodeID, p, epoch), Target: a, Partition: p, Epoch: epoch,
+		Hold: between(e.Rng, sessionTTL+2*time.Second, sessionTTL+5*time.Second)}
+}
+
+func (PauseLeader) Heal(e *Env, in Injected) { e.resume(in.Target) }
+
+// KillAll is scenario (f): every agent killed at once, then all restarted
+// on their data.
+type KillAll struct{}
+
+func (KillAll) Name() string { return "kill-all" }
+
+func (KillAll) Inject(e *Env) Injected {
+	for _, a := range e.Cluster.Agents {
+		a.Kill()
+	}
+	return Injected{Detail: "kill -9 every agent", Epoch: -1, Hold: between(e.Rng, 500*time.Millisecond, 2*time.Second)}
+}
+
+func (KillAll) Heal(e *Env, _ Injected) {
+	for _, a := range e.Cluster.Agents {
+		a.Start()
+	}
+	for _, a := range e.Cluster.Agents {
+		a.WaitHealthy()
+	}
+}
+
+// RollingRestart is scenario (g): each agent in turn stopped with SIGTERM
+// and restarted, waiting for the full ISR before the next, as an operator
+// upgrading the fleet would.
+type RollingRestart struct{}
+
+func (RollingRestart) Name() string { return "rolling-restart" }
+
+func (RollingRestart) Inject(e *Env) Injected {
+	order := slices.Clone(e.Cluster.Agents)
+	e.Rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var names []string
+	for _, a := range order {
+		if code := a.Terminate(); code != 0 {
+			e.Fatalf("jepsen: %s exited with code %d on SIGTERM", a.NodeID, code)
+		}
+		a.Restart()
+		if !e.waitFullISR(failoverTimeout) {
+			e.Logf("jepsen: the ISR did not fill again within %s after restarting %s", failoverTimeout, a.NodeID)
+		}
+		names = append(names, a.NodeID)
+	}
+	return Injected{Detail: fmt.Sprintf("rolling restart %v", names), Epoch: -1}
+}
+
+func (RollingRestart) Heal(*Env, Injected) {}
+
+// CutLeaderFromConsul is scenario (c): the leader loses Consul (both ways)
+// but keeps its peers, for longer than its session TTL. It needs
+// Scenario.Proxies, as do IsolateThenKillLeader and RandomCut.
+type CutLeaderFromConsul struct{}
+
+func (CutLeaderFromConsul) Name() string { return "cut-leader-consul" }
+
+func (CutLeaderFromConsul) Inject(e *Env) Injected {
+	p := e.Rng.IntN(e.Partitions)
+	a, epoch := e.mustLeader(p)
+	a.ConsulProxy.CutBoth()
+	return Injected{Detail: fmt.Sprintf("cut %s (leader of p%d epoch %d) from Consul", a.NodeID, p, epoch), Target: a, Partition: p, Epoch: epoch,
+		Hold: between(e.Rng, sessionTTL+2*time.Second, sessionTTL+5*time.Second)}
+}
+
+func (CutLeaderFromConsul) Heal(_ *Env, in Injected) { in.Target.ConsulProxy.Heal() }
+
+// IsolateThenKillLeader is scenario (d), Kafka's 2013 loss: the followers
+// cut from the leader while it keeps Consul, then the leader killed. Past
+// the replication lag limit (2 s) the leader has shrunk its ISR to itself
+// and acknowledged alone (with min ISR 1): a follower that left the ISR
+// must not be elected, and the partition waits for the leader's return
+// instead of losing writes. Under the limit the followers are still in the
+// ISR but behind: one of them takes over, and nothing may have been
+// acknowledged that it lacks. The cut lasts 0.5 to 5 s, to hit both.
+type IsolateThenKillLeader struct{}
+
+func (IsolateThenKillLeader) Name() string { return "isolate-then-kill-leader" }
+
+func (IsolateThenKillLeader) Inject(e *Env) Injected {
+	p := e.Rng.IntN(e.Partitions)
+	a, epoch := e.mustLeader(p)
+	a.PeerProxy.CutBoth()
+	time.Sleep(between(e.Rng, 500*time.Millisecond, 5*time.Second))
+	isr := "unknown"
+	if desc, err := a.DescribePartition(e.Topic, p); err == nil {
+		isr = fmt.Sprint(desc.ISR)
+	}
+	a.Kill()
+	return Injected{Detail: fmt.Sprintf("cut %s (leader of p%d epoch %d) from its followers, then kill -9 with ISR %s", a.NodeID, p, epoch, isr),
+		Target: a, Partition: p, Epoch: -1,
+		Hold: between(e.Rng, 2*time.Second, 4*time.Second)}
+}
+
+func (IsolateThenKillLeader) Heal(e *Env, in Injected) {
+	in.Target.PeerProxy.Heal()
+	e.restart(in.Target)
+}
+
+// RandomCut is scenario (e): a random link cut both ways or one way, for
+// a random while: an agent's Consul link, every peer link into an agent,
+// or the peer link between two agents. Half the time the agent (or the
+// pair's first) is a partition's leader: only a leader's links carry
+// replication, and a cut elsewhere often changes nothing a client can see.
+type RandomCut struct{}
+
+func (RandomCut) Name() string { return "random-cut" }
+
+func (RandomCut) Inject(e *Env) Injected {
+	agents := e.Cluster.Agents
+	a := agents[e.Rng.IntN(len(agents))]
+	if e.Rng.IntN(2) == 0 {
+		a, _ = e.mustLeader(e.Rng.IntN(e.Partitions))
+	}
+	hold := between(e.Rng, time.Second, sessionTTL+3*time.Second)
+	if e.Rng.IntN(3) == 0 {
+		b := agents[(indexOf(agents, a)+1+e.Rng.IntN(len(agents)-1))%len(agents)]
+		detail := fmt.Sprintf("cut the peer link %s -> %s", a.NodeID, b.NodeID)
+		e.Cluster.CutLink(a, b)
+		if e.Rng.IntN(2) == 0 {
+			e.Cluster.CutLink(b, a)
+			detail = fmt.Sprintf("cut the peer link %s <-> %s", a.NodeID, b.NodeID)
+		}
+		return Injected{Detail: detail, Epoch: -1, Hold: hold}
+	}
+	link, proxy := "consul", a.ConsulProxy
+	if e.Rng.IntN(2) == 0 {
+		link, proxy = "inbound peer", a.PeerProxy
+	}
+	how := "both ways"
+	switch e.Rng.IntN(3) {
+	case 0:
+		proxy.CutBoth()
+	case 1:
+		proxy.Cut(testcluster.Forward)
+		how = "forward only"
+	default:
+		proxy.Cut(testcluster.Backward)
+		how = "backward only"
+	}
+	return Injected{Detail: fmt.Sprintf("cut %s's %s link %s", a.NodeID, link, how), Epoch: -1, Hold: hold}
+}
+
+// Heal reconnects every link.
+func (RandomCut) Heal(e *Env, _ Injected) {
+	for _, a := range e.Cluster.Agents {
+		a.ConsulProxy.Heal()
+		a.PeerProxy.Heal()
+	}
+}

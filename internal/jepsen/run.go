@@ -1,0 +1,279 @@
+package jepsen
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/logagent/logagent/internal/checker"
+	"github.com/logagent/logagent/internal/testcluster"
+)
+
+// Scenario is one fault applied for some cycles under load.
+type Scenario struct {
+	Name  string
+	Fault Fault
+	// Proxies puts the agents behind fault-injecting proxies (link cuts).
+	Proxies bool
+	// MinInsync is the topic's min_insync_replicas; default 2.
+	MinInsync int
+}
+
+// Config is how long and with what seed a scenario runs.
+type Config struct {
+	Seed uint64
+	// Cycles of inject, hold, heal; at least one.
+	Cycles int
+	// Duration, when set, repeats cycles until it has passed (make
+	// torture), whatever Cycles says.
+	Duration time.Duration
+	// Partitions, Producers and Consumers size the workload; defaults
+	// 2, 3 and 2.
+	Partitions, Producers, Consumers int
+}
+
+const (
+	agents     = 3
+	quietMin   = 1 * time.Second
+	quietMax   = 2 * time.Second
+	healedTail = 2 * time.Second
+	settle     = 60 * time.Second
+)
+
+// Measure is a figure of one cycle.
+type Measure struct {
+	Cycle    int           `json:"cycle"`
+	Fault    string        `json:"fault"`
+	Failover time.Duration `json:"failover_ns,omitempty"`
+	// FailoverSeen says a new epoch's leader was seen (Failover is
+	// then its delay).
+	FailoverSeen bool `json:"failover_seen"`
+}
+
+// Result is a run's report.json: the checker's report, the figures and
+// everything recorded.
+type Result struct {
+	Scenario     string               `json:"scenario"`
+	Seed         uint64               `json:"seed"`
+	Dir          string               `json:"dir"`
+	Report       *checker.Report      `json:"report"`
+	ReadErrors   []string             `json:"read_errors,omitempty"`
+	CorruptReads []string             `json:"corrupt_reads,omitempty"`
+	Unconverged  []int                `json:"unconverged_partitions,omitempty"`
+	Measures     []Measure            `json:"measures"`
+	LongestGaps  []time.Duration      `json:"longest_write_gap_ns"`
+	AckedAfter   []int                `json:"acknowledged_after_heal"`
+	Events       []Event              `json:"events"`
+	Ops          []Op                 `json:"ops"`
+	Replicas     []checker.ReplicaLog `json:"replicas"`
+	// ConsulLog is where a failing run keeps Consul's log.
+	ConsulLog    string   `json:"consul_log"`
+	AgentLogDirs []string `json:"agent_log_dirs"`
+}
+
+// Run runs scenario s with cfg against a new cluster and fails t on any
+// anomaly. A failing run keeps its directory (data, agent logs,
+// report.json, summary.txt) and logs where it is; a passing one removes
+// it.
+func Run(t *testing.T, s Scenario, cfg Config) *Result {
+	t.Helper()
+	t.Logf("jepsen: scenario %s, seed %d (replay with LOGAGENT_JEPSEN_SEED=%d)", s.Name, cfg.Seed, cfg.Seed)
+	cfg.Cycles = max(cfg.Cycles, 1)
+	cfg.Partitions = cmpOr(cfg.Partitions, 2)
+	cfg.Producers = cmpOr(cfg.Producers, 3)
+	cfg.Consumers = cmpOr(cfg.Consumers, 2)
+	dir, err := os.MkdirTemp("", "logagent-jepsen-"+s.Name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the processes are stopped.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("jepsen: run kept in %s (report.json, summary.txt, n*/data, n*/logs); seed %d", dir, cfg.Seed)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+
+	c := testcluster.Start(t, testcluster.Options{Agents: agents, Dir: dir, Proxies: s.Proxies})
+	// Consul's log lives in a test temporary directory, removed when the
+	// test ends: a failing run keeps a copy. Registered after Start, this
+	// runs before that removal.
+	keptConsulLog := filepath.Join(dir, "consul.log")
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		if b, err := os.ReadFile(c.Consul.LogPath()); err == nil {
+			os.WriteFile(keptConsulLog, b, 0o644)
+		}
+	})
+	const topic = "jepsen"
+	if err := c.Agents[0].CreateTopic(testcluster.TopicSpec{Name: topic, Partitions: cfg.Partitions, ReplicationFactor: agents,
+		MinInsyncReplicas: cmpOr(s.MinInsync, 2)}); err != nil {
+		t.Fatalf("jepsen: create topic: %v", err)
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6e656d))
+	start := time.Now()
+	rec := NewRecorder(func() time.Duration { return time.Since(start) })
+	env := &Env{Cluster: c, Topic: topic, Partitions: cfg.Partitions, Rng: rng, Recorder: rec, Logf: t.Logf, Fatalf: t.Fatalf,
+		paused: map[*testcluster.Agent]bool{}}
+	for p := range cfg.Partitions {
+		env.mustLeader(p)
+	}
+	if !env.waitFullISR(failoverTimeout) {
+		t.Fatalf("jepsen: the ISR of %s is not full %s after creation", topic, failoverTimeout)
+	}
+
+	stop := make(chan struct{})
+	w := &Workload{Cluster: c, Topic: topic, Partitions: cfg.Partitions, Producers: cfg.Producers, Consumers: cfg.Consumers,
+		Recorder: rec, Seed: rng.Uint64(), EpochMillis: start.UnixMilli()}
+	waitClients := w.Start(stop)
+	stopClients := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		waitClients()
+	}
+	// A fatal nemesis error must not leave clients running, nor waiting
+	// on a paused agent.
+	t.Cleanup(func() {
+		for a := range env.paused {
+			a.Resume()
+		}
+		stopClients()
+	})
+
+	var measures []Measure
+	more := func(cycle int) bool {
+		if cfg.Duration > 0 {
+			return time.Since(start) < cfg.Duration
+		}
+		return cycle < cfg.Cycles
+	}
+	for cycle := 0; more(cycle); cycle++ {
+		time.Sleep(between(rng, quietMin, quietMax))
+		in := s.Fault.Inject(env)
+		rec.Event("inject "+s.Fault.Name(), in.Detail)
+		t.Logf("jepsen: cycle %d: %s", cycle, in.Detail)
+		m := Measure{Cycle: cycle, Fault: s.Fault.Name()}
+		holdEnd := time.Now().Add(in.Hold)
+		if in.Epoch >= 0 {
+			if a, took, ok := env.waitLeader(in.Partition, in.Epoch, in.Hold+failoverTimeout); ok {
+				m.Failover, m.FailoverSeen = took, true
+				rec.Event("failover", fmt.Sprintf("%s leads p%d after %s", a.NodeID, in.Partition, took.Round(time.Millisecond)))
+			}
+		}
+		time.Sleep(time.Until(holdEnd))
+		s.Fault.Heal(env, in)
+		rec.Event("heal "+s.Fault.Name(), in.Detail)
+		measures = append(measures, m)
+	}
+	env.healAll()
+	rec.Event("heal all", "")
+	healedAt := rec.Now()
+	if !env.waitFullISR(failoverTimeout) {
+		t.Logf("jepsen: the ISR did not fill within %s of the final heal", failoverTimeout)
+	}
+	time.Sleep(healedTail)
+	stopClients()
+
+	unconverged := WaitConverged(c, topic, cfg.Partitions, settle)
+	replicas, readErrs := FinalRead(c, topic, cfg.Partitions)
+	report := checker.Check(rec.History(replicas))
+	ops := rec.Ops()
+	res := &Result{Scenario: s.Name, Seed: cfg.Seed, Dir: dir, Report: report, Unconverged: unconverged, Measures: measures,
+		LongestGaps: LongestGap(ops, cfg.Partitions), AckedAfter: make([]int, cfg.Partitions), Events: rec.Events(), Ops: ops,
+		Replicas: replicas, ConsulLog: keptConsulLog, CorruptReads: rec.CorruptReads()}
+	for _, err := range readErrs {
+		res.ReadErrors = append(res.ReadErrors, err.Error())
+	}
+	for _, a := range c.Agents {
+		res.AgentLogDirs = append(res.AgentLogDirs, a.LogDir())
+	}
+	for _, op := range ops {
+		if op.Outcome == checker.OK && op.Invoke >= healedAt {
+			res.AckedAfter[op.Partition]++
+		}
+	}
+	summary := res.Summary()
+	t.Log("jepsen: " + summary)
+	if err := res.write(); err != nil {
+		t.Errorf("jepsen: %v", err)
+	}
+	if !report.Valid() {
+		t.Errorf("jepsen: %s: the checker found anomalies (seed %d)", s.Name, cfg.Seed)
+	}
+	if len(readErrs) > 0 {
+		t.Errorf("jepsen: %s: %d replicas could not be read: %v", s.Name, len(readErrs), readErrs)
+	}
+	if len(res.CorruptReads) > 0 {
+		t.Errorf("jepsen: %s: %d fetch answers did not decode: %v", s.Name, len(res.CorruptReads), res.CorruptReads)
+	}
+	if len(unconverged) > 0 {
+		t.Errorf("jepsen: %s: partitions %v did not converge within %s of the heal", s.Name, unconverged, settle)
+	}
+	for p, n := range res.AckedAfter {
+		if n == 0 {
+			t.Errorf("jepsen: %s: no write to p%d acknowledged after the final heal: the partition did not recover", s.Name, p)
+		}
+	}
+	return res
+}
+
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Summary is the readable account: the checker's verdict, figures and
+// where the files are.
+func (r *Result) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario %s, seed %d, %d cycles\n", r.Scenario, r.Seed, len(r.Measures))
+	b.WriteString(r.Report.Summary())
+	for _, m := range r.Measures {
+		if m.FailoverSeen {
+			fmt.Fprintf(&b, "  cycle %d: failover in %s\n", m.Cycle, m.Failover.Round(time.Millisecond))
+		}
+	}
+	for p, g := range r.LongestGaps {
+		fmt.Fprintf(&b, "  p%d: longest time without an acknowledged write %s; %d acknowledged after the final heal\n",
+			p, g.Round(time.Millisecond), r.AckedAfter[p])
+	}
+	for _, e := range r.ReadErrors {
+		fmt.Fprintf(&b, "  read error: %s\n", e)
+	}
+	for _, e := range r.CorruptReads {
+		fmt.Fprintf(&b, "  corrupt fetch answer: %s\n", e)
+	}
+	if len(r.Unconverged) > 0 {
+		fmt.Fprintf(&b, "  unconverged partitions: %v\n", r.Unconverged)
+	}
+	fmt.Fprintf(&b, "  files: %s (agent logs %v; consul log %s if the run fails)", r.Dir, r.AgentLogDirs, r.ConsulLog)
+	return b.String()
+}
+
+// write saves report.json and summary.txt in the run's directory.
+func (r *Result) write() error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("jepsen: encode report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(r.Dir, "report.json"), b, 0o644); err != nil {
+		return fmt.Errorf("jepsen: write report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(r.Dir, "summary.txt"), []byte(r.Summary()+"\n"), 0o644); err != nil {
+		return fmt.Errorf("jepsen: write summary: %w", err)
+	}
+	return nil
+}
