@@ -48,6 +48,8 @@ type Coordinator interface {
 	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string) error
 	// CreateTopic stores a new topic.
 	CreateTopic(ctx context.Context, tc election.TopicConfig, assignment [][]string) error
+	// DeleteTopic removes a topic's keys.
+	DeleteTopic(ctx context.Context, name string) error
 	// Agents lists the agents whose checks pass.
 	Agents(ctx context.Context) ([]election.AgentInfo, error)
 	// Close hands every leadership over at once, destroys the session and
@@ -85,6 +87,12 @@ type Agent struct {
 	roundRobin   atomic.Uint64
 	agents       *directory
 	replicas     *manager
+	// forwarder sends produces to other agents' peer APIs; fetchProxy
+	// streams fetches from leaders' client APIs.
+	forwarder  *peerClients
+	fetchProxy *peerClients
+	// coalesce combines concurrent produces; nil when producer.linger is 0.
+	coalesce *coalescer
 }
 
 // New prepares an agent; Run starts it. coord is normally an
@@ -97,6 +105,12 @@ func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 		MaxRecordBytes: int(cfg.Limits.MaxRecordBytes),
 	}
 	a.decoders.New = func() any { return record.NewDecoder(a.recordLimits) }
+	if cfg.Producer.Linger > 0 {
+		a.coalesce = newCoalescer(cfg.Producer.Linger, int(min(cfg.Producer.MaxBatchBytes, int64(maxBatchBytes(cfg)))), &a.decoders,
+			func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *apiError) {
+				return a.produceBatch(key.topic, key.partition, batch, count, key.acks, deadline)
+			})
+	}
 	a.agents = newDirectory(func(ctx context.Context) ([]election.AgentInfo, error) {
 		return a.coord.Agents(ctx)
 	}, log.Named("agents"), a.now)
@@ -207,6 +221,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
 	a.replicas = newManager(a.replicaDeps(dir.Path), dir.Path)
+	a.forwarder = newPeerClients(string(a.peerToken), 64<<10)
+	a.fetchProxy = newPeerClients("", int(max(a.cfg.Replication.FetchMaxBytes, int64(maxBatchBytes(a.cfg))))+64<<10)
+	a.fetchProxy.stream = true
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	runErr := a.join(ctx)
@@ -303,6 +320,8 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodGet, "/v1/topics", a.handleListTopics)
 	rt.add(fasthttp.MethodPost, "/v1/topics", a.handleCreateTopic)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}", a.handleDescribeTopic)
+	rt.add(fasthttp.MethodDelete, "/v1/topics/{topic}", a.handleDeleteTopic)
+	rt.add(fasthttp.MethodGet, "/v1/status", a.handleStatus)
 	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", a.handleProduce)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
 	return rt
@@ -313,6 +332,7 @@ func (a *Agent) peerRoutes() *router {
 	rt.add(fasthttp.MethodGet, "/v1/health", a.requirePeerToken(a.handleHealth))
 	rt.add(fasthttp.MethodGet, peerFetchPath, a.requirePeerToken(a.handleReplicaFetch))
 	rt.add(fasthttp.MethodGet, peerEpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
+	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))
 	return rt
 }
 

@@ -20,14 +20,15 @@ const (
 
 // handleFetch serves GET /v1/topics/{topic}/partitions/{partition}/records:
 // whole batches from the local replica, below its high watermark, sent with
-// sendfile. A leader, or a follower in the ISR, serves; other agents answer
-// not_leader with the leader's address.
+// sendfile. A leader, or a follower in the ISR, serves; other agents proxy
+// the fetch to the leader, or answer not_leader when they cannot.
 func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	if !a.serving(ctx) {
 		return
 	}
-	if !acceptsBatches(ctx.Request.Header.Peek(fasthttp.HeaderAccept)) {
-		writeError(ctx, fasthttp.StatusNotAcceptable, codeNotAcceptable, "records are served as "+contentTypeBatch, false)
+	format, ok := fetchFormat(ctx.Request.Header.Peek(fasthttp.HeaderAccept))
+	if !ok {
+		writeError(ctx, fasthttp.StatusNotAcceptable, codeNotAcceptable, "records are served as "+contentTypeBatch+" or "+contentTypeNDJSON, false)
 		return
 	}
 	topic, partition, err := a.partitionParams(ctx)
@@ -48,11 +49,15 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	}
 	r := a.replicas.get(topic, partition)
 	if r == nil {
-		writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition)))
+		if !a.proxyFetch(ctx, topic, partition) {
+			writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition)))
+		}
 		return
 	}
 	if v := r.currentView(); v.dataLoss || !(v.role == roleLeader || (v.role == roleFollower && v.inSync(a.cfg.NodeID))) {
-		writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent's replica of "+partitionName(topic, partition)+" is not in sync"))
+		if !a.proxyFetch(ctx, topic, partition) {
+			writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent's replica of "+partitionName(topic, partition)+" is not in sync"))
+		}
 		return
 	}
 	log := r.currentLog()
@@ -77,6 +82,12 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
 	h.Set(headerHighWatermark, strconv.FormatInt(hw, 10))
 	h.Set(headerLogStartOffset, strconv.FormatInt(log.LogStartOffset(), 10))
+	if format == contentTypeNDJSON {
+		if err := a.writeNDJSON(ctx, region, offset); err != nil {
+			writeError(ctx, fasthttp.StatusInternalServerError, codeStorageError, err.Error(), false)
+		}
+		return
+	}
 	ctx.SetContentType(contentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	sendRegion(ctx, region)
@@ -133,17 +144,20 @@ func storageAPIError(err error) *apiError {
 }
 
 // acceptsBatches says whether an Accept header allows the binary batch
-// format.
+// format; no Accept header allows it.
 func acceptsBatches(accept []byte) bool {
-	if len(accept) == 0 {
-		return true
-	}
+	return len(accept) == 0 || acceptsType(accept, contentTypeBatch)
+}
+
+// acceptsType says whether an Accept header allows the media type mt,
+// named or through a wildcard.
+func acceptsType(accept []byte, mt string) bool {
 	for part := range strings.SplitSeq(string(accept), ",") {
-		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		got, _, err := mime.ParseMediaType(strings.TrimSpace(part))
 		if err != nil {
 			continue
 		}
-		if mt == contentTypeBatch || mt == "*/*" || mt == "application/*" {
+		if got == mt || got == "*/*" || got == mt[:strings.IndexByte(mt, '/')]+"/*" {
 			return true
 		}
 	}

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,4 +99,15 @@ func (d *directory) run(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// all lists the agents last read, by node id.
+func (d *directory) all() []election.AgentInfo {
+	m := *d.agents.Load()
+	out := make([]election.AgentInfo, 0, len(m))
+	for _, info := range m {
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(x, y election.AgentInfo) int { return strings.Compare(x.NodeID, y.NodeID) })
+	return out
 }

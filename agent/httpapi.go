@@ -3,6 +3,8 @@ package agent
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -134,7 +136,11 @@ func splitPath(path string) []string {
 }
 
 func (rt *router) handle(ctx *fasthttp.RequestCtx) {
-	segments := splitPath(string(ctx.Path()))
+	segments, err := rawSegments(ctx)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		return
+	}
 	pathFound := false
 	for _, r := range rt.routes {
 		params, ok := matchPattern(r.pattern, segments)
@@ -156,6 +162,26 @@ func (rt *router) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	writeError(ctx, fasthttp.StatusNotFound, codeNotFound, "no endpoint "+string(ctx.Path()), false)
+}
+
+// rawSegments splits the path as the client sent it and unescapes each
+// segment on its own, so an escaped "/" or ".." stays inside the segment
+// (and is refused as a topic name) instead of being resolved as a path
+// step by fasthttp's normalization.
+func rawSegments(ctx *fasthttp.RequestCtx) ([]string, error) {
+	raw := string(ctx.Request.URI().PathOriginal())
+	if i := strings.IndexByte(raw, '?'); i >= 0 {
+		raw = raw[:i]
+	}
+	segments := splitPath(raw)
+	for i, seg := range segments {
+		s, err := url.PathUnescape(seg)
+		if err != nil {
+			return nil, fmt.Errorf("bad path segment %q: %w", seg, err)
+		}
+		segments[i] = s
+	}
+	return segments, nil
 }
 
 // matchPattern matches path segments against a pattern and returns the

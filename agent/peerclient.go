@@ -36,6 +36,9 @@ var errPeerUnreachable = errors.New("agent: peer unreachable")
 type peerClients struct {
 	token       string
 	maxBodySize int
+	// stream makes response bodies readers (proxied fetches) rather than
+	// buffers; maxBodySize is then enforced by the caller.
+	stream bool
 	// margin is added to a held fetch's wait for the request deadline.
 	margin time.Duration
 
@@ -72,6 +75,7 @@ func (p *peerClients) client(addr string) *fasthttp.HostClient {
 			ReadTimeout:         maxPeerWait + p.margin,
 			WriteTimeout:        peerCallTimeout,
 			MaxResponseBodySize: p.maxBodySize,
+			StreamResponseBody:  p.stream,
 			// A refused or reset connection is retried once by fasthttp for
 			// these GETs; anything else surfaces to the replica loop.
 			MaxIdemponentCallAttempts: 2,

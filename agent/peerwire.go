@@ -55,6 +55,8 @@ const (
 	contentTypeBatch  = "application/vnd.logagent.batch"
 	contentTypeJSON   = "application/json"
 	contentTypeNDJSON = "application/x-ndjson"
+
+	contentTypeOctetStream = "application/octet-stream"
 )
 
 // peerFetch is a follower's fetch as it travels.

@@ -36,14 +36,17 @@ type produceResponse struct {
 	Epoch      *int32 `json:"epoch,omitempty"`
 }
 
-// handleProduce serves POST /v1/topics/{topic}/records. Only the partition's
-// leader appends; another agent answers not_leader with the leader's client
-// address.
+// handleProduce serves POST /v1/topics/{topic}/records. The partition's
+// leader appends; any other agent forwards the batch to the leader over the
+// peer API (DESIGN §9) and relays its answer.
 func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	if !a.serving(ctx) {
 		return
 	}
-	topic := pathParam(ctx, "topic")
+	topic, ok := a.topicParam(ctx)
+	if !ok {
+		return
+	}
 	tm, ok := a.coord.Metadata().Topic(topic)
 	if !ok {
 		writeAPIError(ctx, unknownTopic(topic))
@@ -64,21 +67,40 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	if !args.Has("key") {
 		key = nil
 	}
+	batch, count, firstKey, err := a.decodeProduceBody(ctx.Request.Header.ContentType(), ctx.PostBody(), key)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	if key == nil && firstKey == nil && !args.Has("partition") && contentTypeIs(ctx, contentTypeBatch) {
+		firstKey = a.firstKey(batch)
+	}
+	if key == nil {
+		key = firstKey
+	}
 	partition, err := a.choosePartition(args, key, len(tm.Partitions))
 	if err != nil {
 		writeErr(ctx, err)
 		return
 	}
-	batch, count, err := a.decodeProduceBody(ctx.Request.Header.ContentType(), ctx.PostBody(), key)
-	if err != nil {
-		writeErr(ctx, err)
+	deadline := a.now().Add(timeout)
+	var resp produceResponse
+	var apiErr *apiError
+	if a.coalesce != nil && acks != replicate.AcksNone && len(batch) < a.coalesce.maxBytes {
+		resp, apiErr = a.coalesce.submit(groupKey{topic: topic, partition: partition, acks: acks}, batch, count, deadline)
+	} else {
+		resp, apiErr = a.produceBatch(topic, partition, batch, count, acks, deadline)
+	}
+	if apiErr != nil {
+		writeAPIError(ctx, apiErr)
 		return
 	}
-	r := a.replicas.get(topic, partition)
-	if r == nil || r.currentView().role != roleLeader {
-		writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent does not lead "+partitionName(topic, partition)))
-		return
-	}
+	writeJSON(ctx, fasthttp.StatusOK, resp)
+}
+
+// appendLocal hands a batch to this agent's leader loop and waits for its
+// answer; acks=0 answers before the append (DESIGN §7).
+func (a *Agent) appendLocal(r *replica, topic string, partition int, batch []byte, count int, acks replicate.Acks, timeout time.Duration) (produceResponse, *apiError) {
 	req := &produceRequest{batch: batch, acks: acks, deadline: a.now().Add(timeout)}
 	resp := produceResponse{Topic: topic, Partition: partition, Count: count}
 	if acks == replicate.AcksNone {
@@ -86,19 +108,16 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 		// not awaited.
 		req.reply = make(chan produceOutcome, 1)
 		if !r.send(req) {
-			writeAPIError(ctx, a.notLeaderError(topic, partition, "the replica stopped"))
-			return
+			return resp, a.notLeaderError(topic, partition, "the replica stopped")
 		}
-		writeJSON(ctx, fasthttp.StatusOK, resp)
-		return
+		return resp, nil
 	}
 	out := r.produce(req, timeout+produceGrace)
 	if out.err != nil {
-		writeAPIError(ctx, a.produceError(topic, partition, out))
-		return
+		return resp, a.produceError(topic, partition, out)
 	}
 	resp.BaseOffset, resp.LastOffset, resp.Epoch = &out.base, &out.last, &out.epoch
-	writeJSON(ctx, fasthttp.StatusOK, resp)
+	return resp, nil
 }
 
 // produceError maps a failed produce to the API's codes (DESIGN §7, §8).
@@ -162,26 +181,57 @@ func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int)
 }
 
 // decodeProduceBody turns a produce body into one batch, validated, that
-// the loop may stamp in place, and its record count.
+// the loop may stamp in place, its record count, and the key of its first
+// record when the body names keys record by record (which places a
+// request that names neither partition nor key).
 //
 //	application/vnd.logagent.batch  the body is one batch (DESIGN §4)
+//	application/json                {"records":[...]} (jsonProduceBody)
+//	application/octet-stream        the body is one record's value
 //	application/x-ndjson, text/plain one record value per line; empty lines
-//	                                 are skipped; every record gets the key
-//	                                 parameter as key
-func (a *Agent) decodeProduceBody(contentType, body, key []byte) ([]byte, int, error) {
+//	                                 are skipped
+//
+// The key parameter is the key of every record that names none.
+func (a *Agent) decodeProduceBody(contentType, body, key []byte) ([]byte, int, []byte, error) {
 	mt, _, err := mime.ParseMediaType(string(contentType))
 	if err != nil && len(contentType) > 0 {
-		return nil, 0, newAPIError(fasthttp.StatusUnsupportedMediaType, codeUnsupportedType, "bad Content-Type: "+err.Error(), false)
+		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, codeUnsupportedType, "bad Content-Type: "+err.Error(), false)
 	}
 	switch mt {
 	case contentTypeBatch:
-		return a.decodeBatch(body)
+		batch, count, err := a.decodeBatch(body)
+		return batch, count, nil, err
+	case contentTypeJSON:
+		return a.buildJSON(body, key)
+	case contentTypeOctetStream:
+		batch, count, err := a.buildOne(body, key)
+		return batch, count, key, err
 	case contentTypeNDJSON, "text/plain":
-		return a.buildLines(body, key)
+		batch, count, err := a.buildLines(body, key)
+		return batch, count, key, err
 	default:
-		return nil, 0, newAPIError(fasthttp.StatusUnsupportedMediaType, codeUnsupportedType,
-			fmt.Sprintf("Content-Type %q is not one of %s, %s, text/plain", mt, contentTypeBatch, contentTypeNDJSON), false)
+		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, codeUnsupportedType,
+			fmt.Sprintf("Content-Type %q is not one of %s, %s, %s, %s, text/plain", mt, contentTypeBatch, contentTypeJSON, contentTypeOctetStream, contentTypeNDJSON), false)
 	}
+}
+
+// contentTypeIs says whether the request's Content-Type is the media type
+// want, parameters aside.
+func contentTypeIs(ctx *fasthttp.RequestCtx, want string) bool {
+	mt, _, err := mime.ParseMediaType(string(ctx.Request.Header.ContentType()))
+	return err == nil && mt == want
+}
+
+// firstKey is the key of a validated batch's first record, nil when it
+// has none.
+func (a *Agent) firstKey(batch []byte) []byte {
+	d := a.decoders.Get().(*record.Decoder)
+	defer a.decoders.Put(d)
+	it, err := d.Records(batch)
+	if err != nil || !it.Next() || it.Record().Key == nil {
+		return nil
+	}
+	return bytes.Clone(it.Record().Key)
 }
 
 func (a *Agent) decodeBatch(body []byte) ([]byte, int, error) {
@@ -215,20 +265,10 @@ func (a *Agent) buildLines(body, key []byte) ([]byte, int, error) {
 		if len(line) == 0 {
 			continue
 		}
-		if limit := a.recordLimits.MaxRecordBytes; len(line) > limit {
-			return nil, 0, newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRecordTooLarge,
-				fmt.Sprintf("a value of %d bytes is over limits.max_record_bytes (%d)", len(line), limit), false)
-		}
-		if err := b.Add(ts, key, line, nil); err != nil {
-			return nil, 0, newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRequestTooLarge, err.Error(), false)
+		if err := a.addRecord(&b, ts, key, line, nil); err != nil {
+			return nil, 0, err
 		}
 	}
-	if b.Len() == 0 {
-		return nil, 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "the body holds no records", false)
-	}
-	batch, err := b.AppendTo(nil)
-	if err != nil {
-		return nil, 0, newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRequestTooLarge, err.Error(), false)
-	}
-	return batch, b.Len(), nil
+	batch, err := a.finishBatch(&b)
+	return batch, b.Len(), err
 }

@@ -82,12 +82,21 @@ func TestDecodeProduceBody(t *testing.T) {
 		{"batch truncated", contentTypeBatch, good[:30], nil, nil, codeCorruptBatch},
 		{"batch idempotent", contentTypeBatch, idempotent, nil, nil, codeInvalidRequest},
 		{"batch record too large", contentTypeBatch, bigRecord, nil, nil, codeRecordTooLarge},
-		{"json not yet", "application/json", []byte(`{"records":[]}`), nil, nil, codeUnsupportedType},
+		{"json", "application/json", []byte(`{"records":[{"key":"k1","value":"v1","headers":{"b":"2","a":"1"}},{"value_base64":"/wA="},{}]}`), []byte("kp"), []string{"v1", "\xff\x00", ""}, ""},
+		{"json empty", "application/json", []byte(`{"records":[]}`), nil, nil, codeInvalidRequest},
+		{"json malformed", "application/json", []byte(`{"records":[{"value":"x"}`), nil, nil, codeInvalidRequest},
+		{"json unknown field", "application/json", []byte(`{"records":[{"val":"x"}]}`), nil, nil, codeInvalidRequest},
+		{"json two values", "application/json", []byte(`{"records":[{"value":"x"}]} {}`), nil, nil, codeInvalidRequest},
+		{"json both value forms", "application/json", []byte(`{"records":[{"value":"x","value_base64":"eA=="}]}`), nil, nil, codeInvalidRequest},
+		{"json bad base64", "application/json", []byte(`{"records":[{"value_base64":"!!"}]}`), nil, nil, codeInvalidRequest},
+		{"json record too large", "application/json", []byte(`{"records":[{"value":"` + strings.Repeat("x", 101) + `"}]}`), nil, nil, codeRecordTooLarge},
+		{"octet-stream", "application/octet-stream", []byte("a\nb\x00"), []byte("k"), []string{"a\nb\x00"}, ""},
+		{"octet-stream too large", "application/octet-stream", bytes.Repeat([]byte("x"), 101), nil, nil, codeRecordTooLarge},
 		{"no content type", "", []byte("x"), nil, nil, codeUnsupportedType},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			batch, count, err := a.decodeProduceBody([]byte(tc.contentType), tc.body, tc.key)
+			batch, count, _, err := a.decodeProduceBody([]byte(tc.contentType), tc.body, tc.key)
 			if tc.code != "" {
 				var e *apiError
 				if !errors.As(err, &e) || e.Code != tc.code {
@@ -105,7 +114,14 @@ func TestDecodeProduceBody(t *testing.T) {
 			if strings.Join(values, "|") != strings.Join(tc.values, "|") {
 				t.Fatalf("values %q, want %q", values, tc.values)
 			}
-			if tc.contentType != contentTypeBatch {
+			switch tc.contentType {
+			case contentTypeBatch:
+			case "application/json":
+				// Each record's own key, else the key parameter.
+				if strings.Join(keys, "|") != "k1|kp|kp" {
+					t.Fatalf("keys %q", keys)
+				}
+			default:
 				for i, k := range keys {
 					if k != string(tc.key) || timestamps[i] != 1_700_000_000_000 {
 						t.Fatalf("record %d: key %q, timestamp %d; want %q and the agent clock's", i, k, timestamps[i], tc.key)

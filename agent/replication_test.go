@@ -72,37 +72,40 @@ func TestProduceReplicateFetch(t *testing.T) {
 	}
 	c.waitCaughtUp("orders", 0, 5)
 
-	// A follower refuses produce, naming the leader.
+	// A follower forwards produce to the leader (DESIGN §9).
+	next := int64(5)
 	for _, ta := range c.agents {
 		if ta == leader {
 			continue
 		}
-		status, body := ta.produce("orders", 0, "", contentTypeNDJSON, []byte("x"))
-		e := errorCode(t, body)
-		if status != 409 || e.Code != codeNotLeader || e.Leader != leader.nodeID || e.LeaderAddress != leader.client {
-			t.Fatalf("produce to follower %s: %d %s", ta.nodeID, status, body)
+		status, body := ta.produce("orders", 0, "", contentTypeNDJSON, []byte("f"))
+		want := fmt.Sprintf(`"base_offset":%d,"last_offset":%d`, next, next)
+		if status != 200 || !strings.Contains(string(body), want) {
+			t.Fatalf("produce through follower %s: %d %s, want %s", ta.nodeID, status, body, want)
 		}
+		next++
 	}
+	c.waitCaughtUp("orders", 0, next)
 
 	// Every replica in the ISR serves the same records.
-	want := map[int64]string{0: "a", 1: "b", 2: "c", 3: "d", 4: "e"}
+	want := map[int64]string{0: "a", 1: "b", 2: "c", 3: "d", 4: "e", 5: "f", 6: "f"}
 	for _, ta := range c.agents {
 		got := ta.fetchValues("orders", 0, 0)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s serves %v, want %v", ta.nodeID, got, want)
 		}
-		if got := ta.fetchValues("orders", 0, 3); fmt.Sprint(sortedKeys(got)) != "[3 4]" {
+		if got := ta.fetchValues("orders", 0, 3); fmt.Sprint(sortedKeys(got)) != "[3 4 5 6]" {
 			t.Fatalf("%s from offset 3: %v", ta.nodeID, got)
 		}
 	}
 
 	t.Run("offsets out of range", func(t *testing.T) {
-		for _, q := range []string{"offset=6", "offset=-1", "offset=abc"} {
+		for _, q := range []string{"offset=8", "offset=-1", "offset=abc"} {
 			status, body := leader.call("GET", "/v1/topics/orders/partitions/0/records?"+q, "", nil)
 			e := errorCode(t, body)
 			switch q {
-			case "offset=6":
-				if status != 416 || e.Code != codeOffsetOutOfRange || *e.LogStartOffset != 0 || *e.HighWatermark != 5 {
+			case "offset=8":
+				if status != 416 || e.Code != codeOffsetOutOfRange || *e.LogStartOffset != 0 || *e.HighWatermark != 7 {
 					t.Errorf("%s: %d %s", q, status, body)
 				}
 			default:
@@ -125,13 +128,13 @@ func TestProduceReplicateFetch(t *testing.T) {
 		got := make(chan []byte, 1)
 		start := time.Now()
 		go func() {
-			_, body := c.callAddr(follower.client, "GET", "/v1/topics/orders/partitions/0/records?offset=5&wait=10s", "", nil, nil)
+			_, body := c.callAddr(follower.client, "GET", "/v1/topics/orders/partitions/0/records?offset=7&wait=10s", "", nil, nil)
 			got <- body
 		}()
 		time.Sleep(200 * time.Millisecond)
 		leader.mustProduce("orders", 0, "f")
 		values := decodeValues(t, <-got)
-		if values[5] != "f" || time.Since(start) > 5*time.Second {
+		if values[7] != "f" || time.Since(start) > 5*time.Second {
 			t.Fatalf("held fetch on follower %s: %v after %s", follower.nodeID, values, time.Since(start))
 		}
 	})
@@ -140,7 +143,7 @@ func TestProduceReplicateFetch(t *testing.T) {
 		d := leader.describe("orders")
 		p := d.Partitions[0]
 		if d.Config.ReplicationFactor != 3 || d.Config.MinInsyncReplicas != 2 || len(d.Partitions) != 2 ||
-			p.Leader != leader.nodeID || len(p.ISR) != 3 || *p.HighWatermark != 6 || *p.LogStartOffset != 0 || p.Role != "leader" {
+			p.Leader != leader.nodeID || len(p.ISR) != 3 || *p.HighWatermark != 8 || *p.LogStartOffset != 0 || p.Role != "leader" {
 			t.Fatalf("describe: %+v", d)
 		}
 		status, body := n1.call("GET", "/v1/topics", "", nil)
@@ -298,10 +301,9 @@ func TestPeerAPI(t *testing.T) {
 	c.waitCaughtUp("peer", 0, 4)
 }
 
-// TestDeletedTopicLogsRemoved: deleting a topic takes its logs out of
-// service on every replica, moved aside into orphaned/ (Consul losing its
-// data looks the same, so nothing is deleted on that evidence alone); a
-// topic created again under the same name starts empty.
+// TestDeletedTopicLogsRemoved: deleting a topic (which leaves a tombstone
+// in Consul) removes its logs on every replica; a topic created again under
+// the same name starts empty.
 func TestDeletedTopicLogsRemoved(t *testing.T) {
 	c := startTestCluster(t, 2, "")
 	c.createTopic(c.agents[0], "temp", 1, 2, 1)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -71,8 +73,7 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !election.ValidTopicName(req.Name) {
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidTopicName,
-			fmt.Sprintf("topic name %q must be 1 to 249 of [a-zA-Z0-9._-], and not . or ..", req.Name), false)
+		writeAPIError(ctx, invalidTopicName(req.Name))
 		return
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
@@ -171,9 +172,13 @@ func (a *Agent) handleListTopics(ctx *fasthttp.RequestCtx) {
 	if !a.serving(ctx) {
 		return
 	}
+	topics := a.coord.Metadata().Topics()
+	if topics == nil {
+		topics = []string{} // [] rather than null: a list, even empty
+	}
 	writeJSON(ctx, fasthttp.StatusOK, struct {
 		Topics []string `json:"topics"`
-	}{a.coord.Metadata().Topics()})
+	}{topics})
 }
 
 // handleDescribeTopic serves GET /v1/topics/{topic}.
@@ -181,7 +186,10 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 	if !a.serving(ctx) {
 		return
 	}
-	name := pathParam(ctx, "topic")
+	name, ok := a.topicParam(ctx)
+	if !ok {
+		return
+	}
 	tm, ok := a.coord.Metadata().Topic(name)
 	if !ok {
 		writeAPIError(ctx, unknownTopic(name))
@@ -233,6 +241,9 @@ func (a *Agent) serving(ctx *fasthttp.RequestCtx) bool {
 // the metadata.
 func (a *Agent) partitionParams(ctx *fasthttp.RequestCtx) (string, int, error) {
 	topic := pathParam(ctx, "topic")
+	if !election.ValidTopicName(topic) {
+		return "", 0, invalidTopicName(topic)
+	}
 	tm, ok := a.coord.Metadata().Topic(topic)
 	if !ok {
 		return "", 0, unknownTopic(topic)
@@ -296,4 +307,144 @@ func durationParam(args *fasthttp.Args, name string, def, most time.Duration) (t
 			fmt.Sprintf("%s=%q must be a duration between 0s and %s", name, v, most), false)
 	}
 	return d, nil
+}
+
+// handleDeleteTopic serves DELETE /v1/topics/{topic}: the topic's keys go
+// from Consul, and every agent closes and removes its replicas when its
+// metadata watch sees the deletion. The answer comes once this agent's
+// metadata no longer has the topic.
+func (a *Agent) handleDeleteTopic(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	name, ok := a.topicParam(ctx)
+	if !ok {
+		return
+	}
+	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	defer cancel()
+	err := a.coord.DeleteTopic(callCtx, name)
+	if err == nil {
+		err = a.waitTopicGone(callCtx, name)
+	}
+	switch {
+	case err == nil:
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+	case errors.Is(err, election.ErrUnknownTopic):
+		writeAPIError(ctx, unknownTopic(name))
+	case errors.Is(err, election.ErrInvalidTopic):
+		writeAPIError(ctx, invalidTopicName(name))
+	default:
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "delete topic: "+err.Error(), true)
+	}
+}
+
+// waitTopicGone waits until this agent's metadata no longer has the topic.
+func (a *Agent) waitTopicGone(ctx context.Context, name string) error {
+	for {
+		snap := a.coord.Metadata()
+		if _, ok := snap.Topic(name); !ok {
+			return nil
+		}
+		select {
+		case <-snap.Changed():
+		case <-ctx.Done():
+			return fmt.Errorf("agent: topic %s deleted, not yet seen gone: %w", name, ctx.Err())
+		}
+	}
+}
+
+// topicParam reads {topic}, answering 400 invalid_topic_name for a name
+// no topic can have, so a bad name never reaches the metadata or the disk.
+func (a *Agent) topicParam(ctx *fasthttp.RequestCtx) (string, bool) {
+	name := pathParam(ctx, "topic")
+	if !election.ValidTopicName(name) {
+		writeAPIError(ctx, invalidTopicName(name))
+		return "", false
+	}
+	return name, true
+}
+
+func invalidTopicName(name string) *apiError {
+	return newAPIError(fasthttp.StatusBadRequest, codeInvalidTopicName,
+		fmt.Sprintf("topic name %q must be 1 to 249 of [a-zA-Z0-9._-], and not . or ..", name), false)
+}
+
+// statusResponse is GET /v1/status: this agent, the agents it sees and its
+// replicas.
+type statusResponse struct {
+	NodeID     string            `json:"node_id"`
+	State      string            `json:"state"`
+	ClientAddr string            `json:"client_address"`
+	PeerAddr   string            `json:"peer_address"`
+	Agents     []statusAgent     `json:"agents"`
+	Partitions []statusPartition `json:"partitions"`
+	// MetadataIndex is the Consul index of the metadata this agent acts on.
+	MetadataIndex uint64 `json:"metadata_index"`
+}
+
+type statusAgent struct {
+	NodeID     string `json:"node_id"`
+	ClientAddr string `json:"client_address"`
+	PeerAddr   string `json:"peer_address"`
+}
+
+type statusPartition struct {
+	Topic          string   `json:"topic"`
+	Partition      int      `json:"partition"`
+	Role           string   `json:"role"`
+	Leader         string   `json:"leader"`
+	Epoch          int32    `json:"epoch"`
+	ISR            []string `json:"isr"`
+	HighWatermark  int64    `json:"high_watermark"`
+	LogEndOffset   int64    `json:"log_end_offset"`
+	LogStartOffset int64    `json:"log_start_offset"`
+}
+
+// handleStatus serves GET /v1/status.
+func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
+	current := a.state.Load()
+	state := map[int32]string{stateStarting: "starting", stateServing: "serving", stateStopping: "stopping"}[current]
+	snap := a.coord.Metadata()
+	st := statusResponse{
+		NodeID: a.cfg.NodeID, State: state, MetadataIndex: snap.Index,
+		ClientAddr: a.cfg.Client.Address, PeerAddr: a.cfg.Peer.AdvertiseAddress,
+		Agents: []statusAgent{}, Partitions: []statusPartition{},
+	}
+	// Asked of Consul now, so the answer is not up to one directory
+	// refresh old; the directory's view if Consul does not answer.
+	agents := a.agents.all()
+	callCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if live, err := a.coord.Agents(callCtx); err == nil {
+		slices.SortFunc(live, func(x, y election.AgentInfo) int { return strings.Compare(x.NodeID, y.NodeID) })
+		agents = live
+	}
+	for _, info := range agents {
+		st.Agents = append(st.Agents, statusAgent{NodeID: info.NodeID, ClientAddr: info.ClientAddr, PeerAddr: info.PeerAddr})
+	}
+	// The replicas exist once the agent has served (the state's store
+	// orders their creation before this read).
+	if current != stateStarting {
+		for _, topic := range snap.Topics() {
+			tm, _ := snap.Topic(topic)
+			for _, pm := range tm.Partitions {
+				r := a.replicas.get(topic, pm.Partition)
+				if r == nil {
+					continue
+				}
+				v, log := r.currentView(), r.currentLog()
+				sp := statusPartition{
+					Topic: topic, Partition: pm.Partition, Role: v.role.String(),
+					Leader: pm.State.Leader, Epoch: pm.State.Epoch, ISR: pm.State.ISR,
+					HighWatermark: log.HighWatermark(), LogEndOffset: log.LogEndOffset(), LogStartOffset: log.LogStartOffset(),
+				}
+				if v.role == roleLeader {
+					sp.Leader, sp.Epoch, sp.ISR = a.cfg.NodeID, v.epoch, v.isr
+				}
+				st.Partitions = append(st.Partitions, sp)
+			}
+		}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, st)
 }

@@ -46,7 +46,7 @@ type keyspace struct {
 // deletedDir is the path segment under topicsRoot that holds tombstones.
 const deletedDir = "~deleted"
 
-func (k keyspace) topicsRoot() string            { return k.prefix + "topics/" }
+func (k keyspace) topicsRoot() string { return k.prefix + "topics/" }
 func (k keyspace) tombstone(topicID string) string {
 	return k.topicsRoot() + deletedDir + "/" + topicID
 }

@@ -246,3 +246,35 @@ func (c *Cluster) WaitFor(timeout time.Duration, what string, cond func() bool) 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Get sends a GET to this agent's client API with an Accept header and
+// returns the status and body, whatever the status.
+func (a *Agent) Get(path, accept string) (int, []byte, error) {
+	return a.raw(http.MethodGet, path, "", accept, nil)
+}
+
+// Send sends a request to this agent's client API and returns the status
+// and body, whatever the status.
+func (a *Agent) Send(method, path, contentType string, body []byte) (int, []byte, error) {
+	return a.raw(method, path, contentType, "", body)
+}
+
+func (a *Agent) raw(method, path, contentType, accept string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequest(method, "http://"+a.ClientAddr+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := a.c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}

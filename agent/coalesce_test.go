@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/replicate"
+)
+
+// testSeed is LOGAGENT_TEST_SEED when set, else the time; it is logged so a
+// failure can be replayed.
+func testSeed(t *testing.T) uint64 {
+	t.Helper()
+	s := uint64(time.Now().UnixNano())
+	if v := os.Getenv("LOGAGENT_TEST_SEED"); v != "" {
+		var err error
+		if s, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("LOGAGENT_TEST_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("seed %d (replay with LOGAGENT_TEST_SEED=%d)", s, s)
+	return s
+}
+
+// fakeLog is a partition behind a coalescer: it appends what it is sent,
+// after a delay that keeps sends in flight, and remembers each batch.
+type fakeLog struct {
+	delay time.Duration
+	fail  *apiError
+
+	mu      sync.Mutex
+	values  []string
+	batches []int // record count of each batch sent
+	sizes   []int
+}
+
+func (f *fakeLog) produce(_ groupKey, batch []byte, count int, _ time.Time) (produceResponse, *apiError) {
+	time.Sleep(f.delay)
+	if f.fail != nil {
+		return produceResponse{}, f.fail
+	}
+	d := record.NewDecoder(record.Limits{})
+	it, err := d.Records(batch)
+	if err != nil {
+		return produceResponse{}, newAPIError(fasthttp.StatusBadRequest, codeCorruptBatch, err.Error(), false)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	base := int64(len(f.values))
+	for it.Next() {
+		f.values = append(f.values, string(it.Record().Value))
+	}
+	if err := it.Err(); err != nil || len(f.values)-int(base) != count {
+		return produceResponse{}, newAPIError(fasthttp.StatusBadRequest, codeCorruptBatch, fmt.Sprintf("count %d, err %v", count, err), false)
+	}
+	f.batches = append(f.batches, count)
+	f.sizes = append(f.sizes, len(batch))
+	last, epoch := base+int64(count)-1, int32(3)
+	return produceResponse{Topic: "t", Partition: 0, BaseOffset: &base, LastOffset: &last, Count: count, Epoch: &epoch}, nil
+}
+
+func testBatch(t *testing.T, values []string) []byte {
+	t.Helper()
+	var b record.Builder
+	for _, v := range values {
+		if err := b.Add(1, nil, []byte(v), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return batch
+}
+
+func newTestCoalescer(linger time.Duration, maxBytes int, f *fakeLog) *coalescer {
+	pool := &sync.Pool{New: func() any { return record.NewDecoder(record.Limits{}) }}
+	return newCoalescer(linger, maxBytes, pool, f.produce)
+}
+
+// TestCoalescerGivesEachCallerItsOffsets: concurrent callers of one to four
+// records each get offsets that hold exactly their records, in their
+// order, while their requests go out combined.
+func TestCoalescerGivesEachCallerItsOffsets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 1))
+	const callers, rounds = 32, 10
+	f := &fakeLog{delay: 2 * time.Millisecond}
+	c := newTestCoalescer(50*time.Millisecond, 1<<20, f)
+	key := groupKey{topic: "t", acks: replicate.AcksAll}
+	sizes := make([][]int, callers)
+	for i := range sizes {
+		for range rounds {
+			sizes[i] = append(sizes[i], 1+rng.IntN(4))
+		}
+	}
+	type answer struct {
+		values []string
+		resp   produceResponse
+		err    *apiError
+	}
+	answers := make(chan answer, callers*rounds)
+	var wg sync.WaitGroup
+	for caller := range callers {
+		wg.Go(func() {
+			for round, n := range sizes[caller] {
+				values := make([]string, n)
+				for i := range values {
+					values[i] = fmt.Sprintf("c%d-r%d-%d", caller, round, i)
+				}
+				resp, err := c.submit(key, testBatch(t, values), n, time.Now().Add(time.Second))
+				answers <- answer{values, resp, err}
+			}
+		})
+	}
+	wg.Wait()
+	close(answers)
+	for a := range answers {
+		if a.err != nil || a.resp.BaseOffset == nil || a.resp.Count != len(a.values) || *a.resp.LastOffset-*a.resp.BaseOffset != int64(len(a.values)-1) {
+			t.Fatalf("answer %+v %v for %q", a.resp, a.err, a.values)
+		}
+		for i, v := range a.values {
+			if got := f.values[*a.resp.BaseOffset+int64(i)]; got != v {
+				t.Fatalf("offset %d holds %q, its caller was told it holds %q", *a.resp.BaseOffset+int64(i), got, v)
+			}
+		}
+	}
+	t.Logf("%d requests sent as %d batches", callers*rounds, len(f.batches))
+	if len(f.batches) >= callers*rounds/2 {
+		t.Fatalf("%d requests sent as %d batches: hardly any coalescing", callers*rounds, len(f.batches))
+	}
+}
+
+// TestCoalescerBounds: a request that finds nothing in flight goes at once
+// whatever the linger; combined batches stay within max_batch_bytes; a
+// failure reaches every caller of the combined batch.
+func TestCoalescerBounds(t *testing.T) {
+	key := groupKey{topic: "t", acks: replicate.AcksAll}
+	t.Run("idle sends at once", func(t *testing.T) {
+		f := &fakeLog{}
+		c := newTestCoalescer(time.Hour, 1<<20, f)
+		start := time.Now()
+		if _, err := c.submit(key, testBatch(t, []string{"x"}), 1, time.Now().Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("an idle partition's request waited %s", d)
+		}
+	})
+	t.Run("max batch bytes", func(t *testing.T) {
+		one := testBatch(t, []string{"0123456789012345678901234567890123456789"})
+		limit := 4 * len(one)
+		f := &fakeLog{delay: 5 * time.Millisecond}
+		c := newTestCoalescer(time.Second, limit, f)
+		var wg sync.WaitGroup
+		for range 40 {
+			wg.Go(func() {
+				if _, err := c.submit(key, one, 1, time.Now().Add(time.Minute)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		for i, n := range f.batches {
+			if n > 4 {
+				t.Fatalf("batch %d combines %d requests of %d bytes, over max_batch_bytes %d", i, n, len(one), limit)
+			}
+		}
+	})
+	t.Run("failure reaches every caller", func(t *testing.T) {
+		f := &fakeLog{delay: 5 * time.Millisecond, fail: newAPIError(fasthttp.StatusServiceUnavailable, codeNotEnoughReplicas, "isr", true)}
+		c := newTestCoalescer(time.Second, 1<<20, f)
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				if resp, err := c.submit(key, testBatch(t, []string{"x"}), 1, time.Now().Add(time.Minute)); err == nil || err.Code != codeNotEnoughReplicas || resp.BaseOffset != nil {
+					t.Errorf("%+v %v, want not_enough_replicas", resp, err)
+				}
+			})
+		}
+		wg.Wait()
+	})
+}

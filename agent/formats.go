@@ -1,0 +1,262 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/segstore"
+)
+
+// jsonProduceBody is an application/json produce body:
+//
+//	{"records":[{"key":"k","value":"v","headers":{"h":"x"}},
+//	            {"key_base64":"AAE=","value_base64":"/w=="}]}
+//
+// key and value are UTF-8 text; key_base64 and value_base64 carry any bytes
+// (standard base64 with padding) and exclude the text field of the same
+// name. A record without a key has no key; one without a value has an
+// empty value.
+type jsonProduceBody struct {
+	Records []jsonProduceRecord `json:"records"`
+}
+
+type jsonProduceRecord struct {
+	Key         *string           `json:"key"`
+	KeyBase64   *string           `json:"key_base64"`
+	Value       *string           `json:"value"`
+	ValueBase64 *string           `json:"value_base64"`
+	Headers     map[string]string `json:"headers"`
+}
+
+// bytesField reads a field given as text or base64, not both.
+func bytesField(name string, text, b64 *string) ([]byte, error) {
+	switch {
+	case text != nil && b64 != nil:
+		return nil, fmt.Errorf("%s and %s_base64 are exclusive", name, name)
+	case text != nil:
+		return []byte(*text), nil
+	case b64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*b64)
+		if err != nil {
+			return nil, fmt.Errorf("%s_base64: %w", name, err)
+		}
+		return b, nil
+	}
+	return nil, nil
+}
+
+// buildJSON turns a JSON produce body into a batch, its record count and
+// the first record's key (which places the request when no partition or
+// key parameter does). A key parameter is the key of records that name
+// none.
+func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
+	var req jsonProduceBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
+	}
+	if dec.More() {
+		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "body holds more than one JSON value", false)
+	}
+	if len(req.Records) == 0 {
+		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "the body holds no records", false)
+	}
+	var b record.Builder
+	ts := a.now().UnixMilli()
+	var firstKey []byte
+	for i, r := range req.Records {
+		key, err := bytesField("key", r.Key, r.KeyBase64)
+		if err == nil && key == nil {
+			key = keyParam
+		}
+		var value []byte
+		if err == nil {
+			value, err = bytesField("value", r.Value, r.ValueBase64)
+		}
+		if err != nil {
+			return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
+		}
+		if i == 0 {
+			firstKey = key
+		}
+		if value == nil {
+			value = []byte{}
+		}
+		if err := a.addRecord(&b, ts, key, value, jsonHeaders(r.Headers)); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	batch, err := a.finishBatch(&b)
+	return batch, b.Len(), firstKey, err
+}
+
+// jsonHeaders orders headers by name, so one body always makes the same
+// batch.
+func jsonHeaders(h map[string]string) []record.RecordHeader {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make([]record.RecordHeader, 0, len(h))
+	for k, v := range h {
+		out = append(out, record.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	slices.SortFunc(out, func(x, y record.RecordHeader) int {
+		switch {
+		case x.Key < y.Key:
+			return -1
+		case x.Key > y.Key:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// buildOne turns an application/octet-stream body into a batch of one
+// record whose value is the body.
+func (a *Agent) buildOne(body, key []byte) ([]byte, int, error) {
+	var b record.Builder
+	if err := a.addRecord(&b, a.now().UnixMilli(), key, body, nil); err != nil {
+		return nil, 0, err
+	}
+	batch, err := a.finishBatch(&b)
+	return batch, 1, err
+}
+
+// addRecord adds one record, refusing one over limits.max_record_bytes.
+func (a *Agent) addRecord(b *record.Builder, ts int64, key, value []byte, headers []record.RecordHeader) error {
+	size := len(key) + len(value)
+	for _, h := range headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	if limit := a.recordLimits.MaxRecordBytes; limit > 0 && size > limit {
+		return newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRecordTooLarge,
+			fmt.Sprintf("a record of %d bytes is over limits.max_record_bytes (%d)", size, limit), false)
+	}
+	if err := b.Add(ts, key, value, headers); err != nil {
+		return newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRequestTooLarge, err.Error(), false)
+	}
+	return nil
+}
+
+func (a *Agent) finishBatch(b *record.Builder) ([]byte, error) {
+	if b.Len() == 0 {
+		return nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "the body holds no records", false)
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		return nil, newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRequestTooLarge, err.Error(), false)
+	}
+	return batch, nil
+}
+
+// ndjsonRecord is one line of a fetch answered as application/x-ndjson:
+//
+//	{"offset":42,"timestamp":1764410000000,"key":"k","value":"v","headers":{"h":"x"}}
+//	{"offset":43,"timestamp":1764410000001,"value_base64":"/w=="}
+//
+// key and value are strings when they are valid UTF-8, else key_base64 and
+// value_base64 (standard base64); an absent key is no key. Header values
+// follow the same rule, binary ones in headers_base64.
+type ndjsonRecord struct {
+	Offset        int64             `json:"offset"`
+	Timestamp     int64             `json:"timestamp"`
+	Key           *string           `json:"key,omitempty"`
+	KeyBase64     *string           `json:"key_base64,omitempty"`
+	Value         *string           `json:"value,omitempty"`
+	ValueBase64   *string           `json:"value_base64,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	HeadersBase64 map[string]string `json:"headers_base64,omitempty"`
+}
+
+func textOrBase64(b []byte) (text, b64 *string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return nil, &s
+}
+
+// writeNDJSON reads a log region and answers with its records from offset
+// on, one JSON object per line. The region is read into memory: it is
+// bounded by the fetch's max_bytes and one batch.
+func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, offset int64) error {
+	raw, err := io.ReadAll(region)
+	region.Close()
+	if err != nil {
+		return fmt.Errorf("agent: read fetch region: %w", err)
+	}
+	d := a.decoders.Get().(*record.Decoder)
+	defer a.decoders.Put(d)
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	for len(raw) > 0 {
+		h, size, err := record.ParseHeader(raw, maxBatchBytes(a.cfg))
+		if err != nil {
+			return fmt.Errorf("agent: fetch region: %w", err)
+		}
+		it, err := d.Records(raw[:size])
+		if err != nil {
+			return fmt.Errorf("agent: fetch region batch at %d: %w", h.BaseOffset(), err)
+		}
+		for it.Next() {
+			r := it.Record()
+			if r.Offset < offset {
+				continue
+			}
+			line := ndjsonRecord{Offset: r.Offset, Timestamp: r.Timestamp}
+			if r.Key != nil {
+				line.Key, line.KeyBase64 = textOrBase64(r.Key)
+			}
+			line.Value, line.ValueBase64 = textOrBase64(r.Value)
+			for _, hd := range r.Headers {
+				if text, b64 := textOrBase64(hd.Value); text != nil {
+					line.Headers = setHeader(line.Headers, hd.Key, *text)
+				} else {
+					line.HeadersBase64 = setHeader(line.HeadersBase64, hd.Key, *b64)
+				}
+			}
+			if err := enc.Encode(line); err != nil {
+				return fmt.Errorf("agent: encode record %d: %w", r.Offset, err)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("agent: fetch region batch at %d: %w", h.BaseOffset(), err)
+		}
+		raw = raw[size:]
+	}
+	ctx.SetContentType(contentTypeNDJSON)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetBody(out.Bytes())
+	return nil
+}
+
+func setHeader(m map[string]string, k, v string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	return m
+}
+
+// fetchFormat is the answer format an Accept header picks: the binary
+// batch format when it allows it, else ndjson when it allows that.
+func fetchFormat(accept []byte) (string, bool) {
+	if acceptsBatches(accept) {
+		return contentTypeBatch, true
+	}
+	if acceptsType(accept, contentTypeNDJSON) {
+		return contentTypeNDJSON, true
+	}
+	return "", false
+}

@@ -1,0 +1,334 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/replicate"
+)
+
+// A produce for a partition another agent leads is forwarded to that
+// agent's peer API as one binary batch; the answer is the leader's own
+// produce answer, relayed unchanged:
+//
+//	sidecar                                              leader
+//	POST /v1/replica/produce?topic=t&partition=0
+//	     &acks=all&timeout_ms=4980&leader_epoch=7
+//	Content-Type: application/vnd.logagent.batch
+//	<one batch, validated by the sidecar>                ──►
+//	                                     ◄──  200 {"topic":"t","partition":0,"base_offset":42,
+//	                                               "last_offset":51,"count":10,"epoch":7}
+//	                                     ◄──  409 not_leader | fenced_leader_epoch,
+//	                                          412 unknown_leader_epoch,
+//	                                          503 leader_not_available  (nothing appended:
+//	                                              the sidecar refreshes metadata and retries)
+//	                                     ◄──  any other error: relayed to the client
+//
+// leader_epoch is the epoch the sidecar's metadata gives the leader; the
+// leader refuses a different one, so a write never lands in a leadership
+// the sidecar did not aim at. The request is a POST because fasthttp
+// retries requests it deems idempotent (PUT among them), and a forwarded
+// write whose outcome is unknown must not be sent twice.
+const (
+	peerProducePath = "/v1/replica/produce"
+	// headerProxied marks a fetch one agent proxies to another, so the
+	// receiver serves it or refuses it but never proxies it again.
+	headerProxied = "Logagent-Proxied"
+	// forwardRetryPause is the most a forward waits for newer metadata
+	// before it tries again after a refusal that appended nothing.
+	forwardRetryPause = 50 * time.Millisecond
+)
+
+// errForwardRefused is a forward the leader refused before appending, or
+// one that never reached it: retrying cannot duplicate the write.
+var errForwardRefused = errors.New("agent: forward refused before append")
+
+// produceBatch appends a batch locally when this agent leads the
+// partition, else forwards it to the leader, retrying refusals that
+// appended nothing until the deadline: the leadership may move here, or
+// elsewhere, meanwhile.
+func (a *Agent) produceBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *apiError) {
+	for {
+		if r := a.replicas.get(topic, partition); r != nil && r.currentView().role == roleLeader {
+			return a.appendLocal(r, topic, partition, batch, count, acks, deadline.Sub(a.now()))
+		}
+		snap := a.coord.Metadata()
+		resp, err := a.forwardOnce(snap, topic, partition, batch, acks, deadline)
+		if err == nil {
+			return resp, nil
+		}
+		var e *apiError
+		if !errors.As(err, &e) {
+			e = newAPIError(fasthttp.StatusInternalServerError, codeInternal, err.Error(), false)
+		}
+		if !errors.Is(err, errForwardRefused) {
+			return produceResponse{}, e
+		}
+		remaining := deadline.Sub(a.now())
+		if remaining <= 0 {
+			return produceResponse{}, e
+		}
+		// Newer metadata, or a short pause for the directory and the
+		// leader's loop to catch up, then try again.
+		pause := time.NewTimer(min(forwardRetryPause, remaining))
+		select {
+		case <-snap.Changed():
+		case <-pause.C:
+		case <-a.stopping:
+			pause.Stop()
+			return produceResponse{}, e
+		}
+		pause.Stop()
+	}
+}
+
+// forwardOnce makes one attempt. An error wrapping errForwardRefused may be
+// retried; any other is final.
+func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int, batch []byte, acks replicate.Acks, deadline time.Time) (produceResponse, error) {
+	pm, ok := snap.Partition(topic, partition)
+	if !ok {
+		return produceResponse{}, unknownTopic(topic)
+	}
+	if pm.LeaderSession == "" || pm.State.Leader == "" {
+		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
+			newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, partitionName(topic, partition)+" has no leader now", true))
+	}
+	if pm.State.Leader == a.cfg.NodeID {
+		// The metadata names this agent but its loop does not lead yet
+		// (or any more): wait for the two to agree.
+		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
+			newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, "this agent is taking or leaving the lead of "+partitionName(topic, partition), true))
+	}
+	info, ok := a.agents.lookup(pm.State.Leader)
+	if !ok {
+		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
+			newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true))
+	}
+	timeout := deadline.Sub(a.now())
+	if timeout <= 0 {
+		return produceResponse{}, newAPIError(fasthttp.StatusGatewayTimeout, codeAckTimeout, "the request's timeout passed before the write was forwarded", false)
+	}
+	req := a.forwarder.newRequest(info.PeerAddr, peerProducePath)
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType(contentTypeBatch)
+	args := req.URI().QueryArgs()
+	args.Set("topic", topic)
+	args.SetUint("partition", partition)
+	args.Set("acks", acksParam(acks))
+	args.Set("timeout_ms", strconv.FormatInt(max(timeout.Milliseconds(), 1), 10))
+	args.Set("leader_epoch", strconv.FormatInt(int64(pm.State.Epoch), 10))
+	req.SetBodyRaw(batch)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	// The leader answers ack_timeout itself at the deadline; the margin
+	// lets its answer arrive.
+	if err := a.forwarder.client(info.PeerAddr).DoTimeout(req, resp, timeout+produceGrace); err != nil {
+		if neverSent(err) {
+			return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
+				newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
+		}
+		return produceResponse{}, newAPIError(fasthttp.StatusGatewayTimeout, codeAckTimeout,
+			"forwarding to leader "+pm.State.Leader+" failed after sending: "+err.Error()+": the outcome is unknown", false)
+	}
+	if resp.StatusCode() == fasthttp.StatusOK {
+		var answer produceResponse
+		if err := json.Unmarshal(resp.Body(), &answer); err != nil {
+			return produceResponse{}, newAPIError(fasthttp.StatusBadGateway, codeInternal,
+				"undecodable answer from leader "+pm.State.Leader+": "+err.Error()+": the outcome is unknown", false)
+		}
+		return answer, nil
+	}
+	e := relayedError(resp)
+	switch e.Code {
+	case codeNotLeader, codeFencedLeaderEpoch, codeUnknownLeaderEpoch, codeLeaderNotAvailable,
+		codeServiceUnavailable: // the leader's agent is starting or stopping
+		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused, a.clientFacing(e, topic, partition))
+	}
+	return produceResponse{}, e
+}
+
+// clientFacing turns the peer-only refusals a retry could not cure in time
+// into the client API's: the client sees not_leader naming the leader
+// (whose address it may use) or leader_not_available.
+func (a *Agent) clientFacing(e *apiError, topic string, partition int) *apiError {
+	switch e.Code {
+	case codeFencedLeaderEpoch, codeUnknownLeaderEpoch, codeNotLeader:
+		return a.notLeaderError(topic, partition, "leader changed while forwarding: "+e.Message)
+	case codeServiceUnavailable:
+		return newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, "the leader's agent is not serving: "+e.Message, true)
+	}
+	return e
+}
+
+// relayedError decodes a peer's JSON error, keeping its status and fields.
+func relayedError(resp *fasthttp.Response) *apiError {
+	var body struct {
+		Error apiError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Body(), &body); err != nil || body.Error.Code == "" {
+		return newAPIError(fasthttp.StatusBadGateway, codeInternal,
+			fmt.Sprintf("leader answered %d with %q", resp.StatusCode(), truncate(resp.Body(), 200)), false)
+	}
+	e := body.Error
+	e.status = resp.StatusCode()
+	return &e
+}
+
+// neverSent says whether a forward failed before any byte of it could
+// reach the leader: only then is a retry safe without idempotence.
+func neverSent(err error) bool {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrNoFreeConns),
+		errors.Is(err, syscall.ECONNREFUSED):
+		return true
+	case errors.As(err, &op):
+		return op.Op == "dial"
+	}
+	return false
+}
+
+func acksParam(acks replicate.Acks) string {
+	switch acks {
+	case replicate.AcksLeader:
+		return "1"
+	case replicate.AcksNone:
+		return "0"
+	default:
+		return "all"
+	}
+}
+
+// handleReplicaProduce serves a produce forwarded by another agent's
+// sidecar (the diagram above).
+func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
+	args := ctx.QueryArgs()
+	topic := string(args.Peek("topic"))
+	partition, err := intParam(args, "partition", -1, 0, 1<<31-1)
+	if err == nil && partition < 0 {
+		err = newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "partition is required", false)
+	}
+	var acks replicate.Acks
+	if err == nil {
+		acks, err = parseAcks(args.Peek("acks"))
+	}
+	var timeoutMS, epoch int64
+	if err == nil {
+		timeoutMS, err = intParam(args, "timeout_ms", defaultProduceTimeout.Milliseconds(), 1, maxProduceTimeout.Milliseconds())
+	}
+	if err == nil {
+		epoch, err = intParam(args, "leader_epoch", -1, 0, 1<<31-1)
+	}
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	r := a.peerReplica(ctx, topic, int(partition))
+	if r == nil {
+		return
+	}
+	v := r.currentView()
+	switch {
+	case v.role != roleLeader:
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
+		return
+	case epoch >= 0 && int32(epoch) < v.epoch:
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeFencedLeaderEpoch,
+			fmt.Sprintf("leader epoch %d is older than this leader's %d", epoch, v.epoch), true))
+		return
+	case epoch >= 0 && int32(epoch) > v.epoch:
+		writeAPIError(ctx, newAPIError(fasthttp.StatusPreconditionFailed, codeUnknownLeaderEpoch,
+			fmt.Sprintf("leader epoch %d is newer than this leader's %d", epoch, v.epoch), true))
+		return
+	}
+	batch, count, err := a.decodeBatch(ctx.PostBody())
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	resp, apiErr := a.appendLocal(r, topic, int(partition), batch, count, acks, time.Duration(timeoutMS)*time.Millisecond)
+	if apiErr != nil {
+		writeAPIError(ctx, apiErr)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, resp)
+}
+
+// proxyFetch serves a consumer fetch this agent cannot serve from a
+// replica in the ISR: the same request goes to the leader's client API and
+// the leader's answer streams back, status, positions and body, unchanged.
+// It answers false, having written nothing, when there is no leader to ask.
+func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int) bool {
+	if len(ctx.Request.Header.Peek(headerProxied)) > 0 {
+		return false
+	}
+	pm, ok := a.coord.Metadata().Partition(topic, partition)
+	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
+		return false
+	}
+	info, ok := a.agents.lookup(pm.State.Leader)
+	if !ok || info.ClientAddr == "" {
+		return false
+	}
+	wait, err := durationParam(ctx.QueryArgs(), "wait", 0, maxClientWait)
+	if err != nil {
+		writeErr(ctx, err)
+		return true
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	ctx.Request.Header.CopyTo(&req.Header)
+	req.Header.Del(fasthttp.HeaderConnection)
+	req.Header.Set(headerProxied, a.cfg.NodeID)
+	req.SetRequestURI("http://" + info.ClientAddr + string(ctx.Request.URI().RequestURI()))
+	resp := fasthttp.AcquireResponse()
+	if err := a.fetchProxy.client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		writeAPIError(ctx, newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable,
+			"leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
+		return true
+	}
+	ctx.SetStatusCode(resp.StatusCode())
+	for _, h := range []string{fasthttp.HeaderContentType, headerHighWatermark, headerLogStartOffset, "Retry-After"} {
+		if v := resp.Header.Peek(h); len(v) > 0 {
+			ctx.Response.Header.SetBytesV(h, v)
+		}
+	}
+	size := resp.Header.ContentLength()
+	if size <= 0 || size > a.fetchProxy.maxBodySize {
+		// Nothing, or an answer over the bound: the body is not read.
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		if size > a.fetchProxy.maxBodySize {
+			writeError(ctx, fasthttp.StatusBadGateway, codeInternal, "the leader's answer is over the proxy's bound", true)
+		}
+		return true
+	}
+	ctx.SetBodyStream(&proxiedBody{resp: resp, body: resp.BodyStream()}, size)
+	return true
+}
+
+// proxiedBody streams a leader's answer to the consumer and returns the
+// response to fasthttp's pool once sent.
+type proxiedBody struct {
+	resp *fasthttp.Response
+	body io.Reader
+}
+
+func (p *proxiedBody) Read(b []byte) (int, error) { return p.body.Read(b) }
+
+func (p *proxiedBody) Close() error {
+	err := p.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(p.resp)
+	return err
+}
