@@ -10,6 +10,7 @@
 // printed).
 //
 // Each agent has separate listen and advertised addresses, and its own
-// Consul address, so that a later fault-injecting TCP proxy can sit between
-// an agent and its peers or Consul without changing the tests.
+// Consul address. With Options.Proxies, each agent reaches Consul and its
+// peers only through TCP proxies the test controls (proxy.go): cut a link
+// both ways, one way, from one agent only (Cluster.CutLink), or delay it.
 package testcluster
