@@ -2,9 +2,12 @@ package consultest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"testing"
+	"time"
 )
 
 // handedOut remembers every port this process has given away, so two tests
@@ -59,14 +62,30 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// probePort asks the kernel for a free TCP port and checks the same UDP port
-// is free too; it returns 0 when the UDP side is taken.
+// Ports are drawn below Linux's ephemeral range (32768-60999 by default):
+// a port the kernel hands out for ":0" may be taken, between the probe and
+// the server's bind, by the local end of any outgoing connection on the
+// machine, which is how parallel test processes used to collide. Each test
+// process draws from its own slice of the range, picked by its PID, so two
+// processes rarely even try the same port.
+const (
+	portRangeStart = 10000
+	portRangeEnd   = 32000
+	portSlices     = 11
+)
+
+var portRand = rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano())))
+
+// probePort picks a port in this process's slice of the range and checks
+// that TCP and UDP can both bind it; it returns 0 when either is taken.
 func probePort() (int, error) {
-	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	width := (portRangeEnd - portRangeStart) / portSlices
+	base := portRangeStart + (os.Getpid()%portSlices)*width
+	port := base + portRand.IntN(width)
+	tcp, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
-		return 0, fmt.Errorf("probe tcp port: %w", err)
+		return 0, nil
 	}
-	port := tcp.Addr().(*net.TCPAddr).Port
 	udp, udpErr := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 	if udpErr == nil {
 		udp.Close()
