@@ -42,6 +42,8 @@ type Coordinator interface {
 	Metadata() *election.Snapshot
 	// WaitMetadata returns the first snapshot at or above minIndex.
 	WaitMetadata(ctx context.Context, minIndex uint64) (*election.Snapshot, error)
+	// SyncMetadata returns a snapshot at least as new as Consul's data now.
+	SyncMetadata(ctx context.Context) (*election.Snapshot, error)
 	// Campaign blocks until this agent leads the partition.
 	Campaign(ctx context.Context, topic string, partition int) (*election.Leadership, error)
 	// ProposeISR writes an ISR change with the guarded transaction.

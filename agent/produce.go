@@ -47,7 +47,7 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	tm, ok := a.coord.Metadata().Topic(topic)
+	tm, ok := a.lookupTopic(topic)
 	if !ok {
 		writeAPIError(ctx, unknownTopic(topic))
 		return

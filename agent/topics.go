@@ -190,7 +190,7 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	tm, ok := a.coord.Metadata().Topic(name)
+	tm, ok := a.lookupTopic(name)
 	if !ok {
 		writeAPIError(ctx, unknownTopic(name))
 		return
@@ -244,7 +244,7 @@ func (a *Agent) partitionParams(ctx *fasthttp.RequestCtx) (string, int, error) {
 	if !election.ValidTopicName(topic) {
 		return "", 0, invalidTopicName(topic)
 	}
-	tm, ok := a.coord.Metadata().Topic(topic)
+	tm, ok := a.lookupTopic(topic)
 	if !ok {
 		return "", 0, unknownTopic(topic)
 	}
@@ -254,6 +254,28 @@ func (a *Agent) partitionParams(ctx *fasthttp.RequestCtx) (string, int, error) {
 			fmt.Sprintf("topic %s has partitions 0 to %d, not %q", topic, len(tm.Partitions)-1, pathParam(ctx, "partition")), false)
 	}
 	return topic, p, nil
+}
+
+// topicSyncTimeout bounds the wait for the metadata watch when a topic is
+// not in the snapshot.
+const topicSyncTimeout = 2 * time.Second
+
+// lookupTopic finds a topic in the metadata. A topic missing from the
+// snapshot may have just been created through another agent, so before
+// answering "unknown topic" the agent catches its metadata up with Consul
+// (rate-limited in election, so unknown names cannot flood Consul).
+func (a *Agent) lookupTopic(name string) (*election.TopicMeta, bool) {
+	if tm, ok := a.coord.Metadata().Topic(name); ok {
+		return tm, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), topicSyncTimeout)
+	defer cancel()
+	snap, err := a.coord.SyncMetadata(ctx)
+	if err != nil {
+		a.log.Debug("cannot sync metadata with Consul", "topic", name, "error", err)
+		return nil, false
+	}
+	return snap.Topic(name)
 }
 
 func unknownTopic(name string) *apiError {

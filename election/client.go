@@ -38,6 +38,9 @@ type Client struct {
 
 	watchOnce sync.Once
 	snapshot  atomic.Pointer[Snapshot]
+	// syncMu guards lastSync, when SyncMetadata last asked Consul.
+	syncMu   sync.Mutex
+	lastSync time.Time
 
 	mu sync.Mutex
 	// registration is non-nil between Register and Deregister.

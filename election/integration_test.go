@@ -1076,3 +1076,24 @@ func TestOneBlockingQueryServesAllPartitions(t *testing.T) {
 	}
 	t.Logf("%d partitions (rf 2, 3 agents) all led %v after the campaigns started", partitions, elected.Round(time.Millisecond))
 }
+
+// TestSyncMetadataSeesATopicJustCreatedElsewhere: after another client
+// creates a topic, SyncMetadata returns a snapshot that has it, without
+// waiting for the watch's own pace.
+func TestSyncMetadataSeesATopicJustCreatedElsewhere(t *testing.T) {
+	srv := consultest.Start(t)
+	a, b := newTestClient(t, srv, "a"), newTestClient(t, srv, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := b.WaitMetadata(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	createTopic(t, a, "fresh", [][]string{{"a"}})
+	snap, err := b.SyncMetadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := snap.Topic("fresh"); !ok {
+		t.Fatalf("snapshot at index %d lacks the topic just created", snap.Index)
+	}
+}

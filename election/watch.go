@@ -196,6 +196,35 @@ func (c *Client) WaitMetadata(ctx context.Context, minIndex uint64) (*Snapshot, 
 	}
 }
 
+// syncMinGap bounds how often SyncMetadata asks Consul: requests for topics
+// that do not exist must not turn into a stream of Consul reads.
+const syncMinGap = 200 * time.Millisecond
+
+// SyncMetadata returns a snapshot at least as new as what Consul holds now:
+// it reads Consul's index for the topics consistently and waits for the
+// watch to reach it. A caller that does not find a topic another agent just
+// created uses it before answering "unknown topic". Calls closer together
+// than syncMinGap return the current snapshot without asking Consul.
+func (c *Client) SyncMetadata(ctx context.Context) (*Snapshot, error) {
+	c.syncMu.Lock()
+	now := c.clock.Now()
+	recent := now.Sub(c.lastSync) < syncMinGap
+	if !recent {
+		c.lastSync = now
+	}
+	c.syncMu.Unlock()
+	if recent {
+		return c.Metadata(), nil
+	}
+	callCtx, cancel := c.callContext(ctx)
+	_, meta, err := c.api.KV().Keys(c.keys.topicsRoot(), "/", (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	cancel()
+	if err != nil {
+		return nil, consulError(err, "read the metadata index", keyReadRule(c.keys.prefix))
+	}
+	return c.WaitMetadata(ctx, meta.LastIndex)
+}
+
 func (c *Client) startWatch() {
 	c.watchOnce.Do(func() {
 		c.mu.Lock()
