@@ -128,9 +128,8 @@ func (ix *index) search(target uint32, byPosition bool) int {
 	return lo - 1
 }
 
-func (ix *index) full() bool { return (ix.entries()+1)*indexEntrySize > len(ix.data) }
-
-// append adds an entry; the caller checked full() first.
+// append adds an entry; the appender rolls the segment before its index
+// could run out of room (see the index check in log.go), so there is always space.
 func (ix *index) append(e indexEntry) {
 	n := ix.entries()
 	b := ix.data[n*indexEntrySize:]
