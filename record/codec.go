@@ -113,6 +113,28 @@ var zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
 	return zstd.NewWriter(nil)
 })
 
+// streamCompressor is a pooled stream writer (gzip, lz4) that can be pointed
+// at a new destination.
+type streamCompressor interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+// compressStream appends src compressed by w to dst, through out.
+func compressStream(dst, src []byte, w streamCompressor, out *appendWriter, name string) ([]byte, error) {
+	out.buf = dst
+	w.Reset(out)
+	_, err := w.Write(src)
+	if err == nil {
+		err = w.Close()
+	}
+	dst, out.buf = out.buf, nil
+	if err != nil {
+		return nil, fmt.Errorf("record: %s: %w", name, err)
+	}
+	return dst, nil
+}
+
 // appendCompressed appends src compressed with codec to dst.
 func appendCompressed(dst []byte, codec Codec, src []byte) ([]byte, error) {
 	switch codec {
@@ -121,17 +143,7 @@ func appendCompressed(dst []byte, codec Codec, src []byte) ([]byte, error) {
 	case CodecGzip:
 		c := gzipCompressors.Get().(*gzipCompressor)
 		defer gzipCompressors.Put(c)
-		c.out.buf = dst
-		c.w.Reset(&c.out)
-		_, err := c.w.Write(src)
-		if err == nil {
-			err = c.w.Close()
-		}
-		dst, c.out.buf = c.out.buf, nil
-		if err != nil {
-			return nil, fmt.Errorf("record: gzip: %w", err)
-		}
-		return dst, nil
+		return compressStream(dst, src, c.w, &c.out, "gzip")
 	case CodecSnappy:
 		start := len(dst)
 		dst = grow(dst, snappy.MaxEncodedLen(len(src)))
@@ -140,17 +152,7 @@ func appendCompressed(dst []byte, codec Codec, src []byte) ([]byte, error) {
 	case CodecLZ4:
 		c := lz4Compressors.Get().(*lz4Compressor)
 		defer lz4Compressors.Put(c)
-		c.out.buf = dst
-		c.w.Reset(&c.out)
-		_, err := c.w.Write(src)
-		if err == nil {
-			err = c.w.Close()
-		}
-		dst, c.out.buf = c.out.buf, nil
-		if err != nil {
-			return nil, fmt.Errorf("record: lz4: %w", err)
-		}
-		return dst, nil
+		return compressStream(dst, src, c.w, &c.out, "lz4")
 	case CodecZstd:
 		enc, err := zstdEncoder()
 		if err != nil {

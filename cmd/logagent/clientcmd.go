@@ -40,6 +40,17 @@ func newAgentClient(addr string) (*client.Client, error) {
 	return c, nil
 }
 
+// agentCall returns a client of addr and a context bounded by timeout, for
+// the commands that make one round of requests.
+func agentCall(addr string, timeout time.Duration) (*client.Client, context.Context, context.CancelFunc, error) {
+	c, err := newAgentClient(addr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := timedContext(timeout)
+	return c, ctx, cancel, nil
+}
+
 // signalContext ends at SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -16,11 +16,10 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, err := newAgentClient(*addr)
+	c, ctx, cancel, err := agentCall(*addr, *timeout)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := timedContext(*timeout)
 	defer cancel()
 
 	health, err := c.Health(ctx)

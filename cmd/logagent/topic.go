@@ -52,11 +52,10 @@ func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 	if *partitions < 0 || *replication < 0 || *minISR < 0 {
 		return fmt.Errorf("%w: -partitions, -replication-factor and -min-insync-replicas must not be negative", errUsage)
 	}
-	c, err := newAgentClient(*addr)
+	c, ctx, cancel, err := agentCall(*addr, *timeout)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := timedContext(*timeout)
 	defer cancel()
 	spec := client.TopicSpec{Name: *name, Partitions: *partitions, ReplicationFactor: *replication, MinInsyncReplicas: *minISR}
 	if err := c.CreateTopic(ctx, spec); err != nil {
@@ -72,11 +71,10 @@ func runTopicList(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, err := newAgentClient(*addr)
+	c, ctx, cancel, err := agentCall(*addr, *timeout)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := timedContext(*timeout)
 	defer cancel()
 	topics, err := c.ListTopics(ctx)
 	if err != nil {
@@ -100,11 +98,10 @@ func runTopicDescribe(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsWithName(fs, args, name); err != nil {
 		return err
 	}
-	c, err := newAgentClient(*addr)
+	c, ctx, cancel, err := agentCall(*addr, *timeout)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := timedContext(*timeout)
 	defer cancel()
 	info, err := c.DescribeTopic(ctx, *name)
 	if err != nil {
@@ -133,11 +130,10 @@ func runTopicDelete(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsWithName(fs, args, name); err != nil {
 		return err
 	}
-	c, err := newAgentClient(*addr)
+	c, ctx, cancel, err := agentCall(*addr, *timeout)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := timedContext(*timeout)
 	defer cancel()
 	if err := c.DeleteTopic(ctx, *name); err != nil {
 		return usageError(err)
