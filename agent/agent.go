@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
@@ -326,6 +327,10 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodGet, "/v1/status", a.handleStatus)
 	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", a.handleProduce)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
+	if a.cfg.Client.Pprof {
+		rt.add(fasthttp.MethodGet, "/debug/pprof", pprofhandler.PprofHandler)
+		rt.add(fasthttp.MethodGet, "/debug/pprof/{profile}", pprofhandler.PprofHandler)
+	}
 	return rt
 }
 

@@ -29,6 +29,12 @@ log_json = false
 # it has no authentication.
 client {
   address = "127.0.0.1:7070"
+
+  # Serve Go's runtime profiles at /debug/pprof/ on this address (CPU,
+  # heap, goroutines, mutex and block profiles, execution traces), for
+  # `go tool pprof http://127.0.0.1:7070/debug/pprof/profile?seconds=30`.
+  # Anyone who can reach the address can read them.
+  pprof = false
 }
 
 # The API between agents: replication and forwarded produce requests.

@@ -30,6 +30,9 @@ type Config struct {
 // Client is the listener applications use (the sidecar API).
 type Client struct {
 	Address string
+	// Pprof serves Go's runtime profiles (net/http/pprof) under
+	// /debug/pprof/ on the client address.
+	Pprof bool
 }
 
 // Peer is the listener other agents use.

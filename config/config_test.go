@@ -46,6 +46,7 @@ func TestDefaults(t *testing.T) {
 	}{
 		{"node_id from host name", cfg.NodeID, "testhost"},
 		{"client", cfg.Client.Address, "127.0.0.1:7070"},
+		{"pprof off", cfg.Client.Pprof, false},
 		{"peer", cfg.Peer.Address, "0.0.0.0:7171"},
 		{"advertise", cfg.Peer.AdvertiseAddress, "10.1.2.3:7171"},
 		{"durability", cfg.Storage.Durability, DurabilityFsync},

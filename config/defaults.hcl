@@ -8,6 +8,7 @@ log_json  = false
 
 client {
   address = "127.0.0.1:7070"
+  pprof   = false
 }
 
 peer {

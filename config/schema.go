@@ -22,6 +22,7 @@ type fileRoot struct {
 
 type fileClient struct {
 	Address *string `hcl:"address,optional"`
+	Pprof   *bool   `hcl:"pprof,optional"`
 }
 
 type filePeer struct {

@@ -168,6 +168,7 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.LogJSON = f.LogJSON != nil && *f.LogJSON
 
 	c.Client.Address = v.address("client.address", f.Client.Address)
+	c.Client.Pprof = f.Client.Pprof != nil && *f.Client.Pprof
 
 	c.Peer.Address = v.address("peer.address", f.Peer.Address)
 	c.Peer.TokenFile = str(f.Peer.TokenFile)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -151,13 +152,48 @@ func newBenchClient(addr string, workers int) (*client.Client, error) {
 type reportFlags struct {
 	json          *bool
 	maxErrorRatio *float64
+	cpuProfile    *string
 }
 
 func newReportFlags(fs *flag.FlagSet) *reportFlags {
 	return &reportFlags{
 		json:          fs.Bool("json", false, "print the result as JSON"),
 		maxErrorRatio: fs.Float64("max-error-ratio", 0.001, "exit 1 when more than this fraction of requests failed (0: any error)"),
+		cpuProfile:    fs.String("cpuprofile", "", "write a CPU profile of this process (the load generator) during the run to this file, for go tool pprof"),
 	}
+}
+
+// profile starts the -cpuprofile profile, if asked for; stop ends it and
+// closes the file.
+func (f *reportFlags) profile() (stop func() error, err error) {
+	if *f.cpuProfile == "" {
+		return func() error { return nil }, nil
+	}
+	file, err := os.Create(*f.cpuProfile)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		file.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return file.Close()
+	}, nil
+}
+
+// measure runs one workload under the -cpuprofile profile.
+func (f *reportFlags) measure(run func() (*bench.Result, error)) (*bench.Result, error) {
+	stop, err := f.profile()
+	if err != nil {
+		return nil, err
+	}
+	res, err := run()
+	if stopErr := stop(); err == nil && stopErr != nil {
+		return nil, stopErr
+	}
+	return res, err
 }
 
 func (f *reportFlags) validate() error {
@@ -228,7 +264,7 @@ func benchProduce(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	progress, clear := f.report.progress(stdout)
 	cfg.Progress = progress
-	res, err := bench.Produce(ctx, c, cfg)
+	res, err := f.report.measure(func() (*bench.Result, error) { return bench.Produce(ctx, c, cfg) })
 	clear()
 	if err != nil {
 		return workloadError(err)
@@ -261,7 +297,7 @@ func benchEndToEnd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	progress, clear := f.report.progress(stdout)
 	cfg.Produce.Progress = progress
-	res, err := bench.EndToEnd(ctx, c, cfg)
+	res, err := f.report.measure(func() (*bench.Result, error) { return bench.EndToEnd(ctx, c, cfg) })
 	clear()
 	if err != nil {
 		return workloadError(err)
@@ -297,7 +333,7 @@ func benchConsume(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	progress, clear := report.progress(stdout)
 	cfg.Progress = progress
-	res, err := bench.Consume(ctx, c, cfg)
+	res, err := report.measure(func() (*bench.Result, error) { return bench.Consume(ctx, c, cfg) })
 	clear()
 	if err != nil {
 		return workloadError(err)
