@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -207,11 +208,19 @@ func produceFast(hc *fasthttp.HostClient, uri string, batch []byte) error {
 // It reports records per second.
 //
 //	go test -run '^$' -bench SidecarCoalescing -benchtime 20000x ./internal/testcluster
+//
+// With LOGAGENT_BENCH_PROFILE=DIR each run also records a 5-second CPU
+// profile of every agent into DIR (give it enough records to last 5 s).
 func BenchmarkSidecarCoalescing(b *testing.B) {
 	const producersN = 64
 	for _, mode := range []struct{ name, linger string }{{"on", "1ms"}, {"off", "0s"}} {
 		b.Run("coalescing="+mode.name, func(b *testing.B) {
-			c := Start(b, Options{HCL: `producer { linger = "` + mode.linger + `" }`})
+			profileDir := os.Getenv(ProfileDirEnv)
+			hcl := `producer { linger = "` + mode.linger + `" }` + "\n"
+			if profileDir != "" {
+				hcl += ProfileHCL
+			}
+			c := Start(b, Options{HCL: hcl})
 			leader, other := startOneLeaderTopic(b, c, "bench")
 			batch := buildBatch(b, [][]byte{[]byte("a small record of about forty bytes....")})
 			for _, via := range []struct {
@@ -244,8 +253,17 @@ func BenchmarkSidecarCoalescing(b *testing.B) {
 					from := logEnd(b, leader)
 					b.ResetTimer()
 					start := time.Now()
+					var profiled func() error
+					if profileDir != "" {
+						profiled = ProfileCPU(profileDir, b.Name(), 5*time.Second, c.Agents...)
+					}
 					run(int64(b.N))
 					elapsed := time.Since(start)
+					if profiled != nil {
+						if err := profiled(); err != nil {
+							b.Fatal(err)
+						}
+					}
 					if err, _ := failed.Load().(error); err != nil {
 						b.Fatal(err)
 					}
