@@ -171,6 +171,26 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 	return data, nil
 }
 
+// readBody reads an answer's body, failing when it holds more than limit
+// bytes. A declared length within the limit is read into scratch when it
+// fits, else into one allocation of that size, instead of a buffer grown
+// (and cleared) several times over.
+func readBody(resp *http.Response, limit int64, scratch []byte) ([]byte, error) {
+	n := resp.ContentLength
+	if n < 0 || n > limit {
+		return readLimited(resp.Body, limit)
+	}
+	data := scratch[:0]
+	if int64(cap(data)) < n {
+		data = make([]byte, n)
+	}
+	data = data[:n]
+	if _, err := io.ReadFull(resp.Body, data); err != nil {
+		return nil, &transportError{err: err, written: true}
+	}
+	return data, nil
+}
+
 // Health is the answer of GET /v1/health.
 type Health struct {
 	Status string `json:"status"`

@@ -49,6 +49,7 @@ type consumerConfig struct {
 	limits     record.Limits
 	backoffMin time.Duration
 	backoffMax time.Duration
+	reuse      bool
 }
 
 // ConsumerOption configures a Consumer.
@@ -85,6 +86,14 @@ func WithFetchBackoff(first, largest time.Duration) ConsumerOption {
 	return func(c *consumerConfig) { c.backoffMin, c.backoffMax = first, largest }
 }
 
+// WithBufferReuse makes the consumer read every fetch into the same
+// memory: the Key, Value and Headers of the records a Poll or Next returns
+// are then valid only until the next fetch (the Poll after, or the Next
+// that finds no record left), like bufio.Scanner's Bytes. It saves an
+// allocation (and its clearing) of up to max bytes per fetch, for readers
+// that are done with each record before they ask for more.
+func WithBufferReuse() ConsumerOption { return func(c *consumerConfig) { c.reuse = true } }
+
 // Consumer reads one partition in offset order. It is not safe for
 // concurrent use.
 type Consumer struct {
@@ -101,6 +110,9 @@ type Consumer struct {
 	highWatermark  int64
 	logStartOffset int64
 	buffered       []Record // fetched, not yet returned by Next
+	// body and records are reused by every fetch WithBufferReuse.
+	body    []byte
+	records []Record
 }
 
 // NewConsumer returns a Consumer of one partition of topic that starts at
@@ -325,8 +337,15 @@ func (c *Consumer) get(ctx context.Context, offset int64, wait time.Duration) (*
 	if a.logStartOffset, err = offsetHeader(resp, LogStartOffsetHeader); err != nil {
 		return fail(err)
 	}
-	if a.body, err = readLimited(resp.Body, int64(c.cfg.maxBytes)+int64(c.cfg.limits.MaxBatchBytes)); err != nil {
+	var scratch []byte
+	if c.cfg.reuse {
+		scratch = c.body
+	}
+	if a.body, err = readBody(resp, int64(c.cfg.maxBytes)+int64(c.cfg.limits.MaxBatchBytes), scratch); err != nil {
 		return fail(err)
+	}
+	if c.cfg.reuse && cap(a.body) > cap(c.body) {
+		c.body = a.body[:0]
 	}
 	if len(a.body) > 0 {
 		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != BatchContentType {
@@ -344,6 +363,11 @@ func offsetHeader(resp *http.Response, name string) (int64, error) {
 	}
 	return v, nil
 }
+
+// minRecordBytes is the smallest encoded record: a length, attributes,
+// timestamp and offset deltas, key and value lengths and a header count of
+// one byte each.
+const minRecordBytes = 7
 
 // decode verifies and decodes the batches of body and returns their
 // records at or after from, and the offset to fetch next. Every batch must
@@ -367,6 +391,16 @@ func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 				ErrProtocol, pos, h.BaseOffset(), prevEnd)
 		}
 		prevEnd = h.NextOffset()
+		if records == nil {
+			// Room for as many records again in each batch-sized share
+			// of the body, bounded by the fewest bytes a record takes.
+			want := min(int(h.RecordCount())*(len(body)/len(batch)+1), len(body)/minRecordBytes+1)
+			if c.cfg.reuse && cap(c.records) >= want {
+				records = c.records[:0]
+			} else {
+				records = make([]Record, 0, want)
+			}
+		}
 		// Uncompressed records alias body, which is this fetch's own;
 		// compressed ones alias the decoder's buffer, reused next batch.
 		owned := h.Codec() == record.CodecNone
@@ -385,6 +419,9 @@ func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 	}
 	if len(body) > 0 && next == from {
 		return nil, 0, fmt.Errorf("%w: the answer holds no batch that reaches offset %d", ErrProtocol, from)
+	}
+	if c.cfg.reuse && cap(records) > cap(c.records) {
+		c.records = records[:0]
 	}
 	return records, next, nil
 }

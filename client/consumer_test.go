@@ -392,3 +392,44 @@ func TestConsumerOptionsValidated(t *testing.T) {
 		t.Errorf("SeekTo(-5): %v", err)
 	}
 }
+
+// TestConsumerBufferReuse: WithBufferReuse reads each fetch into the
+// memory of the one before, and the records are still right; without it,
+// records of an earlier Poll stay intact.
+func TestConsumerBufferReuse(t *testing.T) {
+	for _, reuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reuse=%v", reuse), func(t *testing.T) {
+			f := newFakeAgent(t)
+			f.addTopic("t", 1)
+			// Batches of the same size from offset 10 on (values v10 to v24).
+			for i := range 5 {
+				appendValues(t, f, record.CodecNone, 0, values(i*5, i*5+5)...)
+			}
+			opts := []ConsumerOption{WithFetchMaxWait(0), WithFetchMaxBytes(10)}
+			if reuse {
+				opts = append(opts, WithBufferReuse())
+			}
+			cons := mustConsumer(t, f.newClient(), 10, opts...)
+			ctx := testContext(t)
+			first, err := cons.Poll(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRecords(t, first, 10)
+			firstValue := &first[0].Value[0]
+			for i := 3; i < 5; i++ {
+				records, err := cons.Poll(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRecords(t, records, int64(i*5))
+				if shared := &records[0].Value[0] == firstValue; shared != reuse {
+					t.Fatalf("poll %d: record memory shared with the first poll's: %v, want %v", i, shared, reuse)
+				}
+			}
+			if !reuse {
+				checkRecords(t, first, 10)
+			}
+		})
+	}
+}

@@ -63,8 +63,9 @@ func Consume(ctx context.Context, c *client.Client, cfg ConsumeConfig) (*Result,
 		if cfg.Partition >= 0 && p.Partition != cfg.Partition {
 			continue
 		}
+		// The worker is done with each fetch's records before the next.
 		cons, err := c.NewConsumer(cfg.Topic, p.Partition, client.OffsetEarliest,
-			client.WithFetchMaxBytes(cfg.FetchMaxBytes), client.WithFetchMaxWait(0))
+			client.WithFetchMaxBytes(cfg.FetchMaxBytes), client.WithFetchMaxWait(0), client.WithBufferReuse())
 		if err != nil {
 			return nil, fmt.Errorf("bench: consumer: %w", err)
 		}
