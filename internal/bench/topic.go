@@ -16,14 +16,16 @@ import (
 var ErrNoTopic = errors.New("bench: topic does not exist")
 
 // ErrTopicNotReady reports a topic that still had a partition without a
-// leader when the caller's context ended.
+// leader, or with a replica out of sync, when the caller's context ended.
 var ErrTopicNotReady = errors.New("bench: topic not ready")
 
-// topicPollInterval is how often EnsureTopic looks for leaders.
+// topicPollInterval is how often EnsureTopic looks at the partitions.
 const topicPollInterval = 100 * time.Millisecond
 
 // EnsureTopic returns spec.Name's description once every partition has a
-// leader. A missing topic is created from spec when create is set, else it
+// leader and every replica in its ISR: a run that starts sooner measures
+// the followers catching up and joining the ISR (acks=all writes wait for
+// it), not the steady state. A missing topic is created from spec when create is set, else it
 // is an error matching ErrNoTopic. ctx bounds the wait.
 func EnsureTopic(ctx context.Context, c *client.Client, spec client.TopicSpec, create bool, clock Clock) (*client.TopicInfo, error) {
 	if clock == nil {
@@ -41,14 +43,15 @@ func EnsureTopic(ctx context.Context, c *client.Client, spec client.TopicSpec, c
 		return nil, fmt.Errorf("bench: describe topic %q: %w", spec.Name, err)
 	}
 	for {
-		if info != nil && len(info.Partitions) > 0 && !slices.ContainsFunc(info.Partitions, leaderless) {
+		if info != nil && len(info.Partitions) > 0 && !slices.ContainsFunc(info.Partitions, notReady) {
 			return info, nil
 		}
 		if err := clock.SleepUntil(ctx, clock.Now().Add(topicPollInterval)); err != nil {
-			return nil, fmt.Errorf("%w: %q has a partition without a leader: %w", ErrTopicNotReady, spec.Name, err)
+			return nil, fmt.Errorf("%w: %q has a partition without a leader or with a replica out of sync: %w", ErrTopicNotReady, spec.Name, err)
 		}
 		// Just after creation the topic may not be visible to this agent
-		// yet, and its partitions may wait for leaders: look again.
+		// yet, and its partitions may wait for leaders and followers: look
+		// again.
 		next, err := c.DescribeTopic(ctx, spec.Name)
 		if err != nil && !errors.Is(err, client.ErrUnknownTopic) && !client.IsRetriable(err) {
 			return nil, fmt.Errorf("bench: describe topic %q: %w", spec.Name, err)
@@ -59,7 +62,9 @@ func EnsureTopic(ctx context.Context, c *client.Client, spec client.TopicSpec, c
 	}
 }
 
-func leaderless(p client.PartitionInfo) bool { return p.Leader == "" }
+func notReady(p client.PartitionInfo) bool {
+	return p.Leader == "" || len(p.ISR) < len(p.Replicas)
+}
 
 // describe returns the topic's partitions, which must exist.
 func describe(ctx context.Context, c *client.Client, topic string) (*client.TopicInfo, error) {
