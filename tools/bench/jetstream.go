@@ -350,7 +350,7 @@ func jsReplay(ctx context.Context, nc *nats.Conn, w jsWorkload, limit time.Durat
 			return nil, fmt.Errorf("benchrun: stream %s info: %w", w.stream(i), err)
 		}
 		want := int64(info.State.Msgs)
-		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
 		if err != nil {
 			return nil, fmt.Errorf("benchrun: ordered consumer on %s: %w", w.stream(i), err)
 		}
@@ -393,11 +393,12 @@ func jsReplay(ctx context.Context, nc *nats.Conn, w jsWorkload, limit time.Durat
 }
 
 // jsEndToEnd publishes at w.Rate while one ordered consumer per stream
-// times every message from its due time to its delivery. Before the timed
-// run, each stream gets one warm-up message (a zero stamp) and the run
-// starts only once every consumer has received its own, so consumer
-// start-up is not charged to the first records. Consumers get drain to
-// catch up once publishing stops. The streams must be new and empty.
+// times every message from its due time to its delivery. The consumers
+// deliver only messages published after they start (the streams may hold
+// a warm-up's). Before the timed run, each stream gets one marker message
+// (a zero stamp) and the run starts only once every consumer has received
+// its own, so consumer start-up is not charged to the first records.
+// Consumers get drain to catch up once publishing stops.
 // Publisher and consumers use their own connections (pub, sub), as
 // logagent's producers and consumers use their own HTTP connections.
 func jsEndToEnd(ctx context.Context, pub, sub *nats.Conn, w jsWorkload, drain time.Duration) (*jsOutcome, error) {
@@ -421,7 +422,7 @@ func jsEndToEnd(ctx context.Context, pub, sub *nats.Conn, w jsWorkload, drain ti
 		wg.Wait()
 	}
 	for i := range w.Streams {
-		cons, err := js.OrderedConsumer(ctx, w.stream(i), jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+		cons, err := js.OrderedConsumer(ctx, w.stream(i), jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
 		if err != nil {
 			stopAll()
 			return nil, fmt.Errorf("benchrun: ordered consumer on %s: %w", w.stream(i), err)

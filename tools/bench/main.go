@@ -34,10 +34,13 @@ var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consum
 
 type options struct {
 	duration time.Duration
-	groups   map[string]bool
-	out      string
-	bin      string
-	work     string
+	// warmup is how long each produce and e2e workload runs, untimed,
+	// before its measured run, on both systems.
+	warmup time.Duration
+	groups map[string]bool
+	out    string
+	bin    string
+	work   string
 	// portOffset is passed to logagent dev.
 	portOffset int
 	log        io.Writer
@@ -53,7 +56,8 @@ func main() {
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("benchrun", flag.ContinueOnError)
 	duration := fs.Duration("duration", 10*time.Second, "how long each row runs")
-	quick := fs.Bool("quick", false, "1s rows, for smoke tests (overrides -duration)")
+	warmup := fs.Duration("warmup", 2*time.Second, "how long each produce and e2e workload runs, unmeasured, before its measured run (both systems)")
+	quick := fs.Bool("quick", false, "1s rows without warm-up, for smoke tests (overrides -duration and -warmup)")
 	only := fs.String("only", "", "comma-separated groups to run: "+strings.Join(groupKeys, ", ")+" (default all)")
 	out := fs.String("out", "docs", "directory holding benchmarks.md (rewritten between its bench markers) and benchmarks.png")
 	bin := fs.String("bin", "bin", "directory holding logagent, consul and nats-server")
@@ -63,7 +67,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *quick {
-		*duration = time.Second
+		*duration, *warmup = time.Second, 0
 	}
 	if *timeout == 0 {
 		*timeout = 40**duration + 10*time.Minute
@@ -86,13 +90,13 @@ func run(args []string, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	o := options{duration: *duration, groups: groups, out: *out, bin: absBin, work: work, portOffset: *ports, log: stdout}
+	o := options{duration: *duration, warmup: *warmup, groups: groups, out: *out, bin: absBin, work: work, portOffset: *ports, log: stdout}
 	rows, notes := o.runAll(ctx)
 	if err := ctx.Err(); err != nil {
 		// A cut-short run must not replace published figures.
 		return fmt.Errorf("benchrun: run stopped before the end, %s left as it was: %w", *out, err)
 	}
-	in := reportInput{Date: time.Now(), Machine: machineFacts(), Duration: *duration, Rows: rows, Notes: notes}
+	in := reportInput{Date: time.Now(), Machine: machineFacts(), Duration: *duration, Warmup: *warmup, Rows: rows, Notes: notes}
 	if err := writeOutputs(*out, in); err != nil {
 		return err
 	}
@@ -345,7 +349,29 @@ func (o *options) logagentProduce(ctx context.Context, res *results, c *logagent
 		}
 		args := o.produceArgs(c, r)
 		o.progress("logagent %s", r.name)
+		o.logagentWarmup(ctx, res, c, args)
 		res.logagent[r.topic()] = o.logagentSample(ctx, res, c, args)
+	}
+}
+
+// logagentWarmup runs a produce workload's command (e2e: its producers
+// alone) for o.warmup and forgets its figures: the measured run then finds
+// the topic's replicas in sync, connections open and segments created, as
+// JetStream's finds its streams after natsWarmup.
+func (o *options) logagentWarmup(ctx context.Context, res *results, c *logagentCluster, args []string) {
+	if o.warmup <= 0 {
+		return
+	}
+	warm := slices.Clone(args)
+	warm[0] = "produce"
+	for i := range warm[:len(warm)-1] {
+		if warm[i] == "-duration" {
+			warm[i+1] = o.warmup.String()
+		}
+	}
+	var rep logagentReport
+	if _, err := runLogagentBench(ctx, c.bin, o.warmup+2*time.Minute, &rep, warm...); err != nil {
+		o.note(res, "warm-up: %v", err)
 	}
 }
 
@@ -379,10 +405,15 @@ func (o *options) logagentSample(ctx context.Context, res *results, c *logagentC
 
 func (o *options) logagentConsume(ctx context.Context, res *results, c *logagentCluster) {
 	r := produceRowFor("produce-r3", 1024)
-	args := []string{"consume", "-addr", c.clientAddr, "-topic", r.topic(), "-duration", o.duration.String()}
+	args := []string{"consume", "-addr", c.clientAddr, "-topic", r.topic(), "-max-bytes", fmt.Sprint(consumeFetchBytes), "-duration", o.duration.String()}
 	o.progress("logagent consume %s", r.topic())
 	res.logagent["consume"] = o.logagentSample(ctx, res, c, args)
 }
+
+// consumeFetchBytes is the max_bytes of logagent's replay fetches: 4 MiB,
+// what JetStream's replay keeps requested ahead (replayPrefetch 1 KiB
+// messages).
+const consumeFetchBytes = replayPrefetch * 1024
 
 // e2eRates are the rates of the e2e rows: half of each system's measured
 // RF 3 1 KiB maximum.
@@ -409,7 +440,9 @@ func (o *options) logagentEndToEnd(ctx context.Context, res *results, c *logagen
 			continue
 		}
 		o.progress("logagent %s at %.0f records/s", run.key, run.rate)
-		res.logagent[run.key] = o.logagentSample(ctx, res, c, o.e2eArgs(c, strings.ReplaceAll(run.key, "-", "_"), run.rate))
+		args := o.e2eArgs(c, strings.ReplaceAll(run.key, "-", "_"), run.rate)
+		o.logagentWarmup(ctx, res, c, args)
+		res.logagent[run.key] = o.logagentSample(ctx, res, c, args)
 	}
 }
 
@@ -444,6 +477,18 @@ func (o *options) jsWorkload(name string, replicas, size int, rate float64) jsWo
 		Duration: o.duration, Rate: rate, Clock: labench.SystemClock{}}
 }
 
+// natsWarmup publishes w's load for o.warmup and forgets its figures (see
+// logagentWarmup).
+func (o *options) natsWarmup(ctx context.Context, res *results, nc natsRun, w jsWorkload) {
+	if o.warmup <= 0 {
+		return
+	}
+	w.Duration = o.warmup
+	if _, err := jsPublish(ctx, nc.cluster.conn, w); err != nil {
+		o.note(res, "JetStream warm-up: %v", err)
+	}
+}
+
 // jsSample describes how a JetStream side ran: benchrun drives it
 // in-process, so its command is benchrun's own.
 func jsSample(out *jsOutcome, group, label string, w jsWorkload, what string) sample {
@@ -472,6 +517,7 @@ func (o *options) natsProduce(ctx context.Context, res *results, nc natsRun, gro
 			o.note(res, "%v", err)
 			continue
 		}
+		o.natsWarmup(ctx, res, nc, w)
 		out, err := jsPublish(ctx, nc.cluster.conn, w)
 		if err != nil {
 			o.note(res, "JetStream %s: %v", r.name, err)
@@ -520,6 +566,7 @@ func (o *options) natsEndToEnd(ctx context.Context, res *results, nc natsRun) {
 	}
 	defer sub.Close()
 	o.progress("JetStream %s: e2e at %.0f records/s", nc.label, jsHalf)
+	o.natsWarmup(ctx, res, nc, w)
 	out, err := jsEndToEnd(ctx, nc.cluster.conn, sub, w, 10*time.Second)
 	if err != nil {
 		o.note(res, "JetStream e2e: %v", err)
