@@ -350,7 +350,7 @@ func jsReplay(ctx context.Context, nc *nats.Conn, w jsWorkload, limit time.Durat
 			return nil, fmt.Errorf("benchrun: stream %s info: %w", w.stream(i), err)
 		}
 		want := int64(info.State.Msgs)
-		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
 		if err != nil {
 			return nil, fmt.Errorf("benchrun: ordered consumer on %s: %w", w.stream(i), err)
 		}

@@ -349,9 +349,23 @@ func (o *options) logagentProduce(ctx context.Context, res *results, c *logagent
 		}
 		args := o.produceArgs(c, r)
 		o.progress("logagent %s", r.name)
+		o.settle()
 		o.logagentWarmup(ctx, res, c, args)
 		res.logagent[r.topic()] = o.logagentSample(ctx, res, c, args)
 	}
+}
+
+// settleDelay is how long settle waits after sync(2).
+const settleDelay = time.Second
+
+// settle writes out every dirty page (sync(2)) and pauses, before each
+// row and its warm-up, so that a row does not pay for the one before it:
+// writeback of its data, or the discards of a deleted stream or topic
+// (on the build machine's ext4 with online discard, removing 3 GB took
+// 0.8 s and held a writer's pwrite up to 0.12 s).
+func (o *options) settle() {
+	syscall.Sync()
+	time.Sleep(settleDelay)
 }
 
 // logagentWarmup runs a produce workload's command (e2e: its producers
@@ -407,6 +421,7 @@ func (o *options) logagentConsume(ctx context.Context, res *results, c *logagent
 	r := produceRowFor("produce-r3", 1024)
 	args := []string{"consume", "-addr", c.clientAddr, "-topic", r.topic(), "-max-bytes", fmt.Sprint(consumeFetchBytes), "-duration", o.duration.String()}
 	o.progress("logagent consume %s", r.topic())
+	o.settle()
 	res.logagent["consume"] = o.logagentSample(ctx, res, c, args)
 }
 
@@ -441,6 +456,7 @@ func (o *options) logagentEndToEnd(ctx context.Context, res *results, c *logagen
 		}
 		o.progress("logagent %s at %.0f records/s", run.key, run.rate)
 		args := o.e2eArgs(c, strings.ReplaceAll(run.key, "-", "_"), run.rate)
+		o.settle()
 		o.logagentWarmup(ctx, res, c, args)
 		res.logagent[run.key] = o.logagentSample(ctx, res, c, args)
 	}
@@ -517,6 +533,7 @@ func (o *options) natsProduce(ctx context.Context, res *results, nc natsRun, gro
 			o.note(res, "%v", err)
 			continue
 		}
+		o.settle()
 		o.natsWarmup(ctx, res, nc, w)
 		out, err := jsPublish(ctx, nc.cluster.conn, w)
 		if err != nil {
@@ -528,6 +545,7 @@ func (o *options) natsProduce(ctx context.Context, res *results, nc natsRun, gro
 		}
 		if replay && r.size == 1024 {
 			o.progress("JetStream %s: ordered consumer replay", nc.label)
+			o.settle()
 			if out, err := jsReplay(ctx, nc.cluster.conn, w, o.duration); err != nil {
 				o.note(res, "JetStream replay: %v", err)
 			} else {
@@ -566,6 +584,7 @@ func (o *options) natsEndToEnd(ctx context.Context, res *results, nc natsRun) {
 	}
 	defer sub.Close()
 	o.progress("JetStream %s: e2e at %.0f records/s", nc.label, jsHalf)
+	o.settle()
 	o.natsWarmup(ctx, res, nc, w)
 	out, err := jsEndToEnd(ctx, nc.cluster.conn, sub, w, 10*time.Second)
 	if err != nil {

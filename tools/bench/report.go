@@ -133,7 +133,8 @@ func renderRegion(in reportInput) string {
 		"one system at a time; p50/p99 are request latency (produce: to the ack; e2e: due time to delivery), "+
 		"from internal/bench's histogram for both systems. MB are 10^6 bytes of record values. "+
 		"A topic of P partitions faces P streams; logagent's 4 workers × batches of 100 records in flight face "+
-		"one async publisher with at most 400 unacknowledged messages. The chart `benchmarks.png` shows every ratio.\n\n",
+		"one async publisher with at most 400 unacknowledged messages. Before each row benchrun runs sync(2) and waits 1 s, "+
+		"so no row pays for the writeback or the deletions of the one before. The chart `benchmarks.png` shows every ratio.\n\n",
 		in.Date.UTC().Format("2006-01-02 15:04 MST"), in.Machine, in.Duration, warmup)
 	for _, g := range groupTitles {
 		var rows []comparison
