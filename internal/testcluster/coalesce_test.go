@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -205,14 +206,19 @@ func produceFast(hc *fasthttp.HostClient, uri string, batch []byte) error {
 // BenchmarkSidecarCoalescing: 64 concurrent producers of single records,
 // acks=all, through one sidecar (one that does not lead the partition, and
 // the leader), with coalescing on (producer.linger 1ms) and off (linger 0).
-// It reports records per second.
+// It reports records per second. The floor is the same 64 producers
+// against a fasthttp server in the benchmark's process that answers every
+// request at once, doing nothing with it: what HTTP alone costs on this
+// machine, with no sidecar, replication or disk behind it.
 //
 //	go test -run '^$' -bench SidecarCoalescing -benchtime 20000x ./internal/testcluster
 //
 // With LOGAGENT_BENCH_PROFILE=DIR each run also records a 5-second CPU
-// profile of every agent into DIR (give it enough records to last 5 s).
+// profile of every agent into DIR (give it enough records to last 5 s);
+// LOGAGENT_BENCH_DURABILITY=replicated runs the agents without an fsync
+// before the ack (default: the shipped "fsync").
 func BenchmarkSidecarCoalescing(b *testing.B) {
-	const producersN = 64
+	batch := buildBatch(b, [][]byte{[]byte("a small record of about forty bytes....")})
 	for _, mode := range []struct{ name, linger string }{{"on", "1ms"}, {"off", "0s"}} {
 		b.Run("coalescing="+mode.name, func(b *testing.B) {
 			profileDir := os.Getenv(ProfileDirEnv)
@@ -220,52 +226,27 @@ func BenchmarkSidecarCoalescing(b *testing.B) {
 			if profileDir != "" {
 				hcl += ProfileHCL
 			}
+			if d := os.Getenv(benchDurabilityEnv); d != "" {
+				hcl += `storage { durability = "` + d + `" }` + "\n"
+			}
 			c := Start(b, Options{HCL: hcl})
 			leader, other := startOneLeaderTopic(b, c, "bench")
-			batch := buildBatch(b, [][]byte{[]byte("a small record of about forty bytes....")})
 			for _, via := range []struct {
 				name  string
 				agent *Agent
 			}{{"via=follower", other}, {"via=leader", leader}} {
 				b.Run(via.name, func(b *testing.B) {
-					// fasthttp, so the producers' own HTTP work takes less of
-					// the two cores than net/http's would.
-					hc := &fasthttp.HostClient{Addr: via.agent.ClientAddr, MaxConns: 2 * producersN, ReadTimeout: 30 * time.Second}
-					uri := "http://" + via.agent.ClientAddr + "/v1/topics/bench/records?partition=0&acks=all&timeout=10s"
-					var next atomic.Int64
-					var failed atomic.Value
-					run := func(n int64) {
-						var wg sync.WaitGroup
-						for range producersN {
-							wg.Go(func() {
-								for next.Add(1) <= n {
-									if err := produceFast(hc, uri, batch); err != nil {
-										failed.Store(err)
-										return
-									}
-								}
-							})
-						}
-						wg.Wait()
-					}
-					run(2 * producersN) // warm the connections
-					next.Store(0)
 					from := logEnd(b, leader)
-					b.ResetTimer()
-					start := time.Now()
 					var profiled func() error
-					if profileDir != "" {
-						profiled = ProfileCPU(profileDir, b.Name(), 5*time.Second, c.Agents...)
-					}
-					run(int64(b.N))
-					elapsed := time.Since(start)
+					elapsed := runProducers(b, via.agent.ClientAddr, batch, func() {
+						if profileDir != "" {
+							profiled = ProfileCPU(profileDir, b.Name(), 5*time.Second, c.Agents...)
+						}
+					})
 					if profiled != nil {
 						if err := profiled(); err != nil {
 							b.Fatal(err)
 						}
-					}
-					if err, _ := failed.Load().(error); err != nil {
-						b.Fatal(err)
 					}
 					b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
 					b.StopTimer()
@@ -274,4 +255,66 @@ func BenchmarkSidecarCoalescing(b *testing.B) {
 			}
 		})
 	}
+	b.Run("floor", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		answer := []byte(`{"topic":"bench","partition":0,"base_offset":1,"last_offset":1,"count":1,"epoch":1}` + "\n")
+		srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType("application/json")
+			ctx.SetBody(answer)
+		}}
+		go srv.Serve(ln)
+		defer srv.Shutdown()
+		elapsed := runProducers(b, ln.Addr().String(), batch, nil)
+		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
+	})
+}
+
+// benchDurabilityEnv overrides storage.durability in
+// BenchmarkSidecarCoalescing.
+const benchDurabilityEnv = "LOGAGENT_BENCH_DURABILITY"
+
+// sidecarProducers is how many producers BenchmarkSidecarCoalescing runs.
+const sidecarProducers = 64
+
+// runProducers sends b.N single-batch produce requests (acks=all) to addr
+// from sidecarProducers goroutines, one request at a time each, over a
+// fasthttp client (so the producers' own HTTP work takes less of the two
+// cores than net/http's would), after a warm-up that opens the
+// connections. started runs when the timed part starts. It returns the
+// timed part's duration.
+func runProducers(b *testing.B, addr string, batch []byte, started func()) time.Duration {
+	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 2 * sidecarProducers, ReadTimeout: 30 * time.Second}
+	uri := "http://" + addr + "/v1/topics/bench/records?partition=0&acks=all&timeout=10s"
+	var next atomic.Int64
+	var failed atomic.Value
+	run := func(n int64) {
+		var wg sync.WaitGroup
+		for range sidecarProducers {
+			wg.Go(func() {
+				for next.Add(1) <= n {
+					if err := produceFast(hc, uri, batch); err != nil {
+						failed.Store(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	run(2 * sidecarProducers)
+	next.Store(0)
+	b.ResetTimer()
+	start := time.Now()
+	if started != nil {
+		started()
+	}
+	run(int64(b.N))
+	elapsed := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return elapsed
 }
