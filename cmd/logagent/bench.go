@@ -311,6 +311,7 @@ func benchConsume(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	partition := fs.Int("partition", -1, "the partition to read (-1: all, one worker each)")
 	maxBytes := fs.Int("max-bytes", 1<<20, "max_bytes of each fetch")
 	duration := fs.Duration("duration", time.Minute, "stop after this long even if not every record was read")
+	repeat := fs.Bool("repeat", false, "read each partition again from its start when done, until -duration passes")
 	timeout := fs.Duration("timeout", 0, "hard cap on the whole run (default -duration + 30s)")
 	report := newReportFlags(fs)
 	addr := addrFlag(fs)
@@ -323,7 +324,7 @@ func benchConsume(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := report.validate(); err != nil {
 		return err
 	}
-	cfg := bench.ConsumeConfig{Topic: *topic, Partition: *partition, FetchMaxBytes: *maxBytes, Duration: *duration, HardCap: *timeout}
+	cfg := bench.ConsumeConfig{Topic: *topic, Partition: *partition, FetchMaxBytes: *maxBytes, Duration: *duration, Repeat: *repeat, HardCap: *timeout}
 	if err := cfg.Validate(); err != nil {
 		return workloadError(err)
 	}

@@ -163,6 +163,12 @@ func TestBenchConsume(t *testing.T) {
 	if one.Records != 60 || one.Requests != 1 {
 		t.Errorf("consume partition 1: %+v, want its 60 records in one fetch", one)
 	}
+	// -repeat reads the partition again and again until -duration: whole
+	// passes of its 60 records, one fetch each.
+	again := runBenchJSON(t, "consume", "-addr", addr, "-topic", "read", "-partition", "1", "-repeat", "-duration", "200ms")
+	if again.Requests < 2 || again.Records != 60*again.Requests || again.ErrorCount != 0 {
+		t.Errorf("consume -repeat: %+v, want several passes of 60 records", again)
+	}
 }
 
 func TestBenchEndToEnd(t *testing.T) {

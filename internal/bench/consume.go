@@ -10,7 +10,8 @@ import (
 
 // ConsumeConfig is a consume workload: read partitions from their earliest
 // offset to the high watermark they had at the start, as fast as fetches
-// go, one worker per partition.
+// go, one worker per partition; with Repeat, read them again from the start
+// until Duration passes.
 type ConsumeConfig struct {
 	Topic string
 	// Partition is the partition to read, or -1 for all of them.
@@ -18,8 +19,12 @@ type ConsumeConfig struct {
 	// FetchMaxBytes is each fetch's max_bytes (0: 1 MiB).
 	FetchMaxBytes int
 	// Duration bounds the run; it ends sooner when every partition is
-	// read to its end.
+	// read to its end, unless Repeat.
 	Duration time.Duration
+	// Repeat starts a partition over from its earliest offset when it is
+	// read to its end, so that a run lasts Duration: a steadier figure
+	// than one pass over data that takes a fraction of a second to read.
+	Repeat   bool
 	HardCap  time.Duration
 	Clock    Clock
 	Progress func(Progress)
@@ -69,7 +74,7 @@ func Consume(ctx context.Context, c *client.Client, cfg ConsumeConfig) (*Result,
 		if err != nil {
 			return nil, fmt.Errorf("bench: consumer: %w", err)
 		}
-		w := &consumeWorker{consumer: cons, end: p.HighWatermark}
+		w := &consumeWorker{consumer: cons, start: p.LogStartOffset, end: p.HighWatermark, repeat: cfg.Repeat}
 		ops = append(ops, w.do)
 		total += p.HighWatermark - p.LogStartOffset
 	}
@@ -90,16 +95,19 @@ func Consume(ctx context.Context, c *client.Client, cfg ConsumeConfig) (*Result,
 		"partition":       partition,
 		"fetch_max_bytes": cfg.FetchMaxBytes,
 		"duration":        cfg.Duration.String(),
+		"repeat":          cfg.Repeat,
 		"records_to_read": total,
 	}
 	return res, nil
 }
 
-// consumeWorker reads one partition up to end.
+// consumeWorker reads one partition from start up to end, over and over
+// with repeat.
 type consumeWorker struct {
-	consumer *client.Consumer
-	end      int64
-	finished bool
+	consumer   *client.Consumer
+	start, end int64
+	repeat     bool
+	finished   bool
 }
 
 func (w *consumeWorker) do(ctx context.Context, _ Request) (Done, error) {
@@ -121,6 +129,12 @@ func (w *consumeWorker) do(ctx context.Context, _ Request) (Done, error) {
 			done.Bytes += int64(len(h.Key) + len(h.Value))
 		}
 	}
-	w.finished = w.consumer.Position() >= w.end
+	if w.consumer.Position() >= w.end {
+		if !w.repeat || w.end <= w.start {
+			w.finished = true
+		} else if err := w.consumer.SeekTo(w.start); err != nil {
+			return done, err
+		}
+	}
 	return done, nil
 }

@@ -419,7 +419,7 @@ func (o *options) logagentSample(ctx context.Context, res *results, c *logagentC
 
 func (o *options) logagentConsume(ctx context.Context, res *results, c *logagentCluster) {
 	r := produceRowFor("produce-r3", 1024)
-	args := []string{"consume", "-addr", c.clientAddr, "-topic", r.topic(), "-max-bytes", fmt.Sprint(consumeFetchBytes), "-duration", o.duration.String()}
+	args := []string{"consume", "-addr", c.clientAddr, "-topic", r.topic(), "-max-bytes", fmt.Sprint(consumeFetchBytes), "-repeat", "-duration", o.duration.String()}
 	o.progress("logagent consume %s", r.topic())
 	o.settle()
 	res.logagent["consume"] = o.logagentSample(ctx, res, c, args)
