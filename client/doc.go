@@ -66,7 +66,10 @@
 // fails verification is an error that matches record.ErrCorrupt. Records
 // below the requested offset at the start of the first batch are skipped.
 // Reads are idempotent, so a Consumer retries any failure the agent marks
-// retriable, and lost connections.
+// retriable, and lost connections. Each fetch's records alias that fetch's
+// own memory; with WithBufferReuse every fetch reuses the same memory, which
+// saves an allocation per fetch for readers done with each record before the
+// next fetch.
 //
 // Errors from the agent are *Error values (status, code, message,
 // retriable, Retry-After); the common codes also match sentinels such as
