@@ -84,6 +84,9 @@ type replica struct {
 	campaigning     bool
 	campaignCancel  context.CancelFunc
 	campaignRetryAt time.Time
+	// yielded is set once this replica has held back its first campaign
+	// for the partition's preferred replica (see ensureCampaign).
+	yielded bool
 
 	wakeTimer *time.Timer
 	wakeAt    time.Time
@@ -167,6 +170,11 @@ const (
 	reopenBackoff      = 5 * time.Second
 	campaignBackoff    = time.Second
 	isrRetryBackoff    = 200 * time.Millisecond
+	// preferredLeaderGrace is how long a replica other than the first of
+	// its partition's replica list waits before campaigning for a partition
+	// that never had a leader, so that the preferred replica wins and a new
+	// topic's leaders spread over the agents as its assignment does.
+	preferredLeaderGrace = 500 * time.Millisecond
 	// eventQueue bounds the events waiting for the loop; senders block.
 	eventQueue = 256
 )
@@ -372,8 +380,19 @@ func (r *replica) publish() {
 // ensureCampaign keeps one campaign running while this replica may lead and
 // does not: election.Campaign itself waits for the leader key to be free
 // and for this replica to be in the ISR.
+//
+// A partition's first election goes to its preferred replica (the first of
+// its replica list, which the assignment rotates over the agents): the
+// others hold back preferredLeaderGrace, so that the leaders of a new topic
+// do not pile up on whichever agent saw it first. Later elections (epoch
+// above 0: a failover) do not wait.
 func (r *replica) ensureCampaign(now time.Time) {
 	if r.campaigning || r.dataLoss || now.Before(r.campaignRetryAt) {
+		return
+	}
+	if pm := r.meta.pm; !r.yielded && pm.State.Epoch == 0 && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.self {
+		r.yielded = true
+		r.campaignRetryAt = now.Add(preferredLeaderGrace)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
