@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -113,35 +112,6 @@ func TestACLDeniesAnonymousAndAllowsManagement(t *testing.T) {
 	var status api.StatusError
 	if !errors.As(err, &status) || status.Code != 403 {
 		t.Fatalf("anonymous put error = %v, want a 403", err)
-	}
-}
-
-func TestFreePortsAreDistinctAcrossGoroutines(t *testing.T) {
-	t.Parallel()
-	const workers, each = 8, 16
-	var mu sync.Mutex
-	seen := map[int]bool{}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			ports, err := freePorts(each)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for _, p := range ports {
-				if seen[p] {
-					t.Errorf("port %d handed out twice", p)
-				}
-				seen[p] = true
-			}
-		})
-	}
-	wg.Wait()
-	if len(seen) != workers*each {
-		t.Fatalf("got %d distinct ports, want %d", len(seen), workers*each)
 	}
 }
 

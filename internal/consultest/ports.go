@@ -1,34 +1,17 @@
 package consultest
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"net"
-	"os"
-	"sync"
 	"testing"
-	"time"
+
+	"github.com/logagent/logagent/internal/freeport"
 )
-
-// handedOut remembers every port this process has given away, so two tests
-// running in parallel never receive the same port even though each probe
-// listener is closed before Consul binds the port.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// maxPortProbes bounds the search for one port; the kernel hands out
-// thousands of distinct ephemeral ports, so hitting it means something is
-// badly wrong with the machine.
-const maxPortProbes = 1000
 
 // FreePorts returns n distinct loopback ports that were free for both TCP and
 // UDP (Serf uses both) when probed and that no other caller in this process
-// has received.
+// has received (internal/freeport).
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ports, err := freePorts(n)
+	ports, err := freeport.Take(n)
 	if err != nil {
 		t.Fatalf("consultest: %v", err)
 	}
@@ -39,60 +22,4 @@ func FreePorts(t testing.TB, n int) []int {
 func FreePort(t testing.TB) int {
 	t.Helper()
 	return FreePorts(t, 1)[0]
-}
-
-func freePorts(n int) ([]int, error) {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	ports := make([]int, 0, n)
-	for probes := 0; len(ports) < n; probes++ {
-		if probes == maxPortProbes {
-			return nil, fmt.Errorf("no free loopback port after %d probes", maxPortProbes)
-		}
-		port, err := probePort()
-		if err != nil {
-			return nil, err
-		}
-		if port == 0 || handedOut.ports[port] {
-			continue
-		}
-		handedOut.ports[port] = true
-		ports = append(ports, port)
-	}
-	return ports, nil
-}
-
-// Ports are drawn below Linux's ephemeral range (32768-60999 by default):
-// a port the kernel hands out for ":0" may be taken, between the probe and
-// the server's bind, by the local end of any outgoing connection on the
-// machine, which is how parallel test processes used to collide. Each test
-// process draws from its own slice of the range, picked by its PID, so two
-// processes rarely even try the same port.
-const (
-	portRangeStart = 10000
-	portRangeEnd   = 32000
-	portSlices     = 11
-)
-
-var portRand = rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano())))
-
-// probePort picks a port in this process's slice of the range and checks
-// that TCP and UDP can both bind it; it returns 0 when either is taken.
-func probePort() (int, error) {
-	width := (portRangeEnd - portRangeStart) / portSlices
-	base := portRangeStart + (os.Getpid()%portSlices)*width
-	port := base + portRand.IntN(width)
-	tcp, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		return 0, nil
-	}
-	udp, udpErr := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-	if udpErr == nil {
-		udp.Close()
-	}
-	tcp.Close()
-	if udpErr != nil {
-		return 0, nil
-	}
-	return port, nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	labench "github.com/logagent/logagent/internal/bench"
+	"github.com/logagent/logagent/internal/freeport"
 )
 
 // natsCluster is one nats-server, or three clustered ones, with JetStream
@@ -48,30 +48,10 @@ func natsServerConfig(name string, port int, storeDir string, clusterPort int, r
 	return b.String()
 }
 
-// freePorts returns n loopback TCP ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("benchrun: find a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // startNATS starts size servers (1 or 3) under dir and waits until
 // JetStream answers.
 func startNATS(ctx context.Context, bin, dir string, size int, syncAlways bool) (*natsCluster, error) {
-	ports, err := freePorts(2 * size)
+	ports, err := freeport.Take(2 * size)
 	if err != nil {
 		return nil, err
 	}
