@@ -82,7 +82,7 @@ type Result struct {
 // it.
 func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	t.Helper()
-	t.Logf("jepsen: scenario %s, seed %d (replay with LOGAGENT_JEPSEN_SEED=%d)", s.Name, cfg.Seed, cfg.Seed)
+	t.Logf("jepsen: scenario %s, seed %d", s.Name, cfg.Seed)
 	cfg.Cycles = max(cfg.Cycles, 1)
 	cfg.Partitions = cmpOr(cfg.Partitions, 2)
 	cfg.Producers = cmpOr(cfg.Producers, 3)

@@ -5,28 +5,23 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
-// Knobs of the long runs (make torture) and of replays.
+// Knobs of the long runs (make torture). A scenario's seed is replayed
+// with internal/testseed's LOGAGENT_TEST_SEED.
 const (
-	seedEnv     = "LOGAGENT_JEPSEN_SEED"
 	cyclesEnv   = "LOGAGENT_JEPSEN_CYCLES"
 	durationEnv = "LOGAGENT_JEPSEN_DURATION"
 )
 
-// config reads the run's seed (logged by Run), cycles and duration from the
-// environment, with defaults that keep `make test` short. The duration is
-// the whole test's, shared by its scenarios.
+// config takes the scenario's seed (testseed, which logs it) and reads
+// cycles and duration from the environment, with defaults that keep `make
+// test` short. The duration is the whole test's, shared by its scenarios.
 func config(t *testing.T, cycles, scenarios int) Config {
 	t.Helper()
-	cfg := Config{Seed: uint64(time.Now().UnixNano()), Cycles: cycles}
-	if v := os.Getenv(seedEnv); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", seedEnv, v, err)
-		}
-		cfg.Seed = s
-	}
+	cfg := Config{Seed: testseed.Seed(t), Cycles: cycles}
 	if v := os.Getenv(cyclesEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
