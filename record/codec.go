@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/golang/snappy"
@@ -146,7 +147,7 @@ func appendCompressed(dst []byte, codec Codec, src []byte) ([]byte, error) {
 		return compressStream(dst, src, c.w, &c.out, "gzip")
 	case CodecSnappy:
 		start := len(dst)
-		dst = grow(dst, snappy.MaxEncodedLen(len(src)))
+		dst = slices.Grow(dst, snappy.MaxEncodedLen(len(src)))
 		encoded := snappy.Encode(dst[start:cap(dst)], src)
 		return dst[:start+len(encoded)], nil
 	case CodecLZ4:
@@ -161,14 +162,6 @@ func appendCompressed(dst []byte, codec Codec, src []byte) ([]byte, error) {
 		return enc.EncodeAll(src, dst), nil
 	}
 	return nil, fmt.Errorf("%w %d", ErrUnknownCodec, codec)
-}
-
-// grow returns dst with room for at least n more bytes after len(dst).
-func grow(dst []byte, n int) []byte {
-	if cap(dst)-len(dst) >= n {
-		return dst
-	}
-	return append(dst[:cap(dst)], make([]byte, len(dst)+n-cap(dst))...)[:len(dst)]
 }
 
 // decompressor turns a compressed records section back into records,
@@ -205,7 +198,7 @@ func (d *decompressor) decompress(codec Codec, src []byte) ([]byte, error) {
 		if n > d.limit {
 			return nil, &TooLargeError{What: fmt.Sprintf("snappy records of %d bytes", n), Limit: d.limit}
 		}
-		d.buf = grow(d.buf[:0], n)
+		d.buf = slices.Grow(d.buf[:0], n)
 		out, err := snappy.Decode(d.buf[:n], src)
 		if err != nil {
 			return nil, corruptf("snappy: %v", err)
@@ -266,7 +259,7 @@ func (d *decompressor) readAll(codec Codec, r io.Reader) ([]byte, error) {
 				return nil, &TooLargeError{What: codec.String() + " records", Limit: d.limit}
 			}
 			want := min(max(2*cap(buf), firstRead), d.limit+1)
-			buf = grow(buf, want-len(buf))
+			buf = slices.Grow(buf, want-len(buf))
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]

@@ -150,10 +150,19 @@ func Verify(batch []byte, maxBatchBytes int) (Header, error) {
 	if len(batch) > size {
 		return nil, corruptf("%d bytes after the end of a batch of %d", len(batch)-size, size)
 	}
-	if got, want := Checksum(batch), h.CRC(); got != want {
-		return nil, corruptf("crc mismatch: stored %08x, computed %08x", want, got)
+	if err := checkCRC(h, batch); err != nil {
+		return nil, err
 	}
 	return h, nil
+}
+
+// checkCRC checks the CRC of batch, exactly one batch whose header h
+// ParseHeader accepted.
+func checkCRC(h Header, batch []byte) error {
+	if got, want := Checksum(batch), h.CRC(); got != want {
+		return corruptf("crc mismatch: stored %08x, computed %08x", want, got)
+	}
+	return nil
 }
 
 // Checksum computes the CRC-32C of a whole batch as stored in its crc field.

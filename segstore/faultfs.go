@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -219,15 +220,11 @@ func (f *FaultFS) begin(op FaultOp, path string) (*Fault, error) {
 			continue
 		}
 		if ft.Nth--; ft.Nth <= 0 {
-			f.faults = slicesDelete(f.faults, i)
+			f.faults = slices.Delete(f.faults, i, i+1)
 			return ft, fmt.Errorf("%s %s: %w", op, path, ft.Err)
 		}
 	}
 	return nil, nil
-}
-
-func slicesDelete(faults []*Fault, i int) []*Fault {
-	return append(faults[:i:i], faults[i+1:]...)
 }
 
 func (f *FaultFS) readable() error {

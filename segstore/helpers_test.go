@@ -148,16 +148,13 @@ func readAll(t testing.TB, l *Log, limit int64) [][]byte {
 			break
 		}
 		for len(b) > 0 {
-			h, size, err := record.ParseHeader(b, 0)
+			batch, rest, err := record.NextBatch(b, 0)
 			if err != nil {
 				t.Fatalf("read at %d: %v", off, err)
 			}
-			if _, err := record.Verify(b[:size], 0); err != nil {
-				t.Fatalf("batch at %d: %v", h.BaseOffset(), err)
-			}
-			out = append(out, b[:size:size])
-			off = h.NextOffset()
-			b = b[size:]
+			out = append(out, batch)
+			off = record.Header(batch).NextOffset()
+			b = rest
 		}
 	}
 	return out

@@ -205,18 +205,12 @@ func (l *Log) AppendFollower(batches []byte) error {
 	var stack [16]batchInfo
 	infos := stack[:0]
 	for pos := 0; pos < len(batches); {
-		h, size, err := record.ParseHeader(batches[pos:], l.opts.MaxBatchBytes)
-		if err == nil && pos+size > len(batches) {
-			err = fmt.Errorf("%w: batch at byte %d needs %d bytes, %d given", record.ErrShort, pos, size, len(batches)-pos)
-		}
-		if err == nil {
-			_, err = record.Verify(batches[pos:pos+size], l.opts.MaxBatchBytes)
-		}
+		batch, _, err := record.NextBatch(batches[pos:], l.opts.MaxBatchBytes)
 		if err != nil {
 			return fmt.Errorf("segstore: append: batch at byte %d: %w", pos, err)
 		}
-		infos = append(infos, infoOf(h, 0))
-		pos += size
+		infos = append(infos, infoOf(record.Header(batch), 0))
+		pos += len(batch)
 	}
 	l.appendMu.Lock()
 	defer l.appendMu.Unlock()
@@ -424,23 +418,29 @@ func (l *Log) syncOnce() (logPosition, uint64, error) {
 			s.release()
 		}
 	}()
+	return tail, gen, l.syncFiles(sealed, active, dirDirty)
+}
+
+// syncFiles fsyncs the sealed segments (log and index), the active
+// segment's log, and the directory when dirDirty. An error fails the log.
+func (l *Log) syncFiles(sealed []*segment, active *segment, dirDirty bool) error {
 	for _, s := range sealed {
 		if err := s.syncLog(); err != nil {
-			return tail, gen, l.fail(err)
+			return l.fail(err)
 		}
 		if err := s.index.sync(); err != nil {
-			return tail, gen, l.fail(err)
+			return l.fail(err)
 		}
 	}
 	if err := active.syncLog(); err != nil {
-		return tail, gen, l.fail(err)
+		return l.fail(err)
 	}
 	if dirDirty {
 		if err := l.fs.SyncDir(l.dir); err != nil {
-			return tail, gen, l.fail(fmt.Errorf("segstore: fsync directory: %w", err))
+			return l.fail(fmt.Errorf("segstore: fsync directory: %w", err))
 		}
 	}
-	return tail, gen, nil
+	return nil
 }
 
 // segmentFor returns the segment holding offset. Caller holds mu or appendMu.
@@ -995,23 +995,10 @@ func (l *Log) flushForClose() error {
 	if err != nil {
 		return l.fail(err)
 	}
-	for _, s := range l.unsyncedSealed {
-		if err := s.syncLog(); err != nil {
-			return l.fail(err)
-		}
-		if err := s.index.sync(); err != nil {
-			return l.fail(err)
-		}
+	if err := l.syncFiles(l.unsyncedSealed, active, l.dirDirty); err != nil {
+		return err
 	}
-	if err := active.syncLog(); err != nil {
-		return l.fail(err)
-	}
-	if l.dirDirty {
-		if err := l.fs.SyncDir(l.dir); err != nil {
-			return l.fail(fmt.Errorf("segstore: fsync directory: %w", err))
-		}
-		l.dirDirty = false
-	}
+	l.dirDirty = false
 	tail := logPosition{offset: l.leo.Load(), segmentBase: active.base, pos: active.size.Load()}
 	l.syncMu.Lock()
 	if tail.offset >= l.synced.offset {
