@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -162,7 +163,7 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 		v.errorf("data_dir", "a directory is required")
 	}
 	c.LogLevel = strings.ToLower(str(f.LogLevel))
-	if !contains(logLevels, c.LogLevel) {
+	if !slices.Contains(logLevels, c.LogLevel) {
 		v.errorf("log_level", "%q is not one of %s", str(f.LogLevel), strings.Join(logLevels, ", "))
 	}
 	c.LogJSON = f.LogJSON != nil && *f.LogJSON
@@ -315,15 +316,6 @@ func isUnspecified(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsUnspecified()
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // soleHostAddress finds the one address other hosts can reach this host at,

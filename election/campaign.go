@@ -191,12 +191,8 @@ func (c *Client) Campaign(ctx context.Context, topic string, partition int) (*Le
 			if !exists {
 				return nil, fmt.Errorf("%w: %s/%d", ErrUnknownPartition, topic, partition)
 			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-c.ctx.Done():
-				return nil, ErrClosed
-			case <-snap.Changed():
+			if err := c.waitChange(ctx, snap.Changed()); err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -252,11 +248,9 @@ func (c *Client) partitionExists(ctx context.Context, topic string, partition in
 		return false, nil
 	}
 	key := c.keys.config(topic)
-	callCtx, cancel := c.callContext(ctx)
-	defer cancel()
-	pair, _, err := c.api.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	pair, err := c.getConsistent(ctx, key, "read "+key, keyReadRule(c.keys.prefix))
 	if err != nil {
-		return false, consulError(err, "read "+key, keyReadRule(c.keys.prefix))
+		return false, err
 	}
 	if pair == nil {
 		return false, nil
@@ -284,11 +278,9 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, 
 	rule := keyRule(c.keys.prefix)
 
 	// Who may lead is decided on a consistent read, never on the watch.
-	callCtx, cancel := c.callContext(ctx)
-	pair, _, err := c.api.KV().Get(stateKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
-	cancel()
+	pair, err := c.getConsistent(ctx, stateKey, "read "+stateKey, rule)
 	if err != nil {
-		return nil, consulError(err, "read "+stateKey, rule)
+		return nil, err
 	}
 	if pair == nil {
 		return nil, nil
@@ -523,11 +515,9 @@ func (c *Client) casState(ctx context.Context, l *Leadership, base uint64, newSt
 	}
 	// The state moved under us: re-read it to tell a lost epoch from a
 	// concurrent change at ours.
-	callCtx, cancel := c.callContext(ctx)
-	defer cancel()
-	pair, _, err := c.api.KV().Get(stateKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	pair, err := c.getConsistent(ctx, stateKey, "read "+stateKey, rule)
 	if err != nil {
-		return consulError(err, "read "+stateKey, rule)
+		return err
 	}
 	if pair == nil {
 		c.lose(l, fmt.Errorf("%w: %s deleted", ErrLeadershipLost, stateKey))

@@ -181,6 +181,18 @@ func (c *Client) callContext(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, c.cfg.CallTimeout)
 }
 
+// getConsistent reads key consistently under the call timeout; nil when the
+// key does not exist. op and rule describe the read for errors.
+func (c *Client) getConsistent(ctx context.Context, key, op, rule string) (*api.KVPair, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	pair, _, err := c.api.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, consulError(err, op, rule)
+	}
+	return pair, nil
+}
+
 func (c *Client) writeOptions(ctx context.Context) *api.WriteOptions {
 	return (&api.WriteOptions{}).WithContext(ctx)
 }
@@ -204,6 +216,19 @@ func (c *Client) txn(ctx context.Context, ops api.TxnOps, op, rule string) (bool
 		}
 	}
 	return ok, resp, nil
+}
+
+// waitChange waits until changed is closed: ctx.Err() when ctx ends first,
+// ErrClosed when the client is closed first.
+func (c *Client) waitChange(ctx context.Context, changed <-chan struct{}) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	case <-changed:
+		return nil
+	}
 }
 
 // sleep waits d or until ctx ends, reporting false in the latter case.

@@ -223,11 +223,9 @@ func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: name %q", ErrInvalidTopic, name)
 	}
 	op, rule := fmt.Sprintf("delete topic %q", name), keyRule(c.keys.prefix)
-	callCtx, cancel := c.callContext(ctx)
-	pair, _, err := c.api.KV().Get(c.keys.config(name), (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
-	cancel()
+	pair, err := c.getConsistent(ctx, c.keys.config(name), op, rule)
 	if err != nil {
-		return consulError(err, op, rule)
+		return err
 	}
 	if pair == nil {
 		// Partition keys left by a failed creation go anyway.

@@ -186,12 +186,8 @@ func (c *Client) WaitMetadata(ctx context.Context, minIndex uint64) (*Snapshot, 
 		if snap.Index >= max(minIndex, 1) {
 			return snap, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.ctx.Done():
-			return nil, ErrClosed
-		case <-snap.Changed():
+		if err := c.waitChange(ctx, snap.Changed()); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -72,11 +72,9 @@ const (
 type Follower struct {
 	self        string
 	leaderEpoch int32
-	durability  Durability
 	cache       EpochCache
 
-	logEnd    int64
-	syncedEnd int64
+	ownLog
 	hw        int64
 	hwChanged bool
 	leaderHW  int64
@@ -121,10 +119,8 @@ func NewFollower(cfg FollowerConfig) (*Follower, error) {
 	f := &Follower{
 		self:        cfg.Self,
 		leaderEpoch: cfg.LeaderEpoch,
-		durability:  cfg.Durability,
 		cache:       cfg.EpochCache,
-		logEnd:      cfg.LogEndOffset,
-		syncedEnd:   cfg.SyncedEndOffset,
+		ownLog:      ownLog{durability: cfg.Durability, logEnd: cfg.LogEndOffset, syncedEnd: cfg.SyncedEndOffset},
 		hw:          cfg.HighWatermark,
 	}
 	latest, ok := f.cache.LatestEpoch()
@@ -220,10 +216,9 @@ func (f *Follower) Appended(lastOffset int64) error {
 	if f.phase != phaseFetch || !f.sent {
 		return fmt.Errorf("%w: append without a fetch in flight", ErrInvalidInput)
 	}
-	if lastOffset < f.logEnd {
-		return fmt.Errorf("%w: appended last offset %d is below the log end %d", ErrInvalidInput, lastOffset, f.logEnd)
+	if err := f.appended(lastOffset); err != nil {
+		return err
 	}
-	f.logEnd = lastOffset + 1
 	f.updateHighWatermark()
 	return nil
 }
@@ -231,10 +226,9 @@ func (f *Follower) Appended(lastOffset int64) error {
 // Synced reports that every record up to and including lastOffset is
 // fsynced.
 func (f *Follower) Synced(lastOffset int64) error {
-	if lastOffset >= f.logEnd {
-		return fmt.Errorf("%w: synced last offset %d is not below the log end %d", ErrInvalidInput, lastOffset, f.logEnd)
+	if err := f.synced(lastOffset); err != nil {
+		return err
 	}
-	f.syncedEnd = max(f.syncedEnd, lastOffset+1)
 	f.updateHighWatermark()
 	return nil
 }
@@ -359,13 +353,6 @@ func (f *Follower) startTruncation(t Truncation, reconciled bool, keptEpoch int3
 // fetch offset the leader counts is durable.
 func (f *Follower) canFetch() bool {
 	return f.durability == DurabilityReplicated || f.syncedEnd == f.logEnd
-}
-
-func (f *Follower) durableEnd() int64 {
-	if f.durability == DurabilityFsync {
-		return f.syncedEnd
-	}
-	return f.logEnd
 }
 
 func (f *Follower) updateHighWatermark() {

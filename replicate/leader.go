@@ -120,12 +120,10 @@ type Leader struct {
 	replicas   []string
 	minISR     int
 	lagTimeMax time.Duration
-	durability Durability
 	cache      EpochCache
 
-	logEnd    int64
-	syncedEnd int64
-	hw        int64
+	ownLog
+	hw int64
 
 	isr       []string
 	inFlight  *isrChange
@@ -153,10 +151,8 @@ func NewLeader(cfg LeaderConfig, now time.Time) (*Leader, error) {
 		replicas:   slices.Clone(cfg.Replicas),
 		minISR:     cfg.MinInsyncReplicas,
 		lagTimeMax: cfg.LagTimeMax,
-		durability: cfg.Durability,
 		cache:      cfg.EpochCache,
-		logEnd:     cfg.LogEndOffset,
-		syncedEnd:  cfg.SyncedEndOffset,
+		ownLog:     ownLog{durability: cfg.Durability, logEnd: cfg.LogEndOffset, syncedEnd: cfg.SyncedEndOffset},
 		hw:         cfg.HighWatermark,
 		followers:  make(map[string]*replicaProgress, len(cfg.Replicas)-1),
 		ackIDs:     make(map[AckID]struct{}),
@@ -278,10 +274,9 @@ func (l *Leader) Appended(lastOffset int64) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
-	if lastOffset < l.logEnd {
-		return fmt.Errorf("%w: appended last offset %d is below the log end %d", ErrInvalidInput, lastOffset, l.logEnd)
+	if err := l.appended(lastOffset); err != nil {
+		return err
 	}
-	l.logEnd = lastOffset + 1
 	l.updateHighWatermark()
 	return nil
 }
@@ -292,10 +287,9 @@ func (l *Leader) Synced(lastOffset int64) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
-	if lastOffset >= l.logEnd {
-		return fmt.Errorf("%w: synced last offset %d is not below the log end %d", ErrInvalidInput, lastOffset, l.logEnd)
+	if err := l.synced(lastOffset); err != nil {
+		return err
 	}
-	l.syncedEnd = max(l.syncedEnd, lastOffset+1)
 	l.updateHighWatermark()
 	return nil
 }
@@ -544,14 +538,6 @@ func (l *Leader) maybeExpandISR(id string, p *replicaProgress) {
 func (l *Leader) propose(c *isrChange) {
 	l.inFlight = c
 	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr)}
-}
-
-// durableEnd is where the leader's own records stop counting toward the HW.
-func (l *Leader) durableEnd() int64 {
-	if l.durability == DurabilityFsync {
-		return l.syncedEnd
-	}
-	return l.logEnd
 }
 
 // updateHighWatermark sets the HW to the minimum log end over the maximal ISR

@@ -130,6 +130,41 @@ type EpochRequest struct {
 	Epoch int32
 }
 
+// ownLog is what a replica's state machine, leader or follower, knows of its
+// own log: where it ends and up to where it is fsynced.
+type ownLog struct {
+	durability Durability
+	logEnd     int64
+	syncedEnd  int64
+}
+
+// appended moves the log end past lastOffset, which must not be below it.
+func (o *ownLog) appended(lastOffset int64) error {
+	if lastOffset < o.logEnd {
+		return fmt.Errorf("%w: appended last offset %d is below the log end %d", ErrInvalidInput, lastOffset, o.logEnd)
+	}
+	o.logEnd = lastOffset + 1
+	return nil
+}
+
+// synced records that every record up to and including lastOffset, which
+// must be below the log end, is fsynced.
+func (o *ownLog) synced(lastOffset int64) error {
+	if lastOffset >= o.logEnd {
+		return fmt.Errorf("%w: synced last offset %d is not below the log end %d", ErrInvalidInput, lastOffset, o.logEnd)
+	}
+	o.syncedEnd = max(o.syncedEnd, lastOffset+1)
+	return nil
+}
+
+// durableEnd is where the replica's own records stop counting toward the HW.
+func (o *ownLog) durableEnd() int64 {
+	if o.durability == DurabilityFsync {
+		return o.syncedEnd
+	}
+	return o.logEnd
+}
+
 // checkMembers reports a list with an empty or repeated node id, or one
 // outside allowed (when allowed is not nil).
 func checkMembers(what string, ids, allowed []string) error {
