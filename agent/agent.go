@@ -127,6 +127,13 @@ func maxBatchBytes(cfg *config.Config) int {
 	return max(segstore.DefaultMaxBatchBytes, int(cfg.Limits.MaxRequestBytes))
 }
 
+// fetchBodyLimit bounds the body of a fetch answer from another agent,
+// replicated or proxied: a fetch's max bytes or one whole batch, whichever
+// is larger, with room to spare.
+func fetchBodyLimit(cfg *config.Config) int {
+	return int(max(cfg.Replication.FetchMaxBytes, int64(maxBatchBytes(cfg)))) + 64<<10
+}
+
 // durability maps the configuration's durability to the protocol's.
 func durability(d config.Durability) replicate.Durability {
 	if d == config.DurabilityReplicated {
@@ -152,12 +159,11 @@ func readPeerToken(path string) ([]byte, error) {
 }
 
 func (a *Agent) replicaDeps(dataDir string) *replicaDeps {
-	maxBody := int(max(a.cfg.Replication.FetchMaxBytes, int64(maxBatchBytes(a.cfg)))) + 64<<10
 	return &replicaDeps{
 		self:       a.cfg.NodeID,
 		cfg:        a.cfg,
 		coord:      a.coord,
-		peers:      newPeerClients(string(a.peerToken), maxBody),
+		peers:      newPeerClients(string(a.peerToken), fetchBodyLimit(a.cfg)),
 		agents:     a.agents,
 		log:        a.log,
 		now:        a.now,
@@ -225,7 +231,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 
 	a.replicas = newManager(a.replicaDeps(dir.Path), dir.Path)
 	a.forwarder = newPeerClients(string(a.peerToken), 64<<10)
-	a.fetchProxy = newPeerClients("", int(max(a.cfg.Replication.FetchMaxBytes, int64(maxBatchBytes(a.cfg))))+64<<10)
+	a.fetchProxy = newPeerClients("", fetchBodyLimit(a.cfg))
 	a.fetchProxy.stream = true
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()

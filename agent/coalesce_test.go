@@ -3,32 +3,16 @@ package agent
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/internal/testseed"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 )
-
-// testSeed is LOGAGENT_TEST_SEED when set, else the time; it is logged so a
-// failure can be replayed.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	s := uint64(time.Now().UnixNano())
-	if v := os.Getenv("LOGAGENT_TEST_SEED"); v != "" {
-		var err error
-		if s, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("LOGAGENT_TEST_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("seed %d (replay with LOGAGENT_TEST_SEED=%d)", s, s)
-	return s
-}
 
 // fakeLog is a partition behind a coalescer: it appends what it is sent,
 // after a delay that keeps sends in flight, and remembers each batch.
@@ -91,7 +75,7 @@ func newTestCoalescer(linger time.Duration, maxBytes int, f *fakeLog) *coalescer
 // records each get offsets that hold exactly their records, in their
 // order, while their requests go out combined.
 func TestCoalescerGivesEachCallerItsOffsets(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testSeed(t), 1))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 1))
 	const callers, rounds = 32, 10
 	f := &fakeLog{delay: 2 * time.Millisecond}
 	c := newTestCoalescer(50*time.Millisecond, 1<<20, f)

@@ -49,13 +49,13 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	}
 	r := a.replicas.get(topic, partition)
 	if r == nil {
-		if !a.proxyFetch(ctx, topic, partition) {
+		if !a.proxyFetch(ctx, topic, partition, wait) {
 			writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition)))
 		}
 		return
 	}
 	if v := r.currentView(); v.dataLoss || !(v.role == roleLeader || (v.role == roleFollower && v.inSync(a.cfg.NodeID))) {
-		if !a.proxyFetch(ctx, topic, partition) {
+		if !a.proxyFetch(ctx, topic, partition, wait) {
 			writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent's replica of "+partitionName(topic, partition)+" is not in sync"))
 		}
 		return

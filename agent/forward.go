@@ -268,7 +268,8 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 // replica in the ISR: the same request goes to the leader's client API and
 // the leader's answer streams back, status, positions and body, unchanged.
 // It answers false, having written nothing, when there is no leader to ask.
-func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int) bool {
+// wait is the fetch's own wait parameter, already read by handleFetch.
+func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int, wait time.Duration) bool {
 	if len(ctx.Request.Header.Peek(headerProxied)) > 0 {
 		return false
 	}
@@ -279,11 +280,6 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	info, ok := a.agents.lookup(pm.State.Leader)
 	if !ok || info.ClientAddr == "" {
 		return false
-	}
-	wait, err := durationParam(ctx.QueryArgs(), "wait", 0, maxClientWait)
-	if err != nil {
-		writeErr(ctx, err)
-		return true
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)

@@ -39,8 +39,6 @@ type peerClients struct {
 	// stream makes response bodies readers (proxied fetches) rather than
 	// buffers; maxBodySize is then enforced by the caller.
 	stream bool
-	// margin is added to a held fetch's wait for the request deadline.
-	margin time.Duration
 
 	mu      sync.Mutex
 	clients map[string]*fasthttp.HostClient
@@ -56,7 +54,7 @@ const (
 )
 
 func newPeerClients(token string, maxBodySize int) *peerClients {
-	return &peerClients{token: token, maxBodySize: maxBodySize, margin: peerCallTimeout, clients: map[string]*fasthttp.HostClient{}}
+	return &peerClients{token: token, maxBodySize: maxBodySize, clients: map[string]*fasthttp.HostClient{}}
 }
 
 func (p *peerClients) client(addr string) *fasthttp.HostClient {
@@ -72,7 +70,7 @@ func (p *peerClients) client(addr string) *fasthttp.HostClient {
 			MaxConns:            maxPeerConns,
 			MaxConnWaitTimeout:  time.Second,
 			MaxIdleConnDuration: time.Minute,
-			ReadTimeout:         maxPeerWait + p.margin,
+			ReadTimeout:         maxPeerWait + peerCallTimeout,
 			WriteTimeout:        peerCallTimeout,
 			MaxResponseBodySize: p.maxBodySize,
 			StreamResponseBody:  p.stream,
@@ -109,7 +107,8 @@ func (p *peerClients) fetch(addr string, f peerFetch) (peerFetchAnswer, error) {
 	f.writeArgs(req.URI().QueryArgs())
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if err := p.client(addr).DoTimeout(req, resp, f.MaxWait+p.margin); err != nil {
+	// A held fetch gets peerCallTimeout beyond its wait for the answer.
+	if err := p.client(addr).DoTimeout(req, resp, f.MaxWait+peerCallTimeout); err != nil {
 		return peerFetchAnswer{}, fmt.Errorf("%w: fetch from %s: %v", errPeerUnreachable, addr, err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {

@@ -32,8 +32,7 @@ func (a *Agent) requirePeerToken(h fasthttp.RequestHandler) fasthttp.RequestHand
 
 // peerReplica finds the replica a peer request names, or answers for it.
 func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition int) *replica {
-	if a.state.Load() != stateServing {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "agent is not serving", true)
+	if !a.serving(ctx) {
 		return nil
 	}
 	r := a.replicas.get(topic, partition)

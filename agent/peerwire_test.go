@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valyala/fasthttp"
 
-	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 )
@@ -167,17 +166,7 @@ func testLog(t *testing.T, dir string) *segstore.Log {
 
 func appendLeader(t *testing.T, log *segstore.Log, epoch int32, values ...string) {
 	t.Helper()
-	var b record.Builder
-	for _, v := range values {
-		if err := b.Add(1, nil, []byte(v), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	batch, err := b.AppendTo(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := log.AppendLeader(batch, epoch); err != nil {
+	if _, _, err := log.AppendLeader(testBatch(t, values), epoch); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -67,13 +67,10 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	if !args.Has("key") {
 		key = nil
 	}
-	batch, count, firstKey, err := a.decodeProduceBody(ctx.Request.Header.ContentType(), ctx.PostBody(), key)
+	batch, count, firstKey, err := a.decodeProduceBody(ctx.Request.Header.ContentType(), ctx.PostBody(), key, key == nil && !args.Has("partition"))
 	if err != nil {
 		writeErr(ctx, err)
 		return
-	}
-	if key == nil && firstKey == nil && !args.Has("partition") && contentTypeIs(ctx, contentTypeBatch) {
-		firstKey = a.firstKey(batch)
 	}
 	if key == nil {
 		key = firstKey
@@ -183,7 +180,8 @@ func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int)
 // decodeProduceBody turns a produce body into one batch, validated, that
 // the loop may stamp in place, its record count, and the key of its first
 // record when the body names keys record by record (which places a
-// request that names neither partition nor key).
+// request that names neither partition nor key). A binary batch is read
+// again for its first key only when placeByKey says the request needs it.
 //
 //	application/vnd.logagent.batch  the body is one batch (DESIGN §4)
 //	application/json                {"records":[...]} (jsonProduceBody)
@@ -192,7 +190,7 @@ func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int)
 //	                                 are skipped
 //
 // The key parameter is the key of every record that names none.
-func (a *Agent) decodeProduceBody(contentType, body, key []byte) ([]byte, int, []byte, error) {
+func (a *Agent) decodeProduceBody(contentType, body, key []byte, placeByKey bool) ([]byte, int, []byte, error) {
 	mt, _, err := mime.ParseMediaType(string(contentType))
 	if err != nil && len(contentType) > 0 {
 		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, codeUnsupportedType, "bad Content-Type: "+err.Error(), false)
@@ -200,7 +198,11 @@ func (a *Agent) decodeProduceBody(contentType, body, key []byte) ([]byte, int, [
 	switch mt {
 	case contentTypeBatch:
 		batch, count, err := a.decodeBatch(body)
-		return batch, count, nil, err
+		var firstKey []byte
+		if err == nil && placeByKey {
+			firstKey = a.firstKey(batch)
+		}
+		return batch, count, firstKey, err
 	case contentTypeJSON:
 		return a.buildJSON(body, key)
 	case contentTypeOctetStream:
@@ -213,13 +215,6 @@ func (a *Agent) decodeProduceBody(contentType, body, key []byte) ([]byte, int, [
 		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, codeUnsupportedType,
 			fmt.Sprintf("Content-Type %q is not one of %s, %s, %s, %s, text/plain", mt, contentTypeBatch, contentTypeJSON, contentTypeOctetStream, contentTypeNDJSON), false)
 	}
-}
-
-// contentTypeIs says whether the request's Content-Type is the media type
-// want, parameters aside.
-func contentTypeIs(ctx *fasthttp.RequestCtx, want string) bool {
-	mt, _, err := mime.ParseMediaType(string(ctx.Request.Header.ContentType()))
-	return err == nil && mt == want
 }
 
 // firstKey is the key of a validated batch's first record, nil when it

@@ -96,7 +96,7 @@ func TestDecodeProduceBody(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			batch, count, _, err := a.decodeProduceBody([]byte(tc.contentType), tc.body, tc.key)
+			batch, count, _, err := a.decodeProduceBody([]byte(tc.contentType), tc.body, tc.key, false)
 			if tc.code != "" {
 				var e *apiError
 				if !errors.As(err, &e) || e.Code != tc.code {
