@@ -22,10 +22,7 @@ import (
 // 0.1 %; 0 fails on any error), and an e2e run with acks other than 0 also
 // when an acknowledged record was not read back.
 
-var benchSubcommands = []struct {
-	name, summary string
-	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}{
+var benchSubcommands = []subcommand[func(ctx context.Context, args []string, stdout, stderr io.Writer) error]{
 	{"produce", "write batches at a rate (open loop) or as fast as N workers go: bench produce -topic T [-rate R]", benchProduce},
 	{"consume", "read partitions from the earliest offset as fast as fetches go: bench consume -topic T", benchConsume},
 	{"e2e", "produce at a rate and time each record until a consumer reads it: bench e2e -topic T -rate R", benchEndToEnd},
@@ -39,22 +36,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stderr, "Usage: logagent bench <produce|consume|e2e|limits> [flags]")
-		for _, s := range benchSubcommands {
-			fmt.Fprintf(stderr, "  %-8s %s\n", s.name, s.summary)
-		}
-		if len(args) == 0 {
-			return fmt.Errorf("%w: name a subcommand", errUsage)
-		}
-		return flag.ErrHelp
+	run, err := findSubcommand("bench", benchSubcommands, args, stderr)
+	if err != nil {
+		return err
 	}
-	for _, s := range benchSubcommands {
-		if s.name == args[0] {
-			return s.run(ctx, args[1:], stdout, stderr)
-		}
-	}
-	return fmt.Errorf("%w: unknown subcommand %q (want produce, consume, e2e or limits)", errUsage, args[0])
+	return run(ctx, args[1:], stdout, stderr)
 }
 
 // loadFlags are the flags of the workloads that produce.
@@ -141,11 +127,7 @@ func (f *loadFlags) prepare(ctx context.Context) (*client.Client, error) {
 // newBenchClient returns a client whose connection pool fits the workers
 // and the consumers.
 func newBenchClient(addr string, workers int) (*client.Client, error) {
-	c, err := client.New(addr, client.WithHTTPClient(bench.HTTPClient(workers+64)))
-	if err != nil {
-		return nil, fmt.Errorf("%w: -addr: %v", errUsage, err)
-	}
-	return c, nil
+	return newAgentClient(addr, client.WithHTTPClient(bench.HTTPClient(workers+64)))
 }
 
 // reportFlags say how a run reports and when it counts as failed.
@@ -183,17 +165,25 @@ func (f *reportFlags) profile() (stop func() error, err error) {
 	}, nil
 }
 
-// measure runs one workload under the -cpuprofile profile.
-func (f *reportFlags) measure(run func() (*bench.Result, error)) (*bench.Result, error) {
+// measure runs one workload under the -cpuprofile profile, with the
+// progress line (given to the workload through *progress), and reports its
+// result as finish does.
+func (f *reportFlags) measure(stdout io.Writer, progress *func(bench.Progress), run func() (*bench.Result, error), mustConsumeAll bool) error {
 	stop, err := f.profile()
 	if err != nil {
-		return nil, err
+		return workloadError(err)
 	}
+	var clear func()
+	*progress, clear = f.progress(stdout)
 	res, err := run()
 	if stopErr := stop(); err == nil && stopErr != nil {
-		return nil, stopErr
+		err = stopErr
 	}
-	return res, err
+	clear()
+	if err != nil {
+		return workloadError(err)
+	}
+	return f.finish(res, stdout, mustConsumeAll)
 }
 
 func (f *reportFlags) validate() error {
@@ -262,14 +252,7 @@ func benchProduce(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	progress, clear := f.report.progress(stdout)
-	cfg.Progress = progress
-	res, err := f.report.measure(func() (*bench.Result, error) { return bench.Produce(ctx, c, cfg) })
-	clear()
-	if err != nil {
-		return workloadError(err)
-	}
-	return f.report.finish(res, stdout, false)
+	return f.report.measure(stdout, &cfg.Progress, func() (*bench.Result, error) { return bench.Produce(ctx, c, cfg) }, false)
 }
 
 func benchEndToEnd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -295,14 +278,8 @@ func benchEndToEnd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	progress, clear := f.report.progress(stdout)
-	cfg.Produce.Progress = progress
-	res, err := f.report.measure(func() (*bench.Result, error) { return bench.EndToEnd(ctx, c, cfg) })
-	clear()
-	if err != nil {
-		return workloadError(err)
-	}
-	return f.report.finish(res, stdout, cfg.Produce.Acks != client.AcksNone)
+	return f.report.measure(stdout, &cfg.Produce.Progress, func() (*bench.Result, error) { return bench.EndToEnd(ctx, c, cfg) },
+		cfg.Produce.Acks != client.AcksNone)
 }
 
 func benchConsume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -332,14 +309,7 @@ func benchConsume(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	progress, clear := report.progress(stdout)
-	cfg.Progress = progress
-	res, err := report.measure(func() (*bench.Result, error) { return bench.Consume(ctx, c, cfg) })
-	clear()
-	if err != nil {
-		return workloadError(err)
-	}
-	return report.finish(res, stdout, false)
+	return report.measure(stdout, &cfg.Progress, func() (*bench.Result, error) { return bench.Consume(ctx, c, cfg) }, false)
 }
 
 func benchLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {

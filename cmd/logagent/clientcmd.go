@@ -32,8 +32,8 @@ func timeoutFlag(fs *flag.FlagSet) *time.Duration {
 }
 
 // newAgentClient returns a client of addr; a bad address is bad usage.
-func newAgentClient(addr string) (*client.Client, error) {
-	c, err := client.New(addr)
+func newAgentClient(addr string, opts ...client.Option) (*client.Client, error) {
+	c, err := client.New(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: -addr: %v", errUsage, err)
 	}

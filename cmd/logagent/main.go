@@ -49,7 +49,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || isHelp(args[0]) {
 		usage(stderr)
 		if len(args) == 0 {
 			return exitUsage
@@ -88,6 +88,49 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'logagent <command> -h' for a command's flags.")
+}
+
+// isHelp reports whether arg, where a command or subcommand is expected,
+// asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// subcommand is one subcommand of a command (topic, bench); F is how it
+// runs.
+type subcommand[F any] struct {
+	name, summary string
+	run           F
+}
+
+// findSubcommand returns how to run the subcommand of command that args[0]
+// names. Without args, or with a help argument, it prints the subcommands
+// to stderr and returns a usage error or flag.ErrHelp.
+func findSubcommand[F any](command string, subs []subcommand[F], args []string, stderr io.Writer) (F, error) {
+	var none F
+	names := make([]string, len(subs))
+	width := 0
+	for i, s := range subs {
+		names[i] = s.name
+		width = max(width, len(s.name)+1)
+	}
+	if len(args) == 0 || isHelp(args[0]) {
+		fmt.Fprintf(stderr, "Usage: logagent %s <%s> [flags]\n", command, strings.Join(names, "|"))
+		for _, s := range subs {
+			fmt.Fprintf(stderr, "  %-*s %s\n", width, s.name, s.summary)
+		}
+		if len(args) == 0 {
+			return none, fmt.Errorf("%w: name a subcommand", errUsage)
+		}
+		return none, flag.ErrHelp
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.run, nil
+		}
+	}
+	last := len(names) - 1
+	return none, fmt.Errorf("%w: unknown subcommand %q (want %s or %s)", errUsage, args[0], strings.Join(names[:last], ", "), names[last])
 }
 
 // newFlagSet returns a flag set that reports errors instead of exiting.

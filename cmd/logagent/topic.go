@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -10,10 +9,7 @@ import (
 	"github.com/logagent/logagent/client"
 )
 
-var topicSubcommands = []struct {
-	name, summary string
-	run           func(args []string, stdout, stderr io.Writer) error
-}{
+var topicSubcommands = []subcommand[func(args []string, stdout, stderr io.Writer) error]{
 	{"create", "create a topic: topic create -name T [-partitions N -replication-factor R -min-insync-replicas M]", runTopicCreate},
 	{"list", "list the topics' names", runTopicList},
 	{"describe", "show a topic's configuration and partitions: topic describe T", runTopicDescribe},
@@ -21,22 +17,11 @@ var topicSubcommands = []struct {
 }
 
 func runTopic(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stderr, "Usage: logagent topic <create|list|describe|delete> [flags]")
-		for _, s := range topicSubcommands {
-			fmt.Fprintf(stderr, "  %-9s %s\n", s.name, s.summary)
-		}
-		if len(args) == 0 {
-			return fmt.Errorf("%w: name a subcommand", errUsage)
-		}
-		return flag.ErrHelp
+	run, err := findSubcommand("topic", topicSubcommands, args, stderr)
+	if err != nil {
+		return err
 	}
-	for _, s := range topicSubcommands {
-		if s.name == args[0] {
-			return s.run(args[1:], stdout, stderr)
-		}
-	}
-	return fmt.Errorf("%w: unknown subcommand %q (want create, list, describe or delete)", errUsage, args[0])
+	return run(args[1:], stdout, stderr)
 }
 
 func runTopicCreate(args []string, stdout, stderr io.Writer) error {

@@ -23,6 +23,14 @@ type Clock interface {
 // monotonic reading, so differences between them ignore wall-clock steps.
 type SystemClock struct{}
 
+// orSystemClock is clock, or SystemClock when clock is nil.
+func orSystemClock(clock Clock) Clock {
+	if clock == nil {
+		return SystemClock{}
+	}
+	return clock
+}
+
 // Now implements Clock.
 func (SystemClock) Now() time.Time { return time.Now() }
 

@@ -70,10 +70,7 @@ func EndToEnd(ctx context.Context, c *client.Client, cfg EndToEndConfig) (*Resul
 	if cfg.Drain == 0 {
 		cfg.Drain = 10 * time.Second
 	}
-	clock := pc.Clock
-	if clock == nil {
-		clock = SystemClock{}
-	}
+	clock := orSystemClock(pc.Clock)
 	info, err := describe(ctx, c, pc.Topic)
 	if err != nil {
 		return nil, err
@@ -111,12 +108,7 @@ func EndToEnd(ctx context.Context, c *client.Client, cfg EndToEndConfig) (*Resul
 		}()
 	}
 
-	workers, closeAll, err := newProduceWorkers(c, pc, len(info.Partitions), stamp)
-	if err != nil {
-		return nil, err
-	}
-	res, err := Run(ctx, pc.plan(), workerOps(workers))
-	closeAll()
+	res, err := runProducers(ctx, c, pc, len(info.Partitions), stamp)
 	if err != nil {
 		return nil, err
 	}

@@ -55,10 +55,7 @@ func LoopbackTCP(ctx context.Context, cfg LoopbackConfig) (*LimitResult, error) 
 	if cfg.Duration <= 0 || cfg.WriteBytes < 0 {
 		return nil, fmt.Errorf("%w: loopback duration %v, write size %d", ErrInvalidConfig, cfg.Duration, cfg.WriteBytes)
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = SystemClock{}
-	}
+	clock := orSystemClock(cfg.Clock)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -181,10 +178,7 @@ func FileWrite(ctx context.Context, cfg FileWriteConfig) (*LimitResult, error) {
 		return nil, fmt.Errorf("%w: file write duration %v, write size %d, segment size %d",
 			ErrInvalidConfig, cfg.Duration, cfg.WriteBytes, cfg.SegmentBytes)
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = SystemClock{}
-	}
+	clock := orSystemClock(cfg.Clock)
 	dir, err := os.MkdirTemp(cfg.Dir, "logagent-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: file write: %w", err)

@@ -103,12 +103,7 @@ func Produce(ctx context.Context, c *client.Client, cfg ProduceConfig) (*Result,
 	if err != nil {
 		return nil, err
 	}
-	workers, closeAll, err := newProduceWorkers(c, &cfg, len(info.Partitions), nil)
-	if err != nil {
-		return nil, err
-	}
-	res, err := Run(ctx, cfg.plan(), workerOps(workers))
-	closeAll()
+	res, err := runProducers(ctx, c, &cfg, len(info.Partitions), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -191,12 +186,19 @@ func newProduceWorkers(c *client.Client, cfg *ProduceConfig, partitions int, sta
 	return workers, closeAll, nil
 }
 
-func workerOps(workers []*produceWorker) []Op {
+// runProducers runs cfg's plan with one produceWorker per worker and
+// closes their Producers.
+func runProducers(ctx context.Context, c *client.Client, cfg *ProduceConfig, partitions int, stamp func([]byte, Request)) (*Result, error) {
+	workers, closeAll, err := newProduceWorkers(c, cfg, partitions, stamp)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
 	ops := make([]Op, len(workers))
 	for i, w := range workers {
 		ops[i] = w.do
 	}
-	return ops
+	return Run(ctx, cfg.plan(), ops)
 }
 
 // do sends the request's records as one batch to one partition: the next

@@ -118,10 +118,7 @@ func Run(ctx context.Context, plan Plan, ops []Op) (*Result, error) {
 	if err := plan.validate(len(ops)); err != nil {
 		return nil, err
 	}
-	r := &runner{plan: plan, clock: plan.Clock}
-	if r.clock == nil {
-		r.clock = SystemClock{}
-	}
+	r := &runner{plan: plan, clock: orSystemClock(plan.Clock)}
 	if plan.Rate > 0 {
 		r.nsPerRequest = 1e9 / plan.Rate
 	}

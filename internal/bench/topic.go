@@ -28,9 +28,7 @@ const topicPollInterval = 100 * time.Millisecond
 // it), not the steady state. A missing topic is created from spec when create is set, else it
 // is an error matching ErrNoTopic. ctx bounds the wait.
 func EnsureTopic(ctx context.Context, c *client.Client, spec client.TopicSpec, create bool, clock Clock) (*client.TopicInfo, error) {
-	if clock == nil {
-		clock = SystemClock{}
-	}
+	clock = orSystemClock(clock)
 	info, err := c.DescribeTopic(ctx, spec.Name)
 	switch {
 	case errors.Is(err, client.ErrUnknownTopic) && !create:
