@@ -191,24 +191,22 @@ func Check(h History) *Report {
 
 	// Replicas agree below the lower of two high watermarks.
 	byPartition := map[int][]ReplicaLog{}
+	final := map[int]map[int64]string{} // partition -> offset -> value, committed on some replica
 	for _, rl := range h.Replicas {
 		byPartition[rl.Partition] = append(byPartition[rl.Partition], rl)
+		committed := final[rl.Partition]
+		if committed == nil {
+			committed = map[int64]string{}
+			final[rl.Partition] = committed
+		}
 		for _, e := range rl.Entries {
 			if e.Offset < rl.HighWatermark {
 				observe(rl.Partition, e, "replica "+rl.Node)
+				committed[e.Offset] = e.Value
 			}
 		}
 	}
-	final := map[int]map[int64]string{} // partition -> offset -> value, committed on some replica
 	for p, logs := range byPartition {
-		final[p] = map[int64]string{}
-		for _, rl := range logs {
-			for _, e := range rl.Entries {
-				if e.Offset < rl.HighWatermark {
-					final[p][e.Offset] = e.Value
-				}
-			}
-		}
 		for i := 0; i < len(logs); i++ {
 			for j := i + 1; j < len(logs); j++ {
 				checkDivergence(r, p, logs[i], logs[j])

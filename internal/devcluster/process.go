@@ -13,7 +13,6 @@ import (
 type child struct {
 	name string
 	cmd  *exec.Cmd
-	log  *os.File
 	done chan struct{}
 	err  error // set before done closes
 }
@@ -34,7 +33,7 @@ func startChild(name, logPath, path string, args ...string) (*child, error) {
 		logf.Close()
 		return nil, fmt.Errorf("devcluster: start %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, log: logf, done: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
 		logf.Close()

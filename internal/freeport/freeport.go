@@ -33,10 +33,7 @@ func Take(n int) ([]int, error) {
 		if probes == maxPortProbes {
 			return nil, fmt.Errorf("freeport: no free loopback port after %d probes", maxPortProbes)
 		}
-		port, err := probePort()
-		if err != nil {
-			return nil, err
-		}
+		port := probePort()
 		if port == 0 || handedOut.ports[port] {
 			continue
 		}
@@ -62,13 +59,13 @@ var portRand = rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixN
 
 // probePort picks a port in this process's slice of the range and checks
 // that TCP and UDP can both bind it; it returns 0 when either is taken.
-func probePort() (int, error) {
+func probePort() int {
 	width := (portRangeEnd - portRangeStart) / portSlices
 	base := portRangeStart + (os.Getpid()%portSlices)*width
 	port := base + portRand.IntN(width)
 	tcp, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
-		return 0, nil
+		return 0
 	}
 	udp, udpErr := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 	if udpErr == nil {
@@ -76,7 +73,7 @@ func probePort() (int, error) {
 	}
 	tcp.Close()
 	if udpErr != nil {
-		return 0, nil
+		return 0
 	}
-	return port, nil
+	return port
 }

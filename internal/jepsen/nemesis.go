@@ -52,15 +52,16 @@ func (e *Env) leader(partition int) (*testcluster.Agent, int32) {
 }
 
 // waitLeader polls for a leader of the partition with an epoch above
-// above, and returns how long it took; ok is false after timeout.
-func (e *Env) waitLeader(partition int, above int32, timeout time.Duration) (*testcluster.Agent, time.Duration, bool) {
+// above, and returns it with its epoch and how long it took; ok is false
+// after timeout.
+func (e *Env) waitLeader(partition int, above int32, timeout time.Duration) (*testcluster.Agent, int32, time.Duration, bool) {
 	start := time.Now()
 	for {
 		if a, epoch := e.leader(partition); a != nil && epoch > above {
-			return a, time.Since(start), true
+			return a, epoch, time.Since(start), true
 		}
 		if time.Since(start) > timeout {
-			return nil, time.Since(start), false
+			return nil, -1, time.Since(start), false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -68,11 +69,10 @@ func (e *Env) waitLeader(partition int, above int32, timeout time.Duration) (*te
 
 // mustLeader waits for any leader of the partition.
 func (e *Env) mustLeader(partition int) (*testcluster.Agent, int32) {
-	a, _, ok := e.waitLeader(partition, -1, leaderTimeout)
+	a, epoch, _, ok := e.waitLeader(partition, -1, leaderTimeout)
 	if !ok {
 		e.Fatalf("jepsen: no leader of %s/%d after %s", e.Topic, partition, leaderTimeout)
 	}
-	_, epoch := e.leader(partition)
 	return a, epoch
 }
 

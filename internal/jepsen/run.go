@@ -1,6 +1,7 @@
 package jepsen
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -84,9 +85,9 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	t.Helper()
 	t.Logf("jepsen: scenario %s, seed %d", s.Name, cfg.Seed)
 	cfg.Cycles = max(cfg.Cycles, 1)
-	cfg.Partitions = cmpOr(cfg.Partitions, 2)
-	cfg.Producers = cmpOr(cfg.Producers, 3)
-	cfg.Consumers = cmpOr(cfg.Consumers, 2)
+	cfg.Partitions = cmp.Or(cfg.Partitions, 2)
+	cfg.Producers = cmp.Or(cfg.Producers, 3)
+	cfg.Consumers = cmp.Or(cfg.Consumers, 2)
 	dir, err := os.MkdirTemp("", "logagent-jepsen-"+s.Name+"-")
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	})
 	const topic = "jepsen"
 	if err := c.Agents[0].CreateTopic(testcluster.TopicSpec{Name: topic, Partitions: cfg.Partitions, ReplicationFactor: agents,
-		MinInsyncReplicas: cmpOr(s.MinInsync, 2)}); err != nil {
+		MinInsyncReplicas: cmp.Or(s.MinInsync, 2)}); err != nil {
 		t.Fatalf("jepsen: create topic: %v", err)
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6e656d))
@@ -166,7 +167,7 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 		m := Measure{Cycle: cycle, Fault: s.Fault.Name()}
 		holdEnd := time.Now().Add(in.Hold)
 		if in.Epoch >= 0 {
-			if a, took, ok := env.waitLeader(in.Partition, in.Epoch, in.Hold+failoverTimeout); ok {
+			if a, _, took, ok := env.waitLeader(in.Partition, in.Epoch, in.Hold+failoverTimeout); ok {
 				m.Failover, m.FailoverSeen = took, true
 				rec.Event("failover", fmt.Sprintf("%s leads p%d after %s", a.NodeID, in.Partition, took.Round(time.Millisecond)))
 			}
@@ -226,13 +227,6 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 		}
 	}
 	return res
-}
-
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Summary is the readable account: the checker's verdict, figures and

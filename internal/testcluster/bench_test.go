@@ -19,11 +19,7 @@ func BenchmarkProduceAcksAll(b *testing.B) {
 		b.Run(durability, func(b *testing.B) {
 			c := Start(b, Options{HCL: `storage { durability = "` + durability + `" }`})
 			const topic = "latency"
-			if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-				b.Fatal(err)
-			}
-			leader, _ := c.WaitLeader(topic, 0, 20*time.Second)
-			c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
+			leader, _ := createReplicatedTopic(b, c, topic)
 			batch := buildBatch(b, [][]byte{[]byte("a small record of about forty bytes....")})
 			// Warm the connections and the followers' long polls.
 			for range 50 {

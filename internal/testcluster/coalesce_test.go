@@ -53,11 +53,7 @@ func produceVia(hc *http.Client, a *Agent, topic string, partition int, contentT
 // agent and returns its leader and an agent that does not lead it.
 func startOneLeaderTopic(t testing.TB, c *Cluster, topic string) (leader, other *Agent) {
 	t.Helper()
-	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	leader, _ = c.WaitLeader(topic, 0, 20*time.Second)
-	c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
+	leader, _ = createReplicatedTopic(t, c, topic)
 	for _, a := range c.Agents {
 		if a != leader {
 			return leader, a

@@ -27,19 +27,17 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// seed returns the test's random seed, from LOGAGENT_TEST_SEED when set,
-// and logs it so a failure can be replayed.
-func seed(t *testing.T) uint64 {
+// createReplicatedTopic creates a one-partition topic on every agent (RF
+// 3, min ISR 2) and waits for its leader and a full ISR; it returns the
+// leader and its epoch.
+func createReplicatedTopic(t testing.TB, c *Cluster, topic string) (*Agent, int32) {
 	t.Helper()
-	s := uint64(time.Now().UnixNano())
-	if v := os.Getenv("LOGAGENT_TEST_SEED"); v != "" {
-		var err error
-		if s, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("LOGAGENT_TEST_SEED=%q: %v", v, err)
-		}
+	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("seed %d (replay with LOGAGENT_TEST_SEED=%d)", s, s)
-	return s
+	leader, epoch := c.WaitLeader(topic, 0, 20*time.Second)
+	c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
+	return leader, epoch
 }
 
 // buildBatch encodes values as one batch.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 // TestReplicasByteIdenticalBelowHW: three agents, RF 3, min ISR 2, records
@@ -19,14 +21,10 @@ func TestReplicasByteIdenticalBelowHW(t *testing.T) {
 	const topic, perBatch, producers = "ident", 100, 4
 	records := envInt(t, "LOGAGENT_REPL_RECORDS", 100000)
 	batches := (records + perBatch - 1) / perBatch
-	rng := rand.New(rand.NewPCG(seed(t), 1))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 1))
 
 	c := Start(t, Options{})
-	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	leader, epoch := c.WaitLeader(topic, 0, 20*time.Second)
-	c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
+	leader, epoch := createReplicatedTopic(t, c, topic)
 
 	// Bodies are built before the clock starts.
 	bodies := make([][][]byte, producers)
@@ -105,13 +103,9 @@ func TestReplicasByteIdenticalBelowHW(t *testing.T) {
 // rejoins the ISR.
 func TestKillLeaderMidStream(t *testing.T) {
 	const topic, perBatch, producers = "failover", 20, 3
-	rng := rand.New(rand.NewPCG(seed(t), 2))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 2))
 	c := Start(t, Options{})
-	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	old, oldEpoch := c.WaitLeader(topic, 0, 20*time.Second)
-	c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
+	old, oldEpoch := createReplicatedTopic(t, c, topic)
 	var followers []*Agent
 	for _, a := range c.Agents {
 		if a != old {
@@ -249,11 +243,7 @@ func TestKillLeaderMidStream(t *testing.T) {
 func TestMinInsyncRefusesBeforeAppend(t *testing.T) {
 	const topic = "minisr"
 	c := Start(t, Options{})
-	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	leader, _ := c.WaitLeader(topic, 0, 20*time.Second)
-	c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
+	leader, _ := createReplicatedTopic(t, c, topic)
 	if _, err := leader.Produce(topic, 0, ContentTypeNDJSON, []byte("a\nb\n"), "all", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -306,11 +296,7 @@ func TestMinInsyncRefusesBeforeAppend(t *testing.T) {
 func TestGracefulStopHandsOver(t *testing.T) {
 	const topic = "sigterm"
 	c := Start(t, Options{})
-	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	old, oldEpoch := c.WaitLeader(topic, 0, 20*time.Second)
-	c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
+	old, oldEpoch := createReplicatedTopic(t, c, topic)
 	res, err := old.Produce(topic, 0, ContentTypeNDJSON, []byte("one\ntwo\nthree\n"), "all", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 // readSyscalls is the number of read-side system calls a process made
@@ -48,13 +50,9 @@ func readSyscalls(t *testing.T, pid int) int64 {
 // leader during the catch-up and logs what it saw.
 func TestReplicaFetchUsesSendfile(t *testing.T) {
 	const topic, batchBytes, batches = "zerocopy", 1 << 20, 64
-	rng := rand.New(rand.NewPCG(seed(t), 3))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 3))
 	c := Start(t, Options{HCL: `replication { fetch_max_bytes = "8MiB" }`})
-	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	leader, _ := c.WaitLeader(topic, 0, 20*time.Second)
-	c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
+	leader, _ := createReplicatedTopic(t, c, topic)
 	var lagging *Agent
 	for _, a := range c.Agents {
 		if a != leader {
