@@ -50,12 +50,8 @@ peer {
   # "Authorization: Bearer <secret>". Empty means no authentication.
   token_file = ""
 
-  # TLS for the peer API. Zero-copy (sendfile) reads do not apply over TLS.
-  # tls {
-  #   cert_file = "/etc/logagent.d/tls/agent.pem"
-  #   key_file  = "/etc/logagent.d/tls/agent-key.pem"
-  #   ca_file   = "/etc/logagent.d/tls/ca.pem"
-  # }
+  # TLS on the peer API is not supported yet: a tls block is refused.
+  # Peer traffic is plaintext; keep the peer network private.
 }
 
 # How the agent reaches Consul. Keys left out fall back to the CONSUL_*

@@ -42,18 +42,7 @@ type Peer struct {
 	// when Address names a specific host.
 	AdvertiseAddress string
 	TokenFile        string
-	TLS              TLS
 }
-
-// TLS names the files of a TLS identity; all empty means TLS is off.
-type TLS struct {
-	CertFile string
-	KeyFile  string
-	CAFile   string
-}
-
-// Enabled reports whether a certificate is configured.
-func (t TLS) Enabled() bool { return t.CertFile != "" }
 
 // Consul says how to reach Consul and how the agent uses it.
 type Consul struct {

@@ -187,11 +187,11 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 			c.Peer.AdvertiseAddress = net.JoinHostPort(ip.String(), port)
 		}
 	}
-	if t := f.Peer.TLS; t != nil {
-		c.Peer.TLS = TLS{CertFile: str(t.CertFile), KeyFile: str(t.KeyFile), CAFile: str(t.CAFile)}
-		if (c.Peer.TLS.CertFile == "") != (c.Peer.TLS.KeyFile == "") {
-			v.errorf("peer.tls", "cert_file and key_file must be set together")
-		}
+	// The block parses, so that a file written for a later version gets
+	// this diagnostic at its line rather than "unsupported block"; a setting
+	// that does nothing is refused, never ignored.
+	if f.Peer.TLS != nil {
+		v.errorf("peer.tls", "TLS on the peer API is not supported yet: remove the tls block (peer traffic is plaintext; use peer.token_file for authentication and keep the peer network private)")
 	}
 
 	c.Consul = v.consul(f.Consul)

@@ -22,6 +22,17 @@ replication {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	peerTLS := filepath.Join(dir, "tls.hcl")
+	if err := os.WriteFile(peerTLS, []byte(`node_id = "n1"
+peer {
+  tls {
+    cert_file = "/etc/logagent.d/tls/agent.pem"
+    key_file  = "/etc/logagent.d/tls/agent-key.pem"
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name      string
 		args      []string
@@ -33,6 +44,8 @@ replication {
 		{"shipped example", []string{"validate", "-config", "../../config/agent.hcl"}, 0, []string{"configuration valid: node", "durability fsync"}, nil, 0},
 		{"three mistakes", []string{"validate", "-config", threeMistakes}, 1, nil, []string{
 			threeMistakes + ":3:", threeMistakes + ":4:", threeMistakes + ":7:", "3 problem(s)"}, 3},
+		{"peer tls not built", []string{"validate", "-config", peerTLS}, 1, nil, []string{
+			peerTLS + ":3:", "TLS on the peer API is not supported yet", "1 problem(s)"}, 0},
 		{"no config", []string{"validate"}, 2, nil, []string{"-config is required"}, 0},
 		{"positional", []string{"validate", "-config", threeMistakes, "extra"}, 2, nil, []string{`unexpected argument "extra"`}, 0},
 		{"unknown command", []string{"frobnicate"}, 2, nil, []string{`unknown command "frobnicate"`}, 0},
