@@ -38,6 +38,10 @@ type Client struct {
 
 	watchOnce sync.Once
 	snapshot  atomic.Pointer[Snapshot]
+	// watchMu guards the watch's query in flight: resetWatch cancels it.
+	watchMu     sync.Mutex
+	watchCancel context.CancelFunc
+	watchReset  bool
 	// syncMu guards lastSync, when SyncMetadata last asked Consul.
 	syncMu   sync.Mutex
 	lastSync time.Time

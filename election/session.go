@@ -144,6 +144,8 @@ func (c *Client) sessionGone(id string) {
 	c.lease.sessionLost()
 	c.broadcastSessionLocked()
 	c.log.Warn("session lost", "session", id)
+	// A session Consul forgot may mean Consul forgot everything.
+	c.resetWatch()
 }
 
 // requestRenewal wakes the session loop without blocking.

@@ -239,8 +239,10 @@ func (c *Client) startWatch() {
 // means the result is a fresh start; the index sent is at least 1. After an
 // error the next query does not block (index 0): Consul may have restarted
 // without its data, and a wait on an index it has not reached yet would
-// last the whole wait time. Successive queries start at least WatchMinGap
-// apart, and errors back off.
+// last the whole wait time. The same holds when the client sees other
+// signs of such a restart (its session or check unknown to Consul):
+// resetWatch abandons the query in flight and the next one starts at 0.
+// Successive queries start at least WatchMinGap apart, and errors back off.
 func (c *Client) watchLoop() {
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	var waitIndex, lastIndex uint64
@@ -252,9 +254,14 @@ func (c *Client) watchLoop() {
 			}
 		}
 		lastStart = c.clock.Now()
-		pairs, meta, err := c.listTopics(waitIndex)
+		pairs, meta, reset, err := c.listTopics(waitIndex)
 		if c.ctx.Err() != nil {
 			return
+		}
+		if reset {
+			c.log.Info("consul may have lost its state; metadata watch starts again from index 0")
+			waitIndex = 0
+			continue
 		}
 		if err == nil && meta.ResultsFilteredByACLs {
 			err = &PermissionError{Op: "watch " + c.keys.topicsRoot(), Rule: keyReadRule(c.keys.prefix),
@@ -280,17 +287,49 @@ func (c *Client) watchLoop() {
 	}
 }
 
-func (c *Client) listTopics(index uint64) (api.KVPairs, *api.QueryMeta, error) {
+// resetWatch makes the metadata watch abandon its blocking query and read
+// again from index 0: called when Consul shows it lost state (it no longer
+// knows this agent's session or check), since a query waiting on an index
+// the restarted Consul has not reached would wait its whole wait time.
+func (c *Client) resetWatch() {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	c.watchReset = true
+	if c.watchCancel != nil {
+		c.watchCancel()
+	}
+}
+
+// listTopics runs one blocking query; reset reports that resetWatch asked
+// for a fresh start before or during it (the deferred check sets it, and
+// the caller then drops the result).
+func (c *Client) listTopics(index uint64) (pairs api.KVPairs, meta *api.QueryMeta, reset bool, err error) {
 	// The blocking wait plus Consul's jitter (wait/16) plus a normal call
 	// bounds a query to a Consul that stopped answering.
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.WatchWait+c.cfg.WatchWait/16+watchTimeoutPadding)
 	defer cancel()
-	q := (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WatchWait}).WithContext(ctx)
-	pairs, meta, err := c.api.KV().List(c.keys.topicsRoot(), q)
-	if err != nil {
-		return nil, nil, consulError(err, "watch "+c.keys.topicsRoot(), keyReadRule(c.keys.prefix))
+	c.watchMu.Lock()
+	if c.watchReset {
+		c.watchReset = false
+		c.watchMu.Unlock()
+		return nil, nil, true, nil
 	}
-	return pairs, meta, nil
+	c.watchCancel = cancel
+	c.watchMu.Unlock()
+	defer func() {
+		c.watchMu.Lock()
+		c.watchCancel = nil
+		if c.watchReset {
+			c.watchReset, reset = false, true
+		}
+		c.watchMu.Unlock()
+	}()
+	q := (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WatchWait}).WithContext(ctx)
+	pairs, meta, err = c.api.KV().List(c.keys.topicsRoot(), q)
+	if err != nil {
+		return nil, nil, false, consulError(err, "watch "+c.keys.topicsRoot(), keyReadRule(c.keys.prefix))
+	}
+	return pairs, meta, false, nil
 }
 
 // publish makes snap current, wakes its watchers, and ends leaderships the
