@@ -145,7 +145,7 @@ func (r *replica) onISRResult(ev isrResult) {
 	var err error
 	switch {
 	case ev.err == nil:
-		err = r.leader.ISRCommitted(ev.proposal.ISR)
+		err = r.leader.ISRCommitted(ev.proposal.ISR, r.deps.now())
 		r.log.Info("isr changed", "epoch", ev.proposal.Epoch, "isr", ev.proposal.ISR)
 	case errors.Is(ev.err, election.ErrNotLeader):
 		r.stepDown(ev.err, false)
@@ -156,7 +156,7 @@ func (r *replica) onISRResult(ev isrResult) {
 			r.stepDown(ev.err, false)
 			return
 		}
-		err = r.leader.ISRCommitted(st.ISR)
+		err = r.leader.ISRCommitted(st.ISR, r.deps.now())
 	case errors.Is(ev.err, context.Canceled):
 		return
 	case errors.Is(ev.err, election.ErrPermissionDenied), errors.Is(ev.err, election.ErrInvalidTopic):

@@ -18,7 +18,7 @@
 //	Synced(last) ────────────┼─►│ Leader │     Ready() LeaderReady:
 //	WaitAck(id, last, acks) ─┤  │        │ ──►   HighWatermark  checkpoint it, publish it
 //	Tick(now) ───────────────┤  │        │ ──►   ISRProposal    write it with the guarded txn
-//	ISRCommitted(isr) ───────┤  └────────┘ ──►   Acks           answer the producers
+//	ISRCommitted(isr, now) ──┤  └────────┘ ──►   Acks           answer the producers
 //	ISRProposalFailed() ─────┤
 //	Resign() ────────────────┘
 //

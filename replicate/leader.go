@@ -393,8 +393,8 @@ func (l *Leader) OffsetForEpoch(req EpochRequest) (EpochEndOffset, error) {
 
 // Tick moves the leader's time: it fails acks past their deadline and, with
 // no ISR change in flight, proposes removing every ISR follower that has not
-// caught up within LagTimeMax. The HW keeps counting a removed follower until
-// ISRCommitted confirms the removal.
+// caught up within LagTimeMax. The HW keeps counting a removed follower
+// until ISRCommitted confirms the removal.
 func (l *Leader) Tick(now time.Time) {
 	if l.resigned {
 		return
@@ -406,27 +406,31 @@ func (l *Leader) Tick(now time.Time) {
 		l.finishAck(a, fmt.Errorf("%w: ack %d for last offset %d, high watermark %d", ErrAckTimeout, a.id, a.lastOffset, l.hw))
 		return true
 	})
+	l.maybeShrinkISR(now)
+}
+
+// maybeShrinkISR proposes, with no ISR change in flight, removing every ISR
+// follower that has not caught up within LagTimeMax.
+func (l *Leader) maybeShrinkISR(now time.Time) {
 	if l.inFlight != nil {
 		return
 	}
-	var lagging []string
-	for _, id := range l.isr {
-		if id != l.self && !l.caughtUp(l.followers[id], now) {
-			lagging = append(lagging, id)
-		}
+	out := func(id string) bool {
+		return id != l.self && !l.caughtUp(l.followers[id], now)
 	}
-	if len(lagging) > 0 {
-		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool {
-			return slices.Contains(lagging, id)
-		})})
+	if slices.ContainsFunc(l.isr, out) {
+		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), out)})
 	}
 }
 
 // ISRCommitted reports that the guarded Consul transaction wrote isr as the
-// partition's ISR, normally the proposal in flight, which it ends; a shrink lets the HW stop
-// waiting for the removed followers, and an ISR below min_insync_replicas
-// fails the acks=all writes the HW has not passed.
-func (l *Leader) ISRCommitted(isr []string) error {
+// partition's ISR at now, normally the proposal in flight, which it ends; a
+// shrink lets the HW stop waiting for the removed followers, and an ISR
+// below min_insync_replicas fails the acks=all writes the HW has not passed.
+// A follower the change adds counts as caught up at now: it was when the
+// expansion was proposed, and an older lastCaughtUp would have the next Tick
+// remove it again at once.
+func (l *Leader) ISRCommitted(isr []string, now time.Time) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
@@ -435,6 +439,12 @@ func (l *Leader) ISRCommitted(isr []string) error {
 	}
 	if !slices.Contains(isr, l.self) {
 		return fmt.Errorf("%w: committed ISR %v lacks the leader %q", ErrInvalidInput, isr, l.self)
+	}
+	for _, id := range isr {
+		if id != l.self && !slices.Contains(l.isr, id) {
+			p := l.followers[id]
+			p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
+		}
 	}
 	l.isr = l.inReplicaOrder(isr)
 	l.inFlight = nil

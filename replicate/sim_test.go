@@ -376,7 +376,7 @@ func (s *sim) deliver(m *simMessage) {
 		}
 		s.tracef("%s: %s", n.id, s.describe(m))
 		if m.committed {
-			s.must(n.leader.ISRCommitted(m.isr))
+			s.must(n.leader.ISRCommitted(m.isr, s.now))
 		} else {
 			s.must(n.leader.ISRProposalFailed())
 		}
