@@ -665,6 +665,7 @@ func TestResignFailsPendingAcks(t *testing.T) {
 		"Synced":            l.Synced(last),
 		"WaitAck":           l.WaitAck(4, last, AcksAll, time.Time{}),
 		"ISRCommitted":      l.ISRCommitted([]string{"L"}, t0),
+		"SetDeadFollowers":  l.SetDeadFollowers([]string{"F1"}, t0),
 		"ISRProposalFailed": l.ISRProposalFailed(),
 	}
 	_, inputs["Fetch"] = l.Fetch(FetchRequest{"F1", 9, 4, 4}, t0)
