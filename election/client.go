@@ -38,6 +38,9 @@ type Client struct {
 
 	watchOnce sync.Once
 	snapshot  atomic.Pointer[Snapshot]
+	// livenessOnce starts the liveness watch, which keeps liveness.
+	livenessOnce sync.Once
+	liveness     atomic.Pointer[Liveness]
 	// syncMu guards lastSync, when SyncMetadata last asked Consul.
 	syncMu   sync.Mutex
 	lastSync time.Time
@@ -103,6 +106,7 @@ func New(cfg Config) (*Client, error) {
 		leaderships:    map[partitionKey]*Leadership{},
 	}
 	c.snapshot.Store(emptySnapshot())
+	c.liveness.Store(emptyLiveness())
 	return c, nil
 }
 

@@ -233,15 +233,32 @@ func (c *Client) startWatch() {
 	})
 }
 
-// watchLoop is the one blocking query on the topics prefix. Index rules (as
-// Consul documents them): start at 0; a result whose index did not grow is
-// not a change; an index that went backwards (Consul's state was reset)
-// means the result is a fresh start; the index sent is at least 1. After an
-// error the next query does not block (index 0): Consul may have restarted
-// without its data, and a wait on an index it has not reached yet would
-// last the whole wait time. Successive queries start at least WatchMinGap
-// apart, and errors back off.
+// watchLoop is the one blocking query on the topics prefix.
 func (c *Client) watchLoop() {
+	c.blockingLoop("metadata", func(waitIndex uint64) (uint64, func(uint64), error) {
+		pairs, meta, err := c.listTopics(waitIndex)
+		if err == nil && meta.ResultsFilteredByACLs {
+			err = &PermissionError{Op: "watch " + c.keys.topicsRoot(), Rule: keyReadRule(c.keys.prefix),
+				Consul: "results filtered by ACLs"}
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		return meta.LastIndex, func(index uint64) { c.publish(buildSnapshot(c.keys, index, pairs)) }, nil
+	})
+}
+
+// blockingLoop runs one blocking query until the client closes: read asks
+// Consul, blocking on waitIndex, and returns the index of its answer and
+// how to publish it. Index rules (as Consul documents them): start at 0; a
+// result whose index did not grow is not a change; an index that went
+// backwards (Consul's state was reset) means the result is a fresh start;
+// the index sent is at least 1. After an error the next query does not
+// block (index 0): Consul may have restarted without its data, and a wait
+// on an index it has not reached yet would last the whole wait time.
+// Nothing is published from a failed read. Successive queries start at
+// least WatchMinGap apart, and errors back off.
+func (c *Client) blockingLoop(what string, read func(waitIndex uint64) (uint64, func(index uint64), error)) {
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	var waitIndex, lastIndex uint64
 	var lastStart time.Time
@@ -252,38 +269,38 @@ func (c *Client) watchLoop() {
 			}
 		}
 		lastStart = c.clock.Now()
-		pairs, meta, err := c.listTopics(waitIndex)
+		index, publish, err := read(waitIndex)
 		if c.ctx.Err() != nil {
 			return
 		}
-		if err == nil && meta.ResultsFilteredByACLs {
-			err = &PermissionError{Op: "watch " + c.keys.topicsRoot(), Rule: keyReadRule(c.keys.prefix),
-				Consul: "results filtered by ACLs"}
-		}
 		if err != nil {
-			c.logConsulError("metadata watch failed", err)
+			c.logConsulError(what+" watch failed", err)
 			waitIndex = 0
 			c.sleep(c.ctx, bo.delay())
 			continue
 		}
 		bo.reset()
-		newIndex := max(meta.LastIndex, 1)
+		newIndex := max(index, 1)
 		waitIndex = newIndex
 		switch {
 		case newIndex == lastIndex:
 			continue
 		case newIndex < lastIndex:
-			c.log.Info("consul index went backwards; metadata read afresh", "was", lastIndex, "now", newIndex)
+			c.log.Info("consul index went backwards; "+what+" read afresh", "was", lastIndex, "now", newIndex)
 		}
 		lastIndex = newIndex
-		c.publish(buildSnapshot(c.keys, newIndex, pairs))
+		publish(newIndex)
 	}
 }
 
+// blockingContext bounds one blocking query to a Consul that stopped
+// answering: the wait plus Consul's jitter (wait/16) plus a normal call.
+func (c *Client) blockingContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.ctx, c.cfg.WatchWait+c.cfg.WatchWait/16+watchTimeoutPadding)
+}
+
 func (c *Client) listTopics(index uint64) (api.KVPairs, *api.QueryMeta, error) {
-	// The blocking wait plus Consul's jitter (wait/16) plus a normal call
-	// bounds a query to a Consul that stopped answering.
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.WatchWait+c.cfg.WatchWait/16+watchTimeoutPadding)
+	ctx, cancel := c.blockingContext()
 	defer cancel()
 	q := (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WatchWait}).WithContext(ctx)
 	pairs, meta, err := c.api.KV().List(c.keys.topicsRoot(), q)
