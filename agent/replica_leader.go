@@ -63,7 +63,9 @@ func (r *replica) becomeLeader(l *election.Leadership) {
 		r.requestSync()
 	}
 	r.publish()
-	r.processLeaderReady()
+	// Members Consul already reports dead (a failover after a crash) leave
+	// the ISR now, not lag_time_max from now.
+	r.applyLiveness()
 }
 
 // stepDown ends this replica's leadership: every pending write fails with
@@ -83,6 +85,7 @@ func (r *replica) stepDown(cause error, release bool) {
 	r.gen++
 	r.role, r.leader, r.leadership, r.leaderTicker, r.leaderISR = roleNone, nil, nil, nil, nil
 	r.isrRetry = nil
+	r.stopLiveness()
 	r.following = followTarget{}
 	r.publish()
 }
