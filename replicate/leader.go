@@ -454,9 +454,10 @@ func (l *Leader) maybeShrinkISR(now time.Time) {
 // partition's ISR at now, normally the proposal in flight, which it ends; a
 // shrink lets the HW stop waiting for the removed followers, and an ISR
 // below min_insync_replicas fails the acks=all writes the HW has not passed.
-// A follower the change adds counts as caught up at now: it was when the
-// expansion was proposed, and an older lastCaughtUp would have the next Tick
-// remove it again at once.
+// A follower the change adds counts as caught up at now: it reached the HW
+// to be proposed, and a lastCaughtUp from before it joined (none at all, for
+// one that never reached the leader's log end in this epoch) would have the
+// next Tick remove it again at once.
 func (l *Leader) ISRCommitted(isr []string, now time.Time) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
