@@ -438,21 +438,23 @@ func TestDataLossReplicaRefetchesBeforeLeading(t *testing.T) {
 // with 504 ack_timeout; one pending when the leader stops gets 503
 // not_leader_after_append at once, not at its deadline.
 func TestPendingAcksFail(t *testing.T) {
-	// A long lag_time_max keeps the stopped follower in the ISR for the
-	// whole test, so the outcomes are the timeout and the lost leadership,
-	// not an ISR shrink.
+	// The follower's replica stops (as if its loop hung) while its agent
+	// runs on: Consul says it is alive, so it leaves the ISR only after
+	// lag_time_max, and a long one keeps it there for the whole test. The
+	// outcomes are the timeout and the lost leadership, not an ISR shrink.
+	// (A follower whose agent stopped would leave the ISR at once.)
 	c := startTestCluster(t, 2, `replication { lag_time_max = "30s" }`)
 	c.createTopic(c.agents[0], "stuck", 1, 2, 2)
 	leader, _ := c.waitLeader("stuck", 0, 2)
 	leader.mustProduce("stuck", 0, "committed")
 	for _, ta := range c.agents {
 		if ta != leader {
-			if err := ta.stop(); err != nil {
+			if err := ta.agent.replicas.get("stuck", 0).stop(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	// The stopped follower stays in the ISR for lag_time_max: the high
+	// The stalled follower stays in the ISR for lag_time_max: the high
 	// watermark cannot pass a new write meanwhile.
 	start := time.Now()
 	status, body := leader.produce("stuck", 0, "acks=all&timeout=300ms", contentTypeNDJSON, []byte("times out"))
