@@ -55,8 +55,8 @@ type Coordinator interface {
 	DeleteTopic(ctx context.Context, name string) error
 	// Agents lists the agents whose checks pass.
 	Agents(ctx context.Context) ([]election.AgentInfo, error)
-	// Liveness is which agents Consul says are dead, latest first read;
-	// leaders drop dead replicas from the ISR at once.
+	// Liveness is the latest word of Consul on which agents are dead (the
+	// watch starts on first use): leaders drop dead replicas from the ISR.
 	Liveness() *election.Liveness
 	// Close hands every leadership over at once, destroys the session and
 	// deregisters: the graceful stop.

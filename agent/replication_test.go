@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -521,5 +522,38 @@ func TestManyPartitions(t *testing.T) {
 	t.Logf("partitions led per agent: %v", leaders)
 	for p := range partitions {
 		c.waitCaughtUp(topic, p, 1)
+	}
+}
+
+// TestStoppedFollowerLeavesTheISRAtOnce: a follower whose agent stops
+// (deregistering: Consul reports it dead) leaves the ISR at once, not after
+// lag_time_max (30 s here), so acks=all writes go on with the others; once
+// it runs again it rejoins the ISR by catching up.
+func TestStoppedFollowerLeavesTheISRAtOnce(t *testing.T) {
+	c := startTestCluster(t, 3, `replication { lag_time_max = "30s" }`)
+	c.createTopic(c.agents[0], "gone", 1, 3, 2)
+	leader, _ := c.waitLeader("gone", 0, 3)
+	leader.mustProduce("gone", 0, "before")
+	var stopped *testAgent
+	for _, ta := range c.agents {
+		if ta != leader {
+			stopped = ta
+		}
+	}
+	at := time.Now()
+	if err := stopped.stop(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(5*time.Second, stopped.nodeID+" out of the ISR", func() bool {
+		p := leader.describe("gone").Partitions[0]
+		return len(p.ISR) == 2 && !slices.Contains(p.ISR, stopped.nodeID)
+	})
+	t.Logf("%s left the ISR %v after its agent stopped (lag_time_max 30s)", stopped.nodeID, time.Since(at).Round(time.Millisecond))
+	leader.mustProduce("gone", 0, "while it is away")
+
+	stopped.start()
+	c.waitCaughtUp("gone", 0, 2)
+	if p := leader.describe("gone").Partitions[0]; len(p.ISR) != 3 {
+		t.Fatalf("ISR %v after %s came back and caught up", p.ISR, stopped.nodeID)
 	}
 }
