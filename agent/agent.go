@@ -35,7 +35,7 @@ type Registrar interface {
 }
 
 // Coordinator is everything the agent asks of Consul: registration, the
-// metadata watch, elections, ISR changes and topic creation.
+// metadata and liveness watches, elections, ISR changes and topic creation.
 // election.Client implements it.
 type Coordinator interface {
 	Registrar
@@ -55,6 +55,9 @@ type Coordinator interface {
 	DeleteTopic(ctx context.Context, name string) error
 	// Agents lists the agents whose checks pass.
 	Agents(ctx context.Context) ([]election.AgentInfo, error)
+	// Liveness is the latest word of Consul on which agents are dead (the
+	// watch starts on first use): leaders drop dead replicas from the ISR.
+	Liveness() *election.Liveness
 	// Close hands every leadership over at once, destroys the session and
 	// deregisters: the graceful stop.
 	Close(ctx context.Context) error

@@ -74,6 +74,10 @@ type replica struct {
 	nextAck    replicate.AckID
 	isrRetry   *replicate.ISRProposal
 	isrRetryAt time.Time
+	// liveness is the liveness last handed to the leader, and deadReplicas
+	// the partition's replicas it says are dead (see applyLiveness).
+	liveness     *election.Liveness
+	deadReplicas []string
 
 	follower      *replicate.Follower
 	following     followTarget
@@ -280,6 +284,8 @@ func (r *replica) run() {
 		case <-tick:
 			r.leader.Tick(r.deps.now())
 			r.processLeaderReady()
+		case <-r.livenessChanged():
+			r.applyLiveness()
 		case <-checkpoint.C:
 			r.checkpoint()
 		case <-retention.C:

@@ -63,7 +63,9 @@ func (r *replica) becomeLeader(l *election.Leadership) {
 		r.requestSync()
 	}
 	r.publish()
-	r.processLeaderReady()
+	// Members Consul already reports dead (a failover after a crash) leave
+	// the ISR now, not lag_time_max from now.
+	r.applyLiveness()
 }
 
 // stepDown ends this replica's leadership: every pending write fails with
@@ -83,6 +85,7 @@ func (r *replica) stepDown(cause error, release bool) {
 	r.gen++
 	r.role, r.leader, r.leadership, r.leaderTicker, r.leaderISR = roleNone, nil, nil, nil, nil
 	r.isrRetry = nil
+	r.stopLiveness()
 	r.following = followTarget{}
 	r.publish()
 }
@@ -145,7 +148,7 @@ func (r *replica) onISRResult(ev isrResult) {
 	var err error
 	switch {
 	case ev.err == nil:
-		err = r.leader.ISRCommitted(ev.proposal.ISR)
+		err = r.leader.ISRCommitted(ev.proposal.ISR, r.deps.now())
 		r.log.Info("isr changed", "epoch", ev.proposal.Epoch, "isr", ev.proposal.ISR)
 	case errors.Is(ev.err, election.ErrNotLeader):
 		r.stepDown(ev.err, false)
@@ -156,7 +159,7 @@ func (r *replica) onISRResult(ev isrResult) {
 			r.stepDown(ev.err, false)
 			return
 		}
-		err = r.leader.ISRCommitted(st.ISR)
+		err = r.leader.ISRCommitted(st.ISR, r.deps.now())
 	case errors.Is(ev.err, context.Canceled):
 		return
 	case errors.Is(ev.err, election.ErrPermissionDenied), errors.Is(ev.err, election.ErrInvalidTopic):

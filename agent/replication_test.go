@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -438,21 +439,23 @@ func TestDataLossReplicaRefetchesBeforeLeading(t *testing.T) {
 // with 504 ack_timeout; one pending when the leader stops gets 503
 // not_leader_after_append at once, not at its deadline.
 func TestPendingAcksFail(t *testing.T) {
-	// A long lag_time_max keeps the stopped follower in the ISR for the
-	// whole test, so the outcomes are the timeout and the lost leadership,
-	// not an ISR shrink.
+	// The follower's replica stops (as if its loop hung) while its agent
+	// runs on: Consul says it is alive, so it leaves the ISR only after
+	// lag_time_max, and a long one keeps it there for the whole test. The
+	// outcomes are the timeout and the lost leadership, not an ISR shrink.
+	// (A follower whose agent stopped would leave the ISR at once.)
 	c := startTestCluster(t, 2, `replication { lag_time_max = "30s" }`)
 	c.createTopic(c.agents[0], "stuck", 1, 2, 2)
 	leader, _ := c.waitLeader("stuck", 0, 2)
 	leader.mustProduce("stuck", 0, "committed")
 	for _, ta := range c.agents {
 		if ta != leader {
-			if err := ta.stop(); err != nil {
+			if err := ta.agent.replicas.get("stuck", 0).stop(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	// The stopped follower stays in the ISR for lag_time_max: the high
+	// The stalled follower stays in the ISR for lag_time_max: the high
 	// watermark cannot pass a new write meanwhile.
 	start := time.Now()
 	status, body := leader.produce("stuck", 0, "acks=all&timeout=300ms", contentTypeNDJSON, []byte("times out"))
@@ -519,5 +522,38 @@ func TestManyPartitions(t *testing.T) {
 	t.Logf("partitions led per agent: %v", leaders)
 	for p := range partitions {
 		c.waitCaughtUp(topic, p, 1)
+	}
+}
+
+// TestStoppedFollowerLeavesTheISRAtOnce: a follower whose agent stops
+// (deregistering: Consul reports it dead) leaves the ISR at once, not after
+// lag_time_max (30 s here), so acks=all writes go on with the others; once
+// it runs again it rejoins the ISR by catching up.
+func TestStoppedFollowerLeavesTheISRAtOnce(t *testing.T) {
+	c := startTestCluster(t, 3, `replication { lag_time_max = "30s" }`)
+	c.createTopic(c.agents[0], "gone", 1, 3, 2)
+	leader, _ := c.waitLeader("gone", 0, 3)
+	leader.mustProduce("gone", 0, "before")
+	var stopped *testAgent
+	for _, ta := range c.agents {
+		if ta != leader {
+			stopped = ta
+		}
+	}
+	at := time.Now()
+	if err := stopped.stop(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(5*time.Second, stopped.nodeID+" out of the ISR", func() bool {
+		p := leader.describe("gone").Partitions[0]
+		return len(p.ISR) == 2 && !slices.Contains(p.ISR, stopped.nodeID)
+	})
+	t.Logf("%s left the ISR %v after its agent stopped (lag_time_max 30s)", stopped.nodeID, time.Since(at).Round(time.Millisecond))
+	leader.mustProduce("gone", 0, "while it is away")
+
+	stopped.start()
+	c.waitCaughtUp("gone", 0, 2)
+	if p := leader.describe("gone").Partitions[0]; len(p.ISR) != 3 {
+		t.Fatalf("ISR %v after %s came back and caught up", p.ISR, stopped.nodeID)
 	}
 }

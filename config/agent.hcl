@@ -111,7 +111,8 @@ storage {
 }
 
 replication {
-  # A follower that has not caught up for this long leaves the ISR.
+  # A follower that has not caught up for this long leaves the ISR. One whose
+  # agent Consul reports dead (check critical, registration gone) leaves at once.
   lag_time_max = "10s"
   # How long a caught-up follower's fetch waits for new data (long poll).
   # Must be below lag_time_max.

@@ -38,10 +38,15 @@ type Client struct {
 
 	watchOnce sync.Once
 	snapshot  atomic.Pointer[Snapshot]
-	// watchMu guards the watch's query in flight: resetWatch cancels it.
-	watchMu     sync.Mutex
-	watchCancel context.CancelFunc
-	watchReset  bool
+	// livenessOnce starts the liveness watch, which keeps liveness.
+	livenessOnce sync.Once
+	liveness     atomic.Pointer[Liveness]
+	// watchMu guards the blocking queries in flight, which resetWatches
+	// cancels, and watchGen, which it increments.
+	watchMu      sync.Mutex
+	watchGen     uint64
+	watchCancels map[uint64]context.CancelFunc
+	nextQueryID  uint64
 	// syncMu guards lastSync, when SyncMetadata last asked Consul.
 	syncMu   sync.Mutex
 	lastSync time.Time
@@ -107,6 +112,7 @@ func New(cfg Config) (*Client, error) {
 		leaderships:    map[partitionKey]*Leadership{},
 	}
 	c.snapshot.Store(emptySnapshot())
+	c.liveness.Store(emptyLiveness())
 	return c, nil
 }
 

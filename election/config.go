@@ -78,10 +78,11 @@ type Config struct {
 	// host, since then its node's health says nothing about this agent.
 	NoSerfHealth bool
 
-	// WatchWait is the wait time of the metadata blocking query.
+	// WatchWait is the wait time of the metadata and liveness blocking
+	// queries.
 	WatchWait time.Duration
-	// WatchMinGap rate-limits the metadata watch: successive blocking
-	// queries start at least this far apart.
+	// WatchMinGap rate-limits the metadata and liveness watches: successive
+	// blocking queries of each start at least this far apart.
 	WatchMinGap time.Duration
 	// CallTimeout bounds every non-blocking Consul call, so a hung Consul
 	// cannot stall renewals.

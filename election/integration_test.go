@@ -481,41 +481,44 @@ func TestConsulDataLoss(t *testing.T) {
 
 // TestWatchResetAbandonsBlockedQuery: a blocking query on an index Consul
 // has not reached (what a Consul restarted without its data answers an old
-// index with) waits its whole wait time unless resetWatch, which the session
-// and check loops call when Consul forgets them, abandons it.
+// index with) waits its whole wait time unless resetWatches, which the
+// session and check loops call when Consul forgets them, abandons it.
 func TestWatchResetAbandonsBlockedQuery(t *testing.T) {
 	t.Parallel()
 	srv := consultest.Start(t)
 	c := newTestClient(t, srv, "n1")
 	type result struct {
-		reset bool
+		stale bool
 		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
-		_, _, reset, err := c.listTopics(1 << 40)
-		done <- result{reset, err}
+		ctx, finish := c.blockingQuery(c.watchGeneration())
+		_, _, err := c.listTopics(ctx, 1<<40)
+		done <- result{finish(), err}
 	}()
 	select {
 	case r := <-done:
-		t.Fatalf("query on an unreached index returned at once (reset %t, err %v): the test shows nothing", r.reset, r.err)
+		t.Fatalf("query on an unreached index returned at once (stale %t, err %v): the test shows nothing", r.stale, r.err)
 	case <-time.After(500 * time.Millisecond):
 	}
 	start := time.Now()
-	c.resetWatch()
+	c.resetWatches()
 	select {
 	case r := <-done:
-		if !r.reset {
-			t.Fatalf("query ended with reset false, err %v", r.err)
+		if !r.stale {
+			t.Fatalf("query ended without being reported stale, err %v", r.err)
 		}
-		t.Logf("blocked query abandoned %s after resetWatch", time.Since(start).Round(time.Millisecond))
+		t.Logf("blocked query abandoned %s after resetWatches", time.Since(start).Round(time.Millisecond))
 	case <-time.After(5 * time.Second):
-		t.Fatalf("query still blocked 5s after resetWatch (wait time %s)", c.cfg.WatchWait)
+		t.Fatalf("query still blocked 5s after resetWatches (wait time %s)", c.cfg.WatchWait)
 	}
-	// A reset asked for between queries ends the next one before it starts.
-	c.resetWatch()
-	if _, _, reset, err := c.listTopics(0); !reset || err != nil {
-		t.Fatalf("next query: reset %t, err %v; want the pending reset", reset, err)
+	// A reset between the generation read and the query cancels it at once.
+	gen := c.watchGeneration()
+	c.resetWatches()
+	ctx, finish := c.blockingQuery(gen)
+	if _, _, err := c.listTopics(ctx, 1<<40); err == nil || !finish() {
+		t.Fatalf("query after a reset: err %v; want it cancelled and stale", err)
 	}
 }
 

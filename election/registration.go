@@ -136,7 +136,7 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 			return
 		case unknownCheck(err):
 			c.log.Warn("health check missing in Consul; registering again", "check_id", c.checkID, "error", err)
-			c.resetWatch()
+			c.resetWatches()
 			if err := c.registerService(ctx); err != nil && ctx.Err() == nil {
 				c.log.Error("register again failed", "error", err)
 			}

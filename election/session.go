@@ -145,7 +145,7 @@ func (c *Client) sessionGone(id string) {
 	c.broadcastSessionLocked()
 	c.log.Warn("session lost", "session", id)
 	// A session Consul forgot may mean Consul forgot everything.
-	c.resetWatch()
+	c.resetWatches()
 }
 
 // requestRenewal wakes the session loop without blocking.

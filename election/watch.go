@@ -233,20 +233,39 @@ func (c *Client) startWatch() {
 	})
 }
 
-// watchLoop is the one blocking query on the topics prefix. Index rules (as
-// Consul documents them): start at 0; a result whose index did not grow is
-// not a change; an index that went backwards (Consul's state was reset)
-// means the result is a fresh start; the index sent is at least 1. After an
-// error the next query does not block (index 0): Consul may have restarted
-// without its data, and a wait on an index it has not reached yet would
-// last the whole wait time. The same holds when the client sees other
-// signs of such a restart (its session or check unknown to Consul):
-// resetWatch abandons the query in flight and the next one starts at 0.
-// Successive queries start at least WatchMinGap apart, and errors back off.
+// watchLoop is the one blocking query on the topics prefix.
 func (c *Client) watchLoop() {
+	c.blockingLoop("metadata", func(ctx context.Context, waitIndex uint64) (uint64, func(uint64), error) {
+		pairs, meta, err := c.listTopics(ctx, waitIndex)
+		if err == nil && meta.ResultsFilteredByACLs {
+			err = &PermissionError{Op: "watch " + c.keys.topicsRoot(), Rule: keyReadRule(c.keys.prefix),
+				Consul: "results filtered by ACLs"}
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		return meta.LastIndex, func(index uint64) { c.publish(buildSnapshot(c.keys, index, pairs)) }, nil
+	})
+}
+
+// blockingLoop runs one blocking query until the client closes: read asks
+// Consul, blocking on waitIndex, and returns the index of its answer and
+// how to publish it. Index rules (as Consul documents them): start at 0; a
+// result whose index did not grow is not a change; an index that went
+// backwards (Consul's state was reset) means the result is a fresh start;
+// the index sent is at least 1. After an error the next query does not
+// block (index 0): Consul may have restarted without its data, and a wait
+// on an index it has not reached yet would last the whole wait time.
+// The same holds when the client sees other signs of such a restart (its
+// session or check unknown to Consul): resetWatches abandons the queries in
+// flight, and the next ones start at 0. Nothing is published from a failed
+// read. Successive queries start at least WatchMinGap apart, and errors
+// back off. read must use ctx for its query.
+func (c *Client) blockingLoop(what string, read func(ctx context.Context, waitIndex uint64) (uint64, func(index uint64), error)) {
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	var waitIndex, lastIndex uint64
 	var lastStart time.Time
+	seen := c.watchGeneration()
 	for {
 		if wait := c.cfg.WatchMinGap - c.clock.Now().Sub(lastStart); wait > 0 {
 			if !c.sleep(c.ctx, wait) {
@@ -254,82 +273,92 @@ func (c *Client) watchLoop() {
 			}
 		}
 		lastStart = c.clock.Now()
-		pairs, meta, reset, err := c.listTopics(waitIndex)
+		if gen := c.watchGeneration(); gen != seen {
+			seen, waitIndex = gen, 0
+		}
+		ctx, finish := c.blockingQuery(seen)
+		index, publish, err := read(ctx, waitIndex)
+		stale := finish()
 		if c.ctx.Err() != nil {
 			return
 		}
-		if reset {
-			c.log.Info("consul may have lost its state; metadata watch starts again from index 0")
-			waitIndex = 0
+		if stale {
+			c.log.Info("consul may have lost its state; " + what + " watch starts again from index 0")
 			continue
 		}
-		if err == nil && meta.ResultsFilteredByACLs {
-			err = &PermissionError{Op: "watch " + c.keys.topicsRoot(), Rule: keyReadRule(c.keys.prefix),
-				Consul: "results filtered by ACLs"}
-		}
 		if err != nil {
-			c.logConsulError("metadata watch failed", err)
+			c.logConsulError(what+" watch failed", err)
 			waitIndex = 0
 			c.sleep(c.ctx, bo.delay())
 			continue
 		}
 		bo.reset()
-		newIndex := max(meta.LastIndex, 1)
+		newIndex := max(index, 1)
 		waitIndex = newIndex
 		switch {
 		case newIndex == lastIndex:
 			continue
 		case newIndex < lastIndex:
-			c.log.Info("consul index went backwards; metadata read afresh", "was", lastIndex, "now", newIndex)
+			c.log.Info("consul index went backwards; "+what+" read afresh", "was", lastIndex, "now", newIndex)
 		}
 		lastIndex = newIndex
-		c.publish(buildSnapshot(c.keys, newIndex, pairs))
+		publish(newIndex)
 	}
 }
 
-// resetWatch makes the metadata watch abandon its blocking query and read
-// again from index 0: called when Consul shows it lost state (it no longer
-// knows this agent's session or check), since a query waiting on an index
-// the restarted Consul has not reached would wait its whole wait time.
-func (c *Client) resetWatch() {
+// blockingQuery returns the context of one blocking query made with a wait
+// index of reset generation gen: it bounds the query to a Consul that
+// stopped answering (the wait plus Consul's jitter, wait/16, plus a normal
+// call), and resetWatches cancels it. finish releases it and reports
+// whether a reset came since gen: the answer is then to be dropped.
+func (c *Client) blockingQuery(gen uint64) (ctx context.Context, finish func() (stale bool)) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.WatchWait+c.cfg.WatchWait/16+watchTimeoutPadding)
 	c.watchMu.Lock()
 	defer c.watchMu.Unlock()
-	c.watchReset = true
-	if c.watchCancel != nil {
-		c.watchCancel()
+	if c.watchGen != gen {
+		cancel()
+	}
+	if c.watchCancels == nil {
+		c.watchCancels = map[uint64]context.CancelFunc{}
+	}
+	c.nextQueryID++
+	id := c.nextQueryID
+	c.watchCancels[id] = cancel
+	return ctx, func() bool {
+		c.watchMu.Lock()
+		defer c.watchMu.Unlock()
+		delete(c.watchCancels, id)
+		cancel()
+		return c.watchGen != gen
 	}
 }
 
-// listTopics runs one blocking query; reset reports that resetWatch asked
-// for a fresh start before or during it (the deferred check sets it, and
-// the caller then drops the result).
-func (c *Client) listTopics(index uint64) (pairs api.KVPairs, meta *api.QueryMeta, reset bool, err error) {
-	// The blocking wait plus Consul's jitter (wait/16) plus a normal call
-	// bounds a query to a Consul that stopped answering.
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.WatchWait+c.cfg.WatchWait/16+watchTimeoutPadding)
-	defer cancel()
+func (c *Client) watchGeneration() uint64 {
 	c.watchMu.Lock()
-	if c.watchReset {
-		c.watchReset = false
-		c.watchMu.Unlock()
-		return nil, nil, true, nil
+	defer c.watchMu.Unlock()
+	return c.watchGen
+}
+
+// resetWatches makes every watch abandon its blocking query and read again
+// from index 0: called when Consul shows it lost state (it no longer knows
+// this agent's session or check), since a query waiting on an index the
+// restarted Consul has not reached would wait its whole wait time.
+func (c *Client) resetWatches() {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	c.watchGen++
+	for _, cancel := range c.watchCancels {
+		cancel()
 	}
-	c.watchCancel = cancel
-	c.watchMu.Unlock()
-	defer func() {
-		c.watchMu.Lock()
-		c.watchCancel = nil
-		if c.watchReset {
-			c.watchReset, reset = false, true
-		}
-		c.watchMu.Unlock()
-	}()
+}
+
+func (c *Client) listTopics(ctx context.Context, index uint64) (api.KVPairs, *api.QueryMeta, error) {
 	q := (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WatchWait}).WithContext(ctx)
-	pairs, meta, err = c.api.KV().List(c.keys.topicsRoot(), q)
+	pairs, meta, err := c.api.KV().List(c.keys.topicsRoot(), q)
 	if err != nil {
-		return nil, nil, false, consulError(err, "watch "+c.keys.topicsRoot(), keyReadRule(c.keys.prefix))
+		return nil, nil, consulError(err, "watch "+c.keys.topicsRoot(), keyReadRule(c.keys.prefix))
 	}
-	return pairs, meta, false, nil
+	return pairs, meta, nil
 }
 
 // publish makes snap current, wakes its watchers, and ends leaderships the

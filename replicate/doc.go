@@ -18,7 +18,8 @@
 //	Synced(last) ────────────┼─►│ Leader │     Ready() LeaderReady:
 //	WaitAck(id, last, acks) ─┤  │        │ ──►   HighWatermark  checkpoint it, publish it
 //	Tick(now) ───────────────┤  │        │ ──►   ISRProposal    write it with the guarded txn
-//	ISRCommitted(isr) ───────┤  └────────┘ ──►   Acks           answer the producers
+//	SetDeadFollowers(ids) ───┤  │        │
+//	ISRCommitted(isr, now) ──┤  └────────┘ ──►   Acks           answer the producers
 //	ISRProposalFailed() ─────┤
 //	Resign() ────────────────┘
 //
@@ -26,10 +27,11 @@
 // ISR plus a pending addition), counting the leader's own records only once
 // fsynced in fsync mode. It only grows, and it does not grow while the
 // committed ISR is smaller than min_insync_replicas. Tick proposes removing
-// followers that have not caught up within LagTimeMax; the HW waits for them
-// until ISRCommitted confirms. A fetch proposes adding a follower whose log
-// reached the HW and the start of the leader's epoch; it counts for the HW
-// at once. One proposal is in flight at a time.
+// followers that have not caught up within LagTimeMax, and SetDeadFollowers
+// (or the next Tick) those Consul says are dead, at once; the HW waits for
+// them until ISRCommitted confirms. A fetch proposes adding a follower that
+// is not dead and whose log reached the HW and the start of the leader's
+// epoch; it counts for the HW at once. One proposal is in flight at a time.
 //
 // # Follower
 //

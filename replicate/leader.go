@@ -128,6 +128,8 @@ type Leader struct {
 	isr       []string
 	inFlight  *isrChange
 	followers map[string]*replicaProgress
+	// dead are the followers Consul last said are dead (SetDeadFollowers).
+	dead map[string]bool
 
 	acks   []pendingAck
 	ackIDs map[AckID]struct{}
@@ -155,6 +157,7 @@ func NewLeader(cfg LeaderConfig, now time.Time) (*Leader, error) {
 		ownLog:     ownLog{durability: cfg.Durability, logEnd: cfg.LogEndOffset, syncedEnd: cfg.SyncedEndOffset},
 		hw:         cfg.HighWatermark,
 		followers:  make(map[string]*replicaProgress, len(cfg.Replicas)-1),
+		dead:       map[string]bool{},
 		ackIDs:     make(map[AckID]struct{}),
 	}
 	l.isr = l.inReplicaOrder(cfg.ISR)
@@ -393,8 +396,9 @@ func (l *Leader) OffsetForEpoch(req EpochRequest) (EpochEndOffset, error) {
 
 // Tick moves the leader's time: it fails acks past their deadline and, with
 // no ISR change in flight, proposes removing every ISR follower that has not
-// caught up within LagTimeMax. The HW keeps counting a removed follower until
-// ISRCommitted confirms the removal.
+// caught up within LagTimeMax or that Consul says is dead (SetDeadFollowers).
+// The HW keeps counting a removed follower until ISRCommitted confirms the
+// removal.
 func (l *Leader) Tick(now time.Time) {
 	if l.resigned {
 		return
@@ -406,27 +410,55 @@ func (l *Leader) Tick(now time.Time) {
 		l.finishAck(a, fmt.Errorf("%w: ack %d for last offset %d, high watermark %d", ErrAckTimeout, a.id, a.lastOffset, l.hw))
 		return true
 	})
+	l.maybeShrinkISR(now)
+}
+
+// SetDeadFollowers tells the leader which replicas Consul says are dead (the
+// agent's check is critical or its registration is gone); it replaces the
+// previous set, and ids that are not followers of this partition (the
+// leader itself included) are ignored. With no ISR change in flight, a dead
+// ISR follower is proposed for removal at once instead of after LagTimeMax:
+// the same guarded proposal as a lag-based shrink, so the HW keeps counting
+// it until ISRCommitted confirms the removal. A dead follower is not added
+// to the ISR, however far it fetched; once Consul stops calling it dead it
+// is treated like any other follower again, and rejoins by catching up.
+func (l *Leader) SetDeadFollowers(ids []string, now time.Time) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	clear(l.dead)
+	for _, id := range ids {
+		if _, ok := l.followers[id]; ok {
+			l.dead[id] = true
+		}
+	}
+	l.maybeShrinkISR(now)
+	return nil
+}
+
+// maybeShrinkISR proposes, with no ISR change in flight, removing every ISR
+// follower that is dead or has not caught up within LagTimeMax.
+func (l *Leader) maybeShrinkISR(now time.Time) {
 	if l.inFlight != nil {
 		return
 	}
-	var lagging []string
-	for _, id := range l.isr {
-		if id != l.self && !l.caughtUp(l.followers[id], now) {
-			lagging = append(lagging, id)
-		}
+	out := func(id string) bool {
+		return id != l.self && (l.dead[id] || !l.caughtUp(l.followers[id], now))
 	}
-	if len(lagging) > 0 {
-		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool {
-			return slices.Contains(lagging, id)
-		})})
+	if slices.ContainsFunc(l.isr, out) {
+		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), out)})
 	}
 }
 
 // ISRCommitted reports that the guarded Consul transaction wrote isr as the
-// partition's ISR, normally the proposal in flight, which it ends; a shrink lets the HW stop
-// waiting for the removed followers, and an ISR below min_insync_replicas
-// fails the acks=all writes the HW has not passed.
-func (l *Leader) ISRCommitted(isr []string) error {
+// partition's ISR at now, normally the proposal in flight, which it ends; a
+// shrink lets the HW stop waiting for the removed followers, and an ISR
+// below min_insync_replicas fails the acks=all writes the HW has not passed.
+// A follower the change adds counts as caught up at now: it reached the HW
+// to be proposed, and a lastCaughtUp from before it joined (none at all, for
+// one that never reached the leader's log end in this epoch) would have the
+// next Tick remove it again at once.
+func (l *Leader) ISRCommitted(isr []string, now time.Time) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
@@ -435,6 +467,12 @@ func (l *Leader) ISRCommitted(isr []string) error {
 	}
 	if !slices.Contains(isr, l.self) {
 		return fmt.Errorf("%w: committed ISR %v lacks the leader %q", ErrInvalidInput, isr, l.self)
+	}
+	for _, id := range isr {
+		if id != l.self && !slices.Contains(l.isr, id) {
+			p := l.followers[id]
+			p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
+		}
 	}
 	l.isr = l.inReplicaOrder(isr)
 	l.inFlight = nil
@@ -525,9 +563,10 @@ func (l *Leader) caughtUp(p *replicaProgress, now time.Time) bool {
 
 // maybeExpandISR proposes adding a follower outside the ISR whose log reached
 // both the HW and the start of the current epoch (so it has every record of
-// earlier epochs that this leader kept).
+// earlier epochs that this leader kept), unless Consul says it is dead: a
+// shrink would remove it again at once.
 func (l *Leader) maybeExpandISR(id string, p *replicaProgress) {
-	if l.inFlight != nil || slices.Contains(l.isr, id) {
+	if l.inFlight != nil || l.dead[id] || slices.Contains(l.isr, id) {
 		return
 	}
 	if p.logEnd >= l.hw && p.logEnd >= l.epochStart {

@@ -335,14 +335,14 @@ func TestHighWatermarkFrozenBelowMinISR(t *testing.T) {
 		t.Fatalf("proposal %+v, want ISR [L F1]", rd.ISRProposal)
 	}
 	wantHW(t, l, 5) // the maximal ISR has 2 members, the committed ISR 1
-	if err := l.ISRCommitted(rd.ISRProposal.ISR); err != nil {
+	if err := l.ISRCommitted(rd.ISRProposal.ISR, t0); err != nil {
 		t.Fatal(err)
 	}
 	wantHW(t, l, 10)
 
 	// Shrinking below the minimum freezes the HW again, though the maximal
 	// ISR has everything.
-	if err := l.ISRCommitted([]string{"L"}); err != nil {
+	if err := l.ISRCommitted([]string{"L"}, t0); err != nil {
 		t.Fatal(err)
 	}
 	appendTo(t, l, m, 2)
@@ -371,7 +371,7 @@ func TestISRShrinkAfterLagTimeMax(t *testing.T) {
 	appendTo(t, l, m, 2)
 	fetchOK(t, l, "F1", 10, t0.Add(11*time.Second))
 	wantHW(t, l, 5)
-	if err := l.ISRCommitted(rd.ISRProposal.ISR); err != nil {
+	if err := l.ISRCommitted(rd.ISRProposal.ISR, t0.Add(11*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	wantHW(t, l, 10)
@@ -496,7 +496,7 @@ func TestOneISRProposalInFlight(t *testing.T) {
 	if rd := l.Ready(); rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1"}) {
 		t.Fatalf("after the failure: proposal %+v, want [L F1] again", rd.ISRProposal)
 	}
-	if err := l.ISRCommitted([]string{"F1", "L"}); err != nil {
+	if err := l.ISRCommitted([]string{"F1", "L"}, later); err != nil {
 		t.Fatal(err)
 	}
 	appendTo(t, l, m, 1)
@@ -509,7 +509,7 @@ func TestOneISRProposalInFlight(t *testing.T) {
 func TestISRCommittedRejectsBadISR(t *testing.T) {
 	l, _ := newTestLeader(t, leaderOpts{})
 	for _, isr := range [][]string{{"F1", "F2"}, {"L", "X"}, {"L", "L"}} {
-		if err := l.ISRCommitted(isr); !errors.Is(err, ErrInvalidInput) {
+		if err := l.ISRCommitted(isr, t0); !errors.Is(err, ErrInvalidInput) {
 			t.Errorf("ISRCommitted(%v) = %v, want ErrInvalidInput", isr, err)
 		}
 	}
@@ -616,7 +616,7 @@ func TestNotEnoughReplicasAfterAppend(t *testing.T) {
 	if rd.ISRProposal == nil {
 		t.Fatal("no shrink proposal")
 	}
-	if err := l.ISRCommitted(rd.ISRProposal.ISR); err != nil {
+	if err := l.ISRCommitted(rd.ISRProposal.ISR, t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if err := acksOf(l)[1]; !errors.Is(err, ErrNotEnoughReplicasAfterAppend) {
@@ -664,7 +664,8 @@ func TestResignFailsPendingAcks(t *testing.T) {
 		"Appended":          l.Appended(last + 1),
 		"Synced":            l.Synced(last),
 		"WaitAck":           l.WaitAck(4, last, AcksAll, time.Time{}),
-		"ISRCommitted":      l.ISRCommitted([]string{"L"}),
+		"ISRCommitted":      l.ISRCommitted([]string{"L"}, t0),
+		"SetDeadFollowers":  l.SetDeadFollowers([]string{"F1"}, t0),
 		"ISRProposalFailed": l.ISRProposalFailed(),
 	}
 	_, inputs["Fetch"] = l.Fetch(FetchRequest{"F1", 9, 4, 4}, t0)

@@ -28,7 +28,8 @@ const (
 // simulated network that drops, delays and reorders messages, random crashes
 // that lose what was not fsynced (fsync mode) or nothing (replicated mode: a
 // process crash keeps the page cache), and leader changes with epoch bumps,
-// including zombie leaders that learn late that they lost. A model of Consul
+// including zombie leaders that learn late that they lost. Leaders hear
+// which nodes are dead (the crashed ones, and now and then a live one). A model of Consul
 // elects leaders from the ISR and applies ISR changes only from the current
 // leader. It checks, at every step:
 //
@@ -147,6 +148,11 @@ type sim struct {
 	ctl   simView
 	// offlineSince is when the controller lost its leader (lock delay).
 	offlineSince time.Time
+	// wronglyDead is a live node Consul's liveness calls dead until
+	// wronglyDeadUntil (a stale view, a check that flapped): that may cost
+	// availability, never an acknowledged record.
+	wronglyDead      string
+	wronglyDeadUntil time.Time
 
 	queue   []*simMessage
 	seq     int
@@ -162,7 +168,7 @@ type sim struct {
 
 	trace []string
 	stats struct {
-		produced, acked, crashes, elections, isrChanges, truncations, diverging int
+		produced, acked, crashes, elections, isrChanges, truncations, diverging, wrongDeaths int
 	}
 }
 
@@ -253,8 +259,10 @@ func (s *sim) step() {
 		}
 	}
 	s.maybeElect()
+	dead := s.deadNodes()
 	for _, n := range s.nodes {
 		if n.up && n.leader != nil && !n.leader.Resigned() {
+			s.must(n.leader.SetDeadFollowers(dead, s.now))
 			n.leader.Tick(s.now)
 			s.pumpLeader(n)
 		}
@@ -272,7 +280,24 @@ func (s *sim) step() {
 		if s.rng.IntN(1000) < 4 {
 			s.changeLeader()
 		}
+		if s.rng.IntN(1000) < 3 {
+			s.stats.wrongDeaths++
+			s.wronglyDead = s.nodes[s.rng.IntN(len(s.nodes))].id
+			s.wronglyDeadUntil = s.now.Add(time.Duration(s.rng.IntN(300)) * time.Millisecond)
+		}
 	}
+}
+
+// deadNodes is what Consul's liveness says, as every leader hears it at
+// once: the crashed nodes, and while faults last the wrongly dead one.
+func (s *sim) deadNodes() []string {
+	var dead []string
+	for _, n := range s.nodes {
+		if !n.up || (s.faults && n.id == s.wronglyDead && s.now.Before(s.wronglyDeadUntil)) {
+			dead = append(dead, n.id)
+		}
+	}
+	return dead
 }
 
 // send queues m after a random delay; with faults some messages vanish and
@@ -376,7 +401,7 @@ func (s *sim) deliver(m *simMessage) {
 		}
 		s.tracef("%s: %s", n.id, s.describe(m))
 		if m.committed {
-			s.must(n.leader.ISRCommitted(m.isr))
+			s.must(n.leader.ISRCommitted(m.isr, s.now))
 		} else {
 			s.must(n.leader.ISRProposalFailed())
 		}
