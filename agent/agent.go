@@ -224,8 +224,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 	}
 	wg.Add(2)
-	go serve("client", clientSrv, clientLn)
-	go serve("peer", peerSrv, peerLn)
+	// Out of descriptors, an accept fails until some are freed: the
+	// listeners wait and retry instead of ending the agent.
+	go serve("client", clientSrv, newRetryListener(clientLn, "client", a.log.Named("http"), a.now))
+	go serve("peer", peerSrv, newRetryListener(peerLn, "peer", a.log.Named("http"), a.now))
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
