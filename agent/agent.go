@@ -245,7 +245,13 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 		go a.agents.run(bgCtx, agentsRefreshInterval)
 		runErr = a.replicas.start(ctx, func(ctx context.Context) (*election.Snapshot, error) {
-			return a.coord.WaitMetadata(ctx, 1)
+			snap, err := a.coord.WaitMetadata(ctx, 1)
+			if err == nil {
+				// Before the opens, so that a warning comes ahead of
+				// their failures.
+				checkFileLimit(a.log, snap, a.cfg.NodeID, dir.Path)
+			}
+			return snap, err
 		})
 	}
 	if runErr == nil {
