@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -86,7 +89,68 @@ func checkFileLimit(log hclog.Logger, snap *election.Snapshot, self, dataDir str
 	replicas, need := descriptorEstimate(snap, self, dataDir)
 	log.Info("open files limit", "soft", lim.Cur, "hard", lim.Max, "replicas", replicas, "estimated_need", need)
 	if uint64(need) > lim.Cur/2 {
-		log.Warn("the open files limit is low for the partitions this agent holds: opens and accepts will fail with \"too many open files\"; raise LimitNOFILE",
+		log.Warn("the open files limit is low for the partitions this agent holds: some may stay offline and new connections wait; raise LimitNOFILE",
 			"soft", lim.Cur, "hard", lim.Max, "replicas", replicas, "estimated_need", need, "suggested_limit", 2*need)
 	}
+}
+
+// errDescriptorReserve is the reason a partition is not opened: opening it
+// would eat into the descriptors kept for connections.
+var errDescriptorReserve = errors.New("agent: too few free descriptors to open the partition's log")
+
+// The descriptor reserve is what partition opens leave free for everything
+// else: client, peer and Consul connections (losing Consul costs every
+// leadership), reads, new segments and checkpoints. Opening partitions
+// until open(2) fails with EMFILE would leave none, and a partition that
+// keeps retrying would take every descriptor that comes free.
+const (
+	minDescriptorReserve = 32
+	maxDescriptorReserve = 1024
+)
+
+// descriptorReserve is a tenth of the limit, within [32, 1024].
+func descriptorReserve(limit int) int {
+	return min(max(limit/10, minDescriptorReserve), maxDescriptorReserve)
+}
+
+// fdBudget is how many descriptors partition opens may still take. The
+// zero value knows no limit and lets every open try.
+type fdBudget struct {
+	known                  bool
+	left                   int
+	limit, inUse, reserved int
+}
+
+// measureFDBudget reads the limit and the descriptors in use now (Linux:
+// /proc/self/fd); elsewhere, or if either is unknown, opens are not held
+// back.
+func measureFDBudget() fdBudget {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > math.MaxInt32 {
+		return fdBudget{}
+	}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fdBudget{}
+	}
+	return newFDBudget(int(lim.Cur), len(entries)-1) // less the listing's own descriptor
+}
+
+func newFDBudget(limit, inUse int) fdBudget {
+	reserved := descriptorReserve(limit)
+	return fdBudget{known: true, left: limit - inUse - reserved, limit: limit, inUse: inUse, reserved: reserved}
+}
+
+// take counts need descriptors against the budget, or says why they are
+// not there.
+func (b *fdBudget) take(need int) error {
+	if !b.known {
+		return nil
+	}
+	if b.left < need {
+		return fmt.Errorf("%w: it needs about %d, %d of the limit of %d are in use and %d are kept for connections; raise LimitNOFILE",
+			errDescriptorReserve, need, b.inUse, b.limit, b.reserved)
+	}
+	b.left -= need
+	return nil
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,5 +36,57 @@ func TestCountSegments(t *testing.T) {
 	}
 	if got := countSegments(filepath.Join(dir, "missing")); got != 0 {
 		t.Errorf("countSegments of a missing directory = %d, want 0", got)
+	}
+}
+
+func TestDescriptorReserve(t *testing.T) {
+	cases := []struct{ limit, want int }{
+		{limit: 47, want: 32},
+		{limit: 1000, want: 100},
+		{limit: 20000, want: 1024},
+		{limit: 1 << 20, want: 1024},
+	}
+	for _, c := range cases {
+		if got := descriptorReserve(c.limit); got != c.want {
+			t.Errorf("descriptorReserve(%d) = %d, want %d", c.limit, got, c.want)
+		}
+	}
+}
+
+func TestFDBudgetTake(t *testing.T) {
+	cases := []struct {
+		name         string
+		budget       fdBudget
+		needs        []int
+		wantRefused  []bool
+		wantLeftOver int
+	}{
+		// 100 - 40 in use - 32 reserved = 28 to give.
+		{name: "within", budget: newFDBudget(100, 40), needs: []int{5, 5, 18}, wantRefused: []bool{false, false, false}, wantLeftOver: 0},
+		{name: "over", budget: newFDBudget(100, 40), needs: []int{20, 5, 5, 3}, wantRefused: []bool{false, false, true, false}, wantLeftOver: 0},
+		{name: "in use past the reserve", budget: newFDBudget(100, 90), needs: []int{1}, wantRefused: []bool{true}, wantLeftOver: -22},
+		{name: "unknown limit", budget: fdBudget{}, needs: []int{1 << 20}, wantRefused: []bool{false}, wantLeftOver: 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := c.budget
+			for i, need := range c.needs {
+				err := b.take(need)
+				if refused := errors.Is(err, errDescriptorReserve); refused != c.wantRefused[i] || (err != nil && !refused) {
+					t.Errorf("take(%d) #%d = %v, want refused %v", need, i, err, c.wantRefused[i])
+				}
+			}
+			if b.left != c.wantLeftOver {
+				t.Errorf("left %d, want %d", b.left, c.wantLeftOver)
+			}
+		})
+	}
+}
+
+// TestMeasureFDBudget: on Linux the budget is known.
+func TestMeasureFDBudget(t *testing.T) {
+	b := measureFDBudget()
+	if !b.known || b.inUse < 3 || b.limit < b.inUse || b.reserved != descriptorReserve(b.limit) {
+		t.Fatalf("measured %+v", b)
 	}
 }

@@ -209,7 +209,10 @@ func (m *manager) run(ctx context.Context, snap *election.Snapshot) {
 	for {
 		var retry <-chan time.Time
 		if at, ok := m.nextRetry(); ok {
-			timer.Reset(at.Sub(m.deps.now()))
+			// At least openRetryMin apart, so that thousands of offline
+			// partitions, each due at its own instant, are retried in a
+			// few rounds rather than one round each.
+			timer.Reset(max(at.Sub(m.deps.now()), openRetryMin))
 			retry = timer.C
 		}
 		select {
@@ -301,12 +304,22 @@ func (m *manager) apply(snap *election.Snapshot) {
 	// In a stable order, so that an agent short of descriptors opens the
 	// same partitions on every start.
 	keys := slices.SortedFunc(maps.Keys(want), comparePartitionKeys)
+	var budget *fdBudget // measured once there is something to open
 	for _, key := range keys {
 		meta := want[key]
 		r := m.get(key.topic, key.partition)
 		if r == nil {
 			f, failed := m.offline(key.topic, key.partition)
 			if failed && now.Before(f.retryAt) {
+				continue
+			}
+			if budget == nil {
+				b := measureFDBudget()
+				budget = &b
+			}
+			segments := countSegments(partitionDir(m.dataDir, key.topic, key.partition))
+			if err := budget.take(replicaDescriptors(segments, len(meta.pm.Replicas))); err != nil {
+				m.openFailed(key, meta.tc.ID, f, err, now)
 				continue
 			}
 			var err error
@@ -329,13 +342,26 @@ func (m *manager) openFailed(key partitionKey, topicID string, prev openFailure,
 	m.mu.Lock()
 	m.failed[key] = f
 	m.mu.Unlock()
-	if prev.err == nil || prev.err.Error() != err.Error() {
+	if prev.err == nil || rootCause(prev.err).Error() != rootCause(err).Error() {
 		m.log.Error("cannot open partition; it stays offline here and is tried again", "topic", key.topic,
 			"partition", key.partition, "error", err, "attempts", f.attempts, "retry_in", delay)
 		return
 	}
 	m.log.Debug("cannot open partition yet", "topic", key.topic, "partition", key.partition,
 		"error", err, "attempts", f.attempts, "retry_in", delay)
+}
+
+// rootCause is the innermost error of a chain: the errno under the
+// file, step and path an open failed at, which vary from try to try when
+// descriptors run out.
+func rootCause(err error) error {
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			return err
+		}
+		err = inner
+	}
 }
 
 // open creates or opens the local replica of a partition of the topic

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -111,5 +113,22 @@ func TestPartitionThatCannotOpenStaysOfflineAndRetries(t *testing.T) {
 	}
 	if sp, _ := ta.statusOf("t", 1); sp.Role == roleOffline || sp.OfflineReason != "" {
 		t.Errorf("status of t/1 once open = %+v", sp)
+	}
+}
+
+func TestRootCause(t *testing.T) {
+	emfile := &os.PathError{Op: "open", Path: "/data/t-0/00000000000000000000.index", Err: syscall.EMFILE}
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"plain", errors.New("x"), "x"},
+		{"wrapped twice", fmt.Errorf("agent: open partition log: %w", fmt.Errorf("segstore: open segment: %w", emfile)), syscall.EMFILE.Error()},
+	}
+	for _, c := range cases {
+		if got := rootCause(c.err).Error(); got != c.want {
+			t.Errorf("%s: rootCause = %q, want %q", c.name, got, c.want)
+		}
 	}
 }
