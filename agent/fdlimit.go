@@ -14,8 +14,9 @@ import (
 	"github.com/logagent/logagent/election"
 )
 
-// What the start-up check of RLIMIT_NOFILE counts (docs/operations.md,
-// "Open files"). A replica keeps open, for as long as it exists:
+// What the start-up check of RLIMIT_NOFILE and the open budget count
+// (docs/operations.md, "Open files"). A replica keeps open, for as long as
+// it exists:
 //   - the .log and the .index of each of its segments;
 //   - one read descriptor: segments pool up to 4 once read, but mostly only
 //     the newest segment is read;
