@@ -227,8 +227,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 	}
 	wg.Add(2)
-	go serve("client", clientSrv, clientLn)
-	go serve("peer", peerSrv, peerLn)
+	// Out of descriptors, an accept fails until some are freed: the
+	// listeners wait and retry instead of ending the agent.
+	go serve("client", clientSrv, newRetryListener(clientLn, "client", a.log.Named("http"), a.now))
+	go serve("peer", peerSrv, newRetryListener(peerLn, "peer", a.log.Named("http"), a.now))
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
@@ -246,7 +248,13 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 		go a.agents.run(bgCtx, agentsRefreshInterval)
 		runErr = a.replicas.start(ctx, func(ctx context.Context) (*election.Snapshot, error) {
-			return a.coord.WaitMetadata(ctx, 1)
+			snap, err := a.coord.WaitMetadata(ctx, 1)
+			if err == nil {
+				// Before the opens, so that a warning comes ahead of
+				// their failures.
+				checkFileLimit(a.log, snap, a.cfg.NodeID, dir.Path)
+			}
+			return snap, err
 		})
 	}
 	if runErr == nil {

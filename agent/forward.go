@@ -100,7 +100,7 @@ func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int
 	}
 	if pm.LeaderSession == "" || pm.State.Leader == "" {
 		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
-			newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, partitionName(topic, partition)+" has no leader now", true))
+			newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true))
 	}
 	if pm.State.Leader == a.cfg.NodeID {
 		// The metadata names this agent but its loop does not lead yet

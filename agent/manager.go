@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -94,6 +97,37 @@ type partitionKey struct {
 	partition int
 }
 
+func comparePartitionKeys(x, y partitionKey) int {
+	if x.topic != y.topic {
+		return strings.Compare(x.topic, y.topic)
+	}
+	return x.partition - y.partition
+}
+
+// A partition whose log cannot be opened (no descriptors left, a disk
+// error) stays offline on this agent and is opened again with this
+// backoff, so it comes back by itself once the cause is gone without
+// every metadata change trying all of them at once.
+const (
+	openRetryMin = 250 * time.Millisecond
+	openRetryMax = 30 * time.Second
+)
+
+// openRetryDelay is the wait after the attempts-th failed open: doubling
+// from openRetryMin, at most openRetryMax.
+func openRetryDelay(attempts int) time.Duration {
+	// The shift is capped so that it cannot overflow.
+	return min(openRetryMin<<min(attempts-1, 16), openRetryMax)
+}
+
+// openFailure is why a partition the metadata assigns here is offline.
+type openFailure struct {
+	topicID  string
+	err      error
+	attempts int
+	retryAt  time.Time
+}
+
 // manager keeps one replica for every partition the metadata assigns to this
 // agent: it opens their logs, hands them metadata, and closes and removes the
 // logs of deleted topics.
@@ -104,13 +138,16 @@ type manager struct {
 
 	mu       sync.RWMutex
 	replicas map[partitionKey]*replica
+	// failed holds the assigned partitions that are not open.
+	failed map[partitionKey]openFailure
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func newManager(deps *replicaDeps, dataDir string) *manager {
-	return &manager{deps: deps, dataDir: dataDir, log: deps.log.Named("partitions"), replicas: map[partitionKey]*replica{}}
+	return &manager{deps: deps, dataDir: dataDir, log: deps.log.Named("partitions"),
+		replicas: map[partitionKey]*replica{}, failed: map[partitionKey]openFailure{}}
 }
 
 // get returns this agent's replica of a partition, or nil.
@@ -118,6 +155,29 @@ func (m *manager) get(topic string, partition int) *replica {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.replicas[partitionKey{topic, partition}]
+}
+
+// offline says why an assigned partition has no replica here: its log
+// could not be opened.
+func (m *manager) offline(topic string, partition int) (openFailure, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	f, ok := m.failed[partitionKey{topic, partition}]
+	return f, ok
+}
+
+// nextRetry is when the earliest offline partition is due to be opened
+// again.
+func (m *manager) nextRetry() (time.Time, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var next time.Time
+	for _, f := range m.failed {
+		if next.IsZero() || f.retryAt.Before(next) {
+			next = f.retryAt
+		}
+	}
+	return next, !next.IsZero()
 }
 
 // start waits for the first metadata from Consul, opens every local
@@ -141,12 +201,27 @@ func (m *manager) start(ctx context.Context, waitMetadata func(context.Context) 
 
 func (m *manager) run(ctx context.Context, snap *election.Snapshot) {
 	defer close(m.done)
+	// Stopped, a timer delivers nothing (Go 1.23 timers), so one serves
+	// every wait.
+	timer := time.NewTimer(0)
+	timer.Stop()
+	defer timer.Stop()
 	for {
+		var retry <-chan time.Time
+		if at, ok := m.nextRetry(); ok {
+			// At least openRetryMin apart, so that thousands of offline
+			// partitions, each due at its own instant, are retried in a
+			// few rounds rather than one round each.
+			timer.Reset(max(at.Sub(m.deps.now()), openRetryMin))
+			retry = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-snap.Changed():
+		case <-retry:
 		}
+		timer.Stop()
 		snap = m.deps.coord.Metadata()
 		m.apply(snap)
 	}
@@ -218,16 +293,74 @@ func (m *manager) apply(snap *election.Snapshot) {
 		m.remove(key, true)
 	}
 
-	for key, meta := range want {
+	now := m.deps.now()
+	m.mu.Lock()
+	for key, f := range m.failed {
+		if meta, ok := want[key]; !ok || meta.tc.ID != f.topicID {
+			delete(m.failed, key) // no longer this agent's to open
+		}
+	}
+	m.mu.Unlock()
+	// In a stable order, so that an agent short of descriptors opens the
+	// same partitions on every start.
+	keys := slices.SortedFunc(maps.Keys(want), comparePartitionKeys)
+	var budget *fdBudget // measured once there is something to open
+	for _, key := range keys {
+		meta := want[key]
 		r := m.get(key.topic, key.partition)
 		if r == nil {
+			f, failed := m.offline(key.topic, key.partition)
+			if failed && now.Before(f.retryAt) {
+				continue
+			}
+			if budget == nil {
+				b := measureFDBudget()
+				budget = &b
+			}
+			segments := countSegments(partitionDir(m.dataDir, key.topic, key.partition))
+			if err := budget.take(replicaDescriptors(segments, len(meta.pm.Replicas))); err != nil {
+				m.openFailed(key, meta.tc.ID, f, err, now)
+				continue
+			}
 			var err error
 			if r, err = m.open(key, meta.tc.ID); err != nil {
-				m.log.Error("cannot open partition", "topic", key.topic, "partition", key.partition, "error", err)
+				m.openFailed(key, meta.tc.ID, f, err, now)
 				continue
 			}
 		}
 		r.setMeta(meta)
+	}
+}
+
+// openFailed keeps a partition offline until its next try, logging the
+// first failure and any change of cause (every retry of thousands of
+// partitions short of descriptors would flood the log).
+func (m *manager) openFailed(key partitionKey, topicID string, prev openFailure, err error, now time.Time) {
+	f := openFailure{topicID: topicID, err: err, attempts: prev.attempts + 1}
+	delay := openRetryDelay(f.attempts)
+	f.retryAt = now.Add(delay)
+	m.mu.Lock()
+	m.failed[key] = f
+	m.mu.Unlock()
+	if prev.err == nil || rootCause(prev.err).Error() != rootCause(err).Error() {
+		m.log.Error("cannot open partition; it stays offline here and is tried again", "topic", key.topic,
+			"partition", key.partition, "error", err, "attempts", f.attempts, "retry_in", delay)
+		return
+	}
+	m.log.Debug("cannot open partition yet", "topic", key.topic, "partition", key.partition,
+		"error", err, "attempts", f.attempts, "retry_in", delay)
+}
+
+// rootCause is the innermost error of a chain: the errno under the
+// file, step and path an open failed at, which vary from try to try when
+// descriptors run out.
+func rootCause(err error) error {
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			return err
+		}
+		err = inner
 	}
 }
 
@@ -269,11 +402,13 @@ func (m *manager) open(key partitionKey, topicID string) (*replica, error) {
 	}
 	m.mu.Lock()
 	m.replicas[key] = r
+	failed := m.failed[key]
+	delete(m.failed, key)
 	m.mu.Unlock()
 	r.start()
 	m.log.Info("partition open", "topic", key.topic, "partition", key.partition,
 		"log_start_offset", log.LogStartOffset(), "log_end_offset", log.LogEndOffset(),
-		"high_watermark", log.HighWatermark(), "data_loss", r.dataLoss)
+		"high_watermark", log.HighWatermark(), "data_loss", r.dataLoss, "failed_attempts", failed.attempts)
 	return r, nil
 }
 

@@ -37,7 +37,11 @@ func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition in
 	}
 	r := a.replicas.get(topic, partition)
 	if r == nil {
-		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "this agent has no replica of "+partitionName(topic, partition), true))
+		msg := "this agent has no replica of " + partitionName(topic, partition)
+		if f, ok := a.replicas.offline(topic, partition); ok {
+			msg = offlineMessage(topic, partition, f)
+		}
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, msg, true))
 	}
 	return r
 }

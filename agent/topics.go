@@ -210,6 +210,9 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 		if pm.LeaderSession != "" {
 			pd.Leader = pm.State.Leader
 		}
+		if _, ok := a.replicas.offline(name, pm.Partition); ok {
+			pd.Role = roleOffline
+		}
 		if r := a.replicas.get(name, pm.Partition); r != nil {
 			log := r.currentLog()
 			hw, lso, leo := log.HighWatermark(), log.LogStartOffset(), log.LogEndOffset()
@@ -292,7 +295,10 @@ func partitionName(topic string, partition int) string {
 func (a *Agent) notLeaderError(topic string, partition int, message string) *apiError {
 	pm, ok := a.coord.Metadata().Partition(topic, partition)
 	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" {
-		return newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, partitionName(topic, partition)+" has no leader now", true)
+		return newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true)
+	}
+	if f, ok := a.replicas.offline(topic, partition); ok {
+		message = offlineMessage(topic, partition, f)
 	}
 	e := newAPIError(fasthttp.StatusConflict, codeNotLeader, message, true)
 	e.Leader = pm.State.Leader
@@ -300,6 +306,21 @@ func (a *Agent) notLeaderError(topic string, partition int, message string) *api
 		e.LeaderAddress = info.ClientAddr
 	}
 	return e
+}
+
+// noLeaderMessage says that a partition has no leader, and why this
+// agent's replica cannot take the lead when it is offline.
+func (a *Agent) noLeaderMessage(topic string, partition int) string {
+	msg := partitionName(topic, partition) + " has no leader now"
+	if f, ok := a.replicas.offline(topic, partition); ok {
+		msg += "; " + offlineMessage(topic, partition, f)
+	}
+	return msg
+}
+
+func offlineMessage(topic string, partition int, f openFailure) string {
+	return fmt.Sprintf("this agent's replica of %s is offline, its log could not be opened (%d attempts, tried again at %s): %v",
+		partitionName(topic, partition), f.attempts, f.retryAt.UTC().Format(time.RFC3339), f.err)
 }
 
 // intParam reads an optional integer query parameter within [lo, hi].
@@ -412,16 +433,26 @@ type statusAgent struct {
 }
 
 type statusPartition struct {
-	Topic          string   `json:"topic"`
-	Partition      int      `json:"partition"`
-	Role           string   `json:"role"`
-	Leader         string   `json:"leader"`
-	Epoch          int32    `json:"epoch"`
-	ISR            []string `json:"isr"`
-	HighWatermark  int64    `json:"high_watermark"`
-	LogEndOffset   int64    `json:"log_end_offset"`
-	LogStartOffset int64    `json:"log_start_offset"`
+	Topic     string   `json:"topic"`
+	Partition int      `json:"partition"`
+	Role      string   `json:"role"`
+	Leader    string   `json:"leader"`
+	Epoch     int32    `json:"epoch"`
+	ISR       []string `json:"isr"`
+	// The positions are absent when the replica is offline: its log is
+	// not open.
+	HighWatermark  *int64 `json:"high_watermark,omitempty"`
+	LogEndOffset   *int64 `json:"log_end_offset,omitempty"`
+	LogStartOffset *int64 `json:"log_start_offset,omitempty"`
+	// OfflineReason says why an offline replica's log could not be
+	// opened; OpenAttempts counts the tries so far.
+	OfflineReason string `json:"offline_reason,omitempty"`
+	OpenAttempts  int    `json:"open_attempts,omitempty"`
 }
+
+// roleOffline is the role of a replica the metadata assigns here whose log
+// could not be opened.
+const roleOffline = "offline"
 
 // handleStatus serves GET /v1/status.
 func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
@@ -451,16 +482,19 @@ func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 		for _, topic := range snap.Topics() {
 			tm, _ := snap.Topic(topic)
 			for _, pm := range tm.Partitions {
+				sp := statusPartition{Topic: topic, Partition: pm.Partition,
+					Leader: pm.State.Leader, Epoch: pm.State.Epoch, ISR: pm.State.ISR}
 				r := a.replicas.get(topic, pm.Partition)
 				if r == nil {
+					if f, ok := a.replicas.offline(topic, pm.Partition); ok {
+						sp.Role, sp.OfflineReason, sp.OpenAttempts = roleOffline, f.err.Error(), f.attempts
+						st.Partitions = append(st.Partitions, sp)
+					}
 					continue
 				}
 				v, log := r.currentView(), r.currentLog()
-				sp := statusPartition{
-					Topic: topic, Partition: pm.Partition, Role: v.role.String(),
-					Leader: pm.State.Leader, Epoch: pm.State.Epoch, ISR: pm.State.ISR,
-					HighWatermark: log.HighWatermark(), LogEndOffset: log.LogEndOffset(), LogStartOffset: log.LogStartOffset(),
-				}
+				hw, leo, lso := log.HighWatermark(), log.LogEndOffset(), log.LogStartOffset()
+				sp.Role, sp.HighWatermark, sp.LogEndOffset, sp.LogStartOffset = v.role.String(), &hw, &leo, &lso
 				if v.role == roleLeader {
 					sp.Leader, sp.Epoch, sp.ISR = a.cfg.NodeID, v.epoch, v.isr
 				}

@@ -165,7 +165,11 @@ type Agent struct {
 	// cluster's timings, the agent's identity and addresses (written by
 	// WriteConfig), the test's Options.HCL.
 	ConfigPaths []string
-	logDir      string
+	// FileLimit, when not 0, is the RLIMIT_NOFILE (soft and hard) the
+	// next Start runs the process under: /bin/sh sets it with ulimit and
+	// then execs the binary, so the PID stays the agent's.
+	FileLimit uint64
+	logDir    string
 
 	mu     sync.Mutex
 	proc   *process
@@ -251,6 +255,10 @@ func (a *Agent) Start() {
 		args = append(args, "-config", p)
 	}
 	cmd := exec.Command(a.bin, args...)
+	if a.FileLimit > 0 {
+		shArgs := append([]string{"-c", `ulimit -n "$0" && exec "$@"`, strconv.FormatUint(a.FileLimit, 10), a.bin}, args...)
+		cmd = exec.Command("/bin/sh", shArgs...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group, so a stop reaches anything it started; and
 	// the kernel kills it if the test binary dies without cleaning up.
@@ -305,6 +313,9 @@ func (a *Agent) current() *process {
 	}
 	return a.proc
 }
+
+// LogPath is the log file of the process's current (or last) start.
+func (a *Agent) LogPath() string { return a.current().logPath }
 
 // PID is the running process's id.
 func (a *Agent) PID() int { return a.current().pid() }
