@@ -45,8 +45,9 @@ type Coordinator interface {
 	WaitMetadata(ctx context.Context, minIndex uint64) (*election.Snapshot, error)
 	// SyncMetadata returns a snapshot at least as new as Consul's data now.
 	SyncMetadata(ctx context.Context) (*election.Snapshot, error)
-	// Campaign blocks until this agent leads the partition.
-	Campaign(ctx context.Context, topic string, partition int) (*election.Leadership, error)
+	// CampaignAs blocks until this agent leads the partition, at an epoch
+	// above the candidate's log's.
+	CampaignAs(ctx context.Context, topic string, partition int, cand election.Candidate) (*election.Leadership, error)
 	// ProposeISR writes an ISR change with the guarded transaction.
 	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string) error
 	// CreateTopic stores a new topic.

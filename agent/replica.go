@@ -395,10 +395,14 @@ func (r *replica) ensureCampaign(now time.Time) {
 		r.campaignRetryAt = now.Add(preferredLeaderGrace)
 		return
 	}
+	cand := election.Candidate{LogEpoch: election.NoEpoch}
+	if e, ok := r.currentLog().LatestEpoch(); ok {
+		cand.LogEpoch = e.Epoch
+	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.campaigning, r.campaignCancel = true, cancel
 	go func() {
-		l, err := r.deps.coord.Campaign(ctx, r.topic, r.partition)
+		l, err := r.deps.coord.CampaignAs(ctx, r.topic, r.partition, cand)
 		if !r.send(campaignResult{leadership: l, err: err}) && l != nil {
 			r.resignAsync(l)
 		}
