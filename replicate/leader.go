@@ -492,11 +492,8 @@ func (l *Leader) checkRequest(replicaID string, currentLeaderEpoch int32) (*repl
 	if l.resigned {
 		return nil, fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
-	switch {
-	case currentLeaderEpoch < l.epoch:
-		return nil, fmt.Errorf("%w: request epoch %d from %q, leader epoch %d", ErrFencedLeaderEpoch, currentLeaderEpoch, replicaID, l.epoch)
-	case currentLeaderEpoch > l.epoch:
-		return nil, fmt.Errorf("%w: request epoch %d from %q, leader epoch %d", ErrUnknownLeaderEpoch, currentLeaderEpoch, replicaID, l.epoch)
+	if err := CheckLeaderEpoch(currentLeaderEpoch, l.epoch); err != nil {
+		return nil, fmt.Errorf("%w (from %q)", err, replicaID)
 	}
 	p, ok := l.followers[replicaID]
 	if !ok {

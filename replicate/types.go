@@ -181,3 +181,18 @@ func checkMembers(what string, ids, allowed []string) error {
 	}
 	return nil
 }
+
+// CheckLeaderEpoch is the one epoch fence of every replica-to-replica
+// action: a request made for an older epoch than the current one is fenced
+// (ErrFencedLeaderEpoch), one for a newer epoch comes from a node that knows
+// more than this one (ErrUnknownLeaderEpoch), and only the same epoch
+// passes.
+func CheckLeaderEpoch(requested, current int32) error {
+	switch {
+	case requested < current:
+		return fmt.Errorf("%w: request epoch %d, current epoch %d", ErrFencedLeaderEpoch, requested, current)
+	case requested > current:
+		return fmt.Errorf("%w: request epoch %d, current epoch %d", ErrUnknownLeaderEpoch, requested, current)
+	}
+	return nil
+}
