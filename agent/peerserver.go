@@ -90,6 +90,15 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 		writeAPIError(ctx, storageAPIError(err))
 		return
 	}
+	// The read ran outside the loop: a leader that stepped down meanwhile
+	// may already hold a newer leader's batches. Refuse rather than label
+	// them with this epoch (the follower also refuses batches from an epoch
+	// above the one it follows).
+	if v := r.currentView(); v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch {
+		_ = region.Close()
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "leadership changed while the fetch was read", true))
+		return
+	}
 	// The loop answers before it publishes the high watermark this fetch
 	// may have moved, so the log's can be the older of the two.
 	pos.HighWatermark = max(pos.HighWatermark, log.HighWatermark())

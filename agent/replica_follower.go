@@ -202,7 +202,7 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 	}
 	if pos.Diverging == nil && len(ev.answer.Batches) > 0 {
 		log := r.currentLog()
-		if err := log.AppendFollower(ev.answer.Batches); err != nil {
+		if err := log.AppendFollower(ev.answer.Batches, r.following.epoch); err != nil {
 			if errors.Is(err, segstore.ErrFailed) {
 				r.failLog(err)
 				return
