@@ -266,6 +266,10 @@ func (r *replica) run() {
 			r.shutdown()
 			return
 		case ev := <-r.events:
+			// select picks among ready cases at random: an ended
+			// leadership must be handled before a queued request, or a
+			// produce could be appended and acknowledged after it.
+			r.stepDownIfLeadershipEnded()
 			r.handle(ev)
 		case <-r.metaSignal:
 			r.metaMu.Lock()
@@ -276,7 +280,7 @@ func (r *replica) run() {
 				r.meta = *m
 			}
 		case <-leadershipDone:
-			r.stepDown(fmt.Errorf("leadership ended: %w", r.leadership.Err()), false)
+			r.stepDownIfLeadershipEnded()
 		case <-tick:
 			r.leader.Tick(r.deps.now())
 			r.processLeaderReady()
@@ -288,6 +292,19 @@ func (r *replica) run() {
 			r.wakeAt = time.Time{}
 		}
 		r.reconcile()
+	}
+}
+
+// stepDownIfLeadershipEnded steps down when the leadership this replica
+// leads under has ended.
+func (r *replica) stepDownIfLeadershipEnded() {
+	if r.leadership == nil {
+		return
+	}
+	select {
+	case <-r.leadership.Done():
+		r.stepDown(fmt.Errorf("leadership ended: %w", r.leadership.Err()), false)
+	default:
 	}
 }
 
