@@ -272,7 +272,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		runErr = nil // stopped while starting: a signal, not a failure
 	}
 	// Leaderships go first, so followers elsewhere take over while this
-	// agent closes its logs.
+	// agent closes its logs; the loops stop appending before the locks are
+	// released, so no write lands in a leadership another agent may
+	// already hold.
+	a.replicas.retireAll()
 	dctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	if err := a.coord.Close(dctx); err != nil {
 		a.log.Warn("leaving Consul failed; its TTL check will turn critical", "error", err)

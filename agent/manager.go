@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -177,6 +178,19 @@ func (m *manager) stop() error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// retireAll makes every replica stop leading and campaigning, all at once,
+// and returns when they have.
+func (m *manager) retireAll() {
+	m.mu.RLock()
+	replicas := slices.Collect(maps.Values(m.replicas))
+	m.mu.RUnlock()
+	var wg sync.WaitGroup
+	for _, r := range replicas {
+		wg.Go(r.retire)
+	}
+	wg.Wait()
 }
 
 // apply brings the replicas in line with a snapshot.

@@ -84,6 +84,9 @@ type replica struct {
 	campaigning     bool
 	campaignCancel  context.CancelFunc
 	campaignRetryAt time.Time
+	// retiring is set by a graceful stop: the replica no longer leads or
+	// campaigns.
+	retiring bool
 	// yielded is set once this replica has held back its first campaign
 	// for the partition's preferred replica (see ensureCampaign).
 	yielded bool
@@ -326,6 +329,8 @@ func (r *replica) handle(ev any) {
 		r.onEpochAnswered(ev)
 	case fetchAnswered:
 		r.onFetchAnswered(ev)
+	case retireRequest:
+		r.onRetire(ev)
 	default:
 		panic(fmt.Sprintf("agent: replica event of unknown type %T", ev))
 	}
@@ -404,7 +409,7 @@ func (r *replica) publish() {
 // do not pile up on whichever agent saw it first. Later elections (epoch
 // above 0: a failover) do not wait.
 func (r *replica) ensureCampaign(now time.Time) {
-	if r.campaigning || r.dataLoss || now.Before(r.campaignRetryAt) {
+	if r.campaigning || r.dataLoss || r.retiring || now.Before(r.campaignRetryAt) {
 		return
 	}
 	if pm := r.meta.pm; !r.yielded && pm.State.Epoch == 0 && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.self {
@@ -424,6 +429,33 @@ func (r *replica) ensureCampaign(now time.Time) {
 			r.resignAsync(l)
 		}
 	}()
+}
+
+// retireRequest asks the loop to stop leading and campaigning for good,
+// the first step of a graceful stop: the locks are released only after
+// every loop stopped appending.
+type retireRequest struct{ done chan struct{} }
+
+func (r *replica) onRetire(ev retireRequest) {
+	r.retiring = true
+	r.cancelCampaign()
+	if r.role == roleLeader {
+		r.stepDown(errors.New("agent stopping"), false)
+	}
+	close(ev.done)
+}
+
+// retire steps the replica down and keeps it from campaigning again; it
+// returns once the loop did, or stopped.
+func (r *replica) retire() {
+	ev := retireRequest{done: make(chan struct{})}
+	if !r.send(ev) {
+		return
+	}
+	select {
+	case <-ev.done:
+	case <-r.done:
+	}
 }
 
 func (r *replica) cancelCampaign() {
