@@ -547,6 +547,12 @@ func (r *replica) onSyncResult(ev syncResult) {
 		r.failLog(fmt.Errorf("fsync: %w", ev.err))
 		return
 	}
+	// A sync that raced a truncation reports the offset synced before it
+	// (its fsync may not cover what the log now holds): sync again, or a
+	// follower waiting for its log to be durable would wait for ever.
+	if r.deps.durability == replicate.DurabilityFsync && ev.offset < ev.log.LogEndOffset() {
+		r.requestSync()
+	}
 	if ev.offset <= 0 {
 		return
 	}

@@ -115,6 +115,11 @@ func (r *replica) truncate(t replicate.Truncation) bool {
 		r.failLog(err)
 		return false
 	}
+	if r.deps.durability == replicate.DurabilityFsync && log.SyncedOffset() < log.LogEndOffset() {
+		// A sync in flight started before the cut is not counted for what
+		// remains; the follower fetches again only once this one is.
+		r.requestSync()
+	}
 	if after := log.LogEndOffset(); after != before || t.Restart {
 		r.log.Info("truncated by epoch", "log_end_offset_was", before, "log_end_offset", after, "restart", t.Restart)
 	}
