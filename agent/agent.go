@@ -201,6 +201,18 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 	}()
 	a.log.Info("data directory open", "path", dir.Path, "clean_shutdown", dir.CleanShutdown)
+	if dir.LostPageCache && a.cfg.Storage.Durability == config.DurabilityReplicated {
+		// Acknowledged records may have been in the page cache only.
+		n, err := dir.MarkAllDataLoss()
+		if err != nil {
+			return err
+		}
+		a.log.Warn("the host restarted while the agent ran and durability is \"replicated\": every partition counts as having lost data and fetches it again before it may lead or count as in sync",
+			"partitions", n)
+	}
+	if err := dir.RecordBoot(); err != nil {
+		return fmt.Errorf("agent: record the boot id: %w", err)
+	}
 
 	clientLn, err := net.Listen("tcp", a.cfg.Client.Address)
 	if err != nil {

@@ -62,11 +62,12 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	pos := fetchPositions{
-		LeaderEpoch:    out.result.LeaderEpoch,
-		HighWatermark:  out.result.HighWatermark,
-		LogEndOffset:   out.result.LogEndOffset,
-		LogStartOffset: out.logStartOffset,
-		Diverging:      out.result.Diverging,
+		LeaderEpoch:      out.result.LeaderEpoch,
+		EpochStartOffset: out.result.EpochStartOffset,
+		HighWatermark:    out.result.HighWatermark,
+		LogEndOffset:     out.result.LogEndOffset,
+		LogStartOffset:   out.logStartOffset,
+		Diverging:        out.result.Diverging,
 	}
 	if pos.Diverging != nil {
 		pos.write(&ctx.Response.Header)

@@ -588,7 +588,7 @@ func (r *replica) failLog(cause error) {
 
 // reopen opens the log again after a failure, which recovers it.
 func (r *replica) reopen() {
-	log, dataLoss, err := openPartitionLog(r.dir, r.deps.logOptions)
+	log, dataLoss, err := openPartitionLog(r.dir, r.deps.logOptions, r.writeDataLossMark)
 	if err != nil {
 		r.log.Error("cannot reopen the partition log; retrying", "error", err, "retry_in", reopenBackoff)
 		r.reopenAt = r.deps.now().Add(reopenBackoff)
@@ -602,6 +602,12 @@ func (r *replica) reopen() {
 	}
 	r.changed.notify()
 	r.log.Info("partition log reopened", "log_end_offset", log.LogEndOffset(), "high_watermark", log.HighWatermark())
+}
+
+// writeDataLossMark records durably that this replica lost data, before
+// the log is cut.
+func (r *replica) writeDataLossMark() error {
+	return writeReplicaFile(r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: true})
 }
 
 // setDataLoss records, durably, whether this replica lost acknowledged data.

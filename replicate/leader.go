@@ -92,6 +92,9 @@ type replicaProgress struct {
 	lastCaughtUp          time.Time
 	lastFetchLeaderLogEnd int64
 	lastFetchTime         time.Time
+	// dataLoss is the DataLoss flag of the follower's latest fetch: it is
+	// removed from the ISR and not admitted while set.
+	dataLoss bool
 }
 
 type pendingAck struct {
@@ -344,7 +347,7 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	if req.LastFetchedEpoch < UndefinedEpoch || req.LastFetchedEpoch > l.epoch {
 		return FetchResult{}, fmt.Errorf("%w: last fetched epoch %d from %q, leader epoch %d", ErrInvalidRequest, req.LastFetchedEpoch, req.ReplicaID, l.epoch)
 	}
-	result := FetchResult{LeaderEpoch: l.epoch, LogEndOffset: l.logEnd}
+	result := FetchResult{LeaderEpoch: l.epoch, LogEndOffset: l.logEnd, EpochStartOffset: l.epochStart}
 	if req.LastFetchedEpoch != UndefinedEpoch {
 		end, err := l.endOffsetForEpoch(req.LastFetchedEpoch)
 		if err != nil {
@@ -371,8 +374,13 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	p.lastFetchLeaderLogEnd = l.logEnd
 	p.lastFetchTime = now
 	p.logEnd = req.FetchOffset
+	p.dataLoss = req.DataLoss
 
-	l.maybeExpandISR(req.ReplicaID, p)
+	if p.dataLoss {
+		l.shrinkNow()
+	} else {
+		l.maybeExpandISR(req.ReplicaID, p)
+	}
 	l.updateHighWatermark()
 	result.HighWatermark = l.hw
 	return result, nil
@@ -409,16 +417,27 @@ func (l *Leader) Tick(now time.Time) {
 	if l.inFlight != nil {
 		return
 	}
-	var lagging []string
-	for _, id := range l.isr {
-		if id != l.self && !l.caughtUp(l.followers[id], now) {
-			lagging = append(lagging, id)
-		}
+	l.proposeShrink(func(id string, p *replicaProgress) bool {
+		return p.dataLoss || !l.caughtUp(p, now)
+	})
+}
+
+// shrinkNow proposes removing, without waiting for lag_time_max, the ISR
+// followers that cannot count as in sync at all (they lost their data).
+func (l *Leader) shrinkNow() {
+	if l.inFlight != nil {
+		return
 	}
-	if len(lagging) > 0 {
-		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool {
-			return slices.Contains(lagging, id)
-		})})
+	l.proposeShrink(func(id string, p *replicaProgress) bool { return p.dataLoss })
+}
+
+// proposeShrink proposes the ISR without the followers remove picks, if any.
+func (l *Leader) proposeShrink(remove func(id string, p *replicaProgress) bool) {
+	isr := slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool {
+		return id != l.self && remove(id, l.followers[id])
+	})
+	if len(isr) < len(l.isr) {
+		l.propose(&isrChange{isr: isr})
 	}
 }
 
@@ -524,7 +543,7 @@ func (l *Leader) caughtUp(p *replicaProgress, now time.Time) bool {
 // both the HW and the start of the current epoch (so it has every record of
 // earlier epochs that this leader kept).
 func (l *Leader) maybeExpandISR(id string, p *replicaProgress) {
-	if l.inFlight != nil || slices.Contains(l.isr, id) {
+	if l.inFlight != nil || p.dataLoss || slices.Contains(l.isr, id) {
 		return
 	}
 	if p.logEnd >= l.hw && p.logEnd >= l.epochStart {

@@ -101,6 +101,12 @@ type FetchRequest struct {
 	// LastFetchedEpoch is the latest epoch in the follower's log, or
 	// UndefinedEpoch when its log has none.
 	LastFetchedEpoch int32
+	// DataLoss says the follower cannot show it holds what it held when it
+	// was admitted to the ISR (its data was lost or wiped): the leader
+	// removes it from the ISR and admits it again only once its fetches
+	// come without the flag, which the follower clears only under the
+	// ISR-join rule (see FetchResult.EpochStartOffset).
+	DataLoss bool
 }
 
 // FetchResult is the leader's answer to a valid fetch, without the records:
@@ -118,6 +124,11 @@ type FetchResult struct {
 	// leader's at or before FetchOffset (KIP-320): no records go with it,
 	// and the follower truncates (see Follower.FetchResponded).
 	Diverging *EpochEndOffset
+	// EpochStartOffset is where the leader's epoch starts in its log: a
+	// follower holds every record of earlier epochs that the leader kept,
+	// committed ones included, once its log reaches both this and the HW
+	// (Kafka's ISR-join rule).
+	EpochStartOffset int64
 }
 
 // EpochRequest asks the leader where one of the follower's epochs ends in
