@@ -45,8 +45,9 @@ type Coordinator interface {
 	WaitMetadata(ctx context.Context, minIndex uint64) (*election.Snapshot, error)
 	// SyncMetadata returns a snapshot at least as new as Consul's data now.
 	SyncMetadata(ctx context.Context) (*election.Snapshot, error)
-	// Campaign blocks until this agent leads the partition.
-	Campaign(ctx context.Context, topic string, partition int) (*election.Leadership, error)
+	// CampaignAs blocks until this agent leads the partition, at an epoch
+	// above the candidate's log's.
+	CampaignAs(ctx context.Context, topic string, partition int, cand election.Candidate) (*election.Leadership, error)
 	// ProposeISR writes an ISR change with the guarded transaction.
 	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string) error
 	// CreateTopic stores a new topic.
@@ -203,6 +204,18 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 	}()
 	a.log.Info("data directory open", "path", dir.Path, "clean_shutdown", dir.CleanShutdown)
+	if dir.LostPageCache && a.cfg.Storage.Durability == config.DurabilityReplicated {
+		// Acknowledged records may have been in the page cache only.
+		n, err := dir.MarkAllDataLoss()
+		if err != nil {
+			return err
+		}
+		a.log.Warn("the host restarted while the agent ran and durability is \"replicated\": every partition counts as having lost data and fetches it again before it may lead or count as in sync",
+			"partitions", n)
+	}
+	if err := dir.RecordBoot(); err != nil {
+		return fmt.Errorf("agent: record the boot id: %w", err)
+	}
 
 	clientLn, err := net.Listen("tcp", a.cfg.Client.Address)
 	if err != nil {
@@ -282,7 +295,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		runErr = nil // stopped while starting: a signal, not a failure
 	}
 	// Leaderships go first, so followers elsewhere take over while this
-	// agent closes its logs.
+	// agent closes its logs; the loops stop appending before the locks are
+	// released, so no write lands in a leadership another agent may
+	// already hold.
+	a.replicas.retireAll()
 	dctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	if err := a.coord.Close(dctx); err != nil {
 		a.log.Warn("leaving Consul failed; its TTL check will turn critical", "error", err)

@@ -78,12 +78,20 @@ type testCluster struct {
 	logs   *testLogs
 	agents []*testAgent
 	http   *http.Client
+	setup  func(*Agent)
 }
 
 func startTestCluster(t *testing.T, n int, extraHCL string) *testCluster {
 	t.Helper()
+	return startTestClusterWith(t, n, extraHCL, nil)
+}
+
+// startTestClusterWith is startTestCluster with setup applied to every
+// Agent between New and Run (a test's clock, for instance).
+func startTestClusterWith(t *testing.T, n int, extraHCL string, setup func(*Agent)) *testCluster {
+	t.Helper()
 	logs := newTestLogs(t)
-	c := &testCluster{t: t, consul: consultest.Start(t), logs: logs, http: &http.Client{Timeout: 30 * time.Second}}
+	c := &testCluster{t: t, consul: consultest.Start(t), logs: logs, http: &http.Client{Timeout: 30 * time.Second}, setup: setup}
 	for i := range n {
 		ports := consultest.FreePorts(t, 2)
 		ta := &testAgent{
@@ -147,6 +155,9 @@ func (ta *testAgent) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ta.agent, ta.coord = New(cfg, logger.Named("agent"), coord), coord
+	if ta.c.setup != nil {
+		ta.c.setup(ta.agent)
+	}
 	ta.cancel, ta.done = cancel, make(chan error, 1)
 	ready := make(chan struct{})
 	go func() { ta.done <- ta.agent.Run(ctx, func() { close(ready) }) }()

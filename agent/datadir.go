@@ -19,12 +19,23 @@ import (
 //	  meta.json        {"node_id": "n1", "format": 1}: written once, checked at every start
 //	  .lock            flock(2)ed while an agent uses the directory; holds its PID for messages
 //	  clean_shutdown   written last on a clean stop, removed at start
+//	  boot_id          the kernel boot id (/proc/sys/kernel/random/boot_id) the agent last started under
+//
+// A start without clean_shutdown under another boot id than boot_id's means
+// the host went down with the agent running: the page cache is gone, and
+// with durability = "replicated" so may be acknowledged records that were
+// never fsynced. The agent then marks every partition as having lost data
+// (replica.json) before it records the new boot id.
 const (
 	metaFileName          = "meta.json"
 	lockFileName          = ".lock"
 	cleanShutdownFileName = "clean_shutdown"
+	bootIDFileName        = "boot_id"
 	dataDirFormat         = 1
 )
+
+// bootIDPath is where Linux publishes the current boot's id.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // ErrDataDirLocked is returned when another process holds the data
 // directory's lock.
@@ -42,9 +53,13 @@ type metaFile struct {
 // DataDir is an open, locked data directory.
 type DataDir struct {
 	Path string
-	// CleanShutdown reports whether the previous agent stopped cleanly, so
-	// partitions may skip recovery scans.
+	// CleanShutdown reports whether the previous agent stopped cleanly.
 	CleanShutdown bool
+	// LostPageCache reports that the host rebooted since the previous
+	// agent started, and that agent did not stop cleanly: whatever it had
+	// not fsynced is gone.
+	LostPageCache bool
+	bootID        string
 	lock          *os.File
 }
 
@@ -109,6 +124,14 @@ func (d *DataDir) init(nodeID string) error {
 		}
 	}
 
+	if b, err := os.ReadFile(bootIDPath); err == nil {
+		d.bootID = strings.TrimSpace(string(b))
+	}
+	previousBoot, err := os.ReadFile(filepath.Join(d.Path, bootIDFileName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("agent: read %s: %w", bootIDFileName, err)
+	}
+
 	marker := filepath.Join(d.Path, cleanShutdownFileName)
 	if _, err := os.Stat(marker); err == nil {
 		d.CleanShutdown = true
@@ -119,7 +142,49 @@ func (d *DataDir) init(nodeID string) error {
 			return err
 		}
 	}
+	if prev := strings.TrimSpace(string(previousBoot)); !d.CleanShutdown && prev != "" && d.bootID != "" && prev != d.bootID {
+		d.LostPageCache = true
+	}
 	return nil
+}
+
+// RecordBoot stores the current boot id. The agent calls it once whatever
+// LostPageCache implies has been recorded in the partitions.
+func (d *DataDir) RecordBoot() error {
+	if d.bootID == "" {
+		return nil
+	}
+	return writeFileAtomic(filepath.Join(d.Path, bootIDFileName), []byte(d.bootID+"\n"))
+}
+
+// MarkAllDataLoss records in every partition directory that the replica may
+// have lost acknowledged data (see LostPageCache), durably, before anything
+// opens the partitions. It returns how many it marked.
+func (d *DataDir) MarkAllDataLoss() (int, error) {
+	entries, err := os.ReadDir(d.Path)
+	if err != nil {
+		return 0, fmt.Errorf("agent: list %s: %w", d.Path, err)
+	}
+	marked := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(d.Path, e.Name())
+		f, found, err := readReplicaFile(dir)
+		if err != nil {
+			return marked, err
+		}
+		if !found || f.DataLoss {
+			continue
+		}
+		f.DataLoss = true
+		if err := writeReplicaFile(dir, f); err != nil {
+			return marked, fmt.Errorf("agent: mark %s as having lost data: %w", dir, err)
+		}
+		marked++
+	}
+	return marked, nil
 }
 
 // MarkCleanShutdown records that every partition was closed cleanly. It is

@@ -59,7 +59,7 @@ var errForwardRefused = errors.New("agent: forward refused before append")
 func (a *Agent) produceBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *apiError) {
 	for {
 		if r := a.replicas.get(topic, partition); r != nil && r.currentView().role == roleLeader {
-			return a.appendLocal(r, topic, partition, batch, count, acks, deadline.Sub(a.now()))
+			return a.appendLocal(r, topic, partition, batch, count, acks, anyEpoch, deadline.Sub(a.now()))
 		}
 		snap := a.coord.Metadata()
 		resp, err := a.forwardOnce(snap, topic, partition, batch, acks, deadline)
@@ -237,18 +237,10 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	if r == nil {
 		return
 	}
-	v := r.currentView()
-	switch {
-	case v.role != roleLeader:
+	// A cheap refusal before decoding; the loop checks role and epoch again
+	// when it appends.
+	if r.currentView().role != roleLeader {
 		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
-		return
-	case epoch >= 0 && int32(epoch) < v.epoch:
-		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeFencedLeaderEpoch,
-			fmt.Sprintf("leader epoch %d is older than this leader's %d", epoch, v.epoch), true))
-		return
-	case epoch >= 0 && int32(epoch) > v.epoch:
-		writeAPIError(ctx, newAPIError(fasthttp.StatusPreconditionFailed, codeUnknownLeaderEpoch,
-			fmt.Sprintf("leader epoch %d is newer than this leader's %d", epoch, v.epoch), true))
 		return
 	}
 	batch, count, err := a.decodeBatch(ctx.PostBody())
@@ -256,7 +248,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
-	resp, apiErr := a.appendLocal(r, topic, int(partition), batch, count, acks, time.Duration(timeoutMS)*time.Millisecond)
+	resp, apiErr := a.appendLocal(r, topic, int(partition), batch, count, acks, int32(epoch), time.Duration(timeoutMS)*time.Millisecond)
 	if apiErr != nil {
 		writeAPIError(ctx, apiErr)
 		return

@@ -7,8 +7,11 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/replicate"
 )
 
 // TestNeverSent: only failures before any byte could reach the leader make
@@ -32,6 +35,53 @@ func TestNeverSent(t *testing.T) {
 	for _, tc := range tests {
 		if got := neverSent(tc.err); got != tc.want {
 			t.Errorf("%s: neverSent(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestForwardedProduceFencedInTheLoop: the epoch a forwarding sidecar aimed
+// at is checked by the leader's loop when it appends, not only by the
+// handler before the handoff (a leadership can end between the two). A
+// write for another epoch appends nothing.
+func TestForwardedProduceFencedInTheLoop(t *testing.T) {
+	c := startTestCluster(t, 1, "")
+	n1 := c.agents[0]
+	c.createTopic(n1, "fenced", 1, 1, 1)
+	_, pd := c.waitLeader("fenced", 0, 1)
+	r := n1.agent.replicas.get("fenced", 0)
+	tests := []struct {
+		name    string
+		epoch   int32
+		wantErr error
+	}{
+		{"older epoch", pd.Epoch - 1, replicate.ErrFencedLeaderEpoch},
+		{"newer epoch", pd.Epoch + 1, replicate.ErrUnknownLeaderEpoch},
+		{"the leader's epoch", pd.Epoch, nil},
+		{"any epoch", anyEpoch, nil},
+	}
+	for _, tc := range tests {
+		before := r.currentLog().LogEndOffset()
+		out := r.produce(&produceRequest{batch: testBatch(t, []string{tc.name}), acks: replicate.AcksAll,
+			epoch: tc.epoch, deadline: time.Now().Add(5 * time.Second)}, 6*time.Second)
+		after := r.currentLog().LogEndOffset()
+		switch {
+		case tc.wantErr == nil && (out.err != nil || after != before+1):
+			t.Errorf("%s: err %v, log end %d -> %d; want one record appended", tc.name, out.err, before, after)
+		case tc.wantErr != nil && (!errors.Is(out.err, tc.wantErr) || out.appended || after != before):
+			t.Errorf("%s: err %v (appended %t), log end %d -> %d; want %v and nothing appended", tc.name, out.err, out.appended, before, after, tc.wantErr)
+		}
+	}
+	// Through the peer API the refusals keep their codes, so the sidecar
+	// refreshes its metadata and retries.
+	for _, tc := range []struct {
+		epoch  int32
+		status int
+		code   string
+	}{{pd.Epoch - 1, 409, codeFencedLeaderEpoch}, {pd.Epoch + 1, 412, codeUnknownLeaderEpoch}} {
+		path := fmt.Sprintf("%s?topic=fenced&partition=0&acks=all&leader_epoch=%d", peerProducePath, tc.epoch)
+		status, body := c.callAddr(n1.peer, "POST", path, contentTypeBatch, testBatch(t, []string{"x"}), nil)
+		if status != tc.status || errorCode(t, body).Code != tc.code {
+			t.Errorf("peer produce at epoch %d: %d %s, want %d %s", tc.epoch, status, body, tc.status, tc.code)
 		}
 	}
 }

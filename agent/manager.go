@@ -78,11 +78,16 @@ func partitionDir(dataDir, topic string, partition int) string {
 
 // openPartitionLog opens (and recovers) a partition's log. Damage below the
 // recovery point is cut rather than refused, and reported as dataLoss: the
-// replica then fetches the data again instead of staying down.
-func openPartitionLog(dir string, opts segstore.Options) (log *segstore.Log, dataLoss bool, err error) {
+// replica then fetches the data again instead of staying down. markLoss
+// records the loss durably before the cut, so that a crash in between
+// cannot forget it; a failure to record it leaves the log uncut.
+func openPartitionLog(dir string, opts segstore.Options, markLoss func() error) (log *segstore.Log, dataLoss bool, err error) {
 	log, err = segstore.Open(segstore.OSFS{}, dir, opts)
 	if errors.Is(err, segstore.ErrDataLoss) {
 		opts.Logger.Error("partition lost acknowledged data; cutting it and fetching it again", "dir", dir, "error", err)
+		if err := markLoss(); err != nil {
+			return nil, false, fmt.Errorf("agent: open partition log %s: record the data loss before cutting it: %w", dir, err)
+		}
 		opts.RepairDataLoss = true
 		log, err = segstore.Open(segstore.OSFS{}, dir, opts)
 	}
@@ -254,6 +259,19 @@ func (m *manager) stop() error {
 	return errors.Join(errs...)
 }
 
+// retireAll makes every replica stop leading and campaigning, all at once,
+// and returns when they have.
+func (m *manager) retireAll() {
+	m.mu.RLock()
+	replicas := slices.Collect(maps.Values(m.replicas))
+	m.mu.RUnlock()
+	var wg sync.WaitGroup
+	for _, r := range replicas {
+		wg.Go(r.retire)
+	}
+	wg.Wait()
+}
+
 // apply brings the replicas in line with a snapshot.
 func (m *manager) apply(snap *election.Snapshot) {
 	want := map[partitionKey]replicaMeta{}
@@ -323,7 +341,7 @@ func (m *manager) apply(snap *election.Snapshot) {
 				continue
 			}
 			var err error
-			if r, err = m.open(key, meta.tc.ID); err != nil {
+			if r, err = m.open(key, meta.tc.ID, meta.pm.State.Epoch); err != nil {
 				m.openFailed(key, meta.tc.ID, f, err, now)
 				continue
 			}
@@ -365,8 +383,13 @@ func rootCause(err error) error {
 }
 
 // open creates or opens the local replica of a partition of the topic
-// incarnation topicID, dropping data of an earlier incarnation.
-func (m *manager) open(key partitionKey, topicID string) (*replica, error) {
+// incarnation topicID, dropping data of an earlier incarnation. epoch is the
+// partition's leader epoch in the metadata: a partition that has had a
+// leader (epoch above 0) may hold acknowledged records, so a replica that
+// finds no directory of it here cannot show it holds what the ISR held and
+// starts marked as having lost data (it does not lead, and leaves the ISR
+// until it has caught up).
+func (m *manager) open(key partitionKey, topicID string, epoch int32) (*replica, error) {
 	dir := partitionDir(m.dataDir, key.topic, key.partition)
 	file, found, err := readReplicaFile(dir)
 	if err != nil {
@@ -384,14 +407,22 @@ func (m *manager) open(key partitionKey, topicID string) (*replica, error) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("agent: create %s: %w", dir, err)
 		}
-		file = replicaFile{Topic: key.topic, Partition: key.partition, TopicID: topicID}
+		file = replicaFile{Topic: key.topic, Partition: key.partition, TopicID: topicID, DataLoss: epoch > 0}
+		if file.DataLoss {
+			m.log.Warn("no local data for a partition that has had a leader: treating it as lost; the replica fetches everything again before it may lead or count as in sync",
+				"topic", key.topic, "partition", key.partition, "epoch", epoch, "dir", dir)
+		}
 		if err := writeReplicaFile(dir, file); err != nil {
 			return nil, fmt.Errorf("agent: write %s: %w", filepath.Join(dir, replicaFileName), err)
 		}
 	}
 	opts := m.deps.logOptions
 	opts.Logger = m.deps.log.Named("segstore")
-	log, lostNow, err := openPartitionLog(dir, opts)
+	log, lostNow, err := openPartitionLog(dir, opts, func() error {
+		lost := file
+		lost.DataLoss = true
+		return writeReplicaFile(dir, lost)
+	})
 	if err != nil {
 		return nil, err
 	}

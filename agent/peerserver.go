@@ -66,11 +66,12 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	pos := fetchPositions{
-		LeaderEpoch:    out.result.LeaderEpoch,
-		HighWatermark:  out.result.HighWatermark,
-		LogEndOffset:   out.result.LogEndOffset,
-		LogStartOffset: out.logStartOffset,
-		Diverging:      out.result.Diverging,
+		LeaderEpoch:      out.result.LeaderEpoch,
+		EpochStartOffset: out.result.EpochStartOffset,
+		HighWatermark:    out.result.HighWatermark,
+		LogEndOffset:     out.result.LogEndOffset,
+		LogStartOffset:   out.logStartOffset,
+		Diverging:        out.result.Diverging,
 	}
 	if pos.Diverging != nil {
 		pos.write(&ctx.Response.Header)
@@ -92,6 +93,15 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	region, err := log.Read(f.FetchOffset, f.MaxBytes, math.MaxInt64)
 	if err != nil {
 		writeAPIError(ctx, storageAPIError(err))
+		return
+	}
+	// The read ran outside the loop: a leader that stepped down meanwhile
+	// may already hold a newer leader's batches. Refuse rather than label
+	// them with this epoch (the follower also refuses batches from an epoch
+	// above the one it follows).
+	if v := r.currentView(); v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch {
+		_ = region.Close()
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "leadership changed while the fetch was read", true))
 		return
 	}
 	// The loop answers before it publishes the high watermark this fetch

@@ -19,9 +19,11 @@ import (
 //	GET /v1/replica/fetch?topic=t&partition=0
 //	    &replica_id=n2&fetch_offset=1200
 //	    &current_leader_epoch=7&last_fetched_epoch=7
-//	    &high_watermark=1100&max_bytes=8388608&max_wait_ms=500   ──►
+//	    &high_watermark=1100&max_bytes=8388608&max_wait_ms=500
+//	    [&data_loss=1]                                           ──►
 //	                                                 ◄──  200 OK
 //	                                                      Logagent-Leader-Epoch: 7
+//	                                                      Logagent-Epoch-Start-Offset: 1150
 //	                                                      Logagent-High-Watermark: 1200
 //	                                                      Logagent-Log-End-Offset: 1350
 //	                                                      Logagent-Log-Start-Offset: 0
@@ -30,6 +32,9 @@ import (
 //	                                                      <batches from the one holding 1200, whole,
 //	                                                       at most max_bytes unless the first is bigger>
 //
+// data_loss=1 says the follower lost data it held (replicate.FetchRequest's
+// DataLoss): the leader takes it out of the ISR. Logagent-Epoch-Start-Offset
+// is where the leader's epoch starts, for the follower's ISR-join check.
 // A follower whose log diverges gets no body and two more headers,
 // Logagent-Diverging-Epoch and Logagent-Diverging-End-Offset (KIP-320). A
 // caught-up fetch (fetch_offset at the leader's log end and high_watermark at
@@ -46,6 +51,7 @@ const (
 	peerEpochEndOffsetPath = "/v1/replica/epoch-end-offset"
 
 	headerLeaderEpoch        = "Logagent-Leader-Epoch"
+	headerEpochStartOffset   = "Logagent-Epoch-Start-Offset"
 	headerHighWatermark      = "Logagent-High-Watermark"
 	headerLogEndOffset       = "Logagent-Log-End-Offset"
 	headerLogStartOffset     = "Logagent-Log-Start-Offset"
@@ -82,6 +88,9 @@ func (f peerFetch) writeArgs(a *fasthttp.Args) {
 	a.Set("high_watermark", strconv.FormatInt(f.KnownHighWatermark, 10))
 	a.Set("max_bytes", strconv.FormatInt(f.MaxBytes, 10))
 	a.Set("max_wait_ms", strconv.FormatInt(f.MaxWait.Milliseconds(), 10))
+	if f.DataLoss {
+		a.Set("data_loss", "1")
+	}
 }
 
 func parsePeerFetch(a *fasthttp.Args) (peerFetch, error) {
@@ -94,6 +103,7 @@ func parsePeerFetch(a *fasthttp.Args) (peerFetch, error) {
 			FetchOffset:        p.int64("fetch_offset", 0, 1<<63-1),
 			CurrentLeaderEpoch: int32(p.int64("current_leader_epoch", 0, 1<<31-1)),
 			LastFetchedEpoch:   int32(p.int64("last_fetched_epoch", int64(replicate.UndefinedEpoch), 1<<31-1)),
+			DataLoss:           string(a.Peek("data_loss")) == "1",
 		},
 		KnownHighWatermark: p.int64("high_watermark", 0, 1<<63-1),
 		MaxBytes:           p.int64("max_bytes", 1, 1<<31-1),
@@ -142,15 +152,17 @@ type epochEndOffsetJSON struct {
 
 // fetchPositions are the headers of a fetch answer.
 type fetchPositions struct {
-	LeaderEpoch    int32
-	HighWatermark  int64
-	LogEndOffset   int64
-	LogStartOffset int64
-	Diverging      *replicate.EpochEndOffset
+	LeaderEpoch      int32
+	EpochStartOffset int64
+	HighWatermark    int64
+	LogEndOffset     int64
+	LogStartOffset   int64
+	Diverging        *replicate.EpochEndOffset
 }
 
 func (p fetchPositions) write(h *fasthttp.ResponseHeader) {
 	h.Set(headerLeaderEpoch, strconv.FormatInt(int64(p.LeaderEpoch), 10))
+	h.Set(headerEpochStartOffset, strconv.FormatInt(p.EpochStartOffset, 10))
 	h.Set(headerHighWatermark, strconv.FormatInt(p.HighWatermark, 10))
 	h.Set(headerLogEndOffset, strconv.FormatInt(p.LogEndOffset, 10))
 	h.Set(headerLogStartOffset, strconv.FormatInt(p.LogStartOffset, 10))
@@ -163,10 +175,11 @@ func (p fetchPositions) write(h *fasthttp.ResponseHeader) {
 func parseFetchPositions(h *fasthttp.ResponseHeader) (fetchPositions, error) {
 	p := headerParser{h: h}
 	pos := fetchPositions{
-		LeaderEpoch:    int32(p.int64(headerLeaderEpoch)),
-		HighWatermark:  p.int64(headerHighWatermark),
-		LogEndOffset:   p.int64(headerLogEndOffset),
-		LogStartOffset: p.int64(headerLogStartOffset),
+		LeaderEpoch:      int32(p.int64(headerLeaderEpoch)),
+		EpochStartOffset: p.int64(headerEpochStartOffset),
+		HighWatermark:    p.int64(headerHighWatermark),
+		LogEndOffset:     p.int64(headerLogEndOffset),
+		LogStartOffset:   p.int64(headerLogStartOffset),
 	}
 	if len(h.Peek(headerDivergingEpoch)) > 0 {
 		pos.Diverging = &replicate.EpochEndOffset{

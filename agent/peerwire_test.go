@@ -157,7 +157,7 @@ func TestBackoffDelay(t *testing.T) {
 // directory, with small segments and index intervals.
 func testLog(t *testing.T, dir string) *segstore.Log {
 	t.Helper()
-	log, _, err := openPartitionLog(dir, segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()})
+	log, _, err := openPartitionLog(dir, segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}, func() error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestEpochCacheAdapter(t *testing.T) {
 
 // TestOpenPartitionLogCutsDataLoss: damage below the recovery point is
 // reported as data loss (the replica must not lead) and cut, instead of
-// keeping the partition down.
+// keeping the partition down; the loss is recorded before the cut.
 func TestOpenPartitionLogCutsDataLoss(t *testing.T) {
 	dir := t.TempDir()
 	log := testLog(t, dir)
@@ -226,11 +226,31 @@ func TestOpenPartitionLogCutsDataLoss(t *testing.T) {
 	if err := os.WriteFile(segment, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log, dataLoss, err := openPartitionLog(dir, segstore.Options{Logger: hclog.NewNullLogger()})
+	// The mark must be durable before the cut: a failure to write it
+	// leaves the log as it was.
+	if _, _, err := openPartitionLog(dir, segstore.Options{Logger: hclog.NewNullLogger()}, func() error {
+		return errors.New("disk says no")
+	}); err == nil {
+		t.Fatal("open succeeded though the data loss could not be recorded")
+	}
+	if after, err := os.ReadFile(segment); err != nil || len(after) != len(b) {
+		t.Fatalf("the log was cut (%d bytes, was %d; %v) without the loss recorded", len(after), len(b), err)
+	}
+	marked := false
+	log, dataLoss, err := openPartitionLog(dir, segstore.Options{Logger: hclog.NewNullLogger()}, func() error {
+		if after, err := os.ReadFile(segment); err != nil || len(after) != len(b) {
+			t.Errorf("the mark was asked for after the cut (%d bytes, was %d; %v)", len(after), len(b), err)
+		}
+		marked = true
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer log.Close()
+	if !marked {
+		t.Fatal("the data loss was cut without being recorded first")
+	}
 	if !dataLoss || !errors.Is(log.DataLoss(), segstore.ErrDataLoss) {
 		t.Fatalf("data loss %t %v, want it reported", dataLoss, log.DataLoss())
 	}

@@ -97,8 +97,9 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 
 // appendLocal hands a batch to this agent's leader loop and waits for its
 // answer; acks=0 answers before the append (DESIGN §7).
-func (a *Agent) appendLocal(r *replica, topic string, partition int, batch []byte, count int, acks replicate.Acks, timeout time.Duration) (produceResponse, *apiError) {
-	req := &produceRequest{batch: batch, acks: acks, deadline: a.now().Add(timeout)}
+// epoch is the leadership the write aims at (anyEpoch for any).
+func (a *Agent) appendLocal(r *replica, topic string, partition int, batch []byte, count int, acks replicate.Acks, epoch int32, timeout time.Duration) (produceResponse, *apiError) {
+	req := &produceRequest{batch: batch, acks: acks, epoch: epoch, deadline: a.now().Add(timeout)}
 	resp := produceResponse{Topic: topic, Partition: partition, Count: count}
 	if acks == replicate.AcksNone {
 		// Answered before the append (DESIGN §7): the loop's answer is
@@ -134,6 +135,10 @@ func (a *Agent) produceError(topic string, partition int, out produceOutcome) *a
 		return e
 	case errors.Is(err, replicate.ErrNotLeader), errors.Is(err, errNotLeaderHere), errors.Is(err, errReplicaStopped):
 		return a.notLeaderError(topic, partition, "this agent does not lead "+partitionName(topic, partition))
+	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
+		return newAPIError(fasthttp.StatusConflict, codeFencedLeaderEpoch, err.Error(), true)
+	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
+		return newAPIError(fasthttp.StatusPreconditionFailed, codeUnknownLeaderEpoch, err.Error(), true)
 	case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrShort):
 		return newAPIError(fasthttp.StatusBadRequest, codeCorruptBatch, err.Error(), false)
 	case errors.Is(err, segstore.ErrFailed), errors.Is(err, segstore.ErrClosed):

@@ -88,6 +88,9 @@ type replica struct {
 	campaigning     bool
 	campaignCancel  context.CancelFunc
 	campaignRetryAt time.Time
+	// retiring is set by a graceful stop: the replica no longer leads or
+	// campaigns.
+	retiring bool
 	// yielded is set once this replica has held back its first campaign
 	// for the partition's preferred replica (see ensureCampaign).
 	yielded bool
@@ -270,6 +273,10 @@ func (r *replica) run() {
 			r.shutdown()
 			return
 		case ev := <-r.events:
+			// select picks among ready cases at random: an ended
+			// leadership must be handled before a queued request, or a
+			// produce could be appended and acknowledged after it.
+			r.stepDownIfLeadershipEnded()
 			r.handle(ev)
 		case <-r.metaSignal:
 			r.metaMu.Lock()
@@ -280,7 +287,7 @@ func (r *replica) run() {
 				r.meta = *m
 			}
 		case <-leadershipDone:
-			r.stepDown(fmt.Errorf("leadership ended: %w", r.leadership.Err()), false)
+			r.stepDownIfLeadershipEnded()
 		case <-tick:
 			r.leader.Tick(r.deps.now())
 			r.processLeaderReady()
@@ -294,6 +301,19 @@ func (r *replica) run() {
 			r.wakeAt = time.Time{}
 		}
 		r.reconcile()
+	}
+}
+
+// stepDownIfLeadershipEnded steps down when the leadership this replica
+// leads under has ended.
+func (r *replica) stepDownIfLeadershipEnded() {
+	if r.leadership == nil {
+		return
+	}
+	select {
+	case <-r.leadership.Done():
+		r.stepDown(fmt.Errorf("leadership ended: %w", r.leadership.Err()), false)
+	default:
 	}
 }
 
@@ -315,6 +335,8 @@ func (r *replica) handle(ev any) {
 		r.onEpochAnswered(ev)
 	case fetchAnswered:
 		r.onFetchAnswered(ev)
+	case retireRequest:
+		r.onRetire(ev)
 	default:
 		panic(fmt.Sprintf("agent: replica event of unknown type %T", ev))
 	}
@@ -393,7 +415,7 @@ func (r *replica) publish() {
 // do not pile up on whichever agent saw it first. Later elections (epoch
 // above 0: a failover) do not wait.
 func (r *replica) ensureCampaign(now time.Time) {
-	if r.campaigning || r.dataLoss || now.Before(r.campaignRetryAt) {
+	if r.campaigning || r.dataLoss || r.retiring || now.Before(r.campaignRetryAt) {
 		return
 	}
 	if pm := r.meta.pm; !r.yielded && pm.State.Epoch == 0 && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.self {
@@ -401,14 +423,45 @@ func (r *replica) ensureCampaign(now time.Time) {
 		r.campaignRetryAt = now.Add(preferredLeaderGrace)
 		return
 	}
+	cand := election.Candidate{LogEpoch: election.NoEpoch}
+	if e, ok := r.currentLog().LatestEpoch(); ok {
+		cand.LogEpoch = e.Epoch
+	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.campaigning, r.campaignCancel = true, cancel
 	go func() {
-		l, err := r.deps.coord.Campaign(ctx, r.topic, r.partition)
+		l, err := r.deps.coord.CampaignAs(ctx, r.topic, r.partition, cand)
 		if !r.send(campaignResult{leadership: l, err: err}) && l != nil {
 			r.resignAsync(l)
 		}
 	}()
+}
+
+// retireRequest asks the loop to stop leading and campaigning for good,
+// the first step of a graceful stop: the locks are released only after
+// every loop stopped appending.
+type retireRequest struct{ done chan struct{} }
+
+func (r *replica) onRetire(ev retireRequest) {
+	r.retiring = true
+	r.cancelCampaign()
+	if r.role == roleLeader {
+		r.stepDown(errors.New("agent stopping"), false)
+	}
+	close(ev.done)
+}
+
+// retire steps the replica down and keeps it from campaigning again; it
+// returns once the loop did, or stopped.
+func (r *replica) retire() {
+	ev := retireRequest{done: make(chan struct{})}
+	if !r.send(ev) {
+		return
+	}
+	select {
+	case <-ev.done:
+	case <-r.done:
+	}
 }
 
 func (r *replica) cancelCampaign() {
@@ -500,6 +553,12 @@ func (r *replica) onSyncResult(ev syncResult) {
 		r.failLog(fmt.Errorf("fsync: %w", ev.err))
 		return
 	}
+	// A sync that raced a truncation reports the offset synced before it
+	// (its fsync may not cover what the log now holds): sync again, or a
+	// follower waiting for its log to be durable would wait for ever.
+	if r.deps.durability == replicate.DurabilityFsync && ev.offset < ev.log.LogEndOffset() {
+		r.requestSync()
+	}
 	if ev.offset <= 0 {
 		return
 	}
@@ -535,7 +594,7 @@ func (r *replica) failLog(cause error) {
 
 // reopen opens the log again after a failure, which recovers it.
 func (r *replica) reopen() {
-	log, dataLoss, err := openPartitionLog(r.dir, r.deps.logOptions)
+	log, dataLoss, err := openPartitionLog(r.dir, r.deps.logOptions, r.writeDataLossMark)
 	if err != nil {
 		r.log.Error("cannot reopen the partition log; retrying", "error", err, "retry_in", reopenBackoff)
 		r.reopenAt = r.deps.now().Add(reopenBackoff)
@@ -549,6 +608,12 @@ func (r *replica) reopen() {
 	}
 	r.changed.notify()
 	r.log.Info("partition log reopened", "log_end_offset", log.LogEndOffset(), "high_watermark", log.HighWatermark())
+}
+
+// writeDataLossMark records durably that this replica lost data, before
+// the log is cut.
+func (r *replica) writeDataLossMark() error {
+	return writeReplicaFile(r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: true})
 }
 
 // setDataLoss records, durably, whether this replica lost acknowledged data.

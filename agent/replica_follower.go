@@ -115,6 +115,11 @@ func (r *replica) truncate(t replicate.Truncation) bool {
 		r.failLog(err)
 		return false
 	}
+	if r.deps.durability == replicate.DurabilityFsync && log.SyncedOffset() < log.LogEndOffset() {
+		// A sync in flight started before the cut is not counted for what
+		// remains; the follower fetches again only once this one is.
+		r.requestSync()
+	}
 	if after := log.LogEndOffset(); after != before || t.Restart {
 		r.log.Info("truncated by epoch", "log_end_offset_was", before, "log_end_offset", after, "restart", t.Restart)
 	}
@@ -157,6 +162,7 @@ func (r *replica) onEpochAnswered(ev epochAnswered) {
 
 func (r *replica) fetch(addr string, req replicate.FetchRequest) {
 	gen := r.gen
+	req.DataLoss = r.dataLoss
 	f := peerFetch{
 		Topic:              r.topic,
 		Partition:          r.partition,
@@ -202,7 +208,7 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 	}
 	if pos.Diverging == nil && len(ev.answer.Batches) > 0 {
 		log := r.currentLog()
-		if err := log.AppendFollower(ev.answer.Batches); err != nil {
+		if err := log.AppendFollower(ev.answer.Batches, r.following.epoch); err != nil {
 			if errors.Is(err, segstore.ErrFailed) {
 				r.failLog(err)
 				return
@@ -232,7 +238,25 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 		return
 	}
 	r.followBackoff.reset()
-	if r.dataLoss && r.follower.HighWatermark() >= pos.HighWatermark && pos.Diverging == nil {
+	r.maybeClearDataLoss(pos)
+}
+
+// maybeClearDataLoss clears the data-loss mark under Kafka's ISR-join rule:
+// the replica's durable log reaches both the leader's high watermark and
+// the start of the leader's epoch, so it holds every record the leader kept
+// from earlier epochs, committed ones included (a new leader's HW can
+// trail what the previous leader committed; its epoch start cannot). Its
+// next fetch goes without the flag, and the leader admits it to the ISR by
+// the same rule.
+func (r *replica) maybeClearDataLoss(pos fetchPositions) {
+	if !r.dataLoss || pos.Diverging != nil {
+		return
+	}
+	durable := r.currentLog().LogEndOffset()
+	if r.deps.durability == replicate.DurabilityFsync {
+		durable = r.currentLog().SyncedOffset()
+	}
+	if durable >= pos.HighWatermark && durable >= pos.EpochStartOffset {
 		r.setDataLoss(false)
 	}
 }

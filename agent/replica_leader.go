@@ -182,11 +182,20 @@ func (r *replica) onISRResult(ev isrResult) {
 // produceRequest is a produce call from a handler. The batch belongs to the
 // loop from then on: it is stamped in place.
 type produceRequest struct {
-	batch    []byte
-	acks     replicate.Acks
+	batch []byte
+	acks  replicate.Acks
+	// epoch is the leader epoch a forwarding sidecar aimed at, checked by
+	// the loop against the epoch it leads at when it appends (a check
+	// before the handoff could pass for a leadership that then ends), or
+	// anyEpoch for a write made on this agent.
+	epoch    int32
 	deadline time.Time
 	reply    chan produceOutcome
 }
+
+// anyEpoch is a produceRequest's epoch for a write that aims at whichever
+// leadership this replica holds.
+const anyEpoch int32 = -1
 
 // produceOutcome answers a produceRequest. appended says the batch is in
 // the leader's log, so a failure's outcome is unknown rather than "nothing
@@ -206,11 +215,17 @@ func (r *replica) onProduce(req *produceRequest) {
 		req.reply <- produceOutcome{err: errNotLeaderHere}
 		return
 	}
+	epoch := r.leader.Epoch()
+	if req.epoch != anyEpoch {
+		if err := replicate.CheckLeaderEpoch(req.epoch, epoch); err != nil {
+			req.reply <- produceOutcome{err: err}
+			return
+		}
+	}
 	if err := r.leader.CanAppend(req.acks); err != nil {
 		req.reply <- produceOutcome{err: err}
 		return
 	}
-	epoch := r.leader.Epoch()
 	base, last, err := r.currentLog().AppendLeader(req.batch, epoch)
 	if err != nil {
 		req.reply <- produceOutcome{err: err}
@@ -314,15 +329,10 @@ func (r *replica) onEpochQuery(ev *epochQueryRequest) {
 // carrying epoch: fenced if the sender follows an older epoch than this
 // replica knows, unknown if a newer one, else not leader.
 func (r *replica) notLeaderFor(epoch int32) error {
-	known := r.meta.pm.State.Epoch
-	switch {
-	case epoch < known:
-		return fmt.Errorf("%w: request epoch %d, current epoch %d", replicate.ErrFencedLeaderEpoch, epoch, known)
-	case epoch > known:
-		return fmt.Errorf("%w: request epoch %d, known epoch %d", replicate.ErrUnknownLeaderEpoch, epoch, known)
-	default:
-		return errNotLeaderHere
+	if err := replicate.CheckLeaderEpoch(epoch, r.meta.pm.State.Epoch); err != nil {
+		return err
 	}
+	return errNotLeaderHere
 }
 
 // Calls from handlers. Each waits for the loop's answer, or for the replica

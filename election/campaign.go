@@ -162,6 +162,25 @@ func (cp *campaigner) refused(now time.Time) {
 // ctx.Err(), ErrUnknownPartition, ErrNotReplica, ErrNotRegistered, ErrClosed
 // or a *PermissionError; other Consul errors are retried.
 func (c *Client) Campaign(ctx context.Context, topic string, partition int) (*Leadership, error) {
+	return c.CampaignAs(ctx, topic, partition, Candidate{LogEpoch: NoEpoch})
+}
+
+// NoEpoch is a Candidate.LogEpoch for a log that holds no epoch yet.
+const NoEpoch int32 = -1
+
+// Candidate is what a replica brings to an election besides its node id.
+type Candidate struct {
+	// LogEpoch is the latest leader epoch in the candidate's log, NoEpoch
+	// for none. The epoch a win takes is above both Consul's and this one:
+	// a Consul restored from an old snapshot may hold a lower epoch than
+	// the logs do, and an epoch must never be reused (the logs' epoch
+	// caches and every fence depend on it).
+	LogEpoch int32
+}
+
+// CampaignAs is Campaign for a candidate whose log state the election must
+// respect (see Candidate).
+func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, cand Candidate) (*Leadership, error) {
 	key := partitionKey{topic: topic, partition: partition}
 	cp := newCampaigner(c.cfg.NodeID, c.cfg.LockDelay)
 	for {
@@ -210,7 +229,7 @@ func (c *Client) Campaign(ctx context.Context, topic string, partition int) (*Le
 			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session)
 		}
 		if d.attempt {
-			l, err := c.tryLead(ctx, pm, session, d.unclean)
+			l, err := c.tryLead(ctx, pm, session, d.unclean, cand)
 			switch {
 			case l != nil:
 				return l, nil
@@ -265,7 +284,7 @@ func (c *Client) partitionExists(ctx context.Context, topic string, partition in
 // tryLead runs one election attempt. It returns a leadership when won, nil
 // and nil when refused (lock held or in lock delay, state moved, or this
 // replica not eligible under the fresh state).
-func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, unclean bool) (*Leadership, error) {
+func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, unclean bool, cand Candidate) (*Leadership, error) {
 	select {
 	case c.inflight <- struct{}{}:
 		defer func() { <-c.inflight }()
@@ -296,10 +315,16 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, 
 		}
 		isr = []string{self}
 	}
-	if st.Epoch >= maxEpoch {
-		return nil, fmt.Errorf("%w: %s: epoch %d cannot grow", ErrCorruptMetadata, stateKey, st.Epoch)
+	base := st.Epoch
+	if cand.LogEpoch > base {
+		c.log.Warn("the log holds a newer epoch than Consul: was Consul's state rolled back? electing above the log's",
+			"topic", pm.Topic, "partition", pm.Partition, "consul_epoch", st.Epoch, "log_epoch", cand.LogEpoch)
+		base = cand.LogEpoch
 	}
-	newState := PartitionState{Leader: self, Epoch: st.Epoch + 1, ISR: isr}
+	if base >= maxEpoch {
+		return nil, fmt.Errorf("%w: %s: epoch %d cannot grow", ErrCorruptMetadata, stateKey, base)
+	}
+	newState := PartitionState{Leader: self, Epoch: base + 1, ISR: isr}
 	ops := api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: leaderKey, Session: session,
 			Value: encodeJSON(leaderValue{Node: self, Epoch: newState.Epoch})}},

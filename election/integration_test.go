@@ -522,6 +522,46 @@ func TestWatchResetAbandonsBlockedQuery(t *testing.T) {
 	}
 }
 
+// TestEpochAboveTheLogsAfterRollback: a Consul restored from an old
+// snapshot holds a lower epoch than the replicas' logs; a new leader takes an
+// epoch above its own log's, never one the log already used.
+func TestEpochAboveTheLogsAfterRollback(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	c := newTestClient(t, srv, "n1")
+	register(t, c)
+	createTopic(t, c, "rolled", [][]string{{"n1"}})
+	cases := []struct {
+		name      string
+		consul    int32 // epoch the rolled-back state holds
+		logEpoch  int32
+		wantEpoch int32
+	}{
+		{"log ahead of a rolled-back consul", 2, 7, 8},
+		{"consul ahead of the log", 9, 3, 10},
+		{"empty log", 10, NoEpoch, 11},
+	}
+	for _, tc := range cases {
+		key := keyspace{prefix: testPrefix}.state("rolled", 0)
+		if _, err := admin.KV().Put(&api.KVPair{Key: key, Value: encodeJSON(PartitionState{Leader: "n1", Epoch: tc.consul, ISR: []string{"n1"}})}, nil); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		l, err := c.CampaignAs(ctx, "rolled", 0, Candidate{LogEpoch: tc.logEpoch})
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: CampaignAs: %v", tc.name, err)
+		}
+		if l.Epoch() != tc.wantEpoch {
+			t.Errorf("%s: won epoch %d, want %d", tc.name, l.Epoch(), tc.wantEpoch)
+		}
+		if err := l.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestTopicLifecycle(t *testing.T) {
 	t.Parallel()
 	srv := consultest.Start(t)

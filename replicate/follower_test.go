@@ -185,7 +185,7 @@ func fetchingFollower(t *testing.T, durability Durability) (*Follower, *memLog) 
 		t.Fatal(err)
 	}
 	rd := f.Ready()
-	if rd.Fetch == nil || *rd.Fetch != (FetchRequest{"F", 0, 1, UndefinedEpoch}) {
+	if rd.Fetch == nil || *rd.Fetch != (FetchRequest{ReplicaID: "F", FetchOffset: 0, CurrentLeaderEpoch: 1, LastFetchedEpoch: UndefinedEpoch}) {
 		t.Fatalf("first output %+v, want a fetch at 0", rd)
 	}
 	return f, m
@@ -302,7 +302,7 @@ func TestFollowerTruncatesOnDivergingFetch(t *testing.T) {
 	if err := f.Truncated(2); err != nil {
 		t.Fatal(err)
 	}
-	if rd := f.Ready(); rd.Fetch == nil || *rd.Fetch != (FetchRequest{"F", 2, 1, 1}) {
+	if rd := f.Ready(); rd.Fetch == nil || *rd.Fetch != (FetchRequest{"F", 2, 1, 1, false}) {
 		t.Fatalf("after truncating: %+v, want a fetch at 2", rd.Fetch)
 	}
 }
@@ -314,8 +314,8 @@ func TestFollowerFetchOutOfRange(t *testing.T) {
 		want                   Truncation
 		wantFetch              FetchRequest
 	}{
-		{"beyond the leader's log end", 0, 4, Truncation{Offset: 4}, FetchRequest{"F", 4, 1, 1}},
-		{"below the leader's log start", 20, 30, Truncation{Offset: 20, Restart: true}, FetchRequest{"F", 20, 1, UndefinedEpoch}},
+		{"beyond the leader's log end", 0, 4, Truncation{Offset: 4}, FetchRequest{"F", 4, 1, 1, false}},
+		{"below the leader's log start", 20, 30, Truncation{Offset: 20, Restart: true}, FetchRequest{"F", 20, 1, UndefinedEpoch, false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -92,6 +92,9 @@ type replicaProgress struct {
 	lastCaughtUp          time.Time
 	lastFetchLeaderLogEnd int64
 	lastFetchTime         time.Time
+	// dataLoss is the DataLoss flag of the follower's latest fetch: it is
+	// removed from the ISR and not admitted while set.
+	dataLoss bool
 }
 
 type pendingAck struct {
@@ -347,7 +350,7 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	if req.LastFetchedEpoch < UndefinedEpoch || req.LastFetchedEpoch > l.epoch {
 		return FetchResult{}, fmt.Errorf("%w: last fetched epoch %d from %q, leader epoch %d", ErrInvalidRequest, req.LastFetchedEpoch, req.ReplicaID, l.epoch)
 	}
-	result := FetchResult{LeaderEpoch: l.epoch, LogEndOffset: l.logEnd}
+	result := FetchResult{LeaderEpoch: l.epoch, LogEndOffset: l.logEnd, EpochStartOffset: l.epochStart}
 	if req.LastFetchedEpoch != UndefinedEpoch {
 		end, err := l.endOffsetForEpoch(req.LastFetchedEpoch)
 		if err != nil {
@@ -374,8 +377,13 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	p.lastFetchLeaderLogEnd = l.logEnd
 	p.lastFetchTime = now
 	p.logEnd = req.FetchOffset
+	p.dataLoss = req.DataLoss
 
-	l.maybeExpandISR(req.ReplicaID, p)
+	if p.dataLoss {
+		l.maybeShrinkISR(now)
+	} else {
+		l.maybeExpandISR(req.ReplicaID, p)
+	}
 	l.updateHighWatermark()
 	result.HighWatermark = l.hw
 	return result, nil
@@ -437,13 +445,15 @@ func (l *Leader) SetDeadFollowers(ids []string, now time.Time) error {
 }
 
 // maybeShrinkISR proposes, with no ISR change in flight, removing every ISR
-// follower that is dead or has not caught up within LagTimeMax.
+// follower that is dead, says it lost its data, or has not caught up within
+// LagTimeMax.
 func (l *Leader) maybeShrinkISR(now time.Time) {
 	if l.inFlight != nil {
 		return
 	}
 	out := func(id string) bool {
-		return id != l.self && (l.dead[id] || !l.caughtUp(l.followers[id], now))
+		p := l.followers[id]
+		return id != l.self && (l.dead[id] || p.dataLoss || !l.caughtUp(p, now))
 	}
 	if slices.ContainsFunc(l.isr, out) {
 		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), out)})
@@ -530,11 +540,8 @@ func (l *Leader) checkRequest(replicaID string, currentLeaderEpoch int32) (*repl
 	if l.resigned {
 		return nil, fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
-	switch {
-	case currentLeaderEpoch < l.epoch:
-		return nil, fmt.Errorf("%w: request epoch %d from %q, leader epoch %d", ErrFencedLeaderEpoch, currentLeaderEpoch, replicaID, l.epoch)
-	case currentLeaderEpoch > l.epoch:
-		return nil, fmt.Errorf("%w: request epoch %d from %q, leader epoch %d", ErrUnknownLeaderEpoch, currentLeaderEpoch, replicaID, l.epoch)
+	if err := CheckLeaderEpoch(currentLeaderEpoch, l.epoch); err != nil {
+		return nil, fmt.Errorf("%w (from %q)", err, replicaID)
 	}
 	p, ok := l.followers[replicaID]
 	if !ok {
@@ -563,10 +570,10 @@ func (l *Leader) caughtUp(p *replicaProgress, now time.Time) bool {
 
 // maybeExpandISR proposes adding a follower outside the ISR whose log reached
 // both the HW and the start of the current epoch (so it has every record of
-// earlier epochs that this leader kept), unless Consul says it is dead: a
-// shrink would remove it again at once.
+// earlier epochs that this leader kept), unless Consul says it is dead or it
+// says it lost data: a shrink would remove it again at once.
 func (l *Leader) maybeExpandISR(id string, p *replicaProgress) {
-	if l.inFlight != nil || l.dead[id] || slices.Contains(l.isr, id) {
+	if l.inFlight != nil || l.dead[id] || p.dataLoss || slices.Contains(l.isr, id) {
 		return
 	}
 	if p.logEnd >= l.hw && p.logEnd >= l.epochStart {

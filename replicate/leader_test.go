@@ -171,23 +171,23 @@ func TestFetchValidation(t *testing.T) {
 		wantErr       error
 		wantDiverging *EpochEndOffset
 	}{
-		{"stale epoch", FetchRequest{"F1", 8, 3, 3}, ErrFencedLeaderEpoch, nil},
-		{"newer epoch", FetchRequest{"F1", 8, 5, 4}, ErrUnknownLeaderEpoch, nil},
-		{"stranger", FetchRequest{"X", 8, 4, 4}, ErrNotReplica, nil},
-		{"the leader itself", FetchRequest{"L", 8, 4, 4}, ErrNotReplica, nil},
-		{"negative offset", FetchRequest{"F1", -1, 4, UndefinedEpoch}, ErrInvalidRequest, nil},
-		{"last fetched epoch from the future", FetchRequest{"F1", 8, 4, 5}, ErrInvalidRequest, nil},
-		{"last fetched epoch below undefined", FetchRequest{"F1", 0, 4, -2}, ErrInvalidRequest, nil},
-		{"empty follower", FetchRequest{"F1", 0, 4, UndefinedEpoch}, nil, nil},
-		{"empty follower beyond the log end", FetchRequest{"F1", 9, 4, UndefinedEpoch}, ErrOffsetOutOfRange, nil},
-		{"inside epoch 1", FetchRequest{"F1", 2, 4, 1}, nil, nil},
-		{"at the end of epoch 1", FetchRequest{"F1", 3, 4, 1}, nil, nil},
-		{"past the end of epoch 1", FetchRequest{"F1", 4, 4, 1}, nil, &EpochEndOffset{1, 3}},
-		{"epoch 2 the leader never had", FetchRequest{"F1", 3, 4, 2}, nil, &EpochEndOffset{1, 3}},
-		{"at the end of epoch 3", FetchRequest{"F1", 5, 4, 3}, nil, nil},
-		{"past the end of epoch 3", FetchRequest{"F1", 6, 4, 3}, nil, &EpochEndOffset{3, 5}},
-		{"caught up in epoch 4", FetchRequest{"F1", 8, 4, 4}, nil, nil},
-		{"ahead in epoch 4", FetchRequest{"F1", 9, 4, 4}, nil, &EpochEndOffset{4, 8}},
+		{"stale epoch", FetchRequest{"F1", 8, 3, 3, false}, ErrFencedLeaderEpoch, nil},
+		{"newer epoch", FetchRequest{"F1", 8, 5, 4, false}, ErrUnknownLeaderEpoch, nil},
+		{"stranger", FetchRequest{"X", 8, 4, 4, false}, ErrNotReplica, nil},
+		{"the leader itself", FetchRequest{"L", 8, 4, 4, false}, ErrNotReplica, nil},
+		{"negative offset", FetchRequest{"F1", -1, 4, UndefinedEpoch, false}, ErrInvalidRequest, nil},
+		{"last fetched epoch from the future", FetchRequest{"F1", 8, 4, 5, false}, ErrInvalidRequest, nil},
+		{"last fetched epoch below undefined", FetchRequest{"F1", 0, 4, -2, false}, ErrInvalidRequest, nil},
+		{"empty follower", FetchRequest{"F1", 0, 4, UndefinedEpoch, false}, nil, nil},
+		{"empty follower beyond the log end", FetchRequest{"F1", 9, 4, UndefinedEpoch, false}, ErrOffsetOutOfRange, nil},
+		{"inside epoch 1", FetchRequest{"F1", 2, 4, 1, false}, nil, nil},
+		{"at the end of epoch 1", FetchRequest{"F1", 3, 4, 1, false}, nil, nil},
+		{"past the end of epoch 1", FetchRequest{"F1", 4, 4, 1, false}, nil, &EpochEndOffset{1, 3}},
+		{"epoch 2 the leader never had", FetchRequest{"F1", 3, 4, 2, false}, nil, &EpochEndOffset{1, 3}},
+		{"at the end of epoch 3", FetchRequest{"F1", 5, 4, 3, false}, nil, nil},
+		{"past the end of epoch 3", FetchRequest{"F1", 6, 4, 3, false}, nil, &EpochEndOffset{3, 5}},
+		{"caught up in epoch 4", FetchRequest{"F1", 8, 4, 4, false}, nil, nil},
+		{"ahead in epoch 4", FetchRequest{"F1", 9, 4, 4, false}, nil, &EpochEndOffset{4, 8}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,7 +268,7 @@ func TestLeaderDetectsInconsistentEpochCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.cache = lyingCache{m, 20} // epoch 1 "ends" beyond the log end
-	if _, err := l.Fetch(FetchRequest{"F1", 3, 4, 1}, t0); !errors.Is(err, ErrInconsistentLog) {
+	if _, err := l.Fetch(FetchRequest{"F1", 3, 4, 1, false}, t0); !errors.Is(err, ErrInconsistentLog) {
 		t.Errorf("Fetch over a corrupt cache: %v, want ErrInconsistentLog", err)
 	}
 	if _, err := l.OffsetForEpoch(EpochRequest{"F1", 4, 1}); !errors.Is(err, ErrInconsistentLog) {
@@ -668,7 +668,7 @@ func TestResignFailsPendingAcks(t *testing.T) {
 		"SetDeadFollowers":  l.SetDeadFollowers([]string{"F1"}, t0),
 		"ISRProposalFailed": l.ISRProposalFailed(),
 	}
-	_, inputs["Fetch"] = l.Fetch(FetchRequest{"F1", 9, 4, 4}, t0)
+	_, inputs["Fetch"] = l.Fetch(FetchRequest{"F1", 9, 4, 4, false}, t0)
 	_, inputs["OffsetForEpoch"] = l.OffsetForEpoch(EpochRequest{"F1", 4, 4})
 	for name, err := range inputs {
 		if !errors.Is(err, ErrNotLeader) {
@@ -731,5 +731,45 @@ func TestWaitAckRejectsMisuse(t *testing.T) {
 	}
 	if err := l.Synced(last + 1); !errors.Is(err, ErrInvalidInput) {
 		t.Errorf("Synced beyond the log end: %v, want ErrInvalidInput", err)
+	}
+}
+
+// TestDataLossFollowerLeavesISR: a follower whose fetch says it lost its
+// data leaves the ISR at once (no lag_time_max wait), is not admitted while
+// it says so, and is admitted again by the usual rule once it fetches
+// without the flag; the HW never goes back meanwhile.
+func TestDataLossFollowerLeavesISR(t *testing.T) {
+	l, _ := newTestLeader(t, leaderOpts{hw: 8})
+	lost := func(offset int64, epoch int32) FetchRequest {
+		return FetchRequest{ReplicaID: "F2", FetchOffset: offset, CurrentLeaderEpoch: 4, LastFetchedEpoch: epoch, DataLoss: true}
+	}
+	res, err := l.Fetch(lost(0, UndefinedEpoch), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EpochStartOffset != 5 {
+		t.Errorf("epoch start offset %d in the answer, want 5", res.EpochStartOffset)
+	}
+	rd := l.Ready()
+	if rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1"}) {
+		t.Fatalf("after a data-loss fetch: proposal %+v, want ISR [L F1] at once", rd.ISRProposal)
+	}
+	if err := l.ISRCommitted([]string{"L", "F1"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	// Caught up but still flagged: not admitted.
+	if _, err := l.Fetch(lost(8, 4), t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if rd := l.Ready(); rd.ISRProposal != nil {
+		t.Fatalf("a follower still flagging data loss was proposed: %+v", rd.ISRProposal)
+	}
+	if l.HighWatermark() != 8 {
+		t.Fatalf("HW %d, want 8", l.HighWatermark())
+	}
+	// Without the flag, the ISR-join rule admits it.
+	fetchOK(t, l, "F2", 8, t0.Add(2*time.Second))
+	if rd := l.Ready(); rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1", "F2"}) {
+		t.Fatalf("after catching up without the flag: proposal %+v, want [L F1 F2]", rd.ISRProposal)
 	}
 }

@@ -101,6 +101,12 @@ type FetchRequest struct {
 	// LastFetchedEpoch is the latest epoch in the follower's log, or
 	// UndefinedEpoch when its log has none.
 	LastFetchedEpoch int32
+	// DataLoss says the follower cannot show it holds what it held when it
+	// was admitted to the ISR (its data was lost or wiped): the leader
+	// removes it from the ISR and admits it again only once its fetches
+	// come without the flag, which the follower clears only under the
+	// ISR-join rule (see FetchResult.EpochStartOffset).
+	DataLoss bool
 }
 
 // FetchResult is the leader's answer to a valid fetch, without the records:
@@ -118,6 +124,11 @@ type FetchResult struct {
 	// leader's at or before FetchOffset (KIP-320): no records go with it,
 	// and the follower truncates (see Follower.FetchResponded).
 	Diverging *EpochEndOffset
+	// EpochStartOffset is where the leader's epoch starts in its log: a
+	// follower holds every record of earlier epochs that the leader kept,
+	// committed ones included, once its log reaches both this and the HW
+	// (Kafka's ISR-join rule).
+	EpochStartOffset int64
 }
 
 // EpochRequest asks the leader where one of the follower's epochs ends in
@@ -178,6 +189,21 @@ func checkMembers(what string, ids, allowed []string) error {
 		if allowed != nil && !slices.Contains(allowed, id) {
 			return fmt.Errorf("%s has %q, which is not a replica", what, id)
 		}
+	}
+	return nil
+}
+
+// CheckLeaderEpoch is the one epoch fence of every replica-to-replica
+// action: a request made for an older epoch than the current one is fenced
+// (ErrFencedLeaderEpoch), one for a newer epoch comes from a node that knows
+// more than this one (ErrUnknownLeaderEpoch), and only the same epoch
+// passes.
+func CheckLeaderEpoch(requested, current int32) error {
+	switch {
+	case requested < current:
+		return fmt.Errorf("%w: request epoch %d, current epoch %d", ErrFencedLeaderEpoch, requested, current)
+	case requested > current:
+		return fmt.Errorf("%w: request epoch %d, current epoch %d", ErrUnknownLeaderEpoch, requested, current)
 	}
 	return nil
 }

@@ -208,7 +208,7 @@ func crashIteration(t *testing.T, seed uint64, dir string, stats map[string]int)
 	// The recovered log keeps working across a clean restart.
 	latest, _ := l.LatestEpoch()
 	more := r.batchesAt(l.LogEndOffset(), latest.Epoch+1, 3)
-	if err := l.AppendFollower(slices.Concat(more...)); err != nil {
+	if err := l.AppendFollower(slices.Concat(more...), latest.Epoch+1); err != nil {
 		t.Fatalf("append after recovery: %v", err)
 	}
 	if _, err := l.Sync(); err != nil {
@@ -277,7 +277,7 @@ func (r *crashRun) workload() ([]crashModel, string) {
 				r.epoch++
 			}
 			bs := r.batchesAt(r.m.leo(), r.epoch, 1+rng.IntN(3))
-			if err = r.l.AppendFollower(slices.Concat(bs...)); err == nil || isCrash(err) {
+			if err = r.l.AppendFollower(slices.Concat(bs...), r.epoch); err == nil || isCrash(err) {
 				r.record(bs...)
 			}
 		case p < 56:

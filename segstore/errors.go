@@ -33,6 +33,10 @@ var (
 	// the epoch cache.
 	ErrStaleEpoch = errors.New("segstore: leader epoch older than the latest")
 
+	// ErrEpochAhead reports a batch from a newer epoch than the one the
+	// follower follows: bytes a former leader read after it had moved on.
+	ErrEpochAhead = errors.New("segstore: batch from a newer leader epoch than the one followed")
+
 	// ErrInvalidArgument reports a bad option or argument.
 	ErrInvalidArgument = errors.New("segstore: invalid argument")
 )

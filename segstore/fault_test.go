@@ -71,7 +71,7 @@ func TestFsyncErrorIsFatal(t *testing.T) {
 	}{
 		{"append leader", func() error { _, _, err := l.AppendLeader(makeBatch(rng, batchSpec{epoch: 1}), 1); return err }},
 		{"append follower", func() error {
-			return l.AppendFollower(makeBatch(rng, batchSpec{base: l.LogEndOffset(), epoch: 1}))
+			return l.AppendFollower(makeBatch(rng, batchSpec{base: l.LogEndOffset(), epoch: 1}), 1)
 		}},
 		{"sync", func() error { _, err := l.Sync(); return err }},
 		{"checkpoint", l.Checkpoint},

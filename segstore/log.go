@@ -199,9 +199,12 @@ func (l *Log) AppendLeader(batch []byte, epoch int32) (base, last int64, err err
 
 // AppendFollower appends a leader's batches verbatim: one or more whole
 // batches back to back. Each is verified, must start at the log end offset
-// (contiguity) and may not go back in epoch; the epoch cache follows the
-// batches' epochs. Nothing is written unless every batch passes.
-func (l *Log) AppendFollower(batches []byte) error {
+// (contiguity), may not go back in epoch, and may not come from an epoch
+// above followedEpoch, the epoch of the leader being followed (a leader
+// that stepped down can still be sending bytes it wrote later as a
+// follower of a newer one); the epoch cache follows the batches' epochs.
+// Nothing is written unless every batch passes.
+func (l *Log) AppendFollower(batches []byte, followedEpoch int32) error {
 	var stack [16]batchInfo
 	infos := stack[:0]
 	for pos := 0; pos < len(batches); {
@@ -225,6 +228,9 @@ func (l *Log) AppendFollower(batches []byte) error {
 		}
 		if info.epoch < 0 || (haveEpoch && info.epoch < latest.Epoch) {
 			return fmt.Errorf("%w: batch at %d has epoch %d, latest is %d", ErrStaleEpoch, info.base, info.epoch, latest.Epoch)
+		}
+		if info.epoch > followedEpoch {
+			return fmt.Errorf("%w: batch at %d has epoch %d, following epoch %d", ErrEpochAhead, info.base, info.epoch, followedEpoch)
 		}
 		latest, haveEpoch = EpochEntry{Epoch: info.epoch}, true
 		next = info.next

@@ -290,6 +290,7 @@ func TestAppendValidation(t *testing.T) {
 		{"follower gap in the middle", false, slices.Concat(good(2, 5), good(4, 5)), 0, ErrNotContiguous},
 		{"follower stale epoch", false, good(2, 4), 0, ErrStaleEpoch},
 		{"follower trailing partial", false, slices.Concat(good(2, 5), good(3, 5)[:70]), 0, record.ErrShort},
+		{"follower epoch ahead of the followed one", false, slices.Concat(good(2, 5), good(3, 8)), 7, ErrEpochAhead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,7 +298,11 @@ func TestAppendValidation(t *testing.T) {
 			if tt.leader {
 				_, _, err = l.AppendLeader(tt.batch, tt.epoch)
 			} else {
-				err = l.AppendFollower(tt.batch)
+				followed := tt.epoch
+				if followed == 0 {
+					followed = 7
+				}
+				err = l.AppendFollower(tt.batch, followed)
 			}
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
@@ -307,7 +312,7 @@ func TestAppendValidation(t *testing.T) {
 			}
 		})
 	}
-	if err := l.AppendFollower(slices.Concat(good(2, 5), good(3, 7))); err != nil {
+	if err := l.AppendFollower(slices.Concat(good(2, 5), good(3, 7)), 7); err != nil {
 		t.Fatal(err)
 	}
 	if got := l.EpochEntries(); !slices.Equal(got, []EpochEntry{{5, 0}, {7, 3}}) {

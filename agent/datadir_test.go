@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestDataDirLostPageCache: a start that follows a reboot without a clean
+// stop is told its page cache is gone, and MarkAllDataLoss records it in
+// every partition before the new boot id is stored; a clean stop, the same
+// boot, or a first start are not.
+func TestDataDirLostPageCache(t *testing.T) {
+	current, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		t.Fatalf("this test needs %s: %v", bootIDPath, err)
+	}
+	tests := []struct {
+		name     string
+		prevBoot string // "" writes no boot_id file
+		clean    bool
+		want     bool
+	}{
+		{"rebooted, unclean", "11111111-2222-3333-4444-555555555555", false, true},
+		{"rebooted, clean stop", "11111111-2222-3333-4444-555555555555", true, false},
+		{"same boot, unclean", string(current), false, false},
+		{"no earlier boot id", "", false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			d, err := OpenDataDir(dir, "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			part := filepath.Join(dir, "orders-0")
+			if err := os.MkdirAll(part, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeReplicaFile(part, replicaFile{Topic: "orders", Partition: 0, TopicID: "id"}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.clean {
+				if err := d.MarkCleanShutdown(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			boot := filepath.Join(dir, bootIDFileName)
+			if tc.prevBoot != "" {
+				writeTestFile(t, boot, tc.prevBoot)
+			} else {
+				os.Remove(boot)
+			}
+
+			d, err = OpenDataDir(dir, "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if d.LostPageCache != tc.want {
+				t.Fatalf("LostPageCache %t, want %t", d.LostPageCache, tc.want)
+			}
+			if !tc.want {
+				return
+			}
+			if n, err := d.MarkAllDataLoss(); err != nil || n != 1 {
+				t.Fatalf("MarkAllDataLoss = %d, %v; want 1 partition", n, err)
+			}
+			if f, _, err := readReplicaFile(part); err != nil || !f.DataLoss {
+				t.Fatalf("replica file %+v, %v: want data_loss", f, err)
+			}
+			if err := d.RecordBoot(); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := os.ReadFile(boot); string(b) != string(current) {
+				t.Fatalf("boot_id %q after RecordBoot, want the current %q", b, current)
+			}
+		})
+	}
+}
