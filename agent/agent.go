@@ -48,8 +48,9 @@ type Coordinator interface {
 	// CampaignAs blocks until this agent leads the partition, at an epoch
 	// above the candidate's log's.
 	CampaignAs(ctx context.Context, topic string, partition int, cand election.Candidate) (*election.Leadership, error)
-	// ProposeISR writes an ISR change with the guarded transaction.
-	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string) error
+	// ProposeISR writes an ISR change, and the eligible leader replicas it
+	// leaves, with the guarded transaction.
+	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string, elr []election.EligibleReplica) error
 	// CreateTopic stores a new topic.
 	CreateTopic(ctx context.Context, tc election.TopicConfig, assignment [][]string) error
 	// DeleteTopic removes a topic's keys.

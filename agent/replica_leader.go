@@ -42,6 +42,7 @@ func (r *replica) becomeLeader(l *election.Leadership) {
 		EpochStartOffset:  leo,
 		Replicas:          r.meta.pm.Replicas,
 		ISR:               st.ISR,
+		ELR:               replicateELR(st.ELR),
 		MinInsyncReplicas: r.meta.tc.MinInsyncReplicas,
 		LagTimeMax:        r.deps.cfg.Replication.LagTimeMax,
 		Durability:        r.deps.durability,
@@ -122,7 +123,7 @@ func (r *replica) propose(p replicate.ISRProposal) {
 	go func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
 		defer cancel()
-		err := r.deps.coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR)
+		err := r.deps.coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR, electionELR(p.ELR))
 		r.send(isrResult{gen: gen, proposal: p, err: err})
 	}()
 }
@@ -148,7 +149,7 @@ func (r *replica) onISRResult(ev isrResult) {
 	var err error
 	switch {
 	case ev.err == nil:
-		err = r.leader.ISRCommitted(ev.proposal.ISR, r.deps.now())
+		err = r.leader.ISRCommitted(ev.proposal.ISR, ev.proposal.ELR, r.deps.now())
 		r.log.Info("isr changed", "epoch", ev.proposal.Epoch, "isr", ev.proposal.ISR)
 	case errors.Is(ev.err, election.ErrNotLeader):
 		r.stepDown(ev.err, false)
@@ -159,7 +160,7 @@ func (r *replica) onISRResult(ev isrResult) {
 			r.stepDown(ev.err, false)
 			return
 		}
-		err = r.leader.ISRCommitted(st.ISR, r.deps.now())
+		err = r.leader.ISRCommitted(st.ISR, replicateELR(st.ELR), r.deps.now())
 	case errors.Is(ev.err, context.Canceled):
 		return
 	case errors.Is(ev.err, election.ErrPermissionDenied), errors.Is(ev.err, election.ErrInvalidTopic):
@@ -177,6 +178,25 @@ func (r *replica) onISRResult(ev isrResult) {
 	}
 	r.leaderISR = r.leader.ISR()
 	r.processLeaderReady()
+}
+
+// replicateELR and electionELR carry the eligible leader replicas between
+// Consul's state and the leader state machine, which do not import each
+// other.
+func replicateELR(elr []election.EligibleReplica) []replicate.EligibleReplica {
+	out := make([]replicate.EligibleReplica, 0, len(elr))
+	for _, e := range elr {
+		out = append(out, replicate.EligibleReplica{ID: e.Node, LogEndOffset: e.LogEndOffset})
+	}
+	return out
+}
+
+func electionELR(elr []replicate.EligibleReplica) []election.EligibleReplica {
+	out := make([]election.EligibleReplica, 0, len(elr))
+	for _, e := range elr {
+		out = append(out, election.EligibleReplica{Node: e.ID, LogEndOffset: e.LogEndOffset})
+	}
+	return out
 }
 
 // produceRequest is a produce call from a handler. The batch belongs to the

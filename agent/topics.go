@@ -51,11 +51,14 @@ type topicConfigJSON struct {
 // (leader is empty while the partition has none), and the positions of this
 // agent's replica when it has one.
 type partitionDescription struct {
-	Partition      int      `json:"partition"`
-	Leader         string   `json:"leader"`
-	Epoch          int32    `json:"epoch"`
-	Replicas       []string `json:"replicas"`
-	ISR            []string `json:"isr"`
+	Partition int      `json:"partition"`
+	Leader    string   `json:"leader"`
+	Epoch     int32    `json:"epoch"`
+	Replicas  []string `json:"replicas"`
+	ISR       []string `json:"isr"`
+	// ELR lists the eligible leader replicas: outside the ISR, yet holding
+	// every committed record (docs/design.md §6).
+	ELR            []string `json:"elr,omitempty"`
 	HighWatermark  *int64   `json:"high_watermark,omitempty"`
 	LogStartOffset *int64   `json:"log_start_offset,omitempty"`
 	LogEndOffset   *int64   `json:"log_end_offset,omitempty"`
@@ -206,6 +209,9 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 			Epoch:     pm.State.Epoch,
 			Replicas:  pm.Replicas,
 			ISR:       pm.State.ISR,
+		}
+		for _, e := range pm.State.ELR {
+			pd.ELR = append(pd.ELR, e.Node)
 		}
 		if pm.LeaderSession != "" {
 			pd.Leader = pm.State.Leader

@@ -101,19 +101,50 @@ func newCampaigner(self string, lockDelay time.Duration) *campaigner {
 	return &campaigner{self: self, lockDelay: lockDelay, backoff: newBackoff(20*time.Millisecond, 500*time.Millisecond)}
 }
 
+// eligibleStagger is how long each eligible leader replica waits after the
+// one before it in the ELR's order (longest log first), so that the longest
+// log normally wins and a dead one does not keep the others out for long.
+const eligibleStagger = time.Second
+
+// electionKind is how a replica may take the lead.
+type electionKind uint8
+
+const (
+	// electClean: the replica is in the ISR.
+	electClean electionKind = iota + 1
+	// electEligible: the replica is an eligible leader replica (ELR) and no
+	// ISR member is alive; it leads with itself as the ISR.
+	electEligible
+	// electUnclean: the topic allows unclean election and the replica is
+	// neither; it may have lost committed records.
+	electUnclean
+)
+
+func (k electionKind) String() string {
+	switch k {
+	case electClean:
+		return "clean"
+	case electEligible:
+		return "eligible"
+	case electUnclean:
+		return "unclean"
+	}
+	return "none"
+}
+
 // decision is what a campaign does next.
 type decision struct {
 	attempt bool
-	// unclean means the attempt is an unclean election: this replica is
-	// not in the ISR.
-	unclean bool
+	// kind is the election the attempt makes.
+	kind electionKind
 	// wakeAt is when to decide again without a change; zero means only a
 	// change of metadata or session.
 	wakeAt time.Time
 }
 
-// next decides at now. session is the usable session ("" when none).
-func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool, uncleanDelay time.Duration, session string) decision {
+// next decides at now. session is the usable session ("" when none);
+// isrDead says Consul reports every ISR member dead.
+func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool, uncleanDelay time.Duration, session string, isrDead bool) decision {
 	heldBySelf := session != "" && pm.LeaderSession == session
 	if pm.LeaderSession != "" && !heldBySelf {
 		cp.freeSince = time.Time{}
@@ -126,12 +157,16 @@ func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool,
 	if session == "" {
 		return decision{}
 	}
-	inISR := slices.Contains(pm.State.ISR, cp.self)
 	eligibleAt := now
+	var kind electionKind
+	rank := pm.State.eligibleIndex(cp.self, pm.Replicas)
 	switch {
-	case inISR:
+	case slices.Contains(pm.State.ISR, cp.self):
+		kind = electClean
+	case rank >= 0 && isrDead && !cp.freeSince.IsZero():
+		kind, eligibleAt = electEligible, cp.freeSince.Add(time.Duration(rank)*eligibleStagger)
 	case uncleanAllowed && !cp.freeSince.IsZero():
-		eligibleAt = cp.freeSince.Add(uncleanDelay)
+		kind, eligibleAt = electUnclean, cp.freeSince.Add(uncleanDelay)
 	default:
 		return decision{}
 	}
@@ -139,7 +174,7 @@ func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool,
 	if now.Before(at) {
 		return decision{wakeAt: at}
 	}
-	return decision{attempt: true, unclean: !inISR}
+	return decision{attempt: true, kind: kind}
 }
 
 // refused records a failed attempt at now: retry after a backoff, but not
@@ -224,12 +259,14 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 			return nil, failure
 		}
 		var d decision
+		live := c.Liveness()
 		// A topic with corrupt metadata is never led: wait for a repair.
 		if tm.Err == nil {
-			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session)
+			isrDead := len(live.DeadAmong(pm.State.ISR)) == len(pm.State.ISR)
+			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session, isrDead)
 		}
 		if d.attempt {
-			l, err := c.tryLead(ctx, pm, session, d.unclean, cand)
+			l, err := c.tryLead(ctx, pm, session, d.kind, cand)
 			switch {
 			case l != nil:
 				return l, nil
@@ -255,6 +292,7 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 			return nil, ErrClosed
 		case <-snap.Changed():
 		case <-sessionChanged:
+		case <-live.Changed():
 		case <-timer:
 		}
 	}
@@ -284,7 +322,7 @@ func (c *Client) partitionExists(ctx context.Context, topic string, partition in
 // tryLead runs one election attempt. It returns a leadership when won, nil
 // and nil when refused (lock held or in lock delay, state moved, or this
 // replica not eligible under the fresh state).
-func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, unclean bool, cand Candidate) (*Leadership, error) {
+func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, kind electionKind, cand Candidate) (*Leadership, error) {
 	select {
 	case c.inflight <- struct{}{}:
 		defer func() { <-c.inflight }()
@@ -308,12 +346,21 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, 
 	if err != nil {
 		return nil, err
 	}
-	isr := st.ISR
-	if !slices.Contains(st.ISR, self) {
-		if !unclean {
-			return nil, nil
-		}
-		isr = []string{self}
+	// The kind the campaign chose is checked again on the fresh state; an
+	// eligible replica also needs every ISR member dead now. Safety does not
+	// rest on that liveness: an eligible replica holds every committed
+	// record whoever else is alive; it only keeps a live ISR member first.
+	isr, elr := st.ISR, st.ELR
+	switch {
+	case slices.Contains(st.ISR, self):
+		kind = electClean
+	case kind == electEligible && st.eligibleIndex(self, pm.Replicas) >= 0 &&
+		len(c.Liveness().DeadAmong(st.ISR)) == len(st.ISR):
+		isr, elr = []string{self}, st.withoutEligible(self)
+	case kind == electUnclean:
+		isr, elr = []string{self}, nil
+	default:
+		return nil, nil
 	}
 	base := st.Epoch
 	if cand.LogEpoch > base {
@@ -324,7 +371,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, 
 	if base >= maxEpoch {
 		return nil, fmt.Errorf("%w: %s: epoch %d cannot grow", ErrCorruptMetadata, stateKey, base)
 	}
-	newState := PartitionState{Leader: self, Epoch: base + 1, ISR: isr}
+	newState := PartitionState{Leader: self, Epoch: base + 1, ISR: isr, ELR: elr}
 	ops := api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: leaderKey, Session: session,
 			Value: encodeJSON(leaderValue{Node: self, Epoch: newState.Epoch})}},
@@ -360,7 +407,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, 
 	}
 	c.leaderships[partitionKey{topic: pm.Topic, partition: pm.Partition}] = l
 	c.log.Info("leading", "topic", pm.Topic, "partition", pm.Partition, "epoch", newState.Epoch,
-		"isr", newState.ISR, "unclean", unclean)
+		"isr", newState.ISR, "elr", newState.ELR, "election", kind)
 	// A snapshot published while the txn ran was not checked against l.
 	c.checkLeadershipLocked(l, c.snapshot.Load())
 	if l.ctx.Err() != nil {
@@ -476,7 +523,7 @@ func (c *Client) releaseLocks(ctx context.Context, session string, keys []string
 // at that epoch any more (the leadership is ended): step down. ErrConflict:
 // another change won at the same epoch; the leadership's State has been
 // re-read: decide again from it.
-func (c *Client) ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string) error {
+func (c *Client) ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string, elr []EligibleReplica) error {
 	key := partitionKey{topic: topic, partition: partition}
 	c.mu.Lock()
 	l := c.leaderships[key]
@@ -487,12 +534,17 @@ func (c *Client) ProposeISR(ctx context.Context, topic string, partition int, ep
 	if err := c.validateISR(topic, partition, isr); err != nil {
 		return err
 	}
+	for _, e := range elr {
+		if slices.Contains(isr, e.Node) {
+			return fmt.Errorf("%w: eligible replica %q of %s/%d is in the ISR %v", ErrInvalidTopic, e.Node, topic, partition, isr)
+		}
+	}
 	l.mu.Lock()
 	base := l.stateIndex
 	l.mu.Unlock()
-	err := c.casState(ctx, l, base, PartitionState{Leader: c.cfg.NodeID, Epoch: epoch, ISR: slices.Clone(isr)})
+	err := c.casState(ctx, l, base, PartitionState{Leader: c.cfg.NodeID, Epoch: epoch, ISR: slices.Clone(isr), ELR: slices.Clone(elr)})
 	if err == nil {
-		c.log.Info("isr changed", "topic", topic, "partition", partition, "epoch", epoch, "isr", isr)
+		c.log.Info("isr changed", "topic", topic, "partition", partition, "epoch", epoch, "isr", isr, "elr", elr)
 	}
 	return err
 }

@@ -14,6 +14,11 @@ func TestCampaignerDecisions(t *testing.T) {
 	mine.LeaderSession = "s1"
 	outside := free
 	outside.State.ISR = []string{"b", "c"}
+	eligible := outside
+	eligible.Replicas = []string{"a", "b", "c", "d"}
+	eligible.State.ELR = []EligibleReplica{{Node: "d", LogEndOffset: 5}, {Node: "a", LogEndOffset: 9}}
+	eligibleSecond := eligible
+	eligibleSecond.State.ELR = []EligibleReplica{{Node: "d", LogEndOffset: 9}, {Node: "a", LogEndOffset: 5}}
 
 	tests := []struct {
 		name           string
@@ -23,16 +28,24 @@ func TestCampaignerDecisions(t *testing.T) {
 		session        string
 		want           decision
 		setFreeSinceMs int // >0: the key was seen free this long before
+		isrDead        bool
 	}{
 		{name: "held by another session waits", pm: held, session: "s1", want: decision{}},
-		{name: "free and in isr attempts", pm: free, session: "s1", want: decision{attempt: true}},
-		{name: "held by own session re-takes", pm: mine, session: "s1", want: decision{attempt: true}},
+		{name: "free and in isr attempts", pm: free, session: "s1", want: decision{attempt: true, kind: electClean}},
+		{name: "held by own session re-takes", pm: mine, session: "s1", want: decision{attempt: true, kind: electClean}},
 		{name: "no usable session waits", pm: free, session: "", want: decision{}},
 		{name: "outside isr, unclean off, never", pm: outside, session: "s1", want: decision{}},
 		{name: "outside isr, unclean on, waits the delay", pm: outside, session: "s1", unclean: true,
 			uncleanDelay: 5 * time.Second, want: decision{wakeAt: t0.Add(5 * time.Second)}},
 		{name: "outside isr, unclean on, after the delay", pm: outside, session: "s1", unclean: true,
-			uncleanDelay: 5 * time.Second, setFreeSinceMs: 5000, want: decision{attempt: true, unclean: true}},
+			uncleanDelay: 5 * time.Second, setFreeSinceMs: 5000, want: decision{attempt: true, kind: electUnclean}},
+		{name: "eligible, an isr member alive, never", pm: eligible, session: "s1", setFreeSinceMs: 5000, want: decision{}},
+		{name: "eligible, longest log, isr dead, at once", pm: eligible, session: "s1", isrDead: true,
+			setFreeSinceMs: 1, want: decision{attempt: true, kind: electEligible}},
+		{name: "eligible, shorter log, waits its turn", pm: eligibleSecond, session: "s1", isrDead: true,
+			setFreeSinceMs: 1, want: decision{wakeAt: t0.Add(eligibleStagger - time.Millisecond)}},
+		{name: "eligible before unclean", pm: eligible, session: "s1", isrDead: true, unclean: true,
+			uncleanDelay: 5 * time.Second, setFreeSinceMs: 1, want: decision{attempt: true, kind: electEligible}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,7 +53,7 @@ func TestCampaignerDecisions(t *testing.T) {
 			if tt.setFreeSinceMs > 0 {
 				cp.freeSince = t0.Add(-time.Duration(tt.setFreeSinceMs) * time.Millisecond)
 			}
-			if got := cp.next(t0, tt.pm, tt.unclean, tt.uncleanDelay, tt.session); got != tt.want {
+			if got := cp.next(t0, tt.pm, tt.unclean, tt.uncleanDelay, tt.session, tt.isrDead); got != tt.want {
 				t.Fatalf("next = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -51,29 +64,29 @@ func TestCampaignerRetriesAfterLockDelay(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	free := PartitionMeta{State: PartitionState{ISR: []string{"a"}}}
 	cp := newCampaigner("a", time.Second)
-	if d := cp.next(t0, free, false, 0, "s1"); !d.attempt {
+	if d := cp.next(t0, free, false, 0, "s1", false); !d.attempt {
 		t.Fatalf("first look at a free key: %+v, want an attempt", d)
 	}
 	// Refused (lock delay): the next try is when the delay ends, counted
 	// from when the key was first seen free.
 	cp.refused(t0.Add(time.Millisecond))
-	d := cp.next(t0.Add(2*time.Millisecond), free, false, 0, "s1")
+	d := cp.next(t0.Add(2*time.Millisecond), free, false, 0, "s1", false)
 	if want := t0.Add(time.Second); d.attempt || !d.wakeAt.Equal(want) {
 		t.Fatalf("after refusal: %+v, want wake at %v", d, want)
 	}
-	if d := cp.next(t0.Add(time.Second), free, false, 0, "s1"); !d.attempt {
+	if d := cp.next(t0.Add(time.Second), free, false, 0, "s1", false); !d.attempt {
 		t.Fatalf("at the end of the lock delay: %+v, want an attempt", d)
 	}
 	// Refused again: a short backoff, not another lock delay.
 	cp.refused(t0.Add(time.Second))
-	d = cp.next(t0.Add(time.Second), free, false, 0, "s1")
+	d = cp.next(t0.Add(time.Second), free, false, 0, "s1", false)
 	if d.attempt || d.wakeAt.Sub(t0.Add(time.Second)) > 100*time.Millisecond {
 		t.Fatalf("second refusal: %+v, want a short backoff", d)
 	}
 	// Someone else took it: the free time resets.
 	held := free
 	held.LeaderSession = "other"
-	cp.next(t0.Add(2*time.Second), held, false, 0, "s1")
+	cp.next(t0.Add(2*time.Second), held, false, 0, "s1", false)
 	if !cp.freeSince.IsZero() {
 		t.Fatalf("freeSince = %v after the key was seen held", cp.freeSince)
 	}

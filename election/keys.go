@@ -1,8 +1,10 @@
 package election
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -13,7 +15,8 @@ import (
 //
 //	<prefix>topics/<topic>/config        TopicConfig, created with cas index 0
 //	<prefix>topics/<topic>/<p>/replicas  ["n1","n2","n3"]  first = preferred leader
-//	<prefix>topics/<topic>/<p>/state     {"leader":"n1","epoch":7,"isr":["n1","n2"]}
+//	<prefix>topics/<topic>/<p>/state     {"leader":"n1","epoch":7,"isr":["n1","n2"],
+//	                                       "elr":[{"node":"n3","log_end_offset":1200}]}  (elr only when set)
 //	<prefix>topics/<topic>/<p>/leader    {"node":"n1","epoch":7}  lock key; its
 //	                                     Session field is the leader's session
 //	<prefix>topics/~deleted/<topic id>   {"topic":"orders"}  tombstone written by
@@ -115,6 +118,38 @@ type PartitionState struct {
 	Epoch int32 `json:"epoch"`
 	// ISR is the in-sync replica set.
 	ISR []string `json:"isr"`
+	// ELR are the eligible leader replicas (KIP-966): replicas outside the
+	// ISR that still hold every committed record, because they left it in a
+	// change that took the ISR below min_insync_replicas, after which the
+	// HW cannot grow. When no ISR member is alive, one of them may lead,
+	// the longest log first.
+	ELR []EligibleReplica `json:"elr,omitempty"`
+}
+
+// EligibleReplica is one member of a partition's ELR, with its log end as
+// its leader last knew it.
+type EligibleReplica struct {
+	Node         string `json:"node"`
+	LogEndOffset int64  `json:"log_end_offset"`
+}
+
+// eligibleIndex is node's place in the order in which eligible replicas
+// may take the lead (longest log first, then replica order), -1 if it is
+// not one.
+func (st PartitionState) eligibleIndex(node string, replicas []string) int {
+	order := slices.Clone(st.ELR)
+	slices.SortStableFunc(order, func(a, b EligibleReplica) int {
+		if a.LogEndOffset != b.LogEndOffset {
+			return cmp.Compare(b.LogEndOffset, a.LogEndOffset)
+		}
+		return cmp.Compare(slices.Index(replicas, a.Node), slices.Index(replicas, b.Node))
+	})
+	return slices.IndexFunc(order, func(e EligibleReplica) bool { return e.Node == node })
+}
+
+// withoutEligible is the ELR less node.
+func (st PartitionState) withoutEligible(node string) []EligibleReplica {
+	return slices.DeleteFunc(slices.Clone(st.ELR), func(e EligibleReplica) bool { return e.Node == node })
 }
 
 // leaderValue is the value of the leader key, for people reading Consul;
@@ -141,6 +176,11 @@ func decodeState(key string, value []byte) (PartitionState, error) {
 	}
 	if st.Epoch < 0 || len(st.ISR) == 0 {
 		return PartitionState{}, fmt.Errorf("%w: %s: epoch %d, isr %v", ErrCorruptMetadata, key, st.Epoch, st.ISR)
+	}
+	for _, e := range st.ELR {
+		if e.Node == "" || slices.Contains(st.ISR, e.Node) {
+			return PartitionState{}, fmt.Errorf("%w: %s: eligible replica %q is empty or in the ISR %v", ErrCorruptMetadata, key, e.Node, st.ISR)
+		}
 	}
 	return st, nil
 }

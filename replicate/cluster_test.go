@@ -170,7 +170,7 @@ func (c *cluster) drainLeader() {
 		}
 		if p := rd.ISRProposal; p != nil {
 			c.isr = slices.Clone(p.ISR)
-			if err := n.leader.ISRCommitted(p.ISR, c.now); err != nil {
+			if err := n.leader.ISRCommitted(p.ISR, p.ELR, c.now); err != nil {
 				c.t.Fatal(err)
 			}
 		}

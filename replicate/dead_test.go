@@ -30,7 +30,7 @@ func setDead(t *testing.T, l *Leader, now time.Time, ids ...string) {
 
 func commitISR(t *testing.T, l *Leader, now time.Time, isr ...string) {
 	t.Helper()
-	if err := l.ISRCommitted(isr, now); err != nil {
+	if err := l.ISRCommitted(isr, nil, now); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -19,7 +19,7 @@
 //	WaitAck(id, last, acks) ─┤  │        │ ──►   HighWatermark  checkpoint it, publish it
 //	Tick(now) ───────────────┤  │        │ ──►   ISRProposal    write it with the guarded txn
 //	SetDeadFollowers(ids) ───┤  │        │
-//	ISRCommitted(isr, now) ──┤  └────────┘ ──►   Acks           answer the producers
+//	ISRCommitted(isr, elr) ──┤  └────────┘ ──►   Acks           answer the producers
 //	ISRProposalFailed() ─────┤
 //	Resign() ────────────────┘
 //

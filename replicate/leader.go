@@ -20,7 +20,9 @@ type LeaderConfig struct {
 	Replicas []string
 	// ISR is the committed in-sync replica set as stored in Consul, Self
 	// included.
-	ISR               []string
+	ISR []string
+	// ELR are the eligible leader replicas as stored with the ISR.
+	ELR               []EligibleReplica
 	MinInsyncReplicas int
 	// LagTimeMax is how long a follower may go without catching up before
 	// it is proposed for removal from the ISR.
@@ -53,6 +55,23 @@ type AckOutcome struct {
 type ISRProposal struct {
 	Epoch int32
 	ISR   []string
+	// ELR are the eligible leader replicas the change leaves, written with
+	// the ISR.
+	ELR []EligibleReplica
+}
+
+// EligibleReplica is a replica outside the ISR that still holds every
+// committed record, so it may lead when no ISR member is alive (KIP-966's
+// eligible leader replicas): it left the ISR in a change that took the ISR
+// below min_insync_replicas, and the HW has not grown since, since it never
+// grows while the ISR is below min_insync_replicas. A later change that
+// brings the ISR back to min_insync_replicas empties the set: the HW may
+// move on without them. A follower that lost its data never joins it.
+// LogEndOffset is the replica's log end as the leader last knew it, so that
+// elections try the longest log first.
+type EligibleReplica struct {
+	ID           string
+	LogEndOffset int64
 }
 
 // LeaderReady is the output the caller drains from a Leader with Ready.
@@ -107,6 +126,7 @@ type pendingAck struct {
 // isrChange is the one ISR proposal in flight.
 type isrChange struct {
 	isr []string
+	elr []EligibleReplica
 	// added is the follower an expansion adds; it counts toward the HW
 	// before the change commits. Empty for a shrink.
 	added string
@@ -129,6 +149,7 @@ type Leader struct {
 	hw int64
 
 	isr       []string
+	elr       []EligibleReplica
 	inFlight  *isrChange
 	followers map[string]*replicaProgress
 	// dead are the followers Consul last said are dead (SetDeadFollowers).
@@ -164,6 +185,7 @@ func NewLeader(cfg LeaderConfig, now time.Time) (*Leader, error) {
 		ackIDs:     make(map[AckID]struct{}),
 	}
 	l.isr = l.inReplicaOrder(cfg.ISR)
+	l.elr = slices.Clone(cfg.ELR)
 	for _, id := range l.replicas {
 		if id == l.self {
 			continue
@@ -215,6 +237,11 @@ func (cfg *LeaderConfig) validate() error {
 	if err := checkMembers("ISR", cfg.ISR, cfg.Replicas); err != nil {
 		return invalid("%v", err)
 	}
+	for _, e := range cfg.ELR {
+		if !slices.Contains(cfg.Replicas, e.ID) || slices.Contains(cfg.ISR, e.ID) || e.ID == cfg.Self {
+			return invalid("eligible replica %q is not a follower outside the ISR %v", e.ID, cfg.ISR)
+		}
+	}
 	if latest, ok := cfg.EpochCache.LatestEpoch(); !ok || latest != cfg.Epoch {
 		return fmt.Errorf("%w: leader epoch %d is not the epoch cache's latest (%d, present %t): assign it before leading", ErrInconsistentLog, cfg.Epoch, latest, ok)
 	}
@@ -239,6 +266,9 @@ func (l *Leader) LogEndOffset() int64 { return l.logEnd }
 
 // ISR is the committed in-sync replica set, in replica order.
 func (l *Leader) ISR() []string { return slices.Clone(l.isr) }
+
+// ELR is the committed set of eligible leader replicas.
+func (l *Leader) ELR() []EligibleReplica { return slices.Clone(l.elr) }
 
 // Resigned says the leader resigned: every input but Ready fails.
 func (l *Leader) Resigned() bool { return l.resigned }
@@ -453,7 +483,7 @@ func (l *Leader) maybeShrinkISR(now time.Time) {
 	}
 	out := func(id string) bool {
 		p := l.followers[id]
-		return id != l.self && (l.dead[id] || p.dataLoss || !l.caughtUp(p, now))
+		return id != l.self && (l.dead[id] || l.lostData(p) || !l.caughtUp(p, now))
 	}
 	if slices.ContainsFunc(l.isr, out) {
 		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), out)})
@@ -468,7 +498,7 @@ func (l *Leader) maybeShrinkISR(now time.Time) {
 // to be proposed, and a lastCaughtUp from before it joined (none at all, for
 // one that never reached the leader's log end in this epoch) would have the
 // next Tick remove it again at once.
-func (l *Leader) ISRCommitted(isr []string, now time.Time) error {
+func (l *Leader) ISRCommitted(isr []string, elr []EligibleReplica, now time.Time) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
@@ -484,7 +514,13 @@ func (l *Leader) ISRCommitted(isr []string, now time.Time) error {
 			p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
 		}
 	}
+	for _, e := range elr {
+		if !slices.Contains(l.replicas, e.ID) || slices.Contains(isr, e.ID) {
+			return fmt.Errorf("%w: eligible replica %q is not a replica outside the ISR %v", ErrInvalidInput, e.ID, isr)
+		}
+	}
 	l.isr = l.inReplicaOrder(isr)
+	l.elr = slices.Clone(elr)
 	l.inFlight = nil
 	l.updateHighWatermark()
 	return nil
@@ -576,14 +612,53 @@ func (l *Leader) maybeExpandISR(id string, p *replicaProgress) {
 	if l.inFlight != nil || l.dead[id] || p.dataLoss || slices.Contains(l.isr, id) {
 		return
 	}
-	if p.logEnd >= l.hw && p.logEnd >= l.epochStart {
+	if l.meetsJoinRule(p) {
 		l.propose(&isrChange{isr: l.inReplicaOrder(append(slices.Clone(l.isr), id)), added: id})
 	}
 }
 
+// meetsJoinRule is Kafka's ISR-join rule: the follower's log reaches both
+// the HW and the start of this epoch, so it holds every committed record
+// and every record of earlier epochs this leader kept.
+func (l *Leader) meetsJoinRule(p *replicaProgress) bool {
+	return p.logEnd >= l.hw && p.logEnd >= l.epochStart
+}
+
+// lostData says a follower that flags data loss must leave the ISR: unless
+// its log already meets the join rule (a replica created after the
+// partition's first election, with nothing committed yet that it lacks),
+// it may be missing committed records.
+func (l *Leader) lostData(p *replicaProgress) bool {
+	return p.dataLoss && !l.meetsJoinRule(p)
+}
+
 func (l *Leader) propose(c *isrChange) {
+	c.elr = l.eligibleAfter(c.isr)
 	l.inFlight = c
-	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr)}
+	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr)}
+}
+
+// eligibleAfter is the ELR once isr replaces the committed ISR: empty when
+// isr reaches min_insync_replicas (the HW may grow without the others
+// again); else the current ELR less any member back in the ISR, plus every
+// follower this change removes, which holds every record below the HW that
+// stops growing with it (unless it lost its data).
+func (l *Leader) eligibleAfter(isr []string) []EligibleReplica {
+	if len(isr) >= l.minISR {
+		return nil
+	}
+	elr := slices.DeleteFunc(slices.Clone(l.elr), func(e EligibleReplica) bool {
+		return slices.Contains(isr, e.ID) || l.followers[e.ID].dataLoss
+	})
+	for _, id := range l.isr {
+		if id == l.self || slices.Contains(isr, id) || slices.ContainsFunc(elr, func(e EligibleReplica) bool { return e.ID == id }) {
+			continue
+		}
+		if p := l.followers[id]; !p.dataLoss {
+			elr = append(elr, EligibleReplica{ID: id, LogEndOffset: max(p.logEnd, l.hw)})
+		}
+	}
+	return elr
 }
 
 // updateHighWatermark sets the HW to the minimum log end over the maximal ISR

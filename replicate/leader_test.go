@@ -335,14 +335,14 @@ func TestHighWatermarkFrozenBelowMinISR(t *testing.T) {
 		t.Fatalf("proposal %+v, want ISR [L F1]", rd.ISRProposal)
 	}
 	wantHW(t, l, 5) // the maximal ISR has 2 members, the committed ISR 1
-	if err := l.ISRCommitted(rd.ISRProposal.ISR, t0); err != nil {
+	if err := l.ISRCommitted(rd.ISRProposal.ISR, rd.ISRProposal.ELR, t0); err != nil {
 		t.Fatal(err)
 	}
 	wantHW(t, l, 10)
 
 	// Shrinking below the minimum freezes the HW again, though the maximal
 	// ISR has everything.
-	if err := l.ISRCommitted([]string{"L"}, t0); err != nil {
+	if err := l.ISRCommitted([]string{"L"}, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	appendTo(t, l, m, 2)
@@ -371,7 +371,7 @@ func TestISRShrinkAfterLagTimeMax(t *testing.T) {
 	appendTo(t, l, m, 2)
 	fetchOK(t, l, "F1", 10, t0.Add(11*time.Second))
 	wantHW(t, l, 5)
-	if err := l.ISRCommitted(rd.ISRProposal.ISR, t0.Add(11*time.Second)); err != nil {
+	if err := l.ISRCommitted(rd.ISRProposal.ISR, rd.ISRProposal.ELR, t0.Add(11*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	wantHW(t, l, 10)
@@ -496,7 +496,7 @@ func TestOneISRProposalInFlight(t *testing.T) {
 	if rd := l.Ready(); rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1"}) {
 		t.Fatalf("after the failure: proposal %+v, want [L F1] again", rd.ISRProposal)
 	}
-	if err := l.ISRCommitted([]string{"F1", "L"}, later); err != nil {
+	if err := l.ISRCommitted([]string{"F1", "L"}, nil, later); err != nil {
 		t.Fatal(err)
 	}
 	appendTo(t, l, m, 1)
@@ -509,7 +509,7 @@ func TestOneISRProposalInFlight(t *testing.T) {
 func TestISRCommittedRejectsBadISR(t *testing.T) {
 	l, _ := newTestLeader(t, leaderOpts{})
 	for _, isr := range [][]string{{"F1", "F2"}, {"L", "X"}, {"L", "L"}} {
-		if err := l.ISRCommitted(isr, t0); !errors.Is(err, ErrInvalidInput) {
+		if err := l.ISRCommitted(isr, nil, t0); !errors.Is(err, ErrInvalidInput) {
 			t.Errorf("ISRCommitted(%v) = %v, want ErrInvalidInput", isr, err)
 		}
 	}
@@ -616,7 +616,7 @@ func TestNotEnoughReplicasAfterAppend(t *testing.T) {
 	if rd.ISRProposal == nil {
 		t.Fatal("no shrink proposal")
 	}
-	if err := l.ISRCommitted(rd.ISRProposal.ISR, t0.Add(time.Minute)); err != nil {
+	if err := l.ISRCommitted(rd.ISRProposal.ISR, rd.ISRProposal.ELR, t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if err := acksOf(l)[1]; !errors.Is(err, ErrNotEnoughReplicasAfterAppend) {
@@ -664,7 +664,7 @@ func TestResignFailsPendingAcks(t *testing.T) {
 		"Appended":          l.Appended(last + 1),
 		"Synced":            l.Synced(last),
 		"WaitAck":           l.WaitAck(4, last, AcksAll, time.Time{}),
-		"ISRCommitted":      l.ISRCommitted([]string{"L"}, t0),
+		"ISRCommitted":      l.ISRCommitted([]string{"L"}, nil, t0),
 		"SetDeadFollowers":  l.SetDeadFollowers([]string{"F1"}, t0),
 		"ISRProposalFailed": l.ISRProposalFailed(),
 	}
@@ -754,7 +754,7 @@ func TestDataLossFollowerLeavesISR(t *testing.T) {
 	if rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1"}) {
 		t.Fatalf("after a data-loss fetch: proposal %+v, want ISR [L F1] at once", rd.ISRProposal)
 	}
-	if err := l.ISRCommitted([]string{"L", "F1"}, t0); err != nil {
+	if err := l.ISRCommitted([]string{"L", "F1"}, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	// Caught up but still flagged: not admitted.
@@ -771,5 +771,78 @@ func TestDataLossFollowerLeavesISR(t *testing.T) {
 	fetchOK(t, l, "F2", 8, t0.Add(2*time.Second))
 	if rd := l.Ready(); rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1", "F2"}) {
 		t.Fatalf("after catching up without the flag: proposal %+v, want [L F1 F2]", rd.ISRProposal)
+	}
+}
+
+// TestEligibleLeaderReplicas: a follower removed by a change that takes the
+// ISR below min_insync_replicas joins the ELR (the HW stops growing, so it
+// keeps every committed record); one removed while the ISR stays at min
+// does not; a follower that lost its data never does; a change that brings
+// the ISR back to min empties the ELR.
+func TestEligibleLeaderReplicas(t *testing.T) {
+	l, _ := newTestLeader(t, leaderOpts{hw: 8})
+	fetchOK(t, l, "F1", 8, t0)
+	fetchOK(t, l, "F2", 8, t0)
+	l.Ready()
+	commit := func(want []string, wantELR []EligibleReplica) {
+		t.Helper()
+		rd := l.Ready()
+		if rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, want) || !slices.Equal(rd.ISRProposal.ELR, wantELR) {
+			t.Fatalf("proposal %+v, want ISR %v ELR %v", rd.ISRProposal, want, wantELR)
+		}
+		if err := l.ISRCommitted(rd.ISRProposal.ISR, rd.ISRProposal.ELR, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// F2 dies: ISR [L F1] is still at min 2, F2 may fall behind the HW.
+	if err := l.SetDeadFollowers([]string{"F2"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	commit([]string{"L", "F1"}, nil)
+	// F1 dies too: ISR [L] is below min, the HW freezes at 8, F1 has it.
+	if err := l.SetDeadFollowers([]string{"F1", "F2"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	commit([]string{"L"}, []EligibleReplica{{ID: "F1", LogEndOffset: 8}})
+	if got := l.ELR(); !slices.Equal(got, []EligibleReplica{{ID: "F1", LogEndOffset: 8}}) {
+		t.Fatalf("ELR %v after the commit", got)
+	}
+	// F2 comes back and catches up: ISR [L F2] reaches min, the ELR empties.
+	if err := l.SetDeadFollowers([]string{"F1"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	fetchOK(t, l, "F2", 8, t0.Add(time.Second))
+	commit([]string{"L", "F2"}, nil)
+
+	// A follower that lost its data leaves the ISR but is never eligible.
+	l2, _ := newTestLeader(t, leaderOpts{hw: 8, isr: []string{"L", "F1"}})
+	if _, err := l2.Fetch(FetchRequest{ReplicaID: "F1", FetchOffset: 0, CurrentLeaderEpoch: 4, LastFetchedEpoch: UndefinedEpoch, DataLoss: true}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if rd := l2.Ready(); rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L"}) || len(rd.ISRProposal.ELR) != 0 {
+		t.Fatalf("data-loss shrink: proposal %+v, want ISR [L] and no ELR", rd.ISRProposal)
+	}
+}
+
+// TestDataLossFollowerAlreadyCaughtUpStays: a follower that flags data loss
+// but whose log already meets the ISR-join rule (a replica created after
+// the partition's first election, before anything was written) holds every
+// committed record: it stays in the ISR.
+func TestDataLossFollowerAlreadyCaughtUpStays(t *testing.T) {
+	m := logOf()
+	m.assignEpoch(1)
+	l, err := NewLeader(LeaderConfig{
+		Self: "L", Epoch: 1, EpochStartOffset: 0, Replicas: []string{"L", "F1", "F2"}, ISR: []string{"L", "F1", "F2"},
+		MinInsyncReplicas: 2, LagTimeMax: 10 * time.Second, Durability: DurabilityFsync, EpochCache: m,
+	}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Fetch(FetchRequest{ReplicaID: "F2", FetchOffset: 0, CurrentLeaderEpoch: 1, LastFetchedEpoch: UndefinedEpoch, DataLoss: true}, t0); err != nil {
+		t.Fatal(err)
+	}
+	l.Tick(t0.Add(time.Second))
+	if rd := l.Ready(); rd.ISRProposal != nil {
+		t.Fatalf("a caught-up follower flagging data loss was removed: %+v", rd.ISRProposal)
 	}
 }

@@ -401,7 +401,7 @@ func (s *sim) deliver(m *simMessage) {
 		}
 		s.tracef("%s: %s", n.id, s.describe(m))
 		if m.committed {
-			s.must(n.leader.ISRCommitted(m.isr, s.now))
+			s.must(n.leader.ISRCommitted(m.isr, nil, s.now))
 		} else {
 			s.must(n.leader.ISRProposalFailed())
 		}
