@@ -18,11 +18,11 @@ DURATION                ?= 10m
 # shipped (the agents' built-in defaults, what users get) or fast
 # (internal/testcluster's shortened ones). Every figure they print says which.
 JEPSEN_TIMING           ?= shipped
-# Cycles of `make dead-agent` (about 25 s each with the shipped timings).
+# Cycles of `make dead-agent` (about 20 s each with the shipped timings).
 DEAD_CYCLES             ?= 20
 # The lines of a verbose jepsen run worth seeing: verdicts, figures, where a
 # failing run's files are.
-JEPSEN_LINES := ^ *(=== RUN|--- |ok|FAIL|PASS)|VALID|INVALID|agents run with|failover in|first ack|longest time|run kept in
+JEPSEN_LINES := ^ *(=== RUN|--- |ok|FAIL|PASS)|VALID|INVALID|agents run with|failover in|first ack|longest time|run kept in|^ +\|
 
 # Tests find the programs they run here, so they test what `make build` built.
 export LOGAGENT_BIN        := $(CURDIR)/bin/logagent
