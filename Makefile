@@ -14,10 +14,20 @@ TORTURE_FAILOVER_CYCLES ?= 100
 # Wall time of the fault-injection scenarios in `make torture`, shared
 # between them (internal/jepsen): make torture DURATION=30m.
 DURATION                ?= 10m
+# The failure-detection timings the fault-injection scenarios run with:
+# shipped (the agents' built-in defaults, what users get) or fast
+# (internal/testcluster's shortened ones). Every figure they print says which.
+JEPSEN_TIMING           ?= shipped
+# Cycles of `make dead-agent` (about 20 s each with the shipped timings).
+DEAD_CYCLES             ?= 20
+# The lines of a verbose jepsen run worth seeing: verdicts, figures, where a
+# failing run's files are.
+JEPSEN_LINES := ^ *(=== RUN|--- |ok|FAIL|PASS)|VALID|INVALID|agents run with|failover in|first ack|longest time|run kept in|^ +\|
 
 # Tests find the programs they run here, so they test what `make build` built.
 export LOGAGENT_BIN        := $(CURDIR)/bin/logagent
 export LOGAGENT_CONSUL_BIN := $(CURDIR)/bin/consul
+export LOGAGENT_JEPSEN_TIMING := $(JEPSEN_TIMING)
 
 .DEFAULT_GOAL := help
 
@@ -57,8 +67,10 @@ dev: bin/logagent bin/consul ## Run Consul and three agents on localhost (Ctrl-C
 	bin/logagent dev
 
 .PHONY: test
-test: bin/logagent bin/consul ## Run every package's tests with -race, against the real Consul and binary
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+test: bin/logagent bin/consul ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/internal/jepsen$$')
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./internal/jepsen 2>&1 | tee jepsen.out | grep -E '$(JEPSEN_LINES)'
+	@echo "full fault-injection log: jepsen.out"
 	cd tools/bench && $(GO) test -race -count=1 ./...
 
 bin/staticcheck: tools/lint/go.mod tools/lint/go.sum
@@ -72,8 +84,15 @@ torture: bin/logagent bin/consul ## Long randomized runs: storage crashes, repli
 		./segstore ./replicate ./election 2>&1 | tee torture.out | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|crash iterations|failover with|median'
 	LOGAGENT_JEPSEN_DURATION=$(DURATION) \
 	$(GO) test -race -count=1 -timeout 6h -v -run 'TestScenarios' ./internal/jepsen 2>&1 | tee -a torture.out | \
-		grep -E '^ *(=== RUN|--- |ok|FAIL|PASS)|VALID|INVALID|failover in|longest time|run kept in'
+		grep -E '$(JEPSEN_LINES)'
 	@echo "full log: torture.out"
+
+.PHONY: dead-agent
+dead-agent: bin/logagent bin/consul ## kill -9 an agent and leave it dead past lag_time_max under acks=all load, DEAD_CYCLES times (JEPSEN_TIMING); prints docs/reliability.md's table
+	LOGAGENT_JEPSEN_DEAD_CYCLES=$(DEAD_CYCLES) \
+	$(GO) test -race -count=1 -timeout 3h -v -run 'TestScenarios/^dead-agent$$' ./internal/jepsen 2>&1 | tee dead-agent.out | \
+		sed -n -E 's/^ +(\|.*)$$/\1/p; s/^ +[a-z_]+\.go:[0-9]+: jepsen: (.*checker (IN)?VALID.*)$$/\1/p; /: jepsen: dead-agent: |run kept in|^(--- |ok|FAIL)/p'
+	@echo "full log: dead-agent.out"
 
 .PHONY: check
 check: bin/staticcheck ## gofmt, go vet and staticcheck (pinned in tools/lint/go.mod)

@@ -141,6 +141,26 @@ func LongestGap(ops []Op, partitions int) []time.Duration {
 	return gaps
 }
 
+// FirstAck is the time from from to the earliest completion of an
+// acknowledged write to the partition invoked at or after from, and
+// completed by until; ok is false when there was none. A write invoked
+// before from does not count: it may have been acknowledged by the agent
+// the fault then removed.
+func FirstAck(ops []Op, partition int, from, until time.Duration) (wait time.Duration, ok bool) {
+	for _, op := range ops {
+		if op.Partition != partition || op.Outcome != checker.OK || op.Invoke < from || op.Complete > until {
+			continue
+		}
+		if !ok || op.Complete-from < wait {
+			wait, ok = op.Complete-from, true
+		}
+	}
+	if !ok {
+		return until - from, false
+	}
+	return wait, true
+}
+
 func sortedByCompletion(ops []Op) []Op {
 	out := append([]Op(nil), ops...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Complete < out[j].Complete })

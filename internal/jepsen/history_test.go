@@ -75,3 +75,62 @@ func TestRecorderHistory(t *testing.T) {
 		t.Fatalf("completion stamped %s, want the clock's 1ms", ops[0].Complete)
 	}
 }
+
+func TestFirstAck(t *testing.T) {
+	s := time.Second
+	ops := []Op{
+		// Invoked before the kill at 10s: never counts.
+		{Partition: 0, Outcome: checker.OK, Invoke: 9 * s, Complete: 10*s + 1},
+		{Partition: 0, Outcome: checker.Unknown, Invoke: 10 * s, Complete: 12 * s},
+		{Partition: 0, Outcome: checker.Fail, Invoke: 11 * s, Complete: 11 * s},
+		// Invoked later but completed first: the earliest completion wins.
+		{Partition: 0, Outcome: checker.OK, Invoke: 12 * s, Complete: 15 * s},
+		{Partition: 0, Outcome: checker.OK, Invoke: 13 * s, Complete: 14 * s},
+		{Partition: 1, Outcome: checker.OK, Invoke: 10 * s, Complete: 11 * s},
+		// Acknowledged only after the restart at 20s.
+		{Partition: 2, Outcome: checker.OK, Invoke: 11 * s, Complete: 21 * s},
+	}
+	for _, tc := range []struct {
+		partition int
+		want      time.Duration
+		wantOK    bool
+	}{
+		{0, 4 * s, true},
+		{1, 1 * s, true},
+		{2, 10 * s, false},
+		{3, 10 * s, false},
+	} {
+		got, ok := FirstAck(ops, tc.partition, 10*s, 20*s)
+		if got != tc.want || ok != tc.wantOK {
+			t.Errorf("FirstAck(p%d) = %s, %v; want %s, %v", tc.partition, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	ms := time.Millisecond
+	var hundred []time.Duration
+	for i := 100; i >= 1; i-- {
+		hundred = append(hundred, time.Duration(i)*ms)
+	}
+	for _, tc := range []struct {
+		name string
+		ds   []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		{"none", nil, 0.5, 0},
+		{"one", []time.Duration{7 * ms}, 0.99, 7 * ms},
+		{"median of an even count is the lower middle", []time.Duration{4 * ms, 1 * ms, 3 * ms, 2 * ms}, 0.5, 2 * ms},
+		{"median of an odd count", []time.Duration{5 * ms, 1 * ms, 3 * ms}, 0.5, 3 * ms},
+		{"p99 of 100", hundred, 0.99, 99 * ms},
+		{"p99 of 20 is the max", hundred[80:], 0.99, 20 * ms},
+		{"max", hundred, 1, 100 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Quantile(tc.ds, tc.q); got != tc.want {
+				t.Fatalf("Quantile(%v, %v) = %s, want %s", tc.ds, tc.q, got, tc.want)
+			}
+		})
+	}
+}

@@ -147,10 +147,11 @@ func (e *Env) healAll() {
 const (
 	leaderTimeout   = 60 * time.Second
 	failoverTimeout = 45 * time.Second
-	// sessionTTL is testcluster's Consul session TTL: a pause or a cut
-	// from Consul must outlast it for leadership to move.
-	sessionTTL = 5 * time.Second
 )
+
+// sessionTTL is the agents' Consul session TTL: a pause or a cut from
+// Consul must outlast it for leadership to move.
+func (e *Env) sessionTTL() time.Duration { return e.Cluster.Timings.SessionTTL }
 
 // Fault is one kind of fault that a scenario injects cycle after cycle.
 type Fault interface {
@@ -175,6 +176,14 @@ type Injected struct {
 	Epoch     int32
 	// Hold is how long the fault lasts before Heal.
 	Hold time.Duration
+	// Killed, when set, is an agent killed at KilledAt (the recorder's
+	// clock, once the process was gone) leading the partitions Led and
+	// following Followed: the run measures, per partition, how long
+	// writers waited for an acknowledgement after the kill.
+	Killed   *testcluster.Agent
+	KilledAt time.Duration
+	Led      []int
+	Followed []int
 }
 
 func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
@@ -197,6 +206,43 @@ func (KillLeader) Inject(e *Env) Injected {
 
 func (KillLeader) Heal(e *Env, in Injected) { e.restart(in.Target) }
 
+// DeadAgent is scenario (h): kill -9 of an agent that leads a partition,
+// left dead for longer than lag_time_max, as a host that does not come back
+// soon: the partitions it led need a new leader, and every partition an ISR
+// without it, before an acks=all write can be acknowledged. Restarted on its
+// data, it must rejoin every ISR before the next cycle, so that each cycle
+// starts from the same state.
+type DeadAgent struct{}
+
+func (DeadAgent) Name() string { return "dead-agent" }
+
+func (DeadAgent) Inject(e *Env) Injected {
+	p := e.Rng.IntN(e.Partitions)
+	a, epoch := e.mustLeader(p)
+	in := Injected{Target: a, Killed: a, Partition: p, Epoch: epoch,
+		Hold: e.Cluster.Timings.LagTimeMax + between(e.Rng, 5*time.Second, 10*time.Second)}
+	for q := range e.Partitions {
+		if l, _ := e.leader(q); l == a {
+			in.Led = append(in.Led, q)
+		} else {
+			in.Followed = append(in.Followed, q)
+		}
+	}
+	a.Kill()
+	in.KilledAt = e.Recorder.Now()
+	in.Detail = fmt.Sprintf("kill -9 %s, leader of %v (p%d epoch %d), follower of %v; dead for %s",
+		a.NodeID, in.Led, p, epoch, in.Followed, in.Hold.Round(time.Millisecond))
+	return in
+}
+
+func (DeadAgent) Heal(e *Env, in Injected) {
+	e.restart(in.Target)
+	if !e.waitFullISR(failoverTimeout) {
+		e.Fatalf("jepsen: %s did not rejoin every ISR within %s of its restart: the next cycle would not start from a full ISR",
+			in.Target.NodeID, failoverTimeout)
+	}
+}
+
 // PauseLeader is scenario (b): the leader SIGSTOPped longer than its
 // Consul session TTL, so that another agent takes over, then resumed: a
 // zombie that believes it still leads until it learns otherwise.
@@ -209,7 +255,7 @@ func (PauseLeader) Inject(e *Env) Injected {
 	a, epoch := e.mustLeader(p)
 	e.pause(a)
 	return Injected{Detail: fmt.Sprintf("SIGSTOP %s, leader of p%d epoch %d", a.NodeID, p, epoch), Target: a, Partition: p, Epoch: epoch,
-		Hold: between(e.Rng, sessionTTL+2*time.Second, sessionTTL+5*time.Second)}
+		Hold: between(e.Rng, e.sessionTTL()+2*time.Second, e.sessionTTL()+5*time.Second)}
 }
 
 func (PauseLeader) Heal(e *Env, in Injected) { e.resume(in.Target) }
@@ -274,19 +320,20 @@ func (CutLeaderFromConsul) Inject(e *Env) Injected {
 	a, epoch := e.mustLeader(p)
 	a.ConsulProxy.CutBoth()
 	return Injected{Detail: fmt.Sprintf("cut %s (leader of p%d epoch %d) from Consul", a.NodeID, p, epoch), Target: a, Partition: p, Epoch: epoch,
-		Hold: between(e.Rng, sessionTTL+2*time.Second, sessionTTL+5*time.Second)}
+		Hold: between(e.Rng, e.sessionTTL()+2*time.Second, e.sessionTTL()+5*time.Second)}
 }
 
 func (CutLeaderFromConsul) Heal(_ *Env, in Injected) { in.Target.ConsulProxy.Heal() }
 
 // IsolateThenKillLeader is scenario (d), Kafka's 2013 loss: the followers
 // cut from the leader while it keeps Consul, then the leader killed. Past
-// the replication lag limit (2 s) the leader has shrunk its ISR to itself
-// and acknowledged alone (with min ISR 1): a follower that left the ISR
-// must not be elected, and the partition waits for the leader's return
+// the replication lag limit (lag_time_max) the leader has shrunk its ISR to
+// itself and acknowledged alone (with min ISR 1): a follower that left the
+// ISR must not be elected, and the partition waits for the leader's return
 // instead of losing writes. Under the limit the followers are still in the
 // ISR but behind: one of them takes over, and nothing may have been
-// acknowledged that it lacks. The cut lasts 0.5 to 5 s, to hit both.
+// acknowledged that it lacks. The cut lasts 0.5 s to lag_time_max + 3 s,
+// to hit both.
 type IsolateThenKillLeader struct{}
 
 func (IsolateThenKillLeader) Name() string { return "isolate-then-kill-leader" }
@@ -295,7 +342,7 @@ func (IsolateThenKillLeader) Inject(e *Env) Injected {
 	p := e.Rng.IntN(e.Partitions)
 	a, epoch := e.mustLeader(p)
 	a.PeerProxy.CutBoth()
-	time.Sleep(between(e.Rng, 500*time.Millisecond, 5*time.Second))
+	time.Sleep(between(e.Rng, 500*time.Millisecond, e.Cluster.Timings.LagTimeMax+3*time.Second))
 	isr := "unknown"
 	if desc, err := a.DescribePartition(e.Topic, p); err == nil {
 		isr = fmt.Sprint(desc.ISR)
@@ -326,7 +373,7 @@ func (RandomCut) Inject(e *Env) Injected {
 	if e.Rng.IntN(2) == 0 {
 		a, _ = e.mustLeader(e.Rng.IntN(e.Partitions))
 	}
-	hold := between(e.Rng, time.Second, sessionTTL+3*time.Second)
+	hold := between(e.Rng, time.Second, e.sessionTTL()+3*time.Second)
 	if e.Rng.IntN(3) == 0 {
 		b := agents[(indexOf(agents, a)+1+e.Rng.IntN(len(agents)-1))%len(agents)]
 		detail := fmt.Sprintf("cut the peer link %s -> %s", a.NodeID, b.NodeID)

@@ -23,6 +23,15 @@ type Scenario struct {
 	Proxies bool
 	// MinInsync is the topic's min_insync_replicas; default 2.
 	MinInsync int
+	// Partitions, when set, is the topic's partition count, whatever
+	// Config says.
+	Partitions int
+	// PinProducers gives every partition producers of its own, one
+	// through each agent (Config.Producers is then ignored): a producer
+	// waiting on a stalled partition does not hold back writes to the
+	// others, so each partition's time to its first acknowledgement after
+	// a fault is its own.
+	PinProducers bool
 }
 
 // Config is how long and with what seed a scenario runs.
@@ -36,6 +45,10 @@ type Config struct {
 	// Partitions, Producers and Consumers size the workload; defaults
 	// 2, 3 and 2.
 	Partitions, Producers, Consumers int
+	// Timing is the agents' failure-detection timing; the zero value is
+	// testcluster's default, TimingFast (TestScenarios takes it from
+	// LOGAGENT_JEPSEN_TIMING, shipped unless set).
+	Timing testcluster.Timing
 }
 
 const (
@@ -54,12 +67,36 @@ type Measure struct {
 	// FailoverSeen says a new epoch's leader was seen (Failover is
 	// then its delay).
 	FailoverSeen bool `json:"failover_seen"`
+	// Killed, KilledAt and RestartedAt, for a fault that kills an agent
+	// and measures what writers waited (DeadAgent), are that agent and
+	// when it was killed and restarted (the recorder's clock); Recoveries
+	// is each partition's wait, from the history.
+	Killed      string        `json:"killed,omitempty"`
+	KilledAt    time.Duration `json:"killed_at_ns,omitempty"`
+	RestartedAt time.Duration `json:"restarted_at_ns,omitempty"`
+	Recoveries  []Recovery    `json:"recoveries,omitempty"`
+}
+
+// Recovery is how long the writers of one partition waited for an
+// acknowledged acks=all write after an agent was killed.
+type Recovery struct {
+	Partition int `json:"partition"`
+	// Led says the killed agent led the partition at the kill; else it
+	// was one of its followers.
+	Led bool `json:"led"`
+	// FirstAck is from the kill to the completion of the first
+	// acknowledged write invoked after it. When Acked is false no write
+	// was acknowledged before the agent was restarted, and FirstAck is
+	// the time to the restart: a lower bound.
+	FirstAck time.Duration `json:"first_ack_ns"`
+	Acked    bool          `json:"acked_while_dead"`
 }
 
 // Result is a run's report.json: the checker's report, the figures and
 // everything recorded.
 type Result struct {
 	Scenario     string               `json:"scenario"`
+	Timings      testcluster.Timings  `json:"timings"`
 	Seed         uint64               `json:"seed"`
 	Dir          string               `json:"dir"`
 	Report       *checker.Report      `json:"report"`
@@ -85,8 +122,11 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	t.Helper()
 	t.Logf("jepsen: scenario %s, seed %d", s.Name, cfg.Seed)
 	cfg.Cycles = max(cfg.Cycles, 1)
-	cfg.Partitions = cmp.Or(cfg.Partitions, 2)
+	cfg.Partitions = cmp.Or(s.Partitions, cfg.Partitions, 2)
 	cfg.Producers = cmp.Or(cfg.Producers, 3)
+	if s.PinProducers {
+		cfg.Producers = cfg.Partitions * agents
+	}
 	cfg.Consumers = cmp.Or(cfg.Consumers, 2)
 	dir, err := os.MkdirTemp("", "logagent-jepsen-"+s.Name+"-")
 	if err != nil {
@@ -101,7 +141,8 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 		os.RemoveAll(dir)
 	})
 
-	c := testcluster.Start(t, testcluster.Options{Agents: agents, Dir: dir, Proxies: s.Proxies})
+	c := testcluster.Start(t, testcluster.Options{Agents: agents, Dir: dir, Proxies: s.Proxies, Timing: cfg.Timing})
+	t.Logf("jepsen: %s: agents run with the %s", s.Name, c.Timings)
 	// Consul's log lives in a test temporary directory, removed when the
 	// test ends: a failing run keeps a copy. Registered after Start, this
 	// runs before that removal.
@@ -133,7 +174,7 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 
 	stop := make(chan struct{})
 	w := &Workload{Cluster: c, Topic: topic, Partitions: cfg.Partitions, Producers: cfg.Producers, Consumers: cfg.Consumers,
-		Recorder: rec, Seed: rng.Uint64(), EpochMillis: start.UnixMilli()}
+		Pinned: s.PinProducers, Recorder: rec, Seed: rng.Uint64(), EpochMillis: start.UnixMilli()}
 	waitClients := w.Start(stop)
 	stopClients := func() {
 		select {
@@ -165,6 +206,15 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 		rec.Event("inject "+s.Fault.Name(), in.Detail)
 		t.Logf("jepsen: cycle %d: %s", cycle, in.Detail)
 		m := Measure{Cycle: cycle, Fault: s.Fault.Name()}
+		if in.Killed != nil {
+			m.Killed, m.KilledAt = in.Killed.NodeID, in.KilledAt
+			for _, p := range in.Led {
+				m.Recoveries = append(m.Recoveries, Recovery{Partition: p, Led: true})
+			}
+			for _, p := range in.Followed {
+				m.Recoveries = append(m.Recoveries, Recovery{Partition: p})
+			}
+		}
 		holdEnd := time.Now().Add(in.Hold)
 		if in.Epoch >= 0 {
 			if a, _, took, ok := env.waitLeader(in.Partition, in.Epoch, in.Hold+failoverTimeout); ok {
@@ -173,6 +223,7 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 			}
 		}
 		time.Sleep(time.Until(holdEnd))
+		m.RestartedAt = rec.Now()
 		s.Fault.Heal(env, in)
 		rec.Event("heal "+s.Fault.Name(), in.Detail)
 		measures = append(measures, m)
@@ -190,7 +241,14 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	replicas, readErrs := FinalRead(c, topic, cfg.Partitions)
 	report := checker.Check(rec.History(replicas))
 	ops := rec.Ops()
-	res := &Result{Scenario: s.Name, Seed: cfg.Seed, Dir: dir, Report: report, Unconverged: unconverged, Measures: measures,
+	for i := range measures {
+		m := &measures[i]
+		for j := range m.Recoveries {
+			r := &m.Recoveries[j]
+			r.FirstAck, r.Acked = FirstAck(ops, r.Partition, m.KilledAt, m.RestartedAt)
+		}
+	}
+	res := &Result{Scenario: s.Name, Timings: c.Timings, Seed: cfg.Seed, Dir: dir, Report: report, Unconverged: unconverged, Measures: measures,
 		LongestGaps: LongestGap(ops, cfg.Partitions), AckedAfter: make([]int, cfg.Partitions), Events: rec.Events(), Ops: ops,
 		Replicas: replicas, ConsulLog: keptConsulLog, CorruptReads: rec.CorruptReads()}
 	for _, err := range readErrs {
@@ -206,6 +264,9 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	}
 	summary := res.Summary()
 	t.Log("jepsen: " + summary)
+	if table := res.RecoveryTable(); table != "" {
+		t.Log("jepsen: " + table)
+	}
 	if err := res.write(); err != nil {
 		t.Errorf("jepsen: %v", err)
 	}
@@ -233,12 +294,20 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 // where the files are.
 func (r *Result) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s, seed %d, %d cycles\n", r.Scenario, r.Seed, len(r.Measures))
+	fmt.Fprintf(&b, "scenario %s, %s, seed %d, %d cycles\n", r.Scenario, r.Timings, r.Seed, len(r.Measures))
 	b.WriteString(r.Report.Summary())
 	for _, m := range r.Measures {
 		if m.FailoverSeen {
-			fmt.Fprintf(&b, "  cycle %d: failover in %s\n", m.Cycle, m.Failover.Round(time.Millisecond))
+			fmt.Fprintf(&b, "  cycle %d: failover in %s (new epoch, %s timing)\n", m.Cycle, m.Failover.Round(time.Millisecond), r.Timings.Timing)
 		}
+		if len(m.Recoveries) > 0 {
+			fmt.Fprintf(&b, "  cycle %d: kill -9 %s, first acknowledged write: led %s; followed %s\n", m.Cycle, m.Killed,
+				recoveryList(m.Recoveries, true), recoveryList(m.Recoveries, false))
+		}
+	}
+	if led, followed := r.recoveries(); len(led)+len(followed) > 0 {
+		fmt.Fprintf(&b, "  first acknowledged write after a kill, %s timing: partitions it led %s; partitions it followed %s\n",
+			r.Timings.Timing, recoveryStats(led), recoveryStats(followed))
 	}
 	for p, g := range r.LongestGaps {
 		fmt.Fprintf(&b, "  p%d: longest time without an acknowledged write %s; %d acknowledged after the final heal\n",

@@ -22,8 +22,12 @@ type Workload struct {
 	Partitions int
 	Producers  int
 	Consumers  int
-	Recorder   *Recorder
-	Seed       uint64
+	// Pinned makes producer i write only partition i / agents (through
+	// agent i % agents, as always), instead of a random partition each
+	// write.
+	Pinned   bool
+	Recorder *Recorder
+	Seed     uint64
 	// EpochMillis is the wall time of the recorder's zero, for record
 	// timestamps.
 	EpochMillis int64
@@ -113,6 +117,9 @@ func (w *Workload) produce(index int, seed uint64, stop <-chan struct{}) {
 	for seq := 0; !stopped(stop); seq++ {
 		value := fmt.Sprintf("p%d-%d", index, seq)
 		partition := rng.IntN(w.Partitions)
+		if w.Pinned {
+			partition = index / len(agents) % w.Partitions
+		}
 		target := sidecar
 		for attempt := 1; attempt <= maxAttempts && !stopped(stop); attempt++ {
 			op := Op{Process: process, Via: target.NodeID, Value: value, Partition: partition, Attempt: attempt, Invoke: w.Recorder.Now()}

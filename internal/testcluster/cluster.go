@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/internal/consultest"
 )
 
@@ -37,12 +38,47 @@ type Options struct {
 	// Proxies puts each agent behind fault-injecting proxies (see Agent's
 	// ConsulProxy and PeerProxy).
 	Proxies bool
+	// Timing is how fast agents detect failures; default TimingFast.
+	Timing Timing
 }
 
-// Timings every agent of a test cluster starts with: failover in about two
-// seconds, a lagging follower out of the ISR in two.
+// Timing chooses the failure-detection settings (consul session_ttl,
+// check_ttl and lock_delay, replication lag_time_max and fetch_max_wait)
+// of a cluster's agents.
+type Timing string
+
+const (
+	// TimingFast shortens them: failover in about two seconds, a lagging
+	// follower out of the ISR in two, so that tests of what happens after
+	// a failure do not wait for it.
+	TimingFast Timing = "fast"
+	// TimingShipped leaves them unset, so agents run with the built-in
+	// defaults a user gets: figures measured with it are what users see.
+	TimingShipped Timing = "shipped"
+)
+
+// ParseTiming reads a Timing by its name.
+func ParseTiming(s string) (Timing, error) {
+	switch t := Timing(s); t {
+	case TimingFast, TimingShipped:
+		return t, nil
+	}
+	return "", fmt.Errorf("%w: %q (want %q or %q)", ErrUnknownTiming, s, TimingFast, TimingShipped)
+}
+
+// ErrUnknownTiming is returned by ParseTiming for a name it does not know.
+var ErrUnknownTiming = errors.New("testcluster: unknown timing")
+
+// Settings every agent of a test cluster starts with.
 const baseHCL = `
 log_level = "debug"
+storage {
+  segment_bytes = "64MiB"
+}
+`
+
+// fastHCL is TimingFast's settings, merged after baseHCL.
+const fastHCL = `
 consul {
   session_ttl = "5s"
   check_ttl   = "2s"
@@ -52,10 +88,24 @@ replication {
   lag_time_max   = "2s"
   fetch_max_wait = "250ms"
 }
-storage {
-  segment_bytes = "64MiB"
-}
 `
+
+// Timings are the failure-detection settings agents run with, as their
+// configuration files resolve them (after Options.HCL).
+type Timings struct {
+	Timing       Timing
+	SessionTTL   time.Duration
+	CheckTTL     time.Duration
+	LockDelay    time.Duration
+	LagTimeMax   time.Duration
+	FetchMaxWait time.Duration
+}
+
+// String names the timing with its values, to label measured figures.
+func (t Timings) String() string {
+	return fmt.Sprintf("%s timing (check_ttl %s, session_ttl %s, lock_delay %s, lag_time_max %s, fetch_max_wait %s)",
+		t.Timing, t.CheckTTL, t.SessionTTL, t.LockDelay, t.LagTimeMax, t.FetchMaxWait)
+}
 
 const (
 	healthyTimeout = 30 * time.Second
@@ -69,6 +119,8 @@ type Cluster struct {
 	Consul *consultest.Server
 	Agents []*Agent
 	http   *http.Client
+	// Timings are what the agents run with (every agent has the same).
+	Timings Timings
 	// built closes once Agents is complete, before any agent starts:
 	// proxies read Agents from their own goroutines.
 	built chan struct{}
@@ -79,6 +131,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Agents == 0 {
 		opts.Agents = 3
+	}
+	timingHCL := ""
+	switch opts.Timing {
+	case "", TimingFast:
+		opts.Timing, timingHCL = TimingFast, fastHCL
+	case TimingShipped:
+	default:
+		t.Fatalf("testcluster: %v", fmt.Errorf("%w: %q", ErrUnknownTiming, opts.Timing))
 	}
 	bin := Binary(t)
 	c := &Cluster{
@@ -119,13 +179,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 			a.ConsulAddr, a.PeerAdvertise = a.ConsulProxy.Addr, a.PeerProxy.Addr
 		}
 		a.ConfigPaths = []string{
-			writeFile(t, filepath.Join(a.logDir, "10-cluster.hcl"), baseHCL),
+			writeFile(t, filepath.Join(a.logDir, "10-cluster.hcl"), baseHCL+timingHCL),
 			filepath.Join(a.logDir, "20-agent.hcl"),
 			writeFile(t, filepath.Join(a.logDir, "30-test.hcl"), opts.HCL),
 		}
 		a.WriteConfig()
 		c.Agents = append(c.Agents, a)
 	}
+	c.Timings = resolveTimings(t, opts.Timing, c.Agents[0].ConfigPaths)
 	markBuilt()
 	for _, a := range c.Agents {
 		a.Start()
@@ -134,6 +195,19 @@ func Start(t testing.TB, opts Options) *Cluster {
 		a.WaitHealthy()
 	}
 	return c
+}
+
+// resolveTimings loads an agent's configuration files as the agent does,
+// over the same built-in defaults, so the figures a test labels with them
+// are the values in force, not a copy that could drift.
+func resolveTimings(t testing.TB, timing Timing, paths []string) Timings {
+	t.Helper()
+	cfg, err := config.Load(paths...)
+	if err != nil {
+		t.Fatalf("testcluster: load the agents' configuration: %v", err)
+	}
+	return Timings{Timing: timing, SessionTTL: cfg.Consul.SessionTTL, CheckTTL: cfg.Consul.CheckTTL, LockDelay: cfg.Consul.LockDelay,
+		LagTimeMax: cfg.Replication.LagTimeMax, FetchMaxWait: cfg.Replication.FetchMaxWait}
 }
 
 // Agent is one logagent process and its files. Its process can be stopped

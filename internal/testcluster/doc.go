@@ -5,6 +5,11 @@
 // their data, find partition leaders, produce and fetch through the client
 // API, and read partition logs from disk to compare replicas.
 //
+// Agents detect failures on shortened timings (TimingFast: a 2 s check TTL
+// and lag_time_max) unless Options.Timing is TimingShipped, which sets none
+// and leaves the built-in defaults users get; Cluster.Timings says which
+// values are in force.
+//
 // Every process is started in its own process group with Pdeathsig, and
 // stopped by PID in t.Cleanup, also when the test fails (its log is then
 // printed).
