@@ -81,6 +81,9 @@ type Fault struct {
 	Err error
 	// Partial makes a failing write store the first half of its data.
 	Partial bool
+	// Sticky keeps the fault armed: from the Nth matching operation on,
+	// every matching one fails until Clear, as on a full disk.
+	Sticky bool
 }
 
 var (
@@ -144,6 +147,13 @@ func (f *FaultFS) Inject(ft Fault) {
 		ft.Err = ErrInjected
 	}
 	f.faults = append(f.faults, &ft)
+}
+
+// Clear disarms every fault, sticky ones included.
+func (f *FaultFS) Clear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = nil
 }
 
 // CrashAfter lets n more counted operations happen; the one after crashes.
@@ -220,7 +230,9 @@ func (f *FaultFS) begin(op FaultOp, path string) (*Fault, error) {
 			continue
 		}
 		if ft.Nth--; ft.Nth <= 0 {
-			f.faults = slices.Delete(f.faults, i, i+1)
+			if !ft.Sticky {
+				f.faults = slices.Delete(f.faults, i, i+1)
+			}
 			return ft, fmt.Errorf("%s %s: %w", op, path, ft.Err)
 		}
 	}

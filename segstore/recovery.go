@@ -174,12 +174,56 @@ func (r *recovery) run() error {
 		r.segs = append(r.segs, s)
 		r.state = append(r.state, segmentRecovery{})
 	}
+	if prev := l.opts.Reopen; prev != nil {
+		if err := r.cutUnsynced(prev.syncedPosition()); err != nil {
+			return err
+		}
+	}
 	if len(r.segs) > 0 {
 		if err := r.recoverSegments(); err != nil {
 			return err
 		}
 	}
 	return r.finish()
+}
+
+// cutUnsynced ends the log at synced, the last position a successful fsync
+// of the log this Open replaces covered: what lies beyond it may be pages
+// that a failed fsync never wrote and that the page cache still serves.
+// The recovery point is never beyond synced (Checkpoint writes synced
+// positions), so the validation that follows starts below the cut.
+func (r *recovery) cutUnsynced(synced logPosition) error {
+	keep := len(r.segs)
+	for keep > 0 && r.segs[keep-1].base > synced.segmentBase {
+		keep--
+	}
+	if keep < len(r.segs) {
+		r.l.logger.Warn("deleting segments no successful fsync covered", "from", r.segs[keep].base, "synced_offset", synced.offset)
+	}
+	if err := r.dropAfter(keep - 1); err != nil {
+		return err
+	}
+	if keep == 0 {
+		return nil
+	}
+	s := r.segs[keep-1]
+	if s.base != synced.segmentBase {
+		return nil
+	}
+	size, err := s.log.Size()
+	if err != nil {
+		return fmt.Errorf("segstore: recover %s: %w", s.logPath, err)
+	}
+	if size > synced.pos {
+		r.l.logger.Warn("cutting what no successful fsync covered", "segment", s.base,
+			"position", synced.pos, "offset", synced.offset, "bytes", size-synced.pos)
+		if err := s.log.Truncate(synced.pos); err != nil {
+			return fmt.Errorf("segstore: recover: truncate %s: %w", s.logPath, err)
+		}
+		r.cutBytes += size - synced.pos
+		r.state[keep-1].syncLog = true
+	}
+	return nil
 }
 
 func (r *recovery) readCheckpoints() error {
@@ -410,7 +454,7 @@ func (r *recovery) scan(from int, pos, offset int64, entries []indexEntry) error
 		r.scannedBytes += res.endPos - pos
 		r.state[i] = segmentRecovery{
 			rebuilt:   res.entries,
-			syncLog:   scanned,
+			syncLog:   scanned || r.state[i].syncLog,
 			syncIndex: scanned || r.state[i].syncIndex,
 		}
 		if res.err != nil {
@@ -604,7 +648,13 @@ func (r *recovery) finish() error {
 	l.active = last
 	l.leo.Store(leo)
 	l.lso.Store(lso)
-	l.hw.Store(min(max(r.hwCk, lso), leo))
+	hw := r.hwCk
+	if prev := l.opts.Reopen; prev != nil {
+		// The replaced log's high watermark is at least as new as its
+		// checkpoint; the clamp keeps it within what recovery kept.
+		hw = prev.HighWatermark()
+	}
+	l.hw.Store(min(max(hw, lso), leo))
 	l.logger.Info("opened log", "segments", len(r.segs), "log_start_offset", lso, "log_end_offset", leo,
 		"recovery_point", r.rp.offset, "scanned_bytes", r.scannedBytes, "cut_bytes", r.cutBytes)
 	return nil

@@ -1,0 +1,200 @@
+package segstore
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+)
+
+// TestNoSpaceLeavesLogUsable: an append or a checkpoint the file system
+// refuses for want of space returns ErrNoSpace, leaves no byte of the
+// refused write in the file, keeps the log usable (reads, later appends)
+// and changes nothing that recovery sees.
+func TestNoSpaceLeavesLogUsable(t *testing.T) {
+	full := func(fsys *FaultFS) {
+		fsys.Inject(Fault{Op: OpWrite, Err: syscall.ENOSPC, Partial: true, Sticky: true})
+		fsys.Inject(Fault{Op: OpCreate, Err: syscall.ENOSPC, Sticky: true})
+	}
+	tests := []struct {
+		name string
+		// fill appends until the active segment has no room left for a
+		// batch of this size, for the roll case.
+		fillSegment bool
+		op          func(rng *rand.Rand, l *Log) error
+	}{
+		{name: "leader append", op: func(rng *rand.Rand, l *Log) error {
+			_, _, err := l.AppendLeader(makeBatch(rng, batchSpec{epoch: 1, payload: 300}), 1)
+			return err
+		}},
+		{name: "follower append of a new epoch", op: func(rng *rand.Rand, l *Log) error {
+			base := l.LogEndOffset()
+			b1 := makeBatch(rng, batchSpec{base: base, epoch: 2, records: 2, payload: 100})
+			b2 := makeBatch(rng, batchSpec{base: base + 2, epoch: 2, payload: 100})
+			return l.AppendFollower(append(b1, b2...))
+		}},
+		{name: "roll", fillSegment: true, op: func(rng *rand.Rand, l *Log) error {
+			_, _, err := l.AppendLeader(makeBatch(rng, batchSpec{epoch: 1, payload: 300}), 1)
+			return err
+		}},
+		{name: "checkpoint", op: func(rng *rand.Rand, l *Log) error {
+			if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+				return err
+			}
+			return l.Checkpoint()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(testSeed(t), 40))
+			clock := newClock()
+			opts := smallOptions(t, clock)
+			fsys, dir, l := newFaultLog(t, opts)
+			want := appendN(t, l, rng, 4, 1, 200)
+			if tt.fillSegment {
+				for l.active.size.Load()+int64(len(makeBatch(nil, batchSpec{payload: 300}))) <= opts.SegmentBytes {
+					want = append(want, appendN(t, l, rng, 1, 1, 100)...)
+				}
+			}
+			if _, err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			leo, segments, epochs := l.LogEndOffset(), len(l.segments), l.EpochEntries()
+			size := l.active.size.Load()
+			files, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			full(fsys)
+			err = tt.op(rng, l)
+			if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrFailed) {
+				t.Fatalf("err = %v, want ErrNoSpace wrapping ENOSPC, not ErrFailed", err)
+			}
+			if err := l.usable(); err != nil {
+				t.Fatalf("log not usable after a refusal for space: %v", err)
+			}
+			if got := l.LogEndOffset(); got != leo {
+				t.Fatalf("log end offset %d after the refusal, want %d", got, leo)
+			}
+			if got := l.EpochEntries(); !slices.Equal(got, epochs) {
+				t.Fatalf("epoch cache %v after the refusal, want %v", got, epochs)
+			}
+			if len(l.segments) != segments {
+				t.Fatalf("%d segments after the refusal, want %d", len(l.segments), segments)
+			}
+			if fi, err := os.Stat(l.active.logPath); err != nil || fi.Size() != size {
+				t.Fatalf("active segment file holds %v bytes (%v), want %d: a refused write left bytes behind", fi.Size(), err, size)
+			}
+			after, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(after) != len(files) {
+				t.Fatalf("directory holds %d entries after the refusal, %d before", len(after), len(files))
+			}
+			if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("reads after the refusal: %d batches, want the %d written", len(got), len(want))
+			}
+
+			// Space comes back: the same log takes appends again.
+			fsys.Clear()
+			if err := tt.op(rng, l); err != nil {
+				t.Fatalf("after space came back: %v", err)
+			}
+			if tt.fillSegment && len(l.segments) != segments+1 {
+				t.Fatalf("%d segments after the append that should roll, want %d", len(l.segments), segments+1)
+			}
+			appendN(t, l, rng, 3, 3, 200)
+			if _, err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			all := readAll(t, l, l.LogEndOffset())
+			if len(all) < len(want)+3 || !slices.EqualFunc(all[:len(want)], want, bytes.Equal) {
+				t.Fatalf("after space came back: %d batches, want the %d from before and more", len(all), len(want))
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			end := l.LogEndOffset()
+			l = openLog(t, OSFS{}, dir, opts)
+			defer l.Close()
+			if l.LogEndOffset() != end {
+				t.Fatalf("reopened at %d, want %d", l.LogEndOffset(), end)
+			}
+			if got := readAll(t, l, end); !slices.EqualFunc(got, all, bytes.Equal) {
+				t.Fatalf("after reopen: %d batches, want the %d written", len(got), len(all))
+			}
+			checkIndexes(t, l)
+		})
+	}
+}
+
+// TestReopenAfterFsyncErrorCutsUnsynced: after a failed fsync the page
+// cache still holds the appended batches, and a reopen in the same process
+// reads them back as valid. Open with Reopen set must keep only what a
+// successful fsync covered, and carry the high watermark over from the
+// failed log instead of the older checkpoint, never above what it kept.
+func TestReopenAfterFsyncErrorCutsUnsynced(t *testing.T) {
+	tests := []struct {
+		name string
+		// hwAhead sets the high watermark past the synced offset, as a
+		// follower's may be (min of the leader's and its own log end).
+		hwAhead bool
+	}{
+		{name: "high watermark below the synced offset"},
+		{name: "high watermark past the synced offset", hwAhead: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(testSeed(t), 41))
+			clock := newClock()
+			opts := smallOptions(t, clock)
+			opts.SegmentBytes = 1 << 16
+			fsys, dir, l := newFaultLog(t, opts)
+			kept := appendN(t, l, rng, 6, 1, 200)
+			if err := l.Checkpoint(); err != nil { // a recovery point below the synced offset
+				t.Fatal(err)
+			}
+			kept = append(kept, appendN(t, l, rng, 4, 1, 200)...)
+			synced, err := l.Sync()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hw := synced - 2
+			appendN(t, l, rng, 5, 1, 200)
+			if tt.hwAhead {
+				hw = l.LogEndOffset() - 1
+			}
+			if err := l.SetHighWatermark(hw); err != nil {
+				t.Fatal(err)
+			}
+			fsys.Inject(Fault{Op: OpSync, Path: ".log"})
+			if _, err := l.Sync(); !errors.Is(err, ErrFailed) {
+				t.Fatalf("sync: %v, want the injected failure", err)
+			}
+			unsyncedEnd := l.LogEndOffset()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			reopen := opts
+			reopen.Reopen = l
+			l2 := openLog(t, fsys, dir, reopen)
+			defer l2.Close()
+			if got := l2.LogEndOffset(); got != synced {
+				t.Fatalf("reopened log ends at %d, want the synced offset %d (it held %d in the page cache)", got, synced, unsyncedEnd)
+			}
+			if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, kept, bytes.Equal) {
+				t.Fatalf("reopened log holds %d batches, want the %d synced ones", len(got), len(kept))
+			}
+			if got, want := l2.HighWatermark(), min(hw, synced); got != want {
+				t.Fatalf("high watermark %d after the reopen, want %d", got, want)
+			}
+			checkIndexes(t, l2)
+		})
+	}
+}
