@@ -705,7 +705,8 @@ func (l *Log) truncate(offset int64) error {
 	// disk before cutting.
 	if l.recoveryPoint.offset > cutAt.offset {
 		if err := writeRecoveryPoint(l.fs, l.dir, cutAt); err != nil {
-			return l.fail(err)
+			// Refused for space, nothing has changed yet.
+			return l.failUnlessNoSpace(err)
 		}
 		l.recoveryPoint = cutAt
 	}
@@ -901,7 +902,9 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 	l.metaMu.Lock()
 	defer l.metaMu.Unlock()
 	if err := writeOffsetCheckpoint(l.fs, l.dir, logStartOffsetFile, newStart); err != nil {
-		return 0, l.fail(err)
+		// Refused for space, nothing is deleted: the start offset must be
+		// on disk before the segments below it go.
+		return 0, l.failUnlessNoSpace(err)
 	}
 	removed := slices.Clone(segs[:n])
 	l.mu.Lock()

@@ -40,8 +40,16 @@ func TestNoSpaceLeavesLogUsable(t *testing.T) {
 			_, _, err := l.AppendLeader(makeBatch(rng, batchSpec{epoch: 1, payload: 300}), 1)
 			return err
 		}},
+		{name: "truncate", op: func(rng *rand.Rand, l *Log) error {
+			// The recovery point at the log end must be lowered first.
+			return l.Truncate(2)
+		}},
+		{name: "retention", fillSegment: true, op: func(rng *rand.Rand, l *Log) error {
+			_, err := l.ApplyRetention(l.LogEndOffset())
+			return err
+		}},
 		{name: "checkpoint", op: func(rng *rand.Rand, l *Log) error {
-			if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+			if err := l.SetHighWatermark(l.HighWatermark() - 1); err != nil {
 				return err
 			}
 			return l.Checkpoint()
@@ -52,6 +60,7 @@ func TestNoSpaceLeavesLogUsable(t *testing.T) {
 			rng := rand.New(rand.NewPCG(testSeed(t), 40))
 			clock := newClock()
 			opts := smallOptions(t, clock)
+			opts.RetentionBytes = 256
 			fsys, dir, l := newFaultLog(t, opts)
 			want := appendN(t, l, rng, 4, 1, 200)
 			if tt.fillSegment {
@@ -61,6 +70,22 @@ func TestNoSpaceLeavesLogUsable(t *testing.T) {
 			}
 			if _, err := l.Sync(); err != nil {
 				t.Fatal(err)
+			}
+			if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			if tt.name == "retention" {
+				// A second segment, so the first may go.
+				want = append(want, appendN(t, l, rng, 2, 1, 300)...)
+				if _, err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+					t.Fatal(err)
+				}
 			}
 			leo, segments, epochs := l.LogEndOffset(), len(l.segments), l.EpochEntries()
 			size := l.active.size.Load()
@@ -105,16 +130,19 @@ func TestNoSpaceLeavesLogUsable(t *testing.T) {
 			if err := tt.op(rng, l); err != nil {
 				t.Fatalf("after space came back: %v", err)
 			}
-			if tt.fillSegment && len(l.segments) != segments+1 {
+			if tt.name == "roll" && len(l.segments) != segments+1 {
 				t.Fatalf("%d segments after the append that should roll, want %d", len(l.segments), segments+1)
 			}
-			appendN(t, l, rng, 3, 3, 200)
+			if tt.name == "retention" && l.LogStartOffset() == 0 {
+				t.Fatal("retention deleted nothing once space came back")
+			}
+			more := appendN(t, l, rng, 3, 3, 200)
 			if _, err := l.Sync(); err != nil {
 				t.Fatal(err)
 			}
 			all := readAll(t, l, l.LogEndOffset())
-			if len(all) < len(want)+3 || !slices.EqualFunc(all[:len(want)], want, bytes.Equal) {
-				t.Fatalf("after space came back: %d batches, want the %d from before and more", len(all), len(want))
+			if len(all) < 3 || !slices.EqualFunc(all[len(all)-3:], more, bytes.Equal) {
+				t.Fatalf("after space came back: %d batches, not ending with the 3 appended last", len(all))
 			}
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
