@@ -21,6 +21,7 @@ import (
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/internal/consultest"
 	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/segstore"
 )
 
 // These tests run agents in the test process, against a real Consul, so
@@ -82,6 +83,17 @@ type testCluster struct {
 
 func startTestCluster(t *testing.T, n int, extraHCL string) *testCluster {
 	t.Helper()
+	c := newTestCluster(t, n, extraHCL)
+	for _, ta := range c.agents {
+		ta.start()
+	}
+	return c
+}
+
+// newTestCluster is startTestCluster without the start, for a test that
+// sets up its agents first (their file system, say).
+func newTestCluster(t *testing.T, n int, extraHCL string) *testCluster {
+	t.Helper()
 	logs := newTestLogs(t)
 	c := &testCluster{t: t, consul: consultest.Start(t), logs: logs, http: &http.Client{Timeout: 30 * time.Second}}
 	for i := range n {
@@ -103,9 +115,6 @@ func startTestCluster(t *testing.T, n int, extraHCL string) *testCluster {
 		}
 		c.agents = append(c.agents, ta)
 	}
-	for _, ta := range c.agents {
-		ta.start()
-	}
 	return c
 }
 
@@ -126,6 +135,8 @@ type testAgent struct {
 	client  string
 	peer    string
 	configs []string
+	// fs, when set, is the file system the agent's partitions use.
+	fs segstore.FS
 
 	agent  *Agent
 	coord  *election.Client
@@ -147,6 +158,9 @@ func (ta *testAgent) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ta.agent, ta.coord = New(cfg, logger.Named("agent"), coord), coord
+	if ta.fs != nil {
+		ta.agent.fs = ta.fs
+	}
 	ta.cancel, ta.done = cancel, make(chan error, 1)
 	ready := make(chan struct{})
 	go func() { ta.done <- ta.agent.Run(ctx, func() { close(ready) }) }()

@@ -63,9 +63,9 @@ func readReplicaFile(dir string) (replicaFile, bool, error) {
 	return f, true, nil
 }
 
-func writeReplicaFile(dir string, f replicaFile) error {
+func writeReplicaFile(fsys segstore.FS, dir string, f replicaFile) error {
 	b, _ := json.Marshal(f)
-	return writeFileAtomic(filepath.Join(dir, replicaFileName), append(b, '\n'))
+	return writeFileAtomic(fsys, filepath.Join(dir, replicaFileName), append(b, '\n'))
 }
 
 // partitionDir is where a partition's log lives (DESIGN §5).
@@ -76,12 +76,12 @@ func partitionDir(dataDir, topic string, partition int) string {
 // openPartitionLog opens (and recovers) a partition's log. Damage below the
 // recovery point is cut rather than refused, and reported as dataLoss: the
 // replica then fetches the data again instead of staying down.
-func openPartitionLog(dir string, opts segstore.Options) (log *segstore.Log, dataLoss bool, err error) {
-	log, err = segstore.Open(segstore.OSFS{}, dir, opts)
+func openPartitionLog(fsys segstore.FS, dir string, opts segstore.Options) (log *segstore.Log, dataLoss bool, err error) {
+	log, err = segstore.Open(fsys, dir, opts)
 	if errors.Is(err, segstore.ErrDataLoss) {
 		opts.Logger.Error("partition lost acknowledged data; cutting it and fetching it again", "dir", dir, "error", err)
 		opts.RepairDataLoss = true
-		log, err = segstore.Open(segstore.OSFS{}, dir, opts)
+		log, err = segstore.Open(fsys, dir, opts)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("agent: open partition log %s: %w", dir, err)
@@ -252,13 +252,13 @@ func (m *manager) open(key partitionKey, topicID string) (*replica, error) {
 			return nil, fmt.Errorf("agent: create %s: %w", dir, err)
 		}
 		file = replicaFile{Topic: key.topic, Partition: key.partition, TopicID: topicID}
-		if err := writeReplicaFile(dir, file); err != nil {
+		if err := writeReplicaFile(m.deps.fs, dir, file); err != nil {
 			return nil, fmt.Errorf("agent: write %s: %w", filepath.Join(dir, replicaFileName), err)
 		}
 	}
 	opts := m.deps.logOptions
 	opts.Logger = m.deps.log.Named("segstore")
-	log, lostNow, err := openPartitionLog(dir, opts)
+	log, lostNow, err := openPartitionLog(m.deps.fs, dir, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -157,7 +157,7 @@ func TestBackoffDelay(t *testing.T) {
 // directory, with small segments and index intervals.
 func testLog(t *testing.T, dir string) *segstore.Log {
 	t.Helper()
-	log, _, err := openPartitionLog(dir, segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()})
+	log, _, err := openPartitionLog(segstore.OSFS{}, dir, segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestOpenPartitionLogCutsDataLoss(t *testing.T) {
 	if err := os.WriteFile(segment, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log, dataLoss, err := openPartitionLog(dir, segstore.Options{Logger: hclog.NewNullLogger()})
+	log, dataLoss, err := openPartitionLog(segstore.OSFS{}, dir, segstore.Options{Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestReplicaFileRoundTrip(t *testing.T) {
 		t.Fatalf("empty dir: %t %v", found, err)
 	}
 	in := replicaFile{Topic: "t-1", Partition: 4, TopicID: "abc", DataLoss: true}
-	if err := writeReplicaFile(dir, in); err != nil {
+	if err := writeReplicaFile(segstore.OSFS{}, dir, in); err != nil {
 		t.Fatal(err)
 	}
 	out, found, err := readReplicaFile(dir)
