@@ -59,10 +59,11 @@ const (
 	OpCreate
 	OpRename
 	OpRemove
+	OpAllocate
 )
 
 func (op FaultOp) String() string {
-	names := [...]string{"", "write", "sync", "syncdir", "truncate", "create", "rename", "remove"}
+	names := [...]string{"", "write", "sync", "syncdir", "truncate", "create", "rename", "remove", "allocate"}
 	if op <= 0 || int(op) >= len(names) {
 		return fmt.Sprintf("op(%d)", int(op))
 	}
@@ -512,6 +513,17 @@ func (ff *faultFile) Truncate(size int64) error {
 	}
 	ff.node.pending = append(ff.node.pending, faultChange{off: size, truncate: true})
 	return nil
+}
+
+// Allocate reserves for real; it changes no content, so the crash model
+// does not see it.
+func (ff *faultFile) Allocate(off, n int64) error {
+	ff.fs.mu.Lock()
+	defer ff.fs.mu.Unlock()
+	if _, err := ff.fs.begin(OpAllocate, ff.path); err != nil {
+		return err
+	}
+	return osFile{ff.f}.Allocate(off, n)
 }
 
 func (ff *faultFile) Size() (int64, error) {

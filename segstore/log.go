@@ -335,6 +335,14 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 		return nil
 	}
 	start := seg.size.Load()
+	// At most one index entry per batch; reserved before anything is
+	// written, so a refusal leaves nothing to undo.
+	if err := seg.index.reserve(seg.index.entries() + len(infos)); err != nil {
+		if isNoSpace(err) {
+			return fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
+		return l.fail(err)
+	}
 	if _, err := seg.log.WriteAt(buf, start); err != nil {
 		err = fmt.Errorf("segstore: write %s: %w", seg.logPath, err)
 		if !isNoSpace(err) {

@@ -226,3 +226,48 @@ func TestReopenAfterFsyncErrorCutsUnsynced(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexReservedBeforeUse: the active index is sparse past its entries,
+// and writing a hole through its mapping on a full file system raises
+// SIGBUS. The appender reserves blocks ahead (fallocate), before the write
+// that needs them; out of space there, the append is refused with
+// ErrNoSpace and nothing changes.
+func TestIndexReservedBeforeUse(t *testing.T) {
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	opts.SegmentBytes = 1 << 20
+	opts.IndexBytes = 1 << 20
+	opts.IndexIntervalBytes = 1 // an entry for every batch but the first
+	fsys, _, l := newFaultLog(t, opts)
+	defer l.Close()
+	appendOne := func() {
+		t.Helper()
+		if _, _, err := l.AppendLeader(makeBatch(nil, batchSpec{epoch: 1}), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOne() // reserves the first chunk
+	fsys.Inject(Fault{Op: OpAllocate, Err: syscall.ENOSPC, Sticky: true})
+	var err error
+	for range 2 * reserveChunk / indexEntrySize {
+		if _, _, err = l.AppendLeader(makeBatch(nil, batchSpec{epoch: 1}), 1); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrNoSpace) || errors.Is(err, ErrFailed) {
+		t.Fatalf("err = %v, want ErrNoSpace once the reserved chunk is used up", err)
+	}
+	if got, want := l.active.index.entries(), reserveChunk/indexEntrySize; got != want {
+		t.Fatalf("refused at %d index entries, want %d: the index was written past what was reserved", got, want)
+	}
+	leo := l.LogEndOffset()
+	if got := l.active.size.Load(); got != leo*int64(len(makeBatch(nil, batchSpec{}))) {
+		t.Fatalf("segment holds %d bytes for %d batches", got, leo)
+	}
+	fsys.Clear()
+	appendOne()
+	if l.LogEndOffset() != leo+1 {
+		t.Fatalf("log end offset %d after space came back, want %d", l.LogEndOffset(), leo+1)
+	}
+	checkIndexes(t, l)
+}
