@@ -31,6 +31,8 @@
 // ErrNoSpace, any part of the refused write is cut off the file again, and
 // the log stays usable, for reads and for appends once space is freed. Only
 // a refusal after part of a multi-batch append was published fails the log.
+// Open, too, works on a full disk when it needs to cut nothing below the
+// recovery point: it keeps the recovery point it found.
 //
 // # Recovery
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -270,4 +271,81 @@ func TestIndexReservedBeforeUse(t *testing.T) {
 		t.Fatalf("log end offset %d after space came back, want %d", l.LogEndOffset(), leo+1)
 	}
 	checkIndexes(t, l)
+}
+
+// TestReopenOnFullDisk: a log that failed is reopened while its disk is
+// full. Recovery cannot write its checkpoints; it keeps the recovery point
+// it found, opens, and serves what it kept; once space is back the next
+// Checkpoint catches up and a later Open finds everything.
+func TestReopenOnFullDisk(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 42))
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	opts.SegmentBytes = 1 << 16
+	fsys, dir, l := newFaultLog(t, opts)
+	appendN(t, l, rng, 5, 1, 200)
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l, rng, 5, 2, 200)
+	synced, err := l.Sync()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetHighWatermark(synced); err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, l, synced)
+	appendN(t, l, rng, 3, 2, 200)
+	fsys.Inject(Fault{Op: OpSync, Path: ".log"})
+	if _, err := l.Sync(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("sync: %v, want the injected failure", err)
+	}
+	l.Close()
+
+	// Full: no new file (checkpoints are written to new temporary files),
+	// no append to a segment. Rewriting index blocks that exist, as
+	// recovery does, still works, as on a real file system without
+	// copy-on-write.
+	fsys.Inject(Fault{Op: OpWrite, Path: ".log", Err: syscall.ENOSPC, Sticky: true})
+	fsys.Inject(Fault{Op: OpCreate, Err: syscall.ENOSPC, Sticky: true})
+	reopen := opts
+	reopen.Reopen = l
+	l2, err := Open(fsys, dir, reopen)
+	if err != nil {
+		t.Fatalf("open on a full disk: %v", err)
+	}
+	if l2.LogEndOffset() != synced || l2.HighWatermark() != synced {
+		t.Fatalf("opened at end %d, high watermark %d; want %d and %d", l2.LogEndOffset(), l2.HighWatermark(), synced, synced)
+	}
+	if got := readAll(t, l2, l2.HighWatermark()); !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("serves %d batches, want the %d committed", len(got), len(want))
+	}
+	if err := l2.Checkpoint(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("checkpoint on the full disk: %v, want ErrNoSpace", err)
+	}
+
+	fsys.Clear()
+	more := appendN(t, l2, rng, 2, 3, 200)
+	if _, err := l2.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	end := l2.LogEndOffset()
+	// A crash now (no Close) recovers from the checkpoints written after
+	// space came back.
+	fsys.Crash()
+	l2.Close()
+	crashed := filepath.Join(t.TempDir(), "p0")
+	if err := fsys.Reconstruct(filepath.Dir(crashed), rand.New(rand.NewPCG(testSeed(t), 43))); err != nil {
+		t.Fatal(err)
+	}
+	l3 := openLog(t, OSFS{}, crashed, opts)
+	defer l3.Close()
+	if got := readAll(t, l3, l3.LogEndOffset()); l3.LogEndOffset() != end || !slices.EqualFunc(got, append(want, more...), bytes.Equal) {
+		t.Fatalf("after the crash: end %d (want %d), %d batches (want %d)", l3.LogEndOffset(), end, len(got), len(want)+len(more))
+	}
+	checkIndexes(t, l3)
 }

@@ -49,7 +49,8 @@ import (
 //     promised durable, so a torn or corrupt tail there is an interrupted
 //     write, not a loss.
 //   - syncs what it kept and writes R at the new log end, so a second crash
-//     recovers the same log.
+//     recovers the same log. Out of space for that write, it keeps the R it
+//     found (still true: nothing below it was cut) and opens anyway.
 //
 // Without a recovery point, or with one at or below the log start, nothing
 // is trusted and every segment is validated. On a clean restart (Close wrote
@@ -546,6 +547,37 @@ func (r *recovery) walk(s *segment, fromPos, fromOffset int64, entries []indexEn
 	}
 }
 
+// checkpointTail writes the epoch cache and then the recovery point at
+// tail, and returns the recovery point on disk. Out of space, the one found
+// stays, provided nothing below it was cut (no repaired data loss) and it
+// is not past tail: it still promises only what holds, and the next
+// Checkpoint moves it. So a log opens on a full disk and serves its reads.
+func (r *recovery) checkpointTail(tail logPosition) (logPosition, error) {
+	l := r.l
+	entries, version := l.epochs.snapshot()
+	var err error
+	if !slices.Equal(entries, r.fileEpochs) {
+		err = writeEpochCheckpoint(l.fs, l.dir, entries)
+	}
+	if err == nil {
+		l.epochs.markSaved(version)
+		if r.rpFound && r.rp == tail {
+			return tail, nil
+		}
+		if err = writeRecoveryPoint(l.fs, l.dir, tail); err == nil {
+			return tail, nil
+		}
+	}
+	if !errors.Is(err, ErrNoSpace) || l.dataLoss != nil || (r.rpFound && r.rp.offset > tail.offset) {
+		return logPosition{}, err
+	}
+	l.logger.Warn("no space to checkpoint the recovered log; keeping the recovery point found", "error", err)
+	if !r.rpFound {
+		return logPosition{}, nil
+	}
+	return r.rp, nil
+}
+
 // finish settles the start offset, writes the rebuilt indexes, syncs what
 // recovery touched and writes the recovery point at the log end.
 func (r *recovery) finish() error {
@@ -624,20 +656,12 @@ func (r *recovery) finish() error {
 		}
 	}
 
-	entries, version := l.epochs.snapshot()
-	if !slices.Equal(entries, r.fileEpochs) {
-		if err := writeEpochCheckpoint(l.fs, l.dir, entries); err != nil {
-			return err
-		}
-	}
-	l.epochs.markSaved(version)
 	tail := logPosition{offset: leo, segmentBase: last.base, pos: last.size.Load()}
-	if !r.rpFound || r.rp != tail {
-		if err := writeRecoveryPoint(l.fs, l.dir, tail); err != nil {
-			return err
-		}
+	rp, err := r.checkpointTail(tail)
+	if err != nil {
+		return err
 	}
-	l.recoveryPoint = tail
+	l.recoveryPoint = rp
 	l.synced = tail
 	l.checkpointedHW = -1
 	if r.hwFound {
