@@ -2,9 +2,11 @@ package testcluster
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -45,12 +47,33 @@ func fillFile(t *testing.T, path string, size int64) {
 	}
 }
 
+// fillToBrim writes path until the file system has no block left.
+func fillToBrim(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill %s: %v", path, err)
+			}
+			return
+		}
+	}
+}
+
 // TestFullDiskLosesNothing (issue 12): the agents' data directories are
 // small tmpfs mounts, the leader's the fullest. acks=all writes of 64 KiB
 // go until the leader's disk refuses them with 507 insufficient_storage.
 // While it is full every acknowledged record can be read from every
-// replica, the agents stay healthy and no election happens; once the
-// filler file is deleted, writes resume without a restart.
+// replica, the agents stay healthy and no election happens; a follower
+// that crashes with its disk full to the last block starts again and
+// serves them too; once the filler files are deleted, writes resume
+// without a restart.
 func TestFullDiskLosesNothing(t *testing.T) {
 	const (
 		mountSize      = 32 << 20
@@ -101,6 +124,26 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	}
 	t.Logf("%d writes acknowledged, then: %v", len(acked), refused)
 
+	// At once, before its next checkpoint, a follower's disk fills to the
+	// last block and it crashes: started again, it opens its partition
+	// (recovery has no room for new checkpoints and keeps those it
+	// finds), catches up and serves every acknowledged record itself.
+	follower := c.Agents[0]
+	if follower == leader {
+		follower = c.Agents[1]
+	}
+	brim := filepath.Join(follower.DataDir, "brim")
+	fillToBrim(t, brim)
+	follower.Kill()
+	follower.Restart()
+	hw := int64(len(acked))
+	c.WaitFor(20*time.Second, follower.NodeID+" back in sync on its full disk", func() bool {
+		p, err := follower.DescribePartition(topic, 0)
+		return err == nil && p.Role == "follower" && p.HighWatermark != nil && *p.HighWatermark == hw &&
+			*p.LogEndOffset == hw && slices.Contains(p.ISR, follower.NodeID)
+	})
+	checkAckedEverywhere(t, c, topic, acked)
+
 	// Full for longer than a checkpoint interval: still refused, nothing
 	// fails, nobody campaigns.
 	for start := time.Now(); time.Since(start) < 7*time.Second; time.Sleep(250 * time.Millisecond) {
@@ -126,15 +169,17 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	}
 
 	// Space comes back.
-	if err := os.Remove(filepath.Join(leader.DataDir, "filler")); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{filepath.Join(leader.DataDir, "filler"), brim} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range 20 {
 		if err := produce(c.Agents[i%3]); err != nil {
 			t.Fatalf("write %d after space came back: %v", i, err)
 		}
 	}
-	hw := int64(len(acked))
+	hw = int64(len(acked))
 	waitReplicasAt(t, c, topic, 0, hw, 20*time.Second)
 	compareReplicas(t, c.Agents, topic, 0, hw)
 	checkAckedEverywhere(t, c, topic, acked)
