@@ -142,9 +142,9 @@ func (d *DataDir) Close() error {
 
 // writeFileAtomic replaces name with data so that a crash leaves either the
 // old or the new content: write a temporary file, fsync it, rename it over
-// name, fsync the directory. The data directory's own files (the lock,
-// meta.json, clean_shutdown) use the operating system's FS; a partition's
-// replica.json goes through the agent's, like its log.
+// name, fsync the directory. The data directory's own files (meta.json,
+// clean_shutdown) use the operating system's FS; a partition's replica.json
+// goes through the agent's, like its log.
 func writeFileAtomic(fsys segstore.FS, name string, data []byte) error {
 	tmp := name + ".tmp"
 	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)

@@ -534,8 +534,8 @@ func (r *replica) failLog(cause error) {
 	if r.healthySince.IsZero() || r.deps.now().Sub(r.healthySince) >= failBackoffReset {
 		r.failBackoff.reset()
 	}
-	r.log.Error("partition log failed: stepping down and recovering from disk", "error", cause,
-		"campaign_hold", r.failBackoff.next())
+	hold := r.failBackoff.next() // applied when the reopen succeeds
+	r.log.Error("partition log failed: stepping down and recovering from disk", "error", cause, "campaign_hold", hold)
 	if r.role == roleLeader {
 		r.stepDown(cause, true)
 	}
