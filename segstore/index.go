@@ -191,7 +191,13 @@ func (ix *index) reserve(n int) error {
 		return nil
 	}
 	end := min(max(need, ix.reserved+reserveChunk), int64(len(ix.data)))
-	if err := ix.file.Allocate(ix.reserved, end-ix.reserved); err != nil {
+	err := ix.file.Allocate(ix.reserved, end-ix.reserved)
+	if err != nil && end > need && isNoSpace(err) {
+		// A nearly full disk may still hold what this append needs.
+		end = need
+		err = ix.file.Allocate(ix.reserved, end-ix.reserved)
+	}
+	if err != nil {
 		return fmt.Errorf("segstore: reserve index %s: %w", ix.path, err)
 	}
 	ix.reserved = end

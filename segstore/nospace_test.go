@@ -265,10 +265,15 @@ func TestIndexReservedBeforeUse(t *testing.T) {
 	if got := l.active.size.Load(); got != leo*int64(len(makeBatch(nil, batchSpec{}))) {
 		t.Fatalf("segment holds %d bytes for %d batches", got, leo)
 	}
+	// Room for less than a chunk: the append reserves what it needs.
 	fsys.Clear()
+	fsys.Inject(Fault{Op: OpAllocate, Err: syscall.ENOSPC})
 	appendOne()
 	if l.LogEndOffset() != leo+1 {
 		t.Fatalf("log end offset %d after space came back, want %d", l.LogEndOffset(), leo+1)
+	}
+	if got, want := l.active.index.reserved, int64(l.active.index.entries())*indexEntrySize; got != want {
+		t.Fatalf("reserved %d index bytes with no room for a chunk, want %d", got, want)
 	}
 	checkIndexes(t, l)
 }
