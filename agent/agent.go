@@ -101,12 +101,15 @@ type Agent struct {
 	fetchProxy *peerClients
 	// coalesce combines concurrent produces; nil when producer.linger is 0.
 	coalesce *coalescer
+	// fs does the partitions' file I/O: the operating system's files, or in
+	// tests segstore's FaultFS.
+	fs segstore.FS
 }
 
 // New prepares an agent; Run starts it. coord is normally an
 // election.Client.
 func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
-	a := &Agent{cfg: cfg, log: log, coord: coord, now: time.Now, stopping: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: log, coord: coord, now: time.Now, stopping: make(chan struct{}), fs: segstore.OSFS{}}
 	a.waitingFor.Store("opening the data directory")
 	a.recordLimits = record.Limits{
 		MaxBatchBytes:  maxBatchBytes(cfg),
@@ -172,6 +175,7 @@ func (a *Agent) replicaDeps(dataDir string) *replicaDeps {
 		agents:     a.agents,
 		log:        a.log,
 		now:        a.now,
+		fs:         a.fs,
 		durability: durability(a.cfg.Storage.Durability),
 		logOptions: segstore.Options{
 			SegmentBytes:       a.cfg.Storage.SegmentBytes,

@@ -21,6 +21,7 @@ import (
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/internal/consultest"
 	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/segstore"
 )
 
 // These tests run agents in the test process, against a real Consul, so
@@ -83,12 +84,26 @@ type testCluster struct {
 
 func startTestCluster(t *testing.T, n int, extraHCL string) *testCluster {
 	t.Helper()
-	return startTestClusterWith(t, n, extraHCL, nil)
+	c := newTestCluster(t, n, extraHCL, nil)
+	for _, ta := range c.agents {
+		ta.start()
+	}
+	return c
 }
 
 // startTestClusterWith is startTestCluster with setup applied to every
 // Agent between New and Run (a test's clock, for instance).
 func startTestClusterWith(t *testing.T, n int, extraHCL string, setup func(*Agent)) *testCluster {
+	c := newTestCluster(t, n, extraHCL, setup)
+	for _, ta := range c.agents {
+		ta.start()
+	}
+	return c
+}
+
+// newTestCluster is startTestClusterWith without the start, for a test that
+// sets up its agents first (their file system, say).
+func newTestCluster(t *testing.T, n int, extraHCL string, setup func(*Agent)) *testCluster {
 	t.Helper()
 	logs := newTestLogs(t)
 	c := &testCluster{t: t, consul: consultest.Start(t), logs: logs, http: &http.Client{Timeout: 30 * time.Second}, setup: setup}
@@ -111,9 +126,6 @@ func startTestClusterWith(t *testing.T, n int, extraHCL string, setup func(*Agen
 		}
 		c.agents = append(c.agents, ta)
 	}
-	for _, ta := range c.agents {
-		ta.start()
-	}
 	return c
 }
 
@@ -134,6 +146,8 @@ type testAgent struct {
 	client  string
 	peer    string
 	configs []string
+	// fs, when set, is the file system the agent's partitions use.
+	fs segstore.FS
 
 	agent  *Agent
 	coord  *election.Client
@@ -155,6 +169,9 @@ func (ta *testAgent) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ta.agent, ta.coord = New(cfg, logger.Named("agent"), coord), coord
+	if ta.fs != nil {
+		ta.agent.fs = ta.fs
+	}
 	if ta.c.setup != nil {
 		ta.c.setup(ta.agent)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/logagent/logagent/segstore"
 )
 
 // The agent-level files of a data directory (DESIGN §5). Partitions live in
@@ -106,7 +108,7 @@ func (d *DataDir) init(nodeID string) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		out, _ := json.Marshal(metaFile{NodeID: nodeID, Format: dataDirFormat})
-		if err := writeFileAtomic(metaPath, append(out, '\n')); err != nil {
+		if err := writeFileAtomic(segstore.OSFS{}, metaPath, append(out, '\n')); err != nil {
 			return fmt.Errorf("agent: write %s: %w", metaPath, err)
 		}
 	case err != nil:
@@ -154,7 +156,7 @@ func (d *DataDir) RecordBoot() error {
 	if d.bootID == "" {
 		return nil
 	}
-	return writeFileAtomic(filepath.Join(d.Path, bootIDFileName), []byte(d.bootID+"\n"))
+	return writeFileAtomic(segstore.OSFS{}, filepath.Join(d.Path, bootIDFileName), []byte(d.bootID+"\n"))
 }
 
 // MarkAllDataLoss records in every partition directory that the replica may
@@ -179,7 +181,7 @@ func (d *DataDir) MarkAllDataLoss() (int, error) {
 			continue
 		}
 		f.DataLoss = true
-		if err := writeReplicaFile(dir, f); err != nil {
+		if err := writeReplicaFile(segstore.OSFS{}, dir, f); err != nil {
 			return marked, fmt.Errorf("agent: mark %s as having lost data: %w", dir, err)
 		}
 		marked++
@@ -190,7 +192,7 @@ func (d *DataDir) MarkAllDataLoss() (int, error) {
 // MarkCleanShutdown records that every partition was closed cleanly. It is
 // the last write of a graceful stop.
 func (d *DataDir) MarkCleanShutdown() error {
-	return writeFileAtomic(filepath.Join(d.Path, cleanShutdownFileName), nil)
+	return writeFileAtomic(segstore.OSFS{}, filepath.Join(d.Path, cleanShutdownFileName), nil)
 }
 
 // Close releases the lock.
@@ -205,14 +207,16 @@ func (d *DataDir) Close() error {
 
 // writeFileAtomic replaces name with data so that a crash leaves either the
 // old or the new content: write a temporary file, fsync it, rename it over
-// name, fsync the directory.
-func writeFileAtomic(name string, data []byte) error {
+// name, fsync the directory. The data directory's own files (meta.json,
+// clean_shutdown) use the operating system's FS; a partition's replica.json
+// goes through the agent's, like its log.
+func writeFileAtomic(fsys segstore.FS, name string, data []byte) error {
 	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
+	if _, err := f.WriteAt(data, 0); err != nil {
 		f.Close()
 		return err
 	}
@@ -223,10 +227,13 @@ func writeFileAtomic(name string, data []byte) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, name); err != nil {
+	if err := fsys.Rename(tmp, name); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(name))
+	if err := fsys.SyncDir(filepath.Dir(name)); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	return nil
 }
 
 func syncDir(dir string) error {

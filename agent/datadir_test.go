@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/logagent/logagent/segstore"
 )
 
 // TestDataDirLostPageCache: a start that follows a reboot without a clean
@@ -37,7 +39,7 @@ func TestDataDirLostPageCache(t *testing.T) {
 			if err := os.MkdirAll(part, 0o750); err != nil {
 				t.Fatal(err)
 			}
-			if err := writeReplicaFile(part, replicaFile{Topic: "orders", Partition: 0, TopicID: "id"}); err != nil {
+			if err := writeReplicaFile(segstore.OSFS{}, part, replicaFile{Topic: "orders", Partition: 0, TopicID: "id"}); err != nil {
 				t.Fatal(err)
 			}
 			if tc.clean {

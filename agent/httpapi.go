@@ -45,6 +45,7 @@ const (
 	codeNotLeaderAfterAppend         = "not_leader_after_append"
 	codeAckTimeout                   = "ack_timeout"
 	codeStorageError                 = "storage_error"
+	codeInsufficientStorage          = "insufficient_storage"
 
 	// Peer API only.
 	codeUnauthorized       = "unauthorized"

@@ -66,9 +66,9 @@ func readReplicaFile(dir string) (replicaFile, bool, error) {
 	return f, true, nil
 }
 
-func writeReplicaFile(dir string, f replicaFile) error {
+func writeReplicaFile(fsys segstore.FS, dir string, f replicaFile) error {
 	b, _ := json.Marshal(f)
-	return writeFileAtomic(filepath.Join(dir, replicaFileName), append(b, '\n'))
+	return writeFileAtomic(fsys, filepath.Join(dir, replicaFileName), append(b, '\n'))
 }
 
 // partitionDir is where a partition's log lives (DESIGN §5).
@@ -81,15 +81,15 @@ func partitionDir(dataDir, topic string, partition int) string {
 // replica then fetches the data again instead of staying down. markLoss
 // records the loss durably before the cut, so that a crash in between
 // cannot forget it; a failure to record it leaves the log uncut.
-func openPartitionLog(dir string, opts segstore.Options, markLoss func() error) (log *segstore.Log, dataLoss bool, err error) {
-	log, err = segstore.Open(segstore.OSFS{}, dir, opts)
+func openPartitionLog(fsys segstore.FS, dir string, opts segstore.Options, markLoss func() error) (log *segstore.Log, dataLoss bool, err error) {
+	log, err = segstore.Open(fsys, dir, opts)
 	if errors.Is(err, segstore.ErrDataLoss) {
 		opts.Logger.Error("partition lost acknowledged data; cutting it and fetching it again", "dir", dir, "error", err)
 		if err := markLoss(); err != nil {
 			return nil, false, fmt.Errorf("agent: open partition log %s: record the data loss before cutting it: %w", dir, err)
 		}
 		opts.RepairDataLoss = true
-		log, err = segstore.Open(segstore.OSFS{}, dir, opts)
+		log, err = segstore.Open(fsys, dir, opts)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("agent: open partition log %s: %w", dir, err)
@@ -412,16 +412,16 @@ func (m *manager) open(key partitionKey, topicID string, epoch int32) (*replica,
 			m.log.Warn("no local data for a partition that has had a leader: treating it as lost; the replica fetches everything again before it may lead or count as in sync",
 				"topic", key.topic, "partition", key.partition, "epoch", epoch, "dir", dir)
 		}
-		if err := writeReplicaFile(dir, file); err != nil {
+		if err := writeReplicaFile(m.deps.fs, dir, file); err != nil {
 			return nil, fmt.Errorf("agent: write %s: %w", filepath.Join(dir, replicaFileName), err)
 		}
 	}
 	opts := m.deps.logOptions
 	opts.Logger = m.deps.log.Named("segstore")
-	log, lostNow, err := openPartitionLog(dir, opts, func() error {
+	log, lostNow, err := openPartitionLog(m.deps.fs, dir, opts, func() error {
 		lost := file
 		lost.DataLoss = true
-		return writeReplicaFile(dir, lost)
+		return writeReplicaFile(m.deps.fs, dir, lost)
 	})
 	if err != nil {
 		return nil, err

@@ -157,7 +157,7 @@ func TestBackoffDelay(t *testing.T) {
 // directory, with small segments and index intervals.
 func testLog(t *testing.T, dir string) *segstore.Log {
 	t.Helper()
-	log, _, err := openPartitionLog(dir, segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}, func() error { return nil })
+	log, _, err := openPartitionLog(segstore.OSFS{}, dir, segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}, func() error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestOpenPartitionLogCutsDataLoss(t *testing.T) {
 	}
 	// The mark must be durable before the cut: a failure to write it
 	// leaves the log as it was.
-	if _, _, err := openPartitionLog(dir, segstore.Options{Logger: hclog.NewNullLogger()}, func() error {
+	if _, _, err := openPartitionLog(segstore.OSFS{}, dir, segstore.Options{Logger: hclog.NewNullLogger()}, func() error {
 		return errors.New("disk says no")
 	}); err == nil {
 		t.Fatal("open succeeded though the data loss could not be recorded")
@@ -237,7 +237,7 @@ func TestOpenPartitionLogCutsDataLoss(t *testing.T) {
 		t.Fatalf("the log was cut (%d bytes, was %d; %v) without the loss recorded", len(after), len(b), err)
 	}
 	marked := false
-	log, dataLoss, err := openPartitionLog(dir, segstore.Options{Logger: hclog.NewNullLogger()}, func() error {
+	log, dataLoss, err := openPartitionLog(segstore.OSFS{}, dir, segstore.Options{Logger: hclog.NewNullLogger()}, func() error {
 		if after, err := os.ReadFile(segment); err != nil || len(after) != len(b) {
 			t.Errorf("the mark was asked for after the cut (%d bytes, was %d; %v)", len(after), len(b), err)
 		}
@@ -265,7 +265,7 @@ func TestReplicaFileRoundTrip(t *testing.T) {
 		t.Fatalf("empty dir: %t %v", found, err)
 	}
 	in := replicaFile{Topic: "t-1", Partition: 4, TopicID: "abc", DataLoss: true}
-	if err := writeReplicaFile(dir, in); err != nil {
+	if err := writeReplicaFile(segstore.OSFS{}, dir, in); err != nil {
 		t.Fatal(err)
 	}
 	out, found, err := readReplicaFile(dir)

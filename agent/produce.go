@@ -141,6 +141,11 @@ func (a *Agent) produceError(topic string, partition int, out produceOutcome) *a
 		return newAPIError(fasthttp.StatusPreconditionFailed, codeUnknownLeaderEpoch, err.Error(), true)
 	case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrShort):
 		return newAPIError(fasthttp.StatusBadRequest, codeCorruptBatch, err.Error(), false)
+	case !out.appended && errors.Is(err, segstore.ErrNoSpace):
+		// Retriable: the write was refused whole, and space may be freed
+		// (retention, an operator) without a restart.
+		return newAPIError(fasthttp.StatusInsufficientStorage, codeInsufficientStorage,
+			"the disk of "+partitionName(topic, partition)+" on "+a.cfg.NodeID+" is full: "+err.Error(), true)
 	case errors.Is(err, segstore.ErrFailed), errors.Is(err, segstore.ErrClosed):
 		return newAPIError(fasthttp.StatusServiceUnavailable, codeStorageError, err.Error(), true)
 	default:

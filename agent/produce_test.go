@@ -3,7 +3,9 @@ package agent
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,11 +191,17 @@ func TestProduceErrorCodes(t *testing.T) {
 		{produceOutcome{err: replicate.ErrAckTimeout, appended: true}, 504, codeAckTimeout},
 		{produceOutcome{err: &segstore.FailedError{Err: errors.New("eio")}}, 503, codeStorageError},
 		{produceOutcome{err: record.ErrCorrupt}, 400, codeCorruptBatch},
+		{produceOutcome{err: fmt.Errorf("%w: write: %w", segstore.ErrNoSpace, syscall.ENOSPC)}, 507, codeInsufficientStorage},
+		// A log that failed on ENOSPC (an fsync) names the full disk too.
+		{produceOutcome{err: &segstore.FailedError{Err: fmt.Errorf("%w: fsync", segstore.ErrNoSpace)}}, 507, codeInsufficientStorage},
 	}
 	for _, tc := range tests {
 		e := a.produceError("t", 0, tc.out)
 		if e.status != tc.status || e.Code != tc.code {
 			t.Errorf("%v: %d %s, want %d %s", tc.out.err, e.status, e.Code, tc.status, tc.code)
+		}
+		if tc.code == codeInsufficientStorage && (!e.Retriable || !strings.Contains(e.Message, "disk") || !strings.Contains(e.Message, "full")) {
+			t.Errorf("%v: %+v, want a retriable error naming the full disk", tc.out.err, e)
 		}
 	}
 }

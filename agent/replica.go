@@ -65,6 +65,13 @@ type replica struct {
 	reopenAt   time.Time
 	syncReq    chan struct{}
 	syncerStop chan struct{}
+	// failBackoff is how long a reopened log waits before it campaigns:
+	// a replica whose disk keeps failing must not win elections over and
+	// over (each one a new epoch) only to fail again. It starts over once
+	// the log has held up for failBackoffReset since healthySince, the
+	// last successful reopen.
+	failBackoff  backoffDelay
+	healthySince time.Time
 
 	leader     *replicate.Leader
 	leadership *election.Leadership
@@ -110,6 +117,7 @@ type replicaDeps struct {
 	agents     *directory
 	log        hclog.Logger
 	now        func() time.Time
+	fs         segstore.FS
 	durability replicate.Durability
 	logOptions segstore.Options
 }
@@ -176,6 +184,9 @@ const (
 	retentionInterval  = time.Minute
 	reopenBackoff      = 5 * time.Second
 	campaignBackoff    = time.Second
+	failBackoffMin     = time.Second
+	failBackoffMax     = 30 * time.Second
+	failBackoffReset   = 2 * time.Minute
 	isrRetryBackoff    = 200 * time.Millisecond
 	// preferredLeaderGrace is how long a replica other than the first of
 	// its partition's replica list waits before campaigning for a partition
@@ -204,6 +215,7 @@ func newReplica(deps *replicaDeps, topic string, partition int, topicID, dir str
 		dataLoss:      dataLoss,
 		acks:          map[replicate.AckID]pendingProduce{},
 		followBackoff: backoffDelay{min: 50 * time.Millisecond, max: 2 * time.Second},
+		failBackoff:   backoffDelay{min: failBackoffMin, max: failBackoffMax},
 	}
 	r.segLog.Store(log)
 	r.view.Store(&replicaView{dataLoss: dataLoss})
@@ -576,9 +588,19 @@ func (r *replica) onSyncResult(ev syncResult) {
 }
 
 // failLog handles a log that failed (an I/O error on a write path): stop
-// acknowledging, stop following, close it and recover it from disk.
+// acknowledging, stop following, close it and recover it from disk. A log
+// already failed is left alone: results of work started on it (a queued
+// sync) may still arrive, also after a reopen that did not succeed.
 func (r *replica) failLog(cause error) {
-	r.log.Error("partition log failed: stepping down and recovering from disk", "error", cause)
+	if r.logFailed {
+		r.log.Debug("partition log already failed", "error", cause)
+		return
+	}
+	if r.healthySince.IsZero() || r.deps.now().Sub(r.healthySince) >= failBackoffReset {
+		r.failBackoff.reset()
+	}
+	hold := r.failBackoff.next() // applied when the reopen succeeds
+	r.log.Error("partition log failed: stepping down and recovering from disk", "error", cause, "campaign_hold", hold)
 	if r.role == roleLeader {
 		r.stepDown(cause, true)
 	}
@@ -592,9 +614,19 @@ func (r *replica) failLog(cause error) {
 	r.reopenAt = time.Time{}
 }
 
-// reopen opens the log again after a failure, which recovers it.
+// reopen opens the log again after a failure, which recovers it. The
+// failed log goes along (segstore.Options.Reopen): recovery keeps only what
+// its fsyncs covered, and the high watermark it had, so the replica serves
+// reads of what was committed at once. A log that lost part of what was
+// committed (the cut went below that high watermark, possible when acks
+// do not wait for fsync) makes the replica refetch it before it may lead.
+// The reopened replica holds back its campaigns for failBackoff.
 func (r *replica) reopen() {
-	log, dataLoss, err := openPartitionLog(r.dir, r.deps.logOptions, r.writeDataLossMark)
+	failed := r.currentLog()
+	opts := r.deps.logOptions
+	opts.Logger = r.deps.log.Named("segstore")
+	opts.Reopen = failed
+	log, dataLoss, err := openPartitionLog(r.deps.fs, r.dir, opts, r.writeDataLossMark)
 	if err != nil {
 		r.log.Error("cannot reopen the partition log; retrying", "error", err, "retry_in", reopenBackoff)
 		r.reopenAt = r.deps.now().Add(reopenBackoff)
@@ -603,17 +635,21 @@ func (r *replica) reopen() {
 	r.segLog.Store(log)
 	r.startSyncer(log)
 	r.logFailed = false
-	if dataLoss {
+	committed := failed.HighWatermark()
+	if dataLoss || log.LogEndOffset() < committed {
 		r.setDataLoss(true)
 	}
+	r.healthySince = r.deps.now()
+	r.campaignRetryAt = r.healthySince.Add(r.failBackoff.cur)
 	r.changed.notify()
-	r.log.Info("partition log reopened", "log_end_offset", log.LogEndOffset(), "high_watermark", log.HighWatermark())
+	r.log.Info("partition log reopened", "log_end_offset", log.LogEndOffset(), "log_end_offset_was", failed.LogEndOffset(),
+		"high_watermark", log.HighWatermark(), "campaign_hold", r.failBackoff.cur)
 }
 
 // writeDataLossMark records durably that this replica lost data, before
 // the log is cut.
 func (r *replica) writeDataLossMark() error {
-	return writeReplicaFile(r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: true})
+	return writeReplicaFile(r.deps.fs, r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: true})
 }
 
 // setDataLoss records, durably, whether this replica lost acknowledged data.
@@ -625,7 +661,7 @@ func (r *replica) setDataLoss(lost bool) {
 		return
 	}
 	r.dataLoss = lost
-	if err := writeReplicaFile(r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: lost}); err != nil {
+	if err := writeReplicaFile(r.deps.fs, r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: lost}); err != nil {
 		r.log.Error("cannot record the data loss state", "data_loss", lost, "error", err)
 	}
 	if lost {
@@ -639,7 +675,14 @@ func (r *replica) checkpoint() {
 	if r.logFailed {
 		return
 	}
-	if err := r.currentLog().Checkpoint(); err != nil {
+	err := r.currentLog().Checkpoint()
+	switch {
+	case err == nil:
+	case errors.Is(err, segstore.ErrNoSpace) && !errors.Is(err, segstore.ErrFailed):
+		// The checkpoints on disk are older but whole; the next tick tries
+		// again.
+		r.log.Warn("cannot checkpoint the partition log: its disk is full", "error", err)
+	default:
 		r.failLog(fmt.Errorf("checkpoint: %w", err))
 	}
 }

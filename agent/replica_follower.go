@@ -108,6 +108,13 @@ func (r *replica) truncate(t replicate.Truncation) bool {
 		err = log.Truncate(t.Offset)
 	}
 	if err != nil {
+		if errors.Is(err, segstore.ErrNoSpace) && !errors.Is(err, segstore.ErrFailed) {
+			// Refused before it changed anything: follow again later,
+			// which decides the truncation again from the log.
+			r.log.Warn("cannot truncate the partition log: its disk is full", "offset", t.Offset, "error", err)
+			r.restartFollowing()
+			return false
+		}
 		r.failLog(fmt.Errorf("truncate to %d: %w", t.Offset, err))
 		return false
 	}
@@ -213,6 +220,11 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 				r.failLog(err)
 				return
 			}
+			if errors.Is(err, segstore.ErrNoSpace) {
+				// Nothing was appended; fetch the same again after the
+				// backoff, which may find space freed.
+				r.log.Warn("cannot append what the leader sent: the disk is full", "error", err)
+			}
 			r.followerRequestFailed("append", err)
 			_ = r.follower.FetchFailed()
 			return
@@ -279,6 +291,12 @@ func (r *replica) followerBroken(err error) {
 		return
 	}
 	r.log.Error("follower state refused an input; following again", "error", err)
+	r.restartFollowing()
+}
+
+// restartFollowing drops the follower state; reconcile follows the same
+// leader again after the backoff, starting from the log as it is.
+func (r *replica) restartFollowing() {
 	r.gen++
 	r.follower, r.role = nil, roleNone
 	r.followRetryAt = r.deps.now().Add(r.followBackoff.next())

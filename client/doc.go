@@ -44,8 +44,8 @@
 // when it is known that nothing was written: the connection could not be made
 // or the request was not sent, or the agent refused before appending
 // (not_enough_replicas, leader_not_available, not_leader,
-// fenced_leader_epoch, service_unavailable, or a 4xx the agent marks
-// retriable). A write whose outcome is unknown is never retried, because the
+// fenced_leader_epoch, service_unavailable, insufficient_storage, or a 4xx
+// the agent marks retriable). A write whose outcome is unknown is never retried, because the
 // retry could duplicate it: an ack timeout (504 ack_timeout), a refusal after
 // the append (not_enough_replicas_after_append, not_leader_after_append), any
 // other 5xx, a connection lost after the request was sent, or an answer that

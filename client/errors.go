@@ -33,31 +33,34 @@ const (
 	CodeNotLeaderAfterAppend         = "not_leader_after_append"
 	CodeAckTimeout                   = "ack_timeout"
 	CodeServiceUnavailable           = "service_unavailable"
+	CodeInsufficientStorage          = "insufficient_storage"
 )
 
 // Sentinels matched (errors.Is) by an *Error with the corresponding code.
 // ErrInvalidTopicName is also returned, before any request, for a name that
 // DESIGN §3 does not allow.
 var (
-	ErrInvalidTopicName   = errors.New("client: invalid topic name")
-	ErrUnknownTopic       = errors.New("client: unknown topic")
-	ErrUnknownPartition   = errors.New("client: unknown partition")
-	ErrTopicExists        = errors.New("client: topic exists")
-	ErrOffsetOutOfRange   = errors.New("client: offset out of range")
-	ErrRecordTooLarge     = errors.New("client: record too large")
-	ErrNotEnoughReplicas  = errors.New("client: not enough in-sync replicas")
-	ErrLeaderNotAvailable = errors.New("client: leader not available")
+	ErrInvalidTopicName    = errors.New("client: invalid topic name")
+	ErrUnknownTopic        = errors.New("client: unknown topic")
+	ErrUnknownPartition    = errors.New("client: unknown partition")
+	ErrTopicExists         = errors.New("client: topic exists")
+	ErrOffsetOutOfRange    = errors.New("client: offset out of range")
+	ErrRecordTooLarge      = errors.New("client: record too large")
+	ErrNotEnoughReplicas   = errors.New("client: not enough in-sync replicas")
+	ErrLeaderNotAvailable  = errors.New("client: leader not available")
+	ErrInsufficientStorage = errors.New("client: the partition's disk is full")
 )
 
 var codeSentinels = map[string]error{
-	CodeInvalidTopicName:   ErrInvalidTopicName,
-	CodeUnknownTopic:       ErrUnknownTopic,
-	CodeUnknownPartition:   ErrUnknownPartition,
-	CodeTopicExists:        ErrTopicExists,
-	CodeOffsetOutOfRange:   ErrOffsetOutOfRange,
-	CodeRecordTooLarge:     ErrRecordTooLarge,
-	CodeNotEnoughReplicas:  ErrNotEnoughReplicas,
-	CodeLeaderNotAvailable: ErrLeaderNotAvailable,
+	CodeInvalidTopicName:    ErrInvalidTopicName,
+	CodeUnknownTopic:        ErrUnknownTopic,
+	CodeUnknownPartition:    ErrUnknownPartition,
+	CodeTopicExists:         ErrTopicExists,
+	CodeOffsetOutOfRange:    ErrOffsetOutOfRange,
+	CodeRecordTooLarge:      ErrRecordTooLarge,
+	CodeNotEnoughReplicas:   ErrNotEnoughReplicas,
+	CodeLeaderNotAvailable:  ErrLeaderNotAvailable,
+	CodeInsufficientStorage: ErrInsufficientStorage,
 }
 
 // ErrOutcomeUnknown is matched by the error of a write that may or may not
@@ -168,13 +171,14 @@ var outcomeUnknownCodes = map[string]bool{
 
 // Codes that the agent sends only before it appends anything, and that are
 // worth retrying: leadership moves, the ISR grows back, the agent finishes
-// starting.
+// starting, space is freed on a full disk.
 var retriableBeforeAppendCodes = map[string]bool{
-	CodeNotEnoughReplicas:  true,
-	CodeLeaderNotAvailable: true,
-	CodeNotLeader:          true,
-	CodeFencedLeaderEpoch:  true,
-	CodeServiceUnavailable: true,
+	CodeNotEnoughReplicas:   true,
+	CodeLeaderNotAvailable:  true,
+	CodeNotLeader:           true,
+	CodeFencedLeaderEpoch:   true,
+	CodeServiceUnavailable:  true,
+	CodeInsufficientStorage: true,
 }
 
 // maxErrorBodyBytes bounds how much of an error answer is read.

@@ -211,7 +211,8 @@ func TestProducerRetriesRefusalsBeforeAppend(t *testing.T) {
 		{409, CodeNotLeader, true},
 		{409, CodeFencedLeaderEpoch, false},
 		{503, CodeServiceUnavailable, true},
-		{404, CodeUnknownTopic, true}, // an agent whose metadata lags
+		{507, CodeInsufficientStorage, true}, // a full disk: refused before the append
+		{404, CodeUnknownTopic, true},        // an agent whose metadata lags
 	}
 	for _, c := range cases {
 		t.Run(c.code, func(t *testing.T) {

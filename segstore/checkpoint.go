@@ -41,6 +41,19 @@ const (
 	maxCheckpointBytes = 1 << 20
 )
 
+// noSpaceCheckpoint marks a checkpoint the file system refused for want of
+// space with ErrNoSpace, after removing its temporary file: the checkpoint
+// in place is untouched, so the log may go on with it.
+func noSpaceCheckpoint(fsys FS, tmp string, err error) error {
+	if !isNoSpace(err) {
+		return err
+	}
+	if rerr := fsys.Remove(tmp); rerr != nil && !isNotExist(rerr) {
+		return fmt.Errorf("%w (removing %s: %w)", err, tmp, rerr)
+	}
+	return fmt.Errorf("%w: %w", ErrNoSpace, err)
+}
+
 // writeCheckpointFile replaces dir/name atomically with lines of integers.
 func writeCheckpointFile(fsys FS, dir, name string, lines [][]int64) error {
 	buf := make([]byte, 0, 32*len(lines)+8)
@@ -59,11 +72,11 @@ func writeCheckpointFile(fsys FS, dir, name string, lines [][]int64) error {
 	tmp := path + tmpSuffix
 	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		return fmt.Errorf("segstore: checkpoint %s: %w", name, err)
+		return noSpaceCheckpoint(fsys, tmp, fmt.Errorf("segstore: checkpoint %s: %w", name, err))
 	}
 	if _, err := f.WriteAt(buf, 0); err != nil {
 		f.Close()
-		return fmt.Errorf("segstore: checkpoint %s: write: %w", name, err)
+		return noSpaceCheckpoint(fsys, tmp, fmt.Errorf("segstore: checkpoint %s: write: %w", name, err))
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()

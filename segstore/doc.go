@@ -21,7 +21,18 @@
 // to a failed state (ErrFailed) and never retries, because after a failed
 // fsync Linux may have dropped the dirty pages and would report the next
 // fsync as a success. The owner closes the log and opens it again, which
-// recovers from what is on disk.
+// recovers from what is on disk; an in-process reopen passes the failed log
+// as Options.Reopen, so that Open cuts what no successful fsync covered
+// (the page cache may still serve it) and keeps the high watermark.
+//
+// Running out of space (ENOSPC, EDQUOT) while appending, rolling,
+// checkpointing, or writing the checkpoint that must precede a truncation
+// or a retention deletion is not an I/O error: the call returns an error matching
+// ErrNoSpace, any part of the refused write is cut off the file again, and
+// the log stays usable, for reads and for appends once space is freed. Only
+// a refusal after part of a multi-batch append was published fails the log.
+// Open, too, works on a full disk when it needs to cut nothing below the
+// recovery point: it keeps the recovery point it found.
 //
 // # Recovery
 //

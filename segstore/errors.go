@@ -3,6 +3,7 @@ package segstore
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 var (
@@ -39,7 +40,22 @@ var (
 
 	// ErrInvalidArgument reports a bad option or argument.
 	ErrInvalidArgument = errors.New("segstore: invalid argument")
+
+	// ErrNoSpace is matched by the error of an append or a checkpoint that
+	// the file system refused for want of space (ENOSPC, EDQUOT). Such an
+	// error leaves the log usable: whatever part of the write reached the
+	// file was cut off again, nothing was published, and the same call may
+	// succeed once space is freed. A log that fails for another reason
+	// while out of space (an fsync error) returns a FailedError that may
+	// match ErrNoSpace too.
+	ErrNoSpace = errors.New("segstore: no space left on device")
 )
+
+// isNoSpace says whether err is the file system refusing a write for want
+// of space.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
 
 // FailedError is the state a log enters after an I/O error on a write path.
 // It matches ErrFailed and unwraps to the original error.

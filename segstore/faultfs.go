@@ -59,10 +59,11 @@ const (
 	OpCreate
 	OpRename
 	OpRemove
+	OpAllocate
 )
 
 func (op FaultOp) String() string {
-	names := [...]string{"", "write", "sync", "syncdir", "truncate", "create", "rename", "remove"}
+	names := [...]string{"", "write", "sync", "syncdir", "truncate", "create", "rename", "remove", "allocate"}
 	if op <= 0 || int(op) >= len(names) {
 		return fmt.Sprintf("op(%d)", int(op))
 	}
@@ -81,6 +82,9 @@ type Fault struct {
 	Err error
 	// Partial makes a failing write store the first half of its data.
 	Partial bool
+	// Sticky keeps the fault armed: from the Nth matching operation on,
+	// every matching one fails until Clear, as on a full disk.
+	Sticky bool
 }
 
 var (
@@ -144,6 +148,13 @@ func (f *FaultFS) Inject(ft Fault) {
 		ft.Err = ErrInjected
 	}
 	f.faults = append(f.faults, &ft)
+}
+
+// Clear disarms every fault, sticky ones included.
+func (f *FaultFS) Clear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = nil
 }
 
 // CrashAfter lets n more counted operations happen; the one after crashes.
@@ -220,7 +231,9 @@ func (f *FaultFS) begin(op FaultOp, path string) (*Fault, error) {
 			continue
 		}
 		if ft.Nth--; ft.Nth <= 0 {
-			f.faults = slices.Delete(f.faults, i, i+1)
+			if !ft.Sticky {
+				f.faults = slices.Delete(f.faults, i, i+1)
+			}
 			return ft, fmt.Errorf("%s %s: %w", op, path, ft.Err)
 		}
 	}
@@ -500,6 +513,17 @@ func (ff *faultFile) Truncate(size int64) error {
 	}
 	ff.node.pending = append(ff.node.pending, faultChange{off: size, truncate: true})
 	return nil
+}
+
+// Allocate reserves for real; it changes no content, so the crash model
+// does not see it.
+func (ff *faultFile) Allocate(off, n int64) error {
+	ff.fs.mu.Lock()
+	defer ff.fs.mu.Unlock()
+	if _, err := ff.fs.begin(OpAllocate, ff.path); err != nil {
+		return err
+	}
+	return osFile{ff.f}.Allocate(off, n)
 }
 
 func (ff *faultFile) Size() (int64, error) {

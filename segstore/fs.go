@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+
+	"golang.org/x/sys/unix"
 )
 
 // FS is every file system operation a Log performs. OSFS is the production
@@ -32,6 +34,11 @@ type File interface {
 	WriteAt(p []byte, off int64) (int, error)
 	Sync() error
 	Truncate(size int64) error
+	// Allocate reserves disk blocks for [off, off+n) without changing the
+	// size (fallocate(2) with FALLOC_FL_KEEP_SIZE), so that a later write
+	// there through mmap cannot fault for want of space. File systems
+	// without fallocate succeed without reserving anything.
+	Allocate(off, n int64) error
 	Size() (int64, error)
 	// Fd is the descriptor, for mmap(2) of index files.
 	Fd() uintptr
@@ -49,6 +56,17 @@ func (f osFile) Size() (int64, error) {
 		return 0, err
 	}
 	return fi.Size(), nil
+}
+
+func (f osFile) Allocate(off, n int64) error {
+	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+	}
+	return nil
 }
 
 // OpenFile implements FS.

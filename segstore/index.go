@@ -29,9 +29,11 @@ import (
 // strictly increase in both fields and never have position 0, so the first
 // entry that does not increase ends the index.
 //
-// An active index is preallocated to IndexBytes and mmap'd read-write; the
-// appender writes an entry and then publishes the new count, so readers never
-// see a half-written entry. Sealing (roll, close) trims the file to exactly
+// An active index is preallocated to IndexBytes (sparse) and mmap'd
+// read-write; the appender reserves disk blocks a chunk ahead of the entries
+// (a hole written through the mapping on a full disk would raise SIGBUS),
+// writes an entry and then publishes the new count, so readers never see a
+// half-written entry. Sealing (roll, close) trims the file to exactly
 // 8 * entries and maps it read-only.
 const (
 	indexEntrySize = 8
@@ -51,7 +53,15 @@ type index struct {
 	file File
 	data []byte // the mapping; nil when nothing is mapped
 	n    atomic.Int64
+	// reserved is how far the active index's file has disk blocks (see
+	// reserve); the appender's.
+	reserved int64
 }
+
+// reserveChunk is how much of an active index reserve allocates at a time:
+// 8192 entries, one fallocate(2) per 32 MiB of log at the default index
+// interval.
+const reserveChunk = 64 << 10
 
 func openIndex(fsys FS, path string) (*index, error) {
 	f, err := fsys.OpenFile(path, osCreateRW, 0o644)
@@ -164,7 +174,34 @@ func (ix *index) activate(capacity int) error {
 	if err := ix.file.Truncate(int64(size)); err != nil {
 		return fmt.Errorf("segstore: preallocate index %s: %w", ix.path, err)
 	}
+	// The file is sparse past its entries: writing a hole through the
+	// mapping on a full file system would fault (SIGBUS) and kill the
+	// process. reserve allocates ahead of the entries instead.
+	ix.reserved = int64(used)
 	return ix.mapFile(size, true)
+}
+
+// reserve makes sure the file has disk blocks for n entries, allocating a
+// chunk ahead when they would pass what is reserved, so that append never
+// writes through the mapping into a hole. Out of space, the error matches
+// ENOSPC and nothing changed.
+func (ix *index) reserve(n int) error {
+	need := min(int64(n)*indexEntrySize, int64(len(ix.data)))
+	if need <= ix.reserved {
+		return nil
+	}
+	end := min(max(need, ix.reserved+reserveChunk), int64(len(ix.data)))
+	err := ix.file.Allocate(ix.reserved, end-ix.reserved)
+	if err != nil && end > need && isNoSpace(err) {
+		// A nearly full disk may still hold what this append needs.
+		end = need
+		err = ix.file.Allocate(ix.reserved, end-ix.reserved)
+	}
+	if err != nil {
+		return fmt.Errorf("segstore: reserve index %s: %w", ix.path, err)
+	}
+	ix.reserved = end
+	return nil
 }
 
 // seal trims the file to its entries and maps it read-only.

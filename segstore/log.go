@@ -1,10 +1,12 @@
 package segstore
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -85,6 +87,9 @@ func (l *Log) usable() error {
 // fail moves the log to the failed state, which is final, and returns the
 // error every later call will see.
 func (l *Log) fail(err error) error {
+	if isNoSpace(err) && !errors.Is(err, ErrNoSpace) {
+		err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+	}
 	if l.failure.CompareAndSwap(nil, &FailedError{Err: err}) {
 		l.logger.Error("log failed; close and reopen it to recover from disk", "error", err)
 	}
@@ -110,6 +115,12 @@ func (l *Log) SyncedOffset() int64 {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	return l.synced.offset
+}
+
+func (l *Log) syncedPosition() logPosition {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	return l.synced
 }
 
 // SetHighWatermark records the high watermark; Checkpoint persists it.
@@ -241,12 +252,37 @@ func (l *Log) AppendFollower(batches []byte, followedEpoch int32) error {
 // appendBatches writes batches (already checked, offsets assigned), rolling
 // segments as needed; infos describes them in order. One write per run of
 // batches that land in the same segment.
+//
+// Out of space before anything was published, it returns an ErrNoSpace
+// error and leaves the log as it was, epoch cache included. Once a run is
+// published, a later refusal fails the log instead: the caller could not
+// tell which of its batches are in.
 func (l *Log) appendBatches(buf []byte, infos []batchInfo) error {
+	var epochsBefore []EpochEntry
+	epochsChanged := false
 	for _, info := range infos {
 		if info.epoch > l.epochs.latestEpochOrUndefined() {
+			if !epochsChanged {
+				epochsBefore, _ = l.epochs.snapshot()
+				epochsChanged = true
+			}
 			l.epochs.assign(info.epoch, info.base)
 		}
 	}
+	before := l.leo.Load()
+	err := l.writeBatches(buf, infos)
+	if err != nil && errors.Is(err, ErrNoSpace) && l.failure.Load() == nil {
+		if l.leo.Load() != before {
+			return l.fail(err)
+		}
+		if epochsChanged {
+			l.epochs.reset(epochsBefore)
+		}
+	}
+	return err
+}
+
+func (l *Log) writeBatches(buf []byte, infos []batchInfo) error {
 	var now time.Time
 	if l.opts.SegmentAge > 0 {
 		now = l.opts.Now()
@@ -305,8 +341,26 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 		return nil
 	}
 	start := seg.size.Load()
+	// At most one index entry per batch; reserved before anything is
+	// written, so a refusal leaves nothing to undo.
+	if err := seg.index.reserve(seg.index.entries() + len(infos)); err != nil {
+		if isNoSpace(err) {
+			return fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
+		return l.fail(err)
+	}
 	if _, err := seg.log.WriteAt(buf, start); err != nil {
-		return l.fail(fmt.Errorf("segstore: write %s: %w", seg.logPath, err))
+		err = fmt.Errorf("segstore: write %s: %w", seg.logPath, err)
+		if !isNoSpace(err) {
+			return l.fail(err)
+		}
+		// Out of space is not an I/O error: the file holds what it held,
+		// plus perhaps a part of this write, which must never be read or
+		// recovered as if it were whole. Cut it off; the log stays usable.
+		if terr := seg.log.Truncate(start); terr != nil {
+			return l.fail(fmt.Errorf("segstore: cut a write refused for space: %w (after %w)", terr, err))
+		}
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	}
 	if start == 0 {
 		seg.firstAppendAt = now
@@ -333,7 +387,17 @@ func (l *Log) roll(base int64) error {
 	old := l.active
 	seg, err := createSegment(l.fs, l.dir, base, l.opts.IndexBytes)
 	if err != nil {
-		return l.fail(err)
+		if !isNoSpace(err) {
+			return l.fail(err)
+		}
+		// Nothing refers to the new files yet: remove what was created, so
+		// a later roll can create them again.
+		for _, suffix := range []string{logSuffix, indexSuffix} {
+			if rerr := l.fs.Remove(filepath.Join(l.dir, segmentFileName(base, suffix))); rerr != nil && !isNotExist(rerr) {
+				return l.fail(fmt.Errorf("segstore: remove a segment refused for space: %w (after %w)", rerr, err))
+			}
+		}
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	}
 	l.mu.Lock()
 	err = old.index.seal()
@@ -655,7 +719,8 @@ func (l *Log) truncate(offset int64) error {
 	// disk before cutting.
 	if l.recoveryPoint.offset > cutAt.offset {
 		if err := writeRecoveryPoint(l.fs, l.dir, cutAt); err != nil {
-			return l.fail(err)
+			// Refused for space, nothing has changed yet.
+			return l.failUnlessNoSpace(err)
 		}
 		l.recoveryPoint = cutAt
 	}
@@ -851,7 +916,9 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 	l.metaMu.Lock()
 	defer l.metaMu.Unlock()
 	if err := writeOffsetCheckpoint(l.fs, l.dir, logStartOffsetFile, newStart); err != nil {
-		return 0, l.fail(err)
+		// Refused for space, nothing is deleted: the start offset must be
+		// on disk before the segments below it go.
+		return 0, l.failUnlessNoSpace(err)
 	}
 	removed := slices.Clone(segs[:n])
 	l.mu.Lock()
@@ -903,6 +970,7 @@ func (l *Log) computeMaxTimestamp(s *segment) error {
 // Checkpoint persists the epoch cache, the high watermark and the recovery
 // point (the last synced position), in that order, so recovery after a crash
 // starts from there. The agent calls it periodically; Close calls it too.
+// Out of space it returns an ErrNoSpace error and the log stays usable.
 func (l *Log) Checkpoint() error {
 	if err := l.usable(); err != nil {
 		return err
@@ -943,23 +1011,33 @@ func (l *Log) checkpointLocked() error {
 	}
 	if entries, version := l.epochs.snapshot(); l.epochs.dirty() {
 		if err := writeEpochCheckpoint(l.fs, l.dir, entries); err != nil {
-			return l.fail(err)
+			return l.failUnlessNoSpace(err)
 		}
 		l.epochs.markSaved(version)
 	}
 	if hw := l.hw.Load(); hw != l.checkpointedHW {
 		if err := writeOffsetCheckpoint(l.fs, l.dir, hwCheckpointFile, hw); err != nil {
-			return l.fail(err)
+			return l.failUnlessNoSpace(err)
 		}
 		l.checkpointedHW = hw
 	}
 	if advance {
 		if err := writeRecoveryPoint(l.fs, l.dir, synced); err != nil {
-			return l.fail(err)
+			return l.failUnlessNoSpace(err)
 		}
 		l.recoveryPoint = synced
 	}
 	return nil
+}
+
+// failUnlessNoSpace fails the log, except for a checkpoint that the file
+// system refused for want of space: the one on disk is still whole and only
+// older, so the log goes on and a later Checkpoint writes it.
+func (l *Log) failUnlessNoSpace(err error) error {
+	if errors.Is(err, ErrNoSpace) {
+		return err
+	}
+	return l.fail(err)
 }
 
 // Close syncs everything, trims the active index and writes the

@@ -44,6 +44,14 @@ type Options struct {
 	// recovery point instead of failing with ErrDataLoss. The caller must then
 	// treat the replica as having lost acknowledged data (see Log.DataLoss).
 	RepairDataLoss bool
+	// Reopen is the log, closed, that this Open replaces in the same
+	// process, typically after it failed. After a failed fsync the page
+	// cache may still hold bytes that never reached the disk and read back
+	// as valid (fsyncgate): Open keeps only what a successful fsync of
+	// Reopen covered and cuts the rest. The new log's high watermark is
+	// Reopen's (which may be newer than the checkpoint), clamped to what
+	// Open kept.
+	Reopen *Log
 	// Logger receives recovery and retention events. Default: discard.
 	Logger hclog.Logger
 	// Now is the clock for segment age and retention. Default: time.Now.

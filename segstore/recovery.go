@@ -49,7 +49,8 @@ import (
 //     promised durable, so a torn or corrupt tail there is an interrupted
 //     write, not a loss.
 //   - syncs what it kept and writes R at the new log end, so a second crash
-//     recovers the same log.
+//     recovers the same log. Out of space for that write, it keeps the R it
+//     found (still true: nothing below it was cut) and opens anyway.
 //
 // Without a recovery point, or with one at or below the log start, nothing
 // is trusted and every segment is validated. On a clean restart (Close wrote
@@ -174,12 +175,56 @@ func (r *recovery) run() error {
 		r.segs = append(r.segs, s)
 		r.state = append(r.state, segmentRecovery{})
 	}
+	if prev := l.opts.Reopen; prev != nil {
+		if err := r.cutUnsynced(prev.syncedPosition()); err != nil {
+			return err
+		}
+	}
 	if len(r.segs) > 0 {
 		if err := r.recoverSegments(); err != nil {
 			return err
 		}
 	}
 	return r.finish()
+}
+
+// cutUnsynced ends the log at synced, the last position a successful fsync
+// of the log this Open replaces covered: what lies beyond it may be pages
+// that a failed fsync never wrote and that the page cache still serves.
+// The recovery point is never beyond synced (Checkpoint writes synced
+// positions), so the validation that follows starts below the cut.
+func (r *recovery) cutUnsynced(synced logPosition) error {
+	keep := len(r.segs)
+	for keep > 0 && r.segs[keep-1].base > synced.segmentBase {
+		keep--
+	}
+	if keep < len(r.segs) {
+		r.l.logger.Warn("deleting segments no successful fsync covered", "from", r.segs[keep].base, "synced_offset", synced.offset)
+	}
+	if err := r.dropAfter(keep - 1); err != nil {
+		return err
+	}
+	if keep == 0 {
+		return nil
+	}
+	s := r.segs[keep-1]
+	if s.base != synced.segmentBase {
+		return nil
+	}
+	size, err := s.log.Size()
+	if err != nil {
+		return fmt.Errorf("segstore: recover %s: %w", s.logPath, err)
+	}
+	if size > synced.pos {
+		r.l.logger.Warn("cutting what no successful fsync covered", "segment", s.base,
+			"position", synced.pos, "offset", synced.offset, "bytes", size-synced.pos)
+		if err := s.log.Truncate(synced.pos); err != nil {
+			return fmt.Errorf("segstore: recover: truncate %s: %w", s.logPath, err)
+		}
+		r.cutBytes += size - synced.pos
+		r.state[keep-1].syncLog = true
+	}
+	return nil
 }
 
 func (r *recovery) readCheckpoints() error {
@@ -410,7 +455,7 @@ func (r *recovery) scan(from int, pos, offset int64, entries []indexEntry) error
 		r.scannedBytes += res.endPos - pos
 		r.state[i] = segmentRecovery{
 			rebuilt:   res.entries,
-			syncLog:   scanned,
+			syncLog:   scanned || r.state[i].syncLog,
 			syncIndex: scanned || r.state[i].syncIndex,
 		}
 		if res.err != nil {
@@ -502,6 +547,37 @@ func (r *recovery) walk(s *segment, fromPos, fromOffset int64, entries []indexEn
 	}
 }
 
+// checkpointTail writes the epoch cache and then the recovery point at
+// tail, and returns the recovery point on disk. Out of space, the one found
+// stays, provided nothing below it was cut (no repaired data loss) and it
+// is not past tail: it still promises only what holds, and the next
+// Checkpoint moves it. So a log opens on a full disk and serves its reads.
+func (r *recovery) checkpointTail(tail logPosition) (logPosition, error) {
+	l := r.l
+	entries, version := l.epochs.snapshot()
+	var err error
+	if !slices.Equal(entries, r.fileEpochs) {
+		err = writeEpochCheckpoint(l.fs, l.dir, entries)
+	}
+	if err == nil {
+		l.epochs.markSaved(version)
+		if r.rpFound && r.rp == tail {
+			return tail, nil
+		}
+		if err = writeRecoveryPoint(l.fs, l.dir, tail); err == nil {
+			return tail, nil
+		}
+	}
+	if !errors.Is(err, ErrNoSpace) || l.dataLoss != nil || (r.rpFound && r.rp.offset > tail.offset) {
+		return logPosition{}, err
+	}
+	l.logger.Warn("no space to checkpoint the recovered log; keeping the recovery point found", "error", err)
+	if !r.rpFound {
+		return logPosition{}, nil
+	}
+	return r.rp, nil
+}
+
 // finish settles the start offset, writes the rebuilt indexes, syncs what
 // recovery touched and writes the recovery point at the log end.
 func (r *recovery) finish() error {
@@ -580,20 +656,12 @@ func (r *recovery) finish() error {
 		}
 	}
 
-	entries, version := l.epochs.snapshot()
-	if !slices.Equal(entries, r.fileEpochs) {
-		if err := writeEpochCheckpoint(l.fs, l.dir, entries); err != nil {
-			return err
-		}
-	}
-	l.epochs.markSaved(version)
 	tail := logPosition{offset: leo, segmentBase: last.base, pos: last.size.Load()}
-	if !r.rpFound || r.rp != tail {
-		if err := writeRecoveryPoint(l.fs, l.dir, tail); err != nil {
-			return err
-		}
+	rp, err := r.checkpointTail(tail)
+	if err != nil {
+		return err
 	}
-	l.recoveryPoint = tail
+	l.recoveryPoint = rp
 	l.synced = tail
 	l.checkpointedHW = -1
 	if r.hwFound {
@@ -604,7 +672,13 @@ func (r *recovery) finish() error {
 	l.active = last
 	l.leo.Store(leo)
 	l.lso.Store(lso)
-	l.hw.Store(min(max(r.hwCk, lso), leo))
+	hw := r.hwCk
+	if prev := l.opts.Reopen; prev != nil {
+		// The replaced log's high watermark is at least as new as its
+		// checkpoint; the clamp keeps it within what recovery kept.
+		hw = prev.HighWatermark()
+	}
+	l.hw.Store(min(max(hw, lso), leo))
 	l.logger.Info("opened log", "segments", len(r.segs), "log_start_offset", lso, "log_end_offset", leo,
 		"recovery_point", r.rp.offset, "scanned_bytes", r.scannedBytes, "cut_bytes", r.cutBytes)
 	return nil

@@ -1,0 +1,269 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/segstore"
+)
+
+// fakeNow is a settable clock for the loop's decisions (deps.now).
+type fakeNow struct{ t time.Time }
+
+func (c *fakeNow) now() time.Time { return c.t }
+
+// TestFailedLogRecovery drives one replica's failure handling by hand: a
+// second failure report for a log already failed (a queued sync answering
+// after a failed reopen) is ignored instead of panicking; the reopen cuts
+// what no successful fsync covered and keeps the high watermark; a reopened
+// replica holds back its campaigns, longer after each failure, until its
+// log has held up for failBackoffReset.
+func TestFailedLogRecovery(t *testing.T) {
+	root := t.TempDir()
+	fsys, err := segstore.NewFaultFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
+	deps := &replicaDeps{self: "n1", log: hclog.NewNullLogger(), now: clock.now, fs: fsys, logOptions: opts}
+	dir := filepath.Join(root, "t-0")
+	log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReplica(deps, "t", 0, "id", dir, log, false)
+	r.startSyncer(log)
+	t.Cleanup(func() {
+		r.cancel()
+		if !r.logFailed {
+			close(r.syncerStop)
+			r.currentLog().Close()
+		}
+	})
+
+	appendLeader(t, log, 1, "a", "b")
+	synced, err := log.Sync()
+	if err != nil || synced != 2 {
+		t.Fatalf("sync: %d, %v", synced, err)
+	}
+	if err := log.SetHighWatermark(2); err != nil {
+		t.Fatal(err)
+	}
+	appendLeader(t, log, 1, "c", "d")
+	fsys.Inject(segstore.Fault{Op: segstore.OpSync, Path: ".log"})
+	_, syncErr := log.Sync()
+	if !errors.Is(syncErr, segstore.ErrFailed) {
+		t.Fatalf("sync: %v, want the injected failure", syncErr)
+	}
+
+	r.failLog(fmt.Errorf("fsync: %w", syncErr))
+	if !r.logFailed {
+		t.Fatal("log not marked failed")
+	}
+	// The reopen fails (the parent directory cannot be synced) and the
+	// failed log stays current...
+	fsys.Inject(segstore.Fault{Op: segstore.OpSyncDir, Sticky: true})
+	r.reopen()
+	if !r.logFailed || r.currentLog() != log {
+		t.Fatal("a failed reopen replaced the log")
+	}
+	// ...when the sync result of that log arrives: a second failure.
+	r.onSyncResult(syncResult{log: log, err: syncErr})
+
+	fsys.Clear()
+	clock.t = clock.t.Add(reopenBackoff)
+	r.reopen()
+	if r.logFailed {
+		t.Fatal("reopen did not succeed")
+	}
+	reopened := r.currentLog()
+	if reopened.LogEndOffset() != 2 || reopened.HighWatermark() != 2 {
+		t.Fatalf("reopened log: end %d, high watermark %d; want 2 and 2 (the synced batch, its committed offsets)",
+			reopened.LogEndOffset(), reopened.HighWatermark())
+	}
+	if r.dataLoss {
+		t.Fatal("a cut above the high watermark counted as data loss")
+	}
+	if want := clock.t.Add(failBackoffMin); !r.campaignRetryAt.Equal(want) {
+		t.Fatalf("campaigns held until %v, want %v", r.campaignRetryAt, want)
+	}
+
+	// Failures in a row double the hold, up to failBackoffMax.
+	holds := []time.Duration{}
+	for range 7 {
+		clock.t = clock.t.Add(10 * time.Second)
+		r.failLog(errors.New("injected"))
+		clock.t = clock.t.Add(reopenBackoff)
+		r.reopen()
+		if r.logFailed {
+			t.Fatal("reopen did not succeed")
+		}
+		holds = append(holds, r.campaignRetryAt.Sub(clock.t))
+	}
+	want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second}
+	if !slices.Equal(holds, want) {
+		t.Fatalf("campaign holds %v, want %v", holds, want)
+	}
+	// A log that held up long enough starts over at the minimum.
+	clock.t = clock.t.Add(failBackoffReset)
+	r.failLog(errors.New("injected"))
+	r.reopen()
+	if got := r.campaignRetryAt.Sub(clock.t); got != failBackoffMin {
+		t.Fatalf("campaign hold %v after a long healthy run, want %v", got, failBackoffMin)
+	}
+}
+
+// TestFullDiskLosesNothing runs three in-process agents whose partitions
+// use a FaultFS. An fsync that fails with ENOSPC on the leader makes it
+// step down and recover (cut to its last good fsync, refetch, back off);
+// then every disk fills up: writes are refused with 507
+// insufficient_storage, every acknowledged record stays readable on every
+// replica, and no election happens; once space is back, writes resume
+// without a restart. The agents run on the real clock (their tickers and
+// timers are not injectable), so the test takes about half a minute.
+func TestFullDiskLosesNothing(t *testing.T) {
+	c := newTestCluster(t, 3, "", nil)
+	faults := map[*testAgent]*segstore.FaultFS{}
+	for _, ta := range c.agents {
+		if err := os.MkdirAll(ta.dataDir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		fsys, err := segstore.NewFaultFS(ta.dataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ta.fs, faults[ta] = fsys, fsys
+	}
+	for _, ta := range c.agents {
+		ta.start()
+	}
+	const topic = "full"
+	c.createTopic(c.agents[0], topic, 1, 3, 2)
+	leader, pd := c.waitLeader(topic, 0, 3)
+	firstEpoch := pd.Epoch
+
+	acked := map[int64]string{}
+	produce := func(via *testAgent, value string) (int, apiError) {
+		t.Helper()
+		status, body := via.produce(topic, 0, "acks=all", contentTypeNDJSON, []byte(value))
+		if status != 200 {
+			return status, errorCode(t, body)
+		}
+		var r produceResponse
+		if err := json.Unmarshal(body, &r); err != nil {
+			t.Fatal(err)
+		}
+		acked[*r.BaseOffset] = value
+		return status, apiError{}
+	}
+	n := 0
+	for range 20 {
+		if status, e := produce(leader, fmt.Sprintf("v%d", n)); status != 200 {
+			t.Fatalf("produce before any fault: %d %+v", status, e)
+		}
+		n++
+	}
+
+	// The leader's next fsync fails with ENOSPC.
+	faults[leader].Inject(segstore.Fault{Op: segstore.OpSync, Path: filepath.Join(topic+"-0", "00000000000000000000.log"), Err: syscall.ENOSPC})
+	status, e := produce(leader, fmt.Sprintf("v%d", n))
+	n++
+	if status == 200 {
+		t.Fatal("a write whose fsync failed was acknowledged")
+	}
+	t.Logf("the write whose fsync failed: %d %s", status, e.Code)
+	newLeader, _ := c.waitLeader(topic, 0, -1)
+	if newLeader == leader {
+		t.Fatalf("%s still leads after its fsync failed", leader.nodeID)
+	}
+	for range 5 {
+		if status, e := produce(newLeader, fmt.Sprintf("v%d", n)); status != 200 {
+			t.Fatalf("produce to the new leader: %d %+v", status, e)
+		}
+		n++
+	}
+	end := slices.Max(slices.Collect(maps.Keys(acked))) + 1
+	// The old leader reopens its log (after reopenBackoff), refetches what
+	// it cut and is back in the ISR.
+	c.waitCaughtUp(topic, 0, end)
+	checkAcked(t, c, topic, acked)
+
+	// Every disk is full now.
+	for _, fsys := range faults {
+		fsys.Inject(segstore.Fault{Op: segstore.OpWrite, Err: syscall.ENOSPC, Partial: true, Sticky: true})
+		fsys.Inject(segstore.Fault{Op: segstore.OpCreate, Err: syscall.ENOSPC, Sticky: true})
+	}
+	fullEpoch := newLeader.describe(topic).Partitions[0].Epoch
+	fullSince := time.Now()
+	for time.Since(fullSince) < 2*checkpointInterval {
+		for _, via := range c.agents {
+			status, e := produce(via, fmt.Sprintf("v%d", n))
+			if status != 507 || e.Code != codeInsufficientStorage || !e.Retriable {
+				t.Fatalf("produce through %s to a full disk: %d %+v, want a retriable 507 %s", via.nodeID, status, e, codeInsufficientStorage)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	checkAcked(t, c, topic, acked)
+	d := newLeader.describe(topic).Partitions[0]
+	if d.Epoch != fullEpoch || d.Leader != newLeader.nodeID || len(d.ISR) != 3 {
+		t.Fatalf("while the disks were full: %+v, want %s leading epoch %d with all in sync", d, newLeader.nodeID, fullEpoch)
+	}
+
+	// Space comes back: writes resume without a restart.
+	for _, fsys := range faults {
+		fsys.Clear()
+	}
+	for range 5 {
+		if status, e := produce(c.agents[n%3], fmt.Sprintf("v%d", n)); status != 200 {
+			t.Fatalf("produce once space is back: %d %+v", status, e)
+		}
+		n++
+	}
+	end = slices.Max(slices.Collect(maps.Keys(acked))) + 1
+	c.waitCaughtUp(topic, 0, end)
+	checkAcked(t, c, topic, acked)
+	if last := newLeader.describe(topic).Partitions[0].Epoch; last-firstEpoch > 2 {
+		t.Fatalf("epoch went from %d to %d: more elections than the one failover", firstEpoch, last)
+	}
+}
+
+// checkAcked checks that every agent serves every acknowledged record, both
+// through the API and from its own log below its high watermark.
+func checkAcked(t *testing.T, c *testCluster, topic string, acked map[int64]string) {
+	t.Helper()
+	for _, ta := range c.agents {
+		got := ta.fetchValues(topic, 0, 0)
+		for off, v := range acked {
+			if got[off] != v {
+				t.Fatalf("%s serves %q at %d, want the acknowledged %q", ta.nodeID, got[off], off, v)
+			}
+		}
+		log := ta.agent.replicas.get(topic, 0).currentLog()
+		hw := log.HighWatermark()
+		b, err := log.ReadBytes(0, 64<<20, hw)
+		if err != nil {
+			t.Fatalf("%s: read its log: %v", ta.nodeID, err)
+		}
+		local := map[int64]string{}
+		if len(b) > 0 {
+			local = decodeValues(t, b)
+		}
+		for off, v := range acked {
+			if local[off] != v {
+				t.Fatalf("%s holds %q at %d below its high watermark %d, want the acknowledged %q", ta.nodeID, local[off], off, hw, v)
+			}
+		}
+	}
+}

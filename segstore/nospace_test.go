@@ -1,0 +1,356 @@
+package segstore
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+)
+
+// TestNoSpaceLeavesLogUsable: an append or a checkpoint the file system
+// refuses for want of space returns ErrNoSpace, leaves no byte of the
+// refused write in the file, keeps the log usable (reads, later appends)
+// and changes nothing that recovery sees.
+func TestNoSpaceLeavesLogUsable(t *testing.T) {
+	full := func(fsys *FaultFS) {
+		fsys.Inject(Fault{Op: OpWrite, Err: syscall.ENOSPC, Partial: true, Sticky: true})
+		fsys.Inject(Fault{Op: OpCreate, Err: syscall.ENOSPC, Sticky: true})
+	}
+	tests := []struct {
+		name string
+		// fill appends until the active segment has no room left for a
+		// batch of this size, for the roll case.
+		fillSegment bool
+		op          func(rng *rand.Rand, l *Log) error
+	}{
+		{name: "leader append", op: func(rng *rand.Rand, l *Log) error {
+			_, _, err := l.AppendLeader(makeBatch(rng, batchSpec{epoch: 1, payload: 300}), 1)
+			return err
+		}},
+		{name: "follower append of a new epoch", op: func(rng *rand.Rand, l *Log) error {
+			base := l.LogEndOffset()
+			b1 := makeBatch(rng, batchSpec{base: base, epoch: 2, records: 2, payload: 100})
+			b2 := makeBatch(rng, batchSpec{base: base + 2, epoch: 2, payload: 100})
+			return l.AppendFollower(append(b1, b2...), 2)
+		}},
+		{name: "roll", fillSegment: true, op: func(rng *rand.Rand, l *Log) error {
+			_, _, err := l.AppendLeader(makeBatch(rng, batchSpec{epoch: 1, payload: 300}), 1)
+			return err
+		}},
+		{name: "truncate", op: func(rng *rand.Rand, l *Log) error {
+			// The recovery point at the log end must be lowered first.
+			return l.Truncate(2)
+		}},
+		{name: "retention", fillSegment: true, op: func(rng *rand.Rand, l *Log) error {
+			_, err := l.ApplyRetention(l.LogEndOffset())
+			return err
+		}},
+		{name: "checkpoint", op: func(rng *rand.Rand, l *Log) error {
+			if err := l.SetHighWatermark(l.HighWatermark() - 1); err != nil {
+				return err
+			}
+			return l.Checkpoint()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(testSeed(t), 40))
+			clock := newClock()
+			opts := smallOptions(t, clock)
+			opts.RetentionBytes = 256
+			fsys, dir, l := newFaultLog(t, opts)
+			want := appendN(t, l, rng, 4, 1, 200)
+			if tt.fillSegment {
+				for l.active.size.Load()+int64(len(makeBatch(nil, batchSpec{payload: 300}))) <= opts.SegmentBytes {
+					want = append(want, appendN(t, l, rng, 1, 1, 100)...)
+				}
+			}
+			if _, err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			if tt.name == "retention" {
+				// A second segment, so the first may go.
+				want = append(want, appendN(t, l, rng, 2, 1, 300)...)
+				if _, err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			leo, segments, epochs := l.LogEndOffset(), len(l.segments), l.EpochEntries()
+			size := l.active.size.Load()
+			files, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			full(fsys)
+			err = tt.op(rng, l)
+			if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrFailed) {
+				t.Fatalf("err = %v, want ErrNoSpace wrapping ENOSPC, not ErrFailed", err)
+			}
+			if err := l.usable(); err != nil {
+				t.Fatalf("log not usable after a refusal for space: %v", err)
+			}
+			if got := l.LogEndOffset(); got != leo {
+				t.Fatalf("log end offset %d after the refusal, want %d", got, leo)
+			}
+			if got := l.EpochEntries(); !slices.Equal(got, epochs) {
+				t.Fatalf("epoch cache %v after the refusal, want %v", got, epochs)
+			}
+			if len(l.segments) != segments {
+				t.Fatalf("%d segments after the refusal, want %d", len(l.segments), segments)
+			}
+			if fi, err := os.Stat(l.active.logPath); err != nil || fi.Size() != size {
+				t.Fatalf("active segment file holds %v bytes (%v), want %d: a refused write left bytes behind", fi.Size(), err, size)
+			}
+			after, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(after) != len(files) {
+				t.Fatalf("directory holds %d entries after the refusal, %d before", len(after), len(files))
+			}
+			if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("reads after the refusal: %d batches, want the %d written", len(got), len(want))
+			}
+
+			// Space comes back: the same log takes appends again.
+			fsys.Clear()
+			if err := tt.op(rng, l); err != nil {
+				t.Fatalf("after space came back: %v", err)
+			}
+			if tt.name == "roll" && len(l.segments) != segments+1 {
+				t.Fatalf("%d segments after the append that should roll, want %d", len(l.segments), segments+1)
+			}
+			if tt.name == "retention" && l.LogStartOffset() == 0 {
+				t.Fatal("retention deleted nothing once space came back")
+			}
+			more := appendN(t, l, rng, 3, 3, 200)
+			if _, err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			all := readAll(t, l, l.LogEndOffset())
+			if len(all) < 3 || !slices.EqualFunc(all[len(all)-3:], more, bytes.Equal) {
+				t.Fatalf("after space came back: %d batches, not ending with the 3 appended last", len(all))
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			end := l.LogEndOffset()
+			l = openLog(t, OSFS{}, dir, opts)
+			defer l.Close()
+			if l.LogEndOffset() != end {
+				t.Fatalf("reopened at %d, want %d", l.LogEndOffset(), end)
+			}
+			if got := readAll(t, l, end); !slices.EqualFunc(got, all, bytes.Equal) {
+				t.Fatalf("after reopen: %d batches, want the %d written", len(got), len(all))
+			}
+			checkIndexes(t, l)
+		})
+	}
+}
+
+// TestReopenAfterFsyncErrorCutsUnsynced: after a failed fsync the page
+// cache still holds the appended batches, and a reopen in the same process
+// reads them back as valid. Open with Reopen set must keep only what a
+// successful fsync covered, and carry the high watermark over from the
+// failed log instead of the older checkpoint, never above what it kept.
+func TestReopenAfterFsyncErrorCutsUnsynced(t *testing.T) {
+	tests := []struct {
+		name string
+		// hwAhead sets the high watermark past the synced offset, as a
+		// follower's may be (min of the leader's and its own log end).
+		hwAhead bool
+	}{
+		{name: "high watermark below the synced offset"},
+		{name: "high watermark past the synced offset", hwAhead: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(testSeed(t), 41))
+			clock := newClock()
+			opts := smallOptions(t, clock)
+			opts.SegmentBytes = 1 << 16
+			fsys, dir, l := newFaultLog(t, opts)
+			kept := appendN(t, l, rng, 6, 1, 200)
+			if err := l.Checkpoint(); err != nil { // a recovery point below the synced offset
+				t.Fatal(err)
+			}
+			kept = append(kept, appendN(t, l, rng, 4, 1, 200)...)
+			synced, err := l.Sync()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hw := synced - 2
+			appendN(t, l, rng, 5, 1, 200)
+			if tt.hwAhead {
+				hw = l.LogEndOffset() - 1
+			}
+			if err := l.SetHighWatermark(hw); err != nil {
+				t.Fatal(err)
+			}
+			fsys.Inject(Fault{Op: OpSync, Path: ".log"})
+			if _, err := l.Sync(); !errors.Is(err, ErrFailed) {
+				t.Fatalf("sync: %v, want the injected failure", err)
+			}
+			unsyncedEnd := l.LogEndOffset()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			reopen := opts
+			reopen.Reopen = l
+			l2 := openLog(t, fsys, dir, reopen)
+			defer l2.Close()
+			if got := l2.LogEndOffset(); got != synced {
+				t.Fatalf("reopened log ends at %d, want the synced offset %d (it held %d in the page cache)", got, synced, unsyncedEnd)
+			}
+			if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, kept, bytes.Equal) {
+				t.Fatalf("reopened log holds %d batches, want the %d synced ones", len(got), len(kept))
+			}
+			if got, want := l2.HighWatermark(), min(hw, synced); got != want {
+				t.Fatalf("high watermark %d after the reopen, want %d", got, want)
+			}
+			checkIndexes(t, l2)
+		})
+	}
+}
+
+// TestIndexReservedBeforeUse: the active index is sparse past its entries,
+// and writing a hole through its mapping on a full file system raises
+// SIGBUS. The appender reserves blocks ahead (fallocate), before the write
+// that needs them; out of space there, the append is refused with
+// ErrNoSpace and nothing changes.
+func TestIndexReservedBeforeUse(t *testing.T) {
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	opts.SegmentBytes = 1 << 20
+	opts.IndexBytes = 1 << 20
+	opts.IndexIntervalBytes = 1 // an entry for every batch but the first
+	fsys, _, l := newFaultLog(t, opts)
+	defer l.Close()
+	appendOne := func() {
+		t.Helper()
+		if _, _, err := l.AppendLeader(makeBatch(nil, batchSpec{epoch: 1}), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOne() // reserves the first chunk
+	fsys.Inject(Fault{Op: OpAllocate, Err: syscall.ENOSPC, Sticky: true})
+	var err error
+	for range 2 * reserveChunk / indexEntrySize {
+		if _, _, err = l.AppendLeader(makeBatch(nil, batchSpec{epoch: 1}), 1); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrNoSpace) || errors.Is(err, ErrFailed) {
+		t.Fatalf("err = %v, want ErrNoSpace once the reserved chunk is used up", err)
+	}
+	if got, want := l.active.index.entries(), reserveChunk/indexEntrySize; got != want {
+		t.Fatalf("refused at %d index entries, want %d: the index was written past what was reserved", got, want)
+	}
+	leo := l.LogEndOffset()
+	if got := l.active.size.Load(); got != leo*int64(len(makeBatch(nil, batchSpec{}))) {
+		t.Fatalf("segment holds %d bytes for %d batches", got, leo)
+	}
+	// Room for less than a chunk: the append reserves what it needs.
+	fsys.Clear()
+	fsys.Inject(Fault{Op: OpAllocate, Err: syscall.ENOSPC})
+	appendOne()
+	if l.LogEndOffset() != leo+1 {
+		t.Fatalf("log end offset %d after space came back, want %d", l.LogEndOffset(), leo+1)
+	}
+	if got, want := l.active.index.reserved, int64(l.active.index.entries())*indexEntrySize; got != want {
+		t.Fatalf("reserved %d index bytes with no room for a chunk, want %d", got, want)
+	}
+	checkIndexes(t, l)
+}
+
+// TestReopenOnFullDisk: a log that failed is reopened while its disk is
+// full. Recovery cannot write its checkpoints; it keeps the recovery point
+// it found, opens, and serves what it kept; once space is back the next
+// Checkpoint catches up and a later Open finds everything.
+func TestReopenOnFullDisk(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 42))
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	opts.SegmentBytes = 1 << 16
+	fsys, dir, l := newFaultLog(t, opts)
+	appendN(t, l, rng, 5, 1, 200)
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l, rng, 5, 2, 200)
+	synced, err := l.Sync()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetHighWatermark(synced); err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, l, synced)
+	appendN(t, l, rng, 3, 2, 200)
+	fsys.Inject(Fault{Op: OpSync, Path: ".log"})
+	if _, err := l.Sync(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("sync: %v, want the injected failure", err)
+	}
+	l.Close()
+
+	// Full: no new file (checkpoints are written to new temporary files),
+	// no append to a segment. Rewriting index blocks that exist, as
+	// recovery does, still works, as on a real file system without
+	// copy-on-write.
+	fsys.Inject(Fault{Op: OpWrite, Path: ".log", Err: syscall.ENOSPC, Sticky: true})
+	fsys.Inject(Fault{Op: OpCreate, Err: syscall.ENOSPC, Sticky: true})
+	reopen := opts
+	reopen.Reopen = l
+	l2, err := Open(fsys, dir, reopen)
+	if err != nil {
+		t.Fatalf("open on a full disk: %v", err)
+	}
+	if l2.LogEndOffset() != synced || l2.HighWatermark() != synced {
+		t.Fatalf("opened at end %d, high watermark %d; want %d and %d", l2.LogEndOffset(), l2.HighWatermark(), synced, synced)
+	}
+	if got := readAll(t, l2, l2.HighWatermark()); !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("serves %d batches, want the %d committed", len(got), len(want))
+	}
+	if err := l2.Checkpoint(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("checkpoint on the full disk: %v, want ErrNoSpace", err)
+	}
+
+	fsys.Clear()
+	more := appendN(t, l2, rng, 2, 3, 200)
+	if _, err := l2.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	end := l2.LogEndOffset()
+	// A crash now (no Close) recovers from the checkpoints written after
+	// space came back.
+	fsys.Crash()
+	l2.Close()
+	crashed := filepath.Join(t.TempDir(), "p0")
+	if err := fsys.Reconstruct(filepath.Dir(crashed), rand.New(rand.NewPCG(testSeed(t), 43))); err != nil {
+		t.Fatal(err)
+	}
+	l3 := openLog(t, OSFS{}, crashed, opts)
+	defer l3.Close()
+	if got := readAll(t, l3, l3.LogEndOffset()); l3.LogEndOffset() != end || !slices.EqualFunc(got, append(want, more...), bytes.Equal) {
+		t.Fatalf("after the crash: end %d (want %d), %d batches (want %d)", l3.LogEndOffset(), end, len(got), len(want)+len(more))
+	}
+	checkIndexes(t, l3)
+}
