@@ -256,15 +256,13 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	a.forwarder = newPeerClients(string(a.peerToken), 64<<10)
 	a.fetchProxy = newPeerClients("", fetchBodyLimit(a.cfg))
 	a.fetchProxy.stream = true
-	bgCtx, stopBackground := context.WithCancel(context.Background())
-	defer stopBackground()
 	runErr := a.join(ctx)
 	if runErr == nil {
 		a.waitingFor.Store("opening partitions")
 		if err := a.agents.refresh(ctx); err != nil {
 			a.log.Warn("cannot list agents yet", "error", err)
 		}
-		go a.agents.run(bgCtx, agentsRefreshInterval)
+		a.agents.start(agentsRefreshInterval)
 		runErr = a.replicas.start(ctx, func(ctx context.Context) (*election.Snapshot, error) {
 			snap, err := a.coord.WaitMetadata(ctx, 1)
 			if err == nil {
@@ -322,8 +320,11 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	shutdowns.Wait()
 	cancelShutdown()
 	wg.Wait()
-	stopBackground()
+	// Each replica's stop waits for its goroutines, peer requests in
+	// flight included (see replica.stop for the bound). The directory
+	// goes after them: their loops look agents up until they end.
 	closeErr := a.replicas.stop()
+	a.agents.stop()
 	if runErr != nil {
 		return runErr
 	}

@@ -46,8 +46,8 @@ storage {
 }
 `
 
-// testLogs sends the agents' logs to t.Log until the test ends; goroutines
-// that outlive it (a resign in flight) write nowhere.
+// testLogs sends the agents' logs to t.Log until the test ends; an agent
+// that did not stop in time writes nowhere after it.
 type testLogs struct {
 	mu   sync.Mutex
 	t    *testing.T
@@ -177,7 +177,7 @@ func (ta *testAgent) start() {
 	}
 	ta.cancel, ta.done = cancel, make(chan error, 1)
 	ready := make(chan struct{})
-	go func() { ta.done <- ta.agent.Run(ctx, func() { close(ready) }) }()
+	go runLabelled(ctx, ta.nodeID, func(ctx context.Context) { ta.done <- ta.agent.Run(ctx, func() { close(ready) }) })
 	t.Cleanup(func() { ta.stopQuietly() })
 	select {
 	case <-ready:
@@ -189,12 +189,14 @@ func (ta *testAgent) start() {
 	}
 }
 
-// stop stops the agent gracefully and returns Run's error.
+// stop stops the agent gracefully and returns Run's error; the test fails
+// if a goroutine the agent started outlives Run.
 func (ta *testAgent) stop() error {
 	ta.cancel()
 	select {
 	case err := <-ta.done:
 		ta.done <- err
+		checkNoLeftoverGoroutines(ta.c.t, ta.nodeID)
 		return err
 	case <-time.After(30 * time.Second):
 		ta.c.t.Fatalf("%s did not stop within 30s", ta.nodeID)

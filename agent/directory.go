@@ -17,6 +17,8 @@ import (
 // Consul with a passing check. Metadata names leaders by node id; the peer
 // and client addresses come from here. Lookups never wait for Consul: a miss
 // starts a refresh in the background, rate-limited, and the caller retries.
+// The directory owns its background refreshes: stop cancels and waits for
+// them.
 type directory struct {
 	list   func(ctx context.Context) ([]election.AgentInfo, error)
 	log    hclog.Logger
@@ -25,13 +27,23 @@ type directory struct {
 
 	agents atomic.Pointer[map[string]election.AgentInfo]
 
+	// ctx ends with stop; every background refresh runs under it, in
+	// tasks.
+	ctx    context.Context
+	cancel context.CancelFunc
+	tasks  sync.WaitGroup
+
 	mu          sync.Mutex
 	refreshing  bool
 	lastRefresh time.Time
+	// stopped is set by stop: no refresh starts after it, so no Add
+	// follows its Wait.
+	stopped bool
 }
 
 func newDirectory(list func(ctx context.Context) ([]election.AgentInfo, error), log hclog.Logger, now func() time.Time) *directory {
-	d := &directory{list: list, log: log, now: now, minGap: 200 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &directory{list: list, log: log, now: now, minGap: 200 * time.Millisecond, ctx: ctx, cancel: cancel}
 	empty := map[string]election.AgentInfo{}
 	d.agents.Store(&empty)
 	return d
@@ -65,23 +77,43 @@ func (d *directory) refresh(ctx context.Context) error {
 // minGap.
 func (d *directory) refreshSoon() {
 	d.mu.Lock()
-	if d.refreshing || d.now().Sub(d.lastRefresh) < d.minGap {
-		d.mu.Unlock()
+	defer d.mu.Unlock()
+	if d.stopped || d.refreshing || d.now().Sub(d.lastRefresh) < d.minGap {
 		return
 	}
 	d.refreshing = true
-	d.mu.Unlock()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	d.tasks.Go(func() {
+		ctx, cancel := context.WithTimeout(d.ctx, peerCallTimeout)
 		defer cancel()
-		if err := d.refresh(ctx); err != nil {
+		if err := d.refresh(ctx); err != nil && d.ctx.Err() == nil {
 			d.log.Warn("cannot list agents", "error", err)
 		}
 		d.mu.Lock()
 		d.refreshing = false
 		d.lastRefresh = d.now()
 		d.mu.Unlock()
-	}()
+	})
+}
+
+// start refreshes the directory every interval in the background until
+// stop.
+func (d *directory) start(interval time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
+	d.tasks.Go(func() { d.run(d.ctx, interval) })
+}
+
+// stop ends the background refreshes and waits for them; lookups still
+// answer from the agents last read, without refreshing.
+func (d *directory) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	d.mu.Unlock()
+	d.cancel()
+	d.tasks.Wait()
 }
 
 // run refreshes the directory every interval until ctx ends, so changed

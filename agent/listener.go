@@ -67,10 +67,14 @@ func (l *retryListener) Accept() (net.Conn, error) {
 	}
 }
 
-// Close closes the listener and ends a backoff in progress.
+// Close closes the listener and ends a backoff in progress. The listener
+// is closed first, so that the Accept the ended backoff lets through gets
+// the closed error, not another resource error: with the backoff already
+// ended, Accept would spin through those until the close.
 func (l *retryListener) Close() error {
+	err := l.Listener.Close()
 	l.closeOnce.Do(func() { close(l.closed) })
-	return l.Listener.Close()
+	return err
 }
 
 func (l *retryListener) logFailure(err error, delay time.Duration) {

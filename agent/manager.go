@@ -304,12 +304,17 @@ func (m *manager) apply(snap *election.Snapshot) {
 		}
 	}
 	m.mu.RUnlock()
+	// All at once: a replica's stop waits for its peer requests in flight
+	// (a follower's fetch for up to replication.fetch_max_wait), which one
+	// after another would add up over a deleted topic's partitions.
+	var removals sync.WaitGroup
 	for _, key := range gone {
-		m.remove(key, false)
+		removals.Go(func() { m.remove(key, false) })
 	}
 	for _, key := range absent {
-		m.remove(key, true)
+		removals.Go(func() { m.remove(key, true) })
 	}
+	removals.Wait()
 
 	now := m.deps.now()
 	m.mu.Lock()

@@ -32,7 +32,8 @@ import (
 // Readers (fetch handlers) read the log directly, bounded by the high
 // watermark the loop publishes in the log, and wait for changes on
 // changed. Results of asynchronous work carry the generation they were
-// started in; the loop drops those of an earlier role.
+// started in; the loop drops those of an earlier role. Every goroutine the
+// replica starts ends before stop returns.
 type replica struct {
 	deps      *replicaDeps
 	topic     string
@@ -55,6 +56,11 @@ type replica struct {
 	done   chan struct{}
 	// closeErr is the log's Close error, set before done is closed.
 	closeErr error
+	// tasks holds every goroutine the replica starts besides the loop
+	// (syncer, campaign, resignations, ISR proposals, peer requests), so
+	// that stop returns only once they have ended. Only start, the loop
+	// and those goroutines add to it, so no Add comes after stop's Wait.
+	tasks sync.WaitGroup
 
 	// Everything below is owned by the loop goroutine.
 	meta       replicaMeta
@@ -229,10 +235,17 @@ func (r *replica) start() {
 }
 
 // stop ends the loop: a leader stops acknowledging (pending writes fail with
-// not_leader), and the log is closed. It returns the log's Close error.
+// not_leader), and the log is closed. It returns the log's Close error once
+// every goroutine of the replica has ended. Cancelling r.ctx ends the
+// campaign and an ISR proposal at once; what cannot be cancelled is
+// bounded: a resignation by peerCallTimeout, an epoch query by
+// peerCallTimeout and a follower's fetch by the leader's hold
+// (replication.fetch_max_wait), or fetch_max_wait + peerCallTimeout if the
+// leader does not answer (fasthttp requests take no context).
 func (r *replica) stop() error {
 	r.cancel()
 	<-r.done
+	r.tasks.Wait()
 	return r.closeErr
 }
 
@@ -441,12 +454,13 @@ func (r *replica) ensureCampaign(now time.Time) {
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.campaigning, r.campaignCancel = true, cancel
-	go func() {
+	r.tasks.Go(func() {
 		l, err := r.deps.coord.CampaignAs(ctx, r.topic, r.partition, cand)
 		if !r.send(campaignResult{leadership: l, err: err}) && l != nil {
-			r.resignAsync(l)
+			// The loop has stopped and cannot hand it back.
+			r.resign(l)
 		}
-	}()
+	})
 }
 
 // retireRequest asks the loop to stop leading and campaigning for good,
@@ -510,15 +524,21 @@ func (r *replica) onCampaignResult(ev campaignResult) {
 	}
 }
 
-// resignAsync releases a leadership without blocking the loop.
+// resignAsync releases a leadership without blocking the loop; stop waits
+// for it, so a leader stepping down as it stops still gives the lock back.
 func (r *replica) resignAsync(l *election.Leadership) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
-		defer cancel()
-		if err := l.Resign(ctx); err != nil {
-			r.log.Warn("resign failed; the lock goes with the session", "epoch", l.Epoch(), "error", err)
-		}
-	}()
+	r.tasks.Go(func() { r.resign(l) })
+}
+
+// resign releases a leadership, within peerCallTimeout. Its context is not
+// the replica's: a resignation started by the stop must not be cancelled
+// by it.
+func (r *replica) resign(l *election.Leadership) {
+	ctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	defer cancel()
+	if err := l.Resign(ctx); err != nil {
+		r.log.Warn("resign failed; the lock goes with the session", "epoch", l.Epoch(), "error", err)
+	}
 }
 
 // startSyncer starts the group-commit goroutine of log: the loop asks for
@@ -529,7 +549,7 @@ func (r *replica) startSyncer(log *segstore.Log) {
 	req := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	r.syncReq, r.syncerStop = req, stop
-	go func() {
+	r.tasks.Go(func() {
 		for {
 			select {
 			case <-stop:
@@ -541,7 +561,7 @@ func (r *replica) startSyncer(log *segstore.Log) {
 				return
 			}
 		}
-	}()
+	})
 }
 
 func (r *replica) requestSync() {

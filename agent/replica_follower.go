@@ -137,10 +137,10 @@ func (r *replica) truncate(t replicate.Truncation) bool {
 func (r *replica) askEpoch(addr string, req replicate.EpochRequest) {
 	gen := r.gen
 	q := peerEpochQuery{Topic: r.topic, Partition: r.partition, EpochRequest: req}
-	go func() {
+	r.tasks.Go(func() {
 		answer, err := r.deps.peers.epochEndOffset(addr, q)
 		r.send(epochAnswered{gen: gen, answer: answer, err: err})
-	}()
+	})
 }
 
 type epochAnswered struct {
@@ -178,10 +178,10 @@ func (r *replica) fetch(addr string, req replicate.FetchRequest) {
 		MaxBytes:           r.deps.cfg.Replication.FetchMaxBytes,
 		MaxWait:            r.deps.cfg.Replication.FetchMaxWait,
 	}
-	go func() {
+	r.tasks.Go(func() {
 		answer, err := r.deps.peers.fetch(addr, f)
 		r.send(fetchAnswered{gen: gen, answer: answer, err: err})
-	}()
+	})
 }
 
 type fetchAnswered struct {

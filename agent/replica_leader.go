@@ -120,12 +120,12 @@ func (r *replica) processLeaderReady() {
 // propose writes an ISR change with the guarded transaction, off the loop.
 func (r *replica) propose(p replicate.ISRProposal) {
 	gen := r.gen
-	go func() {
+	r.tasks.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
 		defer cancel()
 		err := r.deps.coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR, electionELR(p.ELR))
 		r.send(isrResult{gen: gen, proposal: p, err: err})
-	}()
+	})
 }
 
 type isrResult struct {

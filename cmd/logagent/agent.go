@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -46,7 +47,13 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(signals)
-	go handleSignals(signals, cancel, paths, logger)
+	// The handler runs until Run has returned, so that a second signal
+	// during the graceful stop still exits at once.
+	var handler sync.WaitGroup
+	handlerDone := make(chan struct{})
+	handler.Go(func() { handleSignals(signals, handlerDone, cancel, paths, logger) })
+	defer handler.Wait()
+	defer close(handlerDone)
 
 	if err := a.Run(ctx, nil); err != nil {
 		if errors.Is(err, agent.ErrDataDirLocked) {
@@ -59,10 +66,16 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 
 // handleSignals turns the first SIGINT or SIGTERM into a graceful stop and a
 // second one into an immediate exit; SIGHUP re-reads the configuration and
-// applies its log_level.
-func handleSignals(signals <-chan os.Signal, stop context.CancelFunc, paths []string, logger hclog.Logger) {
+// applies its log_level. It returns once done is closed.
+func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.CancelFunc, paths []string, logger hclog.Logger) {
 	stopping := false
-	for sig := range signals {
+	for {
+		var sig os.Signal
+		select {
+		case <-done:
+			return
+		case sig = <-signals:
+		}
 		if sig == syscall.SIGHUP {
 			reloadLogLevel(paths, logger)
 			continue
