@@ -219,7 +219,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 			"partitions", n)
 	}
 	if err := dir.RecordBoot(); err != nil {
-		return fmt.Errorf("agent: record the boot id: %w", err)
+		// Not fatal (a full disk must not keep the agent from serving its
+		// reads): a boot id left from an earlier boot can only make a later
+		// start count a clean restart as a lost page cache, the safe way.
+		a.log.Warn("cannot record the boot id: a reboot while the agent runs may go unnoticed until it can", "error", err)
 	}
 
 	clientLn, err := net.Listen("tcp", a.cfg.Client.Address)

@@ -13,7 +13,7 @@ import (
 
 // coalescer combines concurrent produce requests for one partition, with
 // the same acks, into one batch: one local append or one forward instead of
-// many (DESIGN §9). A request that finds nothing of its partition in
+// many (docs/design.md §9). A request that finds nothing of its partition in
 // flight is sent at once, so an idle sidecar adds no delay; one that finds
 // a send in flight starts a group that waits until that send ends, at most
 // producer.linger, or until the group reaches producer.max_batch_bytes,

@@ -14,7 +14,7 @@ import (
 	"github.com/logagent/logagent/segstore"
 )
 
-// The agent-level files of a data directory (DESIGN §5). Partitions live in
+// The agent-level files of a data directory (docs/design.md §5). Partitions live in
 // subdirectories and belong to segstore.
 //
 //	<data_dir>/

@@ -12,7 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Error codes of the HTTP APIs (DESIGN §8). Every error response is JSON:
+// Error codes of the HTTP APIs (docs/design.md §8). Every error response is JSON:
 //
 //	{"error":{"code":"not_enough_replicas","message":"...","retriable":true}}
 //

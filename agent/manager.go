@@ -71,7 +71,7 @@ func writeReplicaFile(fsys segstore.FS, dir string, f replicaFile) error {
 	return writeFileAtomic(fsys, filepath.Join(dir, replicaFileName), append(b, '\n'))
 }
 
-// partitionDir is where a partition's log lives (DESIGN §5).
+// partitionDir is where a partition's log lives (docs/design.md §5).
 func partitionDir(dataDir, topic string, partition int) string {
 	return filepath.Join(dataDir, topic+"-"+strconv.Itoa(partition))
 }

@@ -38,7 +38,7 @@ type produceResponse struct {
 
 // handleProduce serves POST /v1/topics/{topic}/records. The partition's
 // leader appends; any other agent forwards the batch to the leader over the
-// peer API (DESIGN §9) and relays its answer.
+// peer API (docs/design.md §9) and relays its answer.
 func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	if !a.serving(ctx) {
 		return
@@ -96,13 +96,13 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 }
 
 // appendLocal hands a batch to this agent's leader loop and waits for its
-// answer; acks=0 answers before the append (DESIGN §7).
+// answer; acks=0 answers before the append (docs/design.md §7).
 // epoch is the leadership the write aims at (anyEpoch for any).
 func (a *Agent) appendLocal(r *replica, topic string, partition int, batch []byte, count int, acks replicate.Acks, epoch int32, timeout time.Duration) (produceResponse, *apiError) {
 	req := &produceRequest{batch: batch, acks: acks, epoch: epoch, deadline: a.now().Add(timeout)}
 	resp := produceResponse{Topic: topic, Partition: partition, Count: count}
 	if acks == replicate.AcksNone {
-		// Answered before the append (DESIGN §7): the loop's answer is
+		// Answered before the append (docs/design.md §7): the loop's answer is
 		// not awaited.
 		req.reply = make(chan produceOutcome, 1)
 		if !r.send(req) {
@@ -118,7 +118,7 @@ func (a *Agent) appendLocal(r *replica, topic string, partition int, batch []byt
 	return resp, nil
 }
 
-// produceError maps a failed produce to the API's codes (DESIGN §7, §8).
+// produceError maps a failed produce to the API's codes (docs/design.md §7, §8).
 func (a *Agent) produceError(topic string, partition int, out produceOutcome) *apiError {
 	err := out.err
 	switch {
@@ -193,7 +193,7 @@ func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int)
 // request that names neither partition nor key). A binary batch is read
 // again for its first key only when placeByKey says the request needs it.
 //
-//	application/vnd.logagent.batch  the body is one batch (DESIGN §4)
+//	application/vnd.logagent.batch  the body is one batch (docs/design.md §4)
 //	application/json                {"records":[...]} (jsonProduceBody)
 //	application/octet-stream        the body is one record's value
 //	application/x-ndjson, text/plain one record value per line; empty lines

@@ -73,7 +73,7 @@ func TestProduceReplicateFetch(t *testing.T) {
 	}
 	c.waitCaughtUp("orders", 0, 5)
 
-	// A follower forwards produce to the leader (DESIGN §9).
+	// A follower forwards produce to the leader (docs/design.md §9).
 	next := int64(5)
 	for _, ta := range c.agents {
 		if ta == leader {

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// DefaultAddr is the agent's default client API address (DESIGN §10).
+// DefaultAddr is the agent's default client API address (docs/design.md §10).
 const DefaultAddr = "http://127.0.0.1:7070"
 
 // AddrEnv names the environment variable that New reads when given no

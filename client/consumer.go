@@ -23,7 +23,7 @@ const (
 	OffsetEarliest int64 = -2
 )
 
-// Headers of a fetch answer (DESIGN §8).
+// Headers of a fetch answer (docs/design.md §8).
 const (
 	HighWatermarkHeader  = "Logagent-High-Watermark"
 	LogStartOffsetHeader = "Logagent-Log-Start-Offset"

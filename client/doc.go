@@ -1,4 +1,4 @@
-// Package client is the Go client of logagent's client API (DESIGN §8): the
+// Package client is the Go client of logagent's client API (docs/design.md §8): the
 // HTTP API that the agent on an application's own host serves, by default on
 // http://127.0.0.1:7070 (or $LOGAGENT_ADDR).
 //

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Error codes of the client API (DESIGN §8) that a caller may want to test
+// Error codes of the client API (docs/design.md §8) that a caller may want to test
 // for. The agent may send others; Error.Code carries whatever it sent.
 const (
 	CodeInvalidRequest               = "invalid_request"
@@ -38,7 +38,7 @@ const (
 
 // Sentinels matched (errors.Is) by an *Error with the corresponding code.
 // ErrInvalidTopicName is also returned, before any request, for a name that
-// DESIGN §3 does not allow.
+// docs/design.md §3 does not allow.
 var (
 	ErrInvalidTopicName    = errors.New("client: invalid topic name")
 	ErrUnknownTopic        = errors.New("client: unknown topic")
@@ -77,7 +77,7 @@ var ErrClosed = errors.New("client: producer closed")
 var ErrProtocol = errors.New("client: response breaks the API contract")
 
 // Error is an error answer of the agent: the HTTP status and the JSON error
-// object {"error":{"code","message","retriable"}} of DESIGN §8.
+// object {"error":{"code","message","retriable"}} of docs/design.md §8.
 type Error struct {
 	Status    int
 	Code      string // empty when the body was not the JSON error object

@@ -16,7 +16,7 @@ import (
 	"github.com/logagent/logagent/record"
 )
 
-// fakeAgent is an in-memory agent that speaks the client API of DESIGN §8,
+// fakeAgent is an in-memory agent that speaks the client API of docs/design.md §8,
 // for the unit tests of this package only: every append is committed at
 // once (the high watermark is the log end), and hooks script failures.
 type fakeAgent struct {

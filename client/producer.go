@@ -18,7 +18,7 @@ import (
 	"github.com/logagent/logagent/record"
 )
 
-// BatchContentType is the media type of one binary batch (DESIGN §4) in a
+// BatchContentType is the media type of one binary batch (docs/design.md §4) in a
 // produce request, and of back-to-back batches in a fetch answer.
 const BatchContentType = "application/vnd.logagent.batch"
 
@@ -831,7 +831,7 @@ func (p *Producer) withdraw(r *pending, cause error) {
 	}
 }
 
-// produceAnswer is the body of a successful produce (DESIGN §8).
+// produceAnswer is the body of a successful produce (docs/design.md §8).
 type produceAnswer struct {
 	Topic      string `json:"topic"`
 	Partition  int    `json:"partition"`

@@ -10,11 +10,11 @@ import (
 	"regexp"
 )
 
-// topicNamePattern is DESIGN §3's rule; "." and ".." are refused too.
+// topicNamePattern is docs/design.md §3's rule; "." and ".." are refused too.
 var topicNamePattern = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 
 // ValidateTopicName returns an error matching ErrInvalidTopicName unless
-// name is a valid topic name (DESIGN §3). Every call that names a topic
+// name is a valid topic name (docs/design.md §3). Every call that names a topic
 // checks it first, so a bad name never reaches a URL.
 func ValidateTopicName(name string) error {
 	if !topicNamePattern.MatchString(name) || name == "." || name == ".." {
@@ -117,7 +117,7 @@ func (c *Client) ListTopics(ctx context.Context) ([]TopicInfo, error) {
 }
 
 // decodeTopicList accepts the shapes a topic list can reasonably take, as
-// DESIGN §8 does not fix one: a JSON array, or an object whose "topics" is
+// docs/design.md §8 does not fix one: a JSON array, or an object whose "topics" is
 // one, of topic names or of topic descriptions.
 func decodeTopicList(body []byte) ([]TopicInfo, error) {
 	var items []json.RawMessage

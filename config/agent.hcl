@@ -25,7 +25,7 @@ log_level = "info"
 # Log as JSON lines instead of text.
 log_json = false
 
-# The sidecar API that applications use (DESIGN §8). Keep it on loopback:
+# The sidecar API that applications use (docs/design.md §8). Keep it on loopback:
 # it has no authentication.
 client {
   address = "127.0.0.1:7070"

@@ -1,4 +1,4 @@
-// Package config loads logagent's HCL configuration (DESIGN §10).
+// Package config loads logagent's HCL configuration (docs/design.md §10).
 //
 // Configuration comes from sources merged in order: the built-in defaults
 // (defaults.hcl, embedded), then each -config file, or each *.hcl file of a

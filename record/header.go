@@ -8,7 +8,7 @@ import (
 	"math"
 )
 
-// Batch header layout, big-endian (DESIGN §4):
+// Batch header layout, big-endian (docs/design.md §4):
 //
 //	off size field              notes
 //	0   8    base_offset        int64, offset of the first record

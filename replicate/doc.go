@@ -1,5 +1,5 @@
 // Package replicate is the ISR replication protocol of one partition as two
-// deterministic state machines (DESIGN §7): Leader, for the replica that
+// deterministic state machines (docs/design.md §7): Leader, for the replica that
 // leads an epoch, and Follower, for a replica following it. They do no I/O,
 // start no goroutines and read no clock: the caller (the agent's partition
 // loop) feeds them inputs one at a time, with the time as a value, and

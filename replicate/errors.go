@@ -3,7 +3,7 @@ package replicate
 import "errors"
 
 // Refusals of a follower's request; the agent answers them with the peer
-// API's error codes (DESIGN §8).
+// API's error codes (docs/design.md §8).
 var (
 	// ErrFencedLeaderEpoch is a request carrying an epoch older than the
 	// leader's: the sender follows a leader that no longer leads.
@@ -22,7 +22,7 @@ var (
 	ErrInvalidRequest = errors.New("replicate: invalid request")
 )
 
-// Produce outcomes (DESIGN §7).
+// Produce outcomes (docs/design.md §7).
 var (
 	// ErrNotLeader is any call on a leader state that resigned, and the
 	// outcome of every ack pending when it did: the write's fate is unknown.

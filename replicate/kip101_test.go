@@ -129,7 +129,7 @@ func TestKIP101ConvergenceAfterDoubleCrash(t *testing.T) {
 	tests := []struct {
 		durability Durability
 		// m2Acked: replicated mode acknowledges m2 once B has it in memory,
-		// a write a simultaneous power loss may take (DESIGN §1); fsync
+		// a write a simultaneous power loss may take (docs/design.md §1); fsync
 		// mode waits for B's fsync, which never happens.
 		m2Acked bool
 		// hwTruncationDiverges: A's HW covers m2, so truncating to it

@@ -1,4 +1,4 @@
-// Package segstore keeps one partition's log on disk (DESIGN §5): batches in
+// Package segstore keeps one partition's log on disk (docs/design.md §5): batches in
 // segment files named by base offset, a sparse mmap'd offset index per
 // segment, a leader epoch cache, small checkpoint files, group-committed
 // fsyncs, retention, truncation, and recovery after an unclean stop.

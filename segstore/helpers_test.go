@@ -14,7 +14,7 @@ import (
 )
 
 // Byte offsets of the header fields that record does not export setters for
-// (DESIGN §4, record/header.go).
+// (docs/design.md §4, record/header.go).
 const (
 	hdrBatchLength     = 8
 	hdrMagic           = 16

@@ -27,7 +27,7 @@ const (
 )
 
 // Segment file (<base>.log, base = the first batch's base offset, 20
-// digits): batches back to back, exactly as record defines them (DESIGN
+// digits): batches back to back, exactly as record defines them (docs/design.md
 // §4), with nothing in between and no trailer:
 //
 //	pos 0                pos s0                   pos s0+s1

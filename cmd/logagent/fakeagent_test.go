@@ -16,7 +16,7 @@ import (
 )
 
 // fakeClientAPI is a small in-memory agent speaking the client API of
-// DESIGN §8, for the unit tests of the data commands only: every append is
+// docs/design.md §8, for the unit tests of the data commands only: every append is
 // committed at once, and fetches wait a moment instead of long-polling.
 type fakeClientAPI struct {
 	t   *testing.T

@@ -1,5 +1,5 @@
 // Command logagent is the logagent agent and its command-line tools
-// (DESIGN §11). It only parses arguments and calls the packages that do the
+// (docs/design.md §11). It only parses arguments and calls the packages that do the
 // work; exit codes are 0 for success, 1 for failure and 2 for bad usage.
 package main
 

@@ -1,4 +1,4 @@
-// Package bench is logagent's load generator (`logagent bench`, DESIGN §11):
+// Package bench is logagent's load generator (`logagent bench`, docs/design.md §11):
 // it drives an agent's client API through package client and reports
 // throughput, errors and latency percentiles, and it measures the machine's
 // own limits (loopback TCP, sequential file writes) as baselines.

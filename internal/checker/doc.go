@@ -1,5 +1,5 @@
 // Package checker verifies the history of a fault-injection run against a
-// logagent cluster (DESIGN §13), in the manner of Jepsen's queue and Kafka
+// logagent cluster (docs/design.md §13), in the manner of Jepsen's queue and Kafka
 // workloads. The harness records every client operation with its outcome
 // and, after healing the cluster, reads every partition from every replica;
 // Check then reports each kind of anomaly with examples:

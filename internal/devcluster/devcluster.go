@@ -17,7 +17,7 @@ import (
 	"github.com/logagent/logagent/config"
 )
 
-// Ports of the dev cluster (DESIGN §11). Consul's are offset from its
+// Ports of the dev cluster (docs/design.md §11). Consul's are offset from its
 // defaults (8500, 8300-8302) so that a Consul the user already runs is left
 // alone.
 const (

@@ -3,6 +3,7 @@ package jepsen
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"time"
 
@@ -240,6 +241,55 @@ func (DeadAgent) Heal(e *Env, in Injected) {
 	if !e.waitFullISR(failoverTimeout) {
 		e.Fatalf("jepsen: %s did not rejoin every ISR within %s of its restart: the next cycle would not start from a full ISR",
 			in.Target.NodeID, failoverTimeout)
+	}
+}
+
+// WipeReplica is scenario (i): every agent killed, one follower's data
+// directory removed (a disk replaced, an operator's mistake), that agent
+// started first and alone, the others only after the other sessions have
+// died: the wiped replica is still in the ISR in Consul but holds nothing,
+// and must neither lead nor count as in sync until it has fetched the log
+// again. The checker then finds every acknowledged write on every replica.
+type WipeReplica struct{}
+
+func (WipeReplica) Name() string { return "wipe-replica" }
+
+func (WipeReplica) Inject(e *Env) Injected {
+	p := e.Rng.IntN(e.Partitions)
+	leader, epoch := e.mustLeader(p)
+	var followers []*testcluster.Agent
+	for _, a := range e.Cluster.Agents {
+		if a != leader {
+			followers = append(followers, a)
+		}
+	}
+	wiped := followers[e.Rng.IntN(len(followers))]
+	for _, a := range e.Cluster.Agents {
+		a.Kill()
+	}
+	if err := os.RemoveAll(wiped.DataDir); err != nil {
+		e.Fatalf("jepsen: wipe %s: %v", wiped.DataDir, err)
+	}
+	wiped.Restart()
+	t := e.Cluster.Timings
+	return Injected{Detail: fmt.Sprintf("kill -9 every agent, wipe %s (follower of p%d, epoch %d), start it alone", wiped.NodeID, p, epoch),
+		Target: wiped, Partition: p, Epoch: -1,
+		// Long enough for every other session to die with its check and
+		// the lock delay to pass: a wiped replica that could lead would.
+		Hold: t.CheckTTL + t.LockDelay + between(e.Rng, 2*time.Second, 4*time.Second)}
+}
+
+func (WipeReplica) Heal(e *Env, in Injected) {
+	for _, a := range e.Cluster.Agents {
+		if a != in.Target {
+			a.Start()
+		}
+	}
+	for _, a := range e.Cluster.Agents {
+		a.WaitHealthy()
+	}
+	if !e.waitFullISR(failoverTimeout) {
+		e.Fatalf("jepsen: the wiped %s did not rejoin every ISR within %s", in.Target.NodeID, failoverTimeout)
 	}
 }
 

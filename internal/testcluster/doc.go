@@ -1,4 +1,4 @@
-// Package testcluster runs real logagent processes for tests (DESIGN §13):
+// Package testcluster runs real logagent processes for tests (docs/design.md §13):
 // a Consul server (consultest) and N agents built from this module, each
 // with its own data directory, configuration file and free loopback ports.
 // Tests kill (SIGKILL), stop (SIGTERM), pause (SIGSTOP) and restart agents on
