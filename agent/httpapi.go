@@ -218,7 +218,7 @@ func pathParam(ctx *fasthttp.RequestCtx, name string) string {
 
 // newServer returns a fasthttp server for one of the agent's APIs. It sets
 // nothing that wraps connections (MaxConnsPerIP, compression), so file bodies
-// can still leave through sendfile (FIELD-NOTES, fasthttp).
+// can still leave through sendfile (docs/design.md §8, fasthttp facts).
 func newServer(handler fasthttp.RequestHandler, maxBody int64, logger fasthttp.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                      handler,

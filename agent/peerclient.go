@@ -32,7 +32,7 @@ var errPeerUnreachable = errors.New("agent: peer unreachable")
 // peerClients keeps one pooled keep-alive HostClient per peer address.
 // Fetches are plain requests with bounded bodies, not streamed: a streamed
 // body keeps its read deadline for the whole body and ignores
-// MaxResponseBodySize (FIELD-NOTES, fasthttp).
+// MaxResponseBodySize (docs/design.md §8, fasthttp facts).
 type peerClients struct {
 	token       string
 	maxBodySize int
