@@ -31,7 +31,8 @@ client {
   address = "127.0.0.1:7070"
 
   # Serve Go's runtime profiles at /debug/pprof/ on this address (CPU,
-  # heap, goroutines, mutex and block profiles, execution traces), for
+  # heap, allocations, goroutines, execution traces; mutex and block
+  # profiles stay empty, their sampling is off), for
   # `go tool pprof http://127.0.0.1:7070/debug/pprof/profile?seconds=30`.
   # Anyone who can reach the address can read them.
   pprof = false
@@ -130,7 +131,8 @@ producer {
 }
 
 limits {
-  # The largest record value a client may send.
+  # The largest record a client may send: its key, value and header keys
+  # and values together.
   max_record_bytes = "1MiB"
   # The largest produce request body; larger ones are refused with 413
   # before they are read.
