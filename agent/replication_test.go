@@ -33,6 +33,10 @@ func TestProduceReplicateFetch(t *testing.T) {
 			{`{"name":"wide","replication_factor":4}`, 400, codeInvalidRequest},
 			{`{"name":"strict","replication_factor":2,"min_insync_replicas":3}`, 400, codeInvalidRequest},
 			{`not json`, 400, codeInvalidRequest},
+			{`{"name":"camel","replicationFactor":1}`, 400, codeInvalidRequest},
+			{`{"name":"huge","partitions":10001}`, 400, codeInvalidRequest},
+			{`{"name":"none","partitions":0}`, 400, codeInvalidRequest},
+			{`{"name":"two"} {"name":"objects"}`, 400, codeInvalidRequest},
 		}
 		for _, tc := range tests {
 			status, body := n1.call("POST", "/v1/topics", "application/json", []byte(tc.body))

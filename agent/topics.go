@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 )
 
@@ -71,8 +73,20 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req createTopicRequest
-	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
+	// A misspelt setting must not quietly become a default (as
+	// "replicationFactor" did): unknown fields are refused, as in produce.
+	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		if err == nil {
+			err = errors.New("data after the topic object")
+		}
 		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "body is not a topic: "+err.Error(), false)
+		return
+	}
+	if p := req.Partitions; p != nil && (*p < 1 || *p > config.MaxTopicPartitions) {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest,
+			fmt.Sprintf("partitions %d is outside 1 to %d", *p, config.MaxTopicPartitions), false)
 		return
 	}
 	if !election.ValidTopicName(req.Name) {

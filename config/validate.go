@@ -25,10 +25,13 @@ const (
 	// The agent's local lease ends a safety margin (0.5s) before what a
 	// session renewal or a check pass proves; TTLs below these leave it no
 	// room to renew in time.
-	minSessionTTL     = 2 * time.Second
-	minCheckTTL       = 2 * time.Second
-	maxTopicPartition = 10000
+	minSessionTTL = 2 * time.Second
+	minCheckTTL   = 2 * time.Second
 )
+
+// MaxTopicPartitions bounds a topic's partition count, in topic_defaults
+// and in a topic creation request alike.
+const MaxTopicPartitions = 10000
 
 var nodeIDPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
 
@@ -289,8 +292,8 @@ func (v *validator) topicDefaults(f *fileTopicDefaults) TopicDefaults {
 		MinInsyncReplicas:     intOr(f.MinInsyncReplicas),
 		UncleanLeaderElection: f.UncleanLeaderElection != nil && *f.UncleanLeaderElection,
 	}
-	if t.Partitions < 1 || t.Partitions > maxTopicPartition {
-		v.errorf("topic_defaults.partitions", "%d is outside the allowed range 1 to %d", t.Partitions, maxTopicPartition)
+	if t.Partitions < 1 || t.Partitions > MaxTopicPartitions {
+		v.errorf("topic_defaults.partitions", "%d is outside the allowed range 1 to %d", t.Partitions, MaxTopicPartitions)
 	}
 	if t.ReplicationFactor < 1 {
 		v.errorf("topic_defaults.replication_factor", "%d must be at least 1", t.ReplicationFactor)
