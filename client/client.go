@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -52,7 +53,8 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 func WithClock(clock Clock) Option { return func(c *Client) { c.clock = clock } }
 
 // New returns a Client of the agent at addr: "http://host:port",
-// "https://host:port" or "host:port" (http). An empty addr means
+// "https://host:port" or "host:port" (http); without a port it is the
+// agent's default, 7070 (not HTTP's 80). An empty addr means
 // $LOGAGENT_ADDR, or DefaultAddr when that is unset.
 func New(addr string, opts ...Option) (*Client, error) {
 	if addr == "" {
@@ -96,8 +98,15 @@ func parseAddr(addr string) (string, error) {
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil:
 		return "", fmt.Errorf("%w %q: only scheme, host and port are allowed", ErrInvalidAddr, addr)
 	}
-	return u.Scheme + "://" + u.Host, nil
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), defaultPort)
+	}
+	return u.Scheme + "://" + host, nil
 }
+
+// defaultPort is the client API's port when an address names none.
+const defaultPort = "7070"
 
 // Addr is the agent's base URL, as the Client uses it.
 func (c *Client) Addr() string { return c.base }
