@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -21,14 +23,15 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	return consume(ctx, args, stdout, stderr)
 }
 
-// consume prints the records of one partition. Without -follow it prints
-// those below the high watermark of its first fetch and exits; with
-// -follow it long-polls for more until ctx ends (Ctrl-C), which is then a
-// success.
+// consume prints the records of a topic: every partition, or the one
+// -partition names. Without -follow it prints, from each partition, those
+// below the high watermark of its first fetch and exits; with -follow it
+// long-polls for more until ctx ends (Ctrl-C), which is then a success.
+// Records of one partition come in offset order; partitions interleave.
 func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("consume", stderr)
 	topic := fs.String("topic", "", "the topic to read (required)")
-	partition := fs.Int("partition", 0, "the partition to read")
+	partition := fs.Int("partition", allPartitions, "the partition to read (default: every partition)")
 	fromFlag := fs.String("from", "earliest", "where to start: earliest, latest or an offset")
 	follow := fs.Bool("follow", false, "keep waiting for new records (until Ctrl-C)")
 	format := fs.String("format", "raw", "raw (each value on a line) or ndjson (one JSON object per record)")
@@ -40,6 +43,9 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *topic == "" {
 		return fmt.Errorf("%w: -topic is required", errUsage)
+	}
+	if *partition < allPartitions {
+		return fmt.Errorf("%w: -partition %d: want a partition number, or none for every partition", errUsage, *partition)
 	}
 	from, err := parseStartOffset(*fromFlag)
 	if err != nil {
@@ -62,37 +68,89 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *follow {
 		fetchWait = *wait
 	}
-	cons, err := c.NewConsumer(*topic, *partition, from, client.WithFetchMaxBytes(*maxBytes), client.WithFetchMaxWait(fetchWait))
-	if err != nil {
-		return usageError(err)
+	partitions := []int{*partition}
+	if *partition == allPartitions {
+		info, err := c.DescribeTopic(ctx, *topic)
+		if err != nil {
+			return err
+		}
+		partitions = partitions[:0]
+		for _, p := range info.Partitions {
+			partitions = append(partitions, p.Partition)
+		}
+	}
+	var consumers []*client.Consumer
+	for _, p := range partitions {
+		cons, err := c.NewConsumer(*topic, p, from, client.WithFetchMaxBytes(*maxBytes), client.WithFetchMaxWait(fetchWait))
+		if err != nil {
+			return usageError(err)
+		}
+		consumers = append(consumers, cons)
 	}
 
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
-	end := int64(-1) // without -follow: the high watermark of the first fetch
+	var outMu sync.Mutex
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(consumers))
+	var wg sync.WaitGroup
+	for i, cons := range consumers {
+		wg.Go(func() {
+			errs[i] = consumePartition(ctx, cons, *follow, func(records []client.Record) error {
+				outMu.Lock()
+				defer outMu.Unlock()
+				for _, r := range records {
+					if err := write(out, r); err != nil {
+						return err
+					}
+				}
+				return out.Flush()
+			})
+			if errs[i] != nil {
+				cancel() // one partition failing ends the others: exit 1 at once
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return nil
+}
+
+// allPartitions is -partition's default: read every partition of the topic.
+const allPartitions = -1
+
+// consumePartition hands print one partition's records. Without follow it
+// stops at the high watermark of its first fetch; with follow it runs until
+// ctx ends, which is then no error.
+func consumePartition(ctx context.Context, cons *client.Consumer, follow bool, print func([]client.Record) error) error {
+	end := int64(-1) // without follow: the high watermark of the first fetch
 	for {
 		records, err := cons.Poll(ctx)
 		if err != nil {
-			if *follow && ctx.Err() != nil {
+			if follow && ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		if !*follow && end < 0 {
+		if !follow && end < 0 {
 			end = cons.HighWatermark()
 		}
-		for _, r := range records {
-			if !*follow && r.Offset >= end {
-				break
+		if !follow {
+			n := 0
+			for n < len(records) && records[n].Offset < end {
+				n++
 			}
-			if err := write(out, r); err != nil {
-				return err
-			}
+			records = records[:n]
 		}
-		if err := out.Flush(); err != nil {
+		if err := print(records); err != nil {
 			return err
 		}
-		if !*follow && cons.Position() >= end {
+		if !follow && cons.Position() >= end {
 			return nil
 		}
 	}

@@ -203,7 +203,10 @@ func TestProduceAndConsume(t *testing.T) {
 		{cliCase{"consume bad from", []string{"consume", "-addr", addr, "-topic", "t", "-from", "-3"}, 2, nil, []string{"-from"}}, "", ""},
 		{cliCase{"consume bad format", []string{"consume", "-addr", addr, "-topic", "t", "-format", "xml"}, 2, nil, []string{"-format"}}, "", ""},
 		{cliCase{"consume no topic", []string{"consume", "-addr", addr}, 2, nil, []string{"-topic is required"}}, "", ""},
-		{cliCase{"consume bad partition", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "-1"}, 2, nil, []string{"partition -1"}}, "", ""},
+		{cliCase{"consume bad partition", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "-2"}, 2, nil, []string{"partition -2"}}, "", ""},
+		{cliCase{"consume every partition", []string{"consume", "-addr", addr, "-topic", "t", "-format", "ndjson"}, 0,
+			[]string{`"partition":1,"offset":0,`, `"partition":1,"offset":2,`, `"partition":2,"offset":0,`, `"partition":` + string(rune('0'+keyed)) + `,"offset":1,`}, nil}, "", ""},
+		{cliCase{"consume unknown topic", []string{"consume", "-addr", addr, "-topic", "nope"}, 1, nil, []string{"unknown_topic"}}, "", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
