@@ -40,6 +40,25 @@ func newAgentClient(addr string, opts ...client.Option) (*client.Client, error) 
 	return c, nil
 }
 
+// reachTimeout bounds the first call of a command that would otherwise
+// retry for long (produce's delivery timeout, consume's polls): an agent
+// that does not answer at all is reported at once.
+const reachTimeout = 5 * time.Second
+
+// checkAgent asks the agent's health once, so that a command aimed at an
+// agent that is not running fails fast, saying where it looked and how to
+// look elsewhere. An agent that answers, even "starting", is reachable.
+func checkAgent(ctx context.Context, c *client.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	_, err := c.Health(ctx)
+	var answered *client.Error
+	if err == nil || errors.As(err, &answered) {
+		return nil
+	}
+	return fmt.Errorf("no agent answers at %s (%v): is it running? -addr or $%s names another", c.Addr(), err, client.AddrEnv)
+}
+
 // agentCall returns a client of addr and a context bounded by timeout, for
 // the commands that make one round of requests.
 func agentCall(addr string, timeout time.Duration) (*client.Client, context.Context, context.CancelFunc, error) {

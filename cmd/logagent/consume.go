@@ -68,6 +68,9 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *follow {
 		fetchWait = *wait
 	}
+	if err := checkAgent(ctx, c); err != nil {
+		return err
+	}
 	partitions := []int{*partition}
 	if *partition == allPartitions {
 		info, err := c.DescribeTopic(ctx, *topic)

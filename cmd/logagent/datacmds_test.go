@@ -207,6 +207,10 @@ func TestProduceAndConsume(t *testing.T) {
 		{cliCase{"consume every partition", []string{"consume", "-addr", addr, "-topic", "t", "-format", "ndjson"}, 0,
 			[]string{`"partition":1,"offset":0,`, `"partition":1,"offset":2,`, `"partition":2,"offset":0,`, `"partition":` + string(rune('0'+keyed)) + `,"offset":1,`}, nil}, "", ""},
 		{cliCase{"consume unknown topic", []string{"consume", "-addr", addr, "-topic", "nope"}, 1, nil, []string{"unknown_topic"}}, "", ""},
+		{cliCase{"produce to no agent", []string{"produce", "-addr", "127.0.0.1:1", "-topic", "t", "-partition", "0"}, 1, nil,
+			[]string{"no agent answers at http://127.0.0.1:1", "is it running?"}}, "a\n", ""},
+		{cliCase{"consume from no agent", []string{"consume", "-addr", "127.0.0.1:1", "-topic", "t", "-partition", "0"}, 1, nil,
+			[]string{"no agent answers at http://127.0.0.1:1", "LOGAGENT_ADDR"}}, "", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

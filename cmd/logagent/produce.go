@@ -57,6 +57,9 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return err
 	}
+	if err := checkAgent(ctx, c); err != nil {
+		return err
+	}
 	p, err := c.NewProducer(*topic, client.WithAcks(acks), client.WithLinger(*linger),
 		client.WithMaxBatchBytes(*batchBytes), client.WithCompression(codec), client.WithDeliveryTimeout(*timeout))
 	if err != nil {
