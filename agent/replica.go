@@ -314,10 +314,18 @@ func (r *replica) run() {
 		case <-leadershipDone:
 			r.stepDownIfLeadershipEnded()
 		case <-tick:
-			r.leader.Tick(r.deps.now())
-			r.processLeaderReady()
+			// A tick may be chosen over a closed Done as well: no ISR
+			// proposal from a leadership that ended.
+			r.stepDownIfLeadershipEnded()
+			if r.leader != nil {
+				r.leader.Tick(r.deps.now())
+				r.processLeaderReady()
+			}
 		case <-r.livenessChanged():
-			r.applyLiveness()
+			r.stepDownIfLeadershipEnded()
+			if r.leader != nil {
+				r.applyLiveness()
+			}
 		case <-checkpoint.C:
 			r.checkpoint()
 		case <-retention.C:

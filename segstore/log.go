@@ -328,7 +328,9 @@ func (l *Log) mustRoll(seg *segment, pos int64, info batchInfo, needEntry bool, 
 		return true // relative offsets are u32
 	case needEntry && (seg.index.entries()+newEntries+1)*indexEntrySize > len(seg.index.data):
 		return true
-	case l.opts.SegmentAge > 0 && now.Sub(seg.firstAppendAt) >= l.opts.SegmentAge:
+	case l.opts.SegmentAge > 0 && !seg.firstAppendAt.IsZero() && now.Sub(seg.firstAppendAt) >= l.opts.SegmentAge:
+		// A zero time is a segment whose first batch this very append is
+		// placing (writeRun sets it): it is new, not old.
 		return true
 	}
 	return false

@@ -818,3 +818,37 @@ func TestCheckpointFiles(t *testing.T) {
 		os.Remove(filepath.Join(dir, c.file))
 	}
 }
+
+// TestFollowerAppendIntoANewSegmentKeepsOneSegment: a follower catching up
+// appends many batches at once into an empty segment; the segment-age rule
+// must not count a segment whose first batch is only being written (its age
+// was unset, so every batch after the first rolled a segment of its own: a
+// wiped replica catching up made thousands of 72-byte segments and ran out
+// of descriptors).
+func TestFollowerAppendIntoANewSegmentKeepsOneSegment(t *testing.T) {
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	opts.SegmentBytes = 1 << 20
+	opts.IndexBytes = 64 << 10
+	opts.SegmentAge = 24 * time.Hour
+	l := openLog(t, OSFS{}, t.TempDir(), opts)
+	defer l.Close()
+	var batches [][]byte
+	for i := range 50 {
+		batches = append(batches, makeBatch(nil, batchSpec{base: int64(i), epoch: 1, payload: 20}))
+	}
+	if err := l.AppendFollower(slices.Concat(batches...), 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.segments); n != 1 {
+		t.Fatalf("%d segments after one 50-batch append into an empty log, want 1", n)
+	}
+	// The age rule still rolls once the segment is older than SegmentAge.
+	clock.Advance(25 * time.Hour)
+	if err := l.AppendFollower(makeBatch(nil, batchSpec{base: 50, epoch: 1, payload: 20}), 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.segments); n != 2 {
+		t.Fatalf("%d segments after a segment_age, want 2", n)
+	}
+}
