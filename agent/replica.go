@@ -677,7 +677,12 @@ func (r *replica) reopen() {
 // writeDataLossMark records durably that this replica lost data, before
 // the log is cut.
 func (r *replica) writeDataLossMark() error {
-	return writeReplicaFile(r.deps.fs, r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: true})
+	return r.writeReplicaFile(true)
+}
+
+// writeReplicaFile replaces this replica's replica.json with dataLoss.
+func (r *replica) writeReplicaFile(dataLoss bool) error {
+	return writeReplicaFile(r.deps.fs, r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: dataLoss})
 }
 
 // setDataLoss records, durably, whether this replica lost acknowledged data.
@@ -689,7 +694,7 @@ func (r *replica) setDataLoss(lost bool) {
 		return
 	}
 	r.dataLoss = lost
-	if err := writeReplicaFile(r.deps.fs, r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: lost}); err != nil {
+	if err := r.writeReplicaFile(lost); err != nil {
 		r.log.Error("cannot record the data loss state", "data_loss", lost, "error", err)
 	}
 	if lost {
