@@ -20,6 +20,8 @@ import (
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // Registrar is what the agent needs from Consul to be seen by its peers.
@@ -397,9 +399,9 @@ func (a *Agent) handleHealth(ctx *fasthttp.RequestCtx) {
 	case stateServing:
 		writeJSON(ctx, fasthttp.StatusOK, healthResponse{Status: "ok", NodeID: a.cfg.NodeID})
 	case stateStarting:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable,
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable,
 			"agent is starting: "+a.waitingFor.Load().(string), true)
 	default:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "agent is stopping", true)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is stopping", true)
 	}
 }

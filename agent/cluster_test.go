@@ -22,6 +22,8 @@ import (
 	"github.com/logagent/logagent/internal/consultest"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // These tests run agents in the test process, against a real Consul, so
@@ -355,7 +357,7 @@ func (ta *testAgent) produce(topic string, partition int, query, contentType str
 func (ta *testAgent) mustProduce(topic string, partition int, lines ...string) produceResponse {
 	t := ta.c.t
 	t.Helper()
-	status, body := ta.produce(topic, partition, "acks=all", contentTypeNDJSON, []byte(strings.Join(lines, "\n")))
+	status, body := ta.produce(topic, partition, "acks=all", wire.ContentTypeNDJSON, []byte(strings.Join(lines, "\n")))
 	if status != 200 {
 		t.Fatalf("produce to %s: %d %s", ta.nodeID, status, body)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // coalescer combines concurrent produce requests for one partition, with
@@ -156,7 +158,7 @@ func (c *coalescer) send(g *produceGroup) {
 	if len(g.members) > 1 {
 		var err error
 		if batch, count, err = c.merge(g.members); err != nil {
-			e := newAPIError(fasthttp.StatusInternalServerError, codeInternal, err.Error(), false)
+			e := newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 			for _, m := range g.members {
 				m.err = e
 			}

@@ -12,6 +12,8 @@ import (
 	"github.com/logagent/logagent/internal/testseed"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // fakeLog is a partition behind a coalescer: it appends what it is sent,
@@ -34,7 +36,7 @@ func (f *fakeLog) produce(_ groupKey, batch []byte, count int, _ time.Time) (pro
 	d := record.NewDecoder(record.Limits{})
 	it, err := d.Records(batch)
 	if err != nil {
-		return produceResponse{}, newAPIError(fasthttp.StatusBadRequest, codeCorruptBatch, err.Error(), false)
+		return produceResponse{}, newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -43,7 +45,7 @@ func (f *fakeLog) produce(_ groupKey, batch []byte, count int, _ time.Time) (pro
 		f.values = append(f.values, string(it.Record().Value))
 	}
 	if err := it.Err(); err != nil || len(f.values)-int(base) != count {
-		return produceResponse{}, newAPIError(fasthttp.StatusBadRequest, codeCorruptBatch, fmt.Sprintf("count %d, err %v", count, err), false)
+		return produceResponse{}, newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, fmt.Sprintf("count %d, err %v", count, err), false)
 	}
 	f.batches = append(f.batches, count)
 	f.sizes = append(f.sizes, len(batch))
@@ -160,12 +162,12 @@ func TestCoalescerBounds(t *testing.T) {
 		}
 	})
 	t.Run("failure reaches every caller", func(t *testing.T) {
-		f := &fakeLog{delay: 5 * time.Millisecond, fail: newAPIError(fasthttp.StatusServiceUnavailable, codeNotEnoughReplicas, "isr", true)}
+		f := &fakeLog{delay: 5 * time.Millisecond, fail: newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr", true)}
 		c := newTestCoalescer(time.Second, 1<<20, f)
 		var wg sync.WaitGroup
 		for range 10 {
 			wg.Go(func() {
-				if resp, err := c.submit(key, testBatch(t, []string{"x"}), 1, time.Now().Add(time.Minute)); err == nil || err.Code != codeNotEnoughReplicas || resp.BaseOffset != nil {
+				if resp, err := c.submit(key, testBatch(t, []string{"x"}), 1, time.Now().Add(time.Minute)); err == nil || err.Code != wire.CodeNotEnoughReplicas || resp.BaseOffset != nil {
 					t.Errorf("%+v %v, want not_enough_replicas", resp, err)
 				}
 			})

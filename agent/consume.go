@@ -10,6 +10,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // Bounds of a consumer fetch.
@@ -28,7 +30,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	}
 	format, ok := fetchFormat(ctx.Request.Header.Peek(fasthttp.HeaderAccept))
 	if !ok {
-		writeError(ctx, fasthttp.StatusNotAcceptable, codeNotAcceptable, "records are served as "+contentTypeBatch+" or "+contentTypeNDJSON, false)
+		writeError(ctx, fasthttp.StatusNotAcceptable, wire.CodeNotAcceptable, "records are served as "+wire.ContentTypeBatch+" or "+wire.ContentTypeNDJSON, false)
 		return
 	}
 	topic, partition, err := a.partitionParams(ctx)
@@ -80,15 +82,15 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	h := &ctx.Response.Header
-	h.Set(headerHighWatermark, strconv.FormatInt(hw, 10))
-	h.Set(headerLogStartOffset, strconv.FormatInt(log.LogStartOffset(), 10))
-	if format == contentTypeNDJSON {
+	h.Set(wire.HeaderHighWatermark, strconv.FormatInt(hw, 10))
+	h.Set(wire.HeaderLogStartOffset, strconv.FormatInt(log.LogStartOffset(), 10))
+	if format == wire.ContentTypeNDJSON {
 		if err := a.writeNDJSON(ctx, region, offset); err != nil {
-			writeError(ctx, fasthttp.StatusInternalServerError, codeStorageError, err.Error(), false)
+			writeError(ctx, fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
 		}
 		return
 	}
-	ctx.SetContentType(contentTypeBatch)
+	ctx.SetContentType(wire.ContentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	sendRegion(ctx, region)
 }
@@ -115,14 +117,14 @@ func resolveOffset(v []byte, log *segstore.Log) (int64, error) {
 	default:
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			return 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidOffset, "offset must be a non-negative integer, earliest or latest, not "+strconv.Quote(s), false)
+			return 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidOffset, "offset must be a non-negative integer, earliest or latest, not "+strconv.Quote(s), false)
 		}
 		return n, nil
 	}
 }
 
 func offsetOutOfRange(offset, lso, hw int64) *apiError {
-	e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, codeOffsetOutOfRange,
+	e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange,
 		"offset "+strconv.FormatInt(offset, 10)+" is outside the log", false)
 	e.LogStartOffset, e.HighWatermark = &lso, &hw
 	return e
@@ -133,20 +135,20 @@ func storageAPIError(err error) *apiError {
 	var oor *segstore.OffsetOutOfRangeError
 	switch {
 	case errors.As(err, &oor):
-		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, codeOffsetOutOfRange, err.Error(), false)
+		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, err.Error(), false)
 		e.LogStartOffset, e.LogEndOffset = &oor.LogStartOffset, &oor.LogEndOffset
 		return e
 	case errors.Is(err, segstore.ErrClosed), errors.Is(err, segstore.ErrFailed), errors.Is(err, errReplicaStopped):
-		return newAPIError(fasthttp.StatusServiceUnavailable, codeStorageError, err.Error(), true)
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
 	default:
-		return newAPIError(fasthttp.StatusInternalServerError, codeStorageError, err.Error(), false)
+		return newAPIError(fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
 	}
 }
 
 // acceptsBatches says whether an Accept header allows the binary batch
 // format; no Accept header allows it.
 func acceptsBatches(accept []byte) bool {
-	return len(accept) == 0 || acceptsType(accept, contentTypeBatch)
+	return len(accept) == 0 || acceptsType(accept, wire.ContentTypeBatch)
 }
 
 // acceptsType says whether an Accept header allows the media type mt,

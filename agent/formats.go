@@ -13,6 +13,8 @@ import (
 
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // jsonProduceBody is an application/json produce body:
@@ -62,13 +64,13 @@ func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
+		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
 	}
 	if dec.More() {
-		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "body holds more than one JSON value", false)
+		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body holds more than one JSON value", false)
 	}
 	if len(req.Records) == 0 {
-		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "the body holds no records", false)
+		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "the body holds no records", false)
 	}
 	var b record.Builder
 	ts := a.now().UnixMilli()
@@ -83,7 +85,7 @@ func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 			value, err = bytesField("value", r.Value, r.ValueBase64)
 		}
 		if err != nil {
-			return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
+			return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
 		}
 		if i == 0 {
 			firstKey = key
@@ -139,22 +141,22 @@ func (a *Agent) addRecord(b *record.Builder, ts int64, key, value []byte, header
 		size += len(h.Key) + len(h.Value)
 	}
 	if limit := a.recordLimits.MaxRecordBytes; limit > 0 && size > limit {
-		return newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRecordTooLarge,
+		return newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge,
 			fmt.Sprintf("a record of %d bytes is over limits.max_record_bytes (%d)", size, limit), false)
 	}
 	if err := b.Add(ts, key, value, headers); err != nil {
-		return newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRequestTooLarge, err.Error(), false)
+		return newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), false)
 	}
 	return nil
 }
 
 func (a *Agent) finishBatch(b *record.Builder) ([]byte, error) {
 	if b.Len() == 0 {
-		return nil, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "the body holds no records", false)
+		return nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "the body holds no records", false)
 	}
 	batch, err := b.AppendTo(nil)
 	if err != nil {
-		return nil, newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRequestTooLarge, err.Error(), false)
+		return nil, newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), false)
 	}
 	return batch, nil
 }
@@ -235,7 +237,7 @@ func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, o
 		}
 		raw = raw[size:]
 	}
-	ctx.SetContentType(contentTypeNDJSON)
+	ctx.SetContentType(wire.ContentTypeNDJSON)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetBody(out.Bytes())
 	return nil
@@ -253,10 +255,10 @@ func setHeader(m map[string]string, k, v string) map[string]string {
 // batch format when it allows it, else ndjson when it allows that.
 func fetchFormat(accept []byte) (string, bool) {
 	if acceptsBatches(accept) {
-		return contentTypeBatch, true
+		return wire.ContentTypeBatch, true
 	}
-	if acceptsType(accept, contentTypeNDJSON) {
-		return contentTypeNDJSON, true
+	if acceptsType(accept, wire.ContentTypeNDJSON) {
+		return wire.ContentTypeNDJSON, true
 	}
 	return "", false
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/replicate"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // A produce for a partition another agent leads is forwarded to that
@@ -40,9 +42,6 @@ import (
 // write whose outcome is unknown must not be sent twice.
 const (
 	peerProducePath = "/v1/replica/produce"
-	// headerProxied marks a fetch one agent proxies to another, so the
-	// receiver serves it or refuses it but never proxies it again.
-	headerProxied = "Logagent-Proxied"
 	// forwardRetryPause is the most a forward waits for newer metadata
 	// before it tries again after a refusal that appended nothing.
 	forwardRetryPause = 50 * time.Millisecond
@@ -68,7 +67,7 @@ func (a *Agent) produceBatch(topic string, partition int, batch []byte, count in
 		}
 		var e *apiError
 		if !errors.As(err, &e) {
-			e = newAPIError(fasthttp.StatusInternalServerError, codeInternal, err.Error(), false)
+			e = newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 		}
 		if !errors.Is(err, errForwardRefused) {
 			return produceResponse{}, e
@@ -100,27 +99,27 @@ func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int
 	}
 	if pm.LeaderSession == "" || pm.State.Leader == "" {
 		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
-			newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true))
+			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true))
 	}
 	if pm.State.Leader == a.cfg.NodeID {
 		// The metadata names this agent but its loop does not lead yet
 		// (or any more): wait for the two to agree.
 		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
-			newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, "this agent is taking or leaving the lead of "+partitionName(topic, partition), true))
+			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "this agent is taking or leaving the lead of "+partitionName(topic, partition), true))
 	}
 	info, ok := a.agents.lookup(pm.State.Leader)
 	if !ok {
 		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
-			newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true))
+			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true))
 	}
 	timeout := deadline.Sub(a.now())
 	if timeout <= 0 {
-		return produceResponse{}, newAPIError(fasthttp.StatusGatewayTimeout, codeAckTimeout, "the request's timeout passed before the write was forwarded", false)
+		return produceResponse{}, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, "the request's timeout passed before the write was forwarded", false)
 	}
 	req := a.forwarder.newRequest(info.PeerAddr, peerProducePath)
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType(contentTypeBatch)
+	req.Header.SetContentType(wire.ContentTypeBatch)
 	args := req.URI().QueryArgs()
 	args.Set("topic", topic)
 	args.SetUint("partition", partition)
@@ -135,23 +134,23 @@ func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int
 	if err := a.forwarder.client(info.PeerAddr).DoTimeout(req, resp, timeout+produceGrace); err != nil {
 		if neverSent(err) {
 			return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
-				newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
+				newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
 		}
-		return produceResponse{}, newAPIError(fasthttp.StatusGatewayTimeout, codeAckTimeout,
+		return produceResponse{}, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout,
 			"forwarding to leader "+pm.State.Leader+" failed after sending: "+err.Error()+": the outcome is unknown", false)
 	}
 	if resp.StatusCode() == fasthttp.StatusOK {
 		var answer produceResponse
 		if err := json.Unmarshal(resp.Body(), &answer); err != nil {
-			return produceResponse{}, newAPIError(fasthttp.StatusBadGateway, codeInternal,
+			return produceResponse{}, newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
 				"undecodable answer from leader "+pm.State.Leader+": "+err.Error()+": the outcome is unknown", false)
 		}
 		return answer, nil
 	}
 	e := relayedError(resp)
 	switch e.Code {
-	case codeNotLeader, codeFencedLeaderEpoch, codeUnknownLeaderEpoch, codeLeaderNotAvailable,
-		codeServiceUnavailable: // the leader's agent is starting or stopping
+	case wire.CodeNotLeader, wire.CodeFencedLeaderEpoch, wire.CodeUnknownLeaderEpoch, wire.CodeLeaderNotAvailable,
+		wire.CodeServiceUnavailable: // the leader's agent is starting or stopping
 		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused, a.clientFacing(e, topic, partition))
 	}
 	return produceResponse{}, e
@@ -162,10 +161,10 @@ func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int
 // (whose address it may use) or leader_not_available.
 func (a *Agent) clientFacing(e *apiError, topic string, partition int) *apiError {
 	switch e.Code {
-	case codeFencedLeaderEpoch, codeUnknownLeaderEpoch, codeNotLeader:
+	case wire.CodeFencedLeaderEpoch, wire.CodeUnknownLeaderEpoch, wire.CodeNotLeader:
 		return a.notLeaderError(topic, partition, "leader changed while forwarding: "+e.Message)
-	case codeServiceUnavailable:
-		return newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, "the leader's agent is not serving: "+e.Message, true)
+	case wire.CodeServiceUnavailable:
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "the leader's agent is not serving: "+e.Message, true)
 	}
 	return e
 }
@@ -176,7 +175,7 @@ func relayedError(resp *fasthttp.Response) *apiError {
 		Error apiError `json:"error"`
 	}
 	if err := json.Unmarshal(resp.Body(), &body); err != nil || body.Error.Code == "" {
-		return newAPIError(fasthttp.StatusBadGateway, codeInternal,
+		return newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
 			fmt.Sprintf("leader answered %d with %q", resp.StatusCode(), truncate(resp.Body(), 200)), false)
 	}
 	e := body.Error
@@ -216,7 +215,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	topic := string(args.Peek("topic"))
 	partition, err := intParam(args, "partition", -1, 0, 1<<31-1)
 	if err == nil && partition < 0 {
-		err = newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "partition is required", false)
+		err = newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "partition is required", false)
 	}
 	var acks replicate.Acks
 	if err == nil {
@@ -240,7 +239,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	// A cheap refusal before decoding; the loop checks role and epoch again
 	// when it appends.
 	if r.currentView().role != roleLeader {
-		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
 		return
 	}
 	batch, count, err := a.decodeBatch(ctx.PostBody())
@@ -262,7 +261,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 // It answers false, having written nothing, when there is no leader to ask.
 // wait is the fetch's own wait parameter, already read by handleFetch.
 func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int, wait time.Duration) bool {
-	if len(ctx.Request.Header.Peek(headerProxied)) > 0 {
+	if len(ctx.Request.Header.Peek(wire.HeaderProxied)) > 0 {
 		return false
 	}
 	pm, ok := a.coord.Metadata().Partition(topic, partition)
@@ -277,17 +276,17 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	defer fasthttp.ReleaseRequest(req)
 	ctx.Request.Header.CopyTo(&req.Header)
 	req.Header.Del(fasthttp.HeaderConnection)
-	req.Header.Set(headerProxied, a.cfg.NodeID)
+	req.Header.Set(wire.HeaderProxied, a.cfg.NodeID)
 	req.SetRequestURI("http://" + info.ClientAddr + string(ctx.Request.URI().RequestURI()))
 	resp := fasthttp.AcquireResponse()
 	if err := a.fetchProxy.client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		writeAPIError(ctx, newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable,
+		writeAPIError(ctx, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
 			"leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
 		return true
 	}
 	ctx.SetStatusCode(resp.StatusCode())
-	for _, h := range []string{fasthttp.HeaderContentType, headerHighWatermark, headerLogStartOffset, "Retry-After"} {
+	for _, h := range []string{fasthttp.HeaderContentType, wire.HeaderHighWatermark, wire.HeaderLogStartOffset, "Retry-After"} {
 		if v := resp.Header.Peek(h); len(v) > 0 {
 			ctx.Response.Header.SetBytesV(h, v)
 		}
@@ -298,7 +297,7 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
 		if size > a.fetchProxy.maxBodySize {
-			writeError(ctx, fasthttp.StatusBadGateway, codeInternal, "the leader's answer is over the proxy's bound", true)
+			writeError(ctx, fasthttp.StatusBadGateway, wire.CodeInternal, "the leader's answer is over the proxy's bound", true)
 		}
 		return true
 	}

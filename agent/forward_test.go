@@ -12,6 +12,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/replicate"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // TestNeverSent: only failures before any byte could reach the leader make
@@ -77,9 +79,9 @@ func TestForwardedProduceFencedInTheLoop(t *testing.T) {
 		epoch  int32
 		status int
 		code   string
-	}{{pd.Epoch - 1, 409, codeFencedLeaderEpoch}, {pd.Epoch + 1, 412, codeUnknownLeaderEpoch}} {
+	}{{pd.Epoch - 1, 409, wire.CodeFencedLeaderEpoch}, {pd.Epoch + 1, 412, wire.CodeUnknownLeaderEpoch}} {
 		path := fmt.Sprintf("%s?topic=fenced&partition=0&acks=all&leader_epoch=%d", peerProducePath, tc.epoch)
-		status, body := c.callAddr(n1.peer, "POST", path, contentTypeBatch, testBatch(t, []string{"x"}), nil)
+		status, body := c.callAddr(n1.peer, "POST", path, wire.ContentTypeBatch, testBatch(t, []string{"x"}), nil)
 		if status != tc.status || errorCode(t, body).Code != tc.code {
 			t.Errorf("peer produce at epoch %d: %d %s, want %d %s", tc.epoch, status, body, tc.status, tc.code)
 		}

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // fakeNow is a settable clock for the loop's decisions (deps.now).
@@ -156,7 +158,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	acked := map[int64]string{}
 	produce := func(via *testAgent, value string) (int, apiError) {
 		t.Helper()
-		status, body := via.produce(topic, 0, "acks=all", contentTypeNDJSON, []byte(value))
+		status, body := via.produce(topic, 0, "acks=all", wire.ContentTypeNDJSON, []byte(value))
 		if status != 200 {
 			return status, errorCode(t, body)
 		}
@@ -209,8 +211,8 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	for time.Since(fullSince) < 2*checkpointInterval {
 		for _, via := range c.agents {
 			status, e := produce(via, fmt.Sprintf("v%d", n))
-			if status != 507 || e.Code != codeInsufficientStorage || !e.Retriable {
-				t.Fatalf("produce through %s to a full disk: %d %+v, want a retriable 507 %s", via.nodeID, status, e, codeInsufficientStorage)
+			if status != 507 || e.Code != wire.CodeInsufficientStorage || !e.Retriable {
+				t.Fatalf("produce through %s to a full disk: %d %+v, want a retriable 507 %s", via.nodeID, status, e, wire.CodeInsufficientStorage)
 			}
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -10,48 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-)
 
-// Error codes of the HTTP APIs (docs/design.md §8). Every error response is JSON:
-//
-//	{"error":{"code":"not_enough_replicas","message":"...","retriable":true}}
-//
-// Some codes add fields to the error object: not_leader names the leader
-// ("leader", "leader_address"), offset_out_of_range the bounds
-// ("log_start_offset", "high_watermark" or "log_end_offset").
-const (
-	codeInvalidRequest     = "invalid_request"
-	codeNotFound           = "not_found"
-	codeMethodNotAllowed   = "method_not_allowed"
-	codeServiceUnavailable = "service_unavailable"
-	codeInternal           = "internal"
-
-	codeInvalidTopicName = "invalid_topic_name"
-	codeInvalidOffset    = "invalid_offset"
-	codeCorruptBatch     = "corrupt_batch"
-	codeUnknownTopic     = "unknown_topic"
-	codeUnknownPartition = "unknown_partition"
-	codeTopicExists      = "topic_exists"
-	codeRecordTooLarge   = "record_too_large"
-	codeRequestTooLarge  = "request_too_large"
-	codeOffsetOutOfRange = "offset_out_of_range"
-	codeNotAcceptable    = "not_acceptable"
-	codeUnsupportedType  = "unsupported_media_type"
-
-	codeNotLeader                    = "not_leader"
-	codeLeaderNotAvailable           = "leader_not_available"
-	codeNotEnoughReplicas            = "not_enough_replicas"
-	codeNotEnoughReplicasAfterAppend = "not_enough_replicas_after_append"
-	codeNotLeaderAfterAppend         = "not_leader_after_append"
-	codeAckTimeout                   = "ack_timeout"
-	codeStorageError                 = "storage_error"
-	codeInsufficientStorage          = "insufficient_storage"
-
-	// Peer API only.
-	codeUnauthorized       = "unauthorized"
-	codeFencedLeaderEpoch  = "fenced_leader_epoch"
-	codeUnknownLeaderEpoch = "unknown_leader_epoch"
-	codeNotReplica         = "not_replica"
+	"github.com/logagent/logagent/wire"
 )
 
 // apiError is the error object of every error response. The optional
@@ -100,13 +60,13 @@ func writeErr(ctx *fasthttp.RequestCtx, err error) {
 		writeAPIError(ctx, e)
 		return
 	}
-	writeError(ctx, fasthttp.StatusInternalServerError, codeInternal, err.Error(), false)
+	writeError(ctx, fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusInternalServerError, codeInternal, err.Error(), false)
+		writeError(ctx, fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 		return
 	}
 	ctx.SetStatusCode(status)
@@ -139,7 +99,7 @@ func splitPath(path string) []string {
 func (rt *router) handle(ctx *fasthttp.RequestCtx) {
 	segments, err := rawSegments(ctx)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	}
 	pathFound := false
@@ -159,10 +119,10 @@ func (rt *router) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if pathFound {
-		writeError(ctx, fasthttp.StatusMethodNotAllowed, codeMethodNotAllowed, string(ctx.Method())+" is not allowed on "+string(ctx.Path()), false)
+		writeError(ctx, fasthttp.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, string(ctx.Method())+" is not allowed on "+string(ctx.Path()), false)
 		return
 	}
-	writeError(ctx, fasthttp.StatusNotFound, codeNotFound, "no endpoint "+string(ctx.Path()), false)
+	writeError(ctx, fasthttp.StatusNotFound, wire.CodeNotFound, "no endpoint "+string(ctx.Path()), false)
 }
 
 // rawSegments splits the path as the client sent it and unescapes each
@@ -240,8 +200,8 @@ func newServer(handler fasthttp.RequestHandler, maxBody int64, logger fasthttp.L
 // the API's JSON error format.
 func serverError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeRequestTooLarge, "request body over limits.max_request_bytes", false)
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, "request body over limits.max_request_bytes", false)
 		return
 	}
-	writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+	writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/wire"
 )
 
 func TestRouter(t *testing.T) {
@@ -32,10 +34,10 @@ func TestRouter(t *testing.T) {
 		{"GET", "/v1/topics/orders", 200, "describe topic=orders partition=", ""},
 		{"POST", "/v1/topics/orders/records", 200, "produce topic=orders partition=", ""},
 		{"GET", "/v1/topics/a.b-c_d/partitions/7/records", 200, "fetch topic=a.b-c_d partition=7", ""},
-		{"DELETE", "/v1/topics/orders", 405, "", codeMethodNotAllowed},
-		{"GET", "/v1/topics/orders/records", 405, "", codeMethodNotAllowed},
-		{"GET", "/v1/topics/orders/partitions/7", 404, "", codeNotFound},
-		{"GET", "/v2/topics", 404, "", codeNotFound},
+		{"DELETE", "/v1/topics/orders", 405, "", wire.CodeMethodNotAllowed},
+		{"GET", "/v1/topics/orders/records", 405, "", wire.CodeMethodNotAllowed},
+		{"GET", "/v1/topics/orders/partitions/7", 404, "", wire.CodeNotFound},
+		{"GET", "/v2/topics", 404, "", wire.CodeNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
@@ -64,7 +66,7 @@ func TestRouter(t *testing.T) {
 
 func TestErrorBodies(t *testing.T) {
 	lso, hw := int64(5), int64(42)
-	e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, codeOffsetOutOfRange, "offset 99 is outside the log", false)
+	e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, "offset 99 is outside the log", false)
 	e.LogStartOffset, e.HighWatermark = &lso, &hw
 	var ctx fasthttp.RequestCtx
 	writeAPIError(&ctx, e)
@@ -77,7 +79,7 @@ func TestErrorBodies(t *testing.T) {
 	}
 
 	ctx.Response.Reset()
-	writeAPIError(&ctx, newAPIError(fasthttp.StatusServiceUnavailable, codeNotEnoughReplicas, "isr [n1]", true))
+	writeAPIError(&ctx, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr [n1]", true))
 	if h := string(ctx.Response.Header.Peek("Retry-After")); h != "1" {
 		t.Fatalf("retriable 503 without Retry-After: %q", h)
 	}

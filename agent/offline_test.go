@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/wire"
 )
 
 func TestOpenRetryDelay(t *testing.T) {
@@ -87,13 +89,13 @@ func TestPartitionThatCannotOpenStaysOfflineAndRetries(t *testing.T) {
 	if d := ta.describe("t"); d.Partitions[1].Role != roleOffline {
 		t.Errorf("describe t/1 role = %q, want %q", d.Partitions[1].Role, roleOffline)
 	}
-	status, body := ta.produce("t", 1, "acks=all&timeout=200ms", contentTypeNDJSON, []byte("x"))
-	if e := errorCode(t, body); status != 503 || e.Code != codeLeaderNotAvailable || !e.Retriable || !strings.Contains(e.Message, "offline") {
-		t.Errorf("produce to the offline partition: %d %s, want 503 %s, retriable, saying it is offline", status, body, codeLeaderNotAvailable)
+	status, body := ta.produce("t", 1, "acks=all&timeout=200ms", wire.ContentTypeNDJSON, []byte("x"))
+	if e := errorCode(t, body); status != 503 || e.Code != wire.CodeLeaderNotAvailable || !e.Retriable || !strings.Contains(e.Message, "offline") {
+		t.Errorf("produce to the offline partition: %d %s, want 503 %s, retriable, saying it is offline", status, body, wire.CodeLeaderNotAvailable)
 	}
 	status, body = ta.call("GET", "/v1/topics/t/partitions/1/records?offset=0", "", nil)
-	if e := errorCode(t, body); status != 503 || e.Code != codeLeaderNotAvailable || !e.Retriable || !strings.Contains(e.Message, "offline") {
-		t.Errorf("fetch from the offline partition: %d %s, want 503 %s, retriable, saying it is offline", status, body, codeLeaderNotAvailable)
+	if e := errorCode(t, body); status != 503 || e.Code != wire.CodeLeaderNotAvailable || !e.Retriable || !strings.Contains(e.Message, "offline") {
+		t.Errorf("fetch from the offline partition: %d %s, want 503 %s, retriable, saying it is offline", status, body, wire.CodeLeaderNotAvailable)
 	}
 	c.waitFor(5*time.Second, "a second open attempt", func() bool {
 		sp, _ := ta.statusOf("t", 1)

@@ -10,6 +10,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/replicate"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // peerError is a refusal from another agent's peer API: its status, JSON
@@ -151,7 +153,7 @@ func decodePeerError(resp *fasthttp.Response) error {
 	}
 	e := &peerError{Status: resp.StatusCode()}
 	if err := json.Unmarshal(resp.Body(), &body); err != nil || body.Error.Code == "" {
-		e.Code, e.Message = codeInternal, fmt.Sprintf("undecodable error body %q", truncate(resp.Body(), 200))
+		e.Code, e.Message = wire.CodeInternal, fmt.Sprintf("undecodable error body %q", truncate(resp.Body(), 200))
 		return e
 	}
 	e.Code, e.Message = body.Error.Code, body.Error.Message

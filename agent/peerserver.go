@@ -9,6 +9,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/replicate"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // requirePeerToken wraps a peer handler: when peer.token_file is set, a
@@ -23,7 +25,7 @@ func (a *Agent) requirePeerToken(h fasthttp.RequestHandler) fasthttp.RequestHand
 		got := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="logagent peer API"`)
-			writeError(ctx, fasthttp.StatusUnauthorized, codeUnauthorized, "peer API requests need the shared token (peer.token_file)", false)
+			writeError(ctx, fasthttp.StatusUnauthorized, wire.CodeUnauthorized, "peer API requests need the shared token (peer.token_file)", false)
 			return
 		}
 		h(ctx)
@@ -41,7 +43,7 @@ func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition in
 		if f, ok := a.replicas.offline(topic, partition); ok {
 			msg = offlineMessage(topic, partition, f)
 		}
-		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, msg, true))
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, msg, true))
 	}
 	return r
 }
@@ -53,7 +55,7 @@ func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition in
 func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	f, err := parsePeerFetch(ctx.QueryArgs())
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	}
 	r := a.peerReplica(ctx, f.Topic, f.Partition)
@@ -86,7 +88,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 				v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch
 		})
 		if v := r.currentView(); v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch {
-			writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "leadership changed while the fetch waited", true))
+			writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch waited", true))
 			return
 		}
 	}
@@ -101,7 +103,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	// above the one it follows).
 	if v := r.currentView(); v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch {
 		_ = region.Close()
-		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, codeNotLeader, "leadership changed while the fetch was read", true))
+		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
 		return
 	}
 	// The loop answers before it publishes the high watermark this fetch
@@ -110,7 +112,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	pos.LogEndOffset = log.LogEndOffset()
 	pos.LogStartOffset = log.LogStartOffset()
 	pos.write(&ctx.Response.Header)
-	ctx.SetContentType(contentTypeBatch)
+	ctx.SetContentType(wire.ContentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	sendRegion(ctx, region)
 }
@@ -119,7 +121,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
 	q, err := parsePeerEpochQuery(ctx.QueryArgs())
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	}
 	r := a.peerReplica(ctx, q.Topic, q.Partition)
@@ -161,19 +163,19 @@ func peerAPIError(err error) *apiError {
 	var oor *outOfRangeError
 	switch {
 	case errors.As(err, &oor):
-		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, codeOffsetOutOfRange, err.Error(), false)
+		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, err.Error(), false)
 		e.LogStartOffset, e.LogEndOffset = &oor.logStartOffset, &oor.logEndOffset
 		return e
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
-		return newAPIError(fasthttp.StatusConflict, codeFencedLeaderEpoch, err.Error(), true)
+		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
-		return newAPIError(fasthttp.StatusPreconditionFailed, codeUnknownLeaderEpoch, err.Error(), true)
+		return newAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrNotReplica):
-		return newAPIError(fasthttp.StatusForbidden, codeNotReplica, err.Error(), false)
+		return newAPIError(fasthttp.StatusForbidden, wire.CodeNotReplica, err.Error(), false)
 	case errors.Is(err, replicate.ErrInvalidRequest):
-		return newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		return newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 	case errors.Is(err, errNotLeaderHere), errors.Is(err, replicate.ErrNotLeader), errors.Is(err, errReplicaStopped):
-		return newAPIError(fasthttp.StatusConflict, codeNotLeader, err.Error(), true)
+		return newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, err.Error(), true)
 	default:
 		return storageAPIError(err)
 	}

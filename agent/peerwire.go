@@ -8,6 +8,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/replicate"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // The peer API's replication requests (docs/api.md, "Peer API"). A follower
@@ -49,20 +51,6 @@ import (
 const (
 	peerFetchPath          = "/v1/replica/fetch"
 	peerEpochEndOffsetPath = "/v1/replica/epoch-end-offset"
-
-	headerLeaderEpoch        = "Logagent-Leader-Epoch"
-	headerEpochStartOffset   = "Logagent-Epoch-Start-Offset"
-	headerHighWatermark      = "Logagent-High-Watermark"
-	headerLogEndOffset       = "Logagent-Log-End-Offset"
-	headerLogStartOffset     = "Logagent-Log-Start-Offset"
-	headerDivergingEpoch     = "Logagent-Diverging-Epoch"
-	headerDivergingEndOffset = "Logagent-Diverging-End-Offset"
-
-	contentTypeBatch  = "application/vnd.logagent.batch"
-	contentTypeJSON   = "application/json"
-	contentTypeNDJSON = "application/x-ndjson"
-
-	contentTypeOctetStream = "application/octet-stream"
 )
 
 // peerFetch is a follower's fetch as it travels.
@@ -161,30 +149,30 @@ type fetchPositions struct {
 }
 
 func (p fetchPositions) write(h *fasthttp.ResponseHeader) {
-	h.Set(headerLeaderEpoch, strconv.FormatInt(int64(p.LeaderEpoch), 10))
-	h.Set(headerEpochStartOffset, strconv.FormatInt(p.EpochStartOffset, 10))
-	h.Set(headerHighWatermark, strconv.FormatInt(p.HighWatermark, 10))
-	h.Set(headerLogEndOffset, strconv.FormatInt(p.LogEndOffset, 10))
-	h.Set(headerLogStartOffset, strconv.FormatInt(p.LogStartOffset, 10))
+	h.Set(wire.HeaderLeaderEpoch, strconv.FormatInt(int64(p.LeaderEpoch), 10))
+	h.Set(wire.HeaderEpochStartOffset, strconv.FormatInt(p.EpochStartOffset, 10))
+	h.Set(wire.HeaderHighWatermark, strconv.FormatInt(p.HighWatermark, 10))
+	h.Set(wire.HeaderLogEndOffset, strconv.FormatInt(p.LogEndOffset, 10))
+	h.Set(wire.HeaderLogStartOffset, strconv.FormatInt(p.LogStartOffset, 10))
 	if p.Diverging != nil {
-		h.Set(headerDivergingEpoch, strconv.FormatInt(int64(p.Diverging.Epoch), 10))
-		h.Set(headerDivergingEndOffset, strconv.FormatInt(p.Diverging.EndOffset, 10))
+		h.Set(wire.HeaderDivergingEpoch, strconv.FormatInt(int64(p.Diverging.Epoch), 10))
+		h.Set(wire.HeaderDivergingEndOffset, strconv.FormatInt(p.Diverging.EndOffset, 10))
 	}
 }
 
 func parseFetchPositions(h *fasthttp.ResponseHeader) (fetchPositions, error) {
 	p := headerParser{h: h}
 	pos := fetchPositions{
-		LeaderEpoch:      int32(p.int64(headerLeaderEpoch)),
-		EpochStartOffset: p.int64(headerEpochStartOffset),
-		HighWatermark:    p.int64(headerHighWatermark),
-		LogEndOffset:     p.int64(headerLogEndOffset),
-		LogStartOffset:   p.int64(headerLogStartOffset),
+		LeaderEpoch:      int32(p.int64(wire.HeaderLeaderEpoch)),
+		EpochStartOffset: p.int64(wire.HeaderEpochStartOffset),
+		HighWatermark:    p.int64(wire.HeaderHighWatermark),
+		LogEndOffset:     p.int64(wire.HeaderLogEndOffset),
+		LogStartOffset:   p.int64(wire.HeaderLogStartOffset),
 	}
-	if len(h.Peek(headerDivergingEpoch)) > 0 {
+	if len(h.Peek(wire.HeaderDivergingEpoch)) > 0 {
 		pos.Diverging = &replicate.EpochEndOffset{
-			Epoch:     int32(p.int64(headerDivergingEpoch)),
-			EndOffset: p.int64(headerDivergingEndOffset),
+			Epoch:     int32(p.int64(wire.HeaderDivergingEpoch)),
+			EndOffset: p.int64(wire.HeaderDivergingEndOffset),
 		}
 	}
 	return pos, p.err

@@ -13,6 +13,8 @@ import (
 
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 func TestPeerFetchRoundTrip(t *testing.T) {
@@ -79,7 +81,7 @@ func TestFetchPositionsRoundTrip(t *testing.T) {
 		}
 	}
 	var h fasthttp.ResponseHeader
-	h.Set(headerLeaderEpoch, "3")
+	h.Set(wire.HeaderLeaderEpoch, "3")
 	if _, err := parseFetchPositions(&h); err == nil {
 		t.Fatal("headers without positions accepted")
 	}
@@ -91,14 +93,14 @@ func TestPeerAPIErrorCodes(t *testing.T) {
 		status int
 		code   string
 	}{
-		{fmt.Errorf("x: %w", replicate.ErrFencedLeaderEpoch), 409, codeFencedLeaderEpoch},
-		{fmt.Errorf("x: %w", replicate.ErrUnknownLeaderEpoch), 412, codeUnknownLeaderEpoch},
-		{errNotLeaderHere, 409, codeNotLeader},
-		{replicate.ErrNotLeader, 409, codeNotLeader},
-		{replicate.ErrNotReplica, 403, codeNotReplica},
-		{replicate.ErrInvalidRequest, 400, codeInvalidRequest},
-		{&outOfRangeError{logStartOffset: 3, logEndOffset: 9}, 416, codeOffsetOutOfRange},
-		{segstore.ErrClosed, 503, codeStorageError},
+		{fmt.Errorf("x: %w", replicate.ErrFencedLeaderEpoch), 409, wire.CodeFencedLeaderEpoch},
+		{fmt.Errorf("x: %w", replicate.ErrUnknownLeaderEpoch), 412, wire.CodeUnknownLeaderEpoch},
+		{errNotLeaderHere, 409, wire.CodeNotLeader},
+		{replicate.ErrNotLeader, 409, wire.CodeNotLeader},
+		{replicate.ErrNotReplica, 403, wire.CodeNotReplica},
+		{replicate.ErrInvalidRequest, 400, wire.CodeInvalidRequest},
+		{&outOfRangeError{logStartOffset: 3, logEndOffset: 9}, 416, wire.CodeOffsetOutOfRange},
+		{segstore.ErrClosed, 503, wire.CodeStorageError},
 	}
 	for _, tc := range tests {
 		e := peerAPIError(tc.err)

@@ -14,6 +14,8 @@ import (
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // Bounds of a produce request.
@@ -123,33 +125,33 @@ func (a *Agent) produceError(topic string, partition int, out produceOutcome) *a
 	err := out.err
 	switch {
 	case errors.Is(err, replicate.ErrNotEnoughReplicas):
-		return newAPIError(fasthttp.StatusServiceUnavailable, codeNotEnoughReplicas, err.Error(), true)
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, err.Error(), true)
 	case errors.Is(err, replicate.ErrNotEnoughReplicasAfterAppend):
-		return newAPIError(fasthttp.StatusServiceUnavailable, codeNotEnoughReplicasAfterAppend,
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicasAfterAppend,
 			err.Error()+": the write is in the leader's log and may be committed; a retry may duplicate it", true)
 	case errors.Is(err, replicate.ErrAckTimeout):
-		return newAPIError(fasthttp.StatusGatewayTimeout, codeAckTimeout, err.Error()+": the outcome is unknown", false)
+		return newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, err.Error()+": the outcome is unknown", false)
 	case out.appended && (errors.Is(err, replicate.ErrNotLeader) || errors.Is(err, errReplicaStopped)):
 		e := a.notLeaderError(topic, partition, "leadership ended before the write was acknowledged: its outcome is unknown, a retry may duplicate it")
-		e.status, e.Code = fasthttp.StatusServiceUnavailable, codeNotLeaderAfterAppend
+		e.status, e.Code = fasthttp.StatusServiceUnavailable, wire.CodeNotLeaderAfterAppend
 		return e
 	case errors.Is(err, replicate.ErrNotLeader), errors.Is(err, errNotLeaderHere), errors.Is(err, errReplicaStopped):
 		return a.notLeaderError(topic, partition, "this agent does not lead "+partitionName(topic, partition))
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
-		return newAPIError(fasthttp.StatusConflict, codeFencedLeaderEpoch, err.Error(), true)
+		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
-		return newAPIError(fasthttp.StatusPreconditionFailed, codeUnknownLeaderEpoch, err.Error(), true)
+		return newAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
 	case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrShort):
-		return newAPIError(fasthttp.StatusBadRequest, codeCorruptBatch, err.Error(), false)
+		return newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
 	case !out.appended && errors.Is(err, segstore.ErrNoSpace):
 		// Retriable: the write was refused whole, and space may be freed
 		// (retention, an operator) without a restart.
-		return newAPIError(fasthttp.StatusInsufficientStorage, codeInsufficientStorage,
+		return newAPIError(fasthttp.StatusInsufficientStorage, wire.CodeInsufficientStorage,
 			"the disk of "+partitionName(topic, partition)+" on "+a.cfg.NodeID+" is full: "+err.Error(), true)
 	case errors.Is(err, segstore.ErrFailed), errors.Is(err, segstore.ErrClosed):
-		return newAPIError(fasthttp.StatusServiceUnavailable, codeStorageError, err.Error(), true)
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
 	default:
-		return newAPIError(fasthttp.StatusInternalServerError, codeInternal, err.Error(), false)
+		return newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 	}
 }
 
@@ -163,7 +165,7 @@ func parseAcks(v []byte) (replicate.Acks, error) {
 	case "0":
 		return replicate.AcksNone, nil
 	default:
-		return 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "acks must be all, 1 or 0, not "+strconv.Quote(string(v)), false)
+		return 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "acks must be all, 1 or 0, not "+strconv.Quote(string(v)), false)
 	}
 }
 
@@ -175,7 +177,7 @@ func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int)
 	if args.Has("partition") {
 		p, err := intParam(args, "partition", 0, 0, int64(partitions)-1)
 		if err != nil {
-			return 0, newAPIError(fasthttp.StatusNotFound, codeUnknownPartition, err.Error(), false)
+			return 0, newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
 		}
 		return int(p), nil
 	}
@@ -203,27 +205,27 @@ func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int)
 func (a *Agent) decodeProduceBody(contentType, body, key []byte, placeByKey bool) ([]byte, int, []byte, error) {
 	mt, _, err := mime.ParseMediaType(string(contentType))
 	if err != nil && len(contentType) > 0 {
-		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, codeUnsupportedType, "bad Content-Type: "+err.Error(), false)
+		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, wire.CodeUnsupportedType, "bad Content-Type: "+err.Error(), false)
 	}
 	switch mt {
-	case contentTypeBatch:
+	case wire.ContentTypeBatch:
 		batch, count, err := a.decodeBatch(body)
 		var firstKey []byte
 		if err == nil && placeByKey {
 			firstKey = a.firstKey(batch)
 		}
 		return batch, count, firstKey, err
-	case contentTypeJSON:
+	case wire.ContentTypeJSON:
 		return a.buildJSON(body, key)
-	case contentTypeOctetStream:
+	case wire.ContentTypeOctetStream:
 		batch, count, err := a.buildOne(body, key)
 		return batch, count, key, err
-	case contentTypeNDJSON, "text/plain":
+	case wire.ContentTypeNDJSON, "text/plain":
 		batch, count, err := a.buildLines(body, key)
 		return batch, count, key, err
 	default:
-		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, codeUnsupportedType,
-			fmt.Sprintf("Content-Type %q is not one of %s, %s, %s, %s, text/plain", mt, contentTypeBatch, contentTypeJSON, contentTypeOctetStream, contentTypeNDJSON), false)
+		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, wire.CodeUnsupportedType,
+			fmt.Sprintf("Content-Type %q is not one of %s, %s, %s, %s, text/plain", mt, wire.ContentTypeBatch, wire.ContentTypeJSON, wire.ContentTypeOctetStream, wire.ContentTypeNDJSON), false)
 	}
 }
 
@@ -245,11 +247,11 @@ func (a *Agent) decodeBatch(body []byte) ([]byte, int, error) {
 	h, err := d.Validate(body)
 	switch {
 	case errors.Is(err, record.ErrTooLarge):
-		return nil, 0, newAPIError(fasthttp.StatusRequestEntityTooLarge, codeRecordTooLarge, err.Error(), false)
+		return nil, 0, newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge, err.Error(), false)
 	case err != nil:
-		return nil, 0, newAPIError(fasthttp.StatusBadRequest, codeCorruptBatch, err.Error(), false)
+		return nil, 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
 	case h.ProducerID() != -1:
-		return nil, 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest, "idempotent batches (producer_id set) are not accepted by this version", false)
+		return nil, 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "idempotent batches (producer_id set) are not accepted by this version", false)
 	}
 	// The loop stamps offsets and the epoch in place, after this request's
 	// buffer may have been reused.

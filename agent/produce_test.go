@@ -16,6 +16,8 @@ import (
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // unitAgent is an Agent for handler-level tests that need no Consul.
@@ -77,24 +79,24 @@ func TestDecodeProduceBody(t *testing.T) {
 		{"ndjson", "application/x-ndjson", []byte("a\nbb\n\nccc"), nil, []string{"a", "bb", "ccc"}, ""},
 		{"ndjson crlf and key", "application/x-ndjson; charset=utf-8", []byte("{\"x\":1}\r\n{\"x\":2}\r\n"), []byte("k1"), []string{`{"x":1}`, `{"x":2}`}, ""},
 		{"text", "text/plain", []byte("one line"), nil, []string{"one line"}, ""},
-		{"ndjson empty", "application/x-ndjson", []byte("\n\n"), nil, nil, codeInvalidRequest},
-		{"ndjson value too large", "application/x-ndjson", bytes.Repeat([]byte("x"), 101), nil, nil, codeRecordTooLarge},
-		{"batch", contentTypeBatch, good, nil, []string{"binary"}, ""},
-		{"batch corrupt", contentTypeBatch, corrupt, nil, nil, codeCorruptBatch},
-		{"batch truncated", contentTypeBatch, good[:30], nil, nil, codeCorruptBatch},
-		{"batch idempotent", contentTypeBatch, idempotent, nil, nil, codeInvalidRequest},
-		{"batch record too large", contentTypeBatch, bigRecord, nil, nil, codeRecordTooLarge},
+		{"ndjson empty", "application/x-ndjson", []byte("\n\n"), nil, nil, wire.CodeInvalidRequest},
+		{"ndjson value too large", "application/x-ndjson", bytes.Repeat([]byte("x"), 101), nil, nil, wire.CodeRecordTooLarge},
+		{"batch", wire.ContentTypeBatch, good, nil, []string{"binary"}, ""},
+		{"batch corrupt", wire.ContentTypeBatch, corrupt, nil, nil, wire.CodeCorruptBatch},
+		{"batch truncated", wire.ContentTypeBatch, good[:30], nil, nil, wire.CodeCorruptBatch},
+		{"batch idempotent", wire.ContentTypeBatch, idempotent, nil, nil, wire.CodeInvalidRequest},
+		{"batch record too large", wire.ContentTypeBatch, bigRecord, nil, nil, wire.CodeRecordTooLarge},
 		{"json", "application/json", []byte(`{"records":[{"key":"k1","value":"v1","headers":{"b":"2","a":"1"}},{"value_base64":"/wA="},{}]}`), []byte("kp"), []string{"v1", "\xff\x00", ""}, ""},
-		{"json empty", "application/json", []byte(`{"records":[]}`), nil, nil, codeInvalidRequest},
-		{"json malformed", "application/json", []byte(`{"records":[{"value":"x"}`), nil, nil, codeInvalidRequest},
-		{"json unknown field", "application/json", []byte(`{"records":[{"val":"x"}]}`), nil, nil, codeInvalidRequest},
-		{"json two values", "application/json", []byte(`{"records":[{"value":"x"}]} {}`), nil, nil, codeInvalidRequest},
-		{"json both value forms", "application/json", []byte(`{"records":[{"value":"x","value_base64":"eA=="}]}`), nil, nil, codeInvalidRequest},
-		{"json bad base64", "application/json", []byte(`{"records":[{"value_base64":"!!"}]}`), nil, nil, codeInvalidRequest},
-		{"json record too large", "application/json", []byte(`{"records":[{"value":"` + strings.Repeat("x", 101) + `"}]}`), nil, nil, codeRecordTooLarge},
+		{"json empty", "application/json", []byte(`{"records":[]}`), nil, nil, wire.CodeInvalidRequest},
+		{"json malformed", "application/json", []byte(`{"records":[{"value":"x"}`), nil, nil, wire.CodeInvalidRequest},
+		{"json unknown field", "application/json", []byte(`{"records":[{"val":"x"}]}`), nil, nil, wire.CodeInvalidRequest},
+		{"json two values", "application/json", []byte(`{"records":[{"value":"x"}]} {}`), nil, nil, wire.CodeInvalidRequest},
+		{"json both value forms", "application/json", []byte(`{"records":[{"value":"x","value_base64":"eA=="}]}`), nil, nil, wire.CodeInvalidRequest},
+		{"json bad base64", "application/json", []byte(`{"records":[{"value_base64":"!!"}]}`), nil, nil, wire.CodeInvalidRequest},
+		{"json record too large", "application/json", []byte(`{"records":[{"value":"` + strings.Repeat("x", 101) + `"}]}`), nil, nil, wire.CodeRecordTooLarge},
 		{"octet-stream", "application/octet-stream", []byte("a\nb\x00"), []byte("k"), []string{"a\nb\x00"}, ""},
-		{"octet-stream too large", "application/octet-stream", bytes.Repeat([]byte("x"), 101), nil, nil, codeRecordTooLarge},
-		{"no content type", "", []byte("x"), nil, nil, codeUnsupportedType},
+		{"octet-stream too large", "application/octet-stream", bytes.Repeat([]byte("x"), 101), nil, nil, wire.CodeRecordTooLarge},
+		{"no content type", "", []byte("x"), nil, nil, wire.CodeUnsupportedType},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,7 +119,7 @@ func TestDecodeProduceBody(t *testing.T) {
 				t.Fatalf("values %q, want %q", values, tc.values)
 			}
 			switch tc.contentType {
-			case contentTypeBatch:
+			case wire.ContentTypeBatch:
 			case "application/json":
 				// Each record's own key, else the key parameter.
 				if strings.Join(keys, "|") != "k1|kp|kp" {
@@ -130,7 +132,7 @@ func TestDecodeProduceBody(t *testing.T) {
 					}
 				}
 			}
-			if tc.contentType == contentTypeBatch && &batch[0] == &tc.body[0] {
+			if tc.contentType == wire.ContentTypeBatch && &batch[0] == &tc.body[0] {
 				t.Fatal("the batch aliases the request buffer, which fasthttp reuses")
 			}
 		})
@@ -160,7 +162,7 @@ func TestChoosePartition(t *testing.T) {
 	}
 	for _, q := range []string{"partition=3", "partition=-1", "partition=x"} {
 		var e *apiError
-		if _, err := a.choosePartition(args(q), nil, 3); !errors.As(err, &e) || e.Code != codeUnknownPartition {
+		if _, err := a.choosePartition(args(q), nil, 3); !errors.As(err, &e) || e.Code != wire.CodeUnknownPartition {
 			t.Errorf("%s: %v, want unknown_partition", q, err)
 		}
 	}
@@ -186,21 +188,21 @@ func TestProduceErrorCodes(t *testing.T) {
 		status int
 		code   string
 	}{
-		{produceOutcome{err: replicate.ErrNotEnoughReplicas}, 503, codeNotEnoughReplicas},
-		{produceOutcome{err: replicate.ErrNotEnoughReplicasAfterAppend, appended: true}, 503, codeNotEnoughReplicasAfterAppend},
-		{produceOutcome{err: replicate.ErrAckTimeout, appended: true}, 504, codeAckTimeout},
-		{produceOutcome{err: &segstore.FailedError{Err: errors.New("eio")}}, 503, codeStorageError},
-		{produceOutcome{err: record.ErrCorrupt}, 400, codeCorruptBatch},
-		{produceOutcome{err: fmt.Errorf("%w: write: %w", segstore.ErrNoSpace, syscall.ENOSPC)}, 507, codeInsufficientStorage},
+		{produceOutcome{err: replicate.ErrNotEnoughReplicas}, 503, wire.CodeNotEnoughReplicas},
+		{produceOutcome{err: replicate.ErrNotEnoughReplicasAfterAppend, appended: true}, 503, wire.CodeNotEnoughReplicasAfterAppend},
+		{produceOutcome{err: replicate.ErrAckTimeout, appended: true}, 504, wire.CodeAckTimeout},
+		{produceOutcome{err: &segstore.FailedError{Err: errors.New("eio")}}, 503, wire.CodeStorageError},
+		{produceOutcome{err: record.ErrCorrupt}, 400, wire.CodeCorruptBatch},
+		{produceOutcome{err: fmt.Errorf("%w: write: %w", segstore.ErrNoSpace, syscall.ENOSPC)}, 507, wire.CodeInsufficientStorage},
 		// A log that failed on ENOSPC (an fsync) names the full disk too.
-		{produceOutcome{err: &segstore.FailedError{Err: fmt.Errorf("%w: fsync", segstore.ErrNoSpace)}}, 507, codeInsufficientStorage},
+		{produceOutcome{err: &segstore.FailedError{Err: fmt.Errorf("%w: fsync", segstore.ErrNoSpace)}}, 507, wire.CodeInsufficientStorage},
 	}
 	for _, tc := range tests {
 		e := a.produceError("t", 0, tc.out)
 		if e.status != tc.status || e.Code != tc.code {
 			t.Errorf("%v: %d %s, want %d %s", tc.out.err, e.status, e.Code, tc.status, tc.code)
 		}
-		if tc.code == codeInsufficientStorage && (!e.Retriable || !strings.Contains(e.Message, "disk") || !strings.Contains(e.Message, "full")) {
+		if tc.code == wire.CodeInsufficientStorage && (!e.Retriable || !strings.Contains(e.Message, "disk") || !strings.Contains(e.Message, "full")) {
 			t.Errorf("%v: %+v, want a retriable error naming the full disk", tc.out.err, e)
 		}
 	}
@@ -208,9 +210,9 @@ func TestProduceErrorCodes(t *testing.T) {
 
 func TestAcceptsBatches(t *testing.T) {
 	for accept, want := range map[string]bool{
-		"": true, "*/*": true, contentTypeBatch: true, "application/*": true,
-		"text/html, " + contentTypeBatch + ";q=0.9": true,
-		"application/x-ndjson":                      false, "text/plain": false,
+		"": true, "*/*": true, wire.ContentTypeBatch: true, "application/*": true,
+		"text/html, " + wire.ContentTypeBatch + ";q=0.9": true,
+		"application/x-ndjson":                           false, "text/plain": false,
 	} {
 		if got := acceptsBatches([]byte(accept)); got != want {
 			t.Errorf("Accept %q: %t, want %t", accept, got, want)

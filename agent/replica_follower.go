@@ -7,6 +7,8 @@ import (
 
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // becomeFollower starts following the leader of target's epoch: the
@@ -196,7 +198,7 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 	}
 	if ev.err != nil {
 		var pe *peerError
-		if errors.As(ev.err, &pe) && pe.Code == codeOffsetOutOfRange {
+		if errors.As(ev.err, &pe) && pe.Code == wire.CodeOffsetOutOfRange {
 			if err := r.follower.FetchOutOfRange(pe.LogStartOffset, pe.LogEndOffset); err == nil {
 				return
 			}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/record"
+
+	"github.com/logagent/logagent/wire"
 )
 
 func TestProduceReplicateFetch(t *testing.T) {
@@ -27,16 +29,16 @@ func TestProduceReplicateFetch(t *testing.T) {
 			status int
 			code   string
 		}{
-			{`{"name":"orders"}`, 409, codeTopicExists},
-			{`{"name":"bad/name"}`, 400, codeInvalidTopicName},
-			{`{"name":".."}`, 400, codeInvalidTopicName},
-			{`{"name":"wide","replication_factor":4}`, 400, codeInvalidRequest},
-			{`{"name":"strict","replication_factor":2,"min_insync_replicas":3}`, 400, codeInvalidRequest},
-			{`not json`, 400, codeInvalidRequest},
-			{`{"name":"camel","replicationFactor":1}`, 400, codeInvalidRequest},
-			{`{"name":"huge","partitions":10001}`, 400, codeInvalidRequest},
-			{`{"name":"none","partitions":0}`, 400, codeInvalidRequest},
-			{`{"name":"two"} {"name":"objects"}`, 400, codeInvalidRequest},
+			{`{"name":"orders"}`, 409, wire.CodeTopicExists},
+			{`{"name":"bad/name"}`, 400, wire.CodeInvalidTopicName},
+			{`{"name":".."}`, 400, wire.CodeInvalidTopicName},
+			{`{"name":"wide","replication_factor":4}`, 400, wire.CodeInvalidRequest},
+			{`{"name":"strict","replication_factor":2,"min_insync_replicas":3}`, 400, wire.CodeInvalidRequest},
+			{`not json`, 400, wire.CodeInvalidRequest},
+			{`{"name":"camel","replicationFactor":1}`, 400, wire.CodeInvalidRequest},
+			{`{"name":"huge","partitions":10001}`, 400, wire.CodeInvalidRequest},
+			{`{"name":"none","partitions":0}`, 400, wire.CodeInvalidRequest},
+			{`{"name":"two"} {"name":"objects"}`, 400, wire.CodeInvalidRequest},
 		}
 		for _, tc := range tests {
 			status, body := n1.call("POST", "/v1/topics", "application/json", []byte(tc.body))
@@ -44,10 +46,10 @@ func TestProduceReplicateFetch(t *testing.T) {
 				t.Errorf("%s: %d %s, want %d %s", tc.body, status, body, tc.status, tc.code)
 			}
 		}
-		if status, body := n1.call("GET", "/v1/topics/nope", "", nil); status != 404 || errorCode(t, body).Code != codeUnknownTopic {
+		if status, body := n1.call("GET", "/v1/topics/nope", "", nil); status != 404 || errorCode(t, body).Code != wire.CodeUnknownTopic {
 			t.Errorf("describe unknown: %d %s", status, body)
 		}
-		if status, body := n1.produce("orders", 2, "", contentTypeNDJSON, []byte("x")); status != 404 || errorCode(t, body).Code != codeUnknownPartition {
+		if status, body := n1.produce("orders", 2, "", wire.ContentTypeNDJSON, []byte("x")); status != 404 || errorCode(t, body).Code != wire.CodeUnknownPartition {
 			t.Errorf("produce to partition 2 of 2: %d %s", status, body)
 		}
 	})
@@ -66,12 +68,12 @@ func TestProduceReplicateFetch(t *testing.T) {
 	var b record.Builder
 	_ = b.Add(time.Now().UnixMilli(), []byte("k"), []byte("d"), nil)
 	batch, _ := b.AppendTo(nil)
-	status, body := leader.produce("orders", 0, "acks=1", contentTypeBatch, batch)
+	status, body := leader.produce("orders", 0, "acks=1", wire.ContentTypeBatch, batch)
 	if status != 200 || !strings.Contains(string(body), `"base_offset":3`) {
 		t.Fatalf("acks=1 batch: %d %s", status, body)
 	}
 	// acks=0 answers before the append: no offsets.
-	status, body = leader.produce("orders", 0, "acks=0", contentTypeNDJSON, []byte("e"))
+	status, body = leader.produce("orders", 0, "acks=0", wire.ContentTypeNDJSON, []byte("e"))
 	if status != 200 || strings.Contains(string(body), "base_offset") {
 		t.Fatalf("acks=0: %d %s", status, body)
 	}
@@ -83,7 +85,7 @@ func TestProduceReplicateFetch(t *testing.T) {
 		if ta == leader {
 			continue
 		}
-		status, body := ta.produce("orders", 0, "", contentTypeNDJSON, []byte("f"))
+		status, body := ta.produce("orders", 0, "", wire.ContentTypeNDJSON, []byte("f"))
 		want := fmt.Sprintf(`"base_offset":%d,"last_offset":%d`, next, next)
 		if status != 200 || !strings.Contains(string(body), want) {
 			t.Fatalf("produce through follower %s: %d %s, want %s", ta.nodeID, status, body, want)
@@ -110,11 +112,11 @@ func TestProduceReplicateFetch(t *testing.T) {
 			e := errorCode(t, body)
 			switch q {
 			case "offset=8":
-				if status != 416 || e.Code != codeOffsetOutOfRange || *e.LogStartOffset != 0 || *e.HighWatermark != 7 {
+				if status != 416 || e.Code != wire.CodeOffsetOutOfRange || *e.LogStartOffset != 0 || *e.HighWatermark != 7 {
 					t.Errorf("%s: %d %s", q, status, body)
 				}
 			default:
-				if status != 400 || e.Code != codeInvalidOffset {
+				if status != 400 || e.Code != wire.CodeInvalidOffset {
 					t.Errorf("%s: %d %s", q, status, body)
 				}
 			}
@@ -249,14 +251,14 @@ func TestPeerAPI(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"no token", leader.peer, nil, e, e, other.nodeID, 0, 401, codeUnauthorized},
-		{"wrong token", leader.peer, map[string][]string{"Authorization": {"Bearer nope"}}, e, e, other.nodeID, 0, 401, codeUnauthorized},
-		{"fenced", leader.peer, auth, e - 1, e - 1, other.nodeID, 0, 409, codeFencedLeaderEpoch},
-		{"unknown epoch", leader.peer, auth, e + 1, e, other.nodeID, 0, 412, codeUnknownLeaderEpoch},
-		{"stranger", leader.peer, auth, e, e, "n9", 0, 403, codeNotReplica},
-		{"beyond the log", leader.peer, auth, e, -1, other.nodeID, 100, 416, codeOffsetOutOfRange},
+		{"no token", leader.peer, nil, e, e, other.nodeID, 0, 401, wire.CodeUnauthorized},
+		{"wrong token", leader.peer, map[string][]string{"Authorization": {"Bearer nope"}}, e, e, other.nodeID, 0, 401, wire.CodeUnauthorized},
+		{"fenced", leader.peer, auth, e - 1, e - 1, other.nodeID, 0, 409, wire.CodeFencedLeaderEpoch},
+		{"unknown epoch", leader.peer, auth, e + 1, e, other.nodeID, 0, 412, wire.CodeUnknownLeaderEpoch},
+		{"stranger", leader.peer, auth, e, e, "n9", 0, 403, wire.CodeNotReplica},
+		{"beyond the log", leader.peer, auth, e, -1, other.nodeID, 100, 416, wire.CodeOffsetOutOfRange},
 		{"beyond the epoch", leader.peer, auth, e, e, other.nodeID, 100, 200, ""},
-		{"not the leader", other.peer, auth, e, e, leader.nodeID, 0, 409, codeNotLeader},
+		{"not the leader", other.peer, auth, e, e, leader.nodeID, 0, 409, wire.CodeNotLeader},
 		{"valid", leader.peer, auth, e, e, other.nodeID, 1, 200, ""},
 	}
 	for _, tc := range tests {
@@ -414,8 +416,8 @@ func TestDataLossReplicaRefetchesBeforeLeading(t *testing.T) {
 	if p := damaged.describe("fragile").Partitions[0]; p.Leader != "" || p.Role == "leader" {
 		t.Fatalf("a replica that lost data leads: %+v", p)
 	}
-	status, body := damaged.produce("fragile", 0, "", contentTypeNDJSON, []byte("x"))
-	if status != 503 || errorCode(t, body).Code != codeLeaderNotAvailable {
+	status, body := damaged.produce("fragile", 0, "", wire.ContentTypeNDJSON, []byte("x"))
+	if status != 503 || errorCode(t, body).Code != wire.CodeLeaderNotAvailable {
 		t.Fatalf("produce with no leader: %d %s", status, body)
 	}
 
@@ -462,8 +464,8 @@ func TestPendingAcksFail(t *testing.T) {
 	// The stalled follower stays in the ISR for lag_time_max: the high
 	// watermark cannot pass a new write meanwhile.
 	start := time.Now()
-	status, body := leader.produce("stuck", 0, "acks=all&timeout=300ms", contentTypeNDJSON, []byte("times out"))
-	if status != 504 || errorCode(t, body).Code != codeAckTimeout || time.Since(start) > 1500*time.Millisecond {
+	status, body := leader.produce("stuck", 0, "acks=all&timeout=300ms", wire.ContentTypeNDJSON, []byte("times out"))
+	if status != 504 || errorCode(t, body).Code != wire.CodeAckTimeout || time.Since(start) > 1500*time.Millisecond {
 		t.Fatalf("acks=all with a stopped follower in the ISR: %d %s after %s", status, body, time.Since(start))
 	}
 
@@ -473,7 +475,7 @@ func TestPendingAcksFail(t *testing.T) {
 		at     time.Time
 	}, 1)
 	go func() {
-		status, body := c.callAddr(leader.client, "POST", "/v1/topics/stuck/records?partition=0&acks=all&timeout=20s", contentTypeNDJSON, []byte("pending"), nil)
+		status, body := c.callAddr(leader.client, "POST", "/v1/topics/stuck/records?partition=0&acks=all&timeout=20s", wire.ContentTypeNDJSON, []byte("pending"), nil)
 		answered <- struct {
 			status int
 			body   []byte
@@ -486,7 +488,7 @@ func TestPendingAcksFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := <-answered
-	if e := errorCode(t, a.body); a.status != 503 || e.Code != codeNotLeaderAfterAppend || a.at.Sub(stopped) > 5*time.Second {
+	if e := errorCode(t, a.body); a.status != 503 || e.Code != wire.CodeNotLeaderAfterAppend || a.at.Sub(stopped) > 5*time.Second {
 		t.Fatalf("pending acks=all when the leader stopped: %d %s after %s", a.status, a.body, a.at.Sub(stopped))
 	}
 }
@@ -506,14 +508,14 @@ func TestManyPartitions(t *testing.T) {
 	for p := range partitions {
 		var led *testAgent
 		c.waitFor(20*time.Second, fmt.Sprintf("a leader of %s/%d", topic, p), func() bool {
-			status, body := c.agents[0].produce(topic, p, "", contentTypeNDJSON, []byte("r"+strconv.Itoa(p)))
+			status, body := c.agents[0].produce(topic, p, "", wire.ContentTypeNDJSON, []byte("r"+strconv.Itoa(p)))
 			switch {
 			case status == 200:
 				led = c.agents[0]
 				return true
 			case status == 409:
 				if next := byClient[errorCode(t, body).LeaderAddress]; next != nil {
-					if status, _ := next.produce(topic, p, "", contentTypeNDJSON, []byte("r"+strconv.Itoa(p))); status == 200 {
+					if status, _ := next.produce(topic, p, "", wire.ContentTypeNDJSON, []byte("r"+strconv.Itoa(p))); status == 200 {
 						led = next
 						return true
 					}

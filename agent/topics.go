@@ -16,6 +16,8 @@ import (
 
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // defaultUncleanDelay is how long a partition must have been without a
@@ -81,11 +83,11 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		if err == nil {
 			err = errors.New("data after the topic object")
 		}
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "body is not a topic: "+err.Error(), false)
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic: "+err.Error(), false)
 		return
 	}
 	if p := req.Partitions; p != nil && (*p < 1 || *p > config.MaxTopicPartitions) {
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest,
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 			fmt.Sprintf("partitions %d is outside 1 to %d", *p, config.MaxTopicPartitions), false)
 		return
 	}
@@ -97,7 +99,7 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	agents, err := a.coord.Agents(callCtx)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 		return
 	}
 	tc := a.topicConfig(req, len(agents))
@@ -116,13 +118,13 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 	}
 	switch {
 	case errors.Is(err, election.ErrTopicExists):
-		writeError(ctx, fasthttp.StatusConflict, codeTopicExists, "topic "+req.Name+" exists", false)
+		writeError(ctx, fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
 		return
 	case errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, err.Error(), false)
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	case err != nil:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "cannot create topic: "+err.Error(), true)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot create topic: "+err.Error(), true)
 		return
 	}
 	desc := topicDescription{Name: tc.Name, Config: describeConfig(tc)}
@@ -213,7 +215,7 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if tm.Err != nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, tm.Err.Error(), true)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, tm.Err.Error(), true)
 		return
 	}
 	desc := topicDescription{Name: name, Config: describeConfig(tm.Config)}
@@ -256,7 +258,7 @@ func (a *Agent) serving(ctx *fasthttp.RequestCtx) bool {
 	if a.state.Load() == stateServing {
 		return true
 	}
-	writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "agent is not serving", true)
+	writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
 	return false
 }
 
@@ -273,7 +275,7 @@ func (a *Agent) partitionParams(ctx *fasthttp.RequestCtx) (string, int, error) {
 	}
 	p, err := strconv.Atoi(pathParam(ctx, "partition"))
 	if err != nil || p < 0 || p >= len(tm.Partitions) {
-		return "", 0, newAPIError(fasthttp.StatusNotFound, codeUnknownPartition,
+		return "", 0, newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition,
 			fmt.Sprintf("topic %s has partitions 0 to %d, not %q", topic, len(tm.Partitions)-1, pathParam(ctx, "partition")), false)
 	}
 	return topic, p, nil
@@ -302,7 +304,7 @@ func (a *Agent) lookupTopic(name string) (*election.TopicMeta, bool) {
 }
 
 func unknownTopic(name string) *apiError {
-	return newAPIError(fasthttp.StatusNotFound, codeUnknownTopic, "no topic "+strconv.Quote(name), false)
+	return newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownTopic, "no topic "+strconv.Quote(name), false)
 }
 
 func partitionName(topic string, partition int) string {
@@ -315,12 +317,12 @@ func partitionName(topic string, partition int) string {
 func (a *Agent) notLeaderError(topic string, partition int, message string) *apiError {
 	pm, ok := a.coord.Metadata().Partition(topic, partition)
 	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" {
-		return newAPIError(fasthttp.StatusServiceUnavailable, codeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true)
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true)
 	}
 	if f, ok := a.replicas.offline(topic, partition); ok {
 		message = offlineMessage(topic, partition, f)
 	}
-	e := newAPIError(fasthttp.StatusConflict, codeNotLeader, message, true)
+	e := newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, message, true)
 	e.Leader = pm.State.Leader
 	if info, ok := a.agents.lookup(pm.State.Leader); ok {
 		e.LeaderAddress = info.ClientAddr
@@ -351,7 +353,7 @@ func intParam(args *fasthttp.Args, name string, def, lo, hi int64) (int64, error
 	}
 	n, err := strconv.ParseInt(string(v), 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest,
+		return 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 			fmt.Sprintf("%s=%q must be an integer in [%d, %d]", name, v, lo, hi), false)
 	}
 	return n, nil
@@ -366,7 +368,7 @@ func durationParam(args *fasthttp.Args, name string, def, most time.Duration) (t
 	}
 	d, err := time.ParseDuration(string(v))
 	if err != nil || d < 0 || d > most {
-		return 0, newAPIError(fasthttp.StatusBadRequest, codeInvalidRequest,
+		return 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 			fmt.Sprintf("%s=%q must be a duration between 0s and %s", name, v, most), false)
 	}
 	return d, nil
@@ -398,7 +400,7 @@ func (a *Agent) handleDeleteTopic(ctx *fasthttp.RequestCtx) {
 	case errors.Is(err, election.ErrInvalidTopic):
 		writeAPIError(ctx, invalidTopicName(name))
 	default:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeServiceUnavailable, "delete topic: "+err.Error(), true)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
 	}
 }
 
@@ -429,7 +431,7 @@ func (a *Agent) topicParam(ctx *fasthttp.RequestCtx) (string, bool) {
 }
 
 func invalidTopicName(name string) *apiError {
-	return newAPIError(fasthttp.StatusBadRequest, codeInvalidTopicName,
+	return newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidTopicName,
 		fmt.Sprintf("topic name %q must be 1 to 249 of [a-zA-Z0-9._-], and not . or ..", name), false)
 }
 

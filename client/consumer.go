@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/wire"
 )
 
 // Offsets that a Consumer can start from besides a number.
@@ -25,8 +26,8 @@ const (
 
 // Headers of a fetch answer (docs/design.md §8).
 const (
-	HighWatermarkHeader  = "Logagent-High-Watermark"
-	LogStartOffsetHeader = "Logagent-Log-Start-Offset"
+	HighWatermarkHeader  = wire.HeaderHighWatermark
+	LogStartOffsetHeader = wire.HeaderLogStartOffset
 )
 
 // Record is a record read from a partition. Its slices belong to the caller.

@@ -10,30 +10,32 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // Error codes of the client API (docs/design.md §8) that a caller may want to test
 // for. The agent may send others; Error.Code carries whatever it sent.
 const (
-	CodeInvalidRequest               = "invalid_request"
-	CodeInvalidTopicName             = "invalid_topic_name"
-	CodeInvalidOffset                = "invalid_offset"
-	CodeCorruptBatch                 = "corrupt_batch"
-	CodeUnknownTopic                 = "unknown_topic"
-	CodeUnknownPartition             = "unknown_partition"
-	CodeTopicExists                  = "topic_exists"
-	CodeRecordTooLarge               = "record_too_large"
-	CodeRequestTooLarge              = "request_too_large"
-	CodeOffsetOutOfRange             = "offset_out_of_range"
-	CodeNotLeader                    = "not_leader"
-	CodeFencedLeaderEpoch            = "fenced_leader_epoch"
-	CodeLeaderNotAvailable           = "leader_not_available"
-	CodeNotEnoughReplicas            = "not_enough_replicas"
-	CodeNotEnoughReplicasAfterAppend = "not_enough_replicas_after_append"
-	CodeNotLeaderAfterAppend         = "not_leader_after_append"
-	CodeAckTimeout                   = "ack_timeout"
-	CodeServiceUnavailable           = "service_unavailable"
-	CodeInsufficientStorage          = "insufficient_storage"
+	CodeInvalidRequest               = wire.CodeInvalidRequest
+	CodeInvalidTopicName             = wire.CodeInvalidTopicName
+	CodeInvalidOffset                = wire.CodeInvalidOffset
+	CodeCorruptBatch                 = wire.CodeCorruptBatch
+	CodeUnknownTopic                 = wire.CodeUnknownTopic
+	CodeUnknownPartition             = wire.CodeUnknownPartition
+	CodeTopicExists                  = wire.CodeTopicExists
+	CodeRecordTooLarge               = wire.CodeRecordTooLarge
+	CodeRequestTooLarge              = wire.CodeRequestTooLarge
+	CodeOffsetOutOfRange             = wire.CodeOffsetOutOfRange
+	CodeNotLeader                    = wire.CodeNotLeader
+	CodeFencedLeaderEpoch            = wire.CodeFencedLeaderEpoch
+	CodeLeaderNotAvailable           = wire.CodeLeaderNotAvailable
+	CodeNotEnoughReplicas            = wire.CodeNotEnoughReplicas
+	CodeNotEnoughReplicasAfterAppend = wire.CodeNotEnoughReplicasAfterAppend
+	CodeNotLeaderAfterAppend         = wire.CodeNotLeaderAfterAppend
+	CodeAckTimeout                   = wire.CodeAckTimeout
+	CodeServiceUnavailable           = wire.CodeServiceUnavailable
+	CodeInsufficientStorage          = wire.CodeInsufficientStorage
 )
 
 // Sentinels matched (errors.Is) by an *Error with the corresponding code.

@@ -16,11 +16,12 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/wire"
 )
 
 // BatchContentType is the media type of one binary batch (docs/design.md §4) in a
 // produce request, and of back-to-back batches in a fetch answer.
-const BatchContentType = "application/vnd.logagent.batch"
+const BatchContentType = wire.ContentTypeBatch
 
 // ErrInvalidOption is returned for an option or argument out of its range.
 var ErrInvalidOption = errors.New("client: invalid option")

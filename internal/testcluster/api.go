@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // APIError is an error answer of the client API.
@@ -74,8 +76,8 @@ type Fetched struct {
 
 // Content types of produce bodies.
 const (
-	ContentTypeBatch  = "application/vnd.logagent.batch"
-	ContentTypeNDJSON = "application/x-ndjson"
+	ContentTypeBatch  = wire.ContentTypeBatch
+	ContentTypeNDJSON = wire.ContentTypeNDJSON
 )
 
 func (a *Agent) url(path string, query url.Values) string {
@@ -181,10 +183,10 @@ func (a *Agent) Fetch(topic string, partition int, offset int64, maxBytes int, w
 		return Fetched{}, decodeAPIError(resp.StatusCode, b)
 	}
 	f := Fetched{Batches: b}
-	if f.HighWatermark, err = strconv.ParseInt(resp.Header.Get("Logagent-High-Watermark"), 10, 64); err != nil {
+	if f.HighWatermark, err = strconv.ParseInt(resp.Header.Get(wire.HeaderHighWatermark), 10, 64); err != nil {
 		return Fetched{}, fmt.Errorf("testcluster: high watermark header: %w", err)
 	}
-	if f.LogStartOffset, err = strconv.ParseInt(resp.Header.Get("Logagent-Log-Start-Offset"), 10, 64); err != nil {
+	if f.LogStartOffset, err = strconv.ParseInt(resp.Header.Get(wire.HeaderLogStartOffset), 10, 64); err != nil {
 		return Fetched{}, fmt.Errorf("testcluster: log start offset header: %w", err)
 	}
 	return f, nil

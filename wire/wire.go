@@ -1,0 +1,82 @@
+package wire
+
+// Error codes of the HTTP APIs (docs/design.md §8). Every error response is JSON:
+//
+//	{"error":{"code":"not_enough_replicas","message":"...","retriable":true}}
+//
+// Some codes add fields to the error object: not_leader names the leader
+// ("leader", "leader_address"), offset_out_of_range the bounds
+// ("log_start_offset", "high_watermark" or "log_end_offset").
+const (
+	CodeInvalidRequest     = "invalid_request"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeServiceUnavailable = "service_unavailable"
+	CodeInternal           = "internal"
+
+	CodeInvalidTopicName = "invalid_topic_name"
+	CodeInvalidOffset    = "invalid_offset"
+	CodeCorruptBatch     = "corrupt_batch"
+	CodeUnknownTopic     = "unknown_topic"
+	CodeUnknownPartition = "unknown_partition"
+	CodeTopicExists      = "topic_exists"
+	CodeRecordTooLarge   = "record_too_large"
+	CodeRequestTooLarge  = "request_too_large"
+	CodeOffsetOutOfRange = "offset_out_of_range"
+	CodeNotAcceptable    = "not_acceptable"
+	CodeUnsupportedType  = "unsupported_media_type"
+
+	CodeNotLeader                    = "not_leader"
+	CodeLeaderNotAvailable           = "leader_not_available"
+	CodeNotEnoughReplicas            = "not_enough_replicas"
+	CodeNotEnoughReplicasAfterAppend = "not_enough_replicas_after_append"
+	CodeNotLeaderAfterAppend         = "not_leader_after_append"
+	CodeAckTimeout                   = "ack_timeout"
+	CodeStorageError                 = "storage_error"
+	CodeInsufficientStorage          = "insufficient_storage"
+
+	// Idempotent producers (docs/api.md, "Exactly-once appends").
+	CodeOutOfOrderSequence   = "out_of_order_sequence"
+	CodeInvalidProducerEpoch = "invalid_producer_epoch"
+	CodeUnknownProducerID    = "unknown_producer_id"
+
+	// Peer API only.
+	CodeUnauthorized       = "unauthorized"
+	CodeFencedLeaderEpoch  = "fenced_leader_epoch"
+	CodeUnknownLeaderEpoch = "unknown_leader_epoch"
+	CodeNotReplica         = "not_replica"
+)
+
+// Header names.
+const (
+	// Fetch answers, client and peer API.
+	HeaderHighWatermark  = "Logagent-High-Watermark"
+	HeaderLogStartOffset = "Logagent-Log-Start-Offset"
+
+	// Produce requests of an idempotent producer: the producer id and epoch
+	// POST /v1/producers answered, and the sequence of the request's first
+	// record within that producer and partition.
+	HeaderProducerID    = "Logagent-Producer-Id"
+	HeaderProducerEpoch = "Logagent-Producer-Epoch"
+	HeaderSequence      = "Logagent-Sequence"
+
+	// Peer API only.
+	HeaderLeaderEpoch        = "Logagent-Leader-Epoch"
+	HeaderEpochStartOffset   = "Logagent-Epoch-Start-Offset"
+	HeaderLogEndOffset       = "Logagent-Log-End-Offset"
+	HeaderDivergingEpoch     = "Logagent-Diverging-Epoch"
+	HeaderDivergingEndOffset = "Logagent-Diverging-End-Offset"
+	// HeaderProxied marks a fetch one agent proxies to another, so the
+	// receiver serves it or refuses it but never proxies it again.
+	HeaderProxied = "Logagent-Proxied"
+)
+
+// Content types.
+const (
+	// ContentTypeBatch is one binary batch (docs/design.md §4) in a produce
+	// request, and back-to-back batches in a fetch answer.
+	ContentTypeBatch       = "application/vnd.logagent.batch"
+	ContentTypeJSON        = "application/json"
+	ContentTypeNDJSON      = "application/x-ndjson"
+	ContentTypeOctetStream = "application/octet-stream"
+)
