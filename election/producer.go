@@ -253,3 +253,13 @@ func decodeProducerEpoch(pair *api.KVPair) (int16, error) {
 	}
 	return int16(epoch), nil
 }
+
+// AllocateProducerID is ProducerIDs.Allocate of the client's allocator.
+func (c *Client) AllocateProducerID(ctx context.Context) (int64, int16, error) {
+	return c.producerIDs.Allocate(ctx)
+}
+
+// BumpProducerEpoch is ProducerIDs.Bump of the client's allocator.
+func (c *Client) BumpProducerEpoch(ctx context.Context, id int64) (int64, int16, error) {
+	return c.producerIDs.Bump(ctx, id)
+}
