@@ -110,7 +110,8 @@ type Agent struct {
 	fetchProxy *peerClients
 	// coalesce combines concurrent produces; nil when producer.linger is 0.
 	coalesce *coalescer
-	// lanes are the producer ids of this sidecar's own idempotent sends.
+	// lanes are the producer ids of this sidecar's own idempotent sends;
+	// nil without producer.sidecar_idempotence.
 	lanes *lanes
 	// fs does the partitions' file I/O: the operating system's files, or in
 	// tests segstore's FaultFS.
@@ -133,7 +134,9 @@ func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 				return a.produceBatch(key.topic, key.partition, batch, count, key.acks, deadline)
 			})
 	}
-	a.lanes = newLanes(func(ctx context.Context) (int64, int16, error) { return coord.AllocateProducerID(ctx) })
+	if cfg.Producer.SidecarIdempotence {
+		a.lanes = newLanes(func(ctx context.Context) (int64, int16, error) { return coord.AllocateProducerID(ctx) })
+	}
 	a.agents = newDirectory(func(ctx context.Context) ([]election.AgentInfo, error) {
 		return a.coord.Agents(ctx)
 	}, log.Named("agents"), a.now)

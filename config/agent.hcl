@@ -133,6 +133,12 @@ producer {
   # producer.id.expiration.ms). A producer silent for longer starts over:
   # its resend of something older would be appended again.
   id_expiration = "168h"
+  # Plain acks=all requests leave the sidecar with one of its own producer
+  # ids, so that one whose outcome is unknown (a dropped connection to the
+  # leader, a leader that stepped down after appending it) is sent again
+  # within its timeout and written once. false sends them as they are: a
+  # write whose outcome is unknown is answered 504/503 and not resent.
+  sidecar_idempotence = true
 }
 
 limits {

@@ -95,6 +95,9 @@ type Producer struct {
 	Linger        time.Duration
 	MaxBatchBytes int64
 	IDExpiration  time.Duration
+	// SidecarIdempotence sends plain acks=all requests with the sidecar's
+	// own producer ids, so that one whose outcome is unknown is resent.
+	SidecarIdempotence bool
 }
 
 // Limits bound what a client may send.

@@ -39,9 +39,10 @@ replication {
 }
 
 producer {
-  linger          = "1ms"
-  max_batch_bytes = "1MiB"
-  id_expiration   = "168h"
+  linger              = "1ms"
+  max_batch_bytes     = "1MiB"
+  id_expiration       = "168h"
+  sidecar_idempotence = true
 }
 
 limits {

@@ -72,6 +72,8 @@ type fileProducer struct {
 	Linger        *string `hcl:"linger,optional"`
 	MaxBatchBytes *string `hcl:"max_batch_bytes,optional"`
 	IDExpiration  *string `hcl:"id_expiration,optional"`
+	// SidecarIdempotence is a pointer so that its default can be true.
+	SidecarIdempotence *bool `hcl:"sidecar_idempotence,optional"`
 }
 
 type fileLimits struct {
