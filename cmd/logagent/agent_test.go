@@ -165,7 +165,7 @@ func TestDataDirOfAnotherNodeIsRefused(t *testing.T) {
 	if err := os.MkdirAll(s.dataDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(s.dataDir, "meta.json"), []byte(`{"node_id":"n9","format":1}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.dataDir, "meta.json"), []byte(`{"node_id":"n9","format":2}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := s.start(t)
