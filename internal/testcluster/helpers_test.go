@@ -40,6 +40,18 @@ func createReplicatedTopic(t testing.TB, c *Cluster, topic string) (*Agent, int3
 	return leader, epoch
 }
 
+// otherAgent is the first agent of c that is not a.
+func otherAgent(t testing.TB, c *Cluster, a *Agent) *Agent {
+	t.Helper()
+	for _, o := range c.Agents {
+		if o != a {
+			return o
+		}
+	}
+	t.Fatal("testcluster: one agent only")
+	return nil
+}
+
 // buildBatch encodes values as one batch.
 func buildBatch(t testing.TB, values [][]byte) []byte {
 	t.Helper()

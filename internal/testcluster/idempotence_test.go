@@ -66,13 +66,7 @@ func TestIdempotentProducer(t *testing.T) {
 	c := Start(t, Options{})
 	const topic = "idem"
 	leader, _ := createReplicatedTopic(t, c, topic)
-	var sidecar *Agent
-	for _, a := range c.Agents {
-		if a != leader {
-			sidecar = a
-			break
-		}
-	}
+	sidecar := otherAgent(t, c, leader)
 	p, err := sidecar.InitProducer(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -234,13 +228,7 @@ func TestSidecarResendsStalledForward(t *testing.T) {
 	c := Start(t, Options{Proxies: true})
 	const topic = "stall"
 	leader, _ := createReplicatedTopic(t, c, topic)
-	var sidecar *Agent
-	for _, a := range c.Agents {
-		if a != leader {
-			sidecar = a
-			break
-		}
-	}
+	sidecar := otherAgent(t, c, leader)
 	if _, err := sidecar.Produce(topic, 0, ContentTypeNDJSON, []byte("warm-up\n"), "all", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

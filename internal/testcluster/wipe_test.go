@@ -30,13 +30,7 @@ func TestWipedReplicaDoesNotEraseCommittedData(t *testing.T) {
 		}
 		acked = append(acked, values...)
 	}
-	var wiped *Agent
-	for _, a := range c.Agents {
-		if a != leader {
-			wiped = a
-			break
-		}
-	}
+	wiped := otherAgent(t, c, leader)
 	for _, a := range c.Agents {
 		a.Kill()
 	}
