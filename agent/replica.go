@@ -340,9 +340,9 @@ func (r *replica) run() {
 			}
 		case <-checkpoint.C:
 			r.checkpoint()
-			r.maintainProducers()
 		case <-retention.C:
 			r.applyRetention()
+			r.maintainProducers()
 		case <-r.wakeTimer.C:
 			r.wakeAt = time.Time{}
 		}
