@@ -65,6 +65,9 @@ type Produced struct {
 	LastOffset *int64 `json:"last_offset"`
 	Count      int    `json:"count"`
 	Epoch      *int32 `json:"epoch"`
+	// Duplicate says an idempotent resend was answered with the first
+	// copy's offsets.
+	Duplicate bool `json:"duplicate"`
 }
 
 // Fetched is a fetch answer: raw batches and the replica's positions.
@@ -98,7 +101,13 @@ func (a *Agent) do(method, u, contentType string, body []byte, out any) error {
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := a.c.http.Do(req)
+	return send(a.c.http, req, out)
+}
+
+// send sends req with client and decodes a JSON answer into out, or
+// returns the API error.
+func send(client *http.Client, req *http.Request, out any) error {
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -114,7 +123,7 @@ func (a *Agent) do(method, u, contentType string, body []byte, out any) error {
 		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("testcluster: %s %s: %w: %s", method, u, err, b)
+		return fmt.Errorf("testcluster: %s %s: %w: %s", req.Method, req.URL, err, b)
 	}
 	return nil
 }
