@@ -464,14 +464,15 @@ func (RandomCut) Heal(e *Env, _ Injected) {
 
 // LoseAnswers is scenario (j), for producers that retry until acknowledged
 // (RetryPlain, RetryIdempotent): answers lost after the append, where a
-// resend is what duplicates a write. Each cycle, in a seeded random order
-// a second or less apart, it cuts the client links into one agent's client
-// API (Agent.ClientProxy: the link of the producers whose sidecar it is),
-// cuts the peer link from another agent, as a sidecar forwarding to a
-// partition's leader, to that leader, and kills the leader with -9. The
-// cuts stall answers (or, a third of the time, both ways, mid-request) for
-// longer than a producer waits, so requests already sent are appended but
-// their answers lost. Needs Scenario.Proxies.
+// resend is what duplicates a write. Each cycle, in a seeded random order a
+// second or less apart, it cuts the client links into an agent's client API
+// (Agent.ClientProxy: the link of the producers whose sidecar it is), cuts
+// the peer link from an agent, as a sidecar forwarding to a partition's
+// leader, to that leader, and kills the leader with -9. Neither cut agent
+// is the leader (they may be one agent). The cuts stall answers (or, a
+// third of the time, both ways, mid-request) for longer than a producer
+// waits, so requests already sent are appended but their answers lost.
+// Needs Scenario.Proxies.
 type LoseAnswers struct{}
 
 func (LoseAnswers) Name() string { return "lose-answers" }
@@ -480,7 +481,8 @@ func (LoseAnswers) Inject(e *Env) Injected {
 	p := e.Rng.IntN(e.Partitions)
 	leader, epoch := e.mustLeader(p)
 	agents := e.Cluster.Agents
-	client := agents[e.Rng.IntN(len(agents))]
+	// Both other than the leader: a dead agent's links lose nothing more.
+	client := agents[(indexOf(agents, leader)+1+e.Rng.IntN(len(agents)-1))%len(agents)]
 	sidecar := agents[(indexOf(agents, leader)+1+e.Rng.IntN(len(agents)-1))%len(agents)]
 	actions := []func() string{
 		func() string {
