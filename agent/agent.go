@@ -17,6 +17,7 @@ import (
 
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
@@ -62,6 +63,12 @@ type Coordinator interface {
 	// Liveness is the latest word of Consul on which agents are dead (the
 	// watch starts on first use): leaders drop dead replicas from the ISR.
 	Liveness() *election.Liveness
+	// AllocateProducerID reserves a new idempotent-producer id, unique in
+	// the cluster, at epoch 0.
+	AllocateProducerID(ctx context.Context) (int64, int16, error)
+	// BumpProducerEpoch hands out the next epoch of an allocated id, or a
+	// new id at epoch 0 once the epochs ran out.
+	BumpProducerEpoch(ctx context.Context, id int64) (int64, int16, error)
 	// Close hands every leadership over at once, destroys the session and
 	// deregisters: the graceful stop.
 	Close(ctx context.Context) error
@@ -103,6 +110,8 @@ type Agent struct {
 	fetchProxy *peerClients
 	// coalesce combines concurrent produces; nil when producer.linger is 0.
 	coalesce *coalescer
+	// lanes are the producer ids of this sidecar's own idempotent sends.
+	lanes *lanes
 	// fs does the partitions' file I/O: the operating system's files, or in
 	// tests segstore's FaultFS.
 	fs segstore.FS
@@ -124,6 +133,7 @@ func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 				return a.produceBatch(key.topic, key.partition, batch, count, key.acks, deadline)
 			})
 	}
+	a.lanes = newLanes(func(ctx context.Context) (int64, int16, error) { return coord.AllocateProducerID(ctx) })
 	a.agents = newDirectory(func(ctx context.Context) ([]election.AgentInfo, error) {
 		return a.coord.Agents(ctx)
 	}, log.Named("agents"), a.now)
@@ -170,15 +180,16 @@ func readPeerToken(path string) ([]byte, error) {
 
 func (a *Agent) replicaDeps(dataDir string) *replicaDeps {
 	return &replicaDeps{
-		self:       a.cfg.NodeID,
-		cfg:        a.cfg,
-		coord:      a.coord,
-		peers:      newPeerClients(string(a.peerToken), fetchBodyLimit(a.cfg)),
-		agents:     a.agents,
-		log:        a.log,
-		now:        a.now,
-		fs:         a.fs,
-		durability: durability(a.cfg.Storage.Durability),
+		self:            a.cfg.NodeID,
+		cfg:             a.cfg,
+		coord:           a.coord,
+		peers:           newPeerClients(string(a.peerToken), fetchBodyLimit(a.cfg)),
+		agents:          a.agents,
+		log:             a.log,
+		now:             a.now,
+		fs:              a.fs,
+		durability:      durability(a.cfg.Storage.Durability),
+		producerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
 		logOptions: segstore.Options{
 			SegmentBytes:       a.cfg.Storage.SegmentBytes,
 			SegmentAge:         a.cfg.Storage.SegmentAge,
@@ -370,6 +381,7 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodDelete, "/v1/topics/{topic}", a.handleDeleteTopic)
 	rt.add(fasthttp.MethodGet, "/v1/status", a.handleStatus)
 	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", a.handleProduce)
+	rt.add(fasthttp.MethodPost, "/v1/producers", a.handleInitProducer)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
 	if a.cfg.Client.Pprof {
 		rt.add(fasthttp.MethodGet, "/debug/pprof", pprofhandler.PprofHandler)

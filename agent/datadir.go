@@ -18,7 +18,7 @@ import (
 // subdirectories and belong to segstore.
 //
 //	<data_dir>/
-//	  meta.json        {"node_id": "n1", "format": 1}: written once, checked at every start
+//	  meta.json        {"node_id": "n1", "format": 2}: written once, checked at every start
 //	  .lock            flock(2)ed while an agent uses the directory; holds its PID for messages
 //	  clean_shutdown   written last on a clean stop, removed at start
 //	  boot_id          the kernel boot id (/proc/sys/kernel/random/boot_id) the agent last started under
@@ -33,7 +33,9 @@ const (
 	lockFileName          = ".lock"
 	cleanShutdownFileName = "clean_shutdown"
 	bootIDFileName        = "boot_id"
-	dataDirFormat         = 1
+	// dataDirFormat 2 stores Kafka's RecordBatch v2 (magic 2) and
+	// producer snapshots; format 1 (magic 1 batches) is not read.
+	dataDirFormat = 2
 )
 
 // bootIDPath is where Linux publishes the current boot's id.
@@ -42,6 +44,10 @@ const bootIDPath = "/proc/sys/kernel/random/boot_id"
 // ErrDataDirLocked is returned when another process holds the data
 // directory's lock.
 var ErrDataDirLocked = errors.New("agent: data directory is locked by another agent")
+
+// ErrOlderFormat is returned for a data directory written by an older
+// logagent, whose batches this one does not read.
+var ErrOlderFormat = errors.New("agent: data directory written by an older format")
 
 // ErrNodeMismatch is returned when the data directory belongs to another
 // node_id: using it would mix two nodes' replicas.
@@ -118,8 +124,12 @@ func (d *DataDir) init(nodeID string) error {
 		if err := json.Unmarshal(b, &m); err != nil {
 			return fmt.Errorf("agent: %s is not valid: %w", metaPath, err)
 		}
+		if m.Format < dataDirFormat {
+			return fmt.Errorf("%w: %s says format %d, this agent reads format %d only; move the directory away (its partitions are fetched again from the other replicas) or run the build that wrote it",
+				ErrOlderFormat, metaPath, m.Format, dataDirFormat)
+		}
 		if m.Format != dataDirFormat {
-			return fmt.Errorf("agent: %s has format %d, this agent reads format %d", metaPath, m.Format, dataDirFormat)
+			return fmt.Errorf("agent: %s has format %d, written by a newer logagent; this agent reads format %d", metaPath, m.Format, dataDirFormat)
 		}
 		if m.NodeID != nodeID {
 			return fmt.Errorf("%w: %s is node %q's and this agent is %q; point data_dir elsewhere or fix node_id", ErrNodeMismatch, d.Path, m.NodeID, nodeID)

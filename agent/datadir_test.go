@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/logagent/logagent/segstore"
@@ -80,6 +84,46 @@ func TestDataDirLostPageCache(t *testing.T) {
 			if b, _ := os.ReadFile(boot); string(b) != string(current) {
 				t.Fatalf("boot_id %q after RecordBoot, want the current %q", b, current)
 			}
+		})
+	}
+}
+
+// TestDataDirFormat: a data directory written by the build before Kafka's
+// batch format (format 1, magic 1 batches) is refused at start, saying so,
+// and so is one from a newer build; the current format opens.
+func TestDataDirFormat(t *testing.T) {
+	tests := []struct {
+		format    int
+		olderErr  bool
+		wantError string
+	}{
+		{format: 1, olderErr: true, wantError: "format 1"},
+		{format: dataDirFormat + 1, wantError: "newer logagent"},
+		{format: dataDirFormat},
+	}
+	for _, tc := range tests {
+		t.Run(strconv.Itoa(tc.format), func(t *testing.T) {
+			dir := t.TempDir()
+			meta := fmt.Sprintf(`{"node_id":"n1","format":%d}`+"\n", tc.format)
+			if err := os.WriteFile(filepath.Join(dir, metaFileName), []byte(meta), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			d, err := OpenDataDir(dir, "n1")
+			if tc.wantError == "" {
+				if err != nil {
+					t.Fatalf("format %d refused: %v", tc.format, err)
+				}
+				d.Close()
+				return
+			}
+			if err == nil {
+				d.Close()
+				t.Fatalf("format %d opened", tc.format)
+			}
+			if errors.Is(err, ErrOlderFormat) != tc.olderErr || !strings.Contains(err.Error(), tc.wantError) {
+				t.Fatalf("format %d: error %q (older format: %v), want one containing %q (older format: %v)", tc.format, err, errors.Is(err, ErrOlderFormat), tc.wantError, tc.olderErr)
+			}
+			t.Logf("format %d: %v", tc.format, err)
 		})
 	}
 }

@@ -51,45 +51,6 @@ const (
 // one that never reached it: retrying cannot duplicate the write.
 var errForwardRefused = errors.New("agent: forward refused before append")
 
-// produceBatch appends a batch locally when this agent leads the
-// partition, else forwards it to the leader, retrying refusals that
-// appended nothing until the deadline: the leadership may move here, or
-// elsewhere, meanwhile.
-func (a *Agent) produceBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *apiError) {
-	for {
-		if r := a.replicas.get(topic, partition); r != nil && r.currentView().role == roleLeader {
-			return a.appendLocal(r, topic, partition, batch, count, acks, anyEpoch, deadline.Sub(a.now()))
-		}
-		snap := a.coord.Metadata()
-		resp, err := a.forwardOnce(snap, topic, partition, batch, acks, deadline)
-		if err == nil {
-			return resp, nil
-		}
-		var e *apiError
-		if !errors.As(err, &e) {
-			e = newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
-		}
-		if !errors.Is(err, errForwardRefused) {
-			return produceResponse{}, e
-		}
-		remaining := deadline.Sub(a.now())
-		if remaining <= 0 {
-			return produceResponse{}, e
-		}
-		// Newer metadata, or a short pause for the directory and the
-		// leader's loop to catch up, then try again.
-		pause := time.NewTimer(min(forwardRetryPause, remaining))
-		select {
-		case <-snap.Changed():
-		case <-pause.C:
-		case <-a.stopping:
-			pause.Stop()
-			return produceResponse{}, e
-		}
-		pause.Stop()
-	}
-}
-
 // forwardOnce makes one attempt. An error wrapping errForwardRefused may be
 // retried; any other is final.
 func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int, batch []byte, acks replicate.Acks, deadline time.Time) (produceResponse, error) {

@@ -36,6 +36,9 @@ type produceResponse struct {
 	LastOffset *int64 `json:"last_offset,omitempty"`
 	Count      int    `json:"count"`
 	Epoch      *int32 `json:"epoch,omitempty"`
+	// Duplicate says the request resent a batch its idempotent producer had
+	// written: nothing was appended, the offsets are the first copy's.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // handleProduce serves POST /v1/topics/{topic}/records. The partition's
@@ -65,6 +68,11 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
+	ph, err := readProducerHeaders(&ctx.Request.Header)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
 	key := args.Peek("key")
 	if !args.Has("key") {
 		key = nil
@@ -82,10 +90,17 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
+	idempotent, err := applyProducerHeaders(batch, ph, args.Has("partition"), acks)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
 	deadline := a.now().Add(timeout)
 	var resp produceResponse
 	var apiErr *apiError
-	if a.coalesce != nil && acks != replicate.AcksNone && len(batch) < a.coalesce.maxBytes {
+	// A combined batch has one producer header: an idempotent producer's
+	// batch goes alone.
+	if a.coalesce != nil && !idempotent && acks != replicate.AcksNone && len(batch) < a.coalesce.maxBytes {
 		resp, apiErr = a.coalesce.submit(groupKey{topic: topic, partition: partition, acks: acks}, batch, count, deadline)
 	} else {
 		resp, apiErr = a.produceBatch(topic, partition, batch, count, acks, deadline)
@@ -116,14 +131,17 @@ func (a *Agent) appendLocal(r *replica, topic string, partition int, batch []byt
 	if out.err != nil {
 		return resp, a.produceError(topic, partition, out)
 	}
-	resp.BaseOffset, resp.LastOffset, resp.Epoch = &out.base, &out.last, &out.epoch
+	resp.BaseOffset, resp.LastOffset, resp.Epoch, resp.Duplicate = &out.base, &out.last, &out.epoch, out.duplicate
 	return resp, nil
 }
 
 // produceError maps a failed produce to the API's codes (docs/design.md §7, §8).
 func (a *Agent) produceError(topic string, partition int, out produceOutcome) *apiError {
 	err := out.err
+	var pe *producerError
 	switch {
+	case errors.As(err, &pe):
+		return pe.apiError()
 	case errors.Is(err, replicate.ErrNotEnoughReplicas):
 		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, err.Error(), true)
 	case errors.Is(err, replicate.ErrNotEnoughReplicasAfterAppend):
@@ -248,10 +266,11 @@ func (a *Agent) decodeBatch(body []byte) ([]byte, int, error) {
 	switch {
 	case errors.Is(err, record.ErrTooLarge):
 		return nil, 0, newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge, err.Error(), false)
+	case errors.Is(err, record.ErrUnsupported):
+		// A valid Kafka batch using what logagent does not implement.
+		return nil, 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeUnsupportedBatch, err.Error(), false)
 	case err != nil:
 		return nil, 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
-	case h.ProducerID() != -1:
-		return nil, 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "idempotent batches (producer_id set) are not accepted by this version", false)
 	}
 	// The loop stamps offsets and the epoch in place, after this request's
 	// buffer may have been reused.

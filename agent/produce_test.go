@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -64,6 +65,10 @@ func TestDecodeProduceBody(t *testing.T) {
 	b.SetProducer(7, 0, 0)
 	_ = b.Add(1, nil, []byte("x"), nil)
 	idempotent, _ := b.AppendTo(nil)
+	// Kafka's transactional bit (attributes bit 4), with a CRC that covers it.
+	transactional := bytes.Clone(idempotent)
+	transactional[22] |= 0x10
+	binary.BigEndian.PutUint32(transactional[17:], record.Checksum(transactional))
 	b.Reset()
 	_ = b.Add(1, nil, bytes.Repeat([]byte("v"), 200), nil)
 	bigRecord, _ := b.AppendTo(nil)
@@ -84,7 +89,8 @@ func TestDecodeProduceBody(t *testing.T) {
 		{"batch", wire.ContentTypeBatch, good, nil, []string{"binary"}, ""},
 		{"batch corrupt", wire.ContentTypeBatch, corrupt, nil, nil, wire.CodeCorruptBatch},
 		{"batch truncated", wire.ContentTypeBatch, good[:30], nil, nil, wire.CodeCorruptBatch},
-		{"batch idempotent", wire.ContentTypeBatch, idempotent, nil, nil, wire.CodeInvalidRequest},
+		{"batch idempotent", wire.ContentTypeBatch, idempotent, nil, []string{"x"}, ""},
+		{"batch transactional", wire.ContentTypeBatch, transactional, nil, nil, wire.CodeUnsupportedBatch},
 		{"batch record too large", wire.ContentTypeBatch, bigRecord, nil, nil, wire.CodeRecordTooLarge},
 		{"json", "application/json", []byte(`{"records":[{"key":"k1","value":"v1","headers":{"b":"2","a":"1"}},{"value_base64":"/wA="},{}]}`), []byte("kp"), []string{"v1", "\xff\x00", ""}, ""},
 		{"json empty", "application/json", []byte(`{"records":[]}`), nil, nil, wire.CodeInvalidRequest},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 )
@@ -92,6 +93,13 @@ type replica struct {
 	liveness     *election.Liveness
 	deadReplicas []string
 
+	// producers is the partition's idempotent-producer state, as of the
+	// log end (producers.go); producersDirty says it changed since the
+	// snapshot at producerSnapshotEnd (-1: none on disk) was written.
+	producers           *producer.State
+	producersDirty      bool
+	producerSnapshotEnd int64
+
 	follower      *replicate.Follower
 	following     followTarget
 	knownLeaderHW int64
@@ -126,6 +134,8 @@ type replicaDeps struct {
 	fs         segstore.FS
 	durability replicate.Durability
 	logOptions segstore.Options
+	// producerOptions configure every partition's producer state.
+	producerOptions producer.Options
 }
 
 type role uint8
@@ -181,6 +191,7 @@ type pendingProduce struct {
 	reply      chan produceOutcome
 	base, last int64
 	epoch      int32
+	duplicate  bool
 }
 
 // Intervals of the loop.
@@ -279,6 +290,7 @@ func (r *replica) send(ev any) bool {
 
 func (r *replica) run() {
 	defer close(r.done)
+	r.loadProducers()
 	checkpoint := time.NewTicker(checkpointInterval)
 	defer checkpoint.Stop()
 	retention := time.NewTicker(retentionInterval)
@@ -328,6 +340,7 @@ func (r *replica) run() {
 			}
 		case <-checkpoint.C:
 			r.checkpoint()
+			r.maintainProducers()
 		case <-retention.C:
 			r.applyRetention()
 		case <-r.wakeTimer.C:
@@ -663,6 +676,7 @@ func (r *replica) reopen() {
 	r.segLog.Store(log)
 	r.startSyncer(log)
 	r.logFailed = false
+	r.loadProducers()
 	committed := failed.HighWatermark()
 	if dataLoss || log.LogEndOffset() < committed {
 		r.setDataLoss(true)
@@ -745,6 +759,9 @@ func (r *replica) shutdown() {
 		return
 	}
 	close(r.syncerStop)
+	if r.producersDirty {
+		r.writeProducerSnapshot()
+	}
 	if err := r.currentLog().Close(); err != nil {
 		r.closeErr = fmt.Errorf("agent: close %s: %w", r.dir, err)
 	}

@@ -120,6 +120,10 @@ func (r *replica) truncate(t replicate.Truncation) bool {
 		r.failLog(fmt.Errorf("truncate to %d: %w", t.Offset, err))
 		return false
 	}
+	r.producersTruncated(t.Restart)
+	if r.logFailed {
+		return false
+	}
 	if err := r.follower.Truncated(log.LogEndOffset()); err != nil {
 		r.failLog(err)
 		return false
@@ -231,6 +235,7 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 			_ = r.follower.FetchFailed()
 			return
 		}
+		r.appliedBatches(ev.answer.Batches)
 		if err := r.follower.Appended(log.LogEndOffset() - 1); err != nil {
 			r.followerBroken(err)
 			return

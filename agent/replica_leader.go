@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/producer"
+	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 )
@@ -113,7 +115,7 @@ func (r *replica) processLeaderReady() {
 			continue
 		}
 		delete(r.acks, a.ID)
-		p.reply <- produceOutcome{base: p.base, last: p.last, epoch: p.epoch, appended: true, err: a.Err}
+		p.reply <- produceOutcome{base: p.base, last: p.last, epoch: p.epoch, appended: true, duplicate: p.duplicate, err: a.Err}
 	}
 }
 
@@ -224,7 +226,10 @@ type produceOutcome struct {
 	base, last int64
 	epoch      int32
 	appended   bool
-	err        error
+	// duplicate says an earlier copy of the batch appended it: base, last
+	// and epoch are that copy's.
+	duplicate bool
+	err       error
 }
 
 // errNotLeaderHere refuses a request sent to a replica that does not lead.
@@ -246,6 +251,21 @@ func (r *replica) onProduce(req *produceRequest) {
 		req.reply <- produceOutcome{err: err}
 		return
 	}
+	h := record.Header(req.batch)
+	if h.ProducerID() >= 0 {
+		d := r.producers.Check(h.ProducerID(), h.ProducerEpoch(), h.BaseSequence(), h.RecordCount())
+		switch d.Verdict {
+		case producer.Append:
+		case producer.Duplicate:
+			// Answered as the original once that is acknowledged as acks
+			// asks: a resend must not be told more than the first copy.
+			r.waitAck(req, d.Original.BaseOffset, d.Original.LastOffset, d.Original.LeaderEpoch, true)
+			return
+		default:
+			req.reply <- produceOutcome{err: &producerError{decision: d}}
+			return
+		}
+	}
 	base, last, err := r.currentLog().AppendLeader(req.batch, epoch)
 	if err != nil {
 		req.reply <- produceOutcome{err: err}
@@ -253,6 +273,11 @@ func (r *replica) onProduce(req *produceRequest) {
 			r.failLog(err)
 		}
 		return
+	}
+	if ok, err := applyProducerBatch(r.producers, h); err != nil {
+		r.log.Warn("appended batch not recorded in the producer state", "offset", base, "error", err)
+	} else if ok {
+		r.producersDirty = true
 	}
 	if err := r.leader.Appended(last); err != nil {
 		r.failLog(err)
@@ -263,17 +288,26 @@ func (r *replica) onProduce(req *produceRequest) {
 	if r.deps.durability == replicate.DurabilityFsync {
 		r.requestSync()
 	}
+	r.waitAck(req, base, last, epoch, false)
+}
+
+// waitAck answers req once its batch at [base, last], appended at epoch,
+// is acknowledged as req.acks asks. duplicate says the batch was appended
+// by an earlier copy of the request.
+func (r *replica) waitAck(req *produceRequest, base, last int64, epoch int32, duplicate bool) {
+	out := produceOutcome{base: base, last: last, epoch: epoch, appended: true, duplicate: duplicate}
 	if req.acks == replicate.AcksNone {
-		req.reply <- produceOutcome{base: base, last: last, epoch: epoch, appended: true}
+		req.reply <- out
 		r.processLeaderReady()
 		return
 	}
 	r.nextAck++
 	id := r.nextAck
-	r.acks[id] = pendingProduce{reply: req.reply, base: base, last: last, epoch: epoch}
+	r.acks[id] = pendingProduce{reply: req.reply, base: base, last: last, epoch: epoch, duplicate: duplicate}
 	if err := r.leader.WaitAck(id, last, req.acks, req.deadline); err != nil {
 		delete(r.acks, id)
-		req.reply <- produceOutcome{base: base, last: last, epoch: epoch, appended: true, err: err}
+		out.err = err
+		req.reply <- out
 	}
 	r.processLeaderReady()
 }

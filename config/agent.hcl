@@ -128,6 +128,11 @@ producer {
   linger = "1ms"
   # The largest coalesced batch. At most replication.fetch_max_bytes.
   max_batch_bytes = "1MiB"
+  # How long a partition remembers an idempotent producer (its epoch and last
+  # five batches) after the newest batch it wrote (Kafka's
+  # producer.id.expiration.ms). A producer silent for longer starts over:
+  # its resend of something older would be appended again.
+  id_expiration = "168h"
 }
 
 limits {

@@ -89,10 +89,12 @@ type Replication struct {
 	FetchMaxBytes int64
 }
 
-// Producer configures how the sidecar coalesces produce requests.
+// Producer configures how the sidecar coalesces produce requests, and how
+// long a partition remembers an idempotent producer it has not heard from.
 type Producer struct {
 	Linger        time.Duration
 	MaxBatchBytes int64
+	IDExpiration  time.Duration
 }
 
 // Limits bound what a client may send.

@@ -41,6 +41,7 @@ replication {
 producer {
   linger          = "1ms"
   max_batch_bytes = "1MiB"
+  id_expiration   = "168h"
 }
 
 limits {

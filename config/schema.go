@@ -71,6 +71,7 @@ type fileReplication struct {
 type fileProducer struct {
 	Linger        *string `hcl:"linger,optional"`
 	MaxBatchBytes *string `hcl:"max_batch_bytes,optional"`
+	IDExpiration  *string `hcl:"id_expiration,optional"`
 }
 
 type fileLimits struct {

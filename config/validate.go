@@ -209,6 +209,7 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 
 	c.Producer.Linger = v.duration("producer.linger", f.Producer.Linger, 0, time.Second)
 	c.Producer.MaxBatchBytes = v.size("producer.max_batch_bytes", f.Producer.MaxBatchBytes, 1<<10, 1<<30)
+	c.Producer.IDExpiration = v.duration("producer.id_expiration", f.Producer.IDExpiration, time.Minute, 0)
 
 	c.Limits.MaxRecordBytes = v.size("limits.max_record_bytes", f.Limits.MaxRecordBytes, 1, 1<<30)
 	c.Limits.MaxRequestBytes = v.size("limits.max_request_bytes", f.Limits.MaxRequestBytes, 1<<10, 1<<30)

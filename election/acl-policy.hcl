@@ -8,7 +8,8 @@
 # and give the token to the agent through CONSUL_HTTP_TOKEN(_FILE) or the
 # consul.token setting.
 
-# Topic metadata, leader locks, partition state (election/keys.go).
+# Topic metadata, leader locks, partition state, the producer id counter
+# and producer epochs (election/keys.go).
 key_prefix "logagent/" {
   policy = "write"
 }

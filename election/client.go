@@ -41,6 +41,8 @@ type Client struct {
 	// livenessOnce starts the liveness watch, which keeps liveness.
 	livenessOnce sync.Once
 	liveness     atomic.Pointer[Liveness]
+	// producerIDs hands out this agent's idempotent-producer ids.
+	producerIDs *ProducerIDs
 	// watchMu guards the blocking queries in flight, which resetWatches
 	// cancels, and watchGen, which it increments.
 	watchMu      sync.Mutex
@@ -113,6 +115,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.snapshot.Store(emptySnapshot())
 	c.liveness.Store(emptyLiveness())
+	c.producerIDs = NewProducerIDs(c)
 	return c, nil
 }
 

@@ -4,5 +4,7 @@
 // prefix with one blocking query (and, for leaders, the agents' health with
 // another: which agents Consul says are dead), elects partition leaders with
 // KV locks and fences them with an epoch bumped by a guarded transaction, and
-// changes the in-sync replica set with the same guarded transaction.
+// changes the in-sync replica set with the same guarded transaction. It
+// also hands out idempotent-producer ids, a block at a time from a counter
+// moved with a CAS, and their epochs (ProducerIDs).
 package election

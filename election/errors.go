@@ -29,6 +29,8 @@ var (
 	// ErrCorruptMetadata is a key under the prefix whose value cannot be
 	// decoded, or a topic missing some of its keys.
 	ErrCorruptMetadata = errors.New("election: corrupt metadata")
+	// ErrUnknownProducerID is a producer id that was never allocated.
+	ErrUnknownProducerID = errors.New("election: unknown producer id")
 	// ErrNotRegistered is a call that needs the agent's registration and
 	// session before Register.
 	ErrNotRegistered = errors.New("election: not registered")

@@ -23,6 +23,10 @@ import (
 //	                                     DeleteTopic in the same txn that deletes
 //	                                     the topic; '~' is not allowed in topic
 //	                                     names, so it cannot clash with a topic
+//	<prefix>producer_ids                 1796123288216059  the next unreserved
+//	                                     idempotent-producer id (producer.go)
+//	<prefix>producer_epochs/<id>         3  the last epoch handed out for id;
+//	                                     absent: 0, the one Allocate answers
 //
 //	          writer                          guard
 //	config    CreateTopic / DeleteTopic       cas 0 / delete-tree in one txn
@@ -32,10 +36,14 @@ import (
 //	          ISR change txn [check-session leader (own session), cas state]
 //	leader    the election txn (lock verb), released by Resign and Close
 //	~deleted  DeleteTopic                     check-index config, delete-tree, set
+//	producer_ids     ProducerIDs.Allocate, 1000 ids a write   cas (read index)
+//	producer_epochs  ProducerIDs.Bump                         cas (read index)
 //
 // A tombstone tells agents that a topic incarnation was deleted on purpose,
 // so they may delete its data; a topic that is merely absent (a Consul that
-// lost its data) is not proof of that. Tombstones are small and never removed.
+// lost its data) is not proof of that. Tombstones are small and never removed,
+// and so are epoch keys (one per id ever bumped). The producer keys are
+// outside topics/, so the watch does not see them.
 //
 // The epoch in state is the fencing token: it only grows, and only a txn that
 // holds the lock in the same step can write it. The leader key's LockIndex
@@ -62,6 +70,10 @@ func (k keyspace) state(topic string, p int) string  { return k.partitionRoot(to
 func (k keyspace) leader(topic string, p int) string { return k.partitionRoot(topic, p) + "leader" }
 func (k keyspace) partitionRoot(topic string, p int) string {
 	return k.topicRoot(topic) + strconv.Itoa(p) + "/"
+}
+func (k keyspace) producerIDs() string { return k.prefix + "producer_ids" }
+func (k keyspace) producerEpoch(id int64) string {
+	return k.prefix + "producer_epochs/" + strconv.FormatInt(id, 10)
 }
 
 // keyKind names what a key under topicsRoot holds.

@@ -2,6 +2,7 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,11 +23,32 @@ import (
 //	codec   id  format
 //	none    0   the records as they are
 //	gzip    1   RFC 1952 gzip member(s)
-//	snappy  2   one snappy block (the plain block format, NOT the xerial or
-//	            framing formats): uvarint decoded length, then elements
+//	snappy  2   written: a xerial stream (snappy-java's SnappyOutputStream,
+//	            what Kafka's Java clients write), read: that or one plain
+//	            snappy block (see below)
 //	lz4     3   LZ4 frame (magic 04 22 4D 18), 64 KiB independent blocks,
 //	            content checksum
 //	zstd    4   zstd frame(s) (RFC 8878), no dictionary
+//
+// A xerial stream is a 16-byte header, then blocks until the end:
+//
+//	82 53 4e 41 50 50 59 00   magic: 0x82 "SNAPPY" 0x00
+//	00 00 00 01               int32 version, 1
+//	00 00 00 01               int32 minimum compatible version, 1
+//	then repeated:
+//	nn nn nn nn               int32 big-endian length of the next block
+//	...                       one plain snappy block of that length
+//
+// The writer cuts the input into blocks of 32 KiB (snappy-java's default
+// block size, which Kafka's producer uses unless configured otherwise). A
+// plain snappy block is a uvarint decoded length and then elements; it is
+// what earlier logagent versions wrote and what some clients (franz-go,
+// for one) send. The two cannot be confused: the first element of a plain
+// block must be a literal, while the byte after a 2-byte length that starts
+// with 0x82 would be 'N' (0x4e), a copy. The reader accepts a xerial stream
+// of minimum compatible version 1 (any version from 1), with at least the
+// header, whose every block length fits what is left; it does not read
+// several streams concatenated, which no Kafka producer writes.
 type Codec int8
 
 // The codecs; ids 5-7 are unknown and make a batch corrupt.
@@ -69,6 +91,36 @@ func ParseCodec(name string) (Codec, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w %q", ErrUnknownCodec, name)
+}
+
+// xerialHeader starts every xerial stream: the magic, then version 1 and
+// minimum compatible version 1.
+var xerialHeader = [...]byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1}
+
+const (
+	// xerialMagicLen is the part of xerialHeader that tells a xerial stream
+	// from a plain snappy block.
+	xerialMagicLen = 8
+	// xerialBlockSize is the input each block of a written xerial stream
+	// holds (see Codec).
+	xerialBlockSize = 32 << 10
+)
+
+// appendXerial appends src as a xerial stream to dst.
+func appendXerial(dst, src []byte) []byte {
+	dst = append(dst, xerialHeader[:]...)
+	for len(src) > 0 {
+		n := min(len(src), xerialBlockSize)
+		start := len(dst)
+		dst = slices.Grow(dst, 4+snappy.MaxEncodedLen(n))[:start+4]
+		// Encode writes into the capacity it is given, so a buffer that
+		// has grown once compresses without allocating.
+		encoded := snappy.Encode(dst[start+4:cap(dst)], src[:n])
+		binary.BigEndian.PutUint32(dst[start:], uint32(len(encoded)))
+		dst = dst[:start+4+len(encoded)]
+		src = src[n:]
+	}
+	return dst
 }
 
 // appendWriter is an io.Writer that appends to a slice, so that streaming
@@ -146,10 +198,7 @@ func appendCompressed(dst []byte, codec Codec, src []byte) ([]byte, error) {
 		defer gzipCompressors.Put(c)
 		return compressStream(dst, src, c.w, &c.out, "gzip")
 	case CodecSnappy:
-		start := len(dst)
-		dst = slices.Grow(dst, snappy.MaxEncodedLen(len(src)))
-		encoded := snappy.Encode(dst[start:cap(dst)], src)
-		return dst[:start+len(encoded)], nil
+		return appendXerial(dst, src), nil
 	case CodecLZ4:
 		c := lz4Compressors.Get().(*lz4Compressor)
 		defer lz4Compressors.Put(c)
@@ -191,6 +240,9 @@ func (d *decompressor) decompress(codec Codec, src []byte) ([]byte, error) {
 		}
 		return d.readAll(codec, d.gzip)
 	case CodecSnappy:
+		if bytes.HasPrefix(src, xerialHeader[:xerialMagicLen]) {
+			return d.decodeXerial(src)
+		}
 		n, err := snappy.DecodedLen(src)
 		if err != nil {
 			return nil, corruptf("snappy: %v", err)
@@ -243,6 +295,66 @@ func (d *decompressor) decompress(codec Codec, src []byte) ([]byte, error) {
 		return out, nil
 	}
 	return nil, corruptf("unknown compression codec %d", codec)
+}
+
+// decodeXerial decodes a xerial stream (see Codec). A first pass checks the
+// framing and adds up the decoded lengths the blocks claim, so that nothing
+// is decoded or allocated for a stream that is malformed or would expand
+// beyond the limit; the second decodes the blocks into one buffer.
+func (d *decompressor) decodeXerial(src []byte) ([]byte, error) {
+	if len(src) < len(xerialHeader) {
+		return nil, corruptf("snappy: xerial header cut short at %d bytes", len(src))
+	}
+	version := int32(binary.BigEndian.Uint32(src[xerialMagicLen:]))
+	compatible := int32(binary.BigEndian.Uint32(src[xerialMagicLen+4:]))
+	if compatible != 1 || version < compatible {
+		return nil, corruptf("snappy: xerial version %d, minimum compatible version %d; only 1 is known", version, compatible)
+	}
+	blocks := src[len(xerialHeader):]
+	total := 0
+	for rest := blocks; len(rest) > 0; {
+		block, next, err := nextXerialBlock(rest)
+		if err != nil {
+			return nil, err
+		}
+		n, err := snappy.DecodedLen(block)
+		if err != nil {
+			return nil, corruptf("snappy: xerial block at byte %d: %v", len(src)-len(rest), err)
+		}
+		if n > d.limit-total {
+			return nil, &TooLargeError{What: fmt.Sprintf("snappy records of at least %d bytes", total+n), Limit: d.limit}
+		}
+		total += n
+		rest = next
+	}
+	d.buf = slices.Grow(d.buf[:0], total)
+	out := d.buf[:total]
+	pos := 0
+	for rest := blocks; len(rest) > 0; {
+		// The first pass checked every length.
+		block, next, _ := nextXerialBlock(rest)
+		decoded, err := snappy.Decode(out[pos:], block)
+		if err != nil {
+			return nil, corruptf("snappy: xerial block at byte %d: %v", len(src)-len(rest), err)
+		}
+		pos += len(decoded)
+		rest = next
+	}
+	return out, nil
+}
+
+// nextXerialBlock splits the block at the start of a xerial stream's blocks
+// from the ones after it, checking its length against what is left.
+func nextXerialBlock(blocks []byte) (block, rest []byte, err error) {
+	if len(blocks) < 4 {
+		return nil, nil, corruptf("snappy: xerial block length cut short at %d bytes", len(blocks))
+	}
+	n := binary.BigEndian.Uint32(blocks)
+	blocks = blocks[4:]
+	if n == 0 || uint64(n) > uint64(len(blocks)) {
+		return nil, nil, corruptf("snappy: xerial block of %d bytes, %d left", n, len(blocks))
+	}
+	return blocks[:n], blocks[n:], nil
 }
 
 // readAll reads a stream decompressor to its end without ever holding more

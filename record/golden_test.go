@@ -22,6 +22,9 @@ type goldenCase struct {
 	baseOffset  int64 // stamped after building, as a leader would
 	leaderEpoch int32
 	records     []Record // Offset is base_offset + position
+	// frozen vectors hold bytes that an earlier version wrote and that
+	// this one must still read; -update leaves their files alone.
+	frozen bool
 }
 
 // basicRecords has a key, a null key, an empty key and value, a null value
@@ -56,6 +59,10 @@ var goldenCases = []goldenCase{
 	{name: "none-repetitive", codec: CodecNone, records: repetitiveRecords},
 	{name: "gzip", codec: CodecGzip, records: append(basicRecords[:4:4], repetitiveRecords...)},
 	{name: "snappy", codec: CodecSnappy, records: append(basicRecords[:4:4], repetitiveRecords...)},
+	// The plain snappy block format, as logagent wrote snappy batches
+	// before it wrote xerial streams (the vector "snappy" of that version,
+	// with its magic byte, which the CRC does not cover, set to 2).
+	{name: "snappy-block", codec: CodecSnappy, records: append(basicRecords[:4:4], repetitiveRecords...), frozen: true},
 	{name: "lz4", codec: CodecLZ4, records: append(basicRecords[:4:4], repetitiveRecords...)},
 	{name: "zstd", codec: CodecZstd, records: append(basicRecords[:4:4], repetitiveRecords...)},
 }
@@ -119,6 +126,9 @@ func readGoldenFiles(t testing.TB) map[string][]byte {
 func TestGolden(t *testing.T) {
 	if *update {
 		for _, gc := range goldenCases {
+			if gc.frozen {
+				continue
+			}
 			if err := os.WriteFile(goldenPath(gc.name), formatGolden(gc, buildGolden(t, gc)), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"strings"
 )
 
 // Batch header layout, big-endian (docs/design.md §4):
@@ -14,9 +15,9 @@ import (
 //	0   8    base_offset        int64, offset of the first record
 //	8   4    batch_length       int32, bytes after this field (batch = 12 + batch_length)
 //	12  4    leader_epoch       int32, stamped by the leader; NOT covered by the CRC
-//	16  1    magic              int8, format version (1)
+//	16  1    magic              int8, format version (2)
 //	17  4    crc                uint32, CRC-32C (Castagnoli) of bytes [21, end)
-//	21  2    attributes         int16, bits 0-2 compression codec
+//	21  2    attributes         int16, see below
 //	23  4    last_offset_delta  int32
 //	27  8    first_timestamp    int64 ms
 //	35  8    max_timestamp      int64 ms
@@ -25,6 +26,20 @@ import (
 //	53  4    base_sequence      int32, -1 when not idempotent
 //	57  4    record_count       int32
 //	61  ...  records            possibly compressed as a whole
+//
+// This is Kafka's RecordBatch v2, byte for byte, so the stored bytes can be
+// served to Kafka clients as they are. The attributes are Kafka's:
+//
+//	bits 0-2   compression codec (Codec)
+//	bit  3     timestamp type: 0 CreateTime, 1 LogAppendTime
+//	bit  4     transactional
+//	bit  5     control batch
+//	bit  6     has a delete horizon (set by compaction)
+//	bits 7-15  unused, must be 0
+//
+// logagent implements CreateTime batches that are neither transactional nor
+// control batches and have no delete horizon: a batch with any of bits 3-6
+// set is refused as unsupported (UnsupportedError).
 const (
 	offBaseOffset      = 0
 	offBatchLength     = 8
@@ -48,19 +63,46 @@ const (
 	// crcStart is the first byte the CRC covers.
 	crcStart = 21
 
-	// Magic is the only batch format version this package reads and writes.
-	Magic = 1
+	// Magic is the only batch format version this package reads and writes:
+	// Kafka's RecordBatch v2.
+	Magic = 2
 
 	// compressionMask selects the codec bits of the attributes.
 	compressionMask = 0x07
-	// reservedAttributes are the attribute bits this format does not define;
-	// they must be zero so that a later format can give them a meaning.
-	reservedAttributes = ^int16(compressionMask)
+	// The attribute bits Kafka defines that logagent does not implement.
+	attrLogAppendTime = 1 << 3
+	attrTransactional = 1 << 4
+	attrControl       = 1 << 5
+	attrDeleteHorizon = 1 << 6
+	unsupportedMask   = attrLogAppendTime | attrTransactional | attrControl | attrDeleteHorizon
+	// unusedAttributes are the bits Kafka leaves undefined; a batch with one
+	// set is corrupt.
+	unusedAttributes = ^int16(compressionMask | unsupportedMask)
 )
 
+// unsupportedAttributes names each attribute bit of unsupportedMask, in bit
+// order, as UnsupportedError says it.
+var unsupportedAttributes = [...]struct {
+	bit  int16
+	name string
+}{
+	{attrLogAppendTime, "LogAppendTime timestamps"},
+	{attrTransactional, "transactional batches"},
+	{attrControl, "control batches"},
+	{attrDeleteHorizon, "batches with a delete horizon"},
+}
+
 // ErrCorrupt is matched (errors.Is) by every error that reports bytes that
-// cannot be a valid batch: a bad CRC, an impossible length, an unknown magic.
+// cannot be a valid batch: a bad CRC, an impossible length, an unknown magic;
+// and by UnsupportedError, for bytes that logagent cannot accept either.
 var ErrCorrupt = errors.New("record: corrupt batch")
+
+// ErrUnsupported is matched (errors.Is) by the error for a batch that uses a
+// part of Kafka's format that logagent does not implement (see the
+// attributes above). Such a batch also matches ErrCorrupt: whoever stores or
+// replicates batches must treat it as bytes it cannot accept, while a
+// producer can be told precisely what it sent.
+var ErrUnsupported = errors.New("record: unsupported batch")
 
 // ErrShort reports that the input ends before the batch it starts does. At
 // the tail of a log that is a torn write rather than corruption, so it is a
@@ -76,6 +118,22 @@ func (e *CorruptError) Error() string { return "record: corrupt batch: " + e.Rea
 
 // Is makes errors.Is(err, ErrCorrupt) true for every CorruptError.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// UnsupportedError names the features of Kafka's format that a batch uses
+// and logagent does not implement. It matches ErrUnsupported and ErrCorrupt.
+type UnsupportedError struct {
+	// Features are what the batch uses, e.g. "transactional batches".
+	Features []string
+}
+
+func (e *UnsupportedError) Error() string {
+	return "record: " + strings.Join(e.Features, " and ") + " are not supported"
+}
+
+// Is makes errors.Is true for both ErrUnsupported and ErrCorrupt.
+func (e *UnsupportedError) Is(target error) bool {
+	return target == ErrUnsupported || target == ErrCorrupt
+}
 
 func corruptf(format string, args ...any) error {
 	return &CorruptError{Reason: fmt.Sprintf(format, args...)}
@@ -93,12 +151,27 @@ type Header []byte
 //
 // It checks every header field that has an impossible value (length, magic,
 // offsets, record count, attributes) but not the CRC: that needs the whole
-// batch (see Verify). If b is shorter than a header, it returns ErrShort.
+// batch (see Verify). If b is shorter than a header, it returns ErrShort. A
+// header that uses a feature logagent does not implement is an
+// UnsupportedError.
 //
 // A batch over maxBatchBytes is reported as corrupt, not as ErrTooLarge:
 // before the CRC has been checked, a huge batch_length is more likely a
 // damaged field than a real size.
 func ParseHeader(b []byte, maxBatchBytes int) (Header, int, error) {
+	h, size, err := parseHeader(b, maxBatchBytes)
+	if err == nil {
+		err = h.checkSupported()
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return h, size, nil
+}
+
+// parseHeader is ParseHeader without the check for unsupported features,
+// which Verify and NextBatch make only once the CRC has matched.
+func parseHeader(b []byte, maxBatchBytes int) (Header, int, error) {
 	if len(b) < HeaderSize {
 		return nil, 0, fmt.Errorf("%w: %d bytes, a header needs %d", ErrShort, len(b), HeaderSize)
 	}
@@ -123,8 +196,8 @@ func ParseHeader(b []byte, maxBatchBytes int) (Header, int, error) {
 	if h.BaseOffset() > math.MaxInt64-int64(h.LastOffsetDelta()) {
 		return nil, 0, corruptf("base_offset %d plus last_offset_delta %d overflows", h.BaseOffset(), h.LastOffsetDelta())
 	}
-	if a := h.Attributes(); a&reservedAttributes != 0 {
-		return nil, 0, corruptf("reserved attribute bits set in %#04x", uint16(a))
+	if a := h.Attributes(); a&unusedAttributes != 0 {
+		return nil, 0, corruptf("unused attribute bits set in %#04x", uint16(a))
 	}
 	if c := h.Codec(); !c.valid() {
 		return nil, 0, corruptf("unknown compression codec %d", c)
@@ -135,12 +208,27 @@ func ParseHeader(b []byte, maxBatchBytes int) (Header, int, error) {
 	return h, int(size), nil
 }
 
+// checkSupported refuses the attributes logagent does not implement.
+func (h Header) checkSupported() error {
+	a := h.Attributes()
+	if a&unsupportedMask == 0 {
+		return nil
+	}
+	var features []string
+	for _, u := range unsupportedAttributes {
+		if a&u.bit != 0 {
+			features = append(features, u.name)
+		}
+	}
+	return &UnsupportedError{Features: features}
+}
+
 // Verify checks a whole batch: its header (as ParseHeader) and that its CRC
 // matches. batch must be exactly one batch: a shorter slice is ErrShort, and
 // bytes after the batch_length the header claims are corrupt, since a caller
 // that holds several batches splits them with NextBatch.
 func Verify(batch []byte, maxBatchBytes int) (Header, error) {
-	h, size, err := ParseHeader(batch, maxBatchBytes)
+	h, size, err := parseHeader(batch, maxBatchBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -150,19 +238,21 @@ func Verify(batch []byte, maxBatchBytes int) (Header, error) {
 	if len(batch) > size {
 		return nil, corruptf("%d bytes after the end of a batch of %d", len(batch)-size, size)
 	}
-	if err := checkCRC(h, batch); err != nil {
+	if err := checkBatch(h, batch); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-// checkCRC checks the CRC of batch, exactly one batch whose header h
-// ParseHeader accepted.
-func checkCRC(h Header, batch []byte) error {
+// checkBatch checks the CRC of batch, exactly one batch whose header h
+// parseHeader accepted, and then that it uses no unsupported feature. In that
+// order, a damaged attributes field is reported as the CRC mismatch it is,
+// and UnsupportedError only for what a writer really meant.
+func checkBatch(h Header, batch []byte) error {
 	if got, want := Checksum(batch), h.CRC(); got != want {
 		return corruptf("crc mismatch: stored %08x, computed %08x", want, got)
 	}
-	return nil
+	return h.checkSupported()
 }
 
 // Checksum computes the CRC-32C of a whole batch as stored in its crc field.
@@ -186,8 +276,8 @@ func (h Header) Magic() int8 { return int8(h[offMagic]) }
 // CRC is the stored checksum.
 func (h Header) CRC() uint32 { return binary.BigEndian.Uint32(h[offCRC:]) }
 
-// Attributes holds the compression codec in bits 0-2; bits 3-15 are reserved
-// and zero in every batch ParseHeader accepts.
+// Attributes holds the compression codec in bits 0-2; bits 3-15 are zero in
+// every batch ParseHeader accepts.
 func (h Header) Attributes() int16 { return int16(binary.BigEndian.Uint16(h[offAttributes:])) }
 
 // Codec is the compression codec of the records, from attributes bits 0-2.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/golang/snappy"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/logagent/logagent/internal/testseed"
@@ -198,10 +199,14 @@ func TestAnyChangeInCRCRangeIsCorrupt(t *testing.T) {
 					}
 				}
 			}
-			damaged := bytes.Clone(batch)
-			damaged[offMagic] = 2
-			if _, err := Verify(damaged, 0); !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("magic 2: got %v, want ErrCorrupt", err)
+			// The CRC does not cover the magic, which ParseHeader checks:
+			// 1 is the format logagent wrote before Kafka's v2.
+			for _, magic := range []byte{0, 1, 3, 0xff} {
+				damaged := bytes.Clone(batch)
+				damaged[offMagic] = magic
+				if _, err := Verify(damaged, 0); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("magic %d: got %v, want ErrCorrupt", int8(magic), err)
+				}
 			}
 		})
 	}
@@ -239,8 +244,9 @@ func TestHeaderChecks(t *testing.T) {
 		{name: "unknown codec 5", damage: func(b []byte) { b[offAttributes+1] = 5 }, want: ErrCorrupt},
 		{name: "unknown codec 6", damage: func(b []byte) { b[offAttributes+1] = 6 }, want: ErrCorrupt},
 		{name: "unknown codec 7", damage: func(b []byte) { b[offAttributes+1] = 7 }, want: ErrCorrupt},
-		{name: "reserved attribute bit 3", damage: func(b []byte) { b[offAttributes+1] = 0x08 }, want: ErrCorrupt},
-		{name: "reserved attribute bit 15", damage: func(b []byte) { b[offAttributes] = 0x80 }, want: ErrCorrupt},
+		{name: "unused attribute bit 7", damage: func(b []byte) { b[offAttributes+1] = 0x80 }, want: ErrCorrupt},
+		{name: "unused attribute bit 8", damage: func(b []byte) { b[offAttributes] = 0x01 }, want: ErrCorrupt},
+		{name: "unused attribute bit 15", damage: func(b []byte) { b[offAttributes] = 0x80 }, want: ErrCorrupt},
 		{name: "negative base offset", damage: func(b []byte) { SetBaseOffset(b, -1) }, want: ErrCorrupt},
 		{name: "last offset overflows", damage: func(b []byte) {
 			SetBaseOffset(b, math.MaxInt64)
@@ -279,6 +285,60 @@ func TestHeaderChecks(t *testing.T) {
 				return
 			}
 			requireError(t, err, tc.want)
+		})
+	}
+}
+
+// TestUnsupportedAttributes: the attribute bits Kafka defines and logagent
+// does not implement are refused with an error that says which, matches both
+// ErrUnsupported and ErrCorrupt, and is only reported once the CRC matched.
+func TestUnsupportedAttributes(t *testing.T) {
+	good := buildBatch(t, CodecGzip, nil, []Record{{Value: []byte("v")}})
+	tests := []struct {
+		name string
+		bits uint16
+		want string
+	}{
+		{name: "log append time", bits: 1 << 3, want: "record: LogAppendTime timestamps are not supported"},
+		{name: "transactional", bits: 1 << 4, want: "record: transactional batches are not supported"},
+		{name: "control", bits: 1 << 5, want: "record: control batches are not supported"},
+		{name: "delete horizon", bits: 1 << 6, want: "record: batches with a delete horizon are not supported"},
+		{name: "transactional control", bits: 1<<4 | 1<<5,
+			want: "record: transactional batches and control batches are not supported"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			batch := bytes.Clone(good)
+			attributes := binary.BigEndian.Uint16(batch[offAttributes:]) | tc.bits
+			binary.BigEndian.PutUint16(batch[offAttributes:], attributes)
+			damaged := bytes.Clone(batch)
+			resum(batch)
+			_, _, errParse := ParseHeader(batch, 0)
+			_, errVerify := Verify(batch, 0)
+			_, _, errNext := NextBatch(batch, 0)
+			_, errSplit := SplitBatches(batch, 0)
+			_, errValidate := NewDecoder(Limits{}).Validate(batch)
+			for _, err := range []error{errParse, errVerify, errNext, errSplit, errValidate} {
+				if !errors.Is(err, ErrUnsupported) || !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("got %v, want an error matching ErrUnsupported and ErrCorrupt", err)
+				}
+				var ue *UnsupportedError
+				if !errors.As(err, &ue) || ue.Error() != tc.want {
+					t.Fatalf("error %q, want %q", err, tc.want)
+				}
+			}
+			// Without the CRC ParseHeader cannot tell a damaged attributes
+			// field from a meant one; with it, a damaged one is a mismatch.
+			if _, _, err := ParseHeader(damaged, 0); !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("ParseHeader of the batch with a stale CRC: got %v, want ErrUnsupported", err)
+			}
+			_, errVerify = Verify(damaged, 0)
+			_, _, errNext = NextBatch(damaged, 0)
+			for _, err := range []error{errVerify, errNext} {
+				if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "crc mismatch") {
+					t.Fatalf("batch with a stale CRC: got %v, want only a crc mismatch", err)
+				}
+			}
 		})
 	}
 }
@@ -386,6 +446,75 @@ func TestCorruptCompressedData(t *testing.T) {
 	}
 }
 
+// xerialStream assembles a xerial stream: the header, with the given
+// version and minimum compatible version, then parts as they are.
+func xerialStream(version, compatible uint32, parts ...[]byte) []byte {
+	b := append([]byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}, binary.BigEndian.AppendUint32(nil, version)...)
+	b = binary.BigEndian.AppendUint32(b, compatible)
+	return append(b, bytes.Join(parts, nil)...)
+}
+
+// xerialBlock is one block of a xerial stream: its length, then a plain
+// snappy block of src.
+func xerialBlock(src []byte) []byte {
+	block := snappy.Encode(nil, src)
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(block))), block...)
+}
+
+// TestXerialFraming: hand-made xerial streams, good and bad. Every length in
+// the framing is checked against what is left before anything is decoded.
+func TestXerialFraming(t *testing.T) {
+	record := okRecord(0)
+	u32 := func(n uint32) []byte { return binary.BigEndian.AppendUint32(nil, n) }
+	tests := []struct {
+		name    string
+		payload []byte
+		reason  string // part of the error message; "" means no error
+	}{
+		{name: "one block", payload: xerialStream(1, 1, xerialBlock(record))},
+		{name: "record split over two blocks", payload: xerialStream(1, 1, xerialBlock(record[:4]), xerialBlock(record[4:]))},
+		{name: "later version, compatible with 1", payload: xerialStream(2, 1, xerialBlock(record))},
+		{name: "header only", payload: xerialStream(1, 1), reason: "records end after 0 of 1"},
+		{name: "header cut short", payload: xerialStream(1, 1)[:12], reason: "xerial header cut short at 12 bytes"},
+		{name: "minimum compatible version 2", payload: xerialStream(2, 2, xerialBlock(record)), reason: "minimum compatible version 2"},
+		{name: "minimum compatible version 0", payload: xerialStream(1, 0, xerialBlock(record)), reason: "minimum compatible version 0"},
+		{name: "version below compatible", payload: xerialStream(0, 1, xerialBlock(record)), reason: "xerial version 0"},
+		{name: "block length cut short", payload: xerialStream(1, 1, []byte{0, 0}), reason: "xerial block length cut short at 2 bytes"},
+		{name: "bytes after the last block", payload: xerialStream(1, 1, xerialBlock(record), []byte{0}),
+			reason: "xerial block length cut short at 1 bytes"},
+		{name: "empty block", payload: xerialStream(1, 1, u32(0), xerialBlock(record)), reason: "xerial block of 0 bytes"},
+		{name: "block beyond the stream", payload: xerialStream(1, 1, u32(100), make([]byte, 10)), reason: "xerial block of 100 bytes, 10 left"},
+		{name: "block length with the sign bit", payload: xerialStream(1, 1, u32(math.MaxUint32), make([]byte, 10)),
+			reason: "xerial block of 4294967295 bytes, 10 left"},
+		{name: "block that is not snappy", payload: xerialStream(1, 1, xerialBlock(record), u32(3), []byte{0xff, 0xff, 0xff}),
+			reason: "xerial block at byte " + strconv.Itoa(16+len(xerialBlock(record)))},
+		// The length claims 10 bytes, the block holds a 3-byte literal.
+		{name: "block shorter than it claims", payload: xerialStream(1, 1, u32(5), []byte{10, 2 << 2, 'a', 'b', 'c'}),
+			reason: "xerial block at byte 16"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			batch := craftBatch(t, batchSpec{count: 1}, tc.payload)
+			binary.BigEndian.PutUint16(batch[offAttributes:], uint16(CodecSnappy))
+			resum(batch)
+			records, err := decodeAll(NewDecoder(Limits{}), batch)
+			if tc.reason == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(records) != 1 || string(records[0].Key) != "k" || string(records[0].Value) != "v" {
+					t.Fatalf("decoded %+v", records)
+				}
+				return
+			}
+			requireError(t, err, ErrCorrupt)
+			if !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("error %q does not say %q", err, tc.reason)
+			}
+		})
+	}
+}
+
 func TestTooLarge(t *testing.T) {
 	const limit = 64 << 10
 	bombValue := make([]byte, 8<<20)
@@ -409,6 +538,18 @@ func TestTooLarge(t *testing.T) {
 	binary.BigEndian.PutUint16(zstdStream[offAttributes:], uint16(CodecZstd))
 	resum(zstdStream)
 
+	// A xerial stream of many tiny blocks that each claim 60000 bytes
+	// (uvarint e0 d4 03, no elements): refused on the lengths alone.
+	claim := []byte{0, 0, 0, 3, 0xe0, 0xd4, 0x03}
+	xerialClaims := craftBatch(t, batchSpec{count: 1}, xerialStream(1, 1, bytes.Repeat(claim, 1000)))
+	binary.BigEndian.PutUint16(xerialClaims[offAttributes:], uint16(CodecSnappy))
+	resum(xerialClaims)
+
+	// The plain block format that earlier versions wrote.
+	snappyBlock := craftBatch(t, batchSpec{count: 1}, snappy.Encode(nil, buildBatch(t, CodecNone, nil, bomb)[HeaderSize:]))
+	binary.BigEndian.PutUint16(snappyBlock[offAttributes:], uint16(CodecSnappy))
+	resum(snappyBlock)
+
 	tests := []struct {
 		name   string
 		batch  []byte
@@ -417,6 +558,8 @@ func TestTooLarge(t *testing.T) {
 		{name: "record", batch: buildBatch(t, CodecNone, nil, []Record{{Value: make([]byte, 100)}}), limits: Limits{MaxRecordBytes: 99}},
 		{name: "gzip bomb", batch: buildBatch(t, CodecGzip, nil, bomb), limits: Limits{MaxDecompressedBytes: limit}},
 		{name: "snappy bomb", batch: buildBatch(t, CodecSnappy, nil, bomb), limits: Limits{MaxDecompressedBytes: limit}},
+		{name: "snappy block bomb", batch: snappyBlock, limits: Limits{MaxDecompressedBytes: limit}},
+		{name: "snappy xerial claims", batch: xerialClaims, limits: Limits{MaxDecompressedBytes: limit}},
 		{name: "lz4 bomb", batch: buildBatch(t, CodecLZ4, nil, bomb), limits: Limits{MaxDecompressedBytes: limit}},
 		{name: "zstd bomb", batch: buildBatch(t, CodecZstd, nil, bomb), limits: Limits{MaxDecompressedBytes: limit}},
 		{name: "zstd stream bomb", batch: zstdStream, limits: Limits{MaxDecompressedBytes: limit}},

@@ -10,7 +10,7 @@ import "fmt"
 // A region that ends inside the batch, or is empty, gives ErrShort: at the
 // end of a log that is a torn write. Anything else wrong is ErrCorrupt.
 func NextBatch(region []byte, maxBatchBytes int) (batch, rest []byte, err error) {
-	h, size, err := ParseHeader(region, maxBatchBytes)
+	h, size, err := parseHeader(region, maxBatchBytes)
 	if err != nil {
 		return nil, region, err
 	}
@@ -18,7 +18,7 @@ func NextBatch(region []byte, maxBatchBytes int) (batch, rest []byte, err error)
 		return nil, region, fmt.Errorf("%w: have %d of %d bytes", ErrShort, len(region), size)
 	}
 	batch = region[:size:size]
-	if err := checkCRC(h, batch); err != nil {
+	if err := checkBatch(h, batch); err != nil {
 		return nil, region, err
 	}
 	return batch, region[size:], nil

@@ -17,6 +17,7 @@ const (
 	CodeInvalidTopicName = "invalid_topic_name"
 	CodeInvalidOffset    = "invalid_offset"
 	CodeCorruptBatch     = "corrupt_batch"
+	CodeUnsupportedBatch = "unsupported_batch"
 	CodeUnknownTopic     = "unknown_topic"
 	CodeUnknownPartition = "unknown_partition"
 	CodeTopicExists      = "topic_exists"

@@ -1,0 +1,355 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/producer"
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/wire"
+)
+
+// Exactly-once appends (docs/design.md §7, docs/api.md). A producer gets an
+// id from POST /v1/producers and numbers its records per partition; the
+// leader keeps each producer's last batches (package producer) and answers
+// a resend with the original offsets instead of appending it again. The
+// sidecar uses the same mechanism for its own forwards: a plain request
+// with acks=all is stamped with one of the sidecar's producer ids (a lane)
+// before it leaves, so a forward whose outcome is unknown can be sent again
+// until the request's deadline.
+
+// producerRequest is the body of POST /v1/producers.
+type producerRequest struct {
+	// ProducerID, when set, asks for the next epoch of an existing id.
+	ProducerID *int64 `json:"producer_id"`
+}
+
+type producerResponse struct {
+	ProducerID    int64 `json:"producer_id"`
+	ProducerEpoch int16 `json:"producer_epoch"`
+}
+
+// handleInitProducer serves POST /v1/producers: a new producer id, or the
+// next epoch of one, which fences the instances using the older epochs.
+func (a *Agent) handleInitProducer(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	var req producerRequest
+	if body := bytes.TrimSpace(ctx.PostBody()); len(body) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || dec.More() {
+			if err == nil {
+				err = errors.New("data after the object")
+			}
+			writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, `body is not {"producer_id": N} or {}: `+err.Error(), false)
+			return
+		}
+	}
+	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	defer cancel()
+	var resp producerResponse
+	var err error
+	if req.ProducerID == nil {
+		resp.ProducerID, resp.ProducerEpoch, err = a.coord.AllocateProducerID(callCtx)
+	} else {
+		resp.ProducerID, resp.ProducerEpoch, err = a.coord.BumpProducerEpoch(callCtx, *req.ProducerID)
+	}
+	switch {
+	case errors.Is(err, election.ErrUnknownProducerID):
+		writeError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownProducerID, err.Error()+": ask for a new one with an empty body", false)
+	case err != nil:
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot reserve a producer id in Consul: "+err.Error(), true)
+	default:
+		writeJSON(ctx, fasthttp.StatusCreated, resp)
+	}
+}
+
+// producerHeaders reads the three idempotence headers of a produce
+// request; present is false when there are none.
+type producerHeaders struct {
+	present bool
+	id      int64
+	epoch   int16
+	seq     int32
+}
+
+func readProducerHeaders(h *fasthttp.RequestHeader) (producerHeaders, error) {
+	id, epoch, seq := h.Peek(wire.HeaderProducerID), h.Peek(wire.HeaderProducerEpoch), h.Peek(wire.HeaderSequence)
+	if len(id) == 0 && len(epoch) == 0 && len(seq) == 0 {
+		return producerHeaders{}, nil
+	}
+	if len(id) == 0 || len(epoch) == 0 || len(seq) == 0 {
+		return producerHeaders{}, badRequest(fmt.Sprintf("an idempotent produce carries all of %s, %s and %s", wire.HeaderProducerID, wire.HeaderProducerEpoch, wire.HeaderSequence))
+	}
+	p := producerHeaders{present: true}
+	n, err := strconv.ParseInt(string(id), 10, 64)
+	if err != nil || n < 0 {
+		return p, badRequest(fmt.Sprintf("%s %q is not a producer id", wire.HeaderProducerID, id))
+	}
+	p.id = n
+	if n, err = strconv.ParseInt(string(epoch), 10, 16); err != nil || n < 0 {
+		return p, badRequest(fmt.Sprintf("%s %q is not an epoch in [0, %d]", wire.HeaderProducerEpoch, epoch, math.MaxInt16))
+	}
+	p.epoch = int16(n)
+	if n, err = strconv.ParseInt(string(seq), 10, 32); err != nil || n < 0 {
+		return p, badRequest(fmt.Sprintf("%s %q is not a sequence in [0, %d]", wire.HeaderSequence, seq, math.MaxInt32))
+	}
+	p.seq = int32(n)
+	return p, nil
+}
+
+func badRequest(msg string) *apiError {
+	return newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, msg, false)
+}
+
+// applyProducerHeaders makes batch the idempotent batch the request asks
+// for: the headers' fields go into a batch built without them, or must
+// match those a binary batch carries. It answers whether the batch is
+// idempotent, which needs an explicit partition and acks=all.
+func applyProducerHeaders(batch []byte, p producerHeaders, explicitPartition bool, acks replicate.Acks) (bool, error) {
+	h := record.Header(batch)
+	switch {
+	case p.present && h.ProducerID() == record.NoProducerID:
+		record.StampProducer(batch, p.id, p.epoch, p.seq)
+	case p.present && (h.ProducerID() != p.id || h.ProducerEpoch() != p.epoch || h.BaseSequence() != p.seq):
+		return false, badRequest(fmt.Sprintf("the batch's producer fields (id %d, epoch %d, base sequence %d) differ from the request's headers (%d, %d, %d)",
+			h.ProducerID(), h.ProducerEpoch(), h.BaseSequence(), p.id, p.epoch, p.seq))
+	case h.ProducerID() == record.NoProducerID:
+		return false, nil
+	case h.ProducerID() < 0 || h.ProducerEpoch() < 0 || h.BaseSequence() < 0:
+		return false, badRequest(fmt.Sprintf("the batch's producer fields (id %d, epoch %d, base sequence %d) are not those of an idempotent producer",
+			h.ProducerID(), h.ProducerEpoch(), h.BaseSequence()))
+	}
+	if h.RecordCount() < 1 {
+		return false, badRequest("an idempotent produce holds at least one record")
+	}
+	if !explicitPartition {
+		return false, badRequest("an idempotent produce names its partition (partition=N): sequences are per partition")
+	}
+	if acks != replicate.AcksAll {
+		return false, badRequest("an idempotent produce needs acks=all")
+	}
+	return true, nil
+}
+
+// producerError is the leader's refusal of an idempotent batch.
+type producerError struct {
+	decision producer.Decision
+}
+
+func (e *producerError) Error() string {
+	if e.decision.Reason != "" {
+		return "agent: " + e.decision.Reason
+	}
+	return "agent: idempotent batch refused: " + e.decision.Verdict.String()
+}
+
+func (e *producerError) apiError() *apiError {
+	code := wire.CodeOutOfOrderSequence
+	if e.decision.Verdict == producer.InvalidProducerEpoch {
+		code = wire.CodeInvalidProducerEpoch
+	}
+	return newAPIError(fasthttp.StatusConflict, code, e.Error(), false)
+}
+
+// unknownOutcome says whether a failed produce may have been appended: only
+// then does an idempotent sender try again after it.
+func unknownOutcome(e *apiError) bool {
+	switch e.Code {
+	case wire.CodeAckTimeout, wire.CodeNotLeaderAfterAppend, wire.CodeNotEnoughReplicasAfterAppend:
+		return true
+	}
+	return e.status == fasthttp.StatusBadGateway
+}
+
+// lanes are the sidecar's own producer ids for plain produce requests. A
+// lane carries one request at a time, so its sequence advances only after
+// an answer, and a retry resends exactly what its leader may have appended.
+// A lane whose last request's outcome stayed unknown is dropped: its next
+// sequence is not known.
+type lanes struct {
+	alloc func(ctx context.Context) (int64, int16, error)
+	mu    sync.Mutex
+	free  map[partitionKey][]*lane
+}
+
+type lane struct {
+	id    int64
+	epoch int16
+	next  int32
+}
+
+func newLanes(alloc func(ctx context.Context) (int64, int16, error)) *lanes {
+	return &lanes{alloc: alloc, free: map[partitionKey][]*lane{}}
+}
+
+// take returns a free lane of the partition, or a new one.
+func (l *lanes) take(key partitionKey) (*lane, error) {
+	l.mu.Lock()
+	if free := l.free[key]; len(free) > 0 {
+		ln := free[len(free)-1]
+		l.free[key] = free[:len(free)-1]
+		l.mu.Unlock()
+		return ln, nil
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	defer cancel()
+	id, epoch, err := l.alloc(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &lane{id: id, epoch: epoch}, nil
+}
+
+// give returns a lane whose next sequence is known.
+func (l *lanes) give(key partitionKey, ln *lane) {
+	l.mu.Lock()
+	l.free[key] = append(l.free[key], ln)
+	l.mu.Unlock()
+}
+
+// nextSequence is seq advanced by count records, wrapping as Kafka's
+// sequences do.
+func nextSequence(seq int32, count int) int32 {
+	return int32((int64(seq) + int64(count)) % (math.MaxInt32 + 1))
+}
+
+// idempotentAttemptMin is the shortest first attempt for which an
+// idempotent forward is split into attempts.
+const idempotentAttemptMin = time.Second
+
+// laneAttempts bounds how many fresh lanes a request tries when leaders
+// refuse a lane's sequence (a leader that lost the lane's state).
+const laneAttempts = 3
+
+// produceBatch sends a batch to the partition's leader: locally when this
+// agent leads it, else forwarded. An idempotent batch (the client's, or a
+// plain acks=all batch given one of the sidecar's lanes) is sent again
+// after an unknown outcome until the deadline; a plain one only after
+// refusals that appended nothing.
+func (a *Agent) produceBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *apiError) {
+	if record.Header(batch).ProducerID() >= 0 {
+		return a.sendBatch(topic, partition, batch, count, acks, true, deadline)
+	}
+	if acks != replicate.AcksAll || a.lanes == nil {
+		return a.sendBatch(topic, partition, batch, count, acks, false, deadline)
+	}
+	key := partitionKey{topic: topic, partition: partition}
+	for attempt := 1; ; attempt++ {
+		ln, err := a.lanes.take(key)
+		if err != nil {
+			a.log.Warn("no producer id for the sidecar's forward: sending it without idempotence", "topic", topic, "partition", partition, "error", err)
+			record.StampProducer(batch, record.NoProducerID, -1, record.NoSequence)
+			return a.sendBatch(topic, partition, batch, count, acks, false, deadline)
+		}
+		record.StampProducer(batch, ln.id, ln.epoch, ln.next)
+		resp, e := a.sendBatch(topic, partition, batch, count, acks, true, deadline)
+		switch {
+		case e == nil:
+			ln.next = nextSequence(ln.next, count)
+			a.lanes.give(key, ln)
+			// The application sent this once; a resend was the sidecar's.
+			resp.Duplicate = false
+			return resp, nil
+		case e.Code == wire.CodeOutOfOrderSequence || e.Code == wire.CodeInvalidProducerEpoch:
+			// Refused before any append: the leader does not know the
+			// lane's state as this sidecar does. A fresh lane starts over.
+			a.log.Warn("leader refused a lane's sequence; using a new producer id", "topic", topic, "partition", partition, "producer_id", ln.id, "error", e.Message)
+			if attempt < laneAttempts && a.now().Before(deadline) {
+				continue
+			}
+			return resp, e
+		case unknownOutcome(e):
+			return resp, e
+		default:
+			a.lanes.give(key, ln)
+			return resp, e
+		}
+	}
+}
+
+// sendBatch is one produce to the leader, local or forwarded, retried
+// within the deadline while the leader refuses before appending (it moves,
+// or is being elected). With idempotent, also after an unknown outcome
+// (the leader answers a resend of what it appended as a duplicate); an
+// answer that follows an unknown outcome is never reported as "nothing
+// appended".
+func (a *Agent) sendBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, idempotent bool, deadline time.Time) (produceResponse, *apiError) {
+	var unknown *apiError
+	for {
+		attempt := deadline
+		if remaining := deadline.Sub(a.now()); idempotent && remaining > 2*idempotentAttemptMin {
+			// A forward that stalls (a cut link) is given up on half way,
+			// so that a resend still has time once the link or the
+			// leadership changed; the leader answers the resend of what it
+			// appended as a duplicate.
+			attempt = a.now().Add(remaining / 2)
+		}
+		resp, e, refused := a.sendOnce(topic, partition, batch, count, acks, attempt, deadline)
+		if e == nil {
+			return resp, nil
+		}
+		if idempotent && unknownOutcome(e) {
+			if a.now().Before(deadline) {
+				a.log.Info("resending an idempotent batch after an unknown outcome", "topic", topic, "partition", partition,
+					"producer_id", record.Header(batch).ProducerID(), "error", e.Message)
+			}
+			unknown, refused = e, true
+			// A local loop that has not answered may still stamp its copy
+			// in place; the resend gets its own.
+			batch = bytes.Clone(batch)
+		}
+		retry := refused || (unknown != nil && e.Retriable)
+		remaining := deadline.Sub(a.now())
+		if !retry || remaining <= 0 {
+			if unknown != nil && !unknownOutcome(e) {
+				return produceResponse{}, unknown
+			}
+			return produceResponse{}, e
+		}
+		// Newer metadata, or a short pause for the directory and the
+		// leader's loop to catch up, then try again.
+		pause := time.NewTimer(min(forwardRetryPause, remaining))
+		select {
+		case <-a.coord.Metadata().Changed():
+		case <-pause.C:
+		case <-a.stopping:
+			pause.Stop()
+			return produceResponse{}, e
+		}
+		pause.Stop()
+	}
+}
+
+// sendOnce makes one attempt, a forward bounded by attempt, a local append
+// by deadline; refused says the leader refused it before appending
+// anything (or it never reached a leader).
+func (a *Agent) sendOnce(topic string, partition int, batch []byte, count int, acks replicate.Acks, attempt, deadline time.Time) (produceResponse, *apiError, bool) {
+	if r := a.replicas.get(topic, partition); r != nil && r.currentView().role == roleLeader {
+		resp, e := a.appendLocal(r, topic, partition, batch, count, acks, anyEpoch, deadline.Sub(a.now()))
+		return resp, e, e != nil && e.Code == wire.CodeNotLeader
+	}
+	resp, err := a.forwardOnce(a.coord.Metadata(), topic, partition, batch, acks, attempt)
+	if err == nil {
+		return resp, nil, false
+	}
+	var e *apiError
+	if !errors.As(err, &e) {
+		e = newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+	}
+	return produceResponse{}, e, errors.Is(err, errForwardRefused)
+}

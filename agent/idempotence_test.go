@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/wire"
+)
+
+func TestReadProducerHeaders(t *testing.T) {
+	tests := []struct {
+		name             string
+		id, epoch, seq   string
+		want             producerHeaders
+		wantErrSubstring string
+	}{
+		{name: "none"},
+		{name: "all", id: "7", epoch: "2", seq: "40", want: producerHeaders{present: true, id: 7, epoch: 2, seq: 40}},
+		{name: "largest", id: "9223372036854775807", epoch: "32767", seq: "2147483647", want: producerHeaders{present: true, id: math.MaxInt64, epoch: math.MaxInt16, seq: math.MaxInt32}},
+		{name: "id only", id: "7", wantErrSubstring: "all of"},
+		{name: "no sequence", id: "7", epoch: "0", wantErrSubstring: "all of"},
+		{name: "negative id", id: "-1", epoch: "0", seq: "0", wantErrSubstring: "not a producer id"},
+		{name: "epoch too large", id: "1", epoch: "32768", seq: "0", wantErrSubstring: "not an epoch"},
+		{name: "sequence too large", id: "1", epoch: "0", seq: "2147483648", wantErrSubstring: "not a sequence"},
+		{name: "not a number", id: "x", epoch: "0", seq: "0", wantErrSubstring: "not a producer id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var h fasthttp.RequestHeader
+			for k, v := range map[string]string{wire.HeaderProducerID: tc.id, wire.HeaderProducerEpoch: tc.epoch, wire.HeaderSequence: tc.seq} {
+				if v != "" {
+					h.Set(k, v)
+				}
+			}
+			got, err := readProducerHeaders(&h)
+			if tc.wantErrSubstring != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErrSubstring) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErrSubstring)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestApplyProducerHeaders(t *testing.T) {
+	plain := func() []byte {
+		var b record.Builder
+		if err := b.Add(1, nil, []byte("v"), nil); err != nil {
+			t.Fatal(err)
+		}
+		batch, err := b.AppendTo(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return batch
+	}
+	stamped := func(id int64, epoch int16, seq int32) []byte {
+		b := plain()
+		record.StampProducer(b, id, epoch, seq)
+		return b
+	}
+	headers := producerHeaders{present: true, id: 5, epoch: 1, seq: 10}
+	tests := []struct {
+		name       string
+		batch      []byte
+		headers    producerHeaders
+		partition  bool
+		acks       replicate.Acks
+		idempotent bool
+		errPart    string
+	}{
+		{name: "plain", batch: plain(), partition: false, acks: replicate.AcksLeader},
+		{name: "headers stamp a plain batch", batch: plain(), headers: headers, partition: true, acks: replicate.AcksAll, idempotent: true},
+		{name: "batch fields alone", batch: stamped(5, 1, 10), partition: true, acks: replicate.AcksAll, idempotent: true},
+		{name: "batch and headers agree", batch: stamped(5, 1, 10), headers: headers, partition: true, acks: replicate.AcksAll, idempotent: true},
+		{name: "batch and headers differ", batch: stamped(5, 1, 11), headers: headers, partition: true, acks: replicate.AcksAll, errPart: "differ"},
+		{name: "no partition", batch: plain(), headers: headers, acks: replicate.AcksAll, errPart: "names its partition"},
+		{name: "acks 1", batch: plain(), headers: headers, partition: true, acks: replicate.AcksLeader, errPart: "acks=all"},
+		{name: "negative epoch in the batch", batch: stamped(5, -1, 0), partition: true, acks: replicate.AcksAll, errPart: "not those of an idempotent producer"},
+		{name: "negative sequence in the batch", batch: stamped(5, 0, -1), partition: true, acks: replicate.AcksAll, errPart: "not those of an idempotent producer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := applyProducerHeaders(tc.batch, tc.headers, tc.partition, tc.acks)
+			if tc.errPart != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errPart) {
+					t.Fatalf("error %v, want one containing %q", err, tc.errPart)
+				}
+				return
+			}
+			if err != nil || got != tc.idempotent {
+				t.Fatalf("idempotent %v, %v; want %v", got, err, tc.idempotent)
+			}
+			h, err := record.Verify(tc.batch, 0)
+			if err != nil {
+				t.Fatalf("the batch no longer verifies: %v", err)
+			}
+			if tc.idempotent && (h.ProducerID() != 5 || h.ProducerEpoch() != 1 || h.BaseSequence() != 10) {
+				t.Fatalf("producer fields %d/%d/%d, want 5/1/10", h.ProducerID(), h.ProducerEpoch(), h.BaseSequence())
+			}
+		})
+	}
+}
+
+func TestNextSequence(t *testing.T) {
+	tests := []struct {
+		seq   int32
+		count int
+		want  int32
+	}{
+		{0, 1, 1},
+		{10, 5, 15},
+		{math.MaxInt32, 1, 0},
+		{math.MaxInt32 - 1, 3, 1},
+	}
+	for _, tc := range tests {
+		if got := nextSequence(tc.seq, tc.count); got != tc.want {
+			t.Errorf("nextSequence(%d, %d) = %d, want %d", tc.seq, tc.count, got, tc.want)
+		}
+	}
+}

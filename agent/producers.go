@@ -1,0 +1,255 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/logagent/logagent/producer"
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/segstore"
+)
+
+// The idempotent-producer state of a partition (docs/design.md §7) lives in
+// its log: every batch of an idempotent producer carries its id, epoch and
+// sequences, and every replica feeds the batches it appends, as leader or
+// as follower, to its producer.State, so a new leader knows what the old
+// one accepted. The loop owns the state. A snapshot beside the segments
+// bounds the scan at open:
+//
+//	<partition dir>/producers.snapshot   producer.State as of end offset E
+//
+// written (atomically: temporary file, fsync, rename, directory fsync) on
+// the checkpoint tick when the state changed, and at a clean close. At
+// open the snapshot is used when E is within the log, and the batches from
+// E to the log end are applied to it; one beyond the log end (the log lost
+// an unsynced tail) or unreadable is ignored and the whole log is scanned.
+// A truncation below E removes the snapshot, durably, before anything is
+// appended again, since a log cut and refilled past E would make it
+// describe batches the log no longer has (a crash in between leaves a log
+// end below E, so the snapshot is ignored).
+const producerSnapshotFile = "producers.snapshot"
+
+// producerScanBytes is how much of the log one read of the open-time scan
+// takes.
+const producerScanBytes = 1 << 20
+
+// loadProducers builds the producer state of the current log: from the
+// snapshot when it is usable, then the batches after it.
+func (r *replica) loadProducers() {
+	log := r.currentLog()
+	opts := r.deps.producerOptions
+	state, from := r.readProducerSnapshot(log, opts)
+	if state == nil {
+		state, from = producer.New(opts), log.LogStartOffset()
+	}
+	from = max(from, log.LogStartOffset())
+	scanned, err := scanProducers(log, state, from)
+	if err != nil {
+		// The log refused a read: it is failing. The state holds what was
+		// read; failLog rebuilds it from the reopened log.
+		r.log.Error("cannot read the log for its producer state", "from", from, "error", err)
+	}
+	state.RemoveBefore(log.LogStartOffset())
+	state.Expire(r.deps.now())
+	r.producers, r.producersDirty = state, false
+	if state.Len() > 0 || scanned > 0 {
+		r.log.Debug("producer state loaded", "producers", state.Len(), "snapshot_end", from, "batches_scanned", scanned)
+	}
+}
+
+// readProducerSnapshot reads the snapshot if it describes a prefix of log.
+func (r *replica) readProducerSnapshot(log *segstore.Log, opts producer.Options) (*producer.State, int64) {
+	r.producerSnapshotEnd = -1
+	b, err := readFileFS(r.deps.fs, filepath.Join(r.dir, producerSnapshotFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0
+	}
+	if err != nil {
+		r.log.Warn("cannot read the producer snapshot; scanning the log", "error", err)
+		return nil, 0
+	}
+	state, end, err := producer.UnmarshalSnapshot(b, opts)
+	if err != nil {
+		r.log.Warn("producer snapshot unusable; scanning the log", "error", err)
+		return nil, 0
+	}
+	if end > log.LogEndOffset() {
+		r.log.Info("producer snapshot is ahead of the log (its tail was lost); scanning the log",
+			"snapshot_end", end, "log_end_offset", log.LogEndOffset())
+		return nil, 0
+	}
+	r.producerSnapshotEnd = end
+	return state, end
+}
+
+// scanProducers applies the batches of log from offset on to state, and
+// answers how many batches of idempotent producers it applied.
+func scanProducers(log *segstore.Log, state *producer.State, from int64) (int, error) {
+	applied := 0
+	for from < log.LogEndOffset() {
+		region, err := log.ReadBytes(from, producerScanBytes, log.LogEndOffset())
+		if err != nil {
+			return applied, err
+		}
+		if len(region) == 0 {
+			return applied, nil
+		}
+		for len(region) > 0 {
+			batch, rest, err := record.NextBatch(region, len(region))
+			if err != nil {
+				return applied, fmt.Errorf("agent: producer scan at %d: %w", from, err)
+			}
+			h := record.Header(batch)
+			ok, err := applyProducerBatch(state, h)
+			if err != nil {
+				return applied, fmt.Errorf("agent: producer scan at %d: %w", h.BaseOffset(), err)
+			}
+			if ok {
+				applied++
+			}
+			from, region = h.NextOffset(), rest
+		}
+	}
+	return applied, nil
+}
+
+// applyProducerBatch records one appended batch; false when its producer is
+// not idempotent. An error is a batch whose producer fields no producer can
+// have written (the leader refuses those before appending).
+func applyProducerBatch(state *producer.State, h record.Header) (bool, error) {
+	if h.ProducerID() < 0 {
+		return false, nil
+	}
+	if err := state.Apply(producerBatch(h)); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func producerBatch(h record.Header) producer.Batch {
+	return producer.Batch{
+		ProducerID:    h.ProducerID(),
+		ProducerEpoch: h.ProducerEpoch(),
+		BaseSequence:  h.BaseSequence(),
+		RecordCount:   h.RecordCount(),
+		BaseOffset:    h.BaseOffset(),
+		LastOffset:    h.LastOffset(),
+		LeaderEpoch:   h.LeaderEpoch(),
+		MaxTimestamp:  h.MaxTimestamp(),
+	}
+}
+
+// appliedBatches records what a follower appended: batches, back to back,
+// as the leader sent them and the log verified them.
+func (r *replica) appliedBatches(batches []byte) {
+	for len(batches) > 0 {
+		batch, rest, err := record.NextBatch(batches, len(batches))
+		if err != nil {
+			// The log accepted these bytes after the same checks.
+			r.log.Error("appended batches do not split; rebuilding the producer state", "error", err)
+			r.loadProducers()
+			return
+		}
+		ok, err := applyProducerBatch(r.producers, record.Header(batch))
+		if err != nil {
+			r.log.Warn("appended batch not recorded in the producer state", "offset", record.Header(batch).BaseOffset(), "error", err)
+		}
+		r.producersDirty = r.producersDirty || ok
+		batches = rest
+	}
+}
+
+// producersTruncated follows a truncation of the log to its new end: the
+// snapshot goes first if it describes more than the log now holds.
+func (r *replica) producersTruncated(restart bool) {
+	log := r.currentLog()
+	if r.producerSnapshotEnd > log.LogEndOffset() || restart {
+		r.removeProducerSnapshot()
+	}
+	if restart {
+		r.producers = producer.New(r.deps.producerOptions)
+	} else {
+		r.producers.TruncateTo(log.LogEndOffset())
+	}
+	r.producersDirty = true
+}
+
+func (r *replica) removeProducerSnapshot() {
+	if r.producerSnapshotEnd < 0 {
+		return
+	}
+	name := filepath.Join(r.dir, producerSnapshotFile)
+	err := r.deps.fs.Remove(name)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		err = r.deps.fs.SyncDir(r.dir)
+	}
+	if err != nil {
+		// A snapshot that stays could describe batches the log lost: the
+		// log must not be trusted with it either.
+		r.failLog(fmt.Errorf("remove the producer snapshot after a truncation: %w", err))
+		return
+	}
+	r.producerSnapshotEnd = -1
+}
+
+// maintainProducers runs on the checkpoint tick: forget expired producers
+// and those retention removed, and write the snapshot if anything changed.
+func (r *replica) maintainProducers() {
+	if r.logFailed || r.producers == nil {
+		return
+	}
+	log := r.currentLog()
+	before := r.producers.Len()
+	r.producers.RemoveBefore(log.LogStartOffset())
+	r.producers.Expire(r.deps.now())
+	if r.producers.Len() != before {
+		r.producersDirty = true
+	}
+	if r.producersDirty {
+		r.writeProducerSnapshot()
+	}
+}
+
+// writeProducerSnapshot writes the state as of the log end. A failure
+// leaves the previous snapshot, which the open-time scan completes.
+func (r *replica) writeProducerSnapshot() {
+	end := r.currentLog().LogEndOffset()
+	if r.producers.Len() == 0 && r.producerSnapshotEnd < 0 {
+		r.producersDirty = false
+		return
+	}
+	b, err := r.producers.MarshalSnapshot(nil, end)
+	if err != nil {
+		r.log.Error("cannot encode the producer snapshot", "error", err)
+		return
+	}
+	if err := writeFileAtomic(r.deps.fs, filepath.Join(r.dir, producerSnapshotFile), b); err != nil {
+		r.log.Warn("cannot write the producer snapshot", "error", err)
+		return
+	}
+	r.producerSnapshotEnd, r.producersDirty = end, false
+}
+
+// readFileFS reads a whole small file through fsys.
+func readFileFS(fsys segstore.FS, name string) ([]byte, error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, size)
+	if n, err := f.ReadAt(b, 0); n < len(b) {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
+}
