@@ -261,7 +261,7 @@ func (w *Workload) produceUntilAcknowledged(index int, seed uint64, stop <-chan 
 			}
 			w.fail("%s: %s (producer %d epoch %d sequence %d, attempt %d) refused: %v", process, value, idem.ID, idem.Epoch,
 				idem.Sequence, attempt, err)
-			prev := id.ID
+			prev := id
 			var ok bool
 			if id, ok = w.register(client, process, &prev, stop); !ok {
 				return
@@ -307,9 +307,9 @@ func afterFailure(err error, idempotent bool) step {
 // register asks the producer's sidecar for an idempotent producer id (prev
 // nil) or a new epoch of prev, until it answers or the run stops; ok is
 // false when it did not, and a refusal for good is a failure.
-func (w *Workload) register(client *testcluster.Client, process string, prev *int64, stop <-chan struct{}) (id testcluster.ProducerID, ok bool) {
+func (w *Workload) register(client *testcluster.Client, process string, prev *testcluster.ProducerID, stop <-chan struct{}) (id testcluster.ProducerID, ok bool) {
 	for !stopped(stop) {
-		id, err := client.RegisterProducer(prev)
+		id, err := client.InitProducer(prev)
 		if err == nil {
 			return id, true
 		}

@@ -94,17 +94,9 @@ func (a *Agent) url(path string, query url.Values) string {
 // do sends a request and decodes a JSON answer into out, or returns the
 // API error.
 func (a *Agent) do(method, u, contentType string, body []byte, out any) error {
-	return a.doWith(method, u, contentType, nil, body, out)
-}
-
-// doWith is do with extra request headers.
-func (a *Agent) doWith(method, u, contentType string, header http.Header, body []byte, out any) error {
 	req, err := http.NewRequest(method, u, bytes.NewReader(body))
 	if err != nil {
 		return err
-	}
-	for k, v := range header {
-		req.Header[k] = v
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
