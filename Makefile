@@ -20,6 +20,10 @@ DURATION                ?= 10m
 JEPSEN_TIMING           ?= shipped
 # Cycles of `make dead-agent` (about 20 s each with the shipped timings).
 DEAD_CYCLES             ?= 20
+# Cycles of `make duplicates`, per variant, and which variants it runs
+# (plain, idempotent or both, as a regexp alternation).
+DUP_CYCLES              ?= 30
+DUP_VARIANTS            ?= plain|idempotent
 # The lines of a verbose jepsen run worth seeing: verdicts, figures, where a
 # failing run's files are.
 JEPSEN_LINES := ^ *(=== RUN|--- |ok|FAIL|PASS)|VALID|INVALID|agents run with|failover in|first ack|longest time|run kept in|^ +\|
@@ -93,6 +97,13 @@ dead-agent: bin/logagent bin/consul ## kill -9 an agent and leave it dead past l
 	$(GO) test -race -count=1 -timeout 3h -v -run 'TestScenarios/^dead-agent$$' ./internal/jepsen 2>&1 | tee dead-agent.out | \
 		sed -n -E 's/^ +(\|.*)$$/\1/p; s/^ +[a-z_]+\.go:[0-9]+: jepsen: (.*checker (IN)?VALID.*)$$/\1/p; /: jepsen: dead-agent: |run kept in|^(--- |ok|FAIL)/p'
 	@echo "full log: dead-agent.out"
+
+.PHONY: duplicates
+duplicates: bin/logagent bin/consul ## Producers resending until acknowledged while answers are lost and leaders killed, DUP_CYCLES times per variant (DUP_VARIANTS, JEPSEN_TIMING); prints the duplicates of each
+	LOGAGENT_JEPSEN_DUP_CYCLES=$(DUP_CYCLES) \
+	$(GO) test -race -count=1 -timeout 3h -v -run 'TestScenarios/^duplicates-($(DUP_VARIANTS))$$' ./internal/jepsen 2>&1 | tee duplicates.out | \
+		sed -n -E 's/^ +[a-z_]+\.go:[0-9]+: jepsen: (duplicates-[a-z]+: .*)$$/\1/p; /run kept in|^ *(--- |ok|FAIL)/p'
+	@echo "full log: duplicates.out"
 
 .PHONY: check
 check: bin/staticcheck ## gofmt, go vet and staticcheck (pinned in tools/lint/go.mod)

@@ -84,7 +84,10 @@ const (
 	maxExamplesPerKind = 20
 )
 
-// Report is the result of Check.
+// Report is the result of Check. Duplicates is how many values the final
+// log holds at two offsets or more, whatever their kind (duplicate or
+// duplicate_after_unknown): the figure a run whose producers retry
+// reports, 0 when idempotence holds.
 type Report struct {
 	Writes        int            `json:"writes"`
 	Acknowledged  int            `json:"acknowledged"`
@@ -92,6 +95,7 @@ type Report struct {
 	Unknown       int            `json:"unknown"`
 	ConsumerReads int            `json:"consumer_reads"`
 	Unseen        int            `json:"unseen"`
+	Duplicates    int            `json:"duplicates"`
 	Counts        map[string]int `json:"counts"`
 	Examples      []Anomaly      `json:"examples"`
 }
@@ -121,8 +125,8 @@ func (r *Report) Summary() string {
 	if !r.Valid() {
 		verdict = "INVALID"
 	}
-	fmt.Fprintf(&b, "%s: %d writes (%d acknowledged, %d failed, %d unknown), %d consumer reads, %d acknowledged but unseen by consumers\n",
-		verdict, r.Writes, r.Acknowledged, r.Failed, r.Unknown, r.ConsumerReads, r.Unseen)
+	fmt.Fprintf(&b, "%s: %d writes (%d acknowledged, %d failed, %d unknown), %d consumer reads, %d acknowledged but unseen by consumers, %d duplicates\n",
+		verdict, r.Writes, r.Acknowledged, r.Failed, r.Unknown, r.ConsumerReads, r.Unseen, r.Duplicates)
 	kinds := make([]string, 0, len(r.Counts))
 	for k := range r.Counts {
 		kinds = append(kinds, k)
@@ -248,6 +252,7 @@ func Check(h History) *Report {
 			continue
 		}
 		if len(locs) > 1 {
+			r.Duplicates++
 			sort.Slice(locs, func(i, j int) bool { return locs[i].offset < locs[j].offset })
 			kind := KindDuplicate
 			if info.anyUnknown {

@@ -128,13 +128,46 @@ func TestDuplicateOfUnknownWriteIsAllowedButCounted(t *testing.T) {
 	}
 }
 
+// TestDuplicatesFigure counts the values the final log holds more than
+// once, of either kind, once each however many copies: what a run with
+// retrying producers reports as its duplicates.
+func TestDuplicatesFigure(t *testing.T) {
+	cases := []struct {
+		name  string
+		extra []Entry // appended to the two full replicas, from offset 4
+		want  int
+	}{
+		{"none", nil, 0},
+		{"an unknown write twice", entries(4, "u"), 1},
+		{"an acknowledged write twice", entries(4, "a"), 1},
+		{"three copies are one value", entries(4, "u", 5, "u"), 1},
+		{"both kinds", entries(4, "u", 5, "b", 6, "c"), 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := healthy()
+			for i := range h.Replicas[:2] {
+				h.Replicas[i].Entries = append(append([]Entry(nil), h.Replicas[i].Entries...), c.extra...)
+				h.Replicas[i].HighWatermark = 4 + int64(len(c.extra))
+			}
+			r := Check(h)
+			if r.Duplicates != c.want {
+				t.Fatalf("duplicates %d, want %d:\n%s", r.Duplicates, c.want, r.Summary())
+			}
+			if got := r.Counts[KindDuplicate] + r.Counts[KindDuplicateAfterRetry]; got != c.want {
+				t.Fatalf("duplicate anomalies %d, want %d:\n%s", got, c.want, r.Summary())
+			}
+		})
+	}
+}
+
 func TestReportCountsAndJSON(t *testing.T) {
 	r := Check(healthy())
 	if r.Writes != 5 || r.Acknowledged != 3 || r.Failed != 1 || r.Unknown != 1 || r.ConsumerReads != 4 || r.Unseen != 0 {
 		t.Errorf("counts: %+v", r)
 	}
 	b, err := json.Marshal(r)
-	if err != nil || !strings.Contains(string(b), `"acknowledged":3`) {
+	if err != nil || !strings.Contains(string(b), `"acknowledged":3`) || !strings.Contains(string(b), `"duplicates":0`) {
 		t.Errorf("json: %s %v", b, err)
 	}
 	if !strings.HasPrefix(r.Summary(), "VALID: 5 writes") {

@@ -8,6 +8,8 @@
 //     holds at its acknowledged offset with another value;
 //   - duplicate: one value at two offsets, counted apart when the write's
 //     outcome was unknown at some attempt (a retry may legally duplicate it);
+//     the Duplicates figure counts both kinds, for runs whose producers
+//     retry until acknowledged (0 with idempotent producers);
 //   - inconsistent offset: one (partition, offset) seen with two values, by
 //     consumers or replicas;
 //   - non-monotonic: a consumer that saw a partition's offsets go backwards or

@@ -22,6 +22,9 @@ type Op struct {
 	Error     string          `json:"error,omitempty"`
 	Invoke    time.Duration   `json:"invoke_ns"`
 	Complete  time.Duration   `json:"complete_ns"`
+	// Duplicate says the leader answered an idempotent resend as a
+	// duplicate of a write it had appended: Offset is the original's.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // Event is something the nemesis did, at a monotonic time since the run

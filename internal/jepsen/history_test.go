@@ -3,6 +3,7 @@ package jepsen
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/logagent/logagent/internal/checker"
 	"github.com/logagent/logagent/internal/testcluster"
+	"github.com/logagent/logagent/wire"
 )
 
 func TestClassify(t *testing.T) {
@@ -38,6 +40,40 @@ func TestClassify(t *testing.T) {
 				t.Fatalf("classify(%v) = %s, %q; want %s, %q", tc.err, got, leader, tc.want, tc.leader)
 			}
 		})
+	}
+}
+
+func TestAfterFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		err        error
+		idempotent bool
+		want       step
+	}{
+		{"timeout", errors.New("context deadline exceeded"), true, resend},
+		{"acknowledged without an offset", nil, false, resend},
+		{"ack timeout", &testcluster.APIError{Status: 504, Code: wire.CodeAckTimeout}, true, resend},
+		{"after append", &testcluster.APIError{Status: 503, Code: wire.CodeNotEnoughReplicasAfterAppend, Retriable: true}, false, resend},
+		{"not leader", &testcluster.APIError{Status: 409, Code: wire.CodeNotLeader, Retriable: true}, true, resend},
+		{"out of order", &testcluster.APIError{Status: 409, Code: wire.CodeOutOfOrderSequence}, true, newEpoch},
+		{"fenced epoch", &testcluster.APIError{Status: 409, Code: wire.CodeInvalidProducerEpoch}, true, newEpoch},
+		{"idempotence codes mean nothing to a plain producer", &testcluster.APIError{Status: 409, Code: wire.CodeOutOfOrderSequence}, false, giveUp},
+		{"invalid request", &testcluster.APIError{Status: 400, Code: wire.CodeInvalidRequest}, true, giveUp},
+		{"no such endpoint", &testcluster.APIError{Status: 404, Code: wire.CodeNotFound}, true, giveUp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := afterFailure(tc.err, tc.idempotent); got != tc.want {
+				t.Fatalf("afterFailure(%v, %v) = %d, want %d", tc.err, tc.idempotent, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNextSequence(t *testing.T) {
+	for _, tc := range []struct{ s, want int32 }{{0, 1}, {41, 42}, {math.MaxInt32 - 1, math.MaxInt32}, {math.MaxInt32, 0}} {
+		if got := nextSequence(tc.s); got != tc.want {
+			t.Errorf("nextSequence(%d) = %d, want %d", tc.s, got, tc.want)
+		}
 	}
 }
 

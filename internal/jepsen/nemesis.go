@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/logagent/logagent/internal/testcluster"
@@ -133,6 +134,7 @@ func (e *Env) healAll() {
 		if a.ConsulProxy != nil {
 			a.ConsulProxy.Heal()
 			a.PeerProxy.Heal()
+			a.ClientProxy.Heal()
 		}
 	}
 	for _, a := range e.Cluster.Agents {
@@ -458,4 +460,72 @@ func (RandomCut) Heal(e *Env, _ Injected) {
 		a.ConsulProxy.Heal()
 		a.PeerProxy.Heal()
 	}
+}
+
+// LoseAnswers is scenario (j), for producers that retry until acknowledged
+// (RetryPlain, RetryIdempotent): answers lost after the append, where a
+// resend is what duplicates a write. Each cycle, in a seeded random order a
+// second or less apart, it cuts the client links into an agent's client API
+// (Agent.ClientProxy: the link of the producers whose sidecar it is), cuts
+// the peer link from an agent, as a sidecar forwarding to a partition's
+// leader, to that leader, and kills the leader with -9. Neither cut agent
+// is the leader (they may be one agent). The cuts stall answers (or, a
+// third of the time, both ways, mid-request) for longer than a producer
+// waits, so requests already sent are appended but their answers lost.
+// Needs Scenario.Proxies.
+type LoseAnswers struct{}
+
+func (LoseAnswers) Name() string { return "lose-answers" }
+
+func (LoseAnswers) Inject(e *Env) Injected {
+	p := e.Rng.IntN(e.Partitions)
+	leader, epoch := e.mustLeader(p)
+	agents := e.Cluster.Agents
+	// Both other than the leader: a dead agent's links lose nothing more.
+	client := agents[(indexOf(agents, leader)+1+e.Rng.IntN(len(agents)-1))%len(agents)]
+	sidecar := agents[(indexOf(agents, leader)+1+e.Rng.IntN(len(agents)-1))%len(agents)]
+	actions := []func() string{
+		func() string {
+			if e.Rng.IntN(3) == 0 {
+				client.ClientProxy.CutBoth()
+				return fmt.Sprintf("cut the client links into %s both ways", client.NodeID)
+			}
+			client.ClientProxy.Cut(testcluster.Backward)
+			return fmt.Sprintf("cut the answers of %s's client API", client.NodeID)
+		},
+		func() string {
+			if e.Rng.IntN(3) == 0 {
+				e.Cluster.CutLink(sidecar, leader)
+				e.Cluster.CutLink(leader, sidecar)
+				return fmt.Sprintf("cut the peer link %s <-> %s (leader of p%d)", sidecar.NodeID, leader.NodeID, p)
+			}
+			// The leader's answers on the connections the sidecar dialed:
+			// its forwards, and its fetches as a follower.
+			leader.PeerProxy.CutFrom(sidecar.NodeID, testcluster.Backward)
+			return fmt.Sprintf("cut the answers of %s (leader of p%d) to %s's peer requests", leader.NodeID, p, sidecar.NodeID)
+		},
+		func() string {
+			leader.Kill()
+			return fmt.Sprintf("kill -9 %s, leader of p%d epoch %d", leader.NodeID, p, epoch)
+		},
+	}
+	e.Rng.Shuffle(len(actions), func(i, j int) { actions[i], actions[j] = actions[j], actions[i] })
+	var done []string
+	for i, act := range actions {
+		if i > 0 {
+			time.Sleep(between(e.Rng, 0, time.Second))
+		}
+		done = append(done, act())
+	}
+	return Injected{Detail: strings.Join(done, ", then "), Target: leader, Partition: p, Epoch: epoch,
+		Hold: between(e.Rng, retryClientTimeout+500*time.Millisecond, retryClientTimeout+2*time.Second)}
+}
+
+// Heal reconnects every link and restarts the killed leader.
+func (LoseAnswers) Heal(e *Env, in Injected) {
+	for _, a := range e.Cluster.Agents {
+		a.ClientProxy.Heal()
+		a.PeerProxy.Heal()
+	}
+	e.restart(in.Target)
 }

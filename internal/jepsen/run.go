@@ -32,6 +32,12 @@ type Scenario struct {
 	// others, so each partition's time to its first acknowledgement after
 	// a fault is its own.
 	PinProducers bool
+	// Producing is what producers do about a write whose outcome they
+	// could not learn; the retrying ones need Proxies. A run of RetryPlain
+	// fails unless the final log holds a duplicate (the checker must see
+	// what a resend without idempotence makes), one of RetryIdempotent if
+	// it holds any.
+	Producing Producing
 }
 
 // Config is how long and with what seed a scenario runs.
@@ -109,6 +115,16 @@ type Result struct {
 	Events       []Event              `json:"events"`
 	Ops          []Op                 `json:"ops"`
 	Replicas     []checker.ReplicaLog `json:"replicas"`
+	// Producing is the producers' way with unknown outcomes; with the
+	// retrying ones, DuplicateAnswers counts the resends the leader
+	// answered as duplicates, and ClientFailures what producers met that
+	// no resend could get past.
+	Producing        Producing `json:"producing"`
+	DuplicateAnswers int       `json:"duplicate_answers"`
+	ClientFailures   []string  `json:"client_failures,omitempty"`
+	// Wall is the run's time from the topic's creation to the checker's
+	// verdict.
+	Wall time.Duration `json:"wall_ns"`
 	// ConsulLog is where a failing run keeps Consul's log.
 	ConsulLog    string   `json:"consul_log"`
 	AgentLogDirs []string `json:"agent_log_dirs"`
@@ -128,6 +144,9 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 		cfg.Producers = cfg.Partitions * agents
 	}
 	cfg.Consumers = cmp.Or(cfg.Consumers, 2)
+	if s.Producing != MoveOn && !s.Proxies {
+		t.Fatalf("jepsen: %s: producers that %s reach their sidecars through proxies: set Scenario.Proxies", s.Name, s.Producing)
+	}
 	dir, err := os.MkdirTemp("", "logagent-jepsen-"+s.Name+"-")
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +193,7 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 
 	stop := make(chan struct{})
 	w := &Workload{Cluster: c, Topic: topic, Partitions: cfg.Partitions, Producers: cfg.Producers, Consumers: cfg.Consumers,
-		Pinned: s.PinProducers, Recorder: rec, Seed: rng.Uint64(), EpochMillis: start.UnixMilli()}
+		Pinned: s.PinProducers, Recorder: rec, Seed: rng.Uint64(), EpochMillis: start.UnixMilli(), Producing: s.Producing}
 	waitClients := w.Start(stop)
 	stopClients := func() {
 		select {
@@ -250,7 +269,8 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	}
 	res := &Result{Scenario: s.Name, Timings: c.Timings, Seed: cfg.Seed, Dir: dir, Report: report, Unconverged: unconverged, Measures: measures,
 		LongestGaps: LongestGap(ops, cfg.Partitions), AckedAfter: make([]int, cfg.Partitions), Events: rec.Events(), Ops: ops,
-		Replicas: replicas, ConsulLog: keptConsulLog, CorruptReads: rec.CorruptReads()}
+		Replicas: replicas, ConsulLog: keptConsulLog, CorruptReads: rec.CorruptReads(), Producing: s.Producing,
+		ClientFailures: w.Failures(), Wall: time.Since(start)}
 	for _, err := range readErrs {
 		res.ReadErrors = append(res.ReadErrors, err.Error())
 	}
@@ -260,6 +280,9 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	for _, op := range ops {
 		if op.Outcome == checker.OK && op.Invoke >= healedAt {
 			res.AckedAfter[op.Partition]++
+		}
+		if op.Duplicate {
+			res.DuplicateAnswers++
 		}
 	}
 	summary := res.Summary()
@@ -282,6 +305,20 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	if len(unconverged) > 0 {
 		t.Errorf("jepsen: %s: partitions %v did not converge within %s of the heal", s.Name, unconverged, settle)
 	}
+	if s.Producing != MoveOn {
+		t.Logf("jepsen: %s: %s", s.Name, res.DuplicatesLine())
+	}
+	for _, f := range res.ClientFailures {
+		t.Errorf("jepsen: %s: %s", s.Name, f)
+	}
+	switch {
+	case s.Producing == RetryIdempotent && report.Duplicates > 0:
+		t.Errorf("jepsen: %s: %d values are in the final log more than once although idempotent producers resent them (seed %d)",
+			s.Name, report.Duplicates, cfg.Seed)
+	case s.Producing == RetryPlain && report.Duplicates == 0:
+		t.Errorf("jepsen: %s: no value is in the final log twice although producers resent without idempotence: "+
+			"no answer was lost after an append, or the checker missed the duplicates (seed %d)", s.Name, cfg.Seed)
+	}
 	for p, n := range res.AckedAfter {
 		if n == 0 {
 			t.Errorf("jepsen: %s: no write to p%d acknowledged after the final heal: the partition did not recover", s.Name, p)
@@ -296,6 +333,9 @@ func (r *Result) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "scenario %s, %s, seed %d, %d cycles\n", r.Scenario, r.Timings, r.Seed, len(r.Measures))
 	b.WriteString(r.Report.Summary())
+	if r.Producing != MoveOn {
+		fmt.Fprintf(&b, "  %s\n", r.DuplicatesLine())
+	}
 	for _, m := range r.Measures {
 		if m.FailoverSeen {
 			fmt.Fprintf(&b, "  cycle %d: failover in %s (new epoch, %s timing)\n", m.Cycle, m.Failover.Round(time.Millisecond), r.Timings.Timing)
@@ -324,6 +364,19 @@ func (r *Result) Summary() string {
 	}
 	fmt.Fprintf(&b, "  files: %s (agent logs %v; consul log %s if the run fails)", r.Dir, r.AgentLogDirs, r.ConsulLog)
 	return b.String()
+}
+
+// DuplicatesLine is the figures of a run whose producers retry until
+// acknowledged: what make duplicates prints.
+func (r *Result) DuplicatesLine() string {
+	verdict := "VALID"
+	if !r.Report.Valid() {
+		verdict = "INVALID"
+	}
+	return fmt.Sprintf("producers %s: %d cycles, %s, checker %s, %d writes, %d acknowledged, %d duplicates, "+
+		"%d resends answered duplicate, %d producer failures, wall time %s",
+		r.Producing, len(r.Measures), r.Timings.Timing, verdict, r.Report.Writes, r.Report.Acknowledged, r.Report.Duplicates,
+		r.DuplicateAnswers, len(r.ClientFailures), r.Wall.Round(100*time.Millisecond))
 }
 
 // write saves report.json and summary.txt in the run's directory.

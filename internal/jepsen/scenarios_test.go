@@ -10,11 +10,12 @@ import (
 	"github.com/logagent/logagent/internal/testseed"
 )
 
-// Knobs of the long runs (make torture, make dead-agent). A scenario's
+// Knobs of the long runs (make torture, make dead-agent, make duplicates). A scenario's
 // seed is replayed with internal/testseed's LOGAGENT_TEST_SEED.
 const (
 	cyclesEnv     = "LOGAGENT_JEPSEN_CYCLES"
 	deadCyclesEnv = "LOGAGENT_JEPSEN_DEAD_CYCLES"
+	dupCyclesEnv  = "LOGAGENT_JEPSEN_DUP_CYCLES"
 	durationEnv   = "LOGAGENT_JEPSEN_DURATION"
 	// timingEnv is "shipped" (the default: the agents' built-in timings,
 	// what users get) or "fast" (testcluster's shortened ones).
@@ -60,9 +61,11 @@ func config(t *testing.T, cycles, scenarios int, cyclesFrom string) Config {
 
 // TestScenarios runs every fault scenario under load for a few cycles and
 // checks the history: nothing acknowledged lost, no offset with two
-// values, no duplicate of a write that was never in doubt, consumers
-// reading forwards, replicas identical below their high watermarks, and
-// every partition writable again after the heal.
+// values, no duplicate of a write that was never in doubt (and, for
+// producers resending until acknowledged, duplicates without idempotence
+// and none with it), consumers reading forwards, replicas identical below
+// their high watermarks, and every partition writable again after the
+// heal.
 func TestScenarios(t *testing.T) {
 	scenarios := []struct {
 		scenario   Scenario
@@ -80,6 +83,11 @@ func TestScenarios(t *testing.T) {
 		// Three partitions, each written all the time through every agent,
 		// so that each one's wait after the kill is measured.
 		{Scenario{Name: "dead-agent", Fault: DeadAgent{}, Partitions: 3, PinProducers: true}, 2, deadCyclesEnv},
+		// Producers resending until acknowledged while answers are lost
+		// after the append: duplicates the checker must see without
+		// idempotence, and none with it.
+		{Scenario{Name: "duplicates-plain", Fault: LoseAnswers{}, Proxies: true, Producing: RetryPlain}, 2, dupCyclesEnv},
+		{Scenario{Name: "duplicates-idempotent", Fault: LoseAnswers{}, Proxies: true, Producing: RetryIdempotent}, 2, dupCyclesEnv},
 	}
 	for _, tc := range scenarios {
 		t.Run(tc.scenario.Name, func(t *testing.T) {

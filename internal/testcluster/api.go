@@ -94,22 +94,20 @@ func (a *Agent) url(path string, query url.Values) string {
 // do sends a request and decodes a JSON answer into out, or returns the
 // API error.
 func (a *Agent) do(method, u, contentType string, body []byte, out any) error {
-	return a.doWith(method, u, contentType, nil, body, out)
-}
-
-// doWith is do with extra request headers.
-func (a *Agent) doWith(method, u, contentType string, header http.Header, body []byte, out any) error {
 	req, err := http.NewRequest(method, u, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := a.c.http.Do(req)
+	return send(a.c.http, req, out)
+}
+
+// send sends req with client and decodes a JSON answer into out, or
+// returns the API error.
+func send(client *http.Client, req *http.Request, out any) error {
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -125,7 +123,7 @@ func (a *Agent) doWith(method, u, contentType string, header http.Header, body [
 		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("testcluster: %s %s: %w: %s", method, u, err, b)
+		return fmt.Errorf("testcluster: %s %s: %w: %s", req.Method, req.URL, err, b)
 	}
 	return nil
 }

@@ -36,7 +36,7 @@ type Options struct {
 	// files for inspection owns and removes Dir itself.
 	Dir string
 	// Proxies puts each agent behind fault-injecting proxies (see Agent's
-	// ConsulProxy and PeerProxy).
+	// ConsulProxy, PeerProxy and ClientProxy).
 	Proxies bool
 	// Timing is how fast agents detect failures; default TimingFast.
 	Timing Timing
@@ -176,6 +176,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		if opts.Proxies {
 			a.ConsulProxy = startProxy(t, a.ConsulAddr, nil)
 			a.PeerProxy = startProxy(t, a.PeerAddr, c.identifyAgent)
+			a.ClientProxy = startProxy(t, a.ClientAddr, nil)
 			a.ConsulAddr, a.PeerAdvertise = a.ConsulProxy.Addr, a.PeerProxy.Addr
 		}
 		a.ConfigPaths = []string{
@@ -235,6 +236,12 @@ type Agent struct {
 	// connection (by the socket's owner in /proc), for CutFrom and
 	// Cluster.CutLink.
 	PeerProxy *Proxy
+	// ClientProxy, with Options.Proxies, is a way into the agent's client
+	// API that can be cut: a client that dials its Addr (NewClient)
+	// instead of ClientAddr, where the agent still listens and the
+	// harness's own requests go, loses its link to the agent alone.
+	// Forward is client to agent.
+	ClientProxy *Proxy
 	// ConfigPaths are the agent's -config files, merged in order: the
 	// cluster's timings, the agent's identity and addresses (written by
 	// WriteConfig), the test's Options.HCL.
