@@ -233,7 +233,7 @@ func TestSidecarResendsStalledForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	const timeout = 10 * time.Second
-	run := func(value, acks string, healAfter time.Duration) (Produced, error, time.Duration) {
+	run := func(value, acks string, healAfter time.Duration) (Produced, time.Duration, error) {
 		c.CutLink(leader, sidecar)
 		healLink := func() {
 			leader.PeerProxy.Heal()
@@ -246,10 +246,10 @@ func TestSidecarResendsStalledForward(t *testing.T) {
 		}()
 		start := time.Now()
 		got, err := sidecar.Produce(topic, 0, ContentTypeNDJSON, []byte(value+"\n"), acks, timeout)
-		return got, err, time.Since(start)
+		return got, time.Since(start), err
 	}
 	// The first attempt gives up after timeout/2 plus a second of grace.
-	got, err, took := run("stalled-all", "all", timeout/2+2*time.Second)
+	got, took, err := run("stalled-all", "all", timeout/2+2*time.Second)
 	if err != nil {
 		t.Fatalf("acks=all through a stalled forward: %v after %s", err, took)
 	}
@@ -261,7 +261,7 @@ func TestSidecarResendsStalledForward(t *testing.T) {
 	if !strings.Contains(string(logged), "resending an idempotent batch after an unknown outcome") {
 		t.Fatalf("the sidecar did not resend (answered after %s)", took)
 	}
-	_, err, took = run("stalled-one", "1", timeout+2*time.Second)
+	_, took, err = run("stalled-one", "1", timeout+2*time.Second)
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Code != wire.CodeAckTimeout {
 		t.Fatalf("acks=1 through a stalled forward: %v after %s, want 504 ack_timeout", err, took)
