@@ -73,8 +73,8 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	if c.http == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		// One request per partition may be in flight for each producer,
-		// and each consumer holds one long poll.
+		// An idempotent producer may have up to five requests per
+		// partition in flight, and each consumer holds one long poll.
 		t.MaxIdleConnsPerHost = 64
 		c.http = &http.Client{Transport: t}
 	}

@@ -7,7 +7,7 @@
 //	c, err := client.New("")                       // $LOGAGENT_ADDR or the default
 //	err = c.CreateTopic(ctx, client.TopicSpec{Name: "events", Partitions: 3})
 //
-//	p, err := c.NewProducer("events")              // acks=all by default
+//	p, err := c.NewProducer("events")              // acks=all, idempotent by default
 //	res, err := p.Send(ctx, client.Message{Key: []byte("user-7"), Value: v})
 //	// res.Partition, res.Offset, res.Epoch
 //	err = p.Close(ctx)                             // flushes what is queued
@@ -21,9 +21,11 @@
 //
 // A Producer accumulates records per partition and sends each partition's
 // records as one binary batch (record.Builder) when the batch reaches
-// WithMaxBatchBytes or has waited WithLinger, or on Flush or Close. One
-// request per partition is in flight at a time, so records of one partition
-// are written in the order they were produced, retries included.
+// WithMaxBatchBytes or has waited WithLinger, or on Flush or Close. Records
+// of one partition are written in the order they were produced, retries
+// included: an idempotent producer (the default) has up to WithMaxInFlight
+// requests per partition in flight (5 by default) and the leader's sequence
+// check keeps them in order; one that is not idempotent has one at a time.
 //
 // The partition of a record is, in order: Message.Partition when set; else,
 // for a non-nil key, PartitionForKey(key, partitions), which is FNV-1a 32-bit
@@ -40,22 +42,67 @@
 // appended it; acks=0 means the agent received it, and the Result carries no
 // offset (Offset and Epoch are -1).
 //
-// A failed write is retried, with capped exponential backoff and jitter, only
-// when it is known that nothing was written: the connection could not be made
-// or the request was not sent, or the agent refused before appending
+// A write fails in one of two ways: it was not written, or its outcome is
+// unknown (the error matches ErrOutcomeUnknown), because the agent timed
+// out waiting for replicas (504 ack_timeout), refused after the append
+// (not_enough_replicas_after_append, not_leader_after_append), answered
+// another 5xx or an answer that breaks the API contract, or the connection
+// was lost after the request was sent. Refusals before the append
 // (not_enough_replicas, leader_not_available, not_leader,
 // fenced_leader_epoch, service_unavailable, insufficient_storage, or a 4xx
-// the agent marks retriable). A write whose outcome is unknown is never retried, because the
-// retry could duplicate it: an ack timeout (504 ack_timeout), a refusal after
-// the append (not_enough_replicas_after_append, not_leader_after_append), any
-// other 5xx, a connection lost after the request was sent, or an answer that
-// breaks the API contract. Such a record fails with an error that matches
-// ErrOutcomeUnknown: the caller decides whether a duplicate is acceptable.
+// the agent marks retriable) and connections that could not be made are
+// retried, with capped exponential backoff and jitter, until
+// WithDeliveryTimeout (2 minutes by default, counted from a batch's first
+// attempt); other refusals fail at once.
 //
-// A record's context bounds its delivery. If it ends while the record is
-// still queued, or between two attempts, the record is withdrawn and fails
-// with the context's error: it was not written. If it ends while the record's
-// request is in flight, Send returns an error that matches ErrOutcomeUnknown.
+// # Idempotence: exactly-once appends
+//
+// A Producer is idempotent by default, like Kafka's enable.idempotence:
+// at its first send it asks the agent for a producer id (POST /v1/producers,
+// or Client.InitProducer), numbers the records it sends to each partition
+// (the sequence of a batch's first record travels with the batch), and
+// sends every retry of a batch unchanged. The partition's leader appends a
+// batch only if its sequence follows the last one it has of the producer,
+// and answers a resend of one of the producer's last 5 batches with the
+// offsets it already has. So an idempotent producer also retries the writes
+// whose outcome is unknown, until the delivery timeout, and each record is
+// appended once, in order. Batches that overtook an older batch which was
+// not yet written (the leader answers out_of_order_sequence) are sent again
+// once it is. What fails:
+//
+//   - a batch still not written at the delivery timeout, or when Close gives
+//     up: its records fail, with ErrOutcomeUnknown if an attempt's outcome
+//     was unknown. The batches after it on the partition cannot follow it,
+//     so they fail too unless they were written already; the partition then
+//     goes on under a new producer id.
+//   - out_of_order_sequence that no older batch explains: the batch and every
+//     record of the partition not yet written fail with an error that matches
+//     ErrOutOfOrderSequence, and the partition goes on under a new producer id.
+//   - invalid_producer_epoch: another instance took the producer id over with
+//     a newer epoch (Client.ReinitProducer). The producer is fenced: every
+//     record not yet written, and every later Produce, fails with an error
+//     that matches ErrInvalidProducerEpoch.
+//
+// "Exactly once" covers appends to the log by one Producer: its retries do
+// not duplicate records. It does not cover an application that produces the
+// same data again (a restart that resends, a second Producer), and it says
+// nothing of consumers: a consumer that processes a record and fails before
+// recording its progress processes it again.
+//
+// Idempotence needs acks=all: WithAcks with less turns it off, and
+// WithIdempotence(false) turns it off outright. A producer that is not
+// idempotent sends no producer id and never retries a write whose outcome
+// is unknown, because the retry could duplicate it: such a record fails
+// with an error that matches ErrOutcomeUnknown, and the caller decides
+// whether a duplicate is acceptable.
+//
+// A record's context bounds its delivery while the record is queued: if it
+// ends then, the record is withdrawn and fails with the context's error (it
+// was not written). A producer that is not idempotent also withdraws it
+// between two attempts; an idempotent one sends a batch unchanged once it
+// was sent, so its records stay until it is written or fails. If the
+// context ends while the record's request is in flight, Send returns an
+// error that matches ErrOutcomeUnknown.
 //
 // # Consuming
 //

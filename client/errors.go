@@ -36,6 +36,9 @@ const (
 	CodeAckTimeout                   = wire.CodeAckTimeout
 	CodeServiceUnavailable           = wire.CodeServiceUnavailable
 	CodeInsufficientStorage          = wire.CodeInsufficientStorage
+	CodeOutOfOrderSequence           = wire.CodeOutOfOrderSequence
+	CodeInvalidProducerEpoch         = wire.CodeInvalidProducerEpoch
+	CodeUnknownProducerID            = wire.CodeUnknownProducerID
 )
 
 // Sentinels matched (errors.Is) by an *Error with the corresponding code.
@@ -51,18 +54,28 @@ var (
 	ErrNotEnoughReplicas   = errors.New("client: not enough in-sync replicas")
 	ErrLeaderNotAvailable  = errors.New("client: leader not available")
 	ErrInsufficientStorage = errors.New("client: the partition's disk is full")
+	// ErrOutOfOrderSequence: the partition's leader found a gap in an
+	// idempotent producer's sequence; nothing of the request was written.
+	ErrOutOfOrderSequence = errors.New("client: out of order sequence")
+	// ErrInvalidProducerEpoch: another instance took over the producer id
+	// with a newer epoch; this one is fenced.
+	ErrInvalidProducerEpoch = errors.New("client: producer fenced by a newer epoch")
+	ErrUnknownProducerID    = errors.New("client: unknown producer id")
 )
 
 var codeSentinels = map[string]error{
-	CodeInvalidTopicName:    ErrInvalidTopicName,
-	CodeUnknownTopic:        ErrUnknownTopic,
-	CodeUnknownPartition:    ErrUnknownPartition,
-	CodeTopicExists:         ErrTopicExists,
-	CodeOffsetOutOfRange:    ErrOffsetOutOfRange,
-	CodeRecordTooLarge:      ErrRecordTooLarge,
-	CodeNotEnoughReplicas:   ErrNotEnoughReplicas,
-	CodeLeaderNotAvailable:  ErrLeaderNotAvailable,
-	CodeInsufficientStorage: ErrInsufficientStorage,
+	CodeInvalidTopicName:     ErrInvalidTopicName,
+	CodeUnknownTopic:         ErrUnknownTopic,
+	CodeUnknownPartition:     ErrUnknownPartition,
+	CodeTopicExists:          ErrTopicExists,
+	CodeOffsetOutOfRange:     ErrOffsetOutOfRange,
+	CodeRecordTooLarge:       ErrRecordTooLarge,
+	CodeNotEnoughReplicas:    ErrNotEnoughReplicas,
+	CodeLeaderNotAvailable:   ErrLeaderNotAvailable,
+	CodeInsufficientStorage:  ErrInsufficientStorage,
+	CodeOutOfOrderSequence:   ErrOutOfOrderSequence,
+	CodeInvalidProducerEpoch: ErrInvalidProducerEpoch,
+	CodeUnknownProducerID:    ErrUnknownProducerID,
 }
 
 // ErrOutcomeUnknown is matched by the error of a write that may or may not
@@ -164,7 +177,8 @@ func (e *transportError) Error() string { return "client: " + e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
 
 // Codes that the agent sends for a write whose records may have been
-// appended: never retried by the producer.
+// appended: retried only by an idempotent producer, whose resend the leader
+// recognises.
 var outcomeUnknownCodes = map[string]bool{
 	CodeAckTimeout:                   true,
 	CodeNotEnoughReplicasAfterAppend: true,

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/wire"
 )
 
 // fakeAgent is an in-memory agent that speaks the client API of docs/design.md §8,
@@ -26,19 +28,49 @@ type fakeAgent struct {
 	mu        sync.Mutex
 	topics    map[string]*fakeTopic
 	produces  []produceCall
+	answers   []string // of each produce call: "ok", "duplicate", an error code or "hang up"
 	fetches   []url.Values
 	describes int
 	appended  chan struct{} // closed and replaced at every append
+
+	// Idempotent producers: ids allocated (with their current epoch) and
+	// the leader's state per producer and partition.
+	producerEpochs map[int64]int16
+	producerInits  int
+	producerStates map[producerKey]*producerState
 
 	// onProduce and onFetch, when set, may answer a request instead of
 	// the fake's normal behaviour; call counts from 0 per endpoint.
 	onProduce func(call int, pc produceCall) *fakeAnswer
 	onFetch   func(call int, query url.Values) *fakeAnswer
+	// initAnswer, when set, answers every POST /v1/producers.
+	initAnswer *fakeAnswer
 }
 
 type fakeTopic struct {
 	spec       TopicSpec
 	partitions []*fakePartition
+}
+
+// producerKey names an idempotent producer's state on one partition.
+type producerKey struct {
+	topic     string
+	partition int
+	id        int64
+}
+
+// producerState is what a leader remembers of a producer on a partition
+// (KIP-98): its epoch, its last sequence and its last 5 batches.
+type producerState struct {
+	epoch   int16
+	lastSeq int32
+	recent  []recentBatch
+}
+
+type recentBatch struct {
+	seq, lastSeq int32
+	base, last   int64
+	epoch        int32 // the leader's
 }
 
 type fakePartition struct {
@@ -57,6 +89,10 @@ type produceCall struct {
 	contentType string
 	records     []record.Record // decoded and copied
 	batch       []byte
+	// idempotent: the request carried the producer headers, as parsed.
+	idempotent bool
+	producer   ProducerID
+	seq        int32
 }
 
 // fakeAnswer scripts one answer.
@@ -72,7 +108,7 @@ type fakeAnswer struct {
 	// was read (and appended when appendFirst).
 	hangUp bool
 	// release, when not nil, is waited on before answering.
-	release chan struct{}
+	release <-chan struct{}
 	// body replaces a fetch answer's body (status 200, real headers);
 	// corrupt flips a byte of the real one.
 	body    []byte
@@ -82,8 +118,10 @@ type fakeAnswer struct {
 }
 
 func newFakeAgent(t *testing.T) *fakeAgent {
-	f := &fakeAgent{t: t, topics: map[string]*fakeTopic{}, appended: make(chan struct{})}
+	f := &fakeAgent{t: t, topics: map[string]*fakeTopic{}, appended: make(chan struct{}),
+		producerEpochs: map[int64]int16{}, producerStates: map[producerKey]*producerState{}}
 	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/producers", f.initProducer)
 	mux.HandleFunc("POST /v1/topics", f.createTopic)
 	mux.HandleFunc("GET /v1/topics", f.listTopics)
 	mux.HandleFunc("GET /v1/topics/{topic}", f.describeTopic)
@@ -131,6 +169,10 @@ func newFakeTopic(spec TopicSpec) *fakeTopic {
 func (f *fakeAgent) appendBatch(topic string, partition int, batch []byte) (int64, int32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.appendBatchLocked(topic, partition, batch)
+}
+
+func (f *fakeAgent) appendBatchLocked(topic string, partition int, batch []byte) (int64, int32) {
 	fp := f.topics[topic].partitions[partition]
 	h, _, err := record.ParseHeader(batch, 0)
 	if err != nil {
@@ -146,6 +188,160 @@ func (f *fakeAgent) appendBatch(topic string, partition int, batch []byte) (int6
 	close(f.appended)
 	f.appended = make(chan struct{})
 	return base, fp.epoch
+}
+
+// fakeProduceAnswer is a produce answer with the duplicate flag.
+type fakeProduceAnswer struct {
+	produceAnswer
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// appendProduce appends a produce request's batch as a leader does: a
+// batch of an idempotent producer is checked against the producer's state
+// first (the rules of KIP-98). It returns the answer, or the error code of
+// a refusal.
+func (f *fakeAgent) appendProduce(pc produceCall) (fakeProduceAnswer, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(pc.records)
+	answer := func(base int64, epoch int32) produceAnswer {
+		return produceAnswer{Topic: pc.topic, Partition: pc.partition, BaseOffset: base,
+			LastOffset: base + int64(n) - 1, Count: n, Epoch: epoch}
+	}
+	if !pc.idempotent {
+		base, epoch := f.appendBatchLocked(pc.topic, pc.partition, pc.batch)
+		return fakeProduceAnswer{produceAnswer: answer(base, epoch)}, ""
+	}
+	key := producerKey{pc.topic, pc.partition, pc.producer.ID}
+	st := f.producerStates[key]
+	last := nextSequence(pc.seq, n-1)
+	switch {
+	case st == nil:
+		// An unknown producer: any sequence goes.
+	case pc.producer.Epoch < st.epoch:
+		return fakeProduceAnswer{}, CodeInvalidProducerEpoch
+	case pc.producer.Epoch > st.epoch:
+		if pc.seq != 0 {
+			return fakeProduceAnswer{}, CodeOutOfOrderSequence
+		}
+	default:
+		for _, r := range st.recent {
+			if r.seq == pc.seq && r.lastSeq == last {
+				return fakeProduceAnswer{produceAnswer: answer(r.base, r.epoch), Duplicate: true}, ""
+			}
+		}
+		if pc.seq != nextSequence(st.lastSeq, 1) {
+			return fakeProduceAnswer{}, CodeOutOfOrderSequence
+		}
+	}
+	base, epoch := f.appendBatchLocked(pc.topic, pc.partition, pc.batch)
+	if st == nil || pc.producer.Epoch > st.epoch {
+		st = &producerState{epoch: pc.producer.Epoch}
+		f.producerStates[key] = st
+	}
+	st.lastSeq = last
+	st.recent = append(st.recent, recentBatch{seq: pc.seq, lastSeq: last, base: base, last: base + int64(n) - 1, epoch: epoch})
+	if len(st.recent) > 5 {
+		st.recent = st.recent[1:]
+	}
+	return fakeProduceAnswer{produceAnswer: answer(base, epoch)}, ""
+}
+
+// initProducer is POST /v1/producers.
+func (f *fakeAgent) initProducer(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		ID *int64 `json:"producer_id"`
+	}
+	if f.scripted(w, f.initAnswer) {
+		return
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil && err != io.EOF {
+		writeFakeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), false, nil)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.producerInits++
+	if in.ID == nil {
+		id := int64(1000 + len(f.producerEpochs))
+		f.producerEpochs[id] = 0
+		writeFakeJSON(w, http.StatusCreated, ProducerID{ID: id})
+		return
+	}
+	epoch, ok := f.producerEpochs[*in.ID]
+	if !ok {
+		writeFakeError(w, http.StatusNotFound, CodeUnknownProducerID, "no such producer", false, nil)
+		return
+	}
+	f.producerEpochs[*in.ID] = epoch + 1
+	writeFakeJSON(w, http.StatusCreated, ProducerID{ID: *in.ID, Epoch: epoch + 1})
+}
+
+// parseProducer reads the producer headers of a produce request: all three
+// or none, and the batch header agreeing.
+func parseProducer(r *http.Request, pc *produceCall) error {
+	id, epoch, seq := r.Header.Get(wire.HeaderProducerID), r.Header.Get(wire.HeaderProducerEpoch), r.Header.Get(wire.HeaderSequence)
+	h, _, err := record.ParseHeader(pc.batch, 0)
+	if err != nil {
+		return err
+	}
+	if id == "" && epoch == "" && seq == "" {
+		if h.ProducerID() != -1 || h.BaseSequence() != -1 {
+			return fmt.Errorf("a producer in the batch header only")
+		}
+		return nil
+	}
+	if id == "" || epoch == "" || seq == "" {
+		return fmt.Errorf("producer headers: all three or none")
+	}
+	i, err1 := strconv.ParseInt(id, 10, 64)
+	e, err2 := strconv.ParseInt(epoch, 10, 16)
+	s, err3 := strconv.ParseInt(seq, 10, 32)
+	if err := errors.Join(err1, err2, err3); err != nil || i < 0 || e < 0 || s < 0 {
+		return fmt.Errorf("producer headers %q %q %q: %v", id, epoch, seq, err)
+	}
+	if r.URL.Query().Get("acks") != "all" || !r.URL.Query().Has("partition") {
+		return fmt.Errorf("an idempotent produce needs acks=all and a partition")
+	}
+	if h.ProducerID() != i || int64(h.ProducerEpoch()) != e || int64(h.BaseSequence()) != s {
+		return fmt.Errorf("producer headers %d/%d/%d, batch header %d/%d/%d", i, e, s, h.ProducerID(), h.ProducerEpoch(), h.BaseSequence())
+	}
+	pc.idempotent, pc.producer, pc.seq = true, ProducerID{ID: i, Epoch: int16(e)}, int32(s)
+	return nil
+}
+
+// appendedCalls is a copy of the produce requests that appended their
+// batch and were answered so: an idempotent producer's batches, once each,
+// without the attempts refused as out of order because they overtook an
+// older batch.
+func (f *fakeAgent) appendedCalls() []produceCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []produceCall
+	for i, a := range f.answers {
+		if a == "ok" {
+			out = append(out, f.produces[i])
+		}
+	}
+	return out
+}
+
+// produceAnswers is a copy of what each produce request was answered.
+func (f *fakeAgent) produceAnswers() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.answers...)
+}
+
+func (f *fakeAgent) noteAnswer(call int, what string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.answers) <= call {
+		f.answers = append(f.answers, "")
+	}
+	f.answers[call] = what
 }
 
 // produceCalls is a copy of the produce requests so far.
@@ -332,6 +528,10 @@ func (f *fakeAgent) produce(w http.ResponseWriter, r *http.Request) {
 	}
 	pc.batch = batches[0]
 	pc.records = decodeBatch(f.t, record.NewDecoder(record.Limits{}), pc.batch)
+	if err := parseProducer(r, &pc); err != nil {
+		writeFakeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error(), false, nil)
+		return
+	}
 
 	f.mu.Lock()
 	call := len(f.produces)
@@ -351,17 +551,24 @@ func (f *fakeAgent) produce(w http.ResponseWriter, r *http.Request) {
 		answer = f.onProduce(call, pc)
 	}
 	if answer != nil && answer.appendFirst {
-		f.appendBatch(pc.topic, pc.partition, pc.batch)
+		f.appendProduce(pc)
 	}
 	if f.scripted(w, answer) {
+		what := answer.code
+		if answer.hangUp {
+			what = "hang up"
+		}
+		f.noteAnswer(call, what)
 		return
 	}
-	base, epoch := f.appendBatch(pc.topic, pc.partition, pc.batch)
-	n := int64(len(pc.records))
-	writeFakeJSON(w, http.StatusOK, produceAnswer{
-		Topic: pc.topic, Partition: pc.partition, BaseOffset: base,
-		LastOffset: base + n - 1, Count: int(n), Epoch: epoch,
-	})
+	a, code := f.appendProduce(pc)
+	if code != "" {
+		f.noteAnswer(call, code)
+		writeFakeError(w, http.StatusConflict, code, "fake leader: "+code, false, nil)
+		return
+	}
+	f.noteAnswer(call, map[bool]string{false: "ok", true: "duplicate"}[a.Duplicate])
+	writeFakeJSON(w, http.StatusOK, a)
 }
 
 func (f *fakeAgent) fetch(w http.ResponseWriter, r *http.Request) {

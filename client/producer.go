@@ -107,6 +107,9 @@ type producerConfig struct {
 	backoffMin       time.Duration
 	backoffMax       time.Duration
 	codec            record.Codec
+	idempotence      *bool // as WithIdempotence said; nil: not said
+	maxInFlight      int
+	idempotent       bool // the outcome of idempotence and acks
 }
 
 // ProducerOption configures a Producer.
@@ -142,7 +145,8 @@ func WithAckTimeout(d time.Duration) ProducerOption {
 }
 
 // WithDeliveryTimeout bounds the retries of one batch, counted from its
-// first attempt (default 2 minutes). Each record's context bounds them too.
+// first attempt (default 2 minutes). Without idempotence, each record's
+// context bounds them too.
 func WithDeliveryTimeout(d time.Duration) ProducerOption {
 	return func(c *producerConfig) { c.deliveryTimeout = d }
 }
@@ -157,6 +161,19 @@ func WithRetryBackoff(first, largest time.Duration) ProducerOption {
 func WithCompression(codec record.Codec) ProducerOption {
 	return func(c *producerConfig) { c.codec = codec }
 }
+
+// WithIdempotence turns idempotence on or off (see the package
+// documentation). It is on by default, unless WithAcks asks for less than
+// AcksAll: the agent takes idempotent writes only with acks=all, so
+// WithIdempotence(true) with other acks is an invalid option.
+func WithIdempotence(on bool) ProducerOption {
+	return func(c *producerConfig) { c.idempotence = &on }
+}
+
+// WithMaxInFlight caps the requests an idempotent producer has in flight
+// to one partition (default and largest MaxInFlightIdempotent). A producer
+// that is not idempotent sends one request per partition at a time.
+func WithMaxInFlight(n int) ProducerOption { return func(c *producerConfig) { c.maxInFlight = n } }
 
 // metadataMaxAge is how long a producer trusts the partition count it
 // read; an unknown_topic or unknown_partition answer drops it at once.
@@ -180,9 +197,18 @@ type Producer struct {
 
 	metadataMu sync.Mutex // one DescribeTopic at a time
 
+	// builders encode batches; requests to one partition may be encoded
+	// at the same time.
+	builders sync.Pool
+	// session is the producer id every partition of an idempotent
+	// producer starts with; a partition whose sequence broke moves to a
+	// new one.
+	session *producerSession
+
 	mu         sync.Mutex
 	closed     bool
-	partitions int // 0 until known, or after the agent denied it
+	fenced     error // set once the agent answered invalid_producer_epoch
+	partitions int   // 0 until known, or after the agent denied it
 	metadataAt time.Time
 	sticky     int // partition of keyless records (mod partitions)
 	queues     map[int]*partitionQueue
@@ -190,23 +216,58 @@ type Producer struct {
 	spaceFreed chan struct{} // closed when buffered shrinks, if someone waits
 }
 
-// partitionQueue holds one partition's batches. Only its sender goroutine
-// (at most one at a time) sends them, oldest first, so the partition's
-// records are written in order.
+// partitionQueue holds one partition's batches. They move from batches to
+// window in order, each delivered by a goroutine of its own. A producer that
+// is not idempotent has one batch in its window, so the partition's records
+// are written in order; an idempotent producer up to WithMaxInFlight, and
+// the leader's sequence check keeps them in order.
 type partitionQueue struct {
 	partition int
-	batches   []*batch // waiting; only the last one may be open
-	inFlight  *batch   // taken by the sender
-	sending   bool     // a sender goroutine is running
-	builder   record.Builder
+	batches   []*batch      // not sent yet; only the last one may be open
+	window    []*batch      // sent, oldest first; the oldest is not done
+	changed   chan struct{} // closed and replaced when a batch of window is done
+
+	// Idempotent producers only: the id and next sequence new batches are
+	// numbered with.
+	session *producerSession
+	nextSeq int32
+	// confirmed: the leader acknowledged a batch of session. Until then one
+	// batch at a time: a leader that does not know the producer id accepts
+	// any sequence, so a second batch that overtook the first would be
+	// written before it.
+	confirmed bool
+	// broken: a batch of session failed, so the ones after it cannot be
+	// written under session. No batch is sent until window drains; then the
+	// partition moves to a new producer id.
+	broken error
 }
 
 type batch struct {
 	records []*pending
 	bytes   int  // bound of the encoded size
 	ready   bool // may be sent: full, linger over, or flushed
-	closed  bool // takes no more records: full or taken by the sender
+	closed  bool // takes no more records: full or in the window
 	linger  Timer
+
+	// Set when the batch enters the window.
+	deadline time.Time
+	done     bool
+
+	// Idempotent producers only. The batch is sent unchanged, same
+	// producer id, epoch, sequence and bytes, at every attempt.
+	session      *producerSession
+	seq          int32
+	body         []byte
+	maybeWritten bool // an attempt's outcome was unknown
+	// priorPending: an older batch of the window was not done when the
+	// last attempt was sent, so an out_of_order_sequence answer may mean
+	// only that this one overtook it.
+	priorPending bool
+	// waitPrior: resend once every older batch is written.
+	waitPrior bool
+	// olderFailed: an older batch of the window failed; this one cannot be
+	// written after it.
+	olderFailed error
 }
 
 type recordState uint8
@@ -279,6 +340,7 @@ func (c *Client) NewProducer(topic string, opts ...ProducerOption) (*Producer, e
 		deliveryTimeout:  2 * time.Minute,
 		backoffMin:       50 * time.Millisecond,
 		backoffMax:       time.Second,
+		maxInFlight:      MaxInFlightIdempotent,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -286,6 +348,7 @@ func (c *Client) NewProducer(topic string, opts ...ProducerOption) (*Producer, e
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg.idempotent = cfg.acks == AcksAll && (cfg.idempotence == nil || *cfg.idempotence)
 	life, abort := context.WithCancel(context.Background())
 	p := &Producer{
 		client:  c,
@@ -297,6 +360,15 @@ func (c *Client) NewProducer(topic string, opts ...ProducerOption) (*Producer, e
 		life:    life,
 		abort:   abort,
 		queues:  map[int]*partitionQueue{},
+	}
+	p.builders.New = func() any {
+		b := new(record.Builder)
+		// validate accepted the codec.
+		_ = b.SetCodec(cfg.codec)
+		return b
+	}
+	if cfg.idempotent {
+		p.session = new(producerSession)
 	}
 	return p, nil
 }
@@ -316,6 +388,10 @@ func (c *producerConfig) validate() error {
 		return fmt.Errorf("%w: ack timeout %v and delivery timeout %v must be positive", ErrInvalidOption, c.ackTimeout, c.deliveryTimeout)
 	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
 		return fmt.Errorf("%w: retry backoff %v to %v", ErrInvalidOption, c.backoffMin, c.backoffMax)
+	case c.maxInFlight < 1 || c.maxInFlight > MaxInFlightIdempotent:
+		return fmt.Errorf("%w: max in flight %d: want 1 to %d", ErrInvalidOption, c.maxInFlight, MaxInFlightIdempotent)
+	case c.idempotence != nil && *c.idempotence && c.acks != AcksAll:
+		return fmt.Errorf("%w: idempotence needs acks=all, not acks=%v", ErrInvalidOption, c.acks)
 	}
 	if err := b.SetCodec(c.codec); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
@@ -336,8 +412,8 @@ func (p *Producer) Produce(ctx context.Context, m Message) (*Future, error) {
 }
 
 // Send produces m and waits for its outcome. If ctx ends before the record
-// was sent (or between attempts), the record is withdrawn and Send returns
-// an error matching ctx.Err(): it was not written. If ctx ends while the
+// was sent (or, without idempotence, between attempts), the record is
+// withdrawn and Send returns an error matching ctx.Err(): it was not written. If ctx ends while the
 // record's request is in flight, Send returns an error matching both
 // ErrOutcomeUnknown and ctx.Err().
 func (p *Producer) Send(ctx context.Context, m Message) (*Result, error) {
@@ -371,8 +447,8 @@ func (p *Producer) Flush(ctx context.Context) error {
 			stopLinger(b)
 			waits = appendFutures(waits, b)
 		}
-		if q.inFlight != nil {
-			waits = appendFutures(waits, q.inFlight)
+		for _, b := range q.window {
+			waits = appendFutures(waits, b)
 		}
 		p.kickLocked(q)
 	}
@@ -440,8 +516,11 @@ func (p *Producer) enqueue(ctx context.Context, m Message) (*pending, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.fenced != nil {
 		p.releaseLocked(r.size)
+		if p.fenced != nil {
+			return nil, p.fenced
+		}
 		return nil, ErrClosed
 	}
 	switch {
@@ -584,9 +663,7 @@ func (p *Producer) partitionCount(ctx context.Context) (int, error) {
 func (p *Producer) appendLocked(r *pending) {
 	q := p.queues[r.partition]
 	if q == nil {
-		q = &partitionQueue{partition: r.partition}
-		// validate accepted the codec.
-		_ = q.builder.SetCodec(p.cfg.codec)
+		q = &partitionQueue{partition: r.partition, session: p.session, changed: make(chan struct{})}
 		p.queues[r.partition] = q
 	}
 	var b *batch
@@ -643,36 +720,82 @@ func (p *Producer) lingerOver(q *partitionQueue, b *batch) {
 	p.kickLocked(q)
 }
 
-// kickLocked starts q's sender if its oldest batch is ready and none runs.
+// kickLocked moves q's ready batches, oldest first, into its window while
+// the window has room, each with a goroutine that delivers it.
 func (p *Producer) kickLocked(q *partitionQueue) {
-	if q.sending || len(q.batches) == 0 || !q.batches[0].ready {
-		return
-	}
-	q.sending = true
-	p.senders.Add(1)
-	go p.sendLoop(q)
-}
-
-// sendLoop sends q's ready batches one at a time, and ends when the oldest
-// one is not ready (a linger timer or Flush starts it again).
-func (p *Producer) sendLoop(q *partitionQueue) {
-	defer p.senders.Done()
-	p.mu.Lock()
-	for len(q.batches) > 0 && q.batches[0].ready {
+	for len(q.batches) > 0 && q.batches[0].ready && len(q.window) < p.windowLocked(q) {
+		if p.cfg.idempotent && (q.broken != nil || p.fenced != nil) {
+			return
+		}
 		b := q.batches[0]
 		q.batches[0] = nil
 		q.batches = q.batches[1:]
 		b.closed = true
 		stopLinger(b)
 		p.moveStickyLocked(q.partition)
-		q.inFlight = b
-		p.mu.Unlock()
-		p.deliver(q, b)
-		p.mu.Lock()
-		q.inFlight = nil
+		b.deadline = p.clock.Now().Add(p.cfg.deliveryTimeout)
+		if p.cfg.idempotent && !p.numberLocked(q, b) {
+			continue
+		}
+		q.window = append(q.window, b)
+		p.senders.Add(1)
+		if p.cfg.idempotent {
+			go p.deliverIdempotent(q, b)
+		} else {
+			go p.deliver(q, b)
+		}
 	}
-	q.sending = false
-	p.mu.Unlock()
+}
+
+// windowLocked is how many batches q may have in flight.
+func (p *Producer) windowLocked(q *partitionQueue) int {
+	if p.cfg.idempotent && q.confirmed {
+		return p.cfg.maxInFlight
+	}
+	return 1
+}
+
+// numberLocked gives b the partition's next sequence. From now on b's
+// records cannot be withdrawn: the batch is sent unchanged until it is
+// written or fails. It reports false if every record was withdrawn
+// already.
+func (p *Producer) numberLocked(q *partitionQueue, b *batch) bool {
+	live := b.records[:0]
+	for _, r := range b.records {
+		if r.state == stateQueued {
+			r.state = stateInFlight
+			live = append(live, r)
+		}
+	}
+	clear(b.records[len(live):])
+	b.records = live
+	if len(live) == 0 {
+		return false
+	}
+	b.session, b.seq = q.session, q.nextSeq
+	q.nextSeq = nextSequence(q.nextSeq, len(live))
+	return true
+}
+
+// finish takes the done batch b out of q's window (the window keeps a
+// done batch until every older one is done too) and sends what may go now.
+// A partition whose sequence broke starts a new producer id once no batch
+// of the old one is left.
+func (p *Producer) finish(q *partitionQueue, b *batch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.done = true
+	n := 0
+	for n < len(q.window) && q.window[n].done {
+		n++
+	}
+	q.window = q.window[n:]
+	if len(q.window) == 0 && q.broken != nil {
+		q.session, q.nextSeq, q.confirmed, q.broken = new(producerSession), 0, false, nil
+	}
+	close(q.changed)
+	q.changed = make(chan struct{})
+	p.kickLocked(q)
 }
 
 // attemptOutcome is what one produce request did.
@@ -718,11 +841,13 @@ func classifyAttempt(err error) attemptOutcome {
 	return attemptFailed
 }
 
-// deliver sends batch b of partition q until it is written, fails, or its
-// outcome is unknown. Between attempts nothing of b has been written, so
-// records whose context ended meanwhile are dropped from the next attempt.
+// deliver sends batch b of a producer that is not idempotent until it is
+// written, fails, or its outcome is unknown. Between attempts nothing of b
+// has been written, so records whose context ended meanwhile are dropped
+// from the next attempt.
 func (p *Producer) deliver(q *partitionQueue, b *batch) {
-	deadline := p.clock.Now().Add(p.cfg.deliveryTimeout)
+	defer p.senders.Done()
+	defer p.finish(q, b)
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		p.mu.Lock()
@@ -744,7 +869,7 @@ func (p *Producer) deliver(q *partitionQueue, b *batch) {
 			if lastErr != nil {
 				giveUp = fmt.Errorf("%w (last attempt: %w)", giveUp, lastErr)
 			}
-		case attempt > 0 && !p.clock.Now().Before(deadline):
+		case attempt > 0 && !p.clock.Now().Before(b.deadline):
 			giveUp = fmt.Errorf("delivery timeout of %v: records not written: %w", p.cfg.deliveryTimeout, lastErr)
 		}
 		if giveUp != nil {
@@ -757,26 +882,22 @@ func (p *Producer) deliver(q *partitionQueue, b *batch) {
 		}
 		p.mu.Unlock()
 
-		answer, err := p.post(q, live)
+		var answer *produceAnswer
+		body, err := p.encode(q, live, nil, 0)
+		if err == nil {
+			answer, err = p.post(q, body, len(live), nil, 0)
+		}
 
 		p.mu.Lock()
 		outcome := classifyAttempt(err)
 		stillQueued := 0
 		switch outcome {
 		case attemptWritten:
-			for i, r := range live {
-				res := Result{Partition: q.partition, Offset: -1, Epoch: -1}
-				if answer != nil {
-					res.Offset, res.Epoch = answer.BaseOffset+int64(i), answer.Epoch
-				}
-				p.completeLocked(r, res, nil)
-			}
+			p.completeWrittenLocked(q, live, answer)
 		case attemptUnknown:
 			p.completeAllLocked(live, &OutcomeUnknownError{Cause: err})
 		case attemptFailed:
-			if errors.Is(err, ErrUnknownTopic) || errors.Is(err, ErrUnknownPartition) {
-				p.partitions = 0
-			}
+			p.noteRefusalLocked(err)
 			p.completeAllLocked(live, err)
 		case attemptRetry:
 			for _, r := range live {
@@ -793,12 +914,207 @@ func (p *Producer) deliver(q *partitionQueue, b *batch) {
 			return
 		}
 		lastErr = err
-		var retryAfter time.Duration
-		if e := (*Error)(nil); errors.As(err, &e) {
-			retryAfter = e.RetryAfter
+		p.backOff(attempt, err)
+	}
+}
+
+// deliverIdempotent sends batch b of an idempotent producer, unchanged,
+// until it is written or cannot be. Unknown outcomes are resent like
+// refusals: the leader recognises a batch it already has by its producer
+// id, epoch and sequence, and answers its original offsets.
+func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
+	defer p.senders.Done()
+	defer p.finish(q, b)
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		p.mu.Lock()
+		if err := p.stopReasonLocked(q, b, attempt, lastErr); err != nil {
+			p.failLocked(q, b, err)
+			p.mu.Unlock()
+			return
 		}
-		// An aborted sleep is seen at the top of the loop.
-		_ = sleep(p.life, p.clock, p.backoff.delay(attempt, retryAfter))
+		b.priorPending = q.window[0] != b
+		p.mu.Unlock()
+
+		id, err := p.identity(b.session)
+		var answer *produceAnswer
+		var outcome attemptOutcome
+		if err != nil {
+			err = initError(fmt.Errorf("produce to %s/%d: %w", p.topic, q.partition, err))
+			outcome = classifyInit(err)
+		} else {
+			if b.body == nil {
+				b.body, err = p.encode(q, b.records, &id, b.seq)
+			}
+			if err == nil {
+				answer, err = p.post(q, b.body, len(b.records), &id, b.seq)
+			}
+			outcome = classifyAttempt(err)
+		}
+
+		p.mu.Lock()
+		switch {
+		case outcome == attemptWritten:
+			if b.session == q.session {
+				q.confirmed = true
+			}
+			p.completeWrittenLocked(q, b.records, answer)
+			p.mu.Unlock()
+			return
+		case errors.Is(err, ErrInvalidProducerEpoch):
+			p.fenceLocked(fmt.Errorf("produce to %s/%d: %s: fenced by a newer instance: %w", p.topic, q.partition, formatProducer(id, b.seq), err))
+			p.failLocked(q, b, p.fenced)
+			p.mu.Unlock()
+			return
+		case errors.Is(err, ErrOutOfOrderSequence):
+			// Nothing was appended: the leader's log does not hold b.
+			b.maybeWritten = false
+			switch {
+			case b.olderFailed != nil:
+				p.failLocked(q, b, fmt.Errorf("produce to %s/%d: records not written: an older batch failed (%w): %w", p.topic, q.partition, b.olderFailed, err))
+			case b.priorPending:
+				// b overtook an older batch that is not written yet.
+				b.waitPrior = true
+			default:
+				fatal := fmt.Errorf("produce to %s/%d: %s: records not written, the partition's pending records fail: %w", p.topic, q.partition, formatProducer(id, b.seq), err)
+				// The leader expects another sequence of this id: the
+				// partition moves to a new one.
+				q.broken = fatal
+				p.failLocked(q, b, fatal)
+				p.failQueuedLocked(q, fatal)
+			}
+			done := b.done || !b.waitPrior
+			p.mu.Unlock()
+			if done {
+				return
+			}
+			lastErr = err
+			continue // no backoff: it goes once the older batches are written
+		case outcome == attemptFailed:
+			p.noteRefusalLocked(err)
+			p.failLocked(q, b, err)
+			p.mu.Unlock()
+			return
+		case outcome == attemptUnknown:
+			b.maybeWritten = true
+		}
+		p.mu.Unlock()
+		lastErr = err
+		p.backOff(attempt, err)
+	}
+}
+
+// stopReasonLocked says why b is not sent again, if it is not; it waits
+// first, while b is to be resent after older batches that are not done.
+func (p *Producer) stopReasonLocked(q *partitionQueue, b *batch, attempt int, lastErr error) error {
+	for b.waitPrior && q.window[0] != b && b.olderFailed == nil && p.fenced == nil && p.life.Err() == nil {
+		changed := q.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-p.life.Done():
+		}
+		p.mu.Lock()
+	}
+	b.waitPrior = false
+	switch {
+	case p.fenced != nil:
+		return p.fenced
+	case b.olderFailed != nil && lastErr == nil:
+		return fmt.Errorf("produce to %s/%d: records not sent: an older batch failed: %w", p.topic, q.partition, b.olderFailed)
+	case b.olderFailed != nil:
+		return fmt.Errorf("produce to %s/%d: an older batch failed (%w); last attempt: %w", p.topic, q.partition, b.olderFailed, lastErr)
+	case p.life.Err() != nil:
+		if lastErr != nil {
+			return fmt.Errorf("%w before the records were written (last attempt: %w)", ErrClosed, lastErr)
+		}
+		return fmt.Errorf("%w before the records were sent", ErrClosed)
+	case attempt > 0 && !p.clock.Now().Before(b.deadline):
+		return fmt.Errorf("delivery timeout of %v: %w", p.cfg.deliveryTimeout, lastErr)
+	}
+	return nil
+}
+
+// failLocked fails b's records with err (an unknown outcome if an attempt
+// may have written them). The batches numbered after b cannot be written
+// under its producer id, unless b was not written and none was numbered
+// after it: then the next batch simply takes its sequence.
+func (p *Producer) failLocked(q *partitionQueue, b *batch, err error) {
+	if b.maybeWritten && !errors.Is(err, ErrOutcomeUnknown) {
+		err = &OutcomeUnknownError{Cause: err}
+	}
+	p.completeAllLocked(b.records, err)
+	b.done = true
+	if !b.maybeWritten && b.session == q.session && q.broken == nil && q.nextSeq == nextSequence(b.seq, len(b.records)) {
+		q.nextSeq = b.seq
+		return
+	}
+	if b.session == q.session && q.broken == nil {
+		q.broken = err
+	}
+	older := true
+	for _, w := range q.window {
+		if w == b {
+			older = false
+		} else if !older && w.olderFailed == nil {
+			w.olderFailed = err
+		}
+	}
+}
+
+// failQueuedLocked fails the records of q that are not sent yet.
+func (p *Producer) failQueuedLocked(q *partitionQueue, err error) {
+	for _, b := range q.batches {
+		stopLinger(b)
+		for _, r := range b.records {
+			if r.state == stateQueued {
+				p.completeLocked(r, Result{}, err)
+			}
+		}
+	}
+	clear(q.batches)
+	q.batches = q.batches[:0]
+}
+
+// fenceLocked ends the producer: another instance took over its id. Every
+// record not written yet fails with err, and so does every Produce.
+func (p *Producer) fenceLocked(err error) {
+	if p.fenced != nil {
+		return
+	}
+	p.fenced = err
+	for _, q := range p.queues {
+		p.failQueuedLocked(q, err)
+		// Wakes the batches waiting for older ones.
+		close(q.changed)
+		q.changed = make(chan struct{})
+	}
+}
+
+// noteRefusalLocked forgets the partition count when the agent denies it.
+func (p *Producer) noteRefusalLocked(err error) {
+	if errors.Is(err, ErrUnknownTopic) || errors.Is(err, ErrUnknownPartition) {
+		p.partitions = 0
+	}
+}
+
+// backOff sleeps before attempt+1; an aborted sleep is seen at the top of
+// the delivery loop.
+func (p *Producer) backOff(attempt int, err error) {
+	var retryAfter time.Duration
+	if e := (*Error)(nil); errors.As(err, &e) {
+		retryAfter = e.RetryAfter
+	}
+	_ = sleep(p.life, p.clock, p.backoff.delay(attempt, retryAfter))
+}
+
+func (p *Producer) completeWrittenLocked(q *partitionQueue, records []*pending, answer *produceAnswer) {
+	for i, r := range records {
+		res := Result{Partition: q.partition, Offset: -1, Epoch: -1}
+		if answer != nil {
+			res.Offset, res.Epoch = answer.BaseOffset+int64(i), answer.Epoch
+		}
+		p.completeLocked(r, res, nil)
 	}
 }
 
@@ -839,24 +1155,39 @@ type produceAnswer struct {
 	BaseOffset int64  `json:"base_offset"`
 	LastOffset int64  `json:"last_offset"`
 	Count      int    `json:"count"`
-	Epoch      int32  `json:"epoch"`
+	// An idempotent producer's resend of a batch the leader has already
+	// is answered with "duplicate": true and the original offsets and
+	// epoch: a success like any other.
+	Epoch int32 `json:"epoch"`
 }
 
-// post sends records as one batch to q's partition. It returns nil and no
-// error for AcksNone, whose answer carries no offsets.
-func (p *Producer) post(q *partitionQueue, records []*pending) (*produceAnswer, error) {
-	q.builder.Reset()
+// encode builds records into one batch, marked with the producer id and
+// base sequence when id is not nil. The buffer is fresh each time: the
+// transport may still read a previous body after a failed request returns.
+func (p *Producer) encode(q *partitionQueue, records []*pending, id *ProducerID, seq int32) ([]byte, error) {
+	b := p.builders.Get().(*record.Builder)
+	defer p.builders.Put(b)
+	b.Reset()
+	if id != nil {
+		b.SetProducer(id.ID, id.Epoch, seq)
+	}
 	for _, r := range records {
-		if err := q.builder.Add(r.timestamp, r.key, r.value, r.headers); err != nil {
+		if err := b.Add(r.timestamp, r.key, r.value, r.headers); err != nil {
 			return nil, fmt.Errorf("produce to %s/%d: %w", p.topic, q.partition, err)
 		}
 	}
-	// A fresh buffer each time: the transport may still read the previous
-	// body after a failed request returns.
-	body, err := q.builder.AppendTo(make([]byte, 0, q.builder.Size()))
+	body, err := b.AppendTo(make([]byte, 0, b.Size()))
 	if err != nil {
 		return nil, fmt.Errorf("produce to %s/%d: %w", p.topic, q.partition, err)
 	}
+	return body, nil
+}
+
+// post sends body, a batch of count records, to q's partition; with an id,
+// as that idempotent producer's batch at sequence seq, which the batch
+// header carries too. It returns nil and no error for AcksNone, whose
+// answer carries no offsets.
+func (p *Producer) post(q *partitionQueue, body []byte, count int, id *ProducerID, seq int32) (*produceAnswer, error) {
 	query := url.Values{
 		"partition": {strconv.Itoa(q.partition)},
 		"acks":      {p.cfg.acks.String()},
@@ -874,6 +1205,11 @@ func (p *Producer) post(q *partitionQueue, records []*pending) (*produceAnswer, 
 	}
 	req.Header.Set("Content-Type", BatchContentType)
 	req.Header.Set("Accept", "application/json")
+	if id != nil {
+		req.Header.Set(wire.HeaderProducerID, strconv.FormatInt(id.ID, 10))
+		req.Header.Set(wire.HeaderProducerEpoch, strconv.Itoa(int(id.Epoch)))
+		req.Header.Set(wire.HeaderSequence, strconv.Itoa(int(seq)))
+	}
 	resp, err := p.client.http.Do(req)
 	if err != nil {
 		return nil, &transportError{err: err, written: written.Load()}
@@ -894,10 +1230,10 @@ func (p *Producer) post(q *partitionQueue, records []*pending) (*produceAnswer, 
 	if err := json.Unmarshal(data, &a); err != nil {
 		return nil, fmt.Errorf("%w: produce answer: %v", ErrProtocol, err)
 	}
-	if a.Partition != q.partition || a.Count != len(records) || a.BaseOffset < 0 ||
-		a.LastOffset-a.BaseOffset+1 != int64(len(records)) {
+	if a.Partition != q.partition || a.Count != count || a.BaseOffset < 0 ||
+		a.LastOffset-a.BaseOffset+1 != int64(count) {
 		return nil, fmt.Errorf("%w: produce of %d records to partition %d answered partition %d, offsets %d-%d, count %d",
-			ErrProtocol, len(records), q.partition, a.Partition, a.BaseOffset, a.LastOffset, a.Count)
+			ErrProtocol, count, q.partition, a.Partition, a.BaseOffset, a.LastOffset, a.Count)
 	}
 	return &a, nil
 }

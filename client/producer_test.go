@@ -108,11 +108,11 @@ func TestProducerSplitsAtMaxBatchBytes(t *testing.T) {
 	// A batch that the next record does not fit goes without waiting for
 	// the linger; the last one waits.
 	full := (10+perBatch-1)/perBatch - 1
-	eventually(t, "full batches sent", func() bool { return len(f.produceCalls()) == full })
+	eventually(t, "full batches sent", func() bool { return len(f.appendedCalls()) == full })
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	calls := f.produceCalls()
+	calls := f.appendedCalls()
 	total := 0
 	for i, c := range calls {
 		if len(c.batch) > maxBatch {
@@ -268,7 +268,7 @@ func TestProducerHonoursRetryAfter(t *testing.T) {
 	}
 }
 
-func TestProducerNeverRetriesAnUnknownOutcome(t *testing.T) {
+func TestProducerWithoutIdempotenceNeverRetriesAnUnknownOutcome(t *testing.T) {
 	cases := []struct {
 		name     string
 		answer   fakeAnswer
@@ -290,7 +290,7 @@ func TestProducerNeverRetriesAnUnknownOutcome(t *testing.T) {
 				a := c.answer
 				return &a
 			}
-			p := mustProducer(t, f.newClient(WithClock(newFakeClock(true))), "t", WithLinger(0))
+			p := mustProducer(t, f.newClient(WithClock(newFakeClock(true))), "t", WithLinger(0), WithIdempotence(false))
 			_, err := p.Send(testContext(t), Message{Value: []byte("v"), Partition: ToPartition(0)})
 			if !errors.Is(err, ErrOutcomeUnknown) {
 				t.Fatalf("error %v does not match ErrOutcomeUnknown", err)
@@ -426,7 +426,8 @@ func TestRecordWithdrawnBetweenAttempts(t *testing.T) {
 		return nil
 	}
 	clock := newFakeClock(false)
-	p := mustProducer(t, f.newClient(WithClock(clock)), "t", WithLinger(10*time.Millisecond))
+	// An idempotent producer sends a batch unchanged once it has a sequence.
+	p := mustProducer(t, f.newClient(WithClock(clock)), "t", WithLinger(10*time.Millisecond), WithIdempotence(false))
 	ctxA, cancelA := context.WithCancel(testContext(t))
 	a := mustProduce(t, p, ctxA, Message{Value: []byte("a"), Partition: ToPartition(0)})
 	b := mustProduce(t, p, testContext(t), Message{Value: []byte("b"), Partition: ToPartition(0)})
@@ -605,6 +606,9 @@ func TestProducerOptionsValidated(t *testing.T) {
 		"backoff order":  {WithRetryBackoff(time.Second, time.Millisecond)},
 		"unknown codec":  {WithCompression(record.Codec(6))},
 		"delivery limit": {WithDeliveryTimeout(-1)},
+		"no in flight":   {WithMaxInFlight(0)},
+		"too many":       {WithMaxInFlight(MaxInFlightIdempotent + 1)},
+		"idempotent ack": {WithAcks(AcksLeader), WithIdempotence(true)},
 	}
 	for name, opts := range cases {
 		if _, err := c.NewProducer("t", opts...); !errors.Is(err, ErrInvalidOption) {
@@ -648,9 +652,38 @@ func TestClassifyAttempt(t *testing.T) {
 
 // TestProducerRandomized sends records from several goroutines, with keys,
 // without, and to named partitions, while the agent refuses some requests
-// before appending. Every record must be written exactly once, where its
-// Result says, and one goroutine's records to a partition in order.
+// before appending and, for an idempotent producer, leaves the outcome of
+// others unknown (appended or not). Every record must be written exactly
+// once, where its Result says, and one goroutine's records to a partition
+// in order.
 func TestProducerRandomized(t *testing.T) {
+	refusals := []fakeAnswer{
+		{status: 503, code: CodeNotEnoughReplicas, retriable: true, retryAfter: "0"},
+		{status: 503, code: CodeLeaderNotAvailable, retriable: true, retryAfter: "0"},
+		{status: 503, code: CodeServiceUnavailable, retriable: true, retryAfter: "0"},
+	}
+	unknowns := []fakeAnswer{
+		{status: 504, code: CodeAckTimeout, appendFirst: true},
+		{status: 504, code: CodeAckTimeout},
+		{status: 503, code: CodeNotLeaderAfterAppend, retriable: true, appendFirst: true},
+		{hangUp: true, appendFirst: true},
+		{hangUp: true},
+	}
+	cases := []struct {
+		name   string
+		opts   []ProducerOption
+		faults []fakeAnswer
+	}{
+		{"not idempotent, refusals", []ProducerOption{WithIdempotence(false)}, refusals},
+		{"idempotent, refusals and unknown outcomes", nil, append(append([]fakeAnswer(nil), refusals...), unknowns...)},
+		{"idempotent, two in flight", []ProducerOption{WithMaxInFlight(2)}, unknowns},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { testProducerRandomized(t, c.opts, c.faults) })
+	}
+}
+
+func testProducerRandomized(t *testing.T, opts []ProducerOption, faults []fakeAnswer) {
 	rng := testseed.Rand(t)
 	var rngMu sync.Mutex
 	intn := func(n int) int {
@@ -660,14 +693,15 @@ func TestProducerRandomized(t *testing.T) {
 	}
 	f := newFakeAgent(t)
 	f.addTopic("t", 3)
-	refusals := []string{CodeNotEnoughReplicas, CodeLeaderNotAvailable, CodeServiceUnavailable}
 	f.onProduce = func(int, produceCall) *fakeAnswer {
 		if intn(5) == 0 {
-			return &fakeAnswer{status: 503, code: refusals[intn(len(refusals))], retriable: true, retryAfter: "0"}
+			a := faults[intn(len(faults))]
+			return &a
 		}
 		return nil
 	}
-	p := mustProducer(t, f.newClient(WithClock(newFakeClock(true))), "t", WithLinger(time.Millisecond), WithMaxBatchBytes(2048))
+	opts = append([]ProducerOption{WithLinger(time.Millisecond), WithMaxBatchBytes(2048)}, opts...)
+	p := mustProducer(t, f.newClient(WithClock(newFakeClock(true))), "t", opts...)
 	ctx := testContext(t)
 	type sent struct {
 		value string
@@ -719,6 +753,11 @@ func TestProducerRandomized(t *testing.T) {
 	if total != workers*perWorker {
 		t.Fatalf("%d records stored, want %d", total, workers*perWorker)
 	}
+	answers := map[string]int{}
+	for _, a := range f.produceAnswers() {
+		answers[a]++
+	}
+	t.Logf("answers: %v", answers)
 	for w, rs := range results {
 		last := map[int]int64{}
 		for _, s := range rs {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -322,5 +323,46 @@ func TestWriteNDJSON(t *testing.T) {
 		if !json.Valid(buf.Bytes()) {
 			t.Errorf("%s: not valid JSON: %s", c.name, buf.String())
 		}
+	}
+}
+
+// TestProduceIdempotence checks what produce sends: idempotent by default
+// (a producer id per run, sequences from 0), not with -idempotent=false or
+// with -acks below all, and -idempotent with -acks 1 is bad usage.
+func TestProduceIdempotence(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	addr := f.srv.URL
+	cases := []struct {
+		cliCase
+		stdin string
+		// the producer headers of each produce request of the run,
+		// "id/epoch/sequence", or "" without them
+		producers []string
+	}{
+		{cliCase{"default", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "0"}, 0,
+			[]string{"produced 2 record(s)", "partition 0: offsets 0-1"}, nil}, "a\nb\n", []string{"101/0/0"}},
+		{cliCase{"a second run, a second id", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "0", "-linger", "0", "-batch-bytes", "80"}, 0,
+			[]string{"produced 3 record(s)", "partition 0: offsets 2-4"}, nil}, "c\nd\ne\n", []string{"102/0/0", "102/0/1", "102/0/2"}},
+		{cliCase{"asked for", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "1", "-idempotent"}, 0,
+			[]string{"produced 1 record(s)"}, nil}, "f\n", []string{"103/0/0"}},
+		{cliCase{"turned off", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "1", "-idempotent=false"}, 0,
+			[]string{"produced 1 record(s)", "partition 1: offsets 1-1"}, nil}, "g\n", []string{""}},
+		{cliCase{"acks 1", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "1", "-acks", "1"}, 0,
+			[]string{"produced 1 record(s)"}, nil}, "h\n", []string{""}},
+		{cliCase{"idempotent needs acks all", []string{"produce", "-addr", addr, "-topic", "t", "-idempotent", "-acks", "1"}, 2, nil,
+			[]string{"idempotence needs acks=all"}}, "i\n", nil},
+		{cliCase{"help says what it means", []string{"produce", "-h"}, 0, nil,
+			[]string{"-idempotent", "exactly-once appends", "does not stop a second run from writing the lines again"}}, "", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(f.produceProducers())
+			code, stdout, stderr := runData(context.Background(), c.args, c.stdin)
+			checkCLI(t, c.cliCase, code, stdout, stderr)
+			if got := f.produceProducers()[before:]; !slices.Equal(got, c.producers) {
+				t.Errorf("producer headers %q, want %q", got, c.producers)
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/logagent/logagent/client"
 	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/wire"
 )
 
 // fakeClientAPI is a small in-memory agent speaking the client API of
@@ -26,14 +27,23 @@ type fakeClientAPI struct {
 	topics   map[string]*client.TopicInfo
 	batches  map[string][][][]byte // topic -> partition -> stored batches
 	produced []string              // raw query of every produce request
+	// producer is the idempotent producer headers of every appended
+	// batch, "id/epoch/sequence", or "" without them.
+	producer  []string
+	producers int64 // ids allocated
+	// nextSeq is the sequence the leader expects next of a producer id on
+	// a partition ("id/partition"); of the leader's rules only the one
+	// that keeps a producer's batches in order.
+	nextSeq map[string]int64
 }
 
 func newFakeClientAPI(t *testing.T) *fakeClientAPI {
-	f := &fakeClientAPI{t: t, topics: map[string]*client.TopicInfo{}, batches: map[string][][][]byte{}}
+	f := &fakeClientAPI{t: t, topics: map[string]*client.TopicInfo{}, batches: map[string][][][]byte{}, nextSeq: map[string]int64{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		fakeJSON(w, http.StatusOK, client.Health{Status: "ok", NodeID: "n1"})
 	})
+	mux.HandleFunc("POST /v1/producers", f.initProducer)
 	mux.HandleFunc("POST /v1/topics", f.create)
 	mux.HandleFunc("GET /v1/topics", f.list)
 	mux.HandleFunc("GET /v1/topics/{topic}", f.describe)
@@ -148,6 +158,18 @@ func (f *fakeClientAPI) produce(w http.ResponseWriter, r *http.Request) {
 		fakeError(w, http.StatusNotFound, client.CodeUnknownPartition, nil)
 		return
 	}
+	producer := ""
+	if id := r.Header.Get(wire.HeaderProducerID); id != "" {
+		seq, _ := strconv.ParseInt(r.Header.Get(wire.HeaderSequence), 10, 32)
+		key := id + "/" + strconv.Itoa(p)
+		if next, ok := f.nextSeq[key]; ok && seq != next {
+			fakeError(w, http.StatusConflict, client.CodeOutOfOrderSequence, nil)
+			return
+		}
+		f.nextSeq[key] = seq + int64(h.RecordCount())
+		producer = id + "/" + r.Header.Get(wire.HeaderProducerEpoch) + "/" + strconv.FormatInt(seq, 10)
+	}
+	f.producer = append(f.producer, producer)
 	part := &info.Partitions[p]
 	stored := bytes.Clone(body)
 	record.SetBaseOffset(stored, part.HighWatermark)
@@ -203,6 +225,21 @@ func (f *fakeClientAPI) fetch(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(client.LogStartOffsetHeader, strconv.FormatInt(part.LogStartOffset, 10))
 	w.Header().Set("Content-Type", client.BatchContentType)
 	_, _ = w.Write(body)
+}
+
+// initProducer allocates producer ids; it does not check sequences.
+func (f *fakeClientAPI) initProducer(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.producers++
+	fakeJSON(w, http.StatusCreated, client.ProducerID{ID: 100 + f.producers})
+}
+
+// produceProducers is the producer headers of every batch appended so far.
+func (f *fakeClientAPI) produceProducers() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.producer...)
 }
 
 // produceQueries is the raw query of every produce request so far.

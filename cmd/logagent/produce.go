@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,10 +36,17 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	maxLine := fs.Int("max-line-bytes", 1<<20, "longest line accepted, in bytes")
 	compression := fs.String("compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up retrying a batch after this long")
+	idempotent := fs.Bool("idempotent", true, "exactly-once appends: the agent drops the copies of a retried batch, so the lines are\n"+
+		"written once each, in order, even when a write's outcome is unknown (a timeout, a lost connection):\n"+
+		"those are retried too, until -timeout. It does not stop a second run from writing the lines again.\n"+
+		"Needs -acks all (with -acks 1 or 0 it is off unless asked for). false: a write of unknown outcome\n"+
+		"is not retried and its lines are reported as such")
 	addr := addrFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	idempotentSet := false
+	fs.Visit(func(f *flag.Flag) { idempotentSet = idempotentSet || f.Name == "idempotent" })
 	if *topic == "" {
 		return fmt.Errorf("%w: -topic is required", errUsage)
 	}
@@ -60,8 +68,14 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err := checkAgent(ctx, c); err != nil {
 		return err
 	}
-	p, err := c.NewProducer(*topic, client.WithAcks(acks), client.WithLinger(*linger),
-		client.WithMaxBatchBytes(*batchBytes), client.WithCompression(codec), client.WithDeliveryTimeout(*timeout))
+	opts := []client.ProducerOption{client.WithAcks(acks), client.WithLinger(*linger),
+		client.WithMaxBatchBytes(*batchBytes), client.WithCompression(codec), client.WithDeliveryTimeout(*timeout)}
+	// Unless asked for, idempotence is the client's default: on with
+	// acks=all, off with less.
+	if idempotentSet {
+		opts = append(opts, client.WithIdempotence(*idempotent))
+	}
+	p, err := c.NewProducer(*topic, opts...)
 	if err != nil {
 		return usageError(err)
 	}
