@@ -48,12 +48,21 @@ storage {
 }
 `
 
-// testLogs sends the agents' logs to t.Log until the test ends; an agent
-// that did not stop in time writes nowhere after it.
+// testLogs sends the agents' logs to t.Log until the test ends, and keeps
+// them for contains; an agent that did not stop in time writes nowhere
+// after it.
 type testLogs struct {
 	mu   sync.Mutex
 	t    *testing.T
 	done bool
+	kept strings.Builder
+}
+
+// contains says whether any agent logged s.
+func (l *testLogs) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.kept.String(), s)
 }
 
 func newTestLogs(t *testing.T) *testLogs {
@@ -71,6 +80,7 @@ func (l *testLogs) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	if !l.done {
 		l.t.Log(strings.TrimRight(string(p), "\n"))
+		l.kept.Write(p)
 	}
 	return len(p), nil
 }
