@@ -55,6 +55,7 @@ type loadFlags struct {
 	seed                            *uint64
 	report                          *reportFlags
 	addr                            *string
+	idempotent                      *bool
 }
 
 func newLoadFlags(fs *flag.FlagSet, defaultRate float64) *loadFlags {
@@ -68,6 +69,7 @@ func newLoadFlags(fs *flag.FlagSet, defaultRate float64) *loadFlags {
 		size:        fs.Int("size", 1024, "bytes of each record's value"),
 		batch:       fs.Int("batch", 100, "records per request (one batch to one partition)"),
 		acks:        fs.String("acks", "all", "all, 1 or 0"),
+		idempotent:  fs.Bool("idempotent", true, "with -acks all: idempotent producers, as the client's default (false: plain requests)"),
 		rate:        fs.Float64("rate", defaultRate, "target records/s, an open loop (0: closed loop, as fast as the workers go)"),
 		duration:    fs.Duration("duration", 10*time.Second, "issue requests for this long"),
 		requests:    fs.Int64("requests", 0, "stop after this many requests (0: no count bound)"),
@@ -96,6 +98,7 @@ func (f *loadFlags) produceConfig() (bench.ProduceConfig, error) {
 		RecordBytes:      *f.size,
 		BatchRecords:     *f.batch,
 		Acks:             acks,
+		Idempotent:       *f.idempotent && acks == client.AcksAll,
 		Keys:             *f.keys,
 		RecordsPerSecond: *f.rate,
 		Duration:         *f.duration,

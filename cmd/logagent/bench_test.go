@@ -191,6 +191,9 @@ func failingAgent(t *testing.T) string {
 	mux.HandleFunc("GET /v1/topics/{topic}", func(w http.ResponseWriter, r *http.Request) {
 		fakeJSON(w, http.StatusOK, client.TopicInfo{Name: r.PathValue("topic"), Partitions: []client.PartitionInfo{{Leader: "n1"}}})
 	})
+	mux.HandleFunc("POST /v1/producers", func(w http.ResponseWriter, r *http.Request) {
+		fakeJSON(w, http.StatusCreated, client.ProducerID{ID: 1})
+	})
 	mux.HandleFunc("POST /v1/topics/{topic}/records", func(w http.ResponseWriter, r *http.Request) {
 		fakeError(w, http.StatusRequestEntityTooLarge, client.CodeRecordTooLarge, nil)
 	})

@@ -24,6 +24,9 @@ type ProduceConfig struct {
 	// BatchRecords is the number of records per request.
 	BatchRecords int
 	Acks         client.Acks
+	// Idempotent makes the producers idempotent (the client's default);
+	// it needs Acks of client.AcksAll.
+	Idempotent bool
 	// Keys is the number of distinct keys; 0 sends records without keys
 	// to the partitions in turn.
 	Keys int
@@ -53,6 +56,8 @@ func (c *ProduceConfig) Validate() error {
 		return fmt.Errorf("%w: records per request %d must be positive", ErrInvalidConfig, c.BatchRecords)
 	case c.Acks < client.AcksAll || c.Acks > client.AcksNone:
 		return fmt.Errorf("%w: acks %d", ErrInvalidConfig, c.Acks)
+	case c.Idempotent && c.Acks != client.AcksAll:
+		return fmt.Errorf("%w: idempotent producers need acks=all, not %s", ErrInvalidConfig, c.Acks)
 	case c.Keys < 0:
 		return fmt.Errorf("%w: keys %d is negative", ErrInvalidConfig, c.Keys)
 	case math.IsNaN(c.RecordsPerSecond) || math.IsInf(c.RecordsPerSecond, 0) || c.RecordsPerSecond < 0:
@@ -84,6 +89,7 @@ func (c *ProduceConfig) settings(partitions int) map[string]any {
 		"record_bytes":        c.RecordBytes,
 		"records_per_request": c.BatchRecords,
 		"acks":                c.Acks.String(),
+		"idempotent":          c.Idempotent,
 		"keys":                c.Keys,
 		"rate":                rate,
 		"duration":            c.Duration.String(),
@@ -160,9 +166,9 @@ func newProduceWorkers(c *client.Client, cfg *ProduceConfig, partitions int, sta
 		}
 	}
 	for i := range cfg.Concurrency {
-		p, err := c.NewProducer(cfg.Topic, client.WithAcks(cfg.Acks), client.WithLinger(lingerUntilFlush),
-			client.WithMaxBatchBytes(batchBound), client.WithMaxBufferedBytes(max(batchBound, 32<<20)),
-			client.WithDeliveryTimeout(retryFor))
+		p, err := c.NewProducer(cfg.Topic, client.WithAcks(cfg.Acks), client.WithIdempotence(cfg.Idempotent),
+			client.WithLinger(lingerUntilFlush), client.WithMaxBatchBytes(batchBound),
+			client.WithMaxBufferedBytes(max(batchBound, 32<<20)), client.WithDeliveryTimeout(retryFor))
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("bench: producer: %w", err)

@@ -26,10 +26,11 @@ type logagentCluster struct {
 }
 
 // startLogagent starts `logagent dev` in dir with storage.durability set to
-// durability and waits until it says it is up.
-func startLogagent(ctx context.Context, bin, dir string, portOffset int, durability string) (*logagentCluster, error) {
+// durability, and the settings in extraHCL, and waits until it says it is
+// up.
+func startLogagent(ctx context.Context, bin, dir string, portOffset int, durability, extraHCL string) (*logagentCluster, error) {
 	configFile := filepath.Join(dir, "bench-"+durability+".hcl")
-	config := fmt.Sprintf("storage {\n  durability = %q\n}\n", durability)
+	config := fmt.Sprintf("storage {\n  durability = %q\n}\n", durability) + extraHCL
 	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
 		return nil, fmt.Errorf("benchrun: logagent config: %w", err)
 	}
@@ -41,7 +42,7 @@ func startLogagent(ctx context.Context, bin, dir string, portOffset int, durabil
 	}
 	c := &logagentCluster{
 		bin: bin, dev: dev, clientAddr: fmt.Sprintf("http://127.0.0.1:%d", 7070+portOffset),
-		setup: fmt.Sprintf("cluster: `bin/logagent dev -port-offset %d -config F` with F holding `storage { durability = %q }`", portOffset, durability),
+		setup: fmt.Sprintf("cluster: `bin/logagent dev -port-offset %d -config F` with F holding `storage { durability = %q }`%s", portOffset, durability, setupNote(extraHCL)),
 	}
 	timer := time.NewTimer(90 * time.Second)
 	defer timer.Stop()
@@ -108,4 +109,12 @@ func runLogagentBench(ctx context.Context, bin string, timeout time.Duration, ou
 // commandLine is how a row's command is printed in the report.
 func commandLine(args ...string) string {
 	return "bin/logagent bench " + strings.Join(args, " ") + " -json"
+}
+
+// setupNote describes extra settings of a cluster in a row's setup line.
+func setupNote(extraHCL string) string {
+	if extraHCL == "" {
+		return ""
+	}
+	return " and `" + strings.Join(strings.Fields(extraHCL), " ") + "`"
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,7 +31,7 @@ const (
 	partitions   = 3
 )
 
-var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits"}
+var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits", "idempotence"}
 
 type options struct {
 	duration time.Duration
@@ -236,6 +237,13 @@ func (o *options) runAll(ctx context.Context) ([]comparison, []string) {
 			o.natsProduce(ctx, res, nc, "produce-r3-fsync", false)
 		})
 	}
+	if g["idempotence"] {
+		// Without the sidecar's own producer ids, a plain request is not
+		// idempotent anywhere: the baseline pays for no idempotence at all.
+		o.runLogagentWith(ctx, res, "replicated", "producer {\n  sidecar_idempotence = false\n}\n", func(c *logagentCluster) {
+			o.logagentIdempotence(ctx, res, c)
+		})
+	}
 	return assemble(o, res), res.notes
 }
 
@@ -262,6 +270,14 @@ func assemble(o *options, res *results) []comparison {
 				Ours: res.logagent["e2e-js-rate"], Theirs: res.jetstream["e2e"], Metric: byP99, Goal: 1},
 			comparison{Group: "e2e", Name: "1 KiB RF 3 at half logagent's max",
 				Ours: res.logagent["e2e-own-rate"], Metric: byP99})
+	}
+	if o.groups["idempotence"] {
+		for _, size := range []int{100, 1024} {
+			r := idempotenceRow(size)
+			rows = append(rows, comparison{Group: "idempotence", Name: fmt.Sprintf("RF 3 acks=all idempotent, %s", sizeName(size)),
+				TheirsName: "the same, not idempotent", Ours: res.logagent[r.topic()+"_idempotent"],
+				Theirs: res.logagent[r.topic()+"_plain"], Metric: byRecords, Goal: 0.95})
+		}
 	}
 	if o.groups["limits"] {
 		for _, size := range []int{100, 1024} {
@@ -315,6 +331,11 @@ func micros(us float64) time.Duration { return time.Duration(us * float64(time.M
 // runLogagent runs body against a fresh dev cluster with the given
 // durability and stops the cluster afterwards.
 func (o *options) runLogagent(ctx context.Context, res *results, durability string, body func(*logagentCluster)) {
+	o.runLogagentWith(ctx, res, durability, "", body)
+}
+
+// runLogagentWith is runLogagent with extra settings for the agents.
+func (o *options) runLogagentWith(ctx context.Context, res *results, durability, extraHCL string, body func(*logagentCluster)) {
 	dir, err := os.MkdirTemp(o.work, "logagent-"+durability+"-")
 	if err != nil {
 		o.note(res, "logagent %s: %v", durability, err)
@@ -322,7 +343,7 @@ func (o *options) runLogagent(ctx context.Context, res *results, durability stri
 	}
 	defer os.RemoveAll(dir)
 	o.progress("starting logagent dev cluster (durability %s) in %s", durability, dir)
-	c, err := startLogagent(ctx, filepath.Join(o.bin, "logagent"), dir, o.portOffset, durability)
+	c, err := startLogagent(ctx, filepath.Join(o.bin, "logagent"), dir, o.portOffset, durability, extraHCL)
 	if err != nil {
 		o.note(res, "logagent %s cluster did not start: %v", durability, err)
 		return
@@ -340,6 +361,41 @@ func (o *options) produceArgs(c *logagentCluster, r produceRow) []string {
 		"-replication-factor", fmt.Sprint(r.rf), "-min-insync-replicas", fmt.Sprint(minISR), "-acks", r.acks,
 		"-size", fmt.Sprint(r.size), "-batch", fmt.Sprint(batchRecords), "-concurrency", fmt.Sprint(workers),
 		"-duration", o.duration.String()}
+}
+
+// idempotenceRow is the workload of the idempotence group: RF 3 acks=all,
+// as produce-r3's rows.
+func idempotenceRow(size int) produceRow {
+	return produceRow{group: "idempotence", rf: 3, acks: "all", size: size}
+}
+
+func sizeName(size int) string {
+	if size == 1024 {
+		return "1 KiB"
+	}
+	return fmt.Sprintf("%d B", size)
+}
+
+// logagentIdempotence measures the same workload with plain and with
+// idempotent producers, one after the other on one cluster, each on its
+// own topic.
+func (o *options) logagentIdempotence(ctx context.Context, res *results, c *logagentCluster) {
+	for _, size := range []int{100, 1024} {
+		r := idempotenceRow(size)
+		for _, idempotent := range []bool{false, true} {
+			key := r.topic() + "_plain"
+			if idempotent {
+				key = r.topic() + "_idempotent"
+			}
+			args := o.produceArgs(c, r)
+			args[slices.Index(args, "-topic")+1] = key
+			args = append(args[:len(args):len(args)], "-idempotent="+strconv.FormatBool(idempotent))
+			o.progress("logagent RF 3 acks=all %s, idempotent %t", sizeName(size), idempotent)
+			o.settle()
+			o.logagentWarmup(ctx, res, c, args)
+			res.logagent[key] = o.logagentSample(ctx, res, c, args)
+		}
+	}
 }
 
 func (o *options) logagentProduce(ctx context.Context, res *results, c *logagentCluster, group string) {
