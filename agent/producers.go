@@ -145,22 +145,23 @@ func producerBatch(h record.Header) producer.Batch {
 }
 
 // appliedBatches records what a follower appended: batches, back to back,
-// as the leader sent them and the log verified them.
+// as the leader sent them and the log verified them (CRCs included, so
+// only the headers are read again here).
 func (r *replica) appliedBatches(batches []byte) {
 	for len(batches) > 0 {
-		batch, rest, err := record.NextBatch(batches, len(batches))
-		if err != nil {
+		h, size, err := record.ParseHeader(batches, len(batches))
+		if err != nil || size > len(batches) {
 			// The log accepted these bytes after the same checks.
 			r.log.Error("appended batches do not split; rebuilding the producer state", "error", err)
 			r.loadProducers()
 			return
 		}
-		ok, err := applyProducerBatch(r.producers, record.Header(batch))
+		ok, err := applyProducerBatch(r.producers, h)
 		if err != nil {
-			r.log.Warn("appended batch not recorded in the producer state", "offset", record.Header(batch).BaseOffset(), "error", err)
+			r.log.Warn("appended batch not recorded in the producer state", "offset", h.BaseOffset(), "error", err)
 		}
 		r.producersDirty = r.producersDirty || ok
-		batches = rest
+		batches = batches[size:]
 	}
 }
 
