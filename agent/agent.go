@@ -133,6 +133,9 @@ func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 			func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *apiError) {
 				return a.produceBatch(key.topic, key.partition, batch, count, key.acks, deadline)
 			})
+		a.coalesce.produceGroup = func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*apiError) {
+			return a.produceIdempotentGroup(key.topic, key.partition, batches, counts, key.acks, deadline)
+		}
 	}
 	if cfg.Producer.SidecarIdempotence {
 		a.lanes = newLanes(func(ctx context.Context) (int64, int16, error) { return coord.AllocateProducerID(ctx) })

@@ -34,6 +34,9 @@ type coalescer struct {
 	maxBytes int
 	// produce sends one batch, combined or not (Agent.produceBatch).
 	produce func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *apiError)
+	// produceGroup sends the batches of idempotent producers together,
+	// each as it is (Agent.produceIdempotentGroup).
+	produceGroup func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*apiError)
 	// decoders reads the batches to combine.
 	decoders *sync.Pool
 
@@ -53,6 +56,9 @@ type groupKey struct {
 	topic     string
 	partition int
 	acks      replicate.Acks
+	// idempotent groups idempotent producers' batches, which are sent
+	// side by side rather than combined: a batch has one producer header.
+	idempotent bool
 }
 
 // produceGroup is the requests waiting to be sent together.
@@ -154,6 +160,10 @@ func (c *coalescer) send(g *produceGroup) {
 			close(m.done)
 		}
 	}()
+	if g.key.idempotent && len(g.members) > 1 {
+		c.sendSideBySide(g)
+		return
+	}
 	batch, count := g.members[0].batch, g.members[0].count
 	if len(g.members) > 1 {
 		var err error
@@ -166,6 +176,11 @@ func (c *coalescer) send(g *produceGroup) {
 		}
 	}
 	resp, e := c.produce(g.key, batch, count, g.deadline)
+	if len(g.members) == 1 {
+		// Its own answer, duplicate flag included.
+		g.members[0].resp, g.members[0].err = resp, e
+		return
+	}
 	next := int64(0)
 	for _, m := range g.members {
 		m.resp, m.err = produceResponse{Topic: resp.Topic, Partition: resp.Partition, Count: m.count, Epoch: resp.Epoch}, e
@@ -174,6 +189,20 @@ func (c *coalescer) send(g *produceGroup) {
 			m.resp.BaseOffset, m.resp.LastOffset = &base, &last
 		}
 		next += int64(m.count)
+	}
+}
+
+// sendSideBySide sends a group of idempotent batches in one go, each
+// answered on its own.
+func (c *coalescer) sendSideBySide(g *produceGroup) {
+	batches, counts := make([][]byte, len(g.members)), make([]int, len(g.members))
+	for i, m := range g.members {
+		batches[i], counts[i] = m.batch, m.count
+	}
+	resps, errs := c.produceGroup(g.key, batches, counts, g.deadline)
+	for i, m := range g.members {
+		m.resp, m.err = resps[i], errs[i]
+		m.resp.Count = m.count
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,4 +175,77 @@ func TestCoalescerBounds(t *testing.T) {
 		}
 		wg.Wait()
 	})
+}
+
+// TestCoalescerSendsIdempotentBatchesSideBySide: concurrent idempotent
+// batches are grouped but never combined: each goes as its own batch (its
+// producer header intact) in one group send, and each caller gets its own
+// batch's answer, failures included.
+func TestCoalescerSendsIdempotentBatchesSideBySide(t *testing.T) {
+	f := &fakeLog{delay: 2 * time.Millisecond}
+	c := newTestCoalescer(50*time.Millisecond, 1<<20, f)
+	var groupsMu sync.Mutex
+	var groups []int
+	refused := newAPIError(fasthttp.StatusConflict, wire.CodeOutOfOrderSequence, "refused", false)
+	// The leader refuses every 7th producer's batch.
+	c.produce = func(key groupKey, b []byte, count int, deadline time.Time) (produceResponse, *apiError) {
+		if record.Header(b).ProducerID()%7 == 0 {
+			return produceResponse{}, refused
+		}
+		return f.produce(key, b, count, deadline)
+	}
+	c.produceGroup = func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*apiError) {
+		groupsMu.Lock()
+		groups = append(groups, len(batches))
+		groupsMu.Unlock()
+		resps, errs := make([]produceResponse, len(batches)), make([]*apiError, len(batches))
+		for i, b := range batches {
+			resps[i], errs[i] = c.produce(key, b, counts[i], deadline)
+		}
+		return resps, errs
+	}
+	key := groupKey{topic: "t", acks: replicate.AcksAll, idempotent: true}
+	const callers, rounds = 16, 10
+	var wg sync.WaitGroup
+	var failures atomic.Int64
+	for caller := range callers {
+		wg.Go(func() {
+			for round := range rounds {
+				id := int64(caller*rounds + round)
+				b := testBatch(t, []string{fmt.Sprintf("p%d", id)})
+				record.StampProducer(b, id, 0, 0)
+				resp, err := c.submit(key, b, 1, time.Now().Add(time.Second))
+				switch {
+				case id%7 == 0:
+					if err != refused {
+						t.Errorf("producer %d: %v, want its own refusal", id, err)
+					}
+					failures.Add(1)
+				case err != nil:
+					t.Errorf("producer %d: %v", id, err)
+				default:
+					f.mu.Lock()
+					got := f.values[*resp.BaseOffset]
+					f.mu.Unlock()
+					if got != fmt.Sprintf("p%d", id) || resp.Count != 1 {
+						t.Errorf("producer %d told offset %d, which holds %q", id, *resp.BaseOffset, got)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, n := range f.batches {
+		if n != 1 {
+			t.Fatalf("batch %d holds %d records: idempotent batches were combined", i, n)
+		}
+	}
+	sent := 0
+	for _, n := range groups {
+		sent += n
+	}
+	t.Logf("%d group sends holding %d of %d batches, %d refused", len(groups), sent, callers*rounds, failures.Load())
+	if len(groups) == 0 {
+		t.Fatal("no group send: concurrent idempotent batches went one by one")
+	}
 }

@@ -54,28 +54,45 @@ var errForwardRefused = errors.New("agent: forward refused before append")
 // forwardOnce makes one attempt. An error wrapping errForwardRefused may be
 // retried; any other is final.
 func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int, batch []byte, acks replicate.Acks, deadline time.Time) (produceResponse, error) {
+	body, err := a.forwardRaw(snap, topic, partition, batch, 1, acks, deadline)
+	if err != nil {
+		return produceResponse{}, err
+	}
+	var answer produceResponse
+	if err := json.Unmarshal(body, &answer); err != nil {
+		return produceResponse{}, newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
+			"undecodable answer from the leader: "+err.Error()+": the outcome is unknown", false)
+	}
+	return answer, nil
+}
+
+// forwardRaw sends batches (n of them, back to back) to the partition's
+// leader and returns the body of its 200 answer. An error wrapping
+// errForwardRefused says nothing was appended; any other is final for a
+// plain batch.
+func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int, body []byte, n int, acks replicate.Acks, deadline time.Time) ([]byte, error) {
 	pm, ok := snap.Partition(topic, partition)
 	if !ok {
-		return produceResponse{}, unknownTopic(topic)
+		return nil, unknownTopic(topic)
 	}
 	if pm.LeaderSession == "" || pm.State.Leader == "" {
-		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
+		return nil, fmt.Errorf("%w: %w", errForwardRefused,
 			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true))
 	}
 	if pm.State.Leader == a.cfg.NodeID {
 		// The metadata names this agent but its loop does not lead yet
 		// (or any more): wait for the two to agree.
-		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
+		return nil, fmt.Errorf("%w: %w", errForwardRefused,
 			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "this agent is taking or leaving the lead of "+partitionName(topic, partition), true))
 	}
 	info, ok := a.agents.lookup(pm.State.Leader)
 	if !ok {
-		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
+		return nil, fmt.Errorf("%w: %w", errForwardRefused,
 			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true))
 	}
 	timeout := deadline.Sub(a.now())
 	if timeout <= 0 {
-		return produceResponse{}, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, "the request's timeout passed before the write was forwarded", false)
+		return nil, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, "the request's timeout passed before the write was forwarded", false)
 	}
 	req := a.forwarder.newRequest(info.PeerAddr, peerProducePath)
 	defer fasthttp.ReleaseRequest(req)
@@ -87,34 +104,32 @@ func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int
 	args.Set("acks", acksParam(acks))
 	args.Set("timeout_ms", strconv.FormatInt(max(timeout.Milliseconds(), 1), 10))
 	args.Set("leader_epoch", strconv.FormatInt(int64(pm.State.Epoch), 10))
-	req.SetBodyRaw(batch)
+	if n > 1 {
+		args.SetUint("batches", n)
+	}
+	req.SetBodyRaw(body)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	// The leader answers ack_timeout itself at the deadline; the margin
 	// lets its answer arrive.
 	if err := a.forwarder.client(info.PeerAddr).DoTimeout(req, resp, timeout+produceGrace); err != nil {
 		if neverSent(err) {
-			return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused,
+			return nil, fmt.Errorf("%w: %w", errForwardRefused,
 				newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
 		}
-		return produceResponse{}, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout,
+		return nil, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout,
 			"forwarding to leader "+pm.State.Leader+" failed after sending: "+err.Error()+": the outcome is unknown", false)
 	}
 	if resp.StatusCode() == fasthttp.StatusOK {
-		var answer produceResponse
-		if err := json.Unmarshal(resp.Body(), &answer); err != nil {
-			return produceResponse{}, newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
-				"undecodable answer from leader "+pm.State.Leader+": "+err.Error()+": the outcome is unknown", false)
-		}
-		return answer, nil
+		return append([]byte(nil), resp.Body()...), nil
 	}
 	e := relayedError(resp)
 	switch e.Code {
 	case wire.CodeNotLeader, wire.CodeFencedLeaderEpoch, wire.CodeUnknownLeaderEpoch, wire.CodeLeaderNotAvailable,
 		wire.CodeServiceUnavailable: // the leader's agent is starting or stopping
-		return produceResponse{}, fmt.Errorf("%w: %w", errForwardRefused, a.clientFacing(e, topic, partition))
+		return nil, fmt.Errorf("%w: %w", errForwardRefused, a.clientFacing(e, topic, partition))
 	}
-	return produceResponse{}, e
+	return nil, e
 }
 
 // clientFacing turns the peer-only refusals a retry could not cure in time
@@ -189,6 +204,10 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	if err == nil {
 		epoch, err = intParam(args, "leader_epoch", -1, 0, 1<<31-1)
 	}
+	var batches int64
+	if err == nil {
+		batches, err = intParam(args, "batches", 1, 1, maxGroupBatches)
+	}
 	if err != nil {
 		writeErr(ctx, err)
 		return
@@ -201,6 +220,10 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	// when it appends.
 	if r.currentView().role != roleLeader {
 		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
+		return
+	}
+	if batches > 1 {
+		a.handleReplicaProduceGroup(ctx, r, topic, int(partition), int(batches), acks, int32(epoch), time.Duration(timeoutMS)*time.Millisecond)
 		return
 	}
 	batch, count, err := a.decodeBatch(ctx.PostBody())

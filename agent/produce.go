@@ -98,10 +98,10 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	deadline := a.now().Add(timeout)
 	var resp produceResponse
 	var apiErr *apiError
-	// A combined batch has one producer header: an idempotent producer's
-	// batch goes alone.
-	if a.coalesce != nil && !idempotent && acks != replicate.AcksNone && len(batch) < a.coalesce.maxBytes {
-		resp, apiErr = a.coalesce.submit(groupKey{topic: topic, partition: partition, acks: acks}, batch, count, deadline)
+	// A combined batch has one producer header: idempotent producers'
+	// batches are grouped apart and sent side by side.
+	if a.coalesce != nil && acks != replicate.AcksNone && len(batch) < a.coalesce.maxBytes {
+		resp, apiErr = a.coalesce.submit(groupKey{topic: topic, partition: partition, acks: acks, idempotent: idempotent}, batch, count, deadline)
 	} else {
 		resp, apiErr = a.produceBatch(topic, partition, batch, count, acks, deadline)
 	}

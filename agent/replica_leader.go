@@ -402,12 +402,18 @@ func (r *replica) produce(req *produceRequest, wait time.Duration) produceOutcom
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	return r.await(req, timer.C)
+}
+
+// await waits for the loop's answer to a request it was sent, the
+// replica's stop, or expired.
+func (r *replica) await(req *produceRequest, expired <-chan time.Time) produceOutcome {
 	select {
 	case out := <-req.reply:
 		return out
 	case <-r.done:
 		return produceOutcome{err: errReplicaStopped, appended: true}
-	case <-timer.C:
+	case <-expired:
 		return produceOutcome{err: replicate.ErrAckTimeout, appended: true}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -281,4 +282,63 @@ func TestSidecarResendsStalledForward(t *testing.T) {
 		t.Fatalf("stalled-all is in the log %d times: %v", counts["stalled-all"], counts)
 	}
 	t.Logf("log: %v", counts)
+}
+
+// TestConcurrentIdempotentProducersThroughSidecar: many idempotent
+// producers writing one partition at once through an agent that does not
+// lead it (whose coalescer sends their batches side by side, never
+// combined): every request is acknowledged, and every record is in the log
+// once, at the offset its request was told.
+func TestConcurrentIdempotentProducersThroughSidecar(t *testing.T) {
+	c := Start(t, Options{})
+	const topic, producers, requests = "crowd", 16, 20
+	leader, _ := createReplicatedTopic(t, c, topic)
+	sidecar := otherAgent(t, c, leader)
+	type acked struct {
+		value string
+		at    int64
+	}
+	results := make(chan acked, producers*requests)
+	errs := make(chan error, producers)
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			id, err := sidecar.InitProducer(nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := range requests {
+				value := fmt.Sprintf("p%d-%d", p, i)
+				got, err := sidecar.ProduceIdempotent(topic, 0, ContentTypeNDJSON, []byte(value+"\n"), id, int32(i), 10*time.Second)
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", value, err)
+					return
+				}
+				results <- acked{value, *got.BaseOffset}
+			}
+		})
+	}
+	wg.Wait()
+	close(results)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	f, err := leader.Fetch(topic, 0, 0, 16<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := decodeRecords(t, f.Batches)
+	n := 0
+	for r := range results {
+		if got := string(log[r.at]); got != r.value {
+			t.Fatalf("%s acknowledged at %d, which holds %q", r.value, r.at, got)
+		}
+		n++
+	}
+	if len(log) != n {
+		t.Fatalf("the log holds %d records for %d acknowledged", len(log), n)
+	}
+	t.Logf("%d idempotent requests from %d producers, each once in the log", n, producers)
 }
