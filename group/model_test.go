@@ -79,18 +79,25 @@ type sim struct {
 	lost    map[string]map[TopicPartition]bool
 	targets map[string]map[TopicPartition]bool
 	step    int
+	stats   *simStats
+}
+
+// simStats count what the runs exercised, so that a run that stopped
+// exercising something fails instead of passing unseen.
+type simStats struct {
+	revokes, released, waited, lost, fenced, expired, rejoined, grown int
 }
 
 var simTopics = []string{"a", "b", "c"}
 
-func newSim(t *testing.T, rng *rand.Rand) *sim {
+func newSim(t *testing.T, rng *rand.Rand, stats *simStats) *sim {
 	g, err := New("g", Options{HeartbeatInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &sim{t: t, rng: rng, g: g, now: time.Unix(1_700_000_000, 0),
 		clients: make(map[string]*simClient), counts: make(map[string]int32),
-		lost: make(map[string]map[TopicPartition]bool), targets: make(map[string]map[TopicPartition]bool)}
+		lost: make(map[string]map[TopicPartition]bool), targets: make(map[string]map[TopicPartition]bool), stats: stats}
 	for _, topic := range simTopics {
 		s.setPartitions(topic, int32(1+rng.IntN(6)))
 	}
@@ -132,6 +139,7 @@ func (s *sim) heartbeat(c *simClient, finish bool, lose bool) {
 	if finish {
 		for tp := range c.revoke {
 			delete(c.consuming, tp)
+			s.stats.released++
 		}
 		clear(c.revoke)
 	}
@@ -143,11 +151,13 @@ func (s *sim) heartbeat(c *simClient, finish bool, lose bool) {
 		if len(c.consuming) > 0 {
 			s.fatalf("client %s consumes %v but its heartbeat says %v", c.id, c.owned(), err)
 		}
+		s.stats.rejoined++
 		s.join(c)
 		return
 	case errors.Is(err, ErrFencedMemberEpoch):
 		// Answers lost in a row: the client gives up everything and joins
 		// again.
+		s.stats.fenced++
 		s.join(c)
 		return
 	case err != nil:
@@ -155,7 +165,12 @@ func (s *sim) heartbeat(c *simClient, finish bool, lose bool) {
 	}
 	c.lastSent = s.now
 	s.checkRevoke(c, r)
-	if !lose {
+	if len(r.Revoke) > 0 {
+		s.stats.revokes++
+	}
+	if lose {
+		s.stats.lost++
+	} else {
 		c.apply(r)
 	}
 }
@@ -199,6 +214,7 @@ func (s *sim) advance(d time.Duration) {
 		}
 	}
 	for _, id := range s.g.Tick(s.now) {
+		s.stats.expired++
 		if c := s.clients[id]; c != nil && len(c.consuming) > 0 {
 			s.fatalf("member %s expired while its client consumes %v", id, c.owned())
 		}
@@ -244,6 +260,9 @@ func (s *sim) check() {
 		for _, tp := range m.Target {
 			if _, ok := s.g.Owner(tp); !ok && !wake[m.ID] && len(m.Revoking) == 0 {
 				s.fatalf("%v of %s's target has no owner, and Ready does not wake %s", tp, m.ID, m.ID)
+			}
+			if o, ok := s.g.Owner(tp); ok && o != m.ID {
+				s.stats.waited++
 			}
 		}
 	}
@@ -343,6 +362,7 @@ func (s *sim) run(steps int) {
 			t := simTopics[s.rng.IntN(len(simTopics))]
 			if s.counts[t] < 16 {
 				s.setPartitions(t, s.counts[t]+int32(1+s.rng.IntN(3)))
+				s.stats.grown++
 			}
 		default:
 			if c := s.randomClient(); c != nil {
@@ -361,11 +381,16 @@ func (s *sim) run(steps int) {
 
 func TestGroupModel(t *testing.T) {
 	rng := testseed.Rand(t)
-	rounds, steps := 40, 2000
+	rounds, steps := 15, 2000
 	if raceEnabled || testing.Short() {
-		rounds = 8
+		rounds = 4
 	}
+	var st simStats
 	for range rounds {
-		newSim(t, rng).run(steps)
+		newSim(t, rng, &st).run(steps)
+	}
+	t.Logf("%+v", st)
+	if st.revokes == 0 || st.released == 0 || st.waited == 0 || st.lost == 0 || st.fenced == 0 || st.expired == 0 || st.rejoined == 0 || st.grown == 0 {
+		t.Fatalf("the runs did not exercise everything: %+v", st)
 	}
 }
