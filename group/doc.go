@@ -30,12 +30,13 @@
 // ownership and the member epoch it was granted at.
 //
 // The classic protocol (JoinGroup/SyncGroup with a client-side assignor)
-// can be served by the same Group later: its generation is the group epoch
-// (a join or leave bumps both, which is the classic rebalance trigger), its
-// leader's SyncGroup sets the target assignment in one step instead of
-// assign computing it, and since a classic member drops everything it is
-// not given at a rebalance, its reconciliation grants and revokes in that
-// one step; CheckCommit's member epoch is then the generation. The
-// operations would take a protocol per member; only the cooperative,
-// server-side one is built.
+// can be served by the same Group later, as Kafka's coordinator serves
+// classic members in a KIP-848 group: the classic generation is the group
+// epoch (a member joining or leaving bumps both, which is what starts a
+// classic rebalance); the leader's SyncGroup sets the target assignment in
+// one step, where assign computes it now; a classic member's JoinGroup says
+// what it still owns (nothing, when eager), which is what Heartbeat's owned
+// says; its SyncGroup answer is its assignment once the partitions it
+// takes are released; and CheckCommit's member epoch is the generation.
+// Only the cooperative, server-side protocol is built.
 package group
