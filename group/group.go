@@ -174,7 +174,7 @@ func (g *Group) Join(memberID string, topics []string, sessionTimeout time.Durat
 //
 //   - a partition that left its target is revoked (kept in Response.Revoke
 //     until a heartbeat no longer lists it; released at once if this one
-//     already does not);
+//     already does not; kept if the target gives it back first);
 //   - while any revocation is pending, nothing is granted and the member
 //     epoch stays: the member finishes giving up before it takes anything;
 //   - otherwise the member epoch becomes the group epoch, and every
@@ -318,10 +318,16 @@ func (g *Group) retarget() {
 // reconcile moves m towards its target, given the partitions it reports it
 // still owns (nil: none), as Heartbeat describes.
 func (g *Group) reconcile(m *member, owned map[TopicPartition]bool) {
-	for tp := range m.revoking {
-		if !owned[tp] {
+	for tp, e := range m.revoking {
+		switch {
+		case !owned[tp]:
 			delete(m.revoking, tp)
 			delete(g.owners, tp)
+		case m.target[tp]:
+			// The target gave it back before the member let it go: it
+			// keeps it, and its ownership (and grant epoch) never ended.
+			delete(m.revoking, tp)
+			m.assigned[tp] = e
 		}
 	}
 	if len(m.revoking) > 0 {

@@ -12,8 +12,8 @@ var t0 = time.Unix(1_700_000_000, 0)
 func newGroup(t *testing.T, counts map[string]int32) *Group {
 	t.Helper()
 	g, err := New("g", Options{})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || g.ID() != "g" {
+		t.Fatalf("New: %v, %v", g, err)
 	}
 	for topic, n := range counts {
 		if err := g.SetPartitions(topic, n); err != nil {
@@ -89,6 +89,30 @@ func TestCooperativeHandoff(t *testing.T) {
 	wantWake(t, g)
 	if err := g.CheckFetch("b", 2, TopicPartition{"t", 2}); err != nil {
 		t.Fatalf("b fetches t/2: %v", err)
+	}
+}
+
+// TestRevocationUndone: a partition the target gives back before its
+// owner released it stays with the owner, granted at its first epoch.
+func TestRevocationUndone(t *testing.T) {
+	g := newGroup(t, map[string]int32{"t": 4})
+	mustJoin(t, g, "a", "t")
+	mustJoin(t, g, "b", "t")
+	wantResponse(t, "a told to revoke", mustHeartbeat(t, g, "a", 1, tps("t", 0, 1, 2, 3), t0), 1, tps("t", 0, 1), tps("t", 2, 3))
+	if err := g.Leave("b"); err != nil {
+		t.Fatal(err)
+	}
+	// a released t/3 but still has t/2: t/2 is its again at once, t/3 is
+	// granted anew.
+	wantResponse(t, "b left", mustHeartbeat(t, g, "a", 1, tps("t", 0, 1, 2), t0), 3, tps("t", 0, 1, 2, 3), nil)
+	for _, tt := range []struct {
+		p     int32
+		epoch int32
+		want  error
+	}{{2, 1, nil}, {3, 1, ErrStaleMemberEpoch}, {3, 3, nil}} {
+		if err := g.CheckCommit("a", tt.epoch, TopicPartition{"t", tt.p}); !errors.Is(err, tt.want) {
+			t.Fatalf("CheckCommit(a, %d, t/%d) = %v, want %v", tt.epoch, tt.p, err, tt.want)
+		}
 	}
 }
 
@@ -269,6 +293,14 @@ func TestSetPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantResponse(t, "shrunk below what a owns", mustHeartbeat(t, g, "a", 3, tps("t", 0, 1), t0), 3, tps("t", 0), tps("t", 1))
+	if err := g.SetPartitions("t", 0); err != nil {
+		t.Fatal(err)
+	}
+	wantResponse(t, "deleted", mustHeartbeat(t, g, "a", 3, tps("t", 0), t0), 3, nil, tps("t", 0))
+	wantResponse(t, "deleted and released", mustHeartbeat(t, g, "a", 3, nil, t0), 5, nil, nil)
+	if d := g.Describe(); len(d.Partitions) != 1 || d.Partitions["u"] != 3 {
+		t.Fatalf("partitions known after t was deleted: %v", d.Partitions)
+	}
 }
 
 func TestJoinInvalid(t *testing.T) {

@@ -2,8 +2,10 @@ package group
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"strings"
 	"testing"
@@ -130,8 +132,77 @@ func TestRecordCorruption(t *testing.T) {
 	refuse("group key with a value", records[4].Key, records[0].Value)
 }
 
-// FuzzDecodeRecord decodes arbitrary keys and values. A refusal must be
-// ErrCorruptRecord; an accepted record must encode back to the same bytes.
+// sealKey appends a key's CRC to body; sealValue a value's.
+func sealKey(body []byte) []byte {
+	return binary.BigEndian.AppendUint32(bytes.Clone(body), crc32.Checksum(body, castagnoli))
+}
+
+func sealValue(key, body []byte) []byte {
+	return binary.BigEndian.AppendUint32(bytes.Clone(body), crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, body))
+}
+
+// reseal rewrites the CRCs of a key and value (nil stays nil) to match,
+// so that damage gets past them into the fields.
+func reseal(key, value []byte) ([]byte, []byte) {
+	if len(key) >= crcSize {
+		key = sealKey(key[:len(key)-crcSize])
+	}
+	if len(value) >= crcSize {
+		value = sealValue(key, value[:len(value)-crcSize])
+	}
+	return key, value
+}
+
+// TestRecordFields: records whose CRCs match but whose fields are not what
+// the encoder writes are refused too.
+func TestRecordFields(t *testing.T) {
+	key := func(b ...byte) []byte { return sealKey(b) }
+	goodKey := key(1, kindOffset, 1, 'g', 1, 't', 0, 0, 0, 1)
+	value := func(b ...byte) []byte { return sealValue(goodKey, b) }
+	fixed := func(version byte, offset int64, n uint16) []byte {
+		v := []byte{version}
+		v = binary.BigEndian.AppendUint64(v, uint64(offset))
+		v = binary.BigEndian.AppendUint64(v, 0)
+		return binary.BigEndian.AppendUint16(v, n)
+	}
+	if _, err := DecodeRecord(goodKey, []byte{}); !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("an empty value (not a tombstone, which is nil): %v", err)
+	}
+	if e, err := DecodeRecord(goodKey, value(append(fixed(1, 7, 1), 'm')...)); err != nil || e.Committed.Offset != 7 || e.Committed.Metadata != "m" {
+		t.Fatalf("the well-formed record: %+v, %v", e, err)
+	}
+	tests := []struct {
+		name       string
+		key, value []byte
+	}{
+		{"key version 2", key(2, kindOffset, 1, 'g', 1, 't', 0, 0, 0, 1), nil},
+		{"unknown kind", key(1, 3, 1, 'g'), nil},
+		{"no group length", key(1, kindGroup), nil},
+		{"empty group id", key(1, kindGroup, 0, 'g'), nil},
+		{"group id past the key", key(1, kindGroup, 2, 'g'), nil},
+		{"bytes after a group key", key(1, kindGroup, 1, 'g', 0), nil},
+		{"no topic length", key(1, kindOffset, 1, 'g'), nil},
+		{"empty topic", key(1, kindOffset, 1, 'g', 0, 0, 0, 0, 1), nil},
+		{"short partition", key(1, kindOffset, 1, 'g', 1, 't', 0, 0, 1), nil},
+		{"long partition", key(1, kindOffset, 1, 'g', 1, 't', 0, 0, 0, 0, 1), nil},
+		{"negative partition", key(1, kindOffset, 1, 'g', 1, 't', 0x80, 0, 0, 0), nil},
+		{"value version 2", goodKey, value(fixed(2, 7, 0)...)},
+		{"negative offset", goodKey, value(fixed(1, -1, 0)...)},
+		{"metadata over the limit", goodKey, value(append(fixed(1, 7, MaxMetadataLen+1), make([]byte, MaxMetadataLen+1)...)...)},
+		{"metadata past the value", goodKey, value(append(fixed(1, 7, 2), 'm')...)},
+		{"bytes after the metadata", goodKey, value(append(fixed(1, 7, 0), 'm')...)},
+		{"short value", goodKey, value(fixed(1, 7, 0)[:valueFixedSize-1]...)},
+	}
+	for _, tt := range tests {
+		if e, err := DecodeRecord(tt.key, tt.value); !errors.Is(err, ErrCorruptRecord) {
+			t.Errorf("%s: decoded %+v, %v; want ErrCorruptRecord", tt.name, e, err)
+		}
+	}
+}
+
+// FuzzDecodeRecord decodes arbitrary keys and values, as they are and with
+// their CRCs rewritten to match. A refusal must be ErrCorruptRecord; an
+// accepted record must encode back to the same bytes.
 func FuzzDecodeRecord(f *testing.F) {
 	for _, r := range sampleRecords(f) {
 		f.Add(r.Key, r.Value, r.Value == nil)
@@ -141,27 +212,34 @@ func FuzzDecodeRecord(f *testing.F) {
 		if tombstone {
 			value = nil
 		}
-		e, err := DecodeRecord(key, value)
-		if err != nil {
-			if !errors.Is(err, ErrCorruptRecord) {
-				t.Fatalf("DecodeRecord: %v, not ErrCorruptRecord", err)
-			}
-			return
-		}
-		var r Record
-		switch {
-		case !e.Offset:
-			r, err = GroupTombstone(e.Group)
-		case e.Deleted:
-			r, err = OffsetTombstone(e.Group, e.Partition)
-		default:
-			r, err = OffsetRecord(e.Group, e.Partition, e.Committed)
-		}
-		if err != nil {
-			t.Fatalf("a decoded record does not encode: %+v: %v", e, err)
-		}
-		if !bytes.Equal(r.Key, key) || !bytes.Equal(r.Value, value) || (r.Value == nil) != (value == nil) {
-			t.Fatalf("%+v encodes to %x / %x, decoded from %x / %x", e, r.Key, r.Value, key, value)
-		}
+		checkDecode(t, key, value)
+		k, v := reseal(key, value)
+		checkDecode(t, k, v)
 	})
+}
+
+func checkDecode(t *testing.T, key, value []byte) {
+	t.Helper()
+	e, err := DecodeRecord(key, value)
+	if err != nil {
+		if !errors.Is(err, ErrCorruptRecord) {
+			t.Fatalf("DecodeRecord: %v, not ErrCorruptRecord", err)
+		}
+		return
+	}
+	var r Record
+	switch {
+	case !e.Offset:
+		r, err = GroupTombstone(e.Group)
+	case e.Deleted:
+		r, err = OffsetTombstone(e.Group, e.Partition)
+	default:
+		r, err = OffsetRecord(e.Group, e.Partition, e.Committed)
+	}
+	if err != nil {
+		t.Fatalf("a decoded record does not encode: %+v: %v", e, err)
+	}
+	if !bytes.Equal(r.Key, key) || !bytes.Equal(r.Value, value) || (r.Value == nil) != (value == nil) {
+		t.Fatalf("%+v encodes to %x / %x, decoded from %x / %x", e, r.Key, r.Value, key, value)
+	}
 }
