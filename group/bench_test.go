@@ -57,3 +57,30 @@ func BenchmarkCommit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRebalance is one member joining and leaving a group of 99
+// members on 4096 partitions: two target computations and the joiner's
+// first answer.
+func BenchmarkRebalance(b *testing.B) {
+	g, err := New("g", Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.SetPartitions("t", 4096); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 99 {
+		if _, err := g.Join(fmt.Sprintf("m%02d", i), []string{"t"}, 10*time.Second, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := g.Join("new", []string{"t"}, 10*time.Second, t0); err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Leave("new"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -130,7 +130,9 @@ type Response struct {
 // heartbeat: the free partitions of its target are granted at once. A
 // member id already in the group is a member joining again (KIP-848's
 // heartbeat at epoch 0): it owns nothing any more, so what it owned is
-// released at once, and it starts again with a new member epoch.
+// released at once, and it starts again with a new member epoch. A member
+// id therefore names one client instance: two instances sharing one would
+// take each other's partitions.
 //
 // Every Join increases the group epoch and recomputes the target.
 func (g *Group) Join(memberID string, topics []string, sessionTimeout time.Duration, now time.Time) (Response, error) {
@@ -188,6 +190,11 @@ func (g *Group) Join(memberID string, topics []string, sessionTimeout time.Durat
 // its previous epoch with owned a subset of its partitions (the answer that
 // moved it was lost), is ErrFencedMemberEpoch. Listing a partition it does
 // not own changes nothing: the member consumes what Assigned says.
+//
+// owned is trusted to be complete: a partition it leaves out is taken as
+// released. So a member has one heartbeat in flight at a time, and owned
+// reflects every answer it acted on; a front end that holds heartbeats as
+// long polls must answer a held one before it handles the member's next.
 func (g *Group) Heartbeat(memberID string, memberEpoch int32, owned []TopicPartition, now time.Time) (Response, error) {
 	m := g.members[memberID]
 	if m == nil {

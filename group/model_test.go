@@ -366,7 +366,7 @@ func (s *sim) run(steps int) {
 			}
 		default:
 			if c := s.randomClient(); c != nil {
-				s.heartbeat(c, s.rng.IntN(2) == 0, s.rng.IntN(10) == 0)
+				s.heartbeat(c, s.rng.IntN(2) == 0, s.rng.IntN(5) == 0)
 			}
 		}
 		s.check()
