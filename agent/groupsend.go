@@ -17,9 +17,10 @@ import (
 
 // Group commit for idempotent batches. Batches of different producers
 // cannot be merged into one batch (a batch has one producer header), so the
-// coalescer sends a group of them as they are: one local loop handoff per
-// batch, or one forward carrying them all back to back, answered batch by
-// batch:
+// coalescer sends a group of them as they are: one loop event holding them
+// all (appended in one loop turn, so that one replication round carries
+// them, as it carries a merged batch), or one forward carrying them back to
+// back, answered batch by batch:
 //
 //	POST /v1/replica/produce?topic=t&partition=0&acks=all&timeout_ms=..&leader_epoch=7&batches=3
 //	<batch 1><batch 2><batch 3>                              ──►
@@ -191,17 +192,17 @@ func groupBytes(batches [][]byte) int {
 	return n
 }
 
-// appendLocalGroup hands batches to this agent's leader loop one after the
-// other (the loop takes them in order) and waits for every answer.
+// appendLocalGroup hands batches to this agent's leader loop in one event
+// (appended in order in one loop turn) and waits for every answer.
 func (a *Agent) appendLocalGroup(r *replica, topic string, partition int, batches [][]byte, counts []int, acks replicate.Acks, epoch int32, timeout time.Duration) ([]produceResponse, []*apiError) {
 	deadline := a.now().Add(timeout)
 	reqs := make([]*produceRequest, len(batches))
 	resps, errs := make([]produceResponse, len(batches)), make([]*apiError, len(batches))
 	for i, b := range batches {
 		reqs[i] = &produceRequest{batch: b, acks: acks, epoch: epoch, deadline: deadline, reply: make(chan produceOutcome, 1)}
-		if !r.send(reqs[i]) {
-			reqs[i] = nil
-		}
+	}
+	if !r.send(&produceGroupRequest{reqs: reqs}) {
+		clear(reqs)
 	}
 	timer := time.NewTimer(timeout + produceGrace)
 	defer timer.Stop()

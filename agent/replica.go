@@ -367,6 +367,8 @@ func (r *replica) handle(ev any) {
 	switch ev := ev.(type) {
 	case *produceRequest:
 		r.onProduce(ev)
+	case *produceGroupRequest:
+		r.onProduceGroup(ev)
 	case *leaderFetchRequest:
 		r.onLeaderFetch(ev)
 	case *epochQueryRequest:

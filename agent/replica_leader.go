@@ -236,20 +236,55 @@ type produceOutcome struct {
 var errNotLeaderHere = errors.New("agent: this replica does not lead")
 
 func (r *replica) onProduce(req *produceRequest) {
+	r.afterProduce(r.produceOne(req))
+}
+
+// produceGroupRequest is several produce requests of one sidecar group
+// (agent/groupsend.go), taken in one loop turn: their batches are
+// appended one after the other before followers and readers are woken, so
+// that one replication round carries them all, as it carries one merged
+// batch.
+type produceGroupRequest struct {
+	reqs []*produceRequest
+}
+
+func (r *replica) onProduceGroup(ev *produceGroupRequest) {
+	appended := false
+	for _, req := range ev.reqs {
+		appended = r.produceOne(req) || appended
+	}
+	r.afterProduce(appended)
+}
+
+// afterProduce wakes followers and readers after appends, asks for their
+// fsync, and carries out what the leader decided.
+func (r *replica) afterProduce(appended bool) {
+	if appended {
+		r.changed.notify()
+		if r.deps.durability == replicate.DurabilityFsync {
+			r.requestSync()
+		}
+	}
+	r.processLeaderReady()
+}
+
+// produceOne appends one request's batch, or answers it as a duplicate or
+// a refusal; it reports whether it appended.
+func (r *replica) produceOne(req *produceRequest) bool {
 	if r.leader == nil {
 		req.reply <- produceOutcome{err: errNotLeaderHere}
-		return
+		return false
 	}
 	epoch := r.leader.Epoch()
 	if req.epoch != anyEpoch {
 		if err := replicate.CheckLeaderEpoch(req.epoch, epoch); err != nil {
 			req.reply <- produceOutcome{err: err}
-			return
+			return false
 		}
 	}
 	if err := r.leader.CanAppend(req.acks); err != nil {
 		req.reply <- produceOutcome{err: err}
-		return
+		return false
 	}
 	h := record.Header(req.batch)
 	if h.ProducerID() >= 0 {
@@ -260,10 +295,10 @@ func (r *replica) onProduce(req *produceRequest) {
 			// Answered as the original once that is acknowledged as acks
 			// asks: a resend must not be told more than the first copy.
 			r.waitAck(req, d.Original.BaseOffset, d.Original.LastOffset, d.Original.LeaderEpoch, true)
-			return
+			return false
 		default:
 			req.reply <- produceOutcome{err: &producerError{decision: d}}
-			return
+			return false
 		}
 	}
 	base, last, err := r.currentLog().AppendLeader(req.batch, epoch)
@@ -272,7 +307,7 @@ func (r *replica) onProduce(req *produceRequest) {
 		if errors.Is(err, segstore.ErrFailed) {
 			r.failLog(err)
 		}
-		return
+		return false
 	}
 	if ok, err := applyProducerBatch(r.producers, h); err != nil {
 		r.log.Warn("appended batch not recorded in the producer state", "offset", base, "error", err)
@@ -282,23 +317,20 @@ func (r *replica) onProduce(req *produceRequest) {
 	if err := r.leader.Appended(last); err != nil {
 		r.failLog(err)
 		req.reply <- produceOutcome{base: base, last: last, epoch: epoch, appended: true, err: err}
-		return
-	}
-	r.changed.notify()
-	if r.deps.durability == replicate.DurabilityFsync {
-		r.requestSync()
+		return false
 	}
 	r.waitAck(req, base, last, epoch, false)
+	return true
 }
 
 // waitAck answers req once its batch at [base, last], appended at epoch,
-// is acknowledged as req.acks asks. duplicate says the batch was appended
-// by an earlier copy of the request.
+// is acknowledged as req.acks asks (the caller processes the leader's
+// Ready afterwards). duplicate says the batch was appended by an earlier
+// copy of the request.
 func (r *replica) waitAck(req *produceRequest, base, last int64, epoch int32, duplicate bool) {
 	out := produceOutcome{base: base, last: last, epoch: epoch, appended: true, duplicate: duplicate}
 	if req.acks == replicate.AcksNone {
 		req.reply <- out
-		r.processLeaderReady()
 		return
 	}
 	r.nextAck++
@@ -309,7 +341,6 @@ func (r *replica) waitAck(req *produceRequest, base, last int64, epoch int32, du
 		out.err = err
 		req.reply <- out
 	}
-	r.processLeaderReady()
 }
 
 // leaderFetchRequest is a follower's fetch as the peer handler hands it to
