@@ -128,3 +128,22 @@ func TestNextSequence(t *testing.T) {
 		}
 	}
 }
+
+// TestInitProducerRefusesBadBodies: POST /v1/producers takes {} or
+// {"producer_id": N} only; anything else is 400 invalid_request before
+// Consul is asked (the unit agent has no coordinator to ask).
+func TestInitProducerRefusesBadBodies(t *testing.T) {
+	a := unitAgent(t)
+	a.state.Store(stateServing)
+	for _, body := range []string{`{"producer_id":"7"}`, `{"id":7}`, `{} {}`, `[7]`, `{"producer_id":7`, `null x`} {
+		t.Run(body, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			ctx.Request.Header.SetMethod(fasthttp.MethodPost)
+			ctx.Request.SetBodyString(body)
+			a.handleInitProducer(&ctx)
+			if ctx.Response.StatusCode() != fasthttp.StatusBadRequest || !strings.Contains(string(ctx.Response.Body()), `"code":"`+wire.CodeInvalidRequest+`"`) {
+				t.Fatalf("%s: %d %s, want 400 %s", body, ctx.Response.StatusCode(), ctx.Response.Body(), wire.CodeInvalidRequest)
+			}
+		})
+	}
+}
