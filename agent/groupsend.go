@@ -56,11 +56,7 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 		pending[i] = i
 	}
 	for len(pending) > 0 {
-		attempt := deadline
-		if remaining := deadline.Sub(a.now()); remaining > 2*idempotentAttemptMin {
-			attempt = a.now().Add(remaining / 2)
-		}
-		results := a.sendGroupOnce(topic, partition, batches, counts, pending, acks, attempt, deadline)
+		results := a.sendGroupOnce(topic, partition, batches, counts, pending, acks, a.attemptDeadline(deadline), deadline)
 		var again []int
 		remaining := deadline.Sub(a.now())
 		for k, i := range pending {
@@ -89,12 +85,7 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 		if len(pending) == 0 {
 			break
 		}
-		pause := time.NewTimer(min(forwardRetryPause, remaining))
-		select {
-		case <-a.coord.Metadata().Changed():
-		case <-pause.C:
-		case <-a.stopping:
-			pause.Stop()
+		if !a.pauseBeforeRetry(remaining) {
 			for _, i := range pending {
 				errs[i] = unknown[i]
 				if errs[i] == nil {
@@ -103,7 +94,6 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 			}
 			return resps, errs
 		}
-		pause.Stop()
 	}
 	return resps, errs
 }

@@ -292,12 +292,8 @@ func (a *Agent) sendBatch(topic string, partition int, batch []byte, count int, 
 	var unknown *apiError
 	for {
 		attempt := deadline
-		if remaining := deadline.Sub(a.now()); idempotent && remaining > 2*idempotentAttemptMin {
-			// A forward that stalls (a cut link) is given up on half way,
-			// so that a resend still has time once the link or the
-			// leadership changed; the leader answers the resend of what it
-			// appended as a duplicate.
-			attempt = a.now().Add(remaining / 2)
+		if idempotent {
+			attempt = a.attemptDeadline(deadline)
 		}
 		resp, e, refused := a.sendOnce(topic, partition, batch, count, acks, attempt, deadline)
 		if e == nil {
@@ -321,18 +317,37 @@ func (a *Agent) sendBatch(topic string, partition int, batch []byte, count int, 
 			}
 			return produceResponse{}, e
 		}
-		// Newer metadata, or a short pause for the directory and the
-		// leader's loop to catch up, then try again.
-		pause := time.NewTimer(min(forwardRetryPause, remaining))
-		select {
-		case <-a.coord.Metadata().Changed():
-		case <-pause.C:
-		case <-a.stopping:
-			pause.Stop()
+		if !a.pauseBeforeRetry(remaining) {
 			return produceResponse{}, e
 		}
-		pause.Stop()
 	}
+}
+
+// attemptDeadline bounds one attempt of an idempotent send: a forward
+// that stalls (a cut link) is given up on half way through what is left,
+// when that is long enough, so that a resend still has time once the link
+// or the leadership changed; the leader answers the resend of what it
+// appended as a duplicate.
+func (a *Agent) attemptDeadline(deadline time.Time) time.Time {
+	if remaining := deadline.Sub(a.now()); remaining > 2*idempotentAttemptMin {
+		return a.now().Add(remaining / 2)
+	}
+	return deadline
+}
+
+// pauseBeforeRetry waits for newer metadata, or a short pause for the
+// directory and the leader's loop to catch up, at most remaining; false
+// when the agent is stopping.
+func (a *Agent) pauseBeforeRetry(remaining time.Duration) bool {
+	pause := time.NewTimer(min(forwardRetryPause, remaining))
+	defer pause.Stop()
+	select {
+	case <-a.coord.Metadata().Changed():
+	case <-pause.C:
+	case <-a.stopping:
+		return false
+	}
+	return true
 }
 
 // sendOnce makes one attempt, a forward bounded by attempt, a local append
