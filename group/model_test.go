@@ -1,6 +1,7 @@
 package group
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -85,7 +86,7 @@ type sim struct {
 // simStats count what the runs exercised, so that a run that stopped
 // exercising something fails instead of passing unseen.
 type simStats struct {
-	revokes, released, waited, lost, fenced, expired, rejoined, grown int
+	revokes, released, waited, lost, fenced, expired, rejoined, grown, failovers int
 }
 
 var simTopics = []string{"a", "b", "c"}
@@ -112,6 +113,28 @@ func (s *sim) fatalf(format string, args ...any) {
 		cs = append(cs, fmt.Sprintf("%s epoch %d consuming %v revoke %v", id, c.epoch, c.owned(), slices.SortedFunc(maps.Keys(c.revoke), compareTP)))
 	}
 	s.t.Fatalf("step %d: %s\n%+v\nclients:\n%s", s.step, fmt.Sprintf(format, args...), s.g.Describe(), strings.Join(cs, "\n"))
+}
+
+// failover moves the group to a new coordinator: its State is stored as
+// JSON and restored, and every session starts again at now.
+func (s *sim) failover() {
+	b, err := json.Marshal(s.g.State())
+	if err != nil {
+		s.fatalf("State: %v", err)
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		s.fatalf("State: %v", err)
+	}
+	g, err := Restore(s.g.ID(), Options{HeartbeatInterval: time.Second}, st, s.now)
+	if err != nil {
+		s.fatalf("Restore: %v\n%s", err, b)
+	}
+	if again, _ := json.Marshal(g.State()); string(again) != string(b) {
+		s.fatalf("Restore changed the state:\n%s\n%s", b, again)
+	}
+	s.g = g
+	s.stats.failovers++
 }
 
 func (s *sim) setPartitions(topic string, n int32) {
@@ -358,6 +381,8 @@ func (s *sim) run(steps int) {
 			if c := s.randomClient(); c != nil {
 				s.join(c)
 			}
+		case x < 20 && x >= 19:
+			s.failover()
 		case x < 20:
 			t := simTopics[s.rng.IntN(len(simTopics))]
 			if s.counts[t] < 16 {
@@ -390,7 +415,7 @@ func TestGroupModel(t *testing.T) {
 		newSim(t, rng, &st).run(steps)
 	}
 	t.Logf("%+v", st)
-	if st.revokes == 0 || st.released == 0 || st.waited == 0 || st.lost == 0 || st.fenced == 0 || st.expired == 0 || st.rejoined == 0 || st.grown == 0 {
+	if st.revokes == 0 || st.released == 0 || st.waited == 0 || st.lost == 0 || st.fenced == 0 || st.expired == 0 || st.rejoined == 0 || st.grown == 0 || st.failovers == 0 {
 		t.Fatalf("the runs did not exercise everything: %+v", st)
 	}
 }
