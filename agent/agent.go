@@ -17,6 +17,7 @@ import (
 
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/groupcoord"
 	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -69,6 +70,8 @@ type Coordinator interface {
 	// BumpProducerEpoch hands out the next epoch of an allocated id, or a
 	// new id at epoch 0 once the epochs ran out.
 	BumpProducerEpoch(ctx context.Context, id int64) (int64, int16, error)
+	// The consumer groups' stored states (groupcoord.Store).
+	groupcoord.Store
 	// Close hands every leadership over at once, destroys the session and
 	// deregisters: the graceful stop.
 	Close(ctx context.Context) error
@@ -113,6 +116,11 @@ type Agent struct {
 	// lanes are the producer ids of this sidecar's own idempotent sends;
 	// nil without producer.sidecar_idempotence.
 	lanes *lanes
+	// groups coordinates the consumer groups of the offsets partitions
+	// this agent leads; groupPeers sends group operations to other agents'
+	// coordinators.
+	groups     *groupcoord.Coordinator
+	groupPeers *peerClients
 	// fs does the partitions' file I/O: the operating system's files, or in
 	// tests segstore's FaultFS.
 	fs segstore.FS
@@ -278,6 +286,15 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	a.forwarder = newPeerClients(string(a.peerToken), 64<<10)
 	a.fetchProxy = newPeerClients("", fetchBodyLimit(a.cfg))
 	a.fetchProxy.stream = true
+	a.groupPeers = newPeerClients(string(a.peerToken), fetchBodyLimit(a.cfg))
+	a.groups = groupcoord.New(groupcoord.Config{
+		Partitions: a.cfg.Groups.OffsetsPartitions,
+		Host:       groupHost{a},
+		Store:      a.coord,
+		Now:        a.now,
+		Logger:     a.log.Named("groups"),
+		Limits:     a.recordLimits,
+	})
 	runErr := a.join(ctx)
 	if runErr == nil {
 		a.waitingFor.Store("opening partitions")
@@ -345,6 +362,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	// Each replica's stop waits for its goroutines, peer requests in
 	// flight included (see replica.stop for the bound). The directory
 	// goes after them: their loops look agents up until they end.
+	a.groups.Close()
 	closeErr := a.replicas.stop()
 	a.agents.stop()
 	if runErr != nil {
@@ -389,6 +407,14 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", a.handleProduce)
 	rt.add(fasthttp.MethodPost, "/v1/producers", a.handleInitProducer)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
+	rt.add(fasthttp.MethodGet, "/v1/groups", a.handleListGroups)
+	rt.add(fasthttp.MethodGet, "/v1/groups/{group}", a.handleGroupOp("describe"))
+	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members", a.handleGroupOp("join"))
+	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members/{member}/heartbeat", a.handleGroupOp("heartbeat"))
+	rt.add(fasthttp.MethodDelete, "/v1/groups/{group}/members/{member}", a.handleGroupOp("leave"))
+	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/offsets", a.handleGroupOp("commit"))
+	rt.add(fasthttp.MethodGet, "/v1/groups/{group}/offsets", a.handleGroupOp("offsets"))
+	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/offsets/reset", a.handleGroupOp("reset"))
 	if a.cfg.Client.Pprof {
 		rt.add(fasthttp.MethodGet, "/debug/pprof", pprofhandler.PprofHandler)
 		rt.add(fasthttp.MethodGet, "/debug/pprof/{profile}", pprofhandler.PprofHandler)
@@ -402,6 +428,7 @@ func (a *Agent) peerRoutes() *router {
 	rt.add(fasthttp.MethodGet, peerFetchPath, a.requirePeerToken(a.handleReplicaFetch))
 	rt.add(fasthttp.MethodGet, peerEpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))
+	rt.add(fasthttp.MethodPost, peerGroupsPath, a.requirePeerToken(a.handlePeerGroupOp))
 	return rt
 }
 

@@ -39,6 +39,9 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	args := ctx.QueryArgs()
+	if args.Has("group") && !a.groupFetch(ctx, topic, partition) {
+		return
+	}
 	maxBytes, err := intParam(args, "max_bytes", defaultFetchMaxBytes, 1, 1<<31-1)
 	if err != nil {
 		writeErr(ctx, err)

@@ -49,7 +49,7 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	topic, ok := a.topicParam(ctx)
-	if !ok {
+	if !ok || refuseInternalTopic(ctx, topic, "written") {
 		return
 	}
 	tm, ok := a.lookupTopic(topic)

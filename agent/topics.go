@@ -383,7 +383,7 @@ func (a *Agent) handleDeleteTopic(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	name, ok := a.topicParam(ctx)
-	if !ok {
+	if !ok || refuseInternalTopic(ctx, name, "deleted") {
 		return
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)

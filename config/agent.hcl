@@ -150,6 +150,18 @@ limits {
   max_request_bytes = "16MiB"
 }
 
+# Consumer groups keep their committed offsets in the internal topic
+# __consumer_offsets, created on the first use of a group; the leader of the
+# partition a group hashes to is its coordinator. Both settings apply only
+# when the topic is created.
+groups {
+  # Partitions of the offsets topic: how many agents can share the groups'
+  # coordination (1 to 1000).
+  offsets_partitions = 8
+  # Replicas of each offsets partition; commits are acks=all writes to it.
+  offsets_replication_factor = 3
+}
+
 # Settings for topics created without them. A topic created with defaults has
 # its replication_factor and min_insync_replicas capped by the number of
 # agents at creation; a value named in the request is never capped.

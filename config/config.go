@@ -20,6 +20,7 @@ type Config struct {
 	Storage       Storage
 	Replication   Replication
 	Producer      Producer
+	Groups        Groups
 	Limits        Limits
 	TopicDefaults TopicDefaults
 
@@ -98,6 +99,13 @@ type Producer struct {
 	// SidecarIdempotence sends plain acks=all requests with the sidecar's
 	// own producer ids, so that one whose outcome is unknown is resent.
 	SidecarIdempotence bool
+}
+
+// Groups configures the consumer groups' offsets topic, created on the
+// first use of a group (docs/design.md §7.3).
+type Groups struct {
+	OffsetsPartitions        int
+	OffsetsReplicationFactor int
 }
 
 // Limits bound what a client may send.

@@ -50,6 +50,11 @@ limits {
   max_request_bytes = "16MiB"
 }
 
+groups {
+  offsets_partitions         = 8
+  offsets_replication_factor = 3
+}
+
 topic_defaults {
   partitions              = 3
   replication_factor      = 3

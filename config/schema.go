@@ -18,6 +18,12 @@ type fileRoot struct {
 	Producer      *fileProducer      `hcl:"producer,block"`
 	Limits        *fileLimits        `hcl:"limits,block"`
 	TopicDefaults *fileTopicDefaults `hcl:"topic_defaults,block"`
+	Groups        *fileGroups        `hcl:"groups,block"`
+}
+
+type fileGroups struct {
+	OffsetsPartitions        *int `hcl:"offsets_partitions,optional"`
+	OffsetsReplicationFactor *int `hcl:"offsets_replication_factor,optional"`
 }
 
 type fileClient struct {

@@ -222,6 +222,13 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	}
 
 	c.TopicDefaults = v.topicDefaults(f.TopicDefaults)
+	c.Groups = Groups{OffsetsPartitions: intOr(f.Groups.OffsetsPartitions), OffsetsReplicationFactor: intOr(f.Groups.OffsetsReplicationFactor)}
+	if n := c.Groups.OffsetsPartitions; n < 1 || n > 1000 {
+		v.errorf("groups.offsets_partitions", "%d is outside the allowed range 1 to 1000", n)
+	}
+	if n := c.Groups.OffsetsReplicationFactor; n < 1 {
+		v.errorf("groups.offsets_replication_factor", "%d must be at least 1", n)
+	}
 	return c, v.diags
 }
 

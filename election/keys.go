@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,9 @@ import (
 //	                                     idempotent-producer id (producer.go)
 //	<prefix>producer_epochs/<id>         3  the last epoch handed out for id;
 //	                                     absent: 0, the one Allocate answers
+//	<prefix>groups/<group id>            a consumer group's members and
+//	                                     assignment (groups.go); the id is
+//	                                     path-escaped, so it holds no '/'
 //
 //	          writer                          guard
 //	config    CreateTopic / DeleteTopic       cas 0 / delete-tree in one txn
@@ -38,6 +42,7 @@ import (
 //	~deleted  DeleteTopic                     check-index config, delete-tree, set
 //	producer_ids     ProducerIDs.Allocate, 1000 ids a write   cas (read index)
 //	producer_epochs  ProducerIDs.Bump                         cas (read index)
+//	groups           the group's coordinator                  cas (last index)
 //
 // A tombstone tells agents that a topic incarnation was deleted on purpose,
 // so they may delete its data; a topic that is merely absent (a Consul that
@@ -72,6 +77,10 @@ func (k keyspace) partitionRoot(topic string, p int) string {
 	return k.topicRoot(topic) + strconv.Itoa(p) + "/"
 }
 func (k keyspace) producerIDs() string { return k.prefix + "producer_ids" }
+func (k keyspace) groupsRoot() string  { return k.prefix + "groups/" }
+func (k keyspace) group(id string) string {
+	return k.groupsRoot() + url.PathEscape(id)
+}
 func (k keyspace) producerEpoch(id int64) string {
 	return k.prefix + "producer_epochs/" + strconv.FormatInt(id, 10)
 }

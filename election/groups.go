@@ -1,0 +1,71 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Consumer-group states (docs/design.md §7.2). A group's coordinator keeps
+// the group's membership and assignment at <prefix>groups/<group id,
+// path-escaped>, written with a CAS on the index it last read or wrote, on
+// membership and assignment changes only. The value is opaque here (the
+// coordinator's JSON). Two coordinators of one group (an old leader of
+// the offsets partition that has not noticed its loss yet, and the new
+// one) cannot both write: the CAS of the second fails, and it reloads.
+
+// LoadGroupState reads a group's stored state consistently: nil value and
+// index 0 when none is stored.
+func (c *Client) LoadGroupState(ctx context.Context, group string) ([]byte, uint64, error) {
+	key := c.keys.group(group)
+	pair, err := c.getConsistent(ctx, key, "read "+key, keyRule(c.keys.prefix))
+	if err != nil || pair == nil {
+		return nil, 0, err
+	}
+	return pair.Value, pair.ModifyIndex, nil
+}
+
+// SaveGroupState writes a group's state if the key is still at index (0:
+// absent), and returns the new index; a nil value deletes the key. A lost
+// CAS is ErrConflict: another coordinator wrote it.
+func (c *Client) SaveGroupState(ctx context.Context, group string, value []byte, index uint64) (uint64, error) {
+	key := c.keys.group(group)
+	op := &api.KVTxnOp{Verb: api.KVCAS, Key: key, Index: index, Value: value}
+	if value == nil {
+		op = &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: key, Index: index}
+	}
+	ok, resp, err := c.txn(ctx, api.TxnOps{{KV: op}}, "write "+key, keyRule(c.keys.prefix))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: group state %s moved from index %d: %s", ErrConflict, key, index, txnErrors(resp))
+	}
+	if value == nil {
+		return 0, nil
+	}
+	return resp.Results[0].KV.ModifyIndex, nil
+}
+
+// GroupStates lists the ids of the groups with a stored state.
+func (c *Client) GroupStates(ctx context.Context) ([]string, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	root := c.keys.groupsRoot()
+	keys, _, err := c.api.KV().Keys(root, "/", (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, consulError(err, "list "+root, keyRule(c.keys.prefix))
+	}
+	var ids []string
+	for _, k := range keys {
+		id, err := url.PathUnescape(strings.TrimPrefix(k, root))
+		if err != nil {
+			return nil, fmt.Errorf("%w: group key %s: %v", ErrCorruptMetadata, k, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}

@@ -1,0 +1,963 @@
+package groupcoord
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/group"
+	"github.com/logagent/logagent/record"
+)
+
+// Config configures a Coordinator.
+type Config struct {
+	// Partitions is the offsets topic's partition count.
+	Partitions int
+	Host       Host
+	Store      Store
+	Now        func() time.Time
+	Logger     hclog.Logger
+	// HeartbeatInterval is what members are told (group.Options).
+	HeartbeatInterval time.Duration
+	// TickInterval is how often sessions are checked for expiry.
+	TickInterval time.Duration
+	// Limits bound the batches read back from the offsets partitions.
+	Limits record.Limits
+}
+
+// loadTimeout bounds how long a request waits for a new coordinator's
+// high watermark to reach the log end offset it took over with.
+const loadTimeout = 10 * time.Second
+
+// rebuildReadBytes is how much of an offsets partition one read takes.
+const rebuildReadBytes = 1 << 20
+
+// maxAppendBytes bounds one batch of commits appended to an offsets
+// partition, well below the batch limit.
+const maxAppendBytes = 512 << 10
+
+// Coordinator serves the groups of the offsets partitions this agent
+// leads. It is safe for concurrent use; Close stops its goroutine.
+type Coordinator struct {
+	cfg  Config
+	log  hclog.Logger
+	opts group.Options
+
+	mu     sync.Mutex
+	shards map[int]*shard
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// shard is one offsets partition's coordinator state, valid for the leader
+// epoch it was loaded at.
+type shard struct {
+	p     int
+	epoch int32
+
+	mu sync.Mutex
+	// dropped: leadership was lost or an append failed; the shard is
+	// replaced at the next request.
+	dropped bool
+	offsets *group.Offsets
+	groups  map[string]*entry
+	// hw caches partitions' high watermarks for commit checks: they only
+	// grow, so an offset at or below the cached one needs no request.
+	hw map[group.TopicPartition]int64
+
+	// pending commits wait for the one flusher (turn, capacity 1).
+	pending []*pendingCommit
+	turn    chan struct{}
+}
+
+// entry is one group a shard serves.
+type entry struct {
+	g *group.Group
+	// index is the Consul index of the stored state, saved its bytes.
+	index uint64
+	saved []byte
+	// waiters are the held heartbeats, by member: closed to wake one.
+	waiters map[string]chan struct{}
+}
+
+type pendingCommit struct {
+	records []group.Record
+	done    chan error
+}
+
+// New returns a coordinator; its goroutine expires sessions until Close.
+func New(cfg Config) *Coordinator {
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = 250 * time.Millisecond
+	}
+	c := &Coordinator{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		opts:   group.Options{HeartbeatInterval: cfg.HeartbeatInterval},
+		shards: make(map[int]*shard),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	go c.run()
+	return c
+}
+
+// Close stops the coordinator and answers held heartbeats.
+func (c *Coordinator) Close() {
+	close(c.stop)
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, s := range c.shards {
+		s.drop()
+		delete(c.shards, p)
+	}
+}
+
+func (c *Coordinator) run() {
+	defer close(c.done)
+	t := time.NewTicker(c.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.tick()
+		}
+	}
+}
+
+// tick drops shards whose leadership ended and expires sessions.
+func (c *Coordinator) tick() {
+	c.mu.Lock()
+	shards := slices.Collect(maps.Values(c.shards))
+	c.mu.Unlock()
+	now := c.cfg.Now()
+	for _, s := range shards {
+		st, ok := c.cfg.Host.OffsetsLeader(s.p)
+		s.mu.Lock()
+		if !ok || st.Epoch != s.epoch {
+			s.drop()
+			s.mu.Unlock()
+			c.forget(s)
+			continue
+		}
+		for id, e := range s.groups {
+			if dead := e.g.Tick(now); len(dead) > 0 {
+				c.log.Info("members expired", "group", id, "members", dead, "epoch", e.g.Epoch())
+				if err := c.save(context.Background(), s, id, e); err != nil {
+					c.log.Warn("storing group state failed", "group", id, "error", err)
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// drop ends a shard: held heartbeats are answered (not coordinator).
+// Called with s.mu held.
+func (s *shard) drop() {
+	s.dropped = true
+	for _, e := range s.groups {
+		for id, ch := range e.waiters {
+			close(ch)
+			delete(e.waiters, id)
+		}
+	}
+}
+
+func (c *Coordinator) forget(s *shard) {
+	c.mu.Lock()
+	if c.shards[s.p] == s {
+		delete(c.shards, s.p)
+	}
+	c.mu.Unlock()
+}
+
+// shardFor returns the loaded shard of group's offsets partition, locked.
+func (c *Coordinator) shardFor(ctx context.Context, groupID string) (*shard, error) {
+	if err := checkID("group id", groupID); err != nil {
+		return nil, err
+	}
+	p := PartitionFor(groupID, c.cfg.Partitions)
+	deadline := c.cfg.Now().Add(loadTimeout)
+	for {
+		st, ok := c.cfg.Host.OffsetsLeader(p)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s/%d is not led here", ErrNotCoordinator, OffsetsTopic, p)
+		}
+		c.mu.Lock()
+		s := c.shards[p]
+		if s != nil && (s.epoch != st.Epoch) {
+			s.mu.Lock()
+			s.drop()
+			s.mu.Unlock()
+			delete(c.shards, p)
+			s = nil
+		}
+		if s == nil {
+			// A predecessor's appends are the log up to its end; they are
+			// all committed before the shard serves.
+			if st.HighWatermark < st.LogEndOffset {
+				c.mu.Unlock()
+				if c.cfg.Now().After(deadline) {
+					return nil, fmt.Errorf("%w: %s/%d: high watermark %d below log end %d",
+						ErrLoading, OffsetsTopic, p, st.HighWatermark, st.LogEndOffset)
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(20 * time.Millisecond):
+				}
+				continue
+			}
+			s = &shard{p: p, epoch: st.Epoch, groups: make(map[string]*entry),
+				hw: make(map[group.TopicPartition]int64), turn: make(chan struct{}, 1)}
+			start := c.cfg.Now()
+			offsets, n, err := c.rebuild(p, st.LogStartOffset, st.HighWatermark)
+			if err != nil {
+				c.mu.Unlock()
+				return nil, err
+			}
+			s.offsets = offsets
+			c.shards[p] = s
+			c.log.Info("coordinator loaded", "partition", p, "epoch", st.Epoch, "records", n,
+				"from", st.LogStartOffset, "to", st.HighWatermark, "took", c.cfg.Now().Sub(start))
+		}
+		s.mu.Lock()
+		c.mu.Unlock()
+		if s.dropped {
+			s.mu.Unlock()
+			continue
+		}
+		return s, nil
+	}
+}
+
+// rebuild reads offsets partition p's committed records in [from, to).
+func (c *Coordinator) rebuild(p int, from, to int64) (*group.Offsets, int, error) {
+	o := group.NewOffsets()
+	dec := record.NewDecoder(c.cfg.Limits)
+	n := 0
+	for from < to {
+		b, err := c.cfg.Host.ReadOffsets(p, from, rebuildReadBytes)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: rebuild of %s/%d from %d: %v", ErrUnavailable, OffsetsTopic, p, from, err)
+		}
+		if len(b) == 0 {
+			break
+		}
+		for len(b) > 0 {
+			h, size, err := record.ParseHeader(b, c.cfg.Limits.MaxBatchBytes)
+			if err != nil {
+				return nil, 0, fmt.Errorf("%w: rebuild of %s/%d at %d: %v", ErrUnavailable, OffsetsTopic, p, from, err)
+			}
+			batch := b[:size]
+			b = b[size:]
+			last := h.LastOffset()
+			if last < from {
+				continue
+			}
+			it, err := dec.Records(batch)
+			if err != nil {
+				return nil, 0, fmt.Errorf("%w: rebuild of %s/%d at %d: %v", ErrUnavailable, OffsetsTopic, p, h.BaseOffset(), err)
+			}
+			for it.Next() {
+				r := it.Record()
+				if r.Offset < from {
+					continue
+				}
+				if err := o.Apply(r.Key, r.Value); err != nil {
+					// A record no coordinator wrote (the topic is not
+					// writable through the API): skipped, loudly.
+					c.log.Error("skipping a corrupt offsets record", "partition", p,
+						"offset", r.Offset, "error", err)
+					continue
+				}
+				n++
+			}
+			if err := it.Err(); err != nil {
+				return nil, 0, fmt.Errorf("%w: rebuild of %s/%d at %d: %v", ErrUnavailable, OffsetsTopic, p, h.BaseOffset(), err)
+			}
+			from = last + 1
+		}
+	}
+	return o, n, nil
+}
+
+// loadGroup returns the group's entry, restoring its stored state on
+// first use; nil, nil when there is neither a stored state nor create.
+// Called with s.mu held.
+func (c *Coordinator) loadGroup(ctx context.Context, s *shard, id string, create bool) (*entry, error) {
+	if e := s.groups[id]; e != nil {
+		return e, nil
+	}
+	value, index, err := c.cfg.Store.LoadGroupState(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: load group %q: %v", ErrUnavailable, id, err)
+	}
+	var g *group.Group
+	if value != nil {
+		var st group.State
+		if err := json.Unmarshal(value, &st); err != nil {
+			return nil, fmt.Errorf("%w: stored state of group %q: %v", ErrUnavailable, id, err)
+		}
+		if g, err = group.Restore(id, c.opts, st, c.cfg.Now()); err != nil {
+			return nil, fmt.Errorf("%w: stored state of group %q: %v", ErrUnavailable, id, err)
+		}
+	} else {
+		if !create {
+			return nil, nil
+		}
+		if g, err = group.New(id, c.opts); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+	}
+	e := &entry{g: g, index: index, saved: value, waiters: make(map[string]chan struct{})}
+	s.groups[id] = e
+	return e, nil
+}
+
+// save stores the group's state if it changed, and wakes the held
+// heartbeats that have news. A failed write forgets the group, so the
+// next request restores what Consul holds. Called with s.mu held.
+func (c *Coordinator) save(ctx context.Context, s *shard, id string, e *entry) error {
+	defer c.wake(e)
+	b, err := json.Marshal(e.g.State())
+	if err != nil {
+		return fmt.Errorf("%w: encode group %q: %v", ErrUnavailable, id, err)
+	}
+	if string(b) == string(e.saved) {
+		return nil
+	}
+	index, err := c.cfg.Store.SaveGroupState(ctx, id, b, e.index)
+	if err != nil {
+		for m, ch := range e.waiters {
+			close(ch)
+			delete(e.waiters, m)
+		}
+		delete(s.groups, id)
+		return fmt.Errorf("%w: store group %q: %v", ErrUnavailable, id, err)
+	}
+	e.index, e.saved = index, b
+	return nil
+}
+
+// wake answers the held heartbeats of the members Ready names.
+func (c *Coordinator) wake(e *entry) {
+	for _, m := range e.g.Ready().Wake {
+		if ch := e.waiters[m]; ch != nil {
+			close(ch)
+			delete(e.waiters, m)
+		}
+	}
+}
+
+// refreshPartitions gives the group the partition counts of the topics
+// its members subscribe to (metadata may have changed since).
+func (c *Coordinator) refreshPartitions(e *entry, topics []string) error {
+	seen := map[string]bool{}
+	for _, t := range topics {
+		seen[t] = true
+	}
+	for _, m := range e.g.Describe().Members {
+		for _, t := range m.Topics {
+			seen[t] = true
+		}
+	}
+	for t := range seen {
+		if err := e.g.SetPartitions(t, c.cfg.Host.Partitions(t)); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+	}
+	return nil
+}
+
+// Join adds a member.
+func (c *Coordinator) Join(ctx context.Context, groupID string, req JoinRequest) (MemberResponse, error) {
+	timeout := DefaultSessionTimeout
+	if req.SessionTimeoutMS != 0 {
+		timeout = time.Duration(req.SessionTimeoutMS) * time.Millisecond
+	}
+	if timeout < MinSessionTimeout || timeout > MaxSessionTimeout {
+		return MemberResponse{}, fmt.Errorf("%w: session_timeout_ms %d: from %d to %d", ErrInvalidRequest,
+			req.SessionTimeoutMS, MinSessionTimeout.Milliseconds(), MaxSessionTimeout.Milliseconds())
+	}
+	if len(req.Topics) == 0 {
+		return MemberResponse{}, fmt.Errorf("%w: no topics to subscribe to", ErrInvalidRequest)
+	}
+	for _, t := range req.Topics {
+		if c.cfg.Host.Partitions(t) == 0 {
+			return MemberResponse{}, fmt.Errorf("%w: no topic %q", ErrUnknownTopic, t)
+		}
+		if t == OffsetsTopic {
+			return MemberResponse{}, fmt.Errorf("%w: %s is internal", ErrInvalidRequest, OffsetsTopic)
+		}
+	}
+	member := req.MemberID
+	if member == "" {
+		member = NewMemberID()
+	} else if err := checkID("member id", member); err != nil {
+		return MemberResponse{}, err
+	}
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return MemberResponse{}, err
+	}
+	defer s.mu.Unlock()
+	e, err := c.loadGroup(ctx, s, groupID, true)
+	if err != nil {
+		return MemberResponse{}, err
+	}
+	if err := c.refreshPartitions(e, req.Topics); err != nil {
+		return MemberResponse{}, err
+	}
+	if ch := e.waiters[member]; ch != nil {
+		close(ch)
+		delete(e.waiters, member)
+	}
+	r, err := e.g.Join(member, req.Topics, timeout, c.cfg.Now())
+	if err != nil {
+		return MemberResponse{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if err := c.save(ctx, s, groupID, e); err != nil {
+		return MemberResponse{}, err
+	}
+	c.log.Info("member joined", "group", groupID, "member", member, "topics", req.Topics, "epoch", e.g.Epoch())
+	return memberResponse(groupID, member, r), nil
+}
+
+func memberResponse(groupID, member string, r group.Response) MemberResponse {
+	return MemberResponse{
+		Group:               groupID,
+		MemberID:            member,
+		MemberEpoch:         r.MemberEpoch,
+		Assigned:            partitionsOf(r.Assigned),
+		Revoke:              partitionsOf(r.Revoke),
+		HeartbeatIntervalMS: r.HeartbeatInterval.Milliseconds(),
+	}
+}
+
+// Heartbeat is a member's heartbeat, held up to its wait (and a third of
+// its session timeout) until there is news for it.
+func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req HeartbeatRequest) (MemberResponse, error) {
+	wait := time.Duration(req.WaitMS) * time.Millisecond
+	if wait < 0 || wait > MaxHeartbeatWait {
+		return MemberResponse{}, fmt.Errorf("%w: wait_ms %d: from 0 to %d", ErrInvalidRequest, req.WaitMS, MaxHeartbeatWait.Milliseconds())
+	}
+	owned := make([]group.TopicPartition, 0, len(req.Owned))
+	for _, p := range req.Owned {
+		owned = append(owned, group.TopicPartition{Topic: p.Topic, Partition: p.Partition})
+	}
+	var timer <-chan time.Time
+	for {
+		s, err := c.shardFor(ctx, groupID)
+		if err != nil {
+			return MemberResponse{}, err
+		}
+		e, err := c.loadGroup(ctx, s, groupID, false)
+		if err == nil && e == nil {
+			err = fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return MemberResponse{}, err
+		}
+		if err := c.refreshPartitions(e, nil); err != nil {
+			s.mu.Unlock()
+			return MemberResponse{}, err
+		}
+		r, err := e.g.Heartbeat(member, req.MemberEpoch, owned, c.cfg.Now())
+		if err == nil {
+			err = c.save(ctx, s, groupID, e)
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return MemberResponse{}, err
+		}
+		news := r.MemberEpoch != req.MemberEpoch || len(r.Revoke) > 0 || !samePartitions(r.Assigned, owned)
+		if news || wait == 0 || timer == nil && slices.Contains(e.g.Ready().Wake, member) {
+			s.mu.Unlock()
+			return memberResponse(groupID, member, r), nil
+		}
+		if timer == nil {
+			session := time.Duration(0)
+			for _, m := range e.g.Describe().Members {
+				if m.ID == member {
+					session = m.SessionTimeout
+				}
+			}
+			timer = time.After(min(wait, session/3))
+		}
+		ch := make(chan struct{})
+		if old := e.waiters[member]; old != nil {
+			close(old)
+		}
+		e.waiters[member] = ch
+		s.mu.Unlock()
+		select {
+		case <-ch:
+			// News, or the shard ended: heartbeat again to learn which.
+		case <-timer:
+			return c.heartbeatOnce(ctx, groupID, member, req.MemberEpoch, owned, s, e, ch)
+		case <-ctx.Done():
+			return MemberResponse{}, ctx.Err()
+		}
+		wait = 0
+		timer = nil
+	}
+}
+
+// heartbeatOnce answers a held heartbeat whose wait ended: one more
+// heartbeat, so the answer is current.
+func (c *Coordinator) heartbeatOnce(ctx context.Context, groupID, member string, epoch int32, owned []group.TopicPartition, s *shard, e *entry, ch chan struct{}) (MemberResponse, error) {
+	s.mu.Lock()
+	if e.waiters[member] == ch {
+		delete(e.waiters, member)
+	}
+	s.mu.Unlock()
+	return c.Heartbeat(ctx, groupID, member, HeartbeatRequest{MemberEpoch: epoch, Owned: partitionsOf(owned)})
+}
+
+func samePartitions(a, b []group.TopicPartition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	set := make(map[group.TopicPartition]bool, len(a))
+	for _, tp := range a {
+		set[tp] = true
+	}
+	for _, tp := range b {
+		if !set[tp] {
+			return false
+		}
+	}
+	return true
+}
+
+// Leave removes a member.
+func (c *Coordinator) Leave(ctx context.Context, groupID, member string) error {
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	e, err := c.loadGroup(ctx, s, groupID, false)
+	if err != nil {
+		return err
+	}
+	if e == nil {
+		return fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
+	}
+	if err := e.g.Leave(member); err != nil {
+		return err
+	}
+	if ch := e.waiters[member]; ch != nil {
+		close(ch)
+		delete(e.waiters, member)
+	}
+	c.log.Info("member left", "group", groupID, "member", member, "epoch", e.g.Epoch())
+	return c.save(ctx, s, groupID, e)
+}
+
+// CheckFetch allows a member's fetch and returns the committed offset.
+func (c *Coordinator) CheckFetch(ctx context.Context, groupID string, req FetchRequest) (FetchResponse, error) {
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return FetchResponse{}, err
+	}
+	defer s.mu.Unlock()
+	e, err := c.loadGroup(ctx, s, groupID, false)
+	if err != nil {
+		return FetchResponse{}, err
+	}
+	if e == nil {
+		return FetchResponse{}, fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
+	}
+	tp := group.TopicPartition{Topic: req.Topic, Partition: req.Partition}
+	if err := e.g.CheckFetch(req.MemberID, req.MemberEpoch, tp); err != nil {
+		return FetchResponse{}, err
+	}
+	if co, ok := s.offsets.Committed(groupID, tp); ok {
+		return FetchResponse{Committed: co.Offset}, nil
+	}
+	return FetchResponse{Committed: -1}, nil
+}
+
+// Commit commits a member's offsets: all or none, answered once the
+// offsets partition committed them.
+func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequest) (CommitResponse, error) {
+	if len(req.Offsets) == 0 || len(req.Offsets) > MaxCommitOffsets {
+		return CommitResponse{}, fmt.Errorf("%w: %d offsets: from 1 to %d", ErrInvalidRequest, len(req.Offsets), MaxCommitOffsets)
+	}
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return CommitResponse{}, err
+	}
+	e, err := c.loadGroup(ctx, s, groupID, false)
+	if err == nil && e == nil {
+		err = fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return CommitResponse{}, err
+	}
+	now := c.cfg.Now()
+	var records []group.Record
+	var answer CommitResponse
+	var beyond []int
+	for i, oc := range req.Offsets {
+		tp := group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}
+		hw, ok := s.hw[tp]
+		if !ok || oc.Offset > hw {
+			beyond = append(beyond, i)
+			hw = oc.Offset
+		}
+		// Membership and ownership first; the high watermark is checked
+		// below for the offsets above the cached one.
+		r, err := group.Commit(e.g, group.CommitRequest{MemberID: req.MemberID, MemberEpoch: req.MemberEpoch,
+			Partition: tp, Offset: oc.Offset, Metadata: oc.Metadata}, hw, now)
+		if err != nil {
+			s.mu.Unlock()
+			return CommitResponse{}, err
+		}
+		records = append(records, r)
+		answer.Committed = append(answer.Committed, Committed{Topic: oc.Topic, Partition: oc.Partition, Offset: oc.Offset, Metadata: oc.Metadata})
+	}
+	s.mu.Unlock()
+	for _, i := range beyond {
+		oc := req.Offsets[i]
+		tp := group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}
+		if oc.Partition < 0 || oc.Partition >= c.cfg.Host.Partitions(oc.Topic) {
+			return CommitResponse{}, fmt.Errorf("%w: %v", ErrUnknownTopic, tp)
+		}
+		_, hw, err := c.cfg.Host.Positions(ctx, tp)
+		if err != nil {
+			return CommitResponse{}, fmt.Errorf("%w: high watermark of %v: %v", ErrUnavailable, tp, err)
+		}
+		s.mu.Lock()
+		s.hw[tp] = max(s.hw[tp], hw)
+		s.mu.Unlock()
+		if oc.Offset > hw {
+			return CommitResponse{}, fmt.Errorf("%w: group %q, %v: offset %d, high watermark %d",
+				group.ErrOffsetBeyondHighWatermark, groupID, tp, oc.Offset, hw)
+		}
+	}
+	if err := s.commit(ctx, c, records); err != nil {
+		return CommitResponse{}, err
+	}
+	return answer, nil
+}
+
+// commit appends records through the shard's one flusher and waits until
+// they are committed and applied.
+func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Record) error {
+	pc := &pendingCommit{records: records, done: make(chan error, 1)}
+	s.mu.Lock()
+	if s.dropped {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %s/%d changed hands", ErrNotCoordinator, OffsetsTopic, s.p)
+	}
+	s.pending = append(s.pending, pc)
+	s.mu.Unlock()
+	for {
+		select {
+		case err := <-pc.done:
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("%w: commit outcome unknown: %v", ErrUnavailable, ctx.Err())
+		case s.turn <- struct{}{}:
+			s.mu.Lock()
+			batch := s.pending
+			s.pending = nil
+			s.mu.Unlock()
+			s.flush(ctx, c, batch)
+			<-s.turn
+		}
+	}
+}
+
+// flush appends the pending commits, in batches, and applies them once
+// committed; a failed append drops the shard, since what the log holds is
+// no longer known.
+func (s *shard) flush(ctx context.Context, c *Coordinator, batch []*pendingCommit) {
+	var b record.Builder
+	var buf []byte
+	now := c.cfg.Now().UnixMilli()
+	for len(batch) > 0 {
+		b.Reset()
+		n := 0
+		var err error
+		for ; n < len(batch) && (n == 0 || b.Size() < maxAppendBytes) && err == nil; n++ {
+			for _, r := range batch[n].records {
+				if err = b.Add(now, r.Key, r.Value, nil); err != nil {
+					break
+				}
+			}
+		}
+		part := batch[:n]
+		batch = batch[n:]
+		if err == nil {
+			buf, err = b.AppendTo(buf[:0])
+		}
+		if err == nil {
+			err = c.cfg.Host.AppendOffsets(ctx, s.p, s.epoch, buf, b.Len())
+		}
+		s.mu.Lock()
+		if err == nil && s.dropped {
+			err = fmt.Errorf("%w: %s/%d changed hands", ErrNotCoordinator, OffsetsTopic, s.p)
+		}
+		if err != nil {
+			s.drop()
+			s.mu.Unlock()
+			c.forget(s)
+			err = fmt.Errorf("%w: append to %s/%d: %v", ErrUnavailable, OffsetsTopic, s.p, err)
+			for _, pc := range append(part, batch...) {
+				pc.done <- err
+			}
+			return
+		}
+		for _, pc := range part {
+			for _, r := range pc.records {
+				if aerr := s.offsets.Apply(r.Key, r.Value); aerr != nil {
+					c.log.Error("applying a commit failed", "error", aerr)
+				}
+			}
+		}
+		s.mu.Unlock()
+		for _, pc := range part {
+			pc.done <- nil
+		}
+	}
+}
+
+// Offsets returns a group's committed offsets, of one topic if topic is
+// not empty.
+func (c *Coordinator) Offsets(ctx context.Context, groupID, topic string) (OffsetsResponse, error) {
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return OffsetsResponse{}, err
+	}
+	defer s.mu.Unlock()
+	list := s.offsets.Group(groupID)
+	if len(list) == 0 {
+		e, err := c.loadGroup(ctx, s, groupID, false)
+		if err != nil {
+			return OffsetsResponse{}, err
+		}
+		if e == nil {
+			return OffsetsResponse{}, fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
+		}
+	}
+	out := OffsetsResponse{Group: groupID, Offsets: []Committed{}}
+	for _, po := range list {
+		if topic != "" && po.Topic != topic {
+			continue
+		}
+		out.Offsets = append(out.Offsets, Committed{Topic: po.Topic, Partition: po.TopicPartition.Partition,
+			Offset: po.Committed.Offset, Metadata: po.Committed.Metadata, CommitTimeMS: po.Committed.CommitTime.UnixMilli()})
+	}
+	return out, nil
+}
+
+// Reset commits offsets of every partition of a topic for a group that
+// owns none of them.
+func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetRequest) (ResetResponse, error) {
+	n := c.cfg.Host.Partitions(req.Topic)
+	if n == 0 {
+		return ResetResponse{}, fmt.Errorf("%w: no topic %q", ErrUnknownTopic, req.Topic)
+	}
+	var fixed int64 = -1
+	if req.To != "earliest" && req.To != "latest" {
+		v, err := strconv.ParseInt(req.To, 10, 64)
+		if err != nil || v < 0 {
+			return ResetResponse{}, fmt.Errorf("%w: to %q: earliest, latest or an offset", ErrInvalidRequest, req.To)
+		}
+		fixed = v
+	}
+	targets := make([]int64, n)
+	for p := range n {
+		tp := group.TopicPartition{Topic: req.Topic, Partition: p}
+		lso, hw, err := c.cfg.Host.Positions(ctx, tp)
+		if err != nil {
+			return ResetResponse{}, fmt.Errorf("%w: positions of %v: %v", ErrUnavailable, tp, err)
+		}
+		switch {
+		case req.To == "earliest":
+			targets[p] = lso
+		case req.To == "latest":
+			targets[p] = hw
+		default:
+			// An offset outside a partition's log is clamped into it, as
+			// kafka-consumer-groups does.
+			targets[p] = min(max(fixed, lso), hw)
+		}
+	}
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return ResetResponse{}, err
+	}
+	e, err := c.loadGroup(ctx, s, groupID, true)
+	if err != nil {
+		s.mu.Unlock()
+		return ResetResponse{}, err
+	}
+	for p := range n {
+		if owner, ok := e.g.Owner(group.TopicPartition{Topic: req.Topic, Partition: p}); ok {
+			s.mu.Unlock()
+			return ResetResponse{}, fmt.Errorf("%w: member %q owns %s/%d", ErrGroupNotEmpty, owner, req.Topic, p)
+		}
+	}
+	// The group's state is stored, so that it is listed.
+	if err := c.save(ctx, s, groupID, e); err != nil {
+		s.mu.Unlock()
+		return ResetResponse{}, err
+	}
+	s.mu.Unlock()
+	now := c.cfg.Now()
+	var records []group.Record
+	var out ResetResponse
+	for p, off := range targets {
+		tp := group.TopicPartition{Topic: req.Topic, Partition: int32(p)}
+		r, err := group.OffsetRecord(groupID, tp, group.Committed{Offset: off, CommitTime: now})
+		if err != nil {
+			return ResetResponse{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+		records = append(records, r)
+		out.Offsets = append(out.Offsets, Committed{Topic: req.Topic, Partition: int32(p), Offset: off})
+	}
+	if err := s.commit(ctx, c, records); err != nil {
+		return ResetResponse{}, err
+	}
+	c.log.Info("offsets reset", "group", groupID, "topic", req.Topic, "to", req.To)
+	return out, nil
+}
+
+// Describe describes a group: members, and every partition of the topics
+// it subscribes to or committed, with committed offset, HW and lag.
+func (c *Coordinator) Describe(ctx context.Context, groupID, self string) (Description, error) {
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return Description{}, err
+	}
+	e, err := c.loadGroup(ctx, s, groupID, false)
+	if err != nil {
+		s.mu.Unlock()
+		return Description{}, err
+	}
+	committed := s.offsets.Group(groupID)
+	if e == nil && len(committed) == 0 {
+		s.mu.Unlock()
+		return Description{}, fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
+	}
+	d := Description{Group: groupID, Coordinator: self, Members: []MemberDescription{}, Partitions: []PartitionDescription{}}
+	owners := map[group.TopicPartition]string{}
+	topics := map[string]bool{}
+	if e != nil {
+		gd := e.g.Describe()
+		d.Epoch = gd.Epoch
+		for _, m := range gd.Members {
+			md := MemberDescription{MemberID: m.ID, MemberEpoch: m.MemberEpoch, Topics: m.Topics,
+				SessionTimeoutMS: m.SessionTimeout.Milliseconds(), Assigned: []Partition{}, Revoking: []Partition{}}
+			for _, gr := range m.Assigned {
+				md.Assigned = append(md.Assigned, Partition{gr.Topic, gr.Partition})
+				owners[gr.TopicPartition] = m.ID
+			}
+			for _, gr := range m.Revoking {
+				md.Revoking = append(md.Revoking, Partition{gr.Topic, gr.Partition})
+				owners[gr.TopicPartition] = m.ID
+			}
+			for _, t := range m.Topics {
+				topics[t] = true
+			}
+			d.Members = append(d.Members, md)
+		}
+	}
+	offsets := map[group.TopicPartition]int64{}
+	for _, po := range committed {
+		offsets[po.TopicPartition] = po.Committed.Offset
+		topics[po.Topic] = true
+	}
+	s.mu.Unlock()
+	for _, t := range slices.Sorted(maps.Keys(topics)) {
+		for p := range c.cfg.Host.Partitions(t) {
+			tp := group.TopicPartition{Topic: t, Partition: p}
+			pd := PartitionDescription{Topic: t, Partition: p, Owner: owners[tp], Committed: -1, HighWatermark: -1, Lag: -1}
+			lso, hw, err := c.cfg.Host.Positions(ctx, tp)
+			off, ok := offsets[tp]
+			if ok {
+				pd.Committed = off
+			}
+			if err == nil {
+				pd.HighWatermark = hw
+				if ok {
+					pd.Lag = max(hw-off, 0)
+				} else {
+					pd.Lag = hw - lso
+				}
+			}
+			d.Partitions = append(d.Partitions, pd)
+		}
+	}
+	return d, nil
+}
+
+// List lists the groups with a stored state.
+func List(ctx context.Context, store Store) (ListResponse, error) {
+	ids, err := store.GroupStates(ctx)
+	if err != nil {
+		return ListResponse{}, fmt.Errorf("%w: list groups: %v", ErrUnavailable, err)
+	}
+	out := ListResponse{Groups: []GroupSummary{}}
+	for _, id := range ids {
+		value, _, err := store.LoadGroupState(ctx, id)
+		if err != nil {
+			return ListResponse{}, fmt.Errorf("%w: load group %q: %v", ErrUnavailable, id, err)
+		}
+		if value == nil {
+			continue
+		}
+		var st group.State
+		if err := json.Unmarshal(value, &st); err != nil {
+			return ListResponse{}, fmt.Errorf("%w: stored state of group %q: %v", ErrUnavailable, id, err)
+		}
+		out.Groups = append(out.Groups, GroupSummary{Group: id, Epoch: st.Epoch, Members: len(st.Members)})
+	}
+	return out, nil
+}
+
+func checkID(what, id string) error {
+	if id == "" || len(id) > group.MaxNameLen {
+		return fmt.Errorf("%w: %s %q: 1 to %d bytes", ErrInvalidRequest, what, id, group.MaxNameLen)
+	}
+	return nil
+}
+
+var memberIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// NewMemberID is a new member id: 26 random base32 characters.
+func NewMemberID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return memberIDEncoding.EncodeToString(b[:])[:26]
+}
+
+// IsRetriable says whether an error of the package is worth retrying
+// elsewhere or later.
+func IsRetriable(err error) bool {
+	return errors.Is(err, ErrNotCoordinator) || errors.Is(err, ErrLoading) || errors.Is(err, ErrUnavailable)
+}
