@@ -1,0 +1,433 @@
+package groupcoord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/group"
+	"github.com/logagent/logagent/record"
+)
+
+// fakeHost is one agent's view of the offsets partitions: an in-memory log
+// per partition, led at an epoch, whose appends commit at once unless
+// failAppend says otherwise.
+type fakeHost struct {
+	mu         sync.Mutex
+	epoch      int32
+	leads      bool
+	logs       map[int][][]byte // batches, base offsets assigned
+	leo        map[int]int64
+	hwLag      int64 // how far the HW trails the LEO
+	failAppend error
+	// appendDelay is the replication round trip of an append.
+	appendDelay time.Duration
+	appends     int
+	topics     map[string]int32
+	hw         map[group.TopicPartition]int64
+}
+
+func newFakeHost() *fakeHost {
+	return &fakeHost{epoch: 1, leads: true, logs: map[int][][]byte{}, leo: map[int]int64{},
+		topics: map[string]int32{"t": 4}, hw: map[group.TopicPartition]int64{}}
+}
+
+func (h *fakeHost) OffsetsLeader(p int) (LeaderState, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return LeaderState{Epoch: h.epoch, HighWatermark: h.leo[p] - h.hwLag, LogEndOffset: h.leo[p]}, h.leads
+}
+
+func (h *fakeHost) AppendOffsets(_ context.Context, p int, epoch int32, batch []byte, count int) error {
+	time.Sleep(h.appendDelay)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.appends++
+	if h.failAppend != nil {
+		return h.failAppend
+	}
+	if !h.leads || epoch != h.epoch {
+		return errors.New("not leader at that epoch")
+	}
+	b := append([]byte(nil), batch...)
+	hdr, _, err := record.ParseHeader(b, 1<<20)
+	if err != nil {
+		return err
+	}
+	binaryPutBase(b, h.leo[p])
+	h.logs[p] = append(h.logs[p], b)
+	h.leo[p] += int64(hdr.RecordCount())
+	return nil
+}
+
+func binaryPutBase(b []byte, base int64) {
+	for i := range 8 {
+		b[i] = byte(base >> (56 - 8*i))
+	}
+}
+
+func (h *fakeHost) ReadOffsets(p int, offset int64, _ int) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []byte
+	for _, b := range h.logs[p] {
+		hdr, _, _ := record.ParseHeader(b, 1<<20)
+		if hdr.LastOffset() >= offset && hdr.LastOffset() < h.leo[p]-h.hwLag {
+			out = append(out, b...)
+		}
+	}
+	return out, nil
+}
+
+func (h *fakeHost) Partitions(topic string) int32 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.topics[topic]
+}
+
+func (h *fakeHost) Positions(_ context.Context, tp group.TopicPartition) (int64, int64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return 0, h.hw[tp], nil
+}
+
+// fakeStore is Consul's KV for group states, with CAS.
+type fakeStore struct {
+	mu     sync.Mutex
+	values map[string][]byte
+	index  map[string]uint64
+	next   uint64
+	writes int
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{values: map[string][]byte{}, index: map[string]uint64{}, next: 10}
+}
+
+func (s *fakeStore) LoadGroupState(_ context.Context, g string) ([]byte, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.values[g], s.index[g], nil
+}
+
+func (s *fakeStore) SaveGroupState(_ context.Context, g string, v []byte, index uint64) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.index[g] != index {
+		return 0, fmt.Errorf("%w: at %d, not %d", election.ErrConflict, s.index[g], index)
+	}
+	s.next++
+	s.values[g], s.index[g] = v, s.next
+	s.writes++
+	return s.next, nil
+}
+
+func (s *fakeStore) GroupStates(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id := range s.values {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestCoordinator(t *testing.T, h *fakeHost, s *fakeStore, clock *fakeClock) *Coordinator {
+	t.Helper()
+	c := New(Config{Partitions: 3, Host: h, Store: s, Now: clock.Now, Logger: hclog.NewNullLogger(),
+		TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20}})
+	t.Cleanup(c.Close)
+	return c
+}
+
+func tps(ps ...int32) []Partition {
+	var out []Partition
+	for _, p := range ps {
+		out = append(out, Partition{"t", p})
+	}
+	return out
+}
+
+func TestCommitSurvivesFailover(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	h.hw[group.TopicPartition{Topic: "t", Partition: 1}] = 50
+	c := newTestCoordinator(t, h, s, clock)
+	j, err := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Assigned) != 4 {
+		t.Fatalf("join assigned %v, want all 4 partitions", j.Assigned)
+	}
+	if _, err := c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+		Offsets: []OffsetCommit{{Topic: "t", Partition: 1, Offset: 42, Metadata: "m"}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Beyond the high watermark: refused, nothing appended.
+	before := h.appends
+	_, err = c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+		Offsets: []OffsetCommit{{Topic: "t", Partition: 1, Offset: 40}, {Topic: "t", Partition: 1, Offset: 51}}})
+	if !errors.Is(err, group.ErrOffsetBeyondHighWatermark) || h.appends != before {
+		t.Fatalf("commit beyond the HW = %v with %d appends, want ErrOffsetBeyondHighWatermark and none", err, h.appends-before)
+	}
+
+	// A new coordinator (another agent, the next leader epoch) rebuilds the
+	// offsets from the partition and takes the group from the store: the
+	// member keeps its epoch and partitions.
+	h.epoch++
+	c2 := newTestCoordinator(t, h, s, clock)
+	o, err := c2.Offsets(ctx, "g", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Offsets) != 1 || o.Offsets[0].Offset != 42 || o.Offsets[0].Metadata != "m" {
+		t.Fatalf("offsets after failover = %+v, want t/1 at 42", o.Offsets)
+	}
+	f, err := c2.CheckFetch(ctx, "g", FetchRequest{MemberID: "a", MemberEpoch: j.MemberEpoch, Topic: "t", Partition: 1})
+	if err != nil || f.Committed != 42 {
+		t.Fatalf("CheckFetch after failover = %+v, %v", f, err)
+	}
+	// An agent that does not lead the partition refuses.
+	h.mu.Lock()
+	h.leads = false
+	h.mu.Unlock()
+	if _, err := c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+		Offsets: []OffsetCommit{{Topic: "t", Partition: 1, Offset: 43}}}); !IsRetriable(err) {
+		t.Fatalf("commit at the old coordinator = %v, want a retriable refusal", err)
+	}
+}
+
+func TestRebuildWaitsForPredecessorsAppends(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	h.hw[group.TopicPartition{Topic: "t", Partition: 0}] = 10
+	c := newTestCoordinator(t, h, s, clock)
+	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	if _, err := c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+		Offsets: []OffsetCommit{{Topic: "t", Partition: 0, Offset: 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The new leader's high watermark trails its log end: the commit is in
+	// its log but not known to be committed, so it waits, and tells the
+	// caller to come back once its wait ran out.
+	h.epoch++
+	h.hwLag = 1
+	c2 := newTestCoordinator(t, h, s, clock)
+	ctx2, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c2.Offsets(ctx2, "g", ""); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Offsets while loading = %v, want the wait to run out", err)
+	}
+	h.mu.Lock()
+	h.hwLag = 0
+	h.mu.Unlock()
+	o, err := c2.Offsets(ctx, "g", "")
+	if err != nil || len(o.Offsets) != 1 || o.Offsets[0].Offset != 7 {
+		t.Fatalf("Offsets = %+v, %v; want t/0 at 7", o, err)
+	}
+}
+
+func TestHeartbeatLongPollWakesOnRelease(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	c := newTestCoordinator(t, h, s, clock)
+	a, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	b, err := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "b"})
+	if err != nil || len(b.Assigned) != 0 {
+		t.Fatalf("b joined with %v, %v: a still owns everything", b.Assigned, err)
+	}
+	got := make(chan MemberResponse, 1)
+	go func() {
+		r, err := c.Heartbeat(ctx, "g", "b", HeartbeatRequest{MemberEpoch: b.MemberEpoch, WaitMS: 20_000})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	// a learns it must give two partitions up, and releases them.
+	ra, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: a.MemberEpoch, Owned: a.Assigned})
+	if err != nil || len(ra.Revoke) != 2 {
+		t.Fatalf("a's heartbeat = %+v, %v; want 2 to revoke", ra, err)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("b's held heartbeat answered %+v before a released anything", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	start := time.Now()
+	if _, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: ra.MemberEpoch, Owned: ra.Assigned}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if len(r.Assigned) != 2 {
+			t.Fatalf("b's held heartbeat = %+v, want the 2 released partitions", r)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("b's held heartbeat answered %v after the release", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("b's held heartbeat was not answered after the release")
+	}
+}
+
+func TestConcurrentCommitsShareAppends(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	for p := range int32(4) {
+		h.hw[group.TopicPartition{Topic: "t", Partition: p}] = 1 << 40
+	}
+	h.appendDelay = 2 * time.Millisecond
+	c := newTestCoordinator(t, h, s, clock)
+	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	const workers, each = 16, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+					Offsets: []OffsetCommit{{Topic: "t", Partition: int32(w % 4), Offset: int64(w*1000 + i)}}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	o, err := c.Offsets(ctx, "g", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each partition ends at the last commit of one of its workers.
+	for _, off := range o.Offsets {
+		if off.Offset%1000 != each-1 {
+			t.Errorf("%s/%d at %d: not the last commit of a worker", off.Topic, off.Partition, off.Offset)
+		}
+	}
+	t.Logf("%d commits in %d appends", workers*each, h.appends)
+	// While one append is in flight, the other workers' commits queue
+	// for the next: far fewer appends than commits.
+	if h.appends > workers*each/4 {
+		t.Fatalf("%d commits took %d appends: concurrent commits were not batched", workers*each, h.appends)
+	}
+}
+
+func TestFailedAppendCommitsNothingAndReloads(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	h.hw[group.TopicPartition{Topic: "t", Partition: 0}] = 100
+	c := newTestCoordinator(t, h, s, clock)
+	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	commit := func(off int64) error {
+		_, err := c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+			Offsets: []OffsetCommit{{Topic: "t", Partition: 0, Offset: off}}})
+		return err
+	}
+	if err := commit(5); err != nil {
+		t.Fatal(err)
+	}
+	h.failAppend = errors.New("ack timeout")
+	if err := commit(9); !IsRetriable(err) {
+		t.Fatalf("commit with a failing append = %v, want retriable", err)
+	}
+	h.failAppend = nil
+	o, err := c.Offsets(ctx, "g", "")
+	if err != nil || len(o.Offsets) != 1 || o.Offsets[0].Offset != 5 {
+		t.Fatalf("offsets after the failed append = %+v, %v; want 5 (the log holds no 9)", o, err)
+	}
+}
+
+func TestSessionExpiryAndStateStoredOnChangesOnly(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	c := newTestCoordinator(t, h, s, clock)
+	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a", SessionTimeoutMS: 3000})
+	writes := s.writes
+	for range 5 {
+		clock.Add(time.Second)
+		if _, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: j.MemberEpoch, Owned: j.Assigned}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.writes != writes {
+		t.Fatalf("%d Consul writes for heartbeats that changed nothing", s.writes-writes)
+	}
+	clock.Add(3 * time.Second)
+	c.tick()
+	if _, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: j.MemberEpoch}); !errors.Is(err, group.ErrUnknownMember) {
+		t.Fatalf("heartbeat after the session expired = %v, want ErrUnknownMember", err)
+	}
+	if s.writes != writes+1 {
+		t.Fatalf("%d Consul writes for one expiry, want 1", s.writes-writes)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	h.hw[group.TopicPartition{Topic: "t", Partition: 0}] = 100
+	c := newTestCoordinator(t, h, s, clock)
+	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	if _, err := c.Join(ctx, "other", JoinRequest{Topics: []string{"t"}, MemberID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(g, m string, epoch int32, p int32) error {
+		_, err := c.Commit(ctx, g, CommitRequest{MemberID: m, MemberEpoch: epoch, Offsets: []OffsetCommit{{Topic: "t", Partition: p, Offset: 1}}})
+		return err
+	}
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"unknown group", commit("nope", "a", j.MemberEpoch, 0), group.ErrUnknownGroup},
+		{"member of another group", commit("g", "b", 1, 0), group.ErrUnknownMember},
+		{"stale member epoch", commit("g", "a", j.MemberEpoch-1, 0), group.ErrStaleMemberEpoch},
+		{"no offsets", func() error { _, err := c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: 1}); return err }(), ErrInvalidRequest},
+		{"unknown topic", func() error { _, err := c.Join(ctx, "g", JoinRequest{Topics: []string{"nope"}}); return err }(), ErrUnknownTopic},
+		{"internal topic", func() error {
+			h.topics[OffsetsTopic] = 3
+			_, err := c.Join(ctx, "g", JoinRequest{Topics: []string{OffsetsTopic}})
+			return err
+		}(), ErrInvalidRequest},
+		{"short session", func() error {
+			_, err := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, SessionTimeoutMS: 10})
+			return err
+		}(), ErrInvalidRequest},
+		{"reset while owned", func() error { _, err := c.Reset(ctx, "g", ResetRequest{Topic: "t", To: "earliest"}); return err }(), ErrGroupNotEmpty},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !errors.Is(tt.err, tt.want) {
+				t.Fatalf("err = %v, want %v", tt.err, tt.want)
+			}
+		})
+	}
+	if o, err := c.Offsets(ctx, "g", ""); err != nil || len(o.Offsets) != 0 {
+		t.Fatalf("offsets after refused commits = %+v, %v; want none", o, err)
+	}
+}
