@@ -29,8 +29,8 @@ type fakeHost struct {
 	// appendDelay is the replication round trip of an append.
 	appendDelay time.Duration
 	appends     int
-	topics     map[string]int32
-	hw         map[group.TopicPartition]int64
+	topics      map[string]int32
+	hw          map[group.TopicPartition]int64
 }
 
 func newFakeHost() *fakeHost {
