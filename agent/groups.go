@@ -44,6 +44,9 @@ const (
 	// groupAppendTimeout bounds one append of commits.
 	groupAppendTimeout = 10 * time.Second
 	groupRetryPause    = 100 * time.Millisecond
+	// offsetsSegmentBytes is the segment size of the offsets topic, which
+	// bounds what a new coordinator reads besides the restatement.
+	offsetsSegmentBytes = 16 << 20
 )
 
 // refuseInternalTopic answers 403 internal_topic for the offsets topic,
@@ -80,16 +83,25 @@ func (h groupHost) OffsetsLeader(p int) (groupcoord.LeaderState, bool) {
 		HighWatermark: log.HighWatermark(), LogEndOffset: log.LogEndOffset()}, true
 }
 
-func (h groupHost) AppendOffsets(ctx context.Context, p int, epoch int32, batch []byte, count int) error {
+func (h groupHost) AppendOffsets(ctx context.Context, p int, epoch int32, batch []byte, count int) (int64, error) {
+	r, _, ok := h.leader(p)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s/%d is not led here", groupcoord.ErrNotCoordinator, groupcoord.OffsetsTopic, p)
+	}
+	resp, apiErr := h.a.appendLocal(r, groupcoord.OffsetsTopic, p, batch, count, replicate.AcksAll, epoch, groupAppendTimeout)
+	if apiErr != nil {
+		return 0, apiErr
+	}
+	return *resp.BaseOffset, nil
+}
+
+func (h groupHost) TrimOffsets(p int, offset int64) error {
 	r, _, ok := h.leader(p)
 	if !ok {
 		return fmt.Errorf("%w: %s/%d is not led here", groupcoord.ErrNotCoordinator, groupcoord.OffsetsTopic, p)
 	}
-	_, apiErr := h.a.appendLocal(r, groupcoord.OffsetsTopic, p, batch, count, replicate.AcksAll, epoch, groupAppendTimeout)
-	if apiErr != nil {
-		return apiErr
-	}
-	return nil
+	_, err := r.currentLog().DeleteBefore(offset)
+	return err
 }
 
 func (h groupHost) ReadOffsets(p int, offset int64, maxBytes int) ([]byte, error) {
@@ -340,6 +352,10 @@ func (a *Agent) createOffsetsTopic() *apiError {
 	rf := a.cfg.Groups.OffsetsReplicationFactor
 	partitions := a.cfg.Groups.OffsetsPartitions
 	tc := a.topicConfig(createTopicRequest{Name: groupcoord.OffsetsTopic, Partitions: &partitions, ReplicationFactor: &rf}, len(agents))
+	// Small segments and no retention: the coordinators' restatements
+	// delete what is superseded, segment by segment, and nothing else may
+	// (retention could take the only record of an offset still committed).
+	tc.Storage, _ = json.Marshal(topicStorage{SegmentBytes: offsetsSegmentBytes, NoRetention: true})
 	nodes := make([]string, len(agents))
 	for i, ag := range agents {
 		nodes[i] = ag.NodeID

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,6 +96,37 @@ func openPartitionLog(fsys segstore.FS, dir string, opts segstore.Options, markL
 		return nil, false, fmt.Errorf("agent: open partition log %s: %w", dir, err)
 	}
 	return log, log.DataLoss() != nil, nil
+}
+
+// topicStorage is a topic's own storage settings, over the agent's
+// storage block: the JSON of election.TopicConfig.Storage. Only the
+// consumer groups' offsets topic has them (docs/design.md §7.3).
+type topicStorage struct {
+	SegmentBytes int64 `json:"segment_bytes,omitempty"`
+	// NoRetention turns time and size retention off: the topic deletes
+	// its own superseded records.
+	NoRetention bool `json:"no_retention,omitempty"`
+}
+
+// logOptionsFor applies tc's storage settings to the agent's. A setting
+// this agent does not know fails the open, rather than being ignored.
+func logOptionsFor(opts segstore.Options, tc election.TopicConfig) (segstore.Options, error) {
+	if len(tc.Storage) == 0 {
+		return opts, nil
+	}
+	var ts topicStorage
+	dec := json.NewDecoder(bytes.NewReader(tc.Storage))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ts); err != nil || ts.SegmentBytes < 0 {
+		return opts, fmt.Errorf("agent: topic %s has storage settings this agent cannot apply (%s): %v", tc.Name, tc.Storage, err)
+	}
+	if ts.SegmentBytes > 0 {
+		opts.SegmentBytes = ts.SegmentBytes
+	}
+	if ts.NoRetention {
+		opts.Retention, opts.RetentionBytes = 0, 0
+	}
+	return opts, nil
 }
 
 type partitionKey struct {
@@ -346,7 +378,7 @@ func (m *manager) apply(snap *election.Snapshot) {
 				continue
 			}
 			var err error
-			if r, err = m.open(key, meta.tc.ID, meta.pm.State.Epoch); err != nil {
+			if r, err = m.open(key, meta.tc, meta.pm.State.Epoch); err != nil {
 				m.openFailed(key, meta.tc.ID, f, err, now)
 				continue
 			}
@@ -394,7 +426,12 @@ func rootCause(err error) error {
 // finds no directory of it here cannot show it holds what the ISR held and
 // starts marked as having lost data (it does not lead, and leaves the ISR
 // until it has caught up).
-func (m *manager) open(key partitionKey, topicID string, epoch int32) (*replica, error) {
+func (m *manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (*replica, error) {
+	topicID := tc.ID
+	opts, err := logOptionsFor(m.deps.logOptions, tc)
+	if err != nil {
+		return nil, err
+	}
 	dir := partitionDir(m.dataDir, key.topic, key.partition)
 	file, found, err := readReplicaFile(dir)
 	if err != nil {
@@ -421,7 +458,6 @@ func (m *manager) open(key partitionKey, topicID string, epoch int32) (*replica,
 			return nil, fmt.Errorf("agent: write %s: %w", filepath.Join(dir, replicaFileName), err)
 		}
 	}
-	opts := m.deps.logOptions
 	opts.Logger = m.deps.log.Named("segstore")
 	log, lostNow, err := openPartitionLog(m.deps.fs, dir, opts, func() error {
 		lost := file

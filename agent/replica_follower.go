@@ -258,6 +258,26 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 	}
 	r.followBackoff.reset()
 	r.maybeClearDataLoss(pos)
+	r.followLogStart(pos.LogStartOffset)
+}
+
+// followLogStart deletes the segments that lie wholly below the leader's
+// log start offset (and this replica's high watermark): what the leader's
+// retention or a restatement of the consumer groups' offsets (docs/design.md
+// §7.3) deleted goes here too, as a Kafka follower's log start follows its
+// leader's.
+func (r *replica) followLogStart(leaderStart int64) {
+	log := r.currentLog()
+	if leaderStart <= log.LogStartOffset() {
+		return
+	}
+	if _, err := log.DeleteBefore(leaderStart); err != nil {
+		if errors.Is(err, segstore.ErrFailed) {
+			r.failLog(fmt.Errorf("delete below the leader's log start: %w", err))
+			return
+		}
+		r.log.Warn("cannot delete below the leader's log start", "leader_log_start_offset", leaderStart, "error", err)
+	}
 }
 
 // maybeClearDataLoss clears the data-loss mark under Kafka's ISR-join rule:

@@ -68,9 +68,13 @@ type Host interface {
 	// offsets topic, and its position.
 	OffsetsLeader(p int) (LeaderState, bool)
 	// AppendOffsets appends batch (count records) to offsets partition p
-	// as its leader at epoch, with acks=all, and returns once the batch is
-	// committed; an error leaves the outcome unknown.
-	AppendOffsets(ctx context.Context, p int, epoch int32, batch []byte, count int) error
+	// as its leader at epoch, with acks=all, and returns the batch's base
+	// offset once it is committed; an error leaves the outcome unknown.
+	AppendOffsets(ctx context.Context, p int, epoch int32, batch []byte, count int) (int64, error)
+	// TrimOffsets deletes the whole segments of offsets partition p below
+	// offset, a committed offset: everything before it was restated after
+	// it.
+	TrimOffsets(p int, offset int64) error
 	// ReadOffsets returns whole committed batches of offsets partition p
 	// from offset on (the first may start before it), at most about
 	// maxBytes; empty at the high watermark.

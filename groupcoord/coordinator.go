@@ -33,7 +33,18 @@ type Config struct {
 	TickInterval time.Duration
 	// Limits bound the batches read back from the offsets partitions.
 	Limits record.Limits
+	// RestateAfter and RestateEvery say when the committed offsets are
+	// appended again and the log below them deleted (restateIfDue):
+	// after that many records, or that long.
+	RestateAfter int64
+	RestateEvery time.Duration
 }
+
+// Defaults of the restatement.
+const (
+	DefaultRestateAfter = 100_000
+	DefaultRestateEvery = 24 * time.Hour
+)
 
 // loadTimeout bounds how long a request waits for a new coordinator's
 // high watermark to reach the log end offset it took over with.
@@ -79,6 +90,13 @@ type shard struct {
 	// pending commits wait for the one flusher (turn, capacity 1).
 	pending []*pendingCommit
 	turn    chan struct{}
+	// records counts the records in the log since its start or the last
+	// restatement; restatedAt is when that was (or the load).
+	records    int64
+	restatedAt time.Time
+	// restateFloor is the records count below which a restatement is
+	// not worth it (twice the offsets at the last look).
+	restateFloor int64
 }
 
 // entry is one group a shard serves.
@@ -100,6 +118,12 @@ type pendingCommit struct {
 func New(cfg Config) *Coordinator {
 	if cfg.TickInterval <= 0 {
 		cfg.TickInterval = 250 * time.Millisecond
+	}
+	if cfg.RestateAfter <= 0 {
+		cfg.RestateAfter = DefaultRestateAfter
+	}
+	if cfg.RestateEvery <= 0 {
+		cfg.RestateEvery = DefaultRestateEvery
 	}
 	c := &Coordinator{
 		cfg:    cfg,
@@ -162,9 +186,20 @@ func (c *Coordinator) tick() {
 				}
 			}
 		}
+		due := now.Sub(s.restatedAt) >= c.cfg.RestateEvery
 		s.mu.Unlock()
+		if due {
+			ctx, cancel := context.WithTimeout(context.Background(), restateTimeout)
+			if err := s.commit(ctx, c, nil); err != nil {
+				c.log.Warn("restating offsets failed", "partition", s.p, "error", err)
+			}
+			cancel()
+		}
 	}
 }
+
+// restateTimeout bounds a restatement the tick starts.
+const restateTimeout = time.Minute
 
 // drop ends a shard: held heartbeats are answered (not coordinator).
 // Called with s.mu held.
@@ -231,7 +266,7 @@ func (c *Coordinator) shardFor(ctx context.Context, groupID string) (*shard, err
 				c.mu.Unlock()
 				return nil, err
 			}
-			s.offsets = offsets
+			s.offsets, s.records, s.restatedAt = offsets, int64(n), c.cfg.Now()
 			c.shards[p] = s
 			c.log.Info("coordinator loaded", "partition", p, "epoch", st.Epoch, "records", n,
 				"from", st.LogStartOffset, "to", st.HighWatermark, "took", c.cfg.Now().Sub(start))
@@ -662,7 +697,7 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 }
 
 // commit appends records through the shard's one flusher and waits until
-// they are committed and applied.
+// they are committed and applied. nil records ask for a restatement.
 func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Record) error {
 	pc := &pendingCommit{records: records, done: make(chan error, 1)}
 	s.mu.Lock()
@@ -691,29 +726,51 @@ func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Reco
 
 // flush appends the pending commits, in batches, and applies them once
 // committed; a failed append drops the shard, since what the log holds is
-// no longer known.
+// no longer known. Then it restates the offsets if that is due.
 func (s *shard) flush(ctx context.Context, c *Coordinator, batch []*pendingCommit) {
+	force := false
+	var records []group.Record
+	for _, pc := range batch {
+		if pc.records == nil {
+			force = true
+		}
+		records = append(records, pc.records...)
+	}
+	_, err := s.appendRecords(ctx, c, records)
+	if err == nil {
+		err = s.restateIfDue(ctx, c, force)
+	}
+	for _, pc := range batch {
+		pc.done <- err
+	}
+}
+
+// appendRecords appends records, in batches of at most maxAppendBytes,
+// and applies each batch once it is committed. It returns the first
+// batch's base offset (-1 with no records). On an error the shard is
+// dropped.
+func (s *shard) appendRecords(ctx context.Context, c *Coordinator, records []group.Record) (int64, error) {
 	var b record.Builder
 	var buf []byte
 	now := c.cfg.Now().UnixMilli()
-	for len(batch) > 0 {
+	first := int64(-1)
+	for len(records) > 0 {
 		b.Reset()
 		n := 0
 		var err error
-		for ; n < len(batch) && (n == 0 || b.Size() < maxAppendBytes) && err == nil; n++ {
-			for _, r := range batch[n].records {
-				if err = b.Add(now, r.Key, r.Value, nil); err != nil {
-					break
-				}
+		for ; n < len(records) && (n == 0 || b.Size() < maxAppendBytes); n++ {
+			if err = b.Add(now, records[n].Key, records[n].Value, nil); err != nil {
+				break
 			}
 		}
-		part := batch[:n]
-		batch = batch[n:]
+		part := records[:n]
+		records = records[n:]
+		var base int64
 		if err == nil {
 			buf, err = b.AppendTo(buf[:0])
 		}
 		if err == nil {
-			err = c.cfg.Host.AppendOffsets(ctx, s.p, s.epoch, buf, b.Len())
+			base, err = c.cfg.Host.AppendOffsets(ctx, s.p, s.epoch, buf, b.Len())
 		}
 		s.mu.Lock()
 		if err == nil && s.dropped {
@@ -723,24 +780,76 @@ func (s *shard) flush(ctx context.Context, c *Coordinator, batch []*pendingCommi
 			s.drop()
 			s.mu.Unlock()
 			c.forget(s)
-			err = fmt.Errorf("%w: append to %s/%d: %v", ErrUnavailable, OffsetsTopic, s.p, err)
-			for _, pc := range append(part, batch...) {
-				pc.done <- err
-			}
-			return
+			return 0, fmt.Errorf("%w: append to %s/%d: %v", ErrUnavailable, OffsetsTopic, s.p, err)
 		}
-		for _, pc := range part {
-			for _, r := range pc.records {
-				if aerr := s.offsets.Apply(r.Key, r.Value); aerr != nil {
-					c.log.Error("applying a commit failed", "error", aerr)
-				}
+		for _, r := range part {
+			if aerr := s.offsets.Apply(r.Key, r.Value); aerr != nil {
+				c.log.Error("applying a commit failed", "error", aerr)
 			}
 		}
+		s.records += int64(len(part))
 		s.mu.Unlock()
-		for _, pc := range part {
-			pc.done <- nil
+		if first < 0 {
+			first = base
 		}
 	}
+	return first, nil
+}
+
+// restateIfDue appends every committed offset again when the records
+// since the last restatement reach RestateAfter and twice the offsets
+// kept, or when RestateEvery has passed (force), and then deletes the
+// segments below the restatement: the log start offset moves up to it, so
+// a rebuild reads at most one segment, the restatement and what came
+// after it. Retention can then never delete the only record of an offset
+// that is still committed. Called by the flusher, holding the turn, so no
+// other record lands between the restated ones.
+func (s *shard) restateIfDue(ctx context.Context, c *Coordinator, force bool) error {
+	if !force && s.records < max(c.cfg.RestateAfter, s.restateFloor) {
+		return nil
+	}
+	var records []group.Record
+	s.mu.Lock()
+	for _, g := range s.offsets.Groups() {
+		for _, po := range s.offsets.Group(g) {
+			r, err := group.OffsetRecord(g, po.TopicPartition, po.Committed)
+			if err != nil {
+				s.mu.Unlock()
+				return fmt.Errorf("%w: restate %s/%d: %v", ErrUnavailable, OffsetsTopic, s.p, err)
+			}
+			records = append(records, r)
+		}
+	}
+	s.mu.Unlock()
+	if !force && s.records < 2*int64(len(records)) {
+		// Not worth it yet; no need to look again before it could be.
+		s.restateFloor = 2 * int64(len(records))
+		return nil
+	}
+	start := c.cfg.Now()
+	before := s.records
+	first, err := s.appendRecords(ctx, c, records)
+	if err != nil {
+		return err
+	}
+	if first < 0 {
+		// Nothing is committed any more: everything before now is moot.
+		st, ok := c.cfg.Host.OffsetsLeader(s.p)
+		if !ok {
+			return nil
+		}
+		first = st.HighWatermark
+	}
+	if err := c.cfg.Host.TrimOffsets(s.p, first); err != nil {
+		c.log.Warn("deleting restated segments failed", "partition", s.p, "error", err)
+	}
+	s.mu.Lock()
+	s.records = int64(len(records))
+	s.restatedAt = c.cfg.Now()
+	s.mu.Unlock()
+	c.log.Info("offsets restated", "partition", s.p, "offsets", len(records), "records_before", before,
+		"restated_from", first, "took", c.cfg.Now().Sub(start))
+	return nil
 }
 
 // Offsets returns a group's committed offsets, of one topic if topic is

@@ -23,7 +23,7 @@ type fakeHost struct {
 	epoch      int32
 	leads      bool
 	logs       map[int][][]byte // batches, base offsets assigned
-	leo        map[int]int64
+	lso, leo   map[int]int64
 	hwLag      int64 // how far the HW trails the LEO
 	failAppend error
 	// appendDelay is the replication round trip of an append.
@@ -34,35 +34,52 @@ type fakeHost struct {
 }
 
 func newFakeHost() *fakeHost {
-	return &fakeHost{epoch: 1, leads: true, logs: map[int][][]byte{}, leo: map[int]int64{},
+	return &fakeHost{epoch: 1, leads: true, logs: map[int][][]byte{}, lso: map[int]int64{}, leo: map[int]int64{},
 		topics: map[string]int32{"t": 4}, hw: map[group.TopicPartition]int64{}}
 }
 
 func (h *fakeHost) OffsetsLeader(p int) (LeaderState, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return LeaderState{Epoch: h.epoch, HighWatermark: h.leo[p] - h.hwLag, LogEndOffset: h.leo[p]}, h.leads
+	return LeaderState{Epoch: h.epoch, LogStartOffset: h.lso[p], HighWatermark: h.leo[p] - h.hwLag, LogEndOffset: h.leo[p]}, h.leads
 }
 
-func (h *fakeHost) AppendOffsets(_ context.Context, p int, epoch int32, batch []byte, count int) error {
+func (h *fakeHost) AppendOffsets(_ context.Context, p int, epoch int32, batch []byte, count int) (int64, error) {
 	time.Sleep(h.appendDelay)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.appends++
 	if h.failAppend != nil {
-		return h.failAppend
+		return 0, h.failAppend
 	}
 	if !h.leads || epoch != h.epoch {
-		return errors.New("not leader at that epoch")
+		return 0, errors.New("not leader at that epoch")
 	}
 	b := append([]byte(nil), batch...)
 	hdr, _, err := record.ParseHeader(b, 1<<20)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	binaryPutBase(b, h.leo[p])
+	base := h.leo[p]
+	binaryPutBase(b, base)
 	h.logs[p] = append(h.logs[p], b)
 	h.leo[p] += int64(hdr.RecordCount())
+	return base, nil
+}
+
+// TrimOffsets drops the batches wholly below offset (each batch plays a
+// segment).
+func (h *fakeHost) TrimOffsets(p int, offset int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for len(h.logs[p]) > 0 {
+		hdr, _, _ := record.ParseHeader(h.logs[p][0], 1<<20)
+		if hdr.NextOffset() > offset {
+			break
+		}
+		h.logs[p] = h.logs[p][1:]
+		h.lso[p] = hdr.NextOffset()
+	}
 	return nil
 }
 
@@ -157,8 +174,14 @@ func (c *fakeClock) Add(d time.Duration) {
 
 func newTestCoordinator(t *testing.T, h *fakeHost, s *fakeStore, clock *fakeClock) *Coordinator {
 	t.Helper()
+	return newTestCoordinatorWith(t, h, s, clock, 0)
+}
+
+func newTestCoordinatorWith(t *testing.T, h *fakeHost, s *fakeStore, clock *fakeClock, restateAfter int64) *Coordinator {
+	t.Helper()
 	c := New(Config{Partitions: 3, Host: h, Store: s, Now: clock.Now, Logger: hclog.NewNullLogger(),
-		TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20}})
+		TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20},
+		RestateAfter: restateAfter})
 	t.Cleanup(c.Close)
 	return c
 }
@@ -429,5 +452,79 @@ func TestBadRequests(t *testing.T) {
 	}
 	if o, err := c.Offsets(ctx, "g", ""); err != nil || len(o.Offsets) != 0 {
 		t.Fatalf("offsets after refused commits = %+v, %v; want none", o, err)
+	}
+}
+
+// TestRestatementBoundsTheRebuild: once enough commits piled up, the
+// coordinator appends every committed offset again and deletes the log
+// below; a new coordinator rebuilds the same offsets from what is left,
+// including one committed once, long before, and never again.
+func TestRestatementBoundsTheRebuild(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	for p := range int32(4) {
+		h.hw[group.TopicPartition{Topic: "t", Partition: p}] = 1 << 40
+	}
+	c := newTestCoordinatorWith(t, h, s, clock, 50)
+	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	commit := func(p int32, off int64) {
+		t.Helper()
+		if _, err := c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+			Offsets: []OffsetCommit{{Topic: "t", Partition: p, Offset: off}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(3, 7) // the idle partition
+	for i := range 500 {
+		commit(int32(i%3), int64(i))
+	}
+	p := PartitionFor("g", 3)
+	st, _ := h.OffsetsLeader(p)
+	if st.LogStartOffset == 0 {
+		t.Fatalf("500 commits and no restatement: log start still 0, end %d", st.LogEndOffset)
+	}
+	if kept := st.LogEndOffset - st.LogStartOffset; kept > 50+2*4+10 {
+		t.Fatalf("%d records kept after restatements, want at most RestateAfter plus a restatement", kept)
+	}
+	h.epoch++
+	c2 := newTestCoordinatorWith(t, h, s, clock, 50)
+	o, err := c2.Offsets(ctx, "g", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{0: 498, 1: 499, 2: 497, 3: 7}
+	if len(o.Offsets) != len(want) {
+		t.Fatalf("rebuilt offsets %+v, want %v", o.Offsets, want)
+	}
+	for _, off := range o.Offsets {
+		if want[off.Partition] != off.Offset {
+			t.Fatalf("rebuilt offsets %+v, want %v", o.Offsets, want)
+		}
+	}
+}
+
+// TestRestatementByTime: an idle coordinator restates once RestateEvery
+// passed, so retention never takes the only record of a live offset.
+func TestRestatementByTime(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	h.hw[group.TopicPartition{Topic: "t", Partition: 0}] = 100
+	c := newTestCoordinator(t, h, s, clock)
+	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	if _, err := c.Commit(ctx, "g", CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+		Offsets: []OffsetCommit{{Topic: "t", Partition: 0, Offset: 9}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := PartitionFor("g", 3)
+	before, _ := h.OffsetsLeader(p)
+	clock.Add(DefaultRestateEvery)
+	// The member heartbeats, so the tick expires nobody.
+	if _, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: j.MemberEpoch, Owned: j.Assigned}); err != nil {
+		t.Fatal(err)
+	}
+	c.tick()
+	after, _ := h.OffsetsLeader(p)
+	if after.LogStartOffset <= before.LogStartOffset || after.LogEndOffset != before.LogEndOffset+1 {
+		t.Fatalf("before %+v, after %+v: want one restated record and the log below it deleted", before, after)
 	}
 }

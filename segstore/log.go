@@ -910,6 +910,37 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 		}
 		total -= s.size.Load()
 	}
+	return l.deleteFrontLocked(segs, n, "retention deleted segments")
+}
+
+// DeleteBefore deletes the oldest segments that lie entirely below offset,
+// which must be at most the high watermark, and moves the log start offset
+// to the first segment kept (Kafka's DeleteRecords, at segment
+// granularity): the records below offset are superseded by later ones,
+// and the caller no longer needs them. The active segment always stays.
+// It returns the number of segments deleted.
+func (l *Log) DeleteBefore(offset int64) (int, error) {
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	offset = min(offset, l.hw.Load())
+	segs := l.segments
+	n := 0
+	for n < len(segs)-1 && segs[n+1].base <= offset {
+		n++
+	}
+	return l.deleteFrontLocked(segs, n, "deleted segments below a start offset")
+}
+
+// deleteFrontLocked deletes segs[:n] and moves the log start offset to
+// segs[n]'s base, checkpointed before any file goes. Called with appendMu
+// held.
+func (l *Log) deleteFrontLocked(segs []*segment, n int, why string) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
@@ -932,7 +963,7 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 	}
 	l.clampHW(newStart, l.leo.Load())
 	l.epochs.truncateFromStart(newStart)
-	l.logger.Info("retention deleted segments", "count", n, "log_start_offset", newStart)
+	l.logger.Info(why, "count", n, "log_start_offset", newStart)
 	return n, nil
 }
 

@@ -852,3 +852,52 @@ func TestFollowerAppendIntoANewSegmentKeepsOneSegment(t *testing.T) {
 		t.Fatalf("%d segments after a segment_age, want 2", n)
 	}
 }
+
+// TestDeleteBefore: whole segments below the offset go, never one holding
+// the offset or above the high watermark, never the active one, and the
+// new log start survives a reopen.
+func TestDeleteBefore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 6))
+	opts := smallOptions(t, newClock())
+	opts.SegmentBytes = 1000
+	dir := t.TempDir()
+	l := openLog(t, OSFS{}, dir, opts)
+	appendN(t, l, rng, 40, 1, 150)
+	if len(l.segments) < 5 {
+		t.Fatalf("%d segments, want several", len(l.segments))
+	}
+	mid := l.segments[3].base + 1
+	if err := l.SetHighWatermark(l.segments[2].base); err != nil {
+		t.Fatal(err)
+	}
+	// Above the high watermark: only what lies below it goes.
+	if _, err := l.DeleteBefore(mid); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := l.LogStartOffset(), l.segments[0].base; got != want || got > l.HighWatermark() {
+		t.Fatalf("log start %d, first segment %d, HW %d", got, want, l.HighWatermark())
+	}
+	if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	n, err := l.DeleteBefore(mid)
+	if err != nil || n == 0 {
+		t.Fatalf("DeleteBefore(%d) = %d, %v", mid, n, err)
+	}
+	if lso := l.LogStartOffset(); lso > mid || lso != l.segments[0].base {
+		t.Fatalf("log start %d after DeleteBefore(%d), first segment %d", lso, mid, l.segments[0].base)
+	}
+	if _, err := l.ReadBytes(l.LogStartOffset()-1, 100, l.HighWatermark()); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("read below the start: %v", err)
+	}
+	if _, err := l.DeleteBefore(l.LogEndOffset() + 100); err != nil || len(l.segments) != 1 {
+		t.Fatalf("DeleteBefore past the end: %v, %d segments left (the active one must stay)", err, len(l.segments))
+	}
+	lso := l.LogStartOffset()
+	l.Close()
+	l = openLog(t, OSFS{}, dir, opts)
+	defer l.Close()
+	if l.LogStartOffset() != lso {
+		t.Fatalf("log start %d after reopen, want %d", l.LogStartOffset(), lso)
+	}
+}
