@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/producer"
@@ -106,8 +107,8 @@ type Agent struct {
 	replicas     *manager
 	// forwarder sends produces to other agents' peer APIs; fetchProxy
 	// streams fetches from leaders' client APIs.
-	forwarder  *peerClients
-	fetchProxy *peerClients
+	forwarder  *peer.Clients
+	fetchProxy *peer.Clients
 	// coalesce combines concurrent produces; nil when producer.linger is 0.
 	coalesce *coalescer
 	// lanes are the producer ids of this sidecar's own idempotent sends;
@@ -189,7 +190,7 @@ func (a *Agent) replicaDeps(dataDir string) *replicaDeps {
 		self:            a.cfg.NodeID,
 		cfg:             a.cfg,
 		coord:           a.coord,
-		peers:           newPeerClients(string(a.peerToken), fetchBodyLimit(a.cfg)),
+		peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false),
 		agents:          a.agents,
 		log:             a.log,
 		now:             a.now,
@@ -275,9 +276,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
 	a.replicas = newManager(a.replicaDeps(dir.Path), dir.Path)
-	a.forwarder = newPeerClients(string(a.peerToken), 64<<10)
-	a.fetchProxy = newPeerClients("", fetchBodyLimit(a.cfg))
-	a.fetchProxy.stream = true
+	a.forwarder = peer.NewClients(string(a.peerToken), 64<<10, false)
+	a.fetchProxy = peer.NewClients("", fetchBodyLimit(a.cfg), true)
 	runErr := a.join(ctx)
 	if runErr == nil {
 		a.waitingFor.Store("opening partitions")
@@ -399,8 +399,8 @@ func (a *Agent) clientRoutes() *router {
 func (a *Agent) peerRoutes() *router {
 	rt := &router{}
 	rt.add(fasthttp.MethodGet, "/v1/health", a.requirePeerToken(a.handleHealth))
-	rt.add(fasthttp.MethodGet, peerFetchPath, a.requirePeerToken(a.handleReplicaFetch))
-	rt.add(fasthttp.MethodGet, peerEpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
+	rt.add(fasthttp.MethodGet, peer.FetchPath, a.requirePeerToken(a.handleReplicaFetch))
+	rt.add(fasthttp.MethodGet, peer.EpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))
 	return rt
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 )
@@ -51,7 +52,7 @@ func TestDataLossClearedOnlyUnderTheJoinRule(t *testing.T) {
 				}
 			}
 			r := newReplica(deps, "t", 0, "id", dir, log, true)
-			r.maybeClearDataLoss(fetchPositions{LeaderEpoch: 2, HighWatermark: tc.hw, EpochStartOffset: tc.start, LogEndOffset: 9})
+			r.maybeClearDataLoss(peer.FetchPositions{LeaderEpoch: 2, HighWatermark: tc.hw, EpochStartOffset: tc.start, LogEndOffset: 9})
 			if cleared := !r.dataLoss; cleared != tc.wantClear {
 				t.Fatalf("log end 5, leader HW %d, epoch start %d: cleared %t, want %t", tc.hw, tc.start, cleared, tc.wantClear)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/replicate"
 
 	"github.com/logagent/logagent/wire"
@@ -53,7 +54,7 @@ func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition in
 // the log here, after a long poll when the follower is caught up, and leave
 // through sendfile.
 func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
-	f, err := parsePeerFetch(ctx.QueryArgs())
+	f, err := peer.ParseFetch(ctx.QueryArgs())
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
@@ -67,7 +68,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 		writeAPIError(ctx, peerAPIError(out.err))
 		return
 	}
-	pos := fetchPositions{
+	pos := peer.FetchPositions{
 		LeaderEpoch:      out.result.LeaderEpoch,
 		EpochStartOffset: out.result.EpochStartOffset,
 		HighWatermark:    out.result.HighWatermark,
@@ -76,7 +77,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 		Diverging:        out.result.Diverging,
 	}
 	if pos.Diverging != nil {
-		pos.write(&ctx.Response.Header)
+		pos.Write(&ctx.Response.Header)
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		return
 	}
@@ -111,7 +112,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	pos.HighWatermark = max(pos.HighWatermark, log.HighWatermark())
 	pos.LogEndOffset = log.LogEndOffset()
 	pos.LogStartOffset = log.LogStartOffset()
-	pos.write(&ctx.Response.Header)
+	pos.Write(&ctx.Response.Header)
 	ctx.SetContentType(wire.ContentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	sendRegion(ctx, region)
@@ -119,7 +120,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 
 // handleEpochEndOffset answers a follower's epoch end offset request.
 func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
-	q, err := parsePeerEpochQuery(ctx.QueryArgs())
+	q, err := peer.ParseEpochQuery(ctx.QueryArgs())
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
@@ -133,7 +134,7 @@ func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
 		writeAPIError(ctx, peerAPIError(out.err))
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, epochEndOffsetJSON{Epoch: out.answer.Epoch, EndOffset: out.answer.EndOffset})
+	writeJSON(ctx, fasthttp.StatusOK, peer.EpochEndOffsetJSON{Epoch: out.answer.Epoch, EndOffset: out.answer.EndOffset})
 }
 
 // waitFor holds a request until cond holds, wait passes, or the agent

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/producer"
@@ -127,7 +128,7 @@ type replicaDeps struct {
 	self       string
 	cfg        *config.Config
 	coord      Coordinator
-	peers      *peerClients
+	peers      *peer.Clients
 	agents     *directory
 	log        hclog.Logger
 	now        func() time.Time

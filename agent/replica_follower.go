@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 
@@ -142,9 +143,9 @@ func (r *replica) truncate(t replicate.Truncation) bool {
 
 func (r *replica) askEpoch(addr string, req replicate.EpochRequest) {
 	gen := r.gen
-	q := peerEpochQuery{Topic: r.topic, Partition: r.partition, EpochRequest: req}
+	q := peer.EpochQuery{Topic: r.topic, Partition: r.partition, EpochRequest: req}
 	r.tasks.Go(func() {
-		answer, err := r.deps.peers.epochEndOffset(addr, q)
+		answer, err := r.deps.peers.EpochEndOffset(addr, q)
 		r.send(epochAnswered{gen: gen, answer: answer, err: err})
 	})
 }
@@ -176,7 +177,7 @@ func (r *replica) onEpochAnswered(ev epochAnswered) {
 func (r *replica) fetch(addr string, req replicate.FetchRequest) {
 	gen := r.gen
 	req.DataLoss = r.dataLoss
-	f := peerFetch{
+	f := peer.Fetch{
 		Topic:              r.topic,
 		Partition:          r.partition,
 		FetchRequest:       req,
@@ -185,14 +186,14 @@ func (r *replica) fetch(addr string, req replicate.FetchRequest) {
 		MaxWait:            r.deps.cfg.Replication.FetchMaxWait,
 	}
 	r.tasks.Go(func() {
-		answer, err := r.deps.peers.fetch(addr, f)
+		answer, err := r.deps.peers.Fetch(addr, f)
 		r.send(fetchAnswered{gen: gen, answer: answer, err: err})
 	})
 }
 
 type fetchAnswered struct {
 	gen    uint64
-	answer peerFetchAnswer
+	answer peer.FetchAnswer
 	err    error
 }
 
@@ -201,7 +202,7 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 		return
 	}
 	if ev.err != nil {
-		var pe *peerError
+		var pe *peer.Error
 		if errors.As(ev.err, &pe) && pe.Code == wire.CodeOffsetOutOfRange {
 			if err := r.follower.FetchOutOfRange(pe.LogStartOffset, pe.LogEndOffset); err == nil {
 				return
@@ -267,7 +268,7 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 // trail what the previous leader committed; its epoch start cannot). Its
 // next fetch goes without the flag, and the leader admits it to the ISR by
 // the same rule.
-func (r *replica) maybeClearDataLoss(pos fetchPositions) {
+func (r *replica) maybeClearDataLoss(pos peer.FetchPositions) {
 	if !r.dataLoss || pos.Diverging != nil {
 		return
 	}
