@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
@@ -104,7 +105,7 @@ type Agent struct {
 	decoders     sync.Pool
 	roundRobin   atomic.Uint64
 	agents       *directory
-	replicas     *manager
+	replicas     *partition.Manager
 	// forwarder sends produces to other agents' peer APIs; fetchProxy
 	// streams fetches from leaders' client APIs.
 	forwarder  *peer.Clients
@@ -185,19 +186,19 @@ func readPeerToken(path string) ([]byte, error) {
 	return token, nil
 }
 
-func (a *Agent) replicaDeps(dataDir string) *replicaDeps {
-	return &replicaDeps{
-		self:            a.cfg.NodeID,
-		cfg:             a.cfg,
-		coord:           a.coord,
-		peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false),
-		agents:          a.agents,
-		log:             a.log,
-		now:             a.now,
-		fs:              a.fs,
-		durability:      durability(a.cfg.Storage.Durability),
-		producerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
-		logOptions: segstore.Options{
+func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
+	return &partition.Deps{
+		Self:            a.cfg.NodeID,
+		Config:          a.cfg,
+		Coord:           a.coord,
+		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false),
+		LookupAgent:     a.agents.lookup,
+		Log:             a.log,
+		Now:             a.now,
+		FS:              a.fs,
+		Durability:      durability(a.cfg.Storage.Durability),
+		ProducerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
+		LogOptions: segstore.Options{
 			SegmentBytes:       a.cfg.Storage.SegmentBytes,
 			SegmentAge:         a.cfg.Storage.SegmentAge,
 			IndexIntervalBytes: int(a.cfg.Storage.IndexIntervalBytes),
@@ -219,7 +220,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	if a.peerToken, err = readPeerToken(a.cfg.Peer.TokenFile); err != nil {
 		return err
 	}
-	dir, err := OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
+	dir, err := partition.OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
 	if err != nil {
 		return err
 	}
@@ -275,7 +276,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
-	a.replicas = newManager(a.replicaDeps(dir.Path), dir.Path)
+	a.replicas = partition.NewManager(a.replicaDeps(dir.Path), dir.Path)
 	a.forwarder = peer.NewClients(string(a.peerToken), 64<<10, false)
 	a.fetchProxy = peer.NewClients("", fetchBodyLimit(a.cfg), true)
 	runErr := a.join(ctx)
@@ -285,12 +286,12 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 			a.log.Warn("cannot list agents yet", "error", err)
 		}
 		a.agents.start(agentsRefreshInterval)
-		runErr = a.replicas.start(ctx, func(ctx context.Context) (*election.Snapshot, error) {
+		runErr = a.replicas.Start(ctx, func(ctx context.Context) (*election.Snapshot, error) {
 			snap, err := a.coord.WaitMetadata(ctx, 1)
 			if err == nil {
 				// Before the opens, so that a warning comes ahead of
 				// their failures.
-				checkFileLimit(a.log, snap, a.cfg.NodeID, dir.Path)
+				partition.CheckFileLimit(a.log, snap, a.cfg.NodeID, dir.Path)
 			}
 			return snap, err
 		})
@@ -323,7 +324,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	// agent closes its logs; the loops stop appending before the locks are
 	// released, so no write lands in a leadership another agent may
 	// already hold.
-	a.replicas.retireAll()
+	a.replicas.RetireAll()
 	dctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	if err := a.coord.Close(dctx); err != nil {
 		a.log.Warn("leaving Consul failed; its TTL check will turn critical", "error", err)
@@ -343,9 +344,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	cancelShutdown()
 	wg.Wait()
 	// Each replica's stop waits for its goroutines, peer requests in
-	// flight included (see replica.stop for the bound). The directory
-	// goes after them: their loops look agents up until they end.
-	closeErr := a.replicas.stop()
+	// flight included (see partition.Replica.Stop for the bound). The
+	// directory goes after them: their loops look agents up until they end.
+	closeErr := a.replicas.Stop()
 	a.agents.stop()
 	if runErr != nil {
 		return runErr

@@ -225,7 +225,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	}
 	// A cheap refusal before decoding; the loop checks role and epoch again
 	// when it appends.
-	if r.currentView().role != roleLeader {
+	if r.CurrentView().Role != roleLeader {
 		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
 		return
 	}

@@ -457,7 +457,7 @@ func TestPendingAcksFail(t *testing.T) {
 	leader.mustProduce("stuck", 0, "committed")
 	for _, ta := range c.agents {
 		if ta != leader {
-			if err := ta.agent.replicas.get("stuck", 0).stop(); err != nil {
+			if err := ta.agent.replicas.Get("stuck", 0).Stop(); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"path/filepath"
@@ -36,7 +36,7 @@ func TestDataLossClearedOnlyUnderTheJoinRule(t *testing.T) {
 			root := t.TempDir()
 			fsys := segstore.OSFS{}
 			opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
-			deps := &replicaDeps{self: "n2", log: hclog.NewNullLogger(), now: time.Now, fs: fsys, logOptions: opts, durability: tc.durability}
+			deps := &Deps{Self: "n2", Log: hclog.NewNullLogger(), Now: time.Now, FS: fsys, LogOptions: opts, Durability: tc.durability}
 			dir := filepath.Join(root, "t-0")
 			log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
 			if err != nil {

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"errors"
@@ -10,38 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/segstore"
-
-	"github.com/logagent/logagent/wire"
 )
-
-func TestPeerAPIErrorCodes(t *testing.T) {
-	tests := []struct {
-		err    error
-		status int
-		code   string
-	}{
-		{fmt.Errorf("x: %w", replicate.ErrFencedLeaderEpoch), 409, wire.CodeFencedLeaderEpoch},
-		{fmt.Errorf("x: %w", replicate.ErrUnknownLeaderEpoch), 412, wire.CodeUnknownLeaderEpoch},
-		{errNotLeaderHere, 409, wire.CodeNotLeader},
-		{replicate.ErrNotLeader, 409, wire.CodeNotLeader},
-		{replicate.ErrNotReplica, 403, wire.CodeNotReplica},
-		{replicate.ErrInvalidRequest, 400, wire.CodeInvalidRequest},
-		{&outOfRangeError{logStartOffset: 3, logEndOffset: 9}, 416, wire.CodeOffsetOutOfRange},
-		{segstore.ErrClosed, 503, wire.CodeStorageError},
-	}
-	for _, tc := range tests {
-		e := peerAPIError(tc.err)
-		if e.status != tc.status || e.Code != tc.code {
-			t.Errorf("%v: %d %s, want %d %s", tc.err, e.status, e.Code, tc.status, tc.code)
-		}
-	}
-	e := peerAPIError(&outOfRangeError{logStartOffset: 3, logEndOffset: 9})
-	if *e.LogStartOffset != 3 || *e.LogEndOffset != 9 {
-		t.Fatalf("out of range bounds %d %d", *e.LogStartOffset, *e.LogEndOffset)
-	}
-}
 
 func TestBroadcastWakesEveryWaiter(t *testing.T) {
 	b := newBroadcast()
@@ -93,6 +64,21 @@ func testLog(t *testing.T, dir string) *segstore.Log {
 		t.Fatal(err)
 	}
 	return log
+}
+
+func testBatch(t *testing.T, values []string) []byte {
+	t.Helper()
+	var b record.Builder
+	for _, v := range values {
+		if err := b.Add(1, nil, []byte(v), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return batch
 }
 
 func appendLeader(t *testing.T, log *segstore.Log, epoch int32, values ...string) {
