@@ -15,6 +15,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/groupcoord"
@@ -106,11 +108,11 @@ type Agent struct {
 	decoders     sync.Pool
 	roundRobin   atomic.Uint64
 	agents       *directory
-	replicas     *manager
+	replicas     *partition.Manager
 	// forwarder sends produces to other agents' peer APIs; fetchProxy
 	// streams fetches from leaders' client APIs.
-	forwarder  *peerClients
-	fetchProxy *peerClients
+	forwarder  *peer.Clients
+	fetchProxy *peer.Clients
 	// coalesce combines concurrent produces; nil when producer.linger is 0.
 	coalesce *coalescer
 	// lanes are the producer ids of this sidecar's own idempotent sends;
@@ -120,7 +122,7 @@ type Agent struct {
 	// this agent leads; groupPeers sends group operations to other agents'
 	// coordinators.
 	groups     *groupcoord.Coordinator
-	groupPeers *peerClients
+	groupPeers *peer.Clients
 	// fs does the partitions' file I/O: the operating system's files, or in
 	// tests segstore's FaultFS.
 	fs segstore.FS
@@ -192,19 +194,19 @@ func readPeerToken(path string) ([]byte, error) {
 	return token, nil
 }
 
-func (a *Agent) replicaDeps(dataDir string) *replicaDeps {
-	return &replicaDeps{
-		self:            a.cfg.NodeID,
-		cfg:             a.cfg,
-		coord:           a.coord,
-		peers:           newPeerClients(string(a.peerToken), fetchBodyLimit(a.cfg)),
-		agents:          a.agents,
-		log:             a.log,
-		now:             a.now,
-		fs:              a.fs,
-		durability:      durability(a.cfg.Storage.Durability),
-		producerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
-		logOptions: segstore.Options{
+func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
+	return &partition.Deps{
+		Self:            a.cfg.NodeID,
+		Config:          a.cfg,
+		Coord:           a.coord,
+		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false),
+		LookupAgent:     a.agents.lookup,
+		Log:             a.log,
+		Now:             a.now,
+		FS:              a.fs,
+		Durability:      durability(a.cfg.Storage.Durability),
+		ProducerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
+		LogOptions: segstore.Options{
 			SegmentBytes:       a.cfg.Storage.SegmentBytes,
 			SegmentAge:         a.cfg.Storage.SegmentAge,
 			IndexIntervalBytes: int(a.cfg.Storage.IndexIntervalBytes),
@@ -226,7 +228,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	if a.peerToken, err = readPeerToken(a.cfg.Peer.TokenFile); err != nil {
 		return err
 	}
-	dir, err := OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
+	dir, err := partition.OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
 	if err != nil {
 		return err
 	}
@@ -282,11 +284,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
-	a.replicas = newManager(a.replicaDeps(dir.Path), dir.Path)
-	a.forwarder = newPeerClients(string(a.peerToken), 64<<10)
-	a.fetchProxy = newPeerClients("", fetchBodyLimit(a.cfg))
-	a.fetchProxy.stream = true
-	a.groupPeers = newPeerClients(string(a.peerToken), fetchBodyLimit(a.cfg))
+	a.replicas = partition.NewManager(a.replicaDeps(dir.Path), dir.Path)
+	a.forwarder = peer.NewClients(string(a.peerToken), 64<<10, false)
+	a.fetchProxy = peer.NewClients("", fetchBodyLimit(a.cfg), true)
+	a.groupPeers = peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false)
 	a.groups = groupcoord.New(groupcoord.Config{
 		Partitions: a.cfg.Groups.OffsetsPartitions,
 		Host:       groupHost{a},
@@ -302,12 +303,12 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 			a.log.Warn("cannot list agents yet", "error", err)
 		}
 		a.agents.start(agentsRefreshInterval)
-		runErr = a.replicas.start(ctx, func(ctx context.Context) (*election.Snapshot, error) {
+		runErr = a.replicas.Start(ctx, func(ctx context.Context) (*election.Snapshot, error) {
 			snap, err := a.coord.WaitMetadata(ctx, 1)
 			if err == nil {
 				// Before the opens, so that a warning comes ahead of
 				// their failures.
-				checkFileLimit(a.log, snap, a.cfg.NodeID, dir.Path)
+				partition.CheckFileLimit(a.log, snap, a.cfg.NodeID, dir.Path)
 			}
 			return snap, err
 		})
@@ -340,7 +341,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	// agent closes its logs; the loops stop appending before the locks are
 	// released, so no write lands in a leadership another agent may
 	// already hold.
-	a.replicas.retireAll()
+	a.replicas.RetireAll()
 	dctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	if err := a.coord.Close(dctx); err != nil {
 		a.log.Warn("leaving Consul failed; its TTL check will turn critical", "error", err)
@@ -360,10 +361,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	cancelShutdown()
 	wg.Wait()
 	// Each replica's stop waits for its goroutines, peer requests in
-	// flight included (see replica.stop for the bound). The directory
-	// goes after them: their loops look agents up until they end.
+	// flight included (see partition.Replica.Stop for the bound). The
+	// directory goes after them: their loops look agents up until they end.
 	a.groups.Close()
-	closeErr := a.replicas.stop()
+	closeErr := a.replicas.Stop()
 	a.agents.stop()
 	if runErr != nil {
 		return runErr
@@ -425,8 +426,8 @@ func (a *Agent) clientRoutes() *router {
 func (a *Agent) peerRoutes() *router {
 	rt := &router{}
 	rt.add(fasthttp.MethodGet, "/v1/health", a.requirePeerToken(a.handleHealth))
-	rt.add(fasthttp.MethodGet, peerFetchPath, a.requirePeerToken(a.handleReplicaFetch))
-	rt.add(fasthttp.MethodGet, peerEpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
+	rt.add(fasthttp.MethodGet, peer.FetchPath, a.requirePeerToken(a.handleReplicaFetch))
+	rt.add(fasthttp.MethodGet, peer.EpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))
 	rt.add(fasthttp.MethodPost, peerGroupsPath, a.requirePeerToken(a.handlePeerGroupOp))
 	return rt

@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/segstore"
 
 	"github.com/logagent/logagent/wire"
@@ -52,20 +53,20 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
-	r := a.replicas.get(topic, partition)
+	r := a.replicas.Get(topic, partition)
 	if r == nil {
 		if !a.proxyFetch(ctx, topic, partition, wait) {
 			writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition)))
 		}
 		return
 	}
-	if v := r.currentView(); v.dataLoss || !(v.role == roleLeader || (v.role == roleFollower && v.inSync(a.cfg.NodeID))) {
+	if v := r.CurrentView(); v.DataLoss || !(v.Role == roleLeader || (v.Role == roleFollower && v.InSync(a.cfg.NodeID))) {
 		if !a.proxyFetch(ctx, topic, partition, wait) {
 			writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent's replica of "+partitionName(topic, partition)+" is not in sync"))
 		}
 		return
 	}
-	log := r.currentLog()
+	log := r.CurrentLog()
 	offset, err := resolveOffset(args.Peek("offset"), log)
 	if err != nil {
 		writeErr(ctx, err)
@@ -141,7 +142,7 @@ func storageAPIError(err error) *apiError {
 		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, err.Error(), false)
 		e.LogStartOffset, e.LogEndOffset = &oor.LogStartOffset, &oor.LogEndOffset
 		return e
-	case errors.Is(err, segstore.ErrClosed), errors.Is(err, segstore.ErrFailed), errors.Is(err, errReplicaStopped):
+	case errors.Is(err, segstore.ErrClosed), errors.Is(err, segstore.ErrFailed), errors.Is(err, partition.ErrReplicaStopped):
 		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
 	default:
 		return newAPIError(fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)

@@ -3,6 +3,7 @@ package agent
 import (
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 )
@@ -22,3 +23,7 @@ func NewCoordinator(cfg *config.Config, logger hclog.Logger) (*election.Client, 
 		Logger:     logger,
 	})
 }
+
+// peerCallTimeout bounds a call to a peer or to Consul that no long poll
+// holds: the peer client's own bound.
+const peerCallTimeout = peer.CallTimeout

@@ -94,7 +94,7 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	if timeout <= 0 {
 		return nil, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, "the request's timeout passed before the write was forwarded", false)
 	}
-	req := a.forwarder.newRequest(info.PeerAddr, peerProducePath)
+	req := a.forwarder.NewRequest(info.PeerAddr, peerProducePath)
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType(wire.ContentTypeBatch)
@@ -112,7 +112,7 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	defer fasthttp.ReleaseResponse(resp)
 	// The leader answers ack_timeout itself at the deadline; the margin
 	// lets its answer arrive.
-	if err := a.forwarder.client(info.PeerAddr).DoTimeout(req, resp, timeout+produceGrace); err != nil {
+	if err := a.forwarder.Client(info.PeerAddr).DoTimeout(req, resp, timeout+produceGrace); err != nil {
 		if neverSent(err) {
 			return nil, fmt.Errorf("%w: %w", errForwardRefused,
 				newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
@@ -157,6 +157,13 @@ func relayedError(resp *fasthttp.Response) *apiError {
 	e := body.Error
 	e.status = resp.StatusCode()
 	return &e
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
 }
 
 // neverSent says whether a forward failed before any byte of it could
@@ -218,7 +225,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	}
 	// A cheap refusal before decoding; the loop checks role and epoch again
 	// when it appends.
-	if r.currentView().role != roleLeader {
+	if r.CurrentView().Role != roleLeader {
 		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
 		return
 	}
@@ -263,7 +270,7 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	req.Header.Set(wire.HeaderProxied, a.cfg.NodeID)
 	req.SetRequestURI("http://" + info.ClientAddr + string(ctx.Request.URI().RequestURI()))
 	resp := fasthttp.AcquireResponse()
-	if err := a.fetchProxy.client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
+	if err := a.fetchProxy.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		writeAPIError(ctx, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
 			"leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
@@ -276,11 +283,11 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 		}
 	}
 	size := resp.Header.ContentLength()
-	if size <= 0 || size > a.fetchProxy.maxBodySize {
+	if size <= 0 || size > a.fetchProxy.MaxBodySize() {
 		// Nothing, or an answer over the bound: the body is not read.
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
-		if size > a.fetchProxy.maxBodySize {
+		if size > a.fetchProxy.MaxBodySize() {
 			writeError(ctx, fasthttp.StatusBadGateway, wire.CodeInternal, "the leader's answer is over the proxy's bound", true)
 		}
 		return true

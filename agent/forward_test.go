@@ -50,7 +50,7 @@ func TestForwardedProduceFencedInTheLoop(t *testing.T) {
 	n1 := c.agents[0]
 	c.createTopic(n1, "fenced", 1, 1, 1)
 	_, pd := c.waitLeader("fenced", 0, 1)
-	r := n1.agent.replicas.get("fenced", 0)
+	r := n1.agent.replicas.Get("fenced", 0)
 	tests := []struct {
 		name    string
 		epoch   int32
@@ -62,15 +62,14 @@ func TestForwardedProduceFencedInTheLoop(t *testing.T) {
 		{"any epoch", anyEpoch, nil},
 	}
 	for _, tc := range tests {
-		before := r.currentLog().LogEndOffset()
-		out := r.produce(&produceRequest{batch: testBatch(t, []string{tc.name}), acks: replicate.AcksAll,
-			epoch: tc.epoch, deadline: time.Now().Add(5 * time.Second)}, 6*time.Second)
-		after := r.currentLog().LogEndOffset()
+		before := r.CurrentLog().LogEndOffset()
+		out := r.Produce(testBatch(t, []string{tc.name}), replicate.AcksAll, tc.epoch, time.Now().Add(5*time.Second), 6*time.Second)
+		after := r.CurrentLog().LogEndOffset()
 		switch {
-		case tc.wantErr == nil && (out.err != nil || after != before+1):
-			t.Errorf("%s: err %v, log end %d -> %d; want one record appended", tc.name, out.err, before, after)
-		case tc.wantErr != nil && (!errors.Is(out.err, tc.wantErr) || out.appended || after != before):
-			t.Errorf("%s: err %v (appended %t), log end %d -> %d; want %v and nothing appended", tc.name, out.err, out.appended, before, after, tc.wantErr)
+		case tc.wantErr == nil && (out.Err != nil || after != before+1):
+			t.Errorf("%s: err %v, log end %d -> %d; want one record appended", tc.name, out.Err, before, after)
+		case tc.wantErr != nil && (!errors.Is(out.Err, tc.wantErr) || out.Appended || after != before):
+			t.Errorf("%s: err %v (appended %t), log end %d -> %d; want %v and nothing appended", tc.name, out.Err, out.Appended, before, after, tc.wantErr)
 		}
 	}
 	// Through the peer API the refusals keep their codes, so the sidecar

@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/group"
 	"github.com/logagent/logagent/groupcoord"
@@ -64,13 +65,13 @@ func refuseInternalTopic(ctx *fasthttp.RequestCtx, topic, what string) bool {
 // groupHost gives groupcoord the agent's offsets partitions and metadata.
 type groupHost struct{ a *Agent }
 
-func (h groupHost) leader(p int) (*replica, *replicaView, bool) {
-	r := h.a.replicas.get(groupcoord.OffsetsTopic, p)
+func (h groupHost) leader(p int) (*partition.Replica, *partition.View, bool) {
+	r := h.a.replicas.Get(groupcoord.OffsetsTopic, p)
 	if r == nil {
 		return nil, nil, false
 	}
-	v := r.currentView()
-	return r, v, v.role == roleLeader && !v.dataLoss
+	v := r.CurrentView()
+	return r, v, v.Role == roleLeader && !v.DataLoss
 }
 
 func (h groupHost) OffsetsLeader(p int) (groupcoord.LeaderState, bool) {
@@ -78,8 +79,8 @@ func (h groupHost) OffsetsLeader(p int) (groupcoord.LeaderState, bool) {
 	if !ok {
 		return groupcoord.LeaderState{}, false
 	}
-	log := r.currentLog()
-	return groupcoord.LeaderState{Epoch: v.epoch, LogStartOffset: log.LogStartOffset(),
+	log := r.CurrentLog()
+	return groupcoord.LeaderState{Epoch: v.Epoch, LogStartOffset: log.LogStartOffset(),
 		HighWatermark: log.HighWatermark(), LogEndOffset: log.LogEndOffset()}, true
 }
 
@@ -100,7 +101,7 @@ func (h groupHost) TrimOffsets(p int, offset int64) error {
 	if !ok {
 		return fmt.Errorf("%w: %s/%d is not led here", groupcoord.ErrNotCoordinator, groupcoord.OffsetsTopic, p)
 	}
-	_, err := r.currentLog().DeleteBefore(offset)
+	_, err := r.CurrentLog().DeleteBefore(offset)
 	return err
 }
 
@@ -109,7 +110,7 @@ func (h groupHost) ReadOffsets(p int, offset int64, maxBytes int) ([]byte, error
 	if !ok {
 		return nil, fmt.Errorf("%w: %s/%d is not led here", groupcoord.ErrNotCoordinator, groupcoord.OffsetsTopic, p)
 	}
-	log := r.currentLog()
+	log := r.CurrentLog()
 	return log.ReadBytes(offset, int64(maxBytes), log.HighWatermark())
 }
 
@@ -125,8 +126,8 @@ func (h groupHost) Partitions(topic string) int32 {
 // watermark answers with both positions).
 func (h groupHost) Positions(ctx context.Context, tp group.TopicPartition) (int64, int64, error) {
 	p := int(tp.Partition)
-	if r := h.a.replicas.get(tp.Topic, p); r != nil && r.currentView().role == roleLeader {
-		log := r.currentLog()
+	if r := h.a.replicas.Get(tp.Topic, p); r != nil && r.CurrentView().Role == roleLeader {
+		log := r.CurrentLog()
 		return log.LogStartOffset(), log.HighWatermark(), nil
 	}
 	pm, ok := h.a.coord.Metadata().Partition(tp.Topic, p)
@@ -146,7 +147,7 @@ func (h groupHost) Positions(ctx context.Context, tp group.TopicPartition) (int6
 	req.Header.Set(wire.HeaderProxied, h.a.cfg.NodeID)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if err := h.a.groupPeers.client(info.ClientAddr).DoTimeout(req, resp, peerCallTimeout); err != nil {
+	if err := h.a.groupPeers.Client(info.ClientAddr).DoTimeout(req, resp, peerCallTimeout); err != nil {
 		return 0, 0, fmt.Errorf("leader %s of %v unreachable: %w", pm.State.Leader, tp, err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
@@ -315,7 +316,7 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *apiError) 
 		return nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"coordinator "+pm.State.Leader+" is not among the registered agents", true)
 	}
-	req := a.groupPeers.newRequest(info.PeerAddr, peerGroupsPath)
+	req := a.groupPeers.NewRequest(info.PeerAddr, peerGroupsPath)
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
@@ -331,7 +332,7 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *apiError) 
 	req.SetBodyRaw(op.body)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if err := a.groupPeers.client(info.PeerAddr).DoDeadline(req, resp, deadline); err != nil {
+	if err := a.groupPeers.Client(info.PeerAddr).DoDeadline(req, resp, deadline); err != nil {
 		return nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"coordinator "+pm.State.Leader+" unreachable: "+err.Error(), true)
 	}
@@ -355,7 +356,7 @@ func (a *Agent) createOffsetsTopic() *apiError {
 	// Small segments and no retention: the coordinators' restatements
 	// delete what is superseded, segment by segment, and nothing else may
 	// (retention could take the only record of an offset still committed).
-	tc.Storage, _ = json.Marshal(topicStorage{SegmentBytes: offsetsSegmentBytes, NoRetention: true})
+	tc.Storage, _ = json.Marshal(partition.TopicStorage{SegmentBytes: offsetsSegmentBytes, NoRetention: true})
 	nodes := make([]string, len(agents))
 	for i, ag := range agents {
 		nodes[i] = ag.NodeID

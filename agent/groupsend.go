@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -109,7 +110,7 @@ type sendResult struct {
 // sendGroupOnce makes one attempt for the batches at indexes pending.
 func (a *Agent) sendGroupOnce(topic string, partition int, batches [][]byte, counts []int, pending []int, acks replicate.Acks, attempt, deadline time.Time) []sendResult {
 	out := make([]sendResult, len(pending))
-	if r := a.replicas.get(topic, partition); r != nil && r.currentView().role == roleLeader {
+	if r := a.replicas.Get(topic, partition); r != nil && r.CurrentView().Role == roleLeader {
 		sel, cnt := make([][]byte, len(pending)), make([]int, len(pending))
 		for k, i := range pending {
 			sel[k], cnt[k] = batches[i], counts[i]
@@ -184,37 +185,24 @@ func groupBytes(batches [][]byte) int {
 
 // appendLocalGroup hands batches to this agent's leader loop in one event
 // (appended in order in one loop turn) and waits for every answer.
-func (a *Agent) appendLocalGroup(r *replica, topic string, partition int, batches [][]byte, counts []int, acks replicate.Acks, epoch int32, timeout time.Duration) ([]produceResponse, []*apiError) {
-	deadline := a.now().Add(timeout)
-	reqs := make([]*produceRequest, len(batches))
+func (a *Agent) appendLocalGroup(r *partition.Replica, topic string, partition int, batches [][]byte, counts []int, acks replicate.Acks, epoch int32, timeout time.Duration) ([]produceResponse, []*apiError) {
+	outs := r.ProduceGroup(batches, acks, epoch, a.now().Add(timeout), timeout+produceGrace)
 	resps, errs := make([]produceResponse, len(batches)), make([]*apiError, len(batches))
-	for i, b := range batches {
-		reqs[i] = &produceRequest{batch: b, acks: acks, epoch: epoch, deadline: deadline, reply: make(chan produceOutcome, 1)}
-	}
-	if !r.send(&produceGroupRequest{reqs: reqs}) {
-		clear(reqs)
-	}
-	timer := time.NewTimer(timeout + produceGrace)
-	defer timer.Stop()
-	for i, req := range reqs {
+	for i, out := range outs {
 		resps[i] = produceResponse{Topic: topic, Partition: partition, Count: counts[i]}
-		out := produceOutcome{err: errReplicaStopped}
-		if req != nil {
-			out = r.await(req, timer.C)
-		}
-		if out.err != nil {
+		if out.Err != nil {
 			errs[i] = a.produceError(topic, partition, out)
 			continue
 		}
-		base, last, ep := out.base, out.last, out.epoch
-		resps[i].BaseOffset, resps[i].LastOffset, resps[i].Epoch, resps[i].Duplicate = &base, &last, &ep, out.duplicate
+		base, last, ep := out.Base, out.Last, out.Epoch
+		resps[i].BaseOffset, resps[i].LastOffset, resps[i].Epoch, resps[i].Duplicate = &base, &last, &ep, out.Duplicate
 	}
 	return resps, errs
 }
 
 // handleReplicaProduceGroup serves a forward of several batches
 // (batches=N above), after handleReplicaProduce read its parameters.
-func (a *Agent) handleReplicaProduceGroup(ctx *fasthttp.RequestCtx, r *replica, topic string, partition, n int, acks replicate.Acks, epoch int32, timeout time.Duration) {
+func (a *Agent) handleReplicaProduceGroup(ctx *fasthttp.RequestCtx, r *partition.Replica, topic string, partition, n int, acks replicate.Acks, epoch int32, timeout time.Duration) {
 	raw, err := record.SplitBatches(ctx.PostBody(), a.recordLimits.MaxBatchBytes)
 	if err == nil && len(raw) != n {
 		err = fmt.Errorf("agent: the body holds %d batches, batches=%d", len(raw), n)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
@@ -145,21 +146,10 @@ func applyProducerHeaders(batch []byte, p producerHeaders, explicitPartition boo
 	return true, nil
 }
 
-// producerError is the leader's refusal of an idempotent batch.
-type producerError struct {
-	decision producer.Decision
-}
-
-func (e *producerError) Error() string {
-	if e.decision.Reason != "" {
-		return "agent: " + e.decision.Reason
-	}
-	return "agent: idempotent batch refused: " + e.decision.Verdict.String()
-}
-
-func (e *producerError) apiError() *apiError {
+// producerAPIError maps the leader's refusal of an idempotent batch.
+func producerAPIError(e *partition.ProducerError) *apiError {
 	code := wire.CodeOutOfOrderSequence
-	if e.decision.Verdict == producer.InvalidProducerEpoch {
+	if e.Decision.Verdict == producer.InvalidProducerEpoch {
 		code = wire.CodeInvalidProducerEpoch
 	}
 	return newAPIError(fasthttp.StatusConflict, code, e.Error(), false)
@@ -184,6 +174,12 @@ type lanes struct {
 	alloc func(ctx context.Context) (int64, int16, error)
 	mu    sync.Mutex
 	free  map[partitionKey][]*lane
+}
+
+// partitionKey names a partition, the key of the lanes.
+type partitionKey struct {
+	topic     string
+	partition int
 }
 
 type lane struct {
@@ -354,7 +350,7 @@ func (a *Agent) pauseBeforeRetry(remaining time.Duration) bool {
 // by deadline; refused says the leader refused it before appending
 // anything (or it never reached a leader).
 func (a *Agent) sendOnce(topic string, partition int, batch []byte, count int, acks replicate.Acks, attempt, deadline time.Time) (produceResponse, *apiError, bool) {
-	if r := a.replicas.get(topic, partition); r != nil && r.currentView().role == roleLeader {
+	if r := a.replicas.Get(topic, partition); r != nil && r.CurrentView().Role == roleLeader {
 		resp, e := a.appendLocal(r, topic, partition, batch, count, acks, anyEpoch, deadline.Sub(a.now()))
 		return resp, e, e != nil && e.Code == wire.CodeNotLeader
 	}

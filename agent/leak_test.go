@@ -26,11 +26,14 @@ func runLabelled(ctx context.Context, node string, f func(context.Context)) {
 }
 
 // ownedFrames are the functions whose goroutines must end with the agent:
-// the agent's own and those of its Consul client. fasthttp's and net/http's
-// pooled connection goroutines carry the label too but belong to their
-// pools and end when idle.
+// the agent's own (its partition runtime and peer client included: their
+// packages' frames do not start with "agent.") and those of its Consul
+// client. fasthttp's and net/http's pooled connection goroutines carry the
+// label too but belong to their pools and end when idle.
 var ownedFrames = []string{
 	"github.com/logagent/logagent/agent.",
+	"github.com/logagent/logagent/agent/partition.",
+	"github.com/logagent/logagent/agent/peer.",
 	"github.com/logagent/logagent/election.",
 }
 
@@ -124,7 +127,7 @@ func TestOwnedStack(t *testing.T) {
 		block string
 		want  bool
 	}{
-		{"replica fetch", "1 @ 0x1 0x2\n# labels: {\"logagent_test_agent\":\"n1\"}\n#\t0x1\tgithub.com/valyala/fasthttp.(*HostClient).DoTimeout+0x10\t/x/client.go:1\n#\t0x2\tgithub.com/logagent/logagent/agent.(*replica).fetch.func1+0x20\t/x/replica_follower.go:1", true},
+		{"replica fetch", "1 @ 0x1 0x2\n# labels: {\"logagent_test_agent\":\"n1\"}\n#\t0x1\tgithub.com/valyala/fasthttp.(*HostClient).DoTimeout+0x10\t/x/client.go:1\n#\t0x2\tgithub.com/logagent/logagent/agent/partition.(*Replica).fetch.func1+0x20\t/x/replica_follower.go:1", true},
 		{"election loop", "1 @ 0x1\n# labels: {\"logagent_test_agent\":\"n1\"}\n#\t0x1\tgithub.com/logagent/logagent/election.(*Client).watchLoop+0x10\t/x/watch.go:1", true},
 		{"pooled connection", "1 @ 0x1\n# labels: {\"logagent_test_agent\":\"n1\"}\n#\t0x1\tnet/http.(*persistConn).readLoop+0x10\t/x/transport.go:1", false},
 		{"test agent", "1 @ 0x1 0x2\n# labels: {\"logagent_test_agent\":\"n1\"}\n#\t0x1\tgithub.com/logagent/logagent/agent.runLabelled+0x10\t/x/leak_test.go:1\n#\t0x2\tgithub.com/logagent/logagent/agent.(*testAgent).start.func1+0x10\t/x/cluster_test.go:1", false},

@@ -2,37 +2,15 @@ package agent
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/logagent/logagent/wire"
 )
-
-func TestOpenRetryDelay(t *testing.T) {
-	cases := []struct {
-		attempts int
-		want     time.Duration
-	}{
-		{1, 250 * time.Millisecond},
-		{2, 500 * time.Millisecond},
-		{3, time.Second},
-		{7, 16 * time.Second},
-		{8, 30 * time.Second},
-		{9, 30 * time.Second},
-		{1000, 30 * time.Second},
-	}
-	for _, c := range cases {
-		if got := openRetryDelay(c.attempts); got != c.want {
-			t.Errorf("openRetryDelay(%d) = %s, want %s", c.attempts, got, c.want)
-		}
-	}
-}
 
 // statusOf reads one partition's entry in GET /v1/status, if it has one.
 func (ta *testAgent) statusOf(topic string, partition int) (statusPartition, bool) {
@@ -115,22 +93,5 @@ func TestPartitionThatCannotOpenStaysOfflineAndRetries(t *testing.T) {
 	}
 	if sp, _ := ta.statusOf("t", 1); sp.Role == roleOffline || sp.OfflineReason != "" {
 		t.Errorf("status of t/1 once open = %+v", sp)
-	}
-}
-
-func TestRootCause(t *testing.T) {
-	emfile := &os.PathError{Op: "open", Path: "/data/t-0/00000000000000000000.index", Err: syscall.EMFILE}
-	cases := []struct {
-		name string
-		err  error
-		want string
-	}{
-		{"plain", errors.New("x"), "x"},
-		{"wrapped twice", fmt.Errorf("agent: open partition log: %w", fmt.Errorf("segstore: open segment: %w", emfile)), syscall.EMFILE.Error()},
-	}
-	for _, c := range cases {
-		if got := rootCause(c.err).Error(); got != c.want {
-			t.Errorf("%s: rootCause = %q, want %q", c.name, got, c.want)
-		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/replicate"
 
 	"github.com/logagent/logagent/wire"
@@ -33,14 +35,14 @@ func (a *Agent) requirePeerToken(h fasthttp.RequestHandler) fasthttp.RequestHand
 }
 
 // peerReplica finds the replica a peer request names, or answers for it.
-func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition int) *replica {
+func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition int) *partition.Replica {
 	if !a.serving(ctx) {
 		return nil
 	}
-	r := a.replicas.get(topic, partition)
+	r := a.replicas.Get(topic, partition)
 	if r == nil {
 		msg := "this agent has no replica of " + partitionName(topic, partition)
-		if f, ok := a.replicas.offline(topic, partition); ok {
+		if f, ok := a.replicas.Offline(topic, partition); ok {
 			msg = offlineMessage(topic, partition, f)
 		}
 		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, msg, true))
@@ -53,7 +55,7 @@ func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition in
 // the log here, after a long poll when the follower is caught up, and leave
 // through sendfile.
 func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
-	f, err := parsePeerFetch(ctx.QueryArgs())
+	f, err := peer.ParseFetch(ctx.QueryArgs())
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
@@ -62,32 +64,32 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	if r == nil {
 		return
 	}
-	out := r.leaderFetch(f.FetchRequest)
-	if out.err != nil {
-		writeAPIError(ctx, peerAPIError(out.err))
+	out := r.LeaderFetch(f.FetchRequest)
+	if out.Err != nil {
+		writeAPIError(ctx, peerAPIError(out.Err))
 		return
 	}
-	pos := fetchPositions{
-		LeaderEpoch:      out.result.LeaderEpoch,
-		EpochStartOffset: out.result.EpochStartOffset,
-		HighWatermark:    out.result.HighWatermark,
-		LogEndOffset:     out.result.LogEndOffset,
-		LogStartOffset:   out.logStartOffset,
-		Diverging:        out.result.Diverging,
+	pos := peer.FetchPositions{
+		LeaderEpoch:      out.Result.LeaderEpoch,
+		EpochStartOffset: out.Result.EpochStartOffset,
+		HighWatermark:    out.Result.HighWatermark,
+		LogEndOffset:     out.Result.LogEndOffset,
+		LogStartOffset:   out.LogStartOffset,
+		Diverging:        out.Result.Diverging,
 	}
 	if pos.Diverging != nil {
-		pos.write(&ctx.Response.Header)
+		pos.Write(&ctx.Response.Header)
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		return
 	}
-	log := r.currentLog()
+	log := r.CurrentLog()
 	if f.MaxWait > 0 && f.FetchOffset >= pos.LogEndOffset && pos.HighWatermark <= f.KnownHighWatermark {
 		a.waitFor(r, f.MaxWait, func() bool {
-			v := r.currentView()
+			v := r.CurrentView()
 			return log.LogEndOffset() > f.FetchOffset || log.HighWatermark() > f.KnownHighWatermark ||
-				v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch
+				v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch
 		})
-		if v := r.currentView(); v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch {
+		if v := r.CurrentView(); v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch {
 			writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch waited", true))
 			return
 		}
@@ -101,7 +103,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	// may already hold a newer leader's batches. Refuse rather than label
 	// them with this epoch (the follower also refuses batches from an epoch
 	// above the one it follows).
-	if v := r.currentView(); v.role != roleLeader || v.epoch != f.CurrentLeaderEpoch {
+	if v := r.CurrentView(); v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch {
 		_ = region.Close()
 		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
 		return
@@ -111,7 +113,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	pos.HighWatermark = max(pos.HighWatermark, log.HighWatermark())
 	pos.LogEndOffset = log.LogEndOffset()
 	pos.LogStartOffset = log.LogStartOffset()
-	pos.write(&ctx.Response.Header)
+	pos.Write(&ctx.Response.Header)
 	ctx.SetContentType(wire.ContentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	sendRegion(ctx, region)
@@ -119,7 +121,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 
 // handleEpochEndOffset answers a follower's epoch end offset request.
 func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
-	q, err := parsePeerEpochQuery(ctx.QueryArgs())
+	q, err := peer.ParseEpochQuery(ctx.QueryArgs())
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
@@ -128,21 +130,21 @@ func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
 	if r == nil {
 		return
 	}
-	out := r.epochQuery(q.EpochRequest)
-	if out.err != nil {
-		writeAPIError(ctx, peerAPIError(out.err))
+	out := r.EpochQuery(q.EpochRequest)
+	if out.Err != nil {
+		writeAPIError(ctx, peerAPIError(out.Err))
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, epochEndOffsetJSON{Epoch: out.answer.Epoch, EndOffset: out.answer.EndOffset})
+	writeJSON(ctx, fasthttp.StatusOK, peer.EpochEndOffsetJSON{Epoch: out.Answer.Epoch, EndOffset: out.Answer.EndOffset})
 }
 
 // waitFor holds a request until cond holds, wait passes, or the agent
 // stops, re-checking cond on every change of r.
-func (a *Agent) waitFor(r *replica, wait time.Duration, cond func() bool) {
+func (a *Agent) waitFor(r *partition.Replica, wait time.Duration, cond func() bool) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		changed := r.changed.wait()
+		changed := r.Changed()
 		if cond() {
 			return
 		}
@@ -152,7 +154,7 @@ func (a *Agent) waitFor(r *replica, wait time.Duration, cond func() bool) {
 			return
 		case <-a.stopping:
 			return
-		case <-r.done:
+		case <-r.Done():
 			return
 		}
 	}
@@ -160,11 +162,11 @@ func (a *Agent) waitFor(r *replica, wait time.Duration, cond func() bool) {
 
 // peerAPIError maps a refusal of the leader's loop to the peer API's codes.
 func peerAPIError(err error) *apiError {
-	var oor *outOfRangeError
+	var oor *partition.OutOfRangeError
 	switch {
 	case errors.As(err, &oor):
 		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, err.Error(), false)
-		e.LogStartOffset, e.LogEndOffset = &oor.logStartOffset, &oor.logEndOffset
+		e.LogStartOffset, e.LogEndOffset = &oor.LogStartOffset, &oor.LogEndOffset
 		return e
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
 		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
@@ -174,7 +176,7 @@ func peerAPIError(err error) *apiError {
 		return newAPIError(fasthttp.StatusForbidden, wire.CodeNotReplica, err.Error(), false)
 	case errors.Is(err, replicate.ErrInvalidRequest):
 		return newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
-	case errors.Is(err, errNotLeaderHere), errors.Is(err, replicate.ErrNotLeader), errors.Is(err, errReplicaStopped):
+	case errors.Is(err, partition.ErrNotLeaderHere), errors.Is(err, replicate.ErrNotLeader), errors.Is(err, partition.ErrReplicaStopped):
 		return newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, err.Error(), true)
 	default:
 		return storageAPIError(err)

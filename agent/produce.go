@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
@@ -115,33 +116,32 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 // appendLocal hands a batch to this agent's leader loop and waits for its
 // answer; acks=0 answers before the append (docs/design.md §7).
 // epoch is the leadership the write aims at (anyEpoch for any).
-func (a *Agent) appendLocal(r *replica, topic string, partition int, batch []byte, count int, acks replicate.Acks, epoch int32, timeout time.Duration) (produceResponse, *apiError) {
-	req := &produceRequest{batch: batch, acks: acks, epoch: epoch, deadline: a.now().Add(timeout)}
+func (a *Agent) appendLocal(r *partition.Replica, topic string, partition int, batch []byte, count int, acks replicate.Acks, epoch int32, timeout time.Duration) (produceResponse, *apiError) {
+	deadline := a.now().Add(timeout)
 	resp := produceResponse{Topic: topic, Partition: partition, Count: count}
 	if acks == replicate.AcksNone {
 		// Answered before the append (docs/design.md §7): the loop's answer is
 		// not awaited.
-		req.reply = make(chan produceOutcome, 1)
-		if !r.send(req) {
+		if !r.ProduceAsync(batch, acks, epoch, deadline) {
 			return resp, a.notLeaderError(topic, partition, "the replica stopped")
 		}
 		return resp, nil
 	}
-	out := r.produce(req, timeout+produceGrace)
-	if out.err != nil {
+	out := r.Produce(batch, acks, epoch, deadline, timeout+produceGrace)
+	if out.Err != nil {
 		return resp, a.produceError(topic, partition, out)
 	}
-	resp.BaseOffset, resp.LastOffset, resp.Epoch, resp.Duplicate = &out.base, &out.last, &out.epoch, out.duplicate
+	resp.BaseOffset, resp.LastOffset, resp.Epoch, resp.Duplicate = &out.Base, &out.Last, &out.Epoch, out.Duplicate
 	return resp, nil
 }
 
 // produceError maps a failed produce to the API's codes (docs/design.md §7, §8).
-func (a *Agent) produceError(topic string, partition int, out produceOutcome) *apiError {
-	err := out.err
-	var pe *producerError
+func (a *Agent) produceError(topic string, p int, out partition.ProduceOutcome) *apiError {
+	err := out.Err
+	var pe *partition.ProducerError
 	switch {
 	case errors.As(err, &pe):
-		return pe.apiError()
+		return producerAPIError(pe)
 	case errors.Is(err, replicate.ErrNotEnoughReplicas):
 		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, err.Error(), true)
 	case errors.Is(err, replicate.ErrNotEnoughReplicasAfterAppend):
@@ -149,23 +149,23 @@ func (a *Agent) produceError(topic string, partition int, out produceOutcome) *a
 			err.Error()+": the write is in the leader's log and may be committed; a retry may duplicate it", true)
 	case errors.Is(err, replicate.ErrAckTimeout):
 		return newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, err.Error()+": the outcome is unknown", false)
-	case out.appended && (errors.Is(err, replicate.ErrNotLeader) || errors.Is(err, errReplicaStopped)):
-		e := a.notLeaderError(topic, partition, "leadership ended before the write was acknowledged: its outcome is unknown, a retry may duplicate it")
+	case out.Appended && (errors.Is(err, replicate.ErrNotLeader) || errors.Is(err, partition.ErrReplicaStopped)):
+		e := a.notLeaderError(topic, p, "leadership ended before the write was acknowledged: its outcome is unknown, a retry may duplicate it")
 		e.status, e.Code = fasthttp.StatusServiceUnavailable, wire.CodeNotLeaderAfterAppend
 		return e
-	case errors.Is(err, replicate.ErrNotLeader), errors.Is(err, errNotLeaderHere), errors.Is(err, errReplicaStopped):
-		return a.notLeaderError(topic, partition, "this agent does not lead "+partitionName(topic, partition))
+	case errors.Is(err, replicate.ErrNotLeader), errors.Is(err, partition.ErrNotLeaderHere), errors.Is(err, partition.ErrReplicaStopped):
+		return a.notLeaderError(topic, p, "this agent does not lead "+partitionName(topic, p))
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
 		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
 		return newAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
 	case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrShort):
 		return newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
-	case !out.appended && errors.Is(err, segstore.ErrNoSpace):
+	case !out.Appended && errors.Is(err, segstore.ErrNoSpace):
 		// Retriable: the write was refused whole, and space may be freed
 		// (retention, an operator) without a restart.
 		return newAPIError(fasthttp.StatusInsufficientStorage, wire.CodeInsufficientStorage,
-			"the disk of "+partitionName(topic, partition)+" on "+a.cfg.NodeID+" is full: "+err.Error(), true)
+			"the disk of "+partitionName(topic, p)+" on "+a.cfg.NodeID+" is full: "+err.Error(), true)
 	case errors.Is(err, segstore.ErrFailed), errors.Is(err, segstore.ErrClosed):
 		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
 	default:

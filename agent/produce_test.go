@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -190,26 +191,26 @@ func TestProduceErrorCodes(t *testing.T) {
 	a := unitAgent(t)
 	a.coord = nil
 	tests := []struct {
-		out    produceOutcome
+		out    partition.ProduceOutcome
 		status int
 		code   string
 	}{
-		{produceOutcome{err: replicate.ErrNotEnoughReplicas}, 503, wire.CodeNotEnoughReplicas},
-		{produceOutcome{err: replicate.ErrNotEnoughReplicasAfterAppend, appended: true}, 503, wire.CodeNotEnoughReplicasAfterAppend},
-		{produceOutcome{err: replicate.ErrAckTimeout, appended: true}, 504, wire.CodeAckTimeout},
-		{produceOutcome{err: &segstore.FailedError{Err: errors.New("eio")}}, 503, wire.CodeStorageError},
-		{produceOutcome{err: record.ErrCorrupt}, 400, wire.CodeCorruptBatch},
-		{produceOutcome{err: fmt.Errorf("%w: write: %w", segstore.ErrNoSpace, syscall.ENOSPC)}, 507, wire.CodeInsufficientStorage},
+		{partition.ProduceOutcome{Err: replicate.ErrNotEnoughReplicas}, 503, wire.CodeNotEnoughReplicas},
+		{partition.ProduceOutcome{Err: replicate.ErrNotEnoughReplicasAfterAppend, Appended: true}, 503, wire.CodeNotEnoughReplicasAfterAppend},
+		{partition.ProduceOutcome{Err: replicate.ErrAckTimeout, Appended: true}, 504, wire.CodeAckTimeout},
+		{partition.ProduceOutcome{Err: &segstore.FailedError{Err: errors.New("eio")}}, 503, wire.CodeStorageError},
+		{partition.ProduceOutcome{Err: record.ErrCorrupt}, 400, wire.CodeCorruptBatch},
+		{partition.ProduceOutcome{Err: fmt.Errorf("%w: write: %w", segstore.ErrNoSpace, syscall.ENOSPC)}, 507, wire.CodeInsufficientStorage},
 		// A log that failed on ENOSPC (an fsync) names the full disk too.
-		{produceOutcome{err: &segstore.FailedError{Err: fmt.Errorf("%w: fsync", segstore.ErrNoSpace)}}, 507, wire.CodeInsufficientStorage},
+		{partition.ProduceOutcome{Err: &segstore.FailedError{Err: fmt.Errorf("%w: fsync", segstore.ErrNoSpace)}}, 507, wire.CodeInsufficientStorage},
 	}
 	for _, tc := range tests {
 		e := a.produceError("t", 0, tc.out)
 		if e.status != tc.status || e.Code != tc.code {
-			t.Errorf("%v: %d %s, want %d %s", tc.out.err, e.status, e.Code, tc.status, tc.code)
+			t.Errorf("%v: %d %s, want %d %s", tc.out.Err, e.status, e.Code, tc.status, tc.code)
 		}
 		if tc.code == wire.CodeInsufficientStorage && (!e.Retriable || !strings.Contains(e.Message, "disk") || !strings.Contains(e.Message, "full")) {
-			t.Errorf("%v: %+v, want a retriable error naming the full disk", tc.out.err, e)
+			t.Errorf("%v: %+v, want a retriable error naming the full disk", tc.out.Err, e)
 		}
 	}
 }

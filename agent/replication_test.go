@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/record"
 
 	"github.com/logagent/logagent/wire"
@@ -231,7 +232,7 @@ func TestPeerAPI(t *testing.T) {
 	fetch := func(addr string, header map[string][]string, epoch, lastFetched int32, replica string, offset int64) (int, []byte, string) {
 		q := fmt.Sprintf("topic=peer&partition=0&replica_id=%s&fetch_offset=%d&current_leader_epoch=%d&last_fetched_epoch=%d&high_watermark=0&max_bytes=1048576&max_wait_ms=0",
 			replica, offset, epoch, lastFetched)
-		status, body := c.callAddr(addr, "GET", peerFetchPath+"?"+q, "", nil, header)
+		status, body := c.callAddr(addr, "GET", peer.FetchPath+"?"+q, "", nil, header)
 		code := ""
 		if status != 200 {
 			code = errorCode(t, body).Code
@@ -298,9 +299,9 @@ func TestPeerAPI(t *testing.T) {
 		t.Fatalf("diverging fetch: %d %s", status, body)
 	}
 	status, body = c.callAddr(next.peer, "GET", fmt.Sprintf("%s?topic=peer&partition=0&replica_id=%s&current_leader_epoch=%d&epoch=%d",
-		peerEpochEndOffsetPath, leader.nodeID, npd.Epoch, e), "", nil, auth)
-	var answer epochEndOffsetJSON
-	if status != 200 || json.Unmarshal(body, &answer) != nil || answer != (epochEndOffsetJSON{Epoch: e, EndOffset: 3}) {
+		peer.EpochEndOffsetPath, leader.nodeID, npd.Epoch, e), "", nil, auth)
+	var answer peer.EpochEndOffsetJSON
+	if status != 200 || json.Unmarshal(body, &answer) != nil || answer != (peer.EpochEndOffsetJSON{Epoch: e, EndOffset: 3}) {
 		t.Fatalf("epoch end offset of epoch %d: %d %s, want end 3", e, status, body)
 	}
 	leader.start()
@@ -456,7 +457,7 @@ func TestPendingAcksFail(t *testing.T) {
 	leader.mustProduce("stuck", 0, "committed")
 	for _, ta := range c.agents {
 		if ta != leader {
-			if err := ta.agent.replicas.get("stuck", 0).stop(); err != nil {
+			if err := ta.agent.replicas.Get("stuck", 0).Stop(); err != nil {
 				t.Fatal(err)
 			}
 		}

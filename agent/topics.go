@@ -14,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 
@@ -232,18 +233,18 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 		if pm.LeaderSession != "" {
 			pd.Leader = pm.State.Leader
 		}
-		if _, ok := a.replicas.offline(name, pm.Partition); ok {
+		if _, ok := a.replicas.Offline(name, pm.Partition); ok {
 			pd.Role = roleOffline
 		}
-		if r := a.replicas.get(name, pm.Partition); r != nil {
-			log := r.currentLog()
+		if r := a.replicas.Get(name, pm.Partition); r != nil {
+			log := r.CurrentLog()
 			hw, lso, leo := log.HighWatermark(), log.LogStartOffset(), log.LogEndOffset()
 			pd.HighWatermark, pd.LogStartOffset, pd.LogEndOffset = &hw, &lso, &leo
-			v := r.currentView()
-			pd.Role = v.role.String()
-			if v.role == roleLeader {
+			v := r.CurrentView()
+			pd.Role = v.Role.String()
+			if v.Role == roleLeader {
 				// The leader's own view is fresher than the watch's.
-				pd.Leader, pd.Epoch, pd.ISR = a.cfg.NodeID, v.epoch, v.isr
+				pd.Leader, pd.Epoch, pd.ISR = a.cfg.NodeID, v.Epoch, v.ISR
 			}
 		}
 		desc.Partitions = append(desc.Partitions, pd)
@@ -319,7 +320,7 @@ func (a *Agent) notLeaderError(topic string, partition int, message string) *api
 	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" {
 		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true)
 	}
-	if f, ok := a.replicas.offline(topic, partition); ok {
+	if f, ok := a.replicas.Offline(topic, partition); ok {
 		message = offlineMessage(topic, partition, f)
 	}
 	e := newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, message, true)
@@ -334,15 +335,15 @@ func (a *Agent) notLeaderError(topic string, partition int, message string) *api
 // agent's replica cannot take the lead when it is offline.
 func (a *Agent) noLeaderMessage(topic string, partition int) string {
 	msg := partitionName(topic, partition) + " has no leader now"
-	if f, ok := a.replicas.offline(topic, partition); ok {
+	if f, ok := a.replicas.Offline(topic, partition); ok {
 		msg += "; " + offlineMessage(topic, partition, f)
 	}
 	return msg
 }
 
-func offlineMessage(topic string, partition int, f openFailure) string {
+func offlineMessage(topic string, partition int, f partition.OpenFailure) string {
 	return fmt.Sprintf("this agent's replica of %s is offline, its log could not be opened (%d attempts, tried again at %s): %v",
-		partitionName(topic, partition), f.attempts, f.retryAt.UTC().Format(time.RFC3339), f.err)
+		partitionName(topic, partition), f.Attempts, f.RetryAt.UTC().Format(time.RFC3339), f.Err)
 }
 
 // intParam reads an optional integer query parameter within [lo, hi].
@@ -506,19 +507,19 @@ func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 			for _, pm := range tm.Partitions {
 				sp := statusPartition{Topic: topic, Partition: pm.Partition,
 					Leader: pm.State.Leader, Epoch: pm.State.Epoch, ISR: pm.State.ISR}
-				r := a.replicas.get(topic, pm.Partition)
+				r := a.replicas.Get(topic, pm.Partition)
 				if r == nil {
-					if f, ok := a.replicas.offline(topic, pm.Partition); ok {
-						sp.Role, sp.OfflineReason, sp.OpenAttempts = roleOffline, f.err.Error(), f.attempts
+					if f, ok := a.replicas.Offline(topic, pm.Partition); ok {
+						sp.Role, sp.OfflineReason, sp.OpenAttempts = roleOffline, f.Err.Error(), f.Attempts
 						st.Partitions = append(st.Partitions, sp)
 					}
 					continue
 				}
-				v, log := r.currentView(), r.currentLog()
+				v, log := r.CurrentView(), r.CurrentLog()
 				hw, leo, lso := log.HighWatermark(), log.LogEndOffset(), log.LogStartOffset()
-				sp.Role, sp.HighWatermark, sp.LogEndOffset, sp.LogStartOffset = v.role.String(), &hw, &leo, &lso
-				if v.role == roleLeader {
-					sp.Leader, sp.Epoch, sp.ISR = a.cfg.NodeID, v.epoch, v.isr
+				sp.Role, sp.HighWatermark, sp.LogEndOffset, sp.LogStartOffset = v.Role.String(), &hw, &leo, &lso
+				if v.Role == roleLeader {
+					sp.Leader, sp.Epoch, sp.ISR = a.cfg.NodeID, v.Epoch, v.ISR
 				}
 				st.Partitions = append(st.Partitions, sp)
 			}

@@ -1,4 +1,4 @@
-package agent
+package peer
 
 import (
 	"encoding/json"
@@ -14,9 +14,9 @@ import (
 	"github.com/logagent/logagent/wire"
 )
 
-// peerError is a refusal from another agent's peer API: its status, JSON
+// Error is a refusal from another agent's peer API: its status, JSON
 // error code and, for offset_out_of_range, the leader's log bounds.
-type peerError struct {
+type Error struct {
 	Status         int
 	Code           string
 	Message        string
@@ -24,18 +24,18 @@ type peerError struct {
 	LogEndOffset   int64
 }
 
-func (e *peerError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("agent: peer answered %d %s: %s", e.Status, e.Code, e.Message)
 }
 
-// errPeerUnreachable wraps transport failures (refused connection, timeout).
-var errPeerUnreachable = errors.New("agent: peer unreachable")
+// errUnreachable wraps transport failures (refused connection, timeout).
+var errUnreachable = errors.New("agent: peer unreachable")
 
-// peerClients keeps one pooled keep-alive HostClient per peer address.
+// Clients keeps one pooled keep-alive HostClient per peer address.
 // Fetches are plain requests with bounded bodies, not streamed: a streamed
 // body keeps its read deadline for the whole body and ignores
 // MaxResponseBodySize (docs/design.md §8, fasthttp facts).
-type peerClients struct {
+type Clients struct {
 	token       string
 	maxBodySize int
 	// stream makes response bodies readers (proxied fetches) rather than
@@ -47,19 +47,26 @@ type peerClients struct {
 }
 
 const (
-	// peerCallTimeout bounds a peer request that is not held by a long
+	// CallTimeout bounds a peer request that is not held by a long
 	// poll.
-	peerCallTimeout = 5 * time.Second
-	// maxPeerConns bounds the connections to one peer: one per partition
+	CallTimeout = 5 * time.Second
+	// maxConns bounds the connections to one peer: one per partition
 	// followed there, plus epoch requests.
-	maxPeerConns = 4096
+	maxConns = 4096
 )
 
-func newPeerClients(token string, maxBodySize int) *peerClients {
-	return &peerClients{token: token, maxBodySize: maxBodySize, clients: map[string]*fasthttp.HostClient{}}
+// NewClients returns clients that send token (none if empty) and accept
+// answers of at most maxBodySize bytes; with stream, response bodies are
+// readers and the caller enforces maxBodySize (see MaxBodySize).
+func NewClients(token string, maxBodySize int, stream bool) *Clients {
+	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, clients: map[string]*fasthttp.HostClient{}}
 }
 
-func (p *peerClients) client(addr string) *fasthttp.HostClient {
+// MaxBodySize is the bound on an answer's body.
+func (p *Clients) MaxBodySize() int { return p.maxBodySize }
+
+// Client is the pooled client of the peer at addr.
+func (p *Clients) Client(addr string) *fasthttp.HostClient {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.clients[addr]
@@ -69,11 +76,11 @@ func (p *peerClients) client(addr string) *fasthttp.HostClient {
 			Name: "logagent",
 			// Every partition this agent follows on the peer holds one
 			// connection in its long poll.
-			MaxConns:            maxPeerConns,
+			MaxConns:            maxConns,
 			MaxConnWaitTimeout:  time.Second,
 			MaxIdleConnDuration: time.Minute,
-			ReadTimeout:         maxPeerWait + peerCallTimeout,
-			WriteTimeout:        peerCallTimeout,
+			ReadTimeout:         maxWait + CallTimeout,
+			WriteTimeout:        CallTimeout,
 			MaxResponseBodySize: p.maxBodySize,
 			StreamResponseBody:  p.stream,
 			// A refused or reset connection is retried once by fasthttp for
@@ -85,7 +92,9 @@ func (p *peerClients) client(addr string) *fasthttp.HostClient {
 	return c
 }
 
-func (p *peerClients) newRequest(addr, path string) *fasthttp.Request {
+// NewRequest is a GET of path at addr carrying the peer token; the caller
+// may change its method, and releases it.
+func (p *Clients) NewRequest(addr, path string) *fasthttp.Request {
 	req := fasthttp.AcquireRequest()
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI("http://" + addr + path)
@@ -95,63 +104,71 @@ func (p *peerClients) newRequest(addr, path string) *fasthttp.Request {
 	return req
 }
 
-// peerFetchAnswer is a leader's answer to a fetch: its positions and the
+// FetchAnswer is a leader's answer to a fetch: its positions and the
 // batches, copied out of fasthttp's buffers.
-type peerFetchAnswer struct {
-	Positions fetchPositions
+type FetchAnswer struct {
+	Positions FetchPositions
 	Batches   []byte
 }
 
-// fetch sends a follower fetch to the leader at addr.
-func (p *peerClients) fetch(addr string, f peerFetch) (peerFetchAnswer, error) {
-	req := p.newRequest(addr, peerFetchPath)
+// Fetch sends a follower fetch to the leader at addr.
+func (p *Clients) Fetch(addr string, f Fetch) (FetchAnswer, error) {
+	req := p.NewRequest(addr, FetchPath)
 	defer fasthttp.ReleaseRequest(req)
 	f.writeArgs(req.URI().QueryArgs())
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	// A held fetch gets peerCallTimeout beyond its wait for the answer.
-	if err := p.client(addr).DoTimeout(req, resp, f.MaxWait+peerCallTimeout); err != nil {
-		return peerFetchAnswer{}, fmt.Errorf("%w: fetch from %s: %v", errPeerUnreachable, addr, err)
+	// A held fetch gets CallTimeout beyond its wait for the answer.
+	if err := p.Client(addr).DoTimeout(req, resp, f.MaxWait+CallTimeout); err != nil {
+		return FetchAnswer{}, fmt.Errorf("%w: fetch from %s: %v", errUnreachable, addr, err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return peerFetchAnswer{}, decodePeerError(resp)
+		return FetchAnswer{}, decodePeerError(resp)
 	}
 	pos, err := parseFetchPositions(&resp.Header)
 	if err != nil {
-		return peerFetchAnswer{}, fmt.Errorf("agent: fetch from %s: %w", addr, err)
+		return FetchAnswer{}, fmt.Errorf("agent: fetch from %s: %w", addr, err)
 	}
 	var batches []byte
 	if body := resp.Body(); len(body) > 0 {
 		batches = append(make([]byte, 0, len(body)), body...)
 	}
-	return peerFetchAnswer{Positions: pos, Batches: batches}, nil
+	return FetchAnswer{Positions: pos, Batches: batches}, nil
 }
 
-// epochEndOffset asks the leader at addr where an epoch ends in its log.
-func (p *peerClients) epochEndOffset(addr string, q peerEpochQuery) (replicate.EpochEndOffset, error) {
-	req := p.newRequest(addr, peerEpochEndOffsetPath)
+// EpochEndOffset asks the leader at addr where an epoch ends in its log.
+func (p *Clients) EpochEndOffset(addr string, q EpochQuery) (replicate.EpochEndOffset, error) {
+	req := p.NewRequest(addr, EpochEndOffsetPath)
 	defer fasthttp.ReleaseRequest(req)
 	q.writeArgs(req.URI().QueryArgs())
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if err := p.client(addr).DoTimeout(req, resp, peerCallTimeout); err != nil {
-		return replicate.EpochEndOffset{}, fmt.Errorf("%w: epoch end offset from %s: %v", errPeerUnreachable, addr, err)
+	if err := p.Client(addr).DoTimeout(req, resp, CallTimeout); err != nil {
+		return replicate.EpochEndOffset{}, fmt.Errorf("%w: epoch end offset from %s: %v", errUnreachable, addr, err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return replicate.EpochEndOffset{}, decodePeerError(resp)
 	}
-	var answer epochEndOffsetJSON
+	var answer EpochEndOffsetJSON
 	if err := json.Unmarshal(resp.Body(), &answer); err != nil {
 		return replicate.EpochEndOffset{}, fmt.Errorf("agent: epoch end offset from %s: %w", addr, err)
 	}
 	return replicate.EpochEndOffset{Epoch: answer.Epoch, EndOffset: answer.EndOffset}, nil
 }
 
+// errorBody is what a follower reads of the peer API's JSON error.
+type errorBody struct {
+	Error struct {
+		Code           string `json:"code"`
+		Message        string `json:"message"`
+		LogStartOffset *int64 `json:"log_start_offset"`
+		LogEndOffset   *int64 `json:"log_end_offset"`
+	} `json:"error"`
+}
+
 func decodePeerError(resp *fasthttp.Response) error {
-	var body struct {
-		Error apiError `json:"error"`
-	}
-	e := &peerError{Status: resp.StatusCode()}
+	var body errorBody
+	e := &Error{Status: resp.StatusCode()}
 	if err := json.Unmarshal(resp.Body(), &body); err != nil || body.Error.Code == "" {
 		e.Code, e.Message = wire.CodeInternal, fmt.Sprintf("undecodable error body %q", truncate(resp.Body(), 200))
 		return e

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/producer"
@@ -18,7 +19,7 @@ import (
 	"github.com/logagent/logagent/segstore"
 )
 
-// A replica is this agent's copy of one partition. One goroutine, the loop,
+// A Replica is this agent's copy of one partition. One goroutine, the loop,
 // owns the replication state machine (replicate.Leader or
 // replicate.Follower), the log's writer side and every decision; everything
 // else talks to it with events:
@@ -34,9 +35,9 @@ import (
 // watermark the loop publishes in the log, and wait for changes on
 // changed. Results of asynchronous work carry the generation they were
 // started in; the loop drops those of an earlier role. Every goroutine the
-// replica starts ends before stop returns.
-type replica struct {
-	deps      *replicaDeps
+// replica starts ends before Stop returns.
+type Replica struct {
+	deps      *Deps
 	topic     string
 	partition int
 	topicID   string
@@ -44,7 +45,7 @@ type replica struct {
 	log       hclog.Logger
 
 	segLog  atomic.Pointer[segstore.Log]
-	view    atomic.Pointer[replicaView]
+	view    atomic.Pointer[View]
 	changed *broadcast
 
 	events      chan any
@@ -59,14 +60,14 @@ type replica struct {
 	closeErr error
 	// tasks holds every goroutine the replica starts besides the loop
 	// (syncer, campaign, resignations, ISR proposals, peer requests), so
-	// that stop returns only once they have ended. Only start, the loop
-	// and those goroutines add to it, so no Add comes after stop's Wait.
+	// that Stop returns only once they have ended. Only start, the loop
+	// and those goroutines add to it, so no Add comes after Stop's Wait.
 	tasks sync.WaitGroup
 
 	// Everything below is owned by the loop goroutine.
 	meta       replicaMeta
 	gen        uint64
-	role       role
+	role       Role
 	dataLoss   bool
 	logFailed  bool
 	reopenAt   time.Time
@@ -122,56 +123,80 @@ type replica struct {
 	leaderTicker *time.Ticker
 }
 
-// replicaDeps is what every replica shares with its agent.
-type replicaDeps struct {
-	self       string
-	cfg        *config.Config
-	coord      Coordinator
-	peers      *peerClients
-	agents     *directory
-	log        hclog.Logger
-	now        func() time.Time
-	fs         segstore.FS
-	durability replicate.Durability
-	logOptions segstore.Options
-	// producerOptions configure every partition's producer state.
-	producerOptions producer.Options
+// Deps is what every replica shares with its agent.
+type Deps struct {
+	// Self is this agent's node id.
+	Self   string
+	Config *config.Config
+	Coord  Coordinator
+	// Peers sends the followers' requests to their leaders.
+	Peers *peer.Clients
+	// LookupAgent finds a registered agent by node id; a miss may start a
+	// refresh, and the follower tries again after its backoff.
+	LookupAgent func(node string) (election.AgentInfo, bool)
+	Log         hclog.Logger
+	Now         func() time.Time
+	// FS does the partitions' file I/O.
+	FS         segstore.FS
+	Durability replicate.Durability
+	LogOptions segstore.Options
+	// ProducerOptions configure every partition's producer state.
+	ProducerOptions producer.Options
 }
 
-type role uint8
+// Coordinator is what the partitions ask of Consul: the metadata, the
+// liveness watch, elections and ISR changes. election.Client implements
+// it, and so does every agent.Coordinator.
+type Coordinator interface {
+	// Metadata is the latest metadata snapshot.
+	Metadata() *election.Snapshot
+	// CampaignAs blocks until this agent leads the partition, at an epoch
+	// above the candidate's log's.
+	CampaignAs(ctx context.Context, topic string, partition int, cand election.Candidate) (*election.Leadership, error)
+	// ProposeISR writes an ISR change, and the eligible leader replicas it
+	// leaves, with the guarded transaction.
+	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string, elr []election.EligibleReplica) error
+	// Liveness is the latest word of Consul on which agents are dead (the
+	// watch starts on first use): leaders drop dead replicas from the ISR.
+	Liveness() *election.Liveness
+}
+
+// Role is what a replica does for its partition.
+type Role uint8
 
 const (
-	roleNone role = iota
-	roleLeader
-	roleFollower
+	RoleNone Role = iota
+	RoleLeader
+	RoleFollower
 )
 
-func (r role) String() string {
+func (r Role) String() string {
 	switch r {
-	case roleLeader:
+	case RoleLeader:
 		return "leader"
-	case roleFollower:
+	case RoleFollower:
 		return "follower"
 	default:
 		return "none"
 	}
 }
 
-// replicaView is what request handlers read without asking the loop.
-type replicaView struct {
-	role role
-	// epoch is this replica's epoch when leading, the epoch it follows, or
+// View is what request handlers read without asking the loop.
+type View struct {
+	Role Role
+	// Epoch is this replica's epoch when leading, the epoch it follows, or
 	// the metadata's.
-	epoch int32
-	// isr is the committed ISR: the leader's own when leading, else the
+	Epoch int32
+	// ISR is the committed ISR: the leader's own when leading, else the
 	// metadata's.
-	isr []string
-	// dataLoss says this replica lost acknowledged data and is fetching it
+	ISR []string
+	// DataLoss says this replica lost acknowledged data and is fetching it
 	// again: it does not lead and is not a follower read source.
-	dataLoss bool
+	DataLoss bool
 }
 
-func (v *replicaView) inSync(node string) bool { return slices.Contains(v.isr, node) }
+// InSync says whether node is in the view's ISR.
+func (v *View) InSync(node string) bool { return slices.Contains(v.ISR, node) }
 
 // replicaMeta is the partition as the latest metadata snapshot shows it.
 type replicaMeta struct {
@@ -188,7 +213,7 @@ type followTarget struct {
 }
 
 type pendingProduce struct {
-	reply      chan produceOutcome
+	reply      chan ProduceOutcome
 	base, last int64
 	epoch      int32
 	duplicate  bool
@@ -196,8 +221,10 @@ type pendingProduce struct {
 
 // Intervals of the loop.
 const (
-	leaderTick         = 50 * time.Millisecond
-	checkpointInterval = 5 * time.Second
+	leaderTick = 50 * time.Millisecond
+	// CheckpointInterval is how often a replica checkpoints its log: a
+	// full disk refuses those too.
+	CheckpointInterval = 5 * time.Second
 	retentionInterval  = time.Minute
 	reopenBackoff      = 5 * time.Second
 	campaignBackoff    = time.Second
@@ -214,15 +241,15 @@ const (
 	eventQueue = 256
 )
 
-func newReplica(deps *replicaDeps, topic string, partition int, topicID, dir string, log *segstore.Log, dataLoss bool) *replica {
+func newReplica(deps *Deps, topic string, partition int, topicID, dir string, log *segstore.Log, dataLoss bool) *Replica {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &replica{
+	r := &Replica{
 		deps:          deps,
 		topic:         topic,
 		partition:     partition,
 		topicID:       topicID,
 		dir:           dir,
-		log:           deps.log.Named("replica").With("topic", topic, "partition", partition),
+		log:           deps.Log.Named("replica").With("topic", topic, "partition", partition),
 		changed:       newBroadcast(),
 		events:        make(chan any, eventQueue),
 		metaSignal:    make(chan struct{}, 1),
@@ -235,25 +262,25 @@ func newReplica(deps *replicaDeps, topic string, partition int, topicID, dir str
 		failBackoff:   backoffDelay{min: failBackoffMin, max: failBackoffMax},
 	}
 	r.segLog.Store(log)
-	r.view.Store(&replicaView{dataLoss: dataLoss})
+	r.view.Store(&View{DataLoss: dataLoss})
 	return r
 }
 
 // start runs the loop.
-func (r *replica) start() {
+func (r *Replica) start() {
 	r.startSyncer(r.segLog.Load())
 	go r.run()
 }
 
-// stop ends the loop: a leader stops acknowledging (pending writes fail with
+// Stop ends the loop: a leader stops acknowledging (pending writes fail with
 // not_leader), and the log is closed. It returns the log's Close error once
 // every goroutine of the replica has ended. Cancelling r.ctx ends the
 // campaign and an ISR proposal at once; what cannot be cancelled is
-// bounded: a resignation by peerCallTimeout, an epoch query by
-// peerCallTimeout and a follower's fetch by the leader's hold
-// (replication.fetch_max_wait), or fetch_max_wait + peerCallTimeout if the
+// bounded: a resignation by peer.CallTimeout, an epoch query by
+// peer.CallTimeout and a follower's fetch by the leader's hold
+// (replication.fetch_max_wait), or fetch_max_wait + peer.CallTimeout if the
 // leader does not answer (fasthttp requests take no context).
-func (r *replica) stop() error {
+func (r *Replica) Stop() error {
 	r.cancel()
 	<-r.done
 	r.tasks.Wait()
@@ -262,7 +289,7 @@ func (r *replica) stop() error {
 
 // setMeta hands the loop the partition's latest metadata; only the latest
 // value is kept, so the manager never waits for a busy loop.
-func (r *replica) setMeta(m replicaMeta) {
+func (r *Replica) setMeta(m replicaMeta) {
 	r.metaMu.Lock()
 	r.pendingMeta = &m
 	r.metaMu.Unlock()
@@ -272,14 +299,22 @@ func (r *replica) setMeta(m replicaMeta) {
 	}
 }
 
-// currentLog is the open log. It changes only when a failed log is reopened.
-func (r *replica) currentLog() *segstore.Log { return r.segLog.Load() }
+// CurrentLog is the open log. It changes only when a failed log is reopened.
+func (r *Replica) CurrentLog() *segstore.Log { return r.segLog.Load() }
 
-// currentView is the replica's published state.
-func (r *replica) currentView() *replicaView { return r.view.Load() }
+// CurrentView is the replica's published state.
+func (r *Replica) CurrentView() *View { return r.view.Load() }
+
+// Changed returns a channel closed by the next change of the log (an
+// append, a new high watermark, a truncation) or of the role or epoch: a
+// waiter takes it, re-checks its condition, then blocks on it.
+func (r *Replica) Changed() <-chan struct{} { return r.changed.wait() }
+
+// Done is closed once the loop has stopped.
+func (r *Replica) Done() <-chan struct{} { return r.done }
 
 // send delivers an event to the loop unless the replica stops first.
-func (r *replica) send(ev any) bool {
+func (r *Replica) send(ev any) bool {
 	select {
 	case r.events <- ev:
 		return true
@@ -288,10 +323,10 @@ func (r *replica) send(ev any) bool {
 	}
 }
 
-func (r *replica) run() {
+func (r *Replica) run() {
 	defer close(r.done)
 	r.loadProducers()
-	checkpoint := time.NewTicker(checkpointInterval)
+	checkpoint := time.NewTicker(CheckpointInterval)
 	defer checkpoint.Stop()
 	retention := time.NewTicker(retentionInterval)
 	defer retention.Stop()
@@ -330,7 +365,7 @@ func (r *replica) run() {
 			// proposal from a leadership that ended.
 			r.stepDownIfLeadershipEnded()
 			if r.leader != nil {
-				r.leader.Tick(r.deps.now())
+				r.leader.Tick(r.deps.Now())
 				r.processLeaderReady()
 			}
 		case <-r.livenessChanged():
@@ -352,7 +387,7 @@ func (r *replica) run() {
 
 // stepDownIfLeadershipEnded steps down when the leadership this replica
 // leads under has ended.
-func (r *replica) stepDownIfLeadershipEnded() {
+func (r *Replica) stepDownIfLeadershipEnded() {
 	if r.leadership == nil {
 		return
 	}
@@ -363,7 +398,7 @@ func (r *replica) stepDownIfLeadershipEnded() {
 	}
 }
 
-func (r *replica) handle(ev any) {
+func (r *Replica) handle(ev any) {
 	switch ev := ev.(type) {
 	case *produceRequest:
 		r.onProduce(ev)
@@ -393,12 +428,12 @@ func (r *replica) handle(ev any) {
 // reconcile runs after every event: it moves the replica towards what the
 // metadata asks (campaign, follow the leader), retries what backed off, and
 // arms the wake timer for the next retry.
-func (r *replica) reconcile() {
-	now := r.deps.now()
+func (r *Replica) reconcile() {
+	now := r.deps.Now()
 	if r.logFailed && !now.Before(r.reopenAt) {
 		r.reopen()
 	}
-	if r.role == roleLeader {
+	if r.role == RoleLeader {
 		if r.isrRetry != nil && !now.Before(r.isrRetryAt) {
 			p := r.isrRetry
 			r.isrRetry = nil
@@ -408,7 +443,7 @@ func (r *replica) reconcile() {
 		r.ensureCampaign(now)
 		pm := r.meta.pm
 		target := followTarget{node: pm.State.Leader, epoch: pm.State.Epoch}
-		led := target.node != "" && target.node != r.deps.self && pm.LeaderSession != ""
+		led := target.node != "" && target.node != r.deps.Self && pm.LeaderSession != ""
 		if led && (target != r.following || (r.follower == nil && !now.Before(r.followRetryAt))) {
 			r.becomeFollower(target)
 		}
@@ -419,7 +454,7 @@ func (r *replica) reconcile() {
 }
 
 // armWake sets the wake timer to the earliest pending retry.
-func (r *replica) armWake(now time.Time) {
+func (r *Replica) armWake(now time.Time) {
 	var next time.Time
 	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt} {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
@@ -435,20 +470,20 @@ func (r *replica) armWake(now time.Time) {
 
 // publish stores the view handlers read, and wakes held requests when the
 // role or epoch changed.
-func (r *replica) publish() {
-	v := &replicaView{role: r.role, dataLoss: r.dataLoss, epoch: r.meta.pm.State.Epoch, isr: r.meta.pm.State.ISR}
+func (r *Replica) publish() {
+	v := &View{Role: r.role, DataLoss: r.dataLoss, Epoch: r.meta.pm.State.Epoch, ISR: r.meta.pm.State.ISR}
 	switch r.role {
-	case roleLeader:
-		v.epoch, v.isr = r.leader.Epoch(), r.leaderISR
-	case roleFollower:
-		v.epoch = r.following.epoch
+	case RoleLeader:
+		v.Epoch, v.ISR = r.leader.Epoch(), r.leaderISR
+	case RoleFollower:
+		v.Epoch = r.following.epoch
 	}
 	old := r.view.Load()
-	if old.role == v.role && old.epoch == v.epoch && old.dataLoss == v.dataLoss && slices.Equal(old.isr, v.isr) {
+	if old.Role == v.Role && old.Epoch == v.Epoch && old.DataLoss == v.DataLoss && slices.Equal(old.ISR, v.ISR) {
 		return
 	}
 	r.view.Store(v)
-	if old.role != v.role || old.epoch != v.epoch {
+	if old.Role != v.Role || old.Epoch != v.Epoch {
 		r.changed.notify()
 	}
 }
@@ -462,23 +497,23 @@ func (r *replica) publish() {
 // others hold back preferredLeaderGrace, so that the leaders of a new topic
 // do not pile up on whichever agent saw it first. Later elections (epoch
 // above 0: a failover) do not wait.
-func (r *replica) ensureCampaign(now time.Time) {
+func (r *Replica) ensureCampaign(now time.Time) {
 	if r.campaigning || r.dataLoss || r.retiring || now.Before(r.campaignRetryAt) {
 		return
 	}
-	if pm := r.meta.pm; !r.yielded && pm.State.Epoch == 0 && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.self {
+	if pm := r.meta.pm; !r.yielded && pm.State.Epoch == 0 && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.Self {
 		r.yielded = true
 		r.campaignRetryAt = now.Add(preferredLeaderGrace)
 		return
 	}
 	cand := election.Candidate{LogEpoch: election.NoEpoch}
-	if e, ok := r.currentLog().LatestEpoch(); ok {
+	if e, ok := r.CurrentLog().LatestEpoch(); ok {
 		cand.LogEpoch = e.Epoch
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.campaigning, r.campaignCancel = true, cancel
 	r.tasks.Go(func() {
-		l, err := r.deps.coord.CampaignAs(ctx, r.topic, r.partition, cand)
+		l, err := r.deps.Coord.CampaignAs(ctx, r.topic, r.partition, cand)
 		if !r.send(campaignResult{leadership: l, err: err}) && l != nil {
 			// The loop has stopped and cannot hand it back.
 			r.resign(l)
@@ -491,10 +526,10 @@ func (r *replica) ensureCampaign(now time.Time) {
 // every loop stopped appending.
 type retireRequest struct{ done chan struct{} }
 
-func (r *replica) onRetire(ev retireRequest) {
+func (r *Replica) onRetire(ev retireRequest) {
 	r.retiring = true
 	r.cancelCampaign()
-	if r.role == roleLeader {
+	if r.role == RoleLeader {
 		r.stepDown(errors.New("agent stopping"), false)
 	}
 	close(ev.done)
@@ -502,7 +537,7 @@ func (r *replica) onRetire(ev retireRequest) {
 
 // retire steps the replica down and keeps it from campaigning again; it
 // returns once the loop did, or stopped.
-func (r *replica) retire() {
+func (r *Replica) retire() {
 	ev := retireRequest{done: make(chan struct{})}
 	if !r.send(ev) {
 		return
@@ -513,7 +548,7 @@ func (r *replica) retire() {
 	}
 }
 
-func (r *replica) cancelCampaign() {
+func (r *Replica) cancelCampaign() {
 	if r.campaignCancel != nil {
 		r.campaignCancel()
 	}
@@ -524,19 +559,19 @@ type campaignResult struct {
 	err        error
 }
 
-func (r *replica) onCampaignResult(ev campaignResult) {
+func (r *Replica) onCampaignResult(ev campaignResult) {
 	r.campaigning = false
 	r.campaignCancel = nil
 	if ev.err != nil {
 		if !errors.Is(ev.err, context.Canceled) && !errors.Is(ev.err, election.ErrClosed) {
 			r.log.Warn("campaign failed; retrying", "error", ev.err, "retry_in", campaignBackoff)
 		}
-		r.campaignRetryAt = r.deps.now().Add(campaignBackoff)
+		r.campaignRetryAt = r.deps.Now().Add(campaignBackoff)
 		return
 	}
 	l := ev.leadership
 	switch {
-	case r.role == roleLeader && r.leadership == l:
+	case r.role == RoleLeader && r.leadership == l:
 	case r.dataLoss || r.logFailed:
 		r.log.Warn("won leadership but may not lead: handing it back", "epoch", l.Epoch(), "data_loss", r.dataLoss)
 		r.resignAsync(l)
@@ -547,17 +582,17 @@ func (r *replica) onCampaignResult(ev campaignResult) {
 	}
 }
 
-// resignAsync releases a leadership without blocking the loop; stop waits
+// resignAsync releases a leadership without blocking the loop; Stop waits
 // for it, so a leader stepping down as it stops still gives the lock back.
-func (r *replica) resignAsync(l *election.Leadership) {
+func (r *Replica) resignAsync(l *election.Leadership) {
 	r.tasks.Go(func() { r.resign(l) })
 }
 
-// resign releases a leadership, within peerCallTimeout. Its context is not
+// resign releases a leadership, within peer.CallTimeout. Its context is not
 // the replica's: a resignation started by the stop must not be cancelled
 // by it.
-func (r *replica) resign(l *election.Leadership) {
-	ctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+func (r *Replica) resign(l *election.Leadership) {
+	ctx, cancel := context.WithTimeout(context.Background(), peer.CallTimeout)
 	defer cancel()
 	if err := l.Resign(ctx); err != nil {
 		r.log.Warn("resign failed; the lock goes with the session", "epoch", l.Epoch(), "error", err)
@@ -568,7 +603,7 @@ func (r *replica) resign(l *election.Leadership) {
 // a sync with requestSync and hears back with a syncResult. A sync that
 // starts while another runs waits for it, so one fsync covers every append
 // made before it started.
-func (r *replica) startSyncer(log *segstore.Log) {
+func (r *Replica) startSyncer(log *segstore.Log) {
 	req := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	r.syncReq, r.syncerStop = req, stop
@@ -587,7 +622,7 @@ func (r *replica) startSyncer(log *segstore.Log) {
 	})
 }
 
-func (r *replica) requestSync() {
+func (r *Replica) requestSync() {
 	select {
 	case r.syncReq <- struct{}{}:
 	default:
@@ -600,8 +635,8 @@ type syncResult struct {
 	err    error
 }
 
-func (r *replica) onSyncResult(ev syncResult) {
-	if ev.log != r.currentLog() {
+func (r *Replica) onSyncResult(ev syncResult) {
+	if ev.log != r.CurrentLog() {
 		return
 	}
 	if ev.err != nil {
@@ -611,7 +646,7 @@ func (r *replica) onSyncResult(ev syncResult) {
 	// A sync that raced a truncation reports the offset synced before it
 	// (its fsync may not cover what the log now holds): sync again, or a
 	// follower waiting for its log to be durable would wait for ever.
-	if r.deps.durability == replicate.DurabilityFsync && ev.offset < ev.log.LogEndOffset() {
+	if r.deps.Durability == replicate.DurabilityFsync && ev.offset < ev.log.LogEndOffset() {
 		r.requestSync()
 	}
 	if ev.offset <= 0 {
@@ -634,23 +669,23 @@ func (r *replica) onSyncResult(ev syncResult) {
 // acknowledging, stop following, close it and recover it from disk. A log
 // already failed is left alone: results of work started on it (a queued
 // sync) may still arrive, also after a reopen that did not succeed.
-func (r *replica) failLog(cause error) {
+func (r *Replica) failLog(cause error) {
 	if r.logFailed {
 		r.log.Debug("partition log already failed", "error", cause)
 		return
 	}
-	if r.healthySince.IsZero() || r.deps.now().Sub(r.healthySince) >= failBackoffReset {
+	if r.healthySince.IsZero() || r.deps.Now().Sub(r.healthySince) >= failBackoffReset {
 		r.failBackoff.reset()
 	}
 	hold := r.failBackoff.next() // applied when the reopen succeeds
 	r.log.Error("partition log failed: stepping down and recovering from disk", "error", cause, "campaign_hold", hold)
-	if r.role == roleLeader {
+	if r.role == RoleLeader {
 		r.stepDown(cause, true)
 	}
 	r.stopFollowing()
 	r.cancelCampaign()
 	close(r.syncerStop)
-	if err := r.currentLog().Close(); err != nil && !errors.Is(err, segstore.ErrFailed) {
+	if err := r.CurrentLog().Close(); err != nil && !errors.Is(err, segstore.ErrFailed) {
 		r.log.Warn("closing the failed log", "error", err)
 	}
 	r.logFailed = true
@@ -664,15 +699,15 @@ func (r *replica) failLog(cause error) {
 // committed (the cut went below that high watermark, possible when acks
 // do not wait for fsync) makes the replica refetch it before it may lead.
 // The reopened replica holds back its campaigns for failBackoff.
-func (r *replica) reopen() {
-	failed := r.currentLog()
-	opts := r.deps.logOptions
-	opts.Logger = r.deps.log.Named("segstore")
+func (r *Replica) reopen() {
+	failed := r.CurrentLog()
+	opts := r.deps.LogOptions
+	opts.Logger = r.deps.Log.Named("segstore")
 	opts.Reopen = failed
-	log, dataLoss, err := openPartitionLog(r.deps.fs, r.dir, opts, r.writeDataLossMark)
+	log, dataLoss, err := openPartitionLog(r.deps.FS, r.dir, opts, r.writeDataLossMark)
 	if err != nil {
 		r.log.Error("cannot reopen the partition log; retrying", "error", err, "retry_in", reopenBackoff)
-		r.reopenAt = r.deps.now().Add(reopenBackoff)
+		r.reopenAt = r.deps.Now().Add(reopenBackoff)
 		return
 	}
 	r.segLog.Store(log)
@@ -683,7 +718,7 @@ func (r *replica) reopen() {
 	if dataLoss || log.LogEndOffset() < committed {
 		r.setDataLoss(true)
 	}
-	r.healthySince = r.deps.now()
+	r.healthySince = r.deps.Now()
 	r.campaignRetryAt = r.healthySince.Add(r.failBackoff.cur)
 	r.changed.notify()
 	r.log.Info("partition log reopened", "log_end_offset", log.LogEndOffset(), "log_end_offset_was", failed.LogEndOffset(),
@@ -692,17 +727,17 @@ func (r *replica) reopen() {
 
 // writeDataLossMark records durably that this replica lost data, before
 // the log is cut.
-func (r *replica) writeDataLossMark() error {
+func (r *Replica) writeDataLossMark() error {
 	return r.writeReplicaFile(true)
 }
 
 // writeReplicaFile replaces this replica's replica.json with dataLoss.
-func (r *replica) writeReplicaFile(dataLoss bool) error {
-	return writeReplicaFile(r.deps.fs, r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: dataLoss})
+func (r *Replica) writeReplicaFile(dataLoss bool) error {
+	return writeReplicaFile(r.deps.FS, r.dir, replicaFile{Topic: r.topic, Partition: r.partition, TopicID: r.topicID, DataLoss: dataLoss})
 }
 
 // setDataLoss records, durably, whether this replica lost acknowledged data.
-func (r *replica) setDataLoss(lost bool) {
+func (r *Replica) setDataLoss(lost bool) {
 	if lost {
 		r.cancelCampaign()
 	}
@@ -720,11 +755,11 @@ func (r *replica) setDataLoss(lost bool) {
 	}
 }
 
-func (r *replica) checkpoint() {
+func (r *Replica) checkpoint() {
 	if r.logFailed {
 		return
 	}
-	err := r.currentLog().Checkpoint()
+	err := r.CurrentLog().Checkpoint()
 	switch {
 	case err == nil:
 	case errors.Is(err, segstore.ErrNoSpace) && !errors.Is(err, segstore.ErrFailed):
@@ -736,11 +771,11 @@ func (r *replica) checkpoint() {
 	}
 }
 
-func (r *replica) applyRetention() {
+func (r *Replica) applyRetention() {
 	if r.logFailed {
 		return
 	}
-	log := r.currentLog()
+	log := r.CurrentLog()
 	if _, err := log.ApplyRetention(log.HighWatermark()); err != nil {
 		if errors.Is(err, segstore.ErrFailed) {
 			r.failLog(fmt.Errorf("retention: %w", err))
@@ -751,8 +786,8 @@ func (r *replica) applyRetention() {
 }
 
 // shutdown ends the loop's work when the replica stops.
-func (r *replica) shutdown() {
-	if r.role == roleLeader {
+func (r *Replica) shutdown() {
+	if r.role == RoleLeader {
 		r.stepDown(errors.New("replica stopping"), r.leadership.Err() == nil)
 	}
 	r.stopFollowing()
@@ -764,7 +799,7 @@ func (r *replica) shutdown() {
 	if r.producersDirty {
 		r.writeProducerSnapshot()
 	}
-	if err := r.currentLog().Close(); err != nil {
+	if err := r.CurrentLog().Close(); err != nil {
 		r.closeErr = fmt.Errorf("agent: close %s: %w", r.dir, err)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"errors"
@@ -74,14 +74,14 @@ func countSegments(dir string) int {
 	return n
 }
 
-// checkFileLimit logs the RLIMIT_NOFILE the agent runs under and warns when
+// CheckFileLimit logs the RLIMIT_NOFILE the agent runs under and warns when
 // the replicas it holds need more than half of it: the other half is for
 // client connections, concurrent reads and new segments. The limit is not
 // raised here: since Go 1.19 the syscall package raises the soft limit to
 // the hard one (to one below it, to notice a later prlimit(1)) when the
 // process starts, so the hard limit, LimitNOFILE in the unit, is what
 // counts.
-func checkFileLimit(log hclog.Logger, snap *election.Snapshot, self, dataDir string) {
+func CheckFileLimit(log hclog.Logger, snap *election.Snapshot, self, dataDir string) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		log.Warn("cannot read the open files limit (RLIMIT_NOFILE)", "error", err)

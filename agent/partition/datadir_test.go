@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"errors"
@@ -125,5 +125,12 @@ func TestDataDirFormat(t *testing.T) {
 			}
 			t.Logf("format %d: %v", tc.format, err)
 		})
+	}
+}
+
+func writeTestFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package peer
 
 import (
 	"fmt"
@@ -49,12 +49,12 @@ import (
 //	    &current_leader_epoch=7&epoch=5                          ──►
 //	                                                 ◄──  200 {"epoch":5,"end_offset":1187}
 const (
-	peerFetchPath          = "/v1/replica/fetch"
-	peerEpochEndOffsetPath = "/v1/replica/epoch-end-offset"
+	FetchPath          = "/v1/replica/fetch"
+	EpochEndOffsetPath = "/v1/replica/epoch-end-offset"
 )
 
-// peerFetch is a follower's fetch as it travels.
-type peerFetch struct {
+// Fetch is a follower's fetch as it travels.
+type Fetch struct {
 	Topic     string
 	Partition int
 	replicate.FetchRequest
@@ -66,7 +66,7 @@ type peerFetch struct {
 	MaxWait            time.Duration
 }
 
-func (f peerFetch) writeArgs(a *fasthttp.Args) {
+func (f Fetch) writeArgs(a *fasthttp.Args) {
 	a.Set("topic", f.Topic)
 	a.SetUint("partition", f.Partition)
 	a.Set("replica_id", f.ReplicaID)
@@ -81,9 +81,10 @@ func (f peerFetch) writeArgs(a *fasthttp.Args) {
 	}
 }
 
-func parsePeerFetch(a *fasthttp.Args) (peerFetch, error) {
+// ParseFetch reads a follower's fetch from its query parameters.
+func ParseFetch(a *fasthttp.Args) (Fetch, error) {
 	p := argParser{args: a}
-	f := peerFetch{
+	f := Fetch{
 		Topic:     p.str("topic"),
 		Partition: int(p.int64("partition", 0, 1<<31-1)),
 		FetchRequest: replicate.FetchRequest{
@@ -95,22 +96,22 @@ func parsePeerFetch(a *fasthttp.Args) (peerFetch, error) {
 		},
 		KnownHighWatermark: p.int64("high_watermark", 0, 1<<63-1),
 		MaxBytes:           p.int64("max_bytes", 1, 1<<31-1),
-		MaxWait:            time.Duration(p.int64("max_wait_ms", 0, maxPeerWait.Milliseconds())) * time.Millisecond,
+		MaxWait:            time.Duration(p.int64("max_wait_ms", 0, maxWait.Milliseconds())) * time.Millisecond,
 	}
 	return f, p.err
 }
 
-// maxPeerWait bounds a held follower fetch whatever the follower asks.
-const maxPeerWait = 30 * time.Second
+// maxWait bounds a held follower fetch whatever the follower asks.
+const maxWait = 30 * time.Second
 
-// peerEpochQuery is a follower's epoch end offset request as it travels.
-type peerEpochQuery struct {
+// EpochQuery is a follower's epoch end offset request as it travels.
+type EpochQuery struct {
 	Topic     string
 	Partition int
 	replicate.EpochRequest
 }
 
-func (q peerEpochQuery) writeArgs(a *fasthttp.Args) {
+func (q EpochQuery) writeArgs(a *fasthttp.Args) {
 	a.Set("topic", q.Topic)
 	a.SetUint("partition", q.Partition)
 	a.Set("replica_id", q.ReplicaID)
@@ -118,9 +119,11 @@ func (q peerEpochQuery) writeArgs(a *fasthttp.Args) {
 	a.Set("epoch", strconv.FormatInt(int64(q.Epoch), 10))
 }
 
-func parsePeerEpochQuery(a *fasthttp.Args) (peerEpochQuery, error) {
+// ParseEpochQuery reads a follower's epoch end offset request from its
+// query parameters.
+func ParseEpochQuery(a *fasthttp.Args) (EpochQuery, error) {
 	p := argParser{args: a}
-	q := peerEpochQuery{
+	q := EpochQuery{
 		Topic:     p.str("topic"),
 		Partition: int(p.int64("partition", 0, 1<<31-1)),
 		EpochRequest: replicate.EpochRequest{
@@ -132,14 +135,14 @@ func parsePeerEpochQuery(a *fasthttp.Args) (peerEpochQuery, error) {
 	return q, p.err
 }
 
-// epochEndOffsetJSON is the body of an epoch end offset answer.
-type epochEndOffsetJSON struct {
+// EpochEndOffsetJSON is the body of an epoch end offset answer.
+type EpochEndOffsetJSON struct {
 	Epoch     int32 `json:"epoch"`
 	EndOffset int64 `json:"end_offset"`
 }
 
-// fetchPositions are the headers of a fetch answer.
-type fetchPositions struct {
+// FetchPositions are the headers of a fetch answer.
+type FetchPositions struct {
 	LeaderEpoch      int32
 	EpochStartOffset int64
 	HighWatermark    int64
@@ -148,7 +151,8 @@ type fetchPositions struct {
 	Diverging        *replicate.EpochEndOffset
 }
 
-func (p fetchPositions) write(h *fasthttp.ResponseHeader) {
+// Write sets the positions as a fetch answer's headers.
+func (p FetchPositions) Write(h *fasthttp.ResponseHeader) {
 	h.Set(wire.HeaderLeaderEpoch, strconv.FormatInt(int64(p.LeaderEpoch), 10))
 	h.Set(wire.HeaderEpochStartOffset, strconv.FormatInt(p.EpochStartOffset, 10))
 	h.Set(wire.HeaderHighWatermark, strconv.FormatInt(p.HighWatermark, 10))
@@ -160,9 +164,9 @@ func (p fetchPositions) write(h *fasthttp.ResponseHeader) {
 	}
 }
 
-func parseFetchPositions(h *fasthttp.ResponseHeader) (fetchPositions, error) {
+func parseFetchPositions(h *fasthttp.ResponseHeader) (FetchPositions, error) {
 	p := headerParser{h: h}
-	pos := fetchPositions{
+	pos := FetchPositions{
 		LeaderEpoch:      int32(p.int64(wire.HeaderLeaderEpoch)),
 		EpochStartOffset: p.int64(wire.HeaderEpochStartOffset),
 		HighWatermark:    p.int64(wire.HeaderHighWatermark),

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"bytes"
@@ -98,10 +98,10 @@ func openPartitionLog(fsys segstore.FS, dir string, opts segstore.Options, markL
 	return log, log.DataLoss() != nil, nil
 }
 
-// topicStorage is a topic's own storage settings, over the agent's
+// TopicStorage is a topic's own storage settings, over the agent's
 // storage block: the JSON of election.TopicConfig.Storage. Only the
 // consumer groups' offsets topic has them (docs/design.md §7.3).
-type topicStorage struct {
+type TopicStorage struct {
 	SegmentBytes int64 `json:"segment_bytes,omitempty"`
 	// NoRetention turns time and size retention off: the topic deletes
 	// its own superseded records.
@@ -114,7 +114,7 @@ func logOptionsFor(opts segstore.Options, tc election.TopicConfig) (segstore.Opt
 	if len(tc.Storage) == 0 {
 		return opts, nil
 	}
-	var ts topicStorage
+	var ts TopicStorage
 	dec := json.NewDecoder(bytes.NewReader(tc.Storage))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ts); err != nil || ts.SegmentBytes < 0 {
@@ -157,46 +157,47 @@ func openRetryDelay(attempts int) time.Duration {
 	return min(openRetryMin<<min(attempts-1, 16), openRetryMax)
 }
 
-// openFailure is why a partition the metadata assigns here is offline.
-type openFailure struct {
+// OpenFailure is why a partition the metadata assigns here is offline.
+type OpenFailure struct {
 	topicID  string
-	err      error
-	attempts int
-	retryAt  time.Time
+	Err      error
+	Attempts int
+	RetryAt  time.Time
 }
 
-// manager keeps one replica for every partition the metadata assigns to this
+// Manager keeps one replica for every partition the metadata assigns to this
 // agent: it opens their logs, hands them metadata, and closes and removes the
 // logs of deleted topics.
-type manager struct {
-	deps    *replicaDeps
+type Manager struct {
+	deps    *Deps
 	dataDir string
 	log     hclog.Logger
 
 	mu       sync.RWMutex
-	replicas map[partitionKey]*replica
+	replicas map[partitionKey]*Replica
 	// failed holds the assigned partitions that are not open.
-	failed map[partitionKey]openFailure
+	failed map[partitionKey]OpenFailure
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func newManager(deps *replicaDeps, dataDir string) *manager {
-	return &manager{deps: deps, dataDir: dataDir, log: deps.log.Named("partitions"),
-		replicas: map[partitionKey]*replica{}, failed: map[partitionKey]openFailure{}}
+// NewManager returns the manager of the partitions under dataDir.
+func NewManager(deps *Deps, dataDir string) *Manager {
+	return &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
+		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{}}
 }
 
-// get returns this agent's replica of a partition, or nil.
-func (m *manager) get(topic string, partition int) *replica {
+// Get returns this agent's replica of a partition, or nil.
+func (m *Manager) Get(topic string, partition int) *Replica {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.replicas[partitionKey{topic, partition}]
 }
 
-// offline says why an assigned partition has no replica here: its log
+// Offline says why an assigned partition has no replica here: its log
 // could not be opened.
-func (m *manager) offline(topic string, partition int) (openFailure, bool) {
+func (m *Manager) Offline(topic string, partition int) (OpenFailure, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	f, ok := m.failed[partitionKey{topic, partition}]
@@ -205,23 +206,23 @@ func (m *manager) offline(topic string, partition int) (openFailure, bool) {
 
 // nextRetry is when the earliest offline partition is due to be opened
 // again.
-func (m *manager) nextRetry() (time.Time, bool) {
+func (m *Manager) nextRetry() (time.Time, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var next time.Time
 	for _, f := range m.failed {
-		if next.IsZero() || f.retryAt.Before(next) {
-			next = f.retryAt
+		if next.IsZero() || f.RetryAt.Before(next) {
+			next = f.RetryAt
 		}
 	}
 	return next, !next.IsZero()
 }
 
-// start waits for the first metadata from Consul, opens every local
+// Start waits for the first metadata from Consul, opens every local
 // partition it assigns here (recovering their logs), removes the local
 // partitions of topics that no longer exist, and then follows the metadata
 // in the background.
-func (m *manager) start(ctx context.Context, waitMetadata func(context.Context) (*election.Snapshot, error)) error {
+func (m *Manager) Start(ctx context.Context, waitMetadata func(context.Context) (*election.Snapshot, error)) error {
 	snap, err := waitMetadata(ctx)
 	if err != nil {
 		return err
@@ -236,7 +237,7 @@ func (m *manager) start(ctx context.Context, waitMetadata func(context.Context) 
 	return nil
 }
 
-func (m *manager) run(ctx context.Context, snap *election.Snapshot) {
+func (m *Manager) run(ctx context.Context, snap *election.Snapshot) {
 	defer close(m.done)
 	// Stopped, a timer delivers nothing (Go 1.23 timers), so one serves
 	// every wait.
@@ -249,7 +250,7 @@ func (m *manager) run(ctx context.Context, snap *election.Snapshot) {
 			// At least openRetryMin apart, so that thousands of offline
 			// partitions, each due at its own instant, are retried in a
 			// few rounds rather than one round each.
-			timer.Reset(max(at.Sub(m.deps.now()), openRetryMin))
+			timer.Reset(max(at.Sub(m.deps.Now()), openRetryMin))
 			retry = timer.C
 		}
 		select {
@@ -259,28 +260,28 @@ func (m *manager) run(ctx context.Context, snap *election.Snapshot) {
 		case <-retry:
 		}
 		timer.Stop()
-		snap = m.deps.coord.Metadata()
+		snap = m.deps.Coord.Metadata()
 		m.apply(snap)
 	}
 }
 
-// stop stops following the metadata and stops every replica, closing their
+// Stop stops following the metadata and stops every replica, closing their
 // logs; it returns the errors of the logs that did not close cleanly.
-func (m *manager) stop() error {
+func (m *Manager) Stop() error {
 	if m.cancel != nil {
 		m.cancel()
 		<-m.done
 	}
 	m.mu.Lock()
 	replicas := m.replicas
-	m.replicas = map[partitionKey]*replica{}
+	m.replicas = map[partitionKey]*Replica{}
 	m.mu.Unlock()
 	var wg sync.WaitGroup
 	errs := make([]error, 0, len(replicas))
 	var errMu sync.Mutex
 	for _, r := range replicas {
 		wg.Go(func() {
-			if err := r.stop(); err != nil {
+			if err := r.Stop(); err != nil {
 				errMu.Lock()
 				errs = append(errs, err)
 				errMu.Unlock()
@@ -291,9 +292,9 @@ func (m *manager) stop() error {
 	return errors.Join(errs...)
 }
 
-// retireAll makes every replica stop leading and campaigning, all at once,
+// RetireAll makes every replica stop leading and campaigning, all at once,
 // and returns when they have.
-func (m *manager) retireAll() {
+func (m *Manager) RetireAll() {
 	m.mu.RLock()
 	replicas := slices.Collect(maps.Values(m.replicas))
 	m.mu.RUnlock()
@@ -305,7 +306,7 @@ func (m *manager) retireAll() {
 }
 
 // apply brings the replicas in line with a snapshot.
-func (m *manager) apply(snap *election.Snapshot) {
+func (m *Manager) apply(snap *election.Snapshot) {
 	want := map[partitionKey]replicaMeta{}
 	corrupt := map[string]bool{}
 	for _, name := range snap.Topics() {
@@ -315,7 +316,7 @@ func (m *manager) apply(snap *election.Snapshot) {
 			continue
 		}
 		for _, pm := range tm.Partitions {
-			if slices.Contains(pm.Replicas, m.deps.self) {
+			if slices.Contains(pm.Replicas, m.deps.Self) {
 				want[partitionKey{name, pm.Partition}] = replicaMeta{pm: pm, tc: tm.Config, usable: true}
 			}
 		}
@@ -348,7 +349,7 @@ func (m *manager) apply(snap *election.Snapshot) {
 	}
 	removals.Wait()
 
-	now := m.deps.now()
+	now := m.deps.Now()
 	m.mu.Lock()
 	for key, f := range m.failed {
 		if meta, ok := want[key]; !ok || meta.tc.ID != f.topicID {
@@ -362,10 +363,10 @@ func (m *manager) apply(snap *election.Snapshot) {
 	var budget *fdBudget // measured once there is something to open
 	for _, key := range keys {
 		meta := want[key]
-		r := m.get(key.topic, key.partition)
+		r := m.Get(key.topic, key.partition)
 		if r == nil {
-			f, failed := m.offline(key.topic, key.partition)
-			if failed && now.Before(f.retryAt) {
+			f, failed := m.Offline(key.topic, key.partition)
+			if failed && now.Before(f.RetryAt) {
 				continue
 			}
 			if budget == nil {
@@ -390,20 +391,20 @@ func (m *manager) apply(snap *election.Snapshot) {
 // openFailed keeps a partition offline until its next try, logging the
 // first failure and any change of cause (every retry of thousands of
 // partitions short of descriptors would flood the log).
-func (m *manager) openFailed(key partitionKey, topicID string, prev openFailure, err error, now time.Time) {
-	f := openFailure{topicID: topicID, err: err, attempts: prev.attempts + 1}
-	delay := openRetryDelay(f.attempts)
-	f.retryAt = now.Add(delay)
+func (m *Manager) openFailed(key partitionKey, topicID string, prev OpenFailure, err error, now time.Time) {
+	f := OpenFailure{topicID: topicID, Err: err, Attempts: prev.Attempts + 1}
+	delay := openRetryDelay(f.Attempts)
+	f.RetryAt = now.Add(delay)
 	m.mu.Lock()
 	m.failed[key] = f
 	m.mu.Unlock()
-	if prev.err == nil || rootCause(prev.err).Error() != rootCause(err).Error() {
+	if prev.Err == nil || rootCause(prev.Err).Error() != rootCause(err).Error() {
 		m.log.Error("cannot open partition; it stays offline here and is tried again", "topic", key.topic,
-			"partition", key.partition, "error", err, "attempts", f.attempts, "retry_in", delay)
+			"partition", key.partition, "error", err, "attempts", f.Attempts, "retry_in", delay)
 		return
 	}
 	m.log.Debug("cannot open partition yet", "topic", key.topic, "partition", key.partition,
-		"error", err, "attempts", f.attempts, "retry_in", delay)
+		"error", err, "attempts", f.Attempts, "retry_in", delay)
 }
 
 // rootCause is the innermost error of a chain: the errno under the
@@ -426,9 +427,9 @@ func rootCause(err error) error {
 // finds no directory of it here cannot show it holds what the ISR held and
 // starts marked as having lost data (it does not lead, and leaves the ISR
 // until it has caught up).
-func (m *manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (*replica, error) {
+func (m *Manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (*Replica, error) {
 	topicID := tc.ID
-	opts, err := logOptionsFor(m.deps.logOptions, tc)
+	opts, err := logOptionsFor(m.deps.LogOptions, tc)
 	if err != nil {
 		return nil, err
 	}
@@ -454,15 +455,15 @@ func (m *manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (
 			m.log.Warn("no local data for a partition that has had a leader: treating it as lost; the replica fetches everything again before it may lead or count as in sync",
 				"topic", key.topic, "partition", key.partition, "epoch", epoch, "dir", dir)
 		}
-		if err := writeReplicaFile(m.deps.fs, dir, file); err != nil {
+		if err := writeReplicaFile(m.deps.FS, dir, file); err != nil {
 			return nil, fmt.Errorf("agent: write %s: %w", filepath.Join(dir, replicaFileName), err)
 		}
 	}
-	opts.Logger = m.deps.log.Named("segstore")
-	log, lostNow, err := openPartitionLog(m.deps.fs, dir, opts, func() error {
+	opts.Logger = m.deps.Log.Named("segstore")
+	log, lostNow, err := openPartitionLog(m.deps.FS, dir, opts, func() error {
 		lost := file
 		lost.DataLoss = true
-		return writeReplicaFile(m.deps.fs, dir, lost)
+		return writeReplicaFile(m.deps.FS, dir, lost)
 	})
 	if err != nil {
 		return nil, err
@@ -480,13 +481,13 @@ func (m *manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (
 	r.start()
 	m.log.Info("partition open", "topic", key.topic, "partition", key.partition,
 		"log_start_offset", log.LogStartOffset(), "log_end_offset", log.LogEndOffset(),
-		"high_watermark", log.HighWatermark(), "data_loss", r.dataLoss, "failed_attempts", failed.attempts)
+		"high_watermark", log.HighWatermark(), "data_loss", r.dataLoss, "failed_attempts", failed.Attempts)
 	return r, nil
 }
 
 // remove stops a replica and deletes its directory, or with quarantine moves
 // it into orphaned/.
-func (m *manager) remove(key partitionKey, quarantine bool) {
+func (m *Manager) remove(key partitionKey, quarantine bool) {
 	m.mu.Lock()
 	r := m.replicas[key]
 	delete(m.replicas, key)
@@ -494,7 +495,7 @@ func (m *manager) remove(key partitionKey, quarantine bool) {
 	if r == nil {
 		return
 	}
-	if err := r.stop(); err != nil {
+	if err := r.Stop(); err != nil {
 		m.log.Warn("closing a deleted partition", "topic", key.topic, "partition", key.partition, "error", err)
 	}
 	if quarantine {
@@ -515,7 +516,7 @@ func (m *manager) remove(key partitionKey, quarantine bool) {
 // has a tombstone or the topic exists in another incarnation or without this
 // replica, moved into orphaned/ when the topic is absent without a tombstone. A topic whose metadata is unreadable keeps its
 // directories.
-func (m *manager) removeStrays(snap *election.Snapshot) error {
+func (m *Manager) removeStrays(snap *election.Snapshot) error {
 	entries, err := os.ReadDir(m.dataDir)
 	if err != nil {
 		return fmt.Errorf("agent: list %s: %w", m.dataDir, err)
@@ -530,7 +531,7 @@ func (m *manager) removeStrays(snap *election.Snapshot) error {
 			m.log.Warn("leaving a partition directory alone", "dir", dir, "error", err)
 			continue
 		}
-		if !found || m.get(file.Topic, file.Partition) != nil {
+		if !found || m.Get(file.Topic, file.Partition) != nil {
 			continue
 		}
 		tm, ok := snap.Topic(file.Topic)
@@ -542,7 +543,7 @@ func (m *manager) removeStrays(snap *election.Snapshot) error {
 		}
 		if ok {
 			pm, assigned := snap.Partition(file.Topic, file.Partition)
-			if tm.Err != nil || (tm.Config.ID == file.TopicID && assigned && slices.Contains(pm.Replicas, m.deps.self)) {
+			if tm.Err != nil || (tm.Config.ID == file.TopicID && assigned && slices.Contains(pm.Replicas, m.deps.Self)) {
 				continue // unreadable metadata, or a partition that failed to open
 			}
 		}
@@ -558,7 +559,7 @@ func (m *manager) removeStrays(snap *election.Snapshot) error {
 // quarantine moves the directory of a partition whose topic Consul does not
 // know into <data_dir>/orphaned/, where it stays until an operator deletes
 // it.
-func (m *manager) quarantine(dir, topicID string) error {
+func (m *Manager) quarantine(dir, topicID string) error {
 	parent := filepath.Join(m.dataDir, orphanedDirName)
 	if err := os.MkdirAll(parent, 0o750); err != nil {
 		return fmt.Errorf("agent: create %s: %w", parent, err)

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import "slices"
 
@@ -12,8 +12,8 @@ import "slices"
 
 // applyLiveness hands the leader the partition's replicas that the latest
 // liveness says are dead.
-func (r *replica) applyLiveness() {
-	lv := r.deps.coord.Liveness()
+func (r *Replica) applyLiveness() {
+	lv := r.deps.Coord.Liveness()
 	r.liveness = lv
 	dead := lv.DeadAmong(r.meta.pm.Replicas)
 	if inISR := slices.DeleteFunc(slices.Clone(dead), func(id string) bool {
@@ -22,7 +22,7 @@ func (r *replica) applyLiveness() {
 		r.log.Warn("removing replicas from the ISR: consul reports agent dead", "dead", inISR, "isr", r.leaderISR, "epoch", r.leader.Epoch())
 	}
 	r.deadReplicas = dead
-	if err := r.leader.SetDeadFollowers(dead, r.deps.now()); err != nil {
+	if err := r.leader.SetDeadFollowers(dead, r.deps.Now()); err != nil {
 		r.log.Debug("dead followers refused", "error", err)
 	}
 	r.processLeaderReady()
@@ -30,7 +30,7 @@ func (r *replica) applyLiveness() {
 
 // livenessChanged is closed when the liveness the leader last applied is
 // replaced; nil (never ready) when not leading.
-func (r *replica) livenessChanged() <-chan struct{} {
+func (r *Replica) livenessChanged() <-chan struct{} {
 	if r.liveness == nil {
 		return nil
 	}
@@ -38,6 +38,6 @@ func (r *replica) livenessChanged() <-chan struct{} {
 }
 
 // stopLiveness forgets the liveness when the leadership ends.
-func (r *replica) stopLiveness() {
+func (r *Replica) stopLiveness() {
 	r.liveness, r.deadReplicas = nil, nil
 }

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"os"
@@ -15,24 +15,24 @@ import (
 
 // producerTestReplica opens the partition log in dir and a replica on it,
 // without starting its loop: the test calls the loop's functions itself.
-func producerTestReplica(t *testing.T, fsys segstore.FS, dir string) *replica {
+func producerTestReplica(t *testing.T, fsys segstore.FS, dir string) *Replica {
 	t.Helper()
 	opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
 	clock := &fakeNow{t: time.Now()}
-	deps := &replicaDeps{self: "n1", log: hclog.NewNullLogger(), now: clock.now, fs: fsys, logOptions: opts}
+	deps := &Deps{Self: "n1", Log: hclog.NewNullLogger(), Now: clock.now, FS: fsys, LogOptions: opts}
 	log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := newReplica(deps, "t", 0, "id", dir, log, false)
-	t.Cleanup(func() { r.currentLog().Close() })
+	t.Cleanup(func() { r.CurrentLog().Close() })
 	r.loadProducers()
 	return r
 }
 
 // appendIdempotent appends one batch of producer id at seq, n records, as
 // the leader loop does (append, then apply), and returns its base offset.
-func appendIdempotent(t *testing.T, r *replica, id int64, seq int32, n int) int64 {
+func appendIdempotent(t *testing.T, r *Replica, id int64, seq int32, n int) int64 {
 	t.Helper()
 	var b record.Builder
 	b.SetProducer(id, 0, seq)
@@ -48,7 +48,7 @@ func appendIdempotent(t *testing.T, r *replica, id int64, seq int32, n int) int6
 	if d := r.producers.Check(id, 0, seq, int32(n)); d.Verdict != producer.Append {
 		t.Fatalf("check of producer %d seq %d: %v", id, seq, d.Verdict)
 	}
-	base, _, err := r.currentLog().AppendLeader(batch, 1)
+	base, _, err := r.CurrentLog().AppendLeader(batch, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func appendIdempotent(t *testing.T, r *replica, id int64, seq int32, n int) int6
 
 // wantDuplicate checks that a resend of (id, seq, n) is a duplicate of the
 // batch at base.
-func wantDuplicate(t *testing.T, r *replica, what string, id int64, seq int32, n int, base int64) {
+func wantDuplicate(t *testing.T, r *Replica, what string, id int64, seq int32, n int, base int64) {
 	t.Helper()
 	d := r.producers.Check(id, 0, seq, int32(n))
 	if d.Verdict != producer.Duplicate || d.Original.BaseOffset != base {
@@ -83,7 +83,7 @@ func TestProducerStateRebuilt(t *testing.T) {
 	a0 := appendIdempotent(t, r, 7, 0, 3)
 	b0 := appendIdempotent(t, r, 9, 0, 2)
 	a1 := appendIdempotent(t, r, 7, 3, 3)
-	r.currentLog().Close()
+	r.CurrentLog().Close()
 
 	r = producerTestReplica(t, fsys, dir)
 	wantDuplicate(t, r, "from the log alone", 7, 3, 3, a1)
@@ -96,7 +96,7 @@ func TestProducerStateRebuilt(t *testing.T) {
 	}
 	snapEnd := r.producerSnapshotEnd
 	a2 := appendIdempotent(t, r, 7, 6, 1)
-	r.currentLog().Close()
+	r.CurrentLog().Close()
 
 	r = producerTestReplica(t, fsys, dir)
 	if r.producerSnapshotEnd != snapEnd {
@@ -107,7 +107,7 @@ func TestProducerStateRebuilt(t *testing.T) {
 
 	// A damaged snapshot is ignored: the log is scanned.
 	r.writeProducerSnapshot()
-	r.currentLog().Close()
+	r.CurrentLog().Close()
 	b, err := os.ReadFile(snapshot)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestProducerStateRebuilt(t *testing.T) {
 	// A truncation below the snapshot's end removes it; the state forgets
 	// the cut batch, and the producer's next sequence is the cut one.
 	r.writeProducerSnapshot()
-	if err := r.currentLog().Truncate(a2); err != nil {
+	if err := r.CurrentLog().Truncate(a2); err != nil {
 		t.Fatal(err)
 	}
 	r.producersTruncated(false)
@@ -136,19 +136,19 @@ func TestProducerStateRebuilt(t *testing.T) {
 		t.Fatalf("after the truncation, producer 7 seq 6: %v, want append", d.Verdict)
 	}
 	a2 = appendIdempotent(t, r, 7, 6, 2)
-	r.currentLog().Close()
+	r.CurrentLog().Close()
 
 	// A snapshot ahead of the log (its tail lost in a crash) is ignored.
 	r = producerTestReplica(t, fsys, dir)
 	wantDuplicate(t, r, "after the truncation", 7, 6, 2, a2)
 	r.writeProducerSnapshot()
-	if err := r.currentLog().Truncate(a2); err != nil {
+	if err := r.CurrentLog().Truncate(a2); err != nil {
 		t.Fatal(err)
 	}
-	r.currentLog().Close()
+	r.CurrentLog().Close()
 	r = producerTestReplica(t, fsys, dir)
 	if r.producerSnapshotEnd != -1 {
-		t.Fatalf("a snapshot ahead of the log end was used (end %d, log end %d)", r.producerSnapshotEnd, r.currentLog().LogEndOffset())
+		t.Fatalf("a snapshot ahead of the log end was used (end %d, log end %d)", r.producerSnapshotEnd, r.CurrentLog().LogEndOffset())
 	}
 	if d := r.producers.Check(7, 0, 6, 1); d.Verdict != producer.Append {
 		t.Fatalf("producer 7 seq 6 with the log cut below it: %v, want append", d.Verdict)

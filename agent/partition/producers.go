@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"errors"
@@ -38,11 +38,23 @@ const producerSnapshotFile = "producers.snapshot"
 // takes.
 const producerScanBytes = 1 << 20
 
+// ProducerError is the leader's refusal of an idempotent batch.
+type ProducerError struct {
+	Decision producer.Decision
+}
+
+func (e *ProducerError) Error() string {
+	if e.Decision.Reason != "" {
+		return "agent: " + e.Decision.Reason
+	}
+	return "agent: idempotent batch refused: " + e.Decision.Verdict.String()
+}
+
 // loadProducers builds the producer state of the current log: from the
 // snapshot when it is usable, then the batches after it.
-func (r *replica) loadProducers() {
-	log := r.currentLog()
-	opts := r.deps.producerOptions
+func (r *Replica) loadProducers() {
+	log := r.CurrentLog()
+	opts := r.deps.ProducerOptions
 	state, from := r.readProducerSnapshot(log, opts)
 	if state == nil {
 		state, from = producer.New(opts), log.LogStartOffset()
@@ -55,7 +67,7 @@ func (r *replica) loadProducers() {
 		r.log.Error("cannot read the log for its producer state", "from", from, "error", err)
 	}
 	state.RemoveBefore(log.LogStartOffset())
-	state.Expire(r.deps.now())
+	state.Expire(r.deps.Now())
 	r.producers, r.producersDirty = state, false
 	if state.Len() > 0 || scanned > 0 {
 		r.log.Debug("producer state loaded", "producers", state.Len(), "snapshot_end", from, "batches_scanned", scanned)
@@ -63,9 +75,9 @@ func (r *replica) loadProducers() {
 }
 
 // readProducerSnapshot reads the snapshot if it describes a prefix of log.
-func (r *replica) readProducerSnapshot(log *segstore.Log, opts producer.Options) (*producer.State, int64) {
+func (r *Replica) readProducerSnapshot(log *segstore.Log, opts producer.Options) (*producer.State, int64) {
 	r.producerSnapshotEnd = -1
-	b, err := readFileFS(r.deps.fs, filepath.Join(r.dir, producerSnapshotFile))
+	b, err := readFileFS(r.deps.FS, filepath.Join(r.dir, producerSnapshotFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0
 	}
@@ -147,7 +159,7 @@ func producerBatch(h record.Header) producer.Batch {
 // appliedBatches records what a follower appended: batches, back to back,
 // as the leader sent them and the log verified them (CRCs included, so
 // only the headers are read again here).
-func (r *replica) appliedBatches(batches []byte) {
+func (r *Replica) appliedBatches(batches []byte) {
 	for len(batches) > 0 {
 		h, size, err := record.ParseHeader(batches, len(batches))
 		if err != nil || size > len(batches) {
@@ -167,27 +179,27 @@ func (r *replica) appliedBatches(batches []byte) {
 
 // producersTruncated follows a truncation of the log to its new end: the
 // snapshot goes first if it describes more than the log now holds.
-func (r *replica) producersTruncated(restart bool) {
-	log := r.currentLog()
+func (r *Replica) producersTruncated(restart bool) {
+	log := r.CurrentLog()
 	if r.producerSnapshotEnd > log.LogEndOffset() || restart {
 		r.removeProducerSnapshot()
 	}
 	if restart {
-		r.producers = producer.New(r.deps.producerOptions)
+		r.producers = producer.New(r.deps.ProducerOptions)
 	} else {
 		r.producers.TruncateTo(log.LogEndOffset())
 	}
 	r.producersDirty = true
 }
 
-func (r *replica) removeProducerSnapshot() {
+func (r *Replica) removeProducerSnapshot() {
 	if r.producerSnapshotEnd < 0 {
 		return
 	}
 	name := filepath.Join(r.dir, producerSnapshotFile)
-	err := r.deps.fs.Remove(name)
+	err := r.deps.FS.Remove(name)
 	if err == nil || errors.Is(err, os.ErrNotExist) {
-		err = r.deps.fs.SyncDir(r.dir)
+		err = r.deps.FS.SyncDir(r.dir)
 	}
 	if err != nil {
 		// A snapshot that stays could describe batches the log lost: the
@@ -200,14 +212,14 @@ func (r *replica) removeProducerSnapshot() {
 
 // maintainProducers runs on the retention tick: forget expired producers
 // and those retention removed, and write the snapshot if anything changed.
-func (r *replica) maintainProducers() {
+func (r *Replica) maintainProducers() {
 	if r.logFailed || r.producers == nil {
 		return
 	}
-	log := r.currentLog()
+	log := r.CurrentLog()
 	before := r.producers.Len()
 	r.producers.RemoveBefore(log.LogStartOffset())
-	r.producers.Expire(r.deps.now())
+	r.producers.Expire(r.deps.Now())
 	if r.producers.Len() != before {
 		r.producersDirty = true
 	}
@@ -218,8 +230,8 @@ func (r *replica) maintainProducers() {
 
 // writeProducerSnapshot writes the state as of the log end. A failure
 // leaves the previous snapshot, which the open-time scan completes.
-func (r *replica) writeProducerSnapshot() {
-	end := r.currentLog().LogEndOffset()
+func (r *Replica) writeProducerSnapshot() {
+	end := r.CurrentLog().LogEndOffset()
 	if r.producers.Len() == 0 && r.producerSnapshotEnd < 0 {
 		r.producersDirty = false
 		return
@@ -229,7 +241,7 @@ func (r *replica) writeProducerSnapshot() {
 		r.log.Error("cannot encode the producer snapshot", "error", err)
 		return
 	}
-	if err := writeFileAtomic(r.deps.fs, filepath.Join(r.dir, producerSnapshotFile), b); err != nil {
+	if err := writeFileAtomic(r.deps.FS, filepath.Join(r.dir, producerSnapshotFile), b); err != nil {
 		r.log.Warn("cannot write the producer snapshot", "error", err)
 		return
 	}

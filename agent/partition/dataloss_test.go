@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"path/filepath"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 )
@@ -35,7 +36,7 @@ func TestDataLossClearedOnlyUnderTheJoinRule(t *testing.T) {
 			root := t.TempDir()
 			fsys := segstore.OSFS{}
 			opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
-			deps := &replicaDeps{self: "n2", log: hclog.NewNullLogger(), now: time.Now, fs: fsys, logOptions: opts, durability: tc.durability}
+			deps := &Deps{Self: "n2", Log: hclog.NewNullLogger(), Now: time.Now, FS: fsys, LogOptions: opts, Durability: tc.durability}
 			dir := filepath.Join(root, "t-0")
 			log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
 			if err != nil {
@@ -51,7 +52,7 @@ func TestDataLossClearedOnlyUnderTheJoinRule(t *testing.T) {
 				}
 			}
 			r := newReplica(deps, "t", 0, "id", dir, log, true)
-			r.maybeClearDataLoss(fetchPositions{LeaderEpoch: 2, HighWatermark: tc.hw, EpochStartOffset: tc.start, LogEndOffset: 9})
+			r.maybeClearDataLoss(peer.FetchPositions{LeaderEpoch: 2, HighWatermark: tc.hw, EpochStartOffset: tc.start, LogEndOffset: 9})
 			if cleared := !r.dataLoss; cleared != tc.wantClear {
 				t.Fatalf("log end 5, leader HW %d, epoch start %d: cleared %t, want %t", tc.hw, tc.start, cleared, tc.wantClear)
 			}

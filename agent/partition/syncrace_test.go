@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"os"
@@ -74,8 +74,8 @@ func TestSyncAgainAfterTruncationRace(t *testing.T) {
 	root := t.TempDir()
 	fsys := &gatedSyncFS{}
 	opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
-	deps := &replicaDeps{self: "n1", log: hclog.NewNullLogger(), now: time.Now, fs: fsys, logOptions: opts,
-		durability: replicate.DurabilityFsync}
+	deps := &Deps{Self: "n1", Log: hclog.NewNullLogger(), Now: time.Now, FS: fsys, LogOptions: opts,
+		Durability: replicate.DurabilityFsync}
 	dir := filepath.Join(root, "t-0")
 	log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
 	if err != nil {
@@ -87,7 +87,7 @@ func TestSyncAgainAfterTruncationRace(t *testing.T) {
 	r := newReplica(deps, "t", 0, "id", dir, log, false)
 	r.start()
 	t.Cleanup(func() {
-		if err := r.stop(); err != nil {
+		if err := r.Stop(); err != nil {
 			t.Error(err)
 		}
 	})

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"errors"
@@ -9,110 +9,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/valyala/fasthttp"
 
-	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/segstore"
-
-	"github.com/logagent/logagent/wire"
 )
-
-func TestPeerFetchRoundTrip(t *testing.T) {
-	in := peerFetch{
-		Topic:     "orders.v2",
-		Partition: 11,
-		FetchRequest: replicate.FetchRequest{
-			ReplicaID:          "n-2",
-			FetchOffset:        1 << 40,
-			CurrentLeaderEpoch: 7,
-			LastFetchedEpoch:   replicate.UndefinedEpoch,
-		},
-		KnownHighWatermark: 99,
-		MaxBytes:           8 << 20,
-		MaxWait:            500 * time.Millisecond,
-	}
-	var args fasthttp.Args
-	in.writeArgs(&args)
-	var parsed fasthttp.Args
-	parsed.Parse(args.String())
-	out, err := parsePeerFetch(&parsed)
-	if err != nil || out != in {
-		t.Fatalf("round trip: %+v %v\nwant %+v", out, err, in)
-	}
-
-	for _, bad := range []string{
-		"", // everything missing
-		"topic=t&partition=0&replica_id=n2&fetch_offset=-1&current_leader_epoch=1&last_fetched_epoch=0&high_watermark=0&max_bytes=1&max_wait_ms=0",
-		"topic=t&partition=0&replica_id=n2&fetch_offset=0&current_leader_epoch=1&last_fetched_epoch=-2&high_watermark=0&max_bytes=1&max_wait_ms=0",
-		"topic=t&partition=0&replica_id=n2&fetch_offset=0&current_leader_epoch=1&last_fetched_epoch=0&high_watermark=0&max_bytes=0&max_wait_ms=0",
-		"topic=t&partition=0&replica_id=n2&fetch_offset=0&current_leader_epoch=1&last_fetched_epoch=0&high_watermark=0&max_bytes=1&max_wait_ms=60000",
-		"topic=t&partition=x&replica_id=n2&fetch_offset=0&current_leader_epoch=1&last_fetched_epoch=0&high_watermark=0&max_bytes=1&max_wait_ms=0",
-	} {
-		var a fasthttp.Args
-		a.Parse(bad)
-		if _, err := parsePeerFetch(&a); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
-func TestPeerEpochQueryRoundTrip(t *testing.T) {
-	in := peerEpochQuery{Topic: "t", Partition: 3, EpochRequest: replicate.EpochRequest{ReplicaID: "n3", CurrentLeaderEpoch: 9, Epoch: 4}}
-	var args, parsed fasthttp.Args
-	in.writeArgs(&args)
-	parsed.Parse(args.String())
-	if out, err := parsePeerEpochQuery(&parsed); err != nil || out != in {
-		t.Fatalf("round trip: %+v %v", out, err)
-	}
-}
-
-func TestFetchPositionsRoundTrip(t *testing.T) {
-	for _, in := range []fetchPositions{
-		{LeaderEpoch: 3, HighWatermark: 10, LogEndOffset: 12, LogStartOffset: 2},
-		{LeaderEpoch: 3, HighWatermark: 10, LogEndOffset: 12, LogStartOffset: 2, Diverging: &replicate.EpochEndOffset{Epoch: 1, EndOffset: 7}},
-	} {
-		var h fasthttp.ResponseHeader
-		in.write(&h)
-		out, err := parseFetchPositions(&h)
-		if err != nil || out.LeaderEpoch != in.LeaderEpoch || out.HighWatermark != in.HighWatermark ||
-			out.LogEndOffset != in.LogEndOffset || out.LogStartOffset != in.LogStartOffset ||
-			(in.Diverging == nil) != (out.Diverging == nil) || (in.Diverging != nil && *in.Diverging != *out.Diverging) {
-			t.Fatalf("round trip of %+v: %+v %v", in, out, err)
-		}
-	}
-	var h fasthttp.ResponseHeader
-	h.Set(wire.HeaderLeaderEpoch, "3")
-	if _, err := parseFetchPositions(&h); err == nil {
-		t.Fatal("headers without positions accepted")
-	}
-}
-
-func TestPeerAPIErrorCodes(t *testing.T) {
-	tests := []struct {
-		err    error
-		status int
-		code   string
-	}{
-		{fmt.Errorf("x: %w", replicate.ErrFencedLeaderEpoch), 409, wire.CodeFencedLeaderEpoch},
-		{fmt.Errorf("x: %w", replicate.ErrUnknownLeaderEpoch), 412, wire.CodeUnknownLeaderEpoch},
-		{errNotLeaderHere, 409, wire.CodeNotLeader},
-		{replicate.ErrNotLeader, 409, wire.CodeNotLeader},
-		{replicate.ErrNotReplica, 403, wire.CodeNotReplica},
-		{replicate.ErrInvalidRequest, 400, wire.CodeInvalidRequest},
-		{&outOfRangeError{logStartOffset: 3, logEndOffset: 9}, 416, wire.CodeOffsetOutOfRange},
-		{segstore.ErrClosed, 503, wire.CodeStorageError},
-	}
-	for _, tc := range tests {
-		e := peerAPIError(tc.err)
-		if e.status != tc.status || e.Code != tc.code {
-			t.Errorf("%v: %d %s, want %d %s", tc.err, e.status, e.Code, tc.status, tc.code)
-		}
-	}
-	e := peerAPIError(&outOfRangeError{logStartOffset: 3, logEndOffset: 9})
-	if *e.LogStartOffset != 3 || *e.LogEndOffset != 9 {
-		t.Fatalf("out of range bounds %d %d", *e.LogStartOffset, *e.LogEndOffset)
-	}
-}
 
 func TestBroadcastWakesEveryWaiter(t *testing.T) {
 	b := newBroadcast()
@@ -164,6 +64,21 @@ func testLog(t *testing.T, dir string) *segstore.Log {
 		t.Fatal(err)
 	}
 	return log
+}
+
+func testBatch(t *testing.T, values []string) []byte {
+	t.Helper()
+	var b record.Builder
+	for _, v := range values {
+		if err := b.Add(1, nil, []byte(v), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return batch
 }
 
 func appendLeader(t *testing.T, log *segstore.Log, epoch int32, values ...string) {

@@ -1,10 +1,11 @@
-package agent
+package partition
 
 import (
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 
@@ -14,19 +15,19 @@ import (
 // becomeFollower starts following the leader of target's epoch: the
 // follower state machine first reconciles the log with the leader's by
 // epoch, then fetches.
-func (r *replica) becomeFollower(target followTarget) {
+func (r *Replica) becomeFollower(target followTarget) {
 	if target != r.following {
 		r.followBackoff.reset()
 		r.followRetryAt = time.Time{}
 	}
 	r.stopFollowing()
 	r.following = target
-	log := r.currentLog()
+	log := r.CurrentLog()
 	leo := log.LogEndOffset()
 	f, err := replicate.NewFollower(replicate.FollowerConfig{
-		Self:            r.deps.self,
+		Self:            r.deps.Self,
 		LeaderEpoch:     target.epoch,
-		Durability:      r.deps.durability,
+		Durability:      r.deps.Durability,
 		LogEndOffset:    leo,
 		SyncedEndOffset: min(log.SyncedOffset(), leo),
 		HighWatermark:   min(log.HighWatermark(), leo),
@@ -36,11 +37,11 @@ func (r *replica) becomeFollower(target followTarget) {
 		// Metadata older than the log (its epoch is above the leader's):
 		// wait for newer metadata.
 		r.log.Warn("cannot follow", "leader", target.node, "epoch", target.epoch, "error", err)
-		r.followRetryAt = r.deps.now().Add(r.followBackoff.next())
+		r.followRetryAt = r.deps.Now().Add(r.followBackoff.next())
 		return
 	}
 	r.gen++
-	r.role, r.follower = roleFollower, f
+	r.role, r.follower = RoleFollower, f
 	r.knownLeaderHW = f.HighWatermark()
 	r.log.Info("following", "leader", target.node, "epoch", target.epoch, "log_end_offset", leo)
 	r.publish()
@@ -48,29 +49,29 @@ func (r *replica) becomeFollower(target followTarget) {
 
 // stopFollowing drops the follower state; answers to its requests still in
 // flight are dropped by their generation.
-func (r *replica) stopFollowing() {
+func (r *Replica) stopFollowing() {
 	r.following = followTarget{}
 	if r.follower == nil {
 		return
 	}
 	r.gen++
 	r.follower = nil
-	if r.role == roleFollower {
-		r.role = roleNone
+	if r.role == RoleFollower {
+		r.role = RoleNone
 	}
 }
 
 // driveFollower carries out the follower's output until it waits for an
 // answer: epoch requests and fetches go out on their own goroutines,
 // truncations are done here (they are the log's writer side).
-func (r *replica) driveFollower() {
+func (r *Replica) driveFollower() {
 	for r.follower != nil && r.follower.HasReady() {
-		if r.deps.now().Before(r.followRetryAt) {
+		if r.deps.Now().Before(r.followRetryAt) {
 			return
 		}
-		agent, ok := r.deps.agents.lookup(r.following.node)
+		agent, ok := r.deps.LookupAgent(r.following.node)
 		if !ok {
-			r.followRetryAt = r.deps.now().Add(r.followBackoff.next())
+			r.followRetryAt = r.deps.Now().Add(r.followBackoff.next())
 			return
 		}
 		rd := r.follower.Ready()
@@ -90,8 +91,8 @@ func (r *replica) driveFollower() {
 	}
 }
 
-func (r *replica) setFollowerHighWatermark(hw int64) {
-	if err := r.currentLog().SetHighWatermark(hw); err != nil {
+func (r *Replica) setFollowerHighWatermark(hw int64) {
+	if err := r.CurrentLog().SetHighWatermark(hw); err != nil {
 		r.log.Warn("cannot set the high watermark", "high_watermark", hw, "error", err)
 		return
 	}
@@ -100,8 +101,8 @@ func (r *replica) setFollowerHighWatermark(hw int64) {
 
 // truncate applies a truncation the follower decided; false if the log
 // failed.
-func (r *replica) truncate(t replicate.Truncation) bool {
-	log := r.currentLog()
+func (r *Replica) truncate(t replicate.Truncation) bool {
+	log := r.CurrentLog()
 	before := log.LogEndOffset()
 	var err error
 	if t.Restart {
@@ -128,7 +129,7 @@ func (r *replica) truncate(t replicate.Truncation) bool {
 		r.failLog(err)
 		return false
 	}
-	if r.deps.durability == replicate.DurabilityFsync && log.SyncedOffset() < log.LogEndOffset() {
+	if r.deps.Durability == replicate.DurabilityFsync && log.SyncedOffset() < log.LogEndOffset() {
 		// A sync in flight started before the cut is not counted for what
 		// remains; the follower fetches again only once this one is.
 		r.requestSync()
@@ -140,11 +141,11 @@ func (r *replica) truncate(t replicate.Truncation) bool {
 	return true
 }
 
-func (r *replica) askEpoch(addr string, req replicate.EpochRequest) {
+func (r *Replica) askEpoch(addr string, req replicate.EpochRequest) {
 	gen := r.gen
-	q := peerEpochQuery{Topic: r.topic, Partition: r.partition, EpochRequest: req}
+	q := peer.EpochQuery{Topic: r.topic, Partition: r.partition, EpochRequest: req}
 	r.tasks.Go(func() {
-		answer, err := r.deps.peers.epochEndOffset(addr, q)
+		answer, err := r.deps.Peers.EpochEndOffset(addr, q)
 		r.send(epochAnswered{gen: gen, answer: answer, err: err})
 	})
 }
@@ -155,7 +156,7 @@ type epochAnswered struct {
 	err    error
 }
 
-func (r *replica) onEpochAnswered(ev epochAnswered) {
+func (r *Replica) onEpochAnswered(ev epochAnswered) {
 	if ev.gen != r.gen || r.follower == nil {
 		return
 	}
@@ -173,35 +174,35 @@ func (r *replica) onEpochAnswered(ev epochAnswered) {
 	r.followBackoff.reset()
 }
 
-func (r *replica) fetch(addr string, req replicate.FetchRequest) {
+func (r *Replica) fetch(addr string, req replicate.FetchRequest) {
 	gen := r.gen
 	req.DataLoss = r.dataLoss
-	f := peerFetch{
+	f := peer.Fetch{
 		Topic:              r.topic,
 		Partition:          r.partition,
 		FetchRequest:       req,
 		KnownHighWatermark: r.knownLeaderHW,
-		MaxBytes:           r.deps.cfg.Replication.FetchMaxBytes,
-		MaxWait:            r.deps.cfg.Replication.FetchMaxWait,
+		MaxBytes:           r.deps.Config.Replication.FetchMaxBytes,
+		MaxWait:            r.deps.Config.Replication.FetchMaxWait,
 	}
 	r.tasks.Go(func() {
-		answer, err := r.deps.peers.fetch(addr, f)
+		answer, err := r.deps.Peers.Fetch(addr, f)
 		r.send(fetchAnswered{gen: gen, answer: answer, err: err})
 	})
 }
 
 type fetchAnswered struct {
 	gen    uint64
-	answer peerFetchAnswer
+	answer peer.FetchAnswer
 	err    error
 }
 
-func (r *replica) onFetchAnswered(ev fetchAnswered) {
+func (r *Replica) onFetchAnswered(ev fetchAnswered) {
 	if ev.gen != r.gen || r.follower == nil {
 		return
 	}
 	if ev.err != nil {
-		var pe *peerError
+		var pe *peer.Error
 		if errors.As(ev.err, &pe) && pe.Code == wire.CodeOffsetOutOfRange {
 			if err := r.follower.FetchOutOfRange(pe.LogStartOffset, pe.LogEndOffset); err == nil {
 				return
@@ -220,7 +221,7 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 		return
 	}
 	if pos.Diverging == nil && len(ev.answer.Batches) > 0 {
-		log := r.currentLog()
+		log := r.CurrentLog()
 		if err := log.AppendFollower(ev.answer.Batches, r.following.epoch); err != nil {
 			if errors.Is(err, segstore.ErrFailed) {
 				r.failLog(err)
@@ -240,7 +241,7 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 			r.followerBroken(err)
 			return
 		}
-		if r.deps.durability == replicate.DurabilityFsync {
+		if r.deps.Durability == replicate.DurabilityFsync {
 			r.requestSync()
 		}
 		r.changed.notify()
@@ -266,8 +267,8 @@ func (r *replica) onFetchAnswered(ev fetchAnswered) {
 // retention or a restatement of the consumer groups' offsets (docs/design.md
 // §7.3) deleted goes here too, as a Kafka follower's log start follows its
 // leader's.
-func (r *replica) followLogStart(leaderStart int64) {
-	log := r.currentLog()
+func (r *Replica) followLogStart(leaderStart int64) {
+	log := r.CurrentLog()
 	if leaderStart <= log.LogStartOffset() {
 		return
 	}
@@ -287,13 +288,13 @@ func (r *replica) followLogStart(leaderStart int64) {
 // trail what the previous leader committed; its epoch start cannot). Its
 // next fetch goes without the flag, and the leader admits it to the ISR by
 // the same rule.
-func (r *replica) maybeClearDataLoss(pos fetchPositions) {
+func (r *Replica) maybeClearDataLoss(pos peer.FetchPositions) {
 	if !r.dataLoss || pos.Diverging != nil {
 		return
 	}
-	durable := r.currentLog().LogEndOffset()
-	if r.deps.durability == replicate.DurabilityFsync {
-		durable = r.currentLog().SyncedOffset()
+	durable := r.CurrentLog().LogEndOffset()
+	if r.deps.Durability == replicate.DurabilityFsync {
+		durable = r.CurrentLog().SyncedOffset()
 	}
 	if durable >= pos.HighWatermark && durable >= pos.EpochStartOffset {
 		r.setDataLoss(false)
@@ -302,9 +303,9 @@ func (r *replica) maybeClearDataLoss(pos fetchPositions) {
 
 // followerRequestFailed backs off before the next request; refusals that
 // mean the metadata moved wait for the watch to deliver it.
-func (r *replica) followerRequestFailed(what string, err error) {
+func (r *Replica) followerRequestFailed(what string, err error) {
 	delay := r.followBackoff.next()
-	r.followRetryAt = r.deps.now().Add(delay)
+	r.followRetryAt = r.deps.Now().Add(delay)
 	r.log.Debug("follower request failed", "request", what, "leader", r.following.node, "epoch", r.following.epoch,
 		"error", err, "retry_in", delay)
 }
@@ -312,7 +313,7 @@ func (r *replica) followerRequestFailed(what string, err error) {
 // followerBroken handles an input the follower state machine refused: the
 // log contradicts the protocol, so it is reopened (recovery) and the
 // follower starts over.
-func (r *replica) followerBroken(err error) {
+func (r *Replica) followerBroken(err error) {
 	if errors.Is(err, replicate.ErrInconsistentLog) {
 		r.failLog(err)
 		return
@@ -323,8 +324,8 @@ func (r *replica) followerBroken(err error) {
 
 // restartFollowing drops the follower state; reconcile follows the same
 // leader again after the backoff, starting from the log as it is.
-func (r *replica) restartFollowing() {
+func (r *Replica) restartFollowing() {
 	r.gen++
-	r.follower, r.role = nil, roleNone
-	r.followRetryAt = r.deps.now().Add(r.followBackoff.next())
+	r.follower, r.role = nil, RoleNone
+	r.followRetryAt = r.deps.Now().Add(r.followBackoff.next())
 }

@@ -1,4 +1,4 @@
-package agent
+package partition
 
 import (
 	"context"
@@ -19,16 +19,16 @@ const isrProposalTimeout = 10 * time.Second
 // becomeLeader starts leading at l's epoch: the epoch starts at the log end
 // in the log's epoch cache, then the leader state machine takes over from
 // the log's positions.
-func (r *replica) becomeLeader(l *election.Leadership) {
+func (r *Replica) becomeLeader(l *election.Leadership) {
 	r.stopFollowing()
-	log := r.currentLog()
+	log := r.CurrentLog()
 	leo := log.LogEndOffset()
 	fail := func(err error) {
 		r.log.Error("cannot lead", "epoch", l.Epoch(), "error", err)
 		r.resignAsync(l)
 		// Campaign would hand the same leadership back until the
 		// resignation has gone through.
-		r.campaignRetryAt = r.deps.now().Add(campaignBackoff)
+		r.campaignRetryAt = r.deps.Now().Add(campaignBackoff)
 		if errors.Is(err, segstore.ErrFailed) || errors.Is(err, replicate.ErrInconsistentLog) {
 			r.failLog(err)
 		}
@@ -39,30 +39,30 @@ func (r *replica) becomeLeader(l *election.Leadership) {
 	}
 	st := l.State()
 	leader, err := replicate.NewLeader(replicate.LeaderConfig{
-		Self:              r.deps.self,
+		Self:              r.deps.Self,
 		Epoch:             l.Epoch(),
 		EpochStartOffset:  leo,
 		Replicas:          r.meta.pm.Replicas,
 		ISR:               st.ISR,
 		ELR:               replicateELR(st.ELR),
 		MinInsyncReplicas: r.meta.tc.MinInsyncReplicas,
-		LagTimeMax:        r.deps.cfg.Replication.LagTimeMax,
-		Durability:        r.deps.durability,
+		LagTimeMax:        r.deps.Config.Replication.LagTimeMax,
+		Durability:        r.deps.Durability,
 		LogEndOffset:      leo,
 		SyncedEndOffset:   min(log.SyncedOffset(), leo),
 		HighWatermark:     min(log.HighWatermark(), leo),
 		EpochCache:        epochCache{log: log},
-	}, r.deps.now())
+	}, r.deps.Now())
 	if err != nil {
 		fail(err)
 		return
 	}
 	r.gen++
-	r.role, r.leader, r.leadership, r.leaderISR = roleLeader, leader, l, leader.ISR()
+	r.role, r.leader, r.leadership, r.leaderISR = RoleLeader, leader, l, leader.ISR()
 	r.leaderTicker = time.NewTicker(leaderTick)
 	r.isrRetry = nil
 	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
-	if r.deps.durability == replicate.DurabilityFsync {
+	if r.deps.Durability == replicate.DurabilityFsync {
 		r.requestSync()
 	}
 	r.publish()
@@ -74,8 +74,8 @@ func (r *replica) becomeLeader(l *election.Leadership) {
 // stepDown ends this replica's leadership: every pending write fails with
 // not_leader at once. release also gives the lock back in Consul, for a
 // leader that steps down on its own.
-func (r *replica) stepDown(cause error, release bool) {
-	if r.role != roleLeader {
+func (r *Replica) stepDown(cause error, release bool) {
+	if r.role != RoleLeader {
 		return
 	}
 	r.log.Info("stopped leading", "epoch", r.leader.Epoch(), "cause", cause)
@@ -86,7 +86,7 @@ func (r *replica) stepDown(cause error, release bool) {
 	}
 	r.leaderTicker.Stop()
 	r.gen++
-	r.role, r.leader, r.leadership, r.leaderTicker, r.leaderISR = roleNone, nil, nil, nil, nil
+	r.role, r.leader, r.leadership, r.leaderTicker, r.leaderISR = RoleNone, nil, nil, nil, nil
 	r.isrRetry = nil
 	r.stopLiveness()
 	r.following = followTarget{}
@@ -95,13 +95,13 @@ func (r *replica) stepDown(cause error, release bool) {
 
 // processLeaderReady carries out the leader's output: the new high
 // watermark goes to the log (so readers see it) before any ack is answered.
-func (r *replica) processLeaderReady() {
+func (r *Replica) processLeaderReady() {
 	if r.leader == nil || !r.leader.HasReady() {
 		return
 	}
 	rd := r.leader.Ready()
 	if rd.HighWatermarkChanged {
-		if err := r.currentLog().SetHighWatermark(rd.HighWatermark); err != nil {
+		if err := r.CurrentLog().SetHighWatermark(rd.HighWatermark); err != nil {
 			r.log.Warn("cannot set the high watermark", "high_watermark", rd.HighWatermark, "error", err)
 		}
 		r.changed.notify()
@@ -115,17 +115,17 @@ func (r *replica) processLeaderReady() {
 			continue
 		}
 		delete(r.acks, a.ID)
-		p.reply <- produceOutcome{base: p.base, last: p.last, epoch: p.epoch, appended: true, duplicate: p.duplicate, err: a.Err}
+		p.reply <- ProduceOutcome{Base: p.base, Last: p.last, Epoch: p.epoch, Appended: true, Duplicate: p.duplicate, Err: a.Err}
 	}
 }
 
 // propose writes an ISR change with the guarded transaction, off the loop.
-func (r *replica) propose(p replicate.ISRProposal) {
+func (r *Replica) propose(p replicate.ISRProposal) {
 	gen := r.gen
 	r.tasks.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
 		defer cancel()
-		err := r.deps.coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR, electionELR(p.ELR))
+		err := r.deps.Coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR, electionELR(p.ELR))
 		r.send(isrResult{gen: gen, proposal: p, err: err})
 	})
 }
@@ -144,14 +144,14 @@ type isrResult struct {
 // retried with the same proposal still in flight, so a follower being added
 // keeps counting for the high watermark until Consul says whether it is in
 // the ISR.
-func (r *replica) onISRResult(ev isrResult) {
+func (r *Replica) onISRResult(ev isrResult) {
 	if ev.gen != r.gen || r.leader == nil {
 		return
 	}
 	var err error
 	switch {
 	case ev.err == nil:
-		err = r.leader.ISRCommitted(ev.proposal.ISR, ev.proposal.ELR, r.deps.now())
+		err = r.leader.ISRCommitted(ev.proposal.ISR, ev.proposal.ELR, r.deps.Now())
 		r.log.Info("isr changed", "epoch", ev.proposal.Epoch, "isr", ev.proposal.ISR)
 	case errors.Is(ev.err, election.ErrNotLeader):
 		r.stepDown(ev.err, false)
@@ -162,7 +162,7 @@ func (r *replica) onISRResult(ev isrResult) {
 			r.stepDown(ev.err, false)
 			return
 		}
-		err = r.leader.ISRCommitted(st.ISR, replicateELR(st.ELR), r.deps.now())
+		err = r.leader.ISRCommitted(st.ISR, replicateELR(st.ELR), r.deps.Now())
 	case errors.Is(ev.err, context.Canceled):
 		return
 	case errors.Is(ev.err, election.ErrPermissionDenied), errors.Is(ev.err, election.ErrInvalidTopic):
@@ -172,7 +172,7 @@ func (r *replica) onISRResult(ev isrResult) {
 	default:
 		r.log.Warn("isr change not confirmed; retrying", "isr", ev.proposal.ISR, "error", ev.err)
 		r.isrRetry = &ev.proposal
-		r.isrRetryAt = r.deps.now().Add(isrRetryBackoff)
+		r.isrRetryAt = r.deps.Now().Add(isrRetryBackoff)
 		return
 	}
 	if err != nil {
@@ -209,33 +209,33 @@ type produceRequest struct {
 	// epoch is the leader epoch a forwarding sidecar aimed at, checked by
 	// the loop against the epoch it leads at when it appends (a check
 	// before the handoff could pass for a leadership that then ends), or
-	// anyEpoch for a write made on this agent.
+	// AnyEpoch for a write made on this agent.
 	epoch    int32
 	deadline time.Time
-	reply    chan produceOutcome
+	reply    chan ProduceOutcome
 }
 
-// anyEpoch is a produceRequest's epoch for a write that aims at whichever
+// AnyEpoch is the epoch of a produce for a write that aims at whichever
 // leadership this replica holds.
-const anyEpoch int32 = -1
+const AnyEpoch int32 = -1
 
-// produceOutcome answers a produceRequest. appended says the batch is in
+// ProduceOutcome answers a produce. Appended says the batch is in
 // the leader's log, so a failure's outcome is unknown rather than "nothing
 // written".
-type produceOutcome struct {
-	base, last int64
-	epoch      int32
-	appended   bool
-	// duplicate says an earlier copy of the batch appended it: base, last
-	// and epoch are that copy's.
-	duplicate bool
-	err       error
+type ProduceOutcome struct {
+	Base, Last int64
+	Epoch      int32
+	Appended   bool
+	// Duplicate says an earlier copy of the batch appended it: Base, Last
+	// and Epoch are that copy's.
+	Duplicate bool
+	Err       error
 }
 
-// errNotLeaderHere refuses a request sent to a replica that does not lead.
-var errNotLeaderHere = errors.New("agent: this replica does not lead")
+// ErrNotLeaderHere refuses a request sent to a replica that does not lead.
+var ErrNotLeaderHere = errors.New("agent: this replica does not lead")
 
-func (r *replica) onProduce(req *produceRequest) {
+func (r *Replica) onProduce(req *produceRequest) {
 	r.afterProduce(r.produceOne(req))
 }
 
@@ -248,7 +248,7 @@ type produceGroupRequest struct {
 	reqs []*produceRequest
 }
 
-func (r *replica) onProduceGroup(ev *produceGroupRequest) {
+func (r *Replica) onProduceGroup(ev *produceGroupRequest) {
 	appended := false
 	for _, req := range ev.reqs {
 		appended = r.produceOne(req) || appended
@@ -258,10 +258,10 @@ func (r *replica) onProduceGroup(ev *produceGroupRequest) {
 
 // afterProduce wakes followers and readers after appends, asks for their
 // fsync, and carries out what the leader decided.
-func (r *replica) afterProduce(appended bool) {
+func (r *Replica) afterProduce(appended bool) {
 	if appended {
 		r.changed.notify()
-		if r.deps.durability == replicate.DurabilityFsync {
+		if r.deps.Durability == replicate.DurabilityFsync {
 			r.requestSync()
 		}
 	}
@@ -270,20 +270,20 @@ func (r *replica) afterProduce(appended bool) {
 
 // produceOne appends one request's batch, or answers it as a duplicate or
 // a refusal; it reports whether it appended.
-func (r *replica) produceOne(req *produceRequest) bool {
+func (r *Replica) produceOne(req *produceRequest) bool {
 	if r.leader == nil {
-		req.reply <- produceOutcome{err: errNotLeaderHere}
+		req.reply <- ProduceOutcome{Err: ErrNotLeaderHere}
 		return false
 	}
 	epoch := r.leader.Epoch()
-	if req.epoch != anyEpoch {
+	if req.epoch != AnyEpoch {
 		if err := replicate.CheckLeaderEpoch(req.epoch, epoch); err != nil {
-			req.reply <- produceOutcome{err: err}
+			req.reply <- ProduceOutcome{Err: err}
 			return false
 		}
 	}
 	if err := r.leader.CanAppend(req.acks); err != nil {
-		req.reply <- produceOutcome{err: err}
+		req.reply <- ProduceOutcome{Err: err}
 		return false
 	}
 	h := record.Header(req.batch)
@@ -297,13 +297,13 @@ func (r *replica) produceOne(req *produceRequest) bool {
 			r.waitAck(req, d.Original.BaseOffset, d.Original.LastOffset, d.Original.LeaderEpoch, true)
 			return false
 		default:
-			req.reply <- produceOutcome{err: &producerError{decision: d}}
+			req.reply <- ProduceOutcome{Err: &ProducerError{Decision: d}}
 			return false
 		}
 	}
-	base, last, err := r.currentLog().AppendLeader(req.batch, epoch)
+	base, last, err := r.CurrentLog().AppendLeader(req.batch, epoch)
 	if err != nil {
-		req.reply <- produceOutcome{err: err}
+		req.reply <- ProduceOutcome{Err: err}
 		if errors.Is(err, segstore.ErrFailed) {
 			r.failLog(err)
 		}
@@ -316,7 +316,7 @@ func (r *replica) produceOne(req *produceRequest) bool {
 	}
 	if err := r.leader.Appended(last); err != nil {
 		r.failLog(err)
-		req.reply <- produceOutcome{base: base, last: last, epoch: epoch, appended: true, err: err}
+		req.reply <- ProduceOutcome{Base: base, Last: last, Epoch: epoch, Appended: true, Err: err}
 		return false
 	}
 	r.waitAck(req, base, last, epoch, false)
@@ -327,8 +327,8 @@ func (r *replica) produceOne(req *produceRequest) bool {
 // is acknowledged as req.acks asks (the caller processes the leader's
 // Ready afterwards). duplicate says the batch was appended by an earlier
 // copy of the request.
-func (r *replica) waitAck(req *produceRequest, base, last int64, epoch int32, duplicate bool) {
-	out := produceOutcome{base: base, last: last, epoch: epoch, appended: true, duplicate: duplicate}
+func (r *Replica) waitAck(req *produceRequest, base, last int64, epoch int32, duplicate bool) {
+	out := ProduceOutcome{Base: base, Last: last, Epoch: epoch, Appended: true, Duplicate: duplicate}
 	if req.acks == replicate.AcksNone {
 		req.reply <- out
 		return
@@ -338,7 +338,7 @@ func (r *replica) waitAck(req *produceRequest, base, last int64, epoch int32, du
 	r.acks[id] = pendingProduce{reply: req.reply, base: base, last: last, epoch: epoch, duplicate: duplicate}
 	if err := r.leader.WaitAck(id, last, req.acks, req.deadline); err != nil {
 		delete(r.acks, id)
-		out.err = err
+		out.Err = err
 		req.reply <- out
 	}
 }
@@ -347,39 +347,39 @@ func (r *replica) waitAck(req *produceRequest, base, last int64, epoch int32, du
 // the leader's loop.
 type leaderFetchRequest struct {
 	req   replicate.FetchRequest
-	reply chan leaderFetchOutcome
+	reply chan LeaderFetchOutcome
 }
 
-type leaderFetchOutcome struct {
-	result         replicate.FetchResult
-	logStartOffset int64
-	err            error
+type LeaderFetchOutcome struct {
+	Result         replicate.FetchResult
+	LogStartOffset int64
+	Err            error
 }
 
-// outOfRangeError refuses a fetch outside the leader's log.
-type outOfRangeError struct {
-	logStartOffset, logEndOffset int64
+// OutOfRangeError refuses a fetch outside the leader's log.
+type OutOfRangeError struct {
+	LogStartOffset, LogEndOffset int64
 }
 
-func (e *outOfRangeError) Error() string {
-	return fmt.Sprintf("agent: offset out of the leader's log [%d, %d]", e.logStartOffset, e.logEndOffset)
+func (e *OutOfRangeError) Error() string {
+	return fmt.Sprintf("agent: offset out of the leader's log [%d, %d]", e.LogStartOffset, e.LogEndOffset)
 }
 
-func (r *replica) onLeaderFetch(ev *leaderFetchRequest) {
+func (r *Replica) onLeaderFetch(ev *leaderFetchRequest) {
 	if r.leader == nil {
-		ev.reply <- leaderFetchOutcome{err: r.notLeaderFor(ev.req.CurrentLeaderEpoch)}
+		ev.reply <- LeaderFetchOutcome{Err: r.notLeaderFor(ev.req.CurrentLeaderEpoch)}
 		return
 	}
-	log := r.currentLog()
+	log := r.CurrentLog()
 	if lso := log.LogStartOffset(); ev.req.FetchOffset < lso {
-		ev.reply <- leaderFetchOutcome{err: &outOfRangeError{logStartOffset: lso, logEndOffset: log.LogEndOffset()}}
+		ev.reply <- LeaderFetchOutcome{Err: &OutOfRangeError{LogStartOffset: lso, LogEndOffset: log.LogEndOffset()}}
 		return
 	}
-	result, err := r.leader.Fetch(ev.req, r.deps.now())
+	result, err := r.leader.Fetch(ev.req, r.deps.Now())
 	if errors.Is(err, replicate.ErrOffsetOutOfRange) {
-		err = &outOfRangeError{logStartOffset: log.LogStartOffset(), logEndOffset: log.LogEndOffset()}
+		err = &OutOfRangeError{LogStartOffset: log.LogStartOffset(), LogEndOffset: log.LogEndOffset()}
 	}
-	ev.reply <- leaderFetchOutcome{result: result, logStartOffset: log.LogStartOffset(), err: err}
+	ev.reply <- LeaderFetchOutcome{Result: result, LogStartOffset: log.LogStartOffset(), Err: err}
 	if errors.Is(err, replicate.ErrInconsistentLog) {
 		r.failLog(err)
 		return
@@ -390,21 +390,21 @@ func (r *replica) onLeaderFetch(ev *leaderFetchRequest) {
 // epochQueryRequest is a follower's epoch end offset request.
 type epochQueryRequest struct {
 	req   replicate.EpochRequest
-	reply chan epochQueryOutcome
+	reply chan EpochQueryOutcome
 }
 
-type epochQueryOutcome struct {
-	answer replicate.EpochEndOffset
-	err    error
+type EpochQueryOutcome struct {
+	Answer replicate.EpochEndOffset
+	Err    error
 }
 
-func (r *replica) onEpochQuery(ev *epochQueryRequest) {
+func (r *Replica) onEpochQuery(ev *epochQueryRequest) {
 	if r.leader == nil {
-		ev.reply <- epochQueryOutcome{err: r.notLeaderFor(ev.req.CurrentLeaderEpoch)}
+		ev.reply <- EpochQueryOutcome{Err: r.notLeaderFor(ev.req.CurrentLeaderEpoch)}
 		return
 	}
 	answer, err := r.leader.OffsetForEpoch(ev.req)
-	ev.reply <- epochQueryOutcome{answer: answer, err: err}
+	ev.reply <- EpochQueryOutcome{Answer: answer, Err: err}
 	if errors.Is(err, replicate.ErrInconsistentLog) {
 		r.failLog(err)
 	}
@@ -413,64 +413,101 @@ func (r *replica) onEpochQuery(ev *epochQueryRequest) {
 // notLeaderFor is what a replica that does not lead answers a request
 // carrying epoch: fenced if the sender follows an older epoch than this
 // replica knows, unknown if a newer one, else not leader.
-func (r *replica) notLeaderFor(epoch int32) error {
+func (r *Replica) notLeaderFor(epoch int32) error {
 	if err := replicate.CheckLeaderEpoch(epoch, r.meta.pm.State.Epoch); err != nil {
 		return err
 	}
-	return errNotLeaderHere
+	return ErrNotLeaderHere
 }
 
 // Calls from handlers. Each waits for the loop's answer, or for the replica
 // to stop.
 
-// errReplicaStopped answers requests to a replica that stopped meanwhile.
-var errReplicaStopped = errors.New("agent: replica stopped")
+// ErrReplicaStopped answers requests to a replica that stopped meanwhile.
+var ErrReplicaStopped = errors.New("agent: replica stopped")
 
-func (r *replica) produce(req *produceRequest, wait time.Duration) produceOutcome {
-	req.reply = make(chan produceOutcome, 1)
+// Produce hands a batch to the loop, which appends it if this replica leads
+// at epoch (AnyEpoch: at whichever epoch it leads) and answers once it is
+// acknowledged as acks asks, by deadline; Produce waits at most wait for
+// that answer. The batch belongs to the loop from then on: it is stamped in
+// place.
+func (r *Replica) Produce(batch []byte, acks replicate.Acks, epoch int32, deadline time.Time, wait time.Duration) ProduceOutcome {
+	req := &produceRequest{batch: batch, acks: acks, epoch: epoch, deadline: deadline, reply: make(chan ProduceOutcome, 1)}
 	if !r.send(req) {
-		return produceOutcome{err: errReplicaStopped}
+		return ProduceOutcome{Err: ErrReplicaStopped}
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	return r.await(req, timer.C)
 }
 
+// ProduceAsync hands a batch to the loop as Produce does, without waiting
+// for its answer (acks=0); false if the replica stopped first.
+func (r *Replica) ProduceAsync(batch []byte, acks replicate.Acks, epoch int32, deadline time.Time) bool {
+	return r.send(&produceRequest{batch: batch, acks: acks, epoch: epoch, deadline: deadline, reply: make(chan ProduceOutcome, 1)})
+}
+
+// ProduceGroup hands batches to the loop in one event (appended in order in
+// one loop turn) and waits at most wait, in all, for every answer.
+func (r *Replica) ProduceGroup(batches [][]byte, acks replicate.Acks, epoch int32, deadline time.Time, wait time.Duration) []ProduceOutcome {
+	reqs := make([]*produceRequest, len(batches))
+	for i, b := range batches {
+		reqs[i] = &produceRequest{batch: b, acks: acks, epoch: epoch, deadline: deadline, reply: make(chan ProduceOutcome, 1)}
+	}
+	outs := make([]ProduceOutcome, len(batches))
+	if !r.send(&produceGroupRequest{reqs: reqs}) {
+		for i := range outs {
+			outs[i] = ProduceOutcome{Err: ErrReplicaStopped}
+		}
+		return outs
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for i, req := range reqs {
+		outs[i] = r.await(req, timer.C)
+	}
+	return outs
+}
+
 // await waits for the loop's answer to a request it was sent, the
 // replica's stop, or expired.
-func (r *replica) await(req *produceRequest, expired <-chan time.Time) produceOutcome {
+func (r *Replica) await(req *produceRequest, expired <-chan time.Time) ProduceOutcome {
 	select {
 	case out := <-req.reply:
 		return out
 	case <-r.done:
-		return produceOutcome{err: errReplicaStopped, appended: true}
+		return ProduceOutcome{Err: ErrReplicaStopped, Appended: true}
 	case <-expired:
-		return produceOutcome{err: replicate.ErrAckTimeout, appended: true}
+		return ProduceOutcome{Err: replicate.ErrAckTimeout, Appended: true}
 	}
 }
 
-func (r *replica) leaderFetch(req replicate.FetchRequest) leaderFetchOutcome {
-	ev := &leaderFetchRequest{req: req, reply: make(chan leaderFetchOutcome, 1)}
+// LeaderFetch hands a follower's fetch to the leader's loop, which
+// validates it and records the follower's progress, and returns its answer.
+func (r *Replica) LeaderFetch(req replicate.FetchRequest) LeaderFetchOutcome {
+	ev := &leaderFetchRequest{req: req, reply: make(chan LeaderFetchOutcome, 1)}
 	if !r.send(ev) {
-		return leaderFetchOutcome{err: errReplicaStopped}
+		return LeaderFetchOutcome{Err: ErrReplicaStopped}
 	}
 	select {
 	case out := <-ev.reply:
 		return out
 	case <-r.done:
-		return leaderFetchOutcome{err: errReplicaStopped}
+		return LeaderFetchOutcome{Err: ErrReplicaStopped}
 	}
 }
 
-func (r *replica) epochQuery(req replicate.EpochRequest) epochQueryOutcome {
-	ev := &epochQueryRequest{req: req, reply: make(chan epochQueryOutcome, 1)}
+// EpochQuery hands a follower's epoch end offset request to the leader's
+// loop and returns its answer.
+func (r *Replica) EpochQuery(req replicate.EpochRequest) EpochQueryOutcome {
+	ev := &epochQueryRequest{req: req, reply: make(chan EpochQueryOutcome, 1)}
 	if !r.send(ev) {
-		return epochQueryOutcome{err: errReplicaStopped}
+		return EpochQueryOutcome{Err: ErrReplicaStopped}
 	}
 	select {
 	case out := <-ev.reply:
 		return out
 	case <-r.done:
-		return epochQueryOutcome{err: errReplicaStopped}
+		return EpochQueryOutcome{Err: ErrReplicaStopped}
 	}
 }

@@ -1,0 +1,237 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/config"
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/internal/consultest"
+	"github.com/logagent/logagent/producer"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
+)
+
+// startLeaderManager runs a Manager for node n1 against a real Consul,
+// with topic created (one partition, replicated once, on n1) and now as
+// the replicas' clock; everything stops when the test ends, as the
+// agent's graceful stop does it.
+func startLeaderManager(t *testing.T, topic string, now func() time.Time) *Manager {
+	t.Helper()
+	logs := newTestWriter(t)
+	srv := consultest.Start(t)
+	dir := t.TempDir()
+	hcl := filepath.Join(dir, "agent.hcl")
+	body := fmt.Sprintf(`node_id = "n1"
+data_dir = %q
+consul {
+  address     = %q
+  session_ttl = "5s"
+  check_ttl   = "2s"
+  lock_delay  = "100ms"
+}
+`, filepath.Join(dir, "data"), srv.HTTPAddr())
+	if err := os.WriteFile(hcl, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(hcl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "n1", Level: hclog.Debug, Output: logs})
+	coord, err := election.New(election.Config{
+		Consul:     cfg.Consul.API,
+		Prefix:     cfg.Consul.Prefix,
+		NodeID:     cfg.NodeID,
+		PeerAddr:   cfg.Peer.AdvertiseAddress,
+		ClientAddr: cfg.Client.Address,
+		CheckTTL:   cfg.Consul.CheckTTL,
+		SessionTTL: cfg.Consul.SessionTTL,
+		LockDelay:  cfg.Consul.LockDelay,
+		Logger:     log.Named("election"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := coord.WaitForConsul(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := coord.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := coord.CreateTopic(ctx, election.TopicConfig{Name: topic, Partitions: 1, ReplicationFactor: 1, MinInsyncReplicas: 1},
+		[][]string{{cfg.NodeID}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(&Deps{
+		Self:            cfg.NodeID,
+		Config:          cfg,
+		Coord:           coord,
+		Peers:           peer.NewClients("", 1<<20, false),
+		LookupAgent:     func(string) (election.AgentInfo, bool) { return election.AgentInfo{}, false },
+		Log:             log,
+		Now:             now,
+		FS:              segstore.OSFS{},
+		Durability:      replicate.DurabilityFsync,
+		ProducerOptions: producer.Options{Expiration: cfg.Producer.IDExpiration},
+		LogOptions:      segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 4096, MaxBatchBytes: segstore.DefaultMaxBatchBytes, Now: now},
+	}, cfg.DataDir)
+	if err := m.Start(ctx, func(ctx context.Context) (*election.Snapshot, error) { return coord.WaitMetadata(ctx, 1) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.RetireAll()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := coord.Close(ctx); err != nil {
+			t.Errorf("close the election client: %v", err)
+		}
+		if err := m.Stop(); err != nil {
+			t.Errorf("stop the partitions: %v", err)
+		}
+	})
+	return m
+}
+
+// waitLeading returns topic's partition 0 once its replica leads.
+func waitLeading(t *testing.T, m *Manager, topic string) *Replica {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if r := m.Get(topic, 0); r != nil && r.CurrentView().Role == RoleLeader {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/0 has no leader after 30s", topic)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testWriter sends log lines to t.Log until the test has ended; a
+// goroutine that logs after it writes nowhere.
+type testWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+// newTestWriter is made before anything that logs to it, so its cleanup
+// runs after theirs.
+func newTestWriter(t *testing.T) *testWriter {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return w
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// pausableClock is a replica clock that can hold the next goroutine asking
+// it for the time, for tests that need the replica loop stopped at a known
+// point (its reconcile asks the clock after every event).
+type pausableClock struct {
+	mu     sync.Mutex
+	pause  chan struct{}
+	paused chan struct{}
+}
+
+func (c *pausableClock) now() time.Time {
+	c.mu.Lock()
+	pause, paused := c.pause, c.paused
+	c.pause, c.paused = nil, nil
+	c.mu.Unlock()
+	if pause != nil {
+		close(paused)
+		<-pause
+	}
+	return time.Now()
+}
+
+// arm makes the next caller block until release is called; paused is closed
+// once one does.
+func (c *pausableClock) arm() (paused <-chan struct{}, release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pause, c.paused = make(chan struct{}), make(chan struct{})
+	pause := c.pause
+	return c.paused, func() { close(pause) }
+}
+
+// TestLeadershipLossBeforeQueuedProduce: when the leadership has ended and a
+// produce is queued at the same time, the loop steps down first, so the
+// write is refused, never appended and acknowledged by a former leader.
+// Before the fix the loop's select chose between the two at random; 20
+// rounds make a miss practically certain.
+func TestLeadershipLossBeforeQueuedProduce(t *testing.T) {
+	clock := &pausableClock{}
+	m := startLeaderManager(t, "prio", clock.now)
+	const rounds = 20
+	for round := 0; round < rounds; {
+		r := waitLeading(t, m, "prio")
+		// The leader's tick (every 50ms) makes the loop ask the clock.
+		paused, release := clock.arm()
+		select {
+		case <-paused:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the clock was never asked")
+		}
+		// Whoever the clock holds, the loop must be the one: a queued
+		// produce stays queued.
+		outcome := make(chan ProduceOutcome, 1)
+		go func() {
+			outcome <- r.Produce(testBatch(t, []string{"late"}), replicate.AcksLeader, AnyEpoch, time.Now().Add(5*time.Second), 6*time.Second)
+		}()
+		waitQueued := time.Now().Add(time.Second)
+		for len(r.events) == 0 && time.Now().Before(waitQueued) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if len(r.events) != 1 {
+			release()
+			<-outcome
+			continue // the clock held some other goroutine: try again
+		}
+		l := r.leadership // the loop is held: no concurrent writer
+		if err := l.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-l.Done()
+		before := r.CurrentLog().LogEndOffset()
+		release()
+		out := <-outcome
+		if out.Err == nil || out.Appended || r.CurrentLog().LogEndOffset() != before {
+			t.Fatalf("round %d: produce queued behind a lost leadership: err %v, appended %t, log end %d -> %d",
+				round, out.Err, out.Appended, before, r.CurrentLog().LogEndOffset())
+		}
+		if !errors.Is(out.Err, ErrNotLeaderHere) {
+			t.Fatalf("round %d: err %v, want not leader", round, out.Err)
+		}
+		round++
+	}
+}
