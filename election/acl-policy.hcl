@@ -8,8 +8,8 @@
 # and give the token to the agent through CONSUL_HTTP_TOKEN(_FILE) or the
 # consul.token setting.
 
-# Topic metadata, leader locks, partition state, the producer id counter
-# and producer epochs (election/keys.go).
+# Topic metadata, leader locks, partition state, the producer id counter,
+# producer epochs and consumer groups' states (election/keys.go).
 key_prefix "logagent/" {
   policy = "write"
 }
