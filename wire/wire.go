@@ -41,6 +41,16 @@ const (
 	CodeInvalidProducerEpoch = "invalid_producer_epoch"
 	CodeUnknownProducerID    = "unknown_producer_id"
 
+	// Consumer groups (docs/api.md, "Consumer groups").
+	CodeUnknownGroup              = "unknown_group"
+	CodeUnknownMember             = "unknown_member"
+	CodeFencedMemberEpoch         = "fenced_member_epoch"
+	CodeStaleMemberEpoch          = "stale_member_epoch"
+	CodeNotOwner                  = "not_owner"
+	CodeOffsetBeyondHighWatermark = "offset_beyond_high_watermark"
+	CodeGroupNotEmpty             = "group_not_empty"
+	CodeCoordinatorNotAvailable   = "coordinator_not_available"
+
 	// Peer API only.
 	CodeUnauthorized       = "unauthorized"
 	CodeFencedLeaderEpoch  = "fenced_leader_epoch"
