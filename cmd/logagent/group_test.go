@@ -54,7 +54,10 @@ func (f *fakeClientAPI) groupMembers(group string) int {
 func TestConsumeGroup(t *testing.T) {
 	f := groupFixture(t)
 	addr := f.srv.URL
-	ctx := context.Background()
+	// Bounded: a member that is given nothing waits (Ctrl-C) even
+	// without -follow.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	args := func(extra ...string) []string {
 		return append([]string{"consume", "-addr", addr, "-topic", "t"}, extra...)
 	}
