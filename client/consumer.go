@@ -106,6 +106,12 @@ type Consumer struct {
 	clock     Clock
 	backoff   backoff
 	decoder   *record.Decoder
+	// member, set for a GroupConsumer's partition, adds the group, member
+	// id and member epoch to every fetch's query: the agent then checks
+	// that the member owns the partition, and a fetch from OffsetEarliest
+	// or OffsetLatest goes without an offset, so that the agent starts it
+	// at the group's committed offset, or else where the reset policy says.
+	member func(url.Values)
 
 	next           int64 // offset to fetch next, or OffsetEarliest/OffsetLatest until resolved
 	highWatermark  int64
@@ -230,7 +236,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 			// One reset per Poll: an agent that keeps refusing its own
 			// bounds gets its error returned instead of a busy loop.
 			reset = true
-			c.next = c.cfg.reset
+			c.next = c.resetOffset(e)
 			continue
 		}
 		if !fetchRetriable(err) {
@@ -245,6 +251,19 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 		}
 		attempt++
 	}
+}
+
+// resetOffset is where a consumer whose offset is out of range goes on. A
+// member takes the bound from the agent's answer: without an offset its
+// fetch would start at the committed offset that is out of range.
+func (c *Consumer) resetOffset(e *Error) int64 {
+	switch {
+	case c.member != nil && c.cfg.reset == OffsetEarliest && e.LogStartOffset >= 0:
+		return e.LogStartOffset
+	case c.member != nil && c.cfg.reset == OffsetLatest && e.HighWatermark >= 0:
+		return e.HighWatermark
+	}
+	return c.cfg.reset
 }
 
 // fetchRetriable: reads are idempotent, so any failure that may pass is
@@ -306,9 +325,18 @@ type fetchAnswer struct {
 }
 
 func (c *Consumer) get(ctx context.Context, offset int64, wait time.Duration) (*fetchAnswer, error) {
-	query := url.Values{
-		"offset":    {offsetParam(offset)},
-		"max_bytes": {strconv.Itoa(c.cfg.maxBytes)},
+	query := url.Values{"max_bytes": {strconv.Itoa(c.cfg.maxBytes)}}
+	switch {
+	case c.member == nil:
+		query.Set("offset", offsetParam(offset))
+	case offset == OffsetLatest:
+		c.member(query)
+		query.Set("reset", "latest")
+	case offset == OffsetEarliest:
+		c.member(query)
+	default:
+		c.member(query)
+		query.Set("offset", offsetParam(offset))
 	}
 	if wait > 0 {
 		query.Set("wait", wait.String())

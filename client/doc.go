@@ -118,6 +118,34 @@
 // saves an allocation per fetch for readers done with each record before the
 // next fetch.
 //
+// # Consumer groups
+//
+// A GroupConsumer (Client.NewGroupConsumer) is a member of a consumer group:
+// the agents share the partitions of the group's topics among its members
+// (sticky and cooperative: a partition moves only when it must, and is
+// given to its new owner only after the old one released it), and keep the
+// group's committed offsets. The GroupConsumer joins in a goroutine of its
+// own, which then heartbeats until Close: each heartbeat names every
+// partition the member still consumes and long-polls for news. When the
+// coordinator grants partitions, WithOnAssigned is called and each is
+// fetched from the group's committed offset, or where WithResetPolicy says
+// when it has none. When it asks for partitions back, the consumer stops
+// fetching them, commits their positions, calls WithOnRevoked, and only
+// then heartbeats without them. A member that is fenced or whose session
+// ended drops every partition (WithOnRevoked, without a commit, which the
+// agent would refuse) and joins again, as a new member unless
+// WithMemberID.
+//
+// Poll returns the records fetched from every owned partition, fairly; the
+// records it returns count as consumed. Positions are committed every
+// WithAutoCommitInterval (1s by default) by Poll, and by Commit, by a
+// revocation and by Close, which then leaves the group so that its
+// partitions move at once. Delivery is at least once: the records a member
+// got after its last commit are read again by the partition's next owner.
+//
+// ListGroups, DescribeGroup, CommittedOffsets and ResetOffsets are the
+// group administration calls.
+//
 // Errors from the agent are *Error values (status, code, message,
 // retriable, Retry-After); the common codes also match sentinels such as
 // ErrUnknownTopic with errors.Is.

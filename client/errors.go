@@ -39,6 +39,14 @@ const (
 	CodeOutOfOrderSequence           = wire.CodeOutOfOrderSequence
 	CodeInvalidProducerEpoch         = wire.CodeInvalidProducerEpoch
 	CodeUnknownProducerID            = wire.CodeUnknownProducerID
+	CodeUnknownGroup                 = wire.CodeUnknownGroup
+	CodeUnknownMember                = wire.CodeUnknownMember
+	CodeFencedMemberEpoch            = wire.CodeFencedMemberEpoch
+	CodeStaleMemberEpoch             = wire.CodeStaleMemberEpoch
+	CodeNotOwner                     = wire.CodeNotOwner
+	CodeOffsetBeyondHighWatermark    = wire.CodeOffsetBeyondHighWatermark
+	CodeGroupNotEmpty                = wire.CodeGroupNotEmpty
+	CodeCoordinatorNotAvailable      = wire.CodeCoordinatorNotAvailable
 )
 
 // Sentinels matched (errors.Is) by an *Error with the corresponding code.
@@ -61,6 +69,23 @@ var (
 	// with a newer epoch; this one is fenced.
 	ErrInvalidProducerEpoch = errors.New("client: producer fenced by a newer epoch")
 	ErrUnknownProducerID    = errors.New("client: unknown producer id")
+
+	// Consumer groups. ErrUnknownGroup: the group has neither members nor
+	// committed offsets. ErrUnknownMember: the member's session ended (it
+	// must join again). ErrFencedMember: the coordinator fenced the
+	// member's epoch; it owns nothing and must join again.
+	// ErrStaleMemberEpoch: the coordinator moved to a newer epoch of the
+	// member, which a heartbeat brings. ErrNotOwner: the member does not
+	// own that partition. ErrGroupNotEmpty: offsets cannot be reset while
+	// a member holds a partition of the topic.
+	ErrUnknownGroup              = errors.New("client: unknown group")
+	ErrUnknownMember             = errors.New("client: unknown group member")
+	ErrFencedMember              = errors.New("client: group member fenced")
+	ErrStaleMemberEpoch          = errors.New("client: stale member epoch")
+	ErrNotOwner                  = errors.New("client: member does not own the partition")
+	ErrOffsetBeyondHighWatermark = errors.New("client: offset beyond the high watermark")
+	ErrGroupNotEmpty             = errors.New("client: group not empty")
+	ErrCoordinatorNotAvailable   = errors.New("client: group coordinator not available")
 )
 
 var codeSentinels = map[string]error{
@@ -76,6 +101,15 @@ var codeSentinels = map[string]error{
 	CodeOutOfOrderSequence:   ErrOutOfOrderSequence,
 	CodeInvalidProducerEpoch: ErrInvalidProducerEpoch,
 	CodeUnknownProducerID:    ErrUnknownProducerID,
+
+	CodeUnknownGroup:              ErrUnknownGroup,
+	CodeUnknownMember:             ErrUnknownMember,
+	CodeFencedMemberEpoch:         ErrFencedMember,
+	CodeStaleMemberEpoch:          ErrStaleMemberEpoch,
+	CodeNotOwner:                  ErrNotOwner,
+	CodeOffsetBeyondHighWatermark: ErrOffsetBeyondHighWatermark,
+	CodeGroupNotEmpty:             ErrGroupNotEmpty,
+	CodeCoordinatorNotAvailable:   ErrCoordinatorNotAvailable,
 }
 
 // ErrOutcomeUnknown is matched by the error of a write that may or may not

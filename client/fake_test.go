@@ -30,6 +30,7 @@ type fakeAgent struct {
 	produces  []produceCall
 	answers   []string // of each produce call: "ok", "duplicate", an error code or "hang up"
 	fetches   []url.Values
+	fetchedAt []int // the partition of each fetch
 	describes int
 	appended  chan struct{} // closed and replaced at every append
 
@@ -45,6 +46,18 @@ type fakeAgent struct {
 	onFetch   func(call int, query url.Values) *fakeAnswer
 	// initAnswer, when set, answers every POST /v1/producers.
 	initAnswer *fakeAnswer
+
+	// Consumer groups (fakegroup_test.go).
+	groups              map[string]*fakeGroup
+	groupWake           chan struct{} // closed and replaced when a heartbeat may have news
+	groupLog            []string
+	heartbeats          []fakeHeartbeat
+	memberSeq           int
+	heartbeatIntervalMS int64
+	// onGroup, when set, may answer a group request instead; call counts
+	// from 0 per op.
+	onGroup    func(op string, call int) *fakeAnswer
+	groupCalls map[string]int
 }
 
 type fakeTopic struct {
@@ -119,8 +132,10 @@ type fakeAnswer struct {
 
 func newFakeAgent(t *testing.T) *fakeAgent {
 	f := &fakeAgent{t: t, topics: map[string]*fakeTopic{}, appended: make(chan struct{}),
-		producerEpochs: map[int64]int16{}, producerStates: map[producerKey]*producerState{}}
+		producerEpochs: map[int64]int16{}, producerStates: map[producerKey]*producerState{},
+		groups: map[string]*fakeGroup{}, groupWake: make(chan struct{}), heartbeatIntervalMS: 1000, groupCalls: map[string]int{}}
 	mux := http.NewServeMux()
+	f.registerGroups(mux)
 	mux.HandleFunc("POST /v1/producers", f.initProducer)
 	mux.HandleFunc("POST /v1/topics", f.createTopic)
 	mux.HandleFunc("GET /v1/topics", f.listTopics)
@@ -357,6 +372,19 @@ func (f *fakeAgent) fetchQueries() []url.Values {
 	return append([]url.Values(nil), f.fetches...)
 }
 
+// fetchesOf is the queries of the fetches of one partition so far.
+func (f *fakeAgent) fetchesOf(partition int) []url.Values {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []url.Values
+	for i, q := range f.fetches {
+		if f.fetchedAt[i] == partition {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
 // stored decodes every record of a partition.
 func (f *fakeAgent) stored(topic string, partition int) []record.Record {
 	f.mu.Lock()
@@ -576,6 +604,8 @@ func (f *fakeAgent) fetch(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	call := len(f.fetches)
 	f.fetches = append(f.fetches, q)
+	p, _ := strconv.Atoi(r.PathValue("partition"))
+	f.fetchedAt = append(f.fetchedAt, p)
 	f.mu.Unlock()
 	var answer *fakeAnswer
 	if f.onFetch != nil {
@@ -613,7 +643,17 @@ func (f *fakeAgent) fetch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		fp := ft.partitions[partition]
-		offset, err := fakeOffset(q.Get("offset"), fp)
+		offsetParam := q.Get("offset")
+		if q.Has("group") {
+			var status int
+			var code string
+			if offsetParam, status, code = f.memberFetchLocked(q, r.PathValue("topic"), partition, fp); code != "" {
+				f.mu.Unlock()
+				writeFakeError(w, status, code, "fake coordinator: "+code, false, nil)
+				return
+			}
+		}
+		offset, err := fakeOffset(offsetParam, fp)
 		if err != nil {
 			f.mu.Unlock()
 			writeFakeError(w, http.StatusBadRequest, CodeInvalidOffset, err.Error(), false, nil)

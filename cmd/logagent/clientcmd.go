@@ -82,9 +82,17 @@ func timedContext(d time.Duration) (context.Context, context.CancelFunc) {
 	return ctx, func() { cancel(); stop() }
 }
 
-// parseFlagsWithName parses args that may hold one positional name, before
-// or after the flags, as an alternative to the flag that fills *name.
+// parseFlagsWithName parses args that may hold one positional topic name,
+// before or after the flags, as an alternative to -name.
 func parseFlagsWithName(fs *flag.FlagSet, args []string, name *string) error {
+	return parseFlagsWithArg(fs, args, name, "topic", "-name", "T")
+}
+
+// parseFlagsWithArg parses args that may hold one positional argument, the
+// what (say "topic"), before or after the flags, as an alternative to the
+// flag (say "-name") that fills *name; placeholder stands for it in
+// messages.
+func parseFlagsWithArg(fs *flag.FlagSet, args []string, name *string, what, flagName, placeholder string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -93,7 +101,7 @@ func parseFlagsWithName(fs *flag.FlagSet, args []string, name *string) error {
 	}
 	if rest := fs.Args(); len(rest) > 0 {
 		if *name != "" {
-			return fmt.Errorf("%w: the topic is named twice: -name %q and %q", errUsage, *name, rest[0])
+			return fmt.Errorf("%w: the %s is named twice: %s %q and %q", errUsage, what, flagName, *name, rest[0])
 		}
 		*name = rest[0]
 		if err := parseFlags(fs, rest[1:]); err != nil {
@@ -101,7 +109,7 @@ func parseFlagsWithName(fs *flag.FlagSet, args []string, name *string) error {
 		}
 	}
 	if *name == "" {
-		return fmt.Errorf("%w: name the topic: -name T, or T as the argument", errUsage)
+		return fmt.Errorf("%w: name the %s: %s %s, or %s as the argument", errUsage, what, flagName, placeholder, placeholder)
 	}
 	return nil
 }
@@ -109,7 +117,7 @@ func parseFlagsWithName(fs *flag.FlagSet, args []string, name *string) error {
 // usageError turns the client's errors about bad arguments into bad usage
 // (exit 2); anything else is a failure (exit 1).
 func usageError(err error) error {
-	if errors.Is(err, client.ErrInvalidTopicName) || errors.Is(err, client.ErrInvalidOption) {
+	if errors.Is(err, client.ErrInvalidTopicName) || errors.Is(err, client.ErrInvalidOption) || errors.Is(err, client.ErrInvalidGroupID) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return err

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -24,15 +25,17 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 }
 
 // consume prints the records of a topic: every partition, or the one
-// -partition names. Without -follow it prints, from each partition, those
-// below the high watermark of its first fetch and exits; with -follow it
-// long-polls for more until ctx ends (Ctrl-C), which is then a success.
-// Records of one partition come in offset order; partitions interleave.
+// -partition names, or with -group those the group gives this member.
+// Without -follow it prints, from each partition, those below the high
+// watermark of its first fetch and exits; with -follow it long-polls for
+// more until ctx ends (Ctrl-C), which is then a success. Records of one
+// partition come in offset order; partitions interleave.
 func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("consume", stderr)
 	topic := fs.String("topic", "", "the topic to read (required)")
 	partition := fs.Int("partition", allPartitions, "the partition to read (default: every partition)")
-	fromFlag := fs.String("from", "earliest", "where to start: earliest, latest or an offset")
+	group := fs.String("group", "", "read as a member of this consumer group the partitions it is given, from the group's committed offsets, committing every second and on exit")
+	fromFlag := fs.String("from", "earliest", "where to start: earliest, latest or an offset (with -group: where a partition the group has no committed offset of starts)")
 	follow := fs.Bool("follow", false, "keep waiting for new records (until Ctrl-C)")
 	format := fs.String("format", "raw", "raw (each value on a line) or ndjson (one JSON object per record)")
 	maxBytes := fs.Int("max-bytes", 1<<20, "max_bytes of each fetch")
@@ -47,9 +50,17 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *partition < allPartitions {
 		return fmt.Errorf("%w: -partition %d: want a partition number, or none for every partition", errUsage, *partition)
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *group != "" && set["partition"] {
+		return fmt.Errorf("%w: -partition and -group exclude each other: the group decides which partitions this member reads", errUsage)
+	}
 	from, err := parseStartOffset(*fromFlag)
 	if err != nil {
 		return err
+	}
+	if *group != "" && from >= 0 {
+		return fmt.Errorf("%w: -from %s with -group: a member starts at the group's committed offset; set one with 'logagent group reset-offsets %s -topic %s -to %s' first", errUsage, *fromFlag, *group, *topic, *fromFlag)
 	}
 	var write func(*bufio.Writer, client.Record) error
 	switch *format {
@@ -70,6 +81,14 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := checkAgent(ctx, c); err != nil {
 		return err
+	}
+	if *group != "" {
+		// The topic is looked up first so that a wrong name fails at
+		// once instead of leaving a member waiting for partitions.
+		if _, err := c.DescribeTopic(ctx, *topic); err != nil {
+			return usageError(err)
+		}
+		return consumeGroup(ctx, c, *group, *topic, from, *follow, client.WithFetchOptions(client.WithFetchMaxBytes(*maxBytes), client.WithFetchMaxWait(fetchWait)), write, stdout)
 	}
 	partitions := []int{*partition}
 	if *partition == allPartitions {
@@ -122,6 +141,76 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	return nil
+}
+
+// groupCloseTimeout bounds the last commit and the leave of consume -group.
+const groupCloseTimeout = 10 * time.Second
+
+// consumeGroup prints what a group member of topic is given, from the
+// group's committed offsets (or reset, OffsetEarliest or OffsetLatest,
+// where there are none). It commits what it printed every second and at
+// the end, then leaves the group, also when ctx ends (Ctrl-C, SIGTERM),
+// which is then a success. Without follow it ends once every partition it
+// owns is caught up to the high watermark of its first fetch.
+func consumeGroup(ctx context.Context, c *client.Client, group, topic string, reset int64, follow bool, fetch client.GroupOption,
+	write func(*bufio.Writer, client.Record) error, stdout io.Writer) error {
+	gc, err := c.NewGroupConsumer(group, []string{topic}, client.WithResetPolicy(reset), client.WithAutoCommitInterval(time.Second), fetch)
+	if err != nil {
+		return usageError(err)
+	}
+	out := bufio.NewWriter(stdout)
+	end := map[client.TopicPartition]int64{} // without follow: the HW of each partition's first answer
+	var runErr error
+	for runErr == nil {
+		records, err := gc.Poll(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				runErr = err
+			}
+			break
+		}
+		for _, r := range records {
+			if runErr = write(out, r.Record); runErr != nil {
+				break
+			}
+		}
+		// Flushed before the next Poll, whose periodic commit counts
+		// these records as consumed.
+		if err := out.Flush(); runErr == nil {
+			runErr = err
+		}
+		if !follow && caughtUp(gc.Status(), end) {
+			break
+		}
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), groupCloseTimeout)
+	defer cancel()
+	if err := gc.Close(closeCtx); err != nil {
+		err = fmt.Errorf("%w: the group reads the records after its last commit again", err)
+		return errors.Join(runErr, err)
+	}
+	return runErr
+}
+
+// caughtUp reports whether the member owns partitions and has read each up
+// to the high watermark of its first answer, which end keeps.
+func caughtUp(status []client.PartitionStatus, end map[client.TopicPartition]int64) bool {
+	done := len(status) > 0
+	for _, s := range status {
+		if s.HighWatermark < 0 || s.Position < 0 {
+			done = false
+			continue
+		}
+		e, ok := end[s.TopicPartition]
+		if !ok {
+			e = s.HighWatermark
+			end[s.TopicPartition] = e
+		}
+		if s.Position < e {
+			done = false
+		}
+	}
+	return done
 }
 
 // allPartitions is -partition's default: read every partition of the topic.

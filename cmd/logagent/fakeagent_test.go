@@ -35,11 +35,19 @@ type fakeClientAPI struct {
 	// a partition ("id/partition"); of the leader's rules only the one
 	// that keeps a producer's batches in order.
 	nextSeq map[string]int64
+
+	// Consumer groups (fakegroup_test.go).
+	groups    map[string]*fakeCLIGroup
+	memberSeq int
+	commits   int // commits accepted
+	leaves    int
 }
 
 func newFakeClientAPI(t *testing.T) *fakeClientAPI {
-	f := &fakeClientAPI{t: t, topics: map[string]*client.TopicInfo{}, batches: map[string][][][]byte{}, nextSeq: map[string]int64{}}
+	f := &fakeClientAPI{t: t, topics: map[string]*client.TopicInfo{}, batches: map[string][][][]byte{}, nextSeq: map[string]int64{},
+		groups: map[string]*fakeCLIGroup{}}
 	mux := http.NewServeMux()
+	f.registerGroups(mux)
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		fakeJSON(w, http.StatusOK, client.Health{Status: "ok", NodeID: "n1"})
 	})
@@ -198,8 +206,17 @@ func (f *fakeClientAPI) fetch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	part := info.Partitions[p]
+	offsetParam := r.URL.Query().Get("offset")
+	if r.URL.Query().Has("group") {
+		var status int
+		var code string
+		if offsetParam, status, code = f.memberOffsetLocked(r, info.Name, part); code != "" {
+			fakeError(w, status, code, nil)
+			return
+		}
+	}
 	var offset int64
-	switch s := r.URL.Query().Get("offset"); s {
+	switch s := offsetParam; s {
 	case "earliest":
 		offset = part.LogStartOffset
 	case "latest":
