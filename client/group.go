@@ -126,16 +126,21 @@ type GroupConsumer struct {
 	// partition cannot reach the coordinator in the other order.
 	commitMu sync.Mutex
 
-	mu         sync.Mutex
-	memberID   string // empty while not a member
-	epoch      int64
-	heartbeat  time.Duration // the interval the agent asks for
-	owned      map[TopicPartition]*groupPartition
-	changed    chan struct{} // closed and replaced at every change Poll waits for
-	err        error         // the member cannot go on: Poll returns it
-	closed     bool
-	cursor     int // where the next Poll starts, for fairness
-	nextCommit time.Time
+	mu       sync.Mutex
+	memberID string // empty while not a member
+	// lastMemberID is the id to join again with after a fence or an
+	// expired session: the coordinator then takes it as the same member
+	// restarting and frees its partitions at once, where a new id would
+	// leave them with the old member until its session expired.
+	lastMemberID string
+	epoch        int64
+	heartbeat    time.Duration // the interval the agent asks for
+	owned        map[TopicPartition]*groupPartition
+	changed      chan struct{} // closed and replaced at every change Poll waits for
+	err          error         // the member cannot go on: Poll returns it
+	closed       bool
+	cursor       int // where the next Poll starts, for fairness
+	nextCommit   time.Time
 
 	runCtx   context.Context // ends at Close: the heartbeat goroutine and the fetchers
 	stopRun  context.CancelFunc
@@ -576,14 +581,19 @@ func (g *GroupConsumer) join(ctx context.Context) (*groupAnswer, error) {
 		SessionTimeoutMS int64    `json:"session_timeout_ms"`
 		MemberID         string   `json:"member_id,omitempty"`
 	}{g.topics, g.cfg.sessionTimeout.Milliseconds(), g.cfg.memberID}
+	if in.MemberID == "" {
+		g.mu.Lock()
+		in.MemberID = g.lastMemberID
+		g.mu.Unlock()
+	}
 	var a groupAnswer
 	ctx, cancel := context.WithTimeout(ctx, groupCallTimeout)
 	defer cancel()
 	if err := g.client.doJSON(ctx, http.MethodPost, g.path+"/members", in, &a); err != nil {
 		return nil, fmt.Errorf("join group %q: %w", g.group, err)
 	}
-	if a.MemberID == "" || (g.cfg.memberID != "" && a.MemberID != g.cfg.memberID) {
-		return nil, fmt.Errorf("%w: join group %q as %q answered member %q", ErrProtocol, g.group, g.cfg.memberID, a.MemberID)
+	if a.MemberID == "" || (in.MemberID != "" && a.MemberID != in.MemberID) {
+		return nil, fmt.Errorf("%w: join group %q as %q answered member %q", ErrProtocol, g.group, in.MemberID, a.MemberID)
 	}
 	return &a, nil
 }
@@ -871,10 +881,13 @@ func (g *GroupConsumer) drop(ps []*groupPartition) {
 }
 
 // dropAll drops every partition and forgets the membership: the next turn
-// of run joins again, as a new member unless WithMemberID.
+// of run joins again, under the same member id.
 func (g *GroupConsumer) dropAll() {
 	g.mu.Lock()
 	ps := g.sortedLocked()
+	if g.memberID != "" {
+		g.lastMemberID = g.memberID
+	}
 	g.memberID, g.epoch = "", 0
 	g.mu.Unlock()
 	g.drop(ps)
