@@ -225,6 +225,9 @@ func formatLatency(d time.Duration) string {
 		return "–"
 	case d < time.Millisecond:
 		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	case d >= time.Second:
+		// Settle times after a session timeout.
+		return fmt.Sprintf("%.2f s", d.Seconds())
 	default:
 		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 	}

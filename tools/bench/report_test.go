@@ -102,6 +102,7 @@ func TestFormatLatency(t *testing.T) {
 		{483 * time.Microsecond, "483 µs"},
 		{1500 * time.Microsecond, "1.50 ms"},
 		{12 * time.Millisecond, "12.00 ms"},
+		{10150 * time.Millisecond, "10.15 s"},
 	}
 	for _, tt := range tests {
 		if got := formatLatency(tt.d); got != tt.want {
