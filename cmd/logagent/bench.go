@@ -27,6 +27,25 @@ var benchSubcommands = []subcommand[func(ctx context.Context, args []string, std
 	{"consume", "read partitions from the earliest offset as fast as fetches go: bench consume -topic T", benchConsume},
 	{"e2e", "produce at a rate and time each record until a consumer reads it: bench e2e -topic T -rate R", benchEndToEnd},
 	{"limits", "measure loopback TCP and file write (+fsync) throughput as baselines", benchLimits},
+	{"groups", "consumer groups: commits/s of one coordinator vs acks=all produce, and rebalance settle times", benchGroups},
+}
+
+// benchGroups is `bench groups`; internal/bench has its flags and report.
+func benchGroups(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench groups", stderr)
+	f := bench.NewGroupsFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := f.Config()
+	if err != nil {
+		return workloadError(err)
+	}
+	res, err := bench.Groups(ctx, cfg)
+	if err != nil {
+		return workloadError(err)
+	}
+	return f.Report(res, stdout)
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {

@@ -49,7 +49,7 @@ func ErrorKind(err error) string {
 		return KindCorrupt
 	case errors.Is(err, client.ErrProtocol):
 		return KindProtocol
-	case client.IsRetriable(err):
+	case client.IsRetriable(err), errors.Is(err, errConnection):
 		return KindConnection
 	}
 	return KindOther

@@ -78,6 +78,9 @@ func (r *Result) ErrorRatio() float64 {
 	return float64(failed) / float64(failed+r.Requests)
 }
 
+// RequestsPerSecond is the successful requests over Elapsed.
+func (r *Result) RequestsPerSecond() float64 { return perSecond(float64(r.Requests), r.Elapsed) }
+
 // RecordsPerSecond is the records of successful requests over Elapsed.
 func (r *Result) RecordsPerSecond() float64 { return perSecond(float64(r.Records), r.Elapsed) }
 
@@ -121,28 +124,29 @@ func micros(d time.Duration) float64 { return math.Round(float64(d)/100) / 10 }
 
 // jsonReport is the shape of WriteJSON's output.
 type jsonReport struct {
-	Workload         string            `json:"workload"`
-	Config           map[string]any    `json:"config"`
-	ElapsedSeconds   float64           `json:"elapsed_seconds"`
-	Requests         int64             `json:"requests"`
-	Records          int64             `json:"records"`
-	Bytes            int64             `json:"bytes"`
-	RecordsPerSecond float64           `json:"records_per_second"`
-	MBPerSecond      float64           `json:"mb_per_second"`
-	ErrorCount       int64             `json:"error_count"`
-	ErrorRatio       float64           `json:"error_ratio"`
-	Errors           map[string]int64  `json:"errors"`
-	ErrorExamples    map[string]string `json:"error_examples,omitempty"`
-	LatencyMicros    LatencySummary    `json:"latency_us"`
-	EndToEndMicros   *LatencySummary   `json:"end_to_end_latency_us,omitempty"`
-	NotConsumed      *int64            `json:"not_consumed,omitempty"`
+	Workload          string            `json:"workload"`
+	Config            map[string]any    `json:"config"`
+	ElapsedSeconds    float64           `json:"elapsed_seconds"`
+	Requests          int64             `json:"requests"`
+	Records           int64             `json:"records"`
+	Bytes             int64             `json:"bytes"`
+	RequestsPerSecond float64           `json:"requests_per_second"`
+	RecordsPerSecond  float64           `json:"records_per_second"`
+	MBPerSecond       float64           `json:"mb_per_second"`
+	ErrorCount        int64             `json:"error_count"`
+	ErrorRatio        float64           `json:"error_ratio"`
+	Errors            map[string]int64  `json:"errors"`
+	ErrorExamples     map[string]string `json:"error_examples,omitempty"`
+	LatencyMicros     LatencySummary    `json:"latency_us"`
+	EndToEndMicros    *LatencySummary   `json:"end_to_end_latency_us,omitempty"`
+	NotConsumed       *int64            `json:"not_consumed,omitempty"`
 }
 
 // WriteJSON writes the result as one JSON object:
 //
 //	{"workload":"produce","config":{...},"elapsed_seconds":10.02,
 //	 "requests":9990,"records":999000,"bytes":1022976000,
-//	 "records_per_second":99700.6,"mb_per_second":102.1,
+//	 "requests_per_second":997.0,"records_per_second":99700.6,"mb_per_second":102.1,
 //	 "error_count":0,"error_ratio":0,"errors":{},
 //	 "latency_us":{"count":9990,"mean":812.3,"p50":640.5,"p90":1210,
 //	               "p99":3020.1,"p99_9":8190.7,"max":10230},
@@ -150,20 +154,28 @@ type jsonReport struct {
 //
 // Latencies are in microseconds; megabytes are 10^6 bytes.
 func (r *Result) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r.report())
+}
+
+// report is the result in WriteJSON's shape.
+func (r *Result) report() jsonReport {
 	rep := jsonReport{
-		Workload:         r.Workload,
-		Config:           r.Config,
-		ElapsedSeconds:   math.Round(r.Elapsed.Seconds()*1000) / 1000,
-		Requests:         r.Requests,
-		Records:          r.Records,
-		Bytes:            r.Bytes,
-		RecordsPerSecond: math.Round(r.RecordsPerSecond()*10) / 10,
-		MBPerSecond:      math.Round(r.MBPerSecond()*100) / 100,
-		ErrorCount:       r.ErrorCount(),
-		ErrorRatio:       r.ErrorRatio(),
-		Errors:           r.Errors,
-		ErrorExamples:    r.Examples,
-		LatencyMicros:    Summarize(&r.Latency),
+		Workload:          r.Workload,
+		Config:            r.Config,
+		ElapsedSeconds:    math.Round(r.Elapsed.Seconds()*1000) / 1000,
+		Requests:          r.Requests,
+		Records:           r.Records,
+		Bytes:             r.Bytes,
+		RequestsPerSecond: math.Round(r.RequestsPerSecond()*10) / 10,
+		RecordsPerSecond:  math.Round(r.RecordsPerSecond()*10) / 10,
+		MBPerSecond:       math.Round(r.MBPerSecond()*100) / 100,
+		ErrorCount:        r.ErrorCount(),
+		ErrorRatio:        r.ErrorRatio(),
+		Errors:            r.Errors,
+		ErrorExamples:     r.Examples,
+		LatencyMicros:     Summarize(&r.Latency),
 	}
 	if rep.Errors == nil {
 		rep.Errors = map[string]int64{}
@@ -173,9 +185,7 @@ func (r *Result) WriteJSON(w io.Writer) error {
 		rep.EndToEndMicros = &s
 		rep.NotConsumed = &r.NotConsumed
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
+	return rep
 }
 
 // WriteTable writes the result for people:

@@ -12,7 +12,10 @@
 // timeout.
 //
 // Rows come in groups, run with -only: produce-r1, produce-r3,
-// produce-r3-fsync, consume, e2e and limits. consume and e2e also run the
+// produce-r3-fsync, consume, e2e, limits, idempotence and groups (consumer
+// groups: `logagent bench groups`, commits/s of one coordinator against
+// acks=all produce of one record, and settle times after a kill, a leave
+// and a join). consume and e2e also run the
 // produce-r3 rows, whose data they read and whose maximum rates set the
 // e2e rate. -duration sets each row's length (10s; -quick is 1s, for
 // smoke tests), -out the directory of benchmarks.md and benchmarks.png, and

@@ -31,7 +31,7 @@ const (
 	partitions   = 3
 )
 
-var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits", "idempotence"}
+var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits", "idempotence", "groups"}
 
 type options struct {
 	duration time.Duration
@@ -244,6 +244,9 @@ func (o *options) runAll(ctx context.Context) ([]comparison, []string) {
 			o.logagentIdempotence(ctx, res, c)
 		})
 	}
+	if g["groups"] {
+		o.runLogagent(ctx, res, "fsync", func(c *logagentCluster) { o.logagentGroups(ctx, res, c) })
+	}
 	return assemble(o, res), res.notes
 }
 
@@ -278,6 +281,9 @@ func assemble(o *options, res *results) []comparison {
 				TheirsName: "the same, not idempotent", Ours: res.logagent[r.topic()+"_idempotent"],
 				Theirs: res.logagent[r.topic()+"_plain"], Metric: byRecords, Goal: 0.95})
 		}
+	}
+	if o.groups["groups"] {
+		rows = append(rows, groupRows(res)...)
 	}
 	if o.groups["limits"] {
 		for _, size := range []int{100, 1024} {

@@ -44,6 +44,9 @@ type comparison struct {
 	Metric       metric
 	// Goal is the ratio the row must reach; 0 means it has none.
 	Goal float64
+	// MinRate, when set instead of Goal, is the records/s Ours must reach
+	// (an absolute goal, such as commits/s); the ratio is then only shown.
+	MinRate float64
 }
 
 // ratio is the row's ratio as Metric defines it; ok is false when a side
@@ -66,6 +69,12 @@ func (c comparison) verdict() string {
 	switch {
 	case c.TheirsName == "":
 		return "–"
+	case c.MinRate > 0 && c.Ours.RecordsPerSec <= 0:
+		return "no figure"
+	case c.MinRate > 0 && c.Ours.RecordsPerSec >= c.MinRate:
+		return "met"
+	case c.MinRate > 0:
+		return "missed"
 	case !ok:
 		return "no figure"
 	case c.Goal == 0:
@@ -86,6 +95,9 @@ func (c comparison) ratioText() string {
 }
 
 func (c comparison) goalText() string {
+	if c.MinRate > 0 {
+		return fmt.Sprintf("≥ %.0f/s", c.MinRate)
+	}
 	if c.Goal == 0 {
 		return "–"
 	}
@@ -106,6 +118,8 @@ var groupTitles = []struct{ key, title, reading string }{
 		"Ratio = JetStream p99 ÷ logagent p99 at the same rate (above 1: logagent is lower); goal ≥ 1x. The rate is half of JetStream's measured RF 3 maximum; the last row runs logagent at half of its own maximum, without a JetStream counterpart. logagent's e2e uses 8 workers (an open loop needs spare ones); JetStream keeps at most 400 publishes unacknowledged."},
 	{"idempotence", "The cost of idempotence: logagent RF 3 acks=all durability=\"replicated\", idempotent producers vs plain ones",
 		"Ratio = idempotent records/s ÷ plain records/s on one cluster, each side run twice (plain, idempotent, idempotent, plain, after a plain run that is not counted) and the mean of its two runs shown; goal ≥ 0.95x (at most 5 % fewer). The agents run with producer.sidecar_idempotence = false, so the plain rows are idempotent nowhere; the idempotent rows are the Go client's default (a producer id, sequences, the leader's duplicate checks)."},
+	{"groups", "Consumer groups: commits/s of one coordinator vs acks=all produce of one record, and settle times",
+		"Commit rows: logagent records/s = commit requests/s (first row) or offsets/s (second row) of one group, hence one coordinator; the other side is the same workers sending acks=all produce requests of one 50 B record to the same topic's partitions on the same cluster (run before and after the commits, merged). Ratio = commit figure ÷ produce figure; the goal of the first row is 20,000 commits/s, an absolute rate. Settle rows: p50 = median and p99 = max over the rounds of the time until the group settled (every partition owned, balanced, no revocation pending), as the members learnt it from their heartbeats; the kill rows set it against the session timeout (ratio = session timeout ÷ max, so 1x would be no delay beyond the timeout), the others have no counterpart. The cluster runs the shipped default durability \"fsync\"."},
 	{"limits", "Machine limits: logagent produce with fsync vs a raw sequential write with the same fsync pattern",
 		"Ratio = logagent MB/s ÷ raw file write + fsync MB/s, one fsync per batch-sized write. No goal: a ceiling to read the fsync rows against."},
 }
@@ -211,6 +225,9 @@ func formatLatency(d time.Duration) string {
 		return "–"
 	case d < time.Millisecond:
 		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	case d >= time.Second:
+		// Settle times after a session timeout.
+		return fmt.Sprintf("%.2f s", d.Seconds())
 	default:
 		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 	}

@@ -72,6 +72,10 @@ func TestComparisonRatioAndVerdict(t *testing.T) {
 		{"no goal", comparison{Metric: byRecords, Ours: sample{RecordsPerSec: 1}, Theirs: sample{RecordsPerSec: 2}}, "0.50x", "–", "no goal"},
 		{"other side not measured", comparison{Metric: byRecords, Goal: 1.5, Ours: sample{RecordsPerSec: 1}}, "–", "≥ 1.5x", "no figure"},
 		{"our p99 missing", comparison{Metric: byP99, Goal: 1, Theirs: sample{P99: ms}}, "–", "≥ 1x", "no figure"},
+		// An absolute goal decides alone; the ratio is shown beside it.
+		{"rate met below the other side", comparison{Metric: byRecords, MinRate: 20000, Ours: sample{RecordsPerSec: 21000}, Theirs: sample{RecordsPerSec: 42000}}, "0.50x", "≥ 20000/s", "met"},
+		{"rate missed above the other side", comparison{Metric: byRecords, MinRate: 20000, Ours: sample{RecordsPerSec: 12000}, Theirs: sample{RecordsPerSec: 6000}}, "2.00x", "≥ 20000/s", "missed"},
+		{"rate not measured", comparison{Metric: byRecords, MinRate: 20000, Theirs: sample{RecordsPerSec: 6000}}, "0.00x", "≥ 20000/s", "no figure"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,6 +102,7 @@ func TestFormatLatency(t *testing.T) {
 		{483 * time.Microsecond, "483 µs"},
 		{1500 * time.Microsecond, "1.50 ms"},
 		{12 * time.Millisecond, "12.00 ms"},
+		{10150 * time.Millisecond, "10.15 s"},
 	}
 	for _, tt := range tests {
 		if got := formatLatency(tt.d); got != tt.want {
@@ -210,5 +215,37 @@ func TestNATSServerConfig(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestGroupRows(t *testing.T) {
+	res := &results{logagent: map[string]sample{
+		"groups-commit":        {RecordsPerSec: 12000},
+		"groups-commit-all":    {RecordsPerSec: 120000},
+		"groups-produce":       {RecordsPerSec: 8000},
+		"groups-kill":          {P50: 10050 * time.Millisecond, P99: 10200 * time.Millisecond},
+		"groups-kill_mid_poll": {P50: 13300 * time.Millisecond, P99: 13400 * time.Millisecond},
+		"groups-leave":         {P50: 3 * time.Millisecond, P99: 5 * time.Millisecond},
+		"groups-join":          {P50: 4 * time.Millisecond, P99: 6 * time.Millisecond},
+	}}
+	rows := groupRows(res)
+	want := []struct{ ratio, verdict string }{
+		{"1.50x", "missed"},   // 12000 commits/s: below 20000/s, above the baseline
+		{"15.00x", "no goal"}, // offsets/s over produce records/s
+		{"0.98x", "no goal"},  // session timeout ÷ max
+		{"0.75x", "no goal"},
+		{"–", "–"}, // leave and join: no counterpart
+		{"–", "–"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(rows), len(want))
+	}
+	for i, w := range want {
+		if got := rows[i].ratioText(); got != w.ratio {
+			t.Errorf("row %q: ratio %s, want %s", rows[i].Name, got, w.ratio)
+		}
+		if got := rows[i].verdict(); got != w.verdict {
+			t.Errorf("row %q: verdict %s, want %s", rows[i].Name, got, w.verdict)
+		}
 	}
 }
