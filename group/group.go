@@ -217,6 +217,19 @@ func (g *Group) Heartbeat(memberID string, memberEpoch int32, owned []TopicParti
 	return g.response(m), nil
 }
 
+// Current is what the member's last heartbeat left it with (its epoch,
+// its partitions, what it must revoke), without a heartbeat: it changes
+// nothing, not even the session. A front end answers a held heartbeat
+// with it when the hold ends without news, or when a later heartbeat of
+// the member replaced the held one.
+func (g *Group) Current(memberID string) (Response, error) {
+	m := g.members[memberID]
+	if m == nil {
+		return Response{}, fmt.Errorf("%w: %q in group %q", ErrUnknownMember, memberID, g.id)
+	}
+	return g.response(m), nil
+}
+
 // holdsAll says whether every partition in owned is assigned to m: a
 // heartbeat at m's previous epoch can only come from a member that has
 // already done what the lost answer asked (Kafka's rule).

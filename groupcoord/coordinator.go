@@ -105,8 +105,8 @@ type entry struct {
 	// index is the Consul index of the stored state, saved its bytes.
 	index uint64
 	saved []byte
-	// waiters are the held heartbeats, by member: closed to wake one.
-	waiters map[string]chan struct{}
+	// waiters are the held heartbeats, by member.
+	waiters map[string]*waiter
 }
 
 type pendingCommit struct {
@@ -206,8 +206,8 @@ const restateTimeout = time.Minute
 func (s *shard) drop() {
 	s.dropped = true
 	for _, e := range s.groups {
-		for id, ch := range e.waiters {
-			close(ch)
+		for id, w := range e.waiters {
+			w.wake()
 			delete(e.waiters, id)
 		}
 	}
@@ -360,7 +360,7 @@ func (c *Coordinator) loadGroup(ctx context.Context, s *shard, id string, create
 			return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 		}
 	}
-	e := &entry{g: g, index: index, saved: value, waiters: make(map[string]chan struct{})}
+	e := &entry{g: g, index: index, saved: value, waiters: make(map[string]*waiter)}
 	s.groups[id] = e
 	return e, nil
 }
@@ -379,8 +379,8 @@ func (c *Coordinator) save(ctx context.Context, s *shard, id string, e *entry) e
 	}
 	index, err := c.cfg.Store.SaveGroupState(ctx, id, b, e.index)
 	if err != nil {
-		for m, ch := range e.waiters {
-			close(ch)
+		for m, w := range e.waiters {
+			w.wake()
 			delete(e.waiters, m)
 		}
 		delete(s.groups, id)
@@ -393,8 +393,8 @@ func (c *Coordinator) save(ctx context.Context, s *shard, id string, e *entry) e
 // wake answers the held heartbeats of the members Ready names.
 func (c *Coordinator) wake(e *entry) {
 	for _, m := range e.g.Ready().Wake {
-		if ch := e.waiters[m]; ch != nil {
-			close(ch)
+		if w := e.waiters[m]; w != nil {
+			w.wake()
 			delete(e.waiters, m)
 		}
 	}
@@ -459,8 +459,8 @@ func (c *Coordinator) Join(ctx context.Context, groupID string, req JoinRequest)
 	if err := c.refreshPartitions(e, req.Topics); err != nil {
 		return MemberResponse{}, err
 	}
-	if ch := e.waiters[member]; ch != nil {
-		close(ch)
+	if w := e.waiters[member]; w != nil {
+		w.supersede()
 		delete(e.waiters, member)
 	}
 	r, err := e.g.Join(member, req.Topics, timeout, c.cfg.Now())
@@ -486,7 +486,9 @@ func memberResponse(groupID, member string, r group.Response) MemberResponse {
 }
 
 // Heartbeat is a member's heartbeat, held up to its wait (and a third of
-// its session timeout) until there is news for it.
+// its session timeout) until there is news for it. The member's session
+// counts from the heartbeat's arrival, however long it is held: a member
+// that died during the hold expires on time.
 func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req HeartbeatRequest) (MemberResponse, error) {
 	wait := time.Duration(req.WaitMS) * time.Millisecond
 	if wait < 0 || wait > MaxHeartbeatWait {
@@ -496,6 +498,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req
 	for _, p := range req.Owned {
 		owned = append(owned, group.TopicPartition{Topic: p.Topic, Partition: p.Partition})
 	}
+	arrived := c.cfg.Now()
 	var timer <-chan time.Time
 	for {
 		s, err := c.shardFor(ctx, groupID)
@@ -514,7 +517,9 @@ func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req
 			s.mu.Unlock()
 			return MemberResponse{}, err
 		}
-		r, err := e.g.Heartbeat(member, req.MemberEpoch, owned, c.cfg.Now())
+		// A woken heartbeat runs again with its arrival time, so that the
+		// hold does not lengthen the member's session.
+		r, err := e.g.Heartbeat(member, req.MemberEpoch, owned, arrived)
 		if err == nil {
 			err = c.save(ctx, s, groupID, e)
 		}
@@ -536,34 +541,61 @@ func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req
 			}
 			timer = time.After(min(wait, session/3))
 		}
-		ch := make(chan struct{})
+		w := &waiter{ch: make(chan struct{})}
 		if old := e.waiters[member]; old != nil {
-			close(old)
+			old.supersede()
 		}
-		e.waiters[member] = ch
+		e.waiters[member] = w
 		s.mu.Unlock()
 		select {
-		case <-ch:
-			// News, or the shard ended: heartbeat again to learn which.
+		case <-w.ch:
 		case <-timer:
-			return c.heartbeatOnce(ctx, groupID, member, req.MemberEpoch, owned, s, e, ch)
 		case <-ctx.Done():
 			return MemberResponse{}, ctx.Err()
 		}
+		s.mu.Lock()
+		if e.waiters[member] == w {
+			delete(e.waiters, member)
+		}
+		if w.superseded || !w.woken() {
+			// The member sent another heartbeat (or joined again), or
+			// the wait ended without news: answer what it has now,
+			// changing nothing; its owned set may be outdated.
+			r, err := e.g.Current(member)
+			s.mu.Unlock()
+			if err != nil {
+				return MemberResponse{}, err
+			}
+			return memberResponse(groupID, member, r), nil
+		}
+		s.mu.Unlock()
+		// News, or the shard ended: heartbeat again to learn which.
 		wait = 0
-		timer = nil
 	}
 }
 
-// heartbeatOnce answers a held heartbeat whose wait ended: one more
-// heartbeat, so the answer is current.
-func (c *Coordinator) heartbeatOnce(ctx context.Context, groupID, member string, epoch int32, owned []group.TopicPartition, s *shard, e *entry, ch chan struct{}) (MemberResponse, error) {
-	s.mu.Lock()
-	if e.waiters[member] == ch {
-		delete(e.waiters, member)
+// waiter is a held heartbeat; ch is closed to answer it.
+type waiter struct {
+	ch chan struct{}
+	// superseded: a later heartbeat or join of the same member replaced
+	// it, so its owned set must not be applied again.
+	superseded bool
+}
+
+func (w *waiter) wake() { close(w.ch) }
+
+func (w *waiter) supersede() {
+	w.superseded = true
+	close(w.ch)
+}
+
+func (w *waiter) woken() bool {
+	select {
+	case <-w.ch:
+		return true
+	default:
+		return false
 	}
-	s.mu.Unlock()
-	return c.Heartbeat(ctx, groupID, member, HeartbeatRequest{MemberEpoch: epoch, Owned: partitionsOf(owned)})
 }
 
 func samePartitions(a, b []group.TopicPartition) bool {
@@ -599,8 +631,8 @@ func (c *Coordinator) Leave(ctx context.Context, groupID, member string) error {
 	if err := e.g.Leave(member); err != nil {
 		return err
 	}
-	if ch := e.waiters[member]; ch != nil {
-		close(ch)
+	if w := e.waiters[member]; w != nil {
+		w.supersede()
 		delete(e.waiters, member)
 	}
 	c.log.Info("member left", "group", groupID, "member", member, "epoch", e.g.Epoch())

@@ -528,3 +528,31 @@ func TestRestatementByTime(t *testing.T) {
 		t.Fatalf("before %+v, after %+v: want one restated record and the log below it deleted", before, after)
 	}
 }
+
+// TestHeldHeartbeatDoesNotLengthenTheSession: the session counts from a
+// heartbeat's arrival, not from the end of its hold, so a member that dies
+// while its heartbeat is held expires a session timeout after it sent it.
+func TestHeldHeartbeatDoesNotLengthenTheSession(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	c := newTestCoordinator(t, h, s, clock)
+	j, err := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a", SessionTimeoutMS: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: j.MemberEpoch, Owned: j.Assigned, WaitMS: 300})
+		answered <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	clock.Add(2 * time.Second) // the hold lasts, in the coordinator's time
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(time.Second) // 3 s after the heartbeat arrived
+	c.tick()
+	if _, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: j.MemberEpoch, Owned: j.Assigned}); !errors.Is(err, group.ErrUnknownMember) {
+		t.Fatalf("heartbeat a session timeout after the held one arrived = %v, want ErrUnknownMember", err)
+	}
+}
