@@ -186,14 +186,6 @@ func newTestCoordinatorWith(t *testing.T, h *fakeHost, s *fakeStore, clock *fake
 	return c
 }
 
-func tps(ps ...int32) []Partition {
-	var out []Partition
-	for _, p := range ps {
-		out = append(out, Partition{"t", p})
-	}
-	return out
-}
-
 func TestCommitSurvivesFailover(t *testing.T) {
 	ctx := context.Background()
 	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
