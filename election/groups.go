@@ -29,23 +29,17 @@ func (c *Client) LoadGroupState(ctx context.Context, group string) ([]byte, uint
 }
 
 // SaveGroupState writes a group's state if the key is still at index (0:
-// absent), and returns the new index; a nil value deletes the key. A lost
-// CAS is ErrConflict: another coordinator wrote it.
+// absent), and returns the new index. A lost CAS is ErrConflict: another
+// coordinator wrote it.
 func (c *Client) SaveGroupState(ctx context.Context, group string, value []byte, index uint64) (uint64, error) {
 	key := c.keys.group(group)
 	op := &api.KVTxnOp{Verb: api.KVCAS, Key: key, Index: index, Value: value}
-	if value == nil {
-		op = &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: key, Index: index}
-	}
 	ok, resp, err := c.txn(ctx, api.TxnOps{{KV: op}}, "write "+key, keyRule(c.keys.prefix))
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
 		return 0, fmt.Errorf("%w: group state %s moved from index %d: %s", ErrConflict, key, index, txnErrors(resp))
-	}
-	if value == nil {
-		return 0, nil
 	}
 	return resp.Results[0].KV.ModifyIndex, nil
 }

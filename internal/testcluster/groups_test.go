@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -247,5 +248,75 @@ func TestGroupBadInputCommitsNothing(t *testing.T) {
 	}
 	if want := map[int]int64{0: 2, 1: 2}; !mapsEqual(got, want) {
 		t.Fatalf("offsets after the refused requests = %v, want %v", got, want)
+	}
+}
+
+// TestGroupCommitsForwardedTogetherAnswerEachOnItsOwn: concurrent commits
+// through a sidecar that does not coordinate the group travel to the
+// coordinator together (docs/api.md, POST /v1/replica/groups), and each
+// gets its own answer: the valid ones are committed, the stale ones and
+// those beyond the high watermark are refused, one by one.
+func TestGroupCommitsForwardedTogetherAnswerEachOnItsOwn(t *testing.T) {
+	c := Start(t, Options{})
+	a := c.Agents[0]
+	if err := a.CreateTopic(TopicSpec{Name: "t", Partitions: 3, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for p := range 3 {
+		c.WaitLeader("t", p, 20*time.Second)
+		produceRecords(t, a, "t", p, 5)
+	}
+	m := joinGroup(t, a, "g", "m1", "t")
+	var d groupcoord.Description
+	if err := groupCall(a, http.MethodGet, "/v1/groups/g", nil, &d); err != nil {
+		t.Fatal(err)
+	}
+	var sidecar *Agent
+	for _, ag := range c.Agents {
+		if ag.NodeID != d.Coordinator {
+			sidecar = ag
+			break
+		}
+	}
+	const each = 40
+	type outcome struct {
+		kind string
+		err  error
+	}
+	results := make(chan outcome, 3*each)
+	var wg sync.WaitGroup
+	for i := range each {
+		wg.Go(func() {
+			results <- outcome{"valid", commitOffsets(sidecar, "g", "m1", m.MemberEpoch, map[int]int64{0: 3}, "t")}
+		})
+		wg.Go(func() {
+			results <- outcome{"stale", commitOffsets(sidecar, "g", "m1", m.MemberEpoch-1, map[int]int64{1: 2}, "t")}
+		})
+		wg.Go(func() {
+			results <- outcome{"beyond", commitOffsets(sidecar, "g", "m1", m.MemberEpoch, map[int]int64{2: int64(6 + i)}, "t")}
+		})
+	}
+	wg.Wait()
+	close(results)
+	want := map[string]string{"valid": "", "stale": wire.CodeStaleMemberEpoch, "beyond": wire.CodeOffsetBeyondHighWatermark}
+	for r := range results {
+		var apiErr *APIError
+		got := ""
+		if r.err != nil {
+			if !errors.As(r.err, &apiErr) {
+				t.Fatalf("%s commit: %v", r.kind, r.err)
+			}
+			got = apiErr.Code
+		}
+		if got != want[r.kind] {
+			t.Fatalf("%s commit answered %q (%v), want %q", r.kind, got, r.err, want[r.kind])
+		}
+	}
+	got, err := committedOffsets(sidecar, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[int]int64{0: 3}; !mapsEqual(got, want) {
+		t.Fatalf("offsets = %v, want %v", got, want)
 	}
 }

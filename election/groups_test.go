@@ -1,0 +1,49 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/logagent/logagent/internal/consultest"
+)
+
+// TestGroupStates: a group's state is written with a CAS on the index last
+// read or written, so of two coordinators writing from the same index one
+// loses with ErrConflict; ids with '/' and '%' round-trip through the key.
+func TestGroupStates(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	ctx := context.Background()
+	const id = "billing/eu%20west"
+	if v, idx, err := a.LoadGroupState(ctx, id); err != nil || v != nil || idx != 0 {
+		t.Fatalf("LoadGroupState of a new group = %q, %d, %v", v, idx, err)
+	}
+	idx, err := a.SaveGroupState(ctx, id, []byte(`{"epoch":1}`), 0)
+	if err != nil || idx == 0 {
+		t.Fatalf("first SaveGroupState = %d, %v", idx, err)
+	}
+	if _, err := a.SaveGroupState(ctx, id, []byte(`{"epoch":9}`), 0); !errors.Is(err, ErrConflict) {
+		t.Fatalf("SaveGroupState at a stale index = %v, want ErrConflict", err)
+	}
+	idx2, err := a.SaveGroupState(ctx, id, []byte(`{"epoch":2}`), idx)
+	if err != nil || idx2 <= idx {
+		t.Fatalf("SaveGroupState at the current index = %d, %v", idx2, err)
+	}
+	if v, got, err := a.LoadGroupState(ctx, id); err != nil || string(v) != `{"epoch":2}` || got != idx2 {
+		t.Fatalf("LoadGroupState = %q, %d, %v; want epoch 2 at %d", v, got, err, idx2)
+	}
+	if _, err := a.SaveGroupState(ctx, "other", []byte(`{}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := a.GroupStates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{id, "other"}) {
+		t.Fatalf("GroupStates = %q", ids)
+	}
+}
