@@ -123,8 +123,6 @@ type Agent struct {
 	// coordinators.
 	groups     *groupcoord.Coordinator
 	groupPeers *peer.Clients
-	// commits coalesces the commits forwarded to each coordinator.
-	commits *commitForwarder
 	// fs does the partitions' file I/O: the operating system's files, or in
 	// tests segstore's FaultFS.
 	fs segstore.FS
@@ -133,7 +131,7 @@ type Agent struct {
 // New prepares an agent; Run starts it. coord is normally an
 // election.Client.
 func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
-	a := &Agent{cfg: cfg, log: log, coord: coord, now: time.Now, stopping: make(chan struct{}), fs: segstore.OSFS{}, commits: newCommitForwarder()}
+	a := &Agent{cfg: cfg, log: log, coord: coord, now: time.Now, stopping: make(chan struct{}), fs: segstore.OSFS{}}
 	a.waitingFor.Store("opening the data directory")
 	a.recordLimits = record.Limits{
 		MaxBatchBytes:  maxBatchBytes(cfg),

@@ -316,9 +316,6 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *apiError) 
 		return nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"coordinator "+pm.State.Leader+" is not among the registered agents", true)
 	}
-	if op.name == "commit" {
-		return a.forwardCommit(info.PeerAddr, pm.State.Leader, op.group, op.body, deadline)
-	}
 	req := a.groupPeers.NewRequest(info.PeerAddr, peerGroupsPath)
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
@@ -415,14 +412,6 @@ func (a *Agent) handleGroupOp(name string) fasthttp.RequestHandler {
 				return
 			}
 			wait = time.Duration(req.WaitMS) * time.Millisecond
-		case "commit":
-			// Decoded here too, so that a bad body is refused before it
-			// joins other commits in a forward.
-			var req groupcoord.CommitRequest
-			if err := decodeStrict(op.body, &req); err != nil {
-				writeAPIError(ctx, groupAPIError(err))
-				return
-			}
 		}
 		body, e := a.runGroupOp(op, wait)
 		if e != nil {
@@ -443,15 +432,6 @@ func (a *Agent) handlePeerGroupOp(ctx *fasthttp.RequestCtx) {
 	}
 	args := ctx.QueryArgs()
 	name := string(args.Peek("op"))
-	if name == "commits" {
-		out, err := a.runForwardedCommits(ctx.PostBody())
-		if err != nil {
-			writeAPIError(ctx, groupAPIError(err))
-			return
-		}
-		writeJSON(ctx, fasthttp.StatusOK, out)
-		return
-	}
 	run, ok := groupOps[name]
 	if !ok {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "unknown group operation "+strconv.Quote(name), false)

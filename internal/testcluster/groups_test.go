@@ -251,12 +251,11 @@ func TestGroupBadInputCommitsNothing(t *testing.T) {
 	}
 }
 
-// TestGroupCommitsForwardedTogetherAnswerEachOnItsOwn: concurrent commits
-// through a sidecar that does not coordinate the group travel to the
-// coordinator together (docs/api.md, POST /v1/replica/groups), and each
-// gets its own answer: the valid ones are committed, the stale ones and
-// those beyond the high watermark are refused, one by one.
-func TestGroupCommitsForwardedTogetherAnswerEachOnItsOwn(t *testing.T) {
+// TestConcurrentGroupCommitsAnswerEachOnItsOwn: concurrent commits through
+// a sidecar that does not coordinate the group, which the coordinator
+// appends together, each get their own answer: the valid ones are
+// committed, the stale ones and those beyond the high watermark refused.
+func TestConcurrentGroupCommitsAnswerEachOnItsOwn(t *testing.T) {
 	c := Start(t, Options{})
 	a := c.Agents[0]
 	if err := a.CreateTopic(TopicSpec{Name: "t", Partitions: 3, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
