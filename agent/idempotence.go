@@ -218,12 +218,6 @@ func (l *lanes) give(key partitionKey, ln *lane) {
 	l.mu.Unlock()
 }
 
-// nextSequence is seq advanced by count records, wrapping as Kafka's
-// sequences do.
-func nextSequence(seq int32, count int) int32 {
-	return int32((int64(seq) + int64(count)) % (math.MaxInt32 + 1))
-}
-
 // idempotentAttemptMin is the shortest first attempt for which an
 // idempotent forward is split into attempts.
 const idempotentAttemptMin = time.Second
@@ -256,7 +250,7 @@ func (a *Agent) produceBatch(topic string, partition int, batch []byte, count in
 		resp, e := a.sendBatch(topic, partition, batch, count, acks, true, deadline)
 		switch {
 		case e == nil:
-			ln.next = nextSequence(ln.next, count)
+			ln.next = record.AddSequence(ln.next, count)
 			a.lanes.give(key, ln)
 			// The application sent this once; a resend was the sidecar's.
 			resp.Duplicate = false

@@ -111,24 +111,6 @@ func TestApplyProducerHeaders(t *testing.T) {
 	}
 }
 
-func TestNextSequence(t *testing.T) {
-	tests := []struct {
-		seq   int32
-		count int
-		want  int32
-	}{
-		{0, 1, 1},
-		{10, 5, 15},
-		{math.MaxInt32, 1, 0},
-		{math.MaxInt32 - 1, 3, 1},
-	}
-	for _, tc := range tests {
-		if got := nextSequence(tc.seq, tc.count); got != tc.want {
-			t.Errorf("nextSequence(%d, %d) = %d, want %d", tc.seq, tc.count, got, tc.want)
-		}
-	}
-}
-
 // TestInitProducerRefusesBadBodies: POST /v1/producers takes {} or
 // {"producer_id": N} only; anything else is 400 invalid_request before
 // Consul is asked (the unit agent has no coordinator to ask).

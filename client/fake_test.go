@@ -229,7 +229,7 @@ func (f *fakeAgent) appendProduce(pc produceCall) (fakeProduceAnswer, string) {
 	}
 	key := producerKey{pc.topic, pc.partition, pc.producer.ID}
 	st := f.producerStates[key]
-	last := nextSequence(pc.seq, n-1)
+	last := record.AddSequence(pc.seq, n-1)
 	switch {
 	case st == nil:
 		// An unknown producer: any sequence goes.
@@ -245,7 +245,7 @@ func (f *fakeAgent) appendProduce(pc produceCall) (fakeProduceAnswer, string) {
 				return fakeProduceAnswer{produceAnswer: answer(r.base, r.epoch), Duplicate: true}, ""
 			}
 		}
-		if pc.seq != nextSequence(st.lastSeq, 1) {
+		if pc.seq != record.AddSequence(st.lastSeq, 1) {
 			return fakeProduceAnswer{}, CodeOutOfOrderSequence
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -56,12 +55,6 @@ func (c *Client) initProducer(ctx context.Context, in any) (ProducerID, error) {
 		return ProducerID{}, fmt.Errorf("%w: init producer: answer without a valid producer_id and producer_epoch", ErrProtocol)
 	}
 	return ProducerID{ID: *out.ID, Epoch: *out.Epoch}, nil
-}
-
-// nextSequence is the sequence after a batch of count records that starts
-// at seq: sequences wrap from 2^31-1 to 0.
-func nextSequence(seq int32, count int) int32 {
-	return int32((int64(seq) + int64(count)) % (math.MaxInt32 + 1))
 }
 
 // producerSession is a producer id that a partition's batches are numbered

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,25 +25,6 @@ func holdAnswers(t *testing.T) (<-chan struct{}, func()) {
 	open := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(open)
 	return release, open
-}
-
-func TestNextSequenceWraps(t *testing.T) {
-	cases := []struct {
-		seq   int32
-		count int
-		want  int32
-	}{
-		{0, 1, 1},
-		{7, 10, 17},
-		{math.MaxInt32 - 1, 1, math.MaxInt32},
-		{math.MaxInt32, 1, 0},
-		{math.MaxInt32 - 1, 3, 1},
-	}
-	for _, c := range cases {
-		if got := nextSequence(c.seq, c.count); got != c.want {
-			t.Errorf("nextSequence(%d, %d) = %d, want %d", c.seq, c.count, got, c.want)
-		}
-	}
 }
 
 // TestIdempotenceOnByDefault checks what an idempotent producer sends, and

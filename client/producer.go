@@ -773,7 +773,7 @@ func (p *Producer) numberLocked(q *partitionQueue, b *batch) bool {
 		return false
 	}
 	b.session, b.seq = q.session, q.nextSeq
-	q.nextSeq = nextSequence(q.nextSeq, len(live))
+	q.nextSeq = record.AddSequence(q.nextSeq, len(live))
 	return true
 }
 
@@ -1045,7 +1045,7 @@ func (p *Producer) failLocked(q *partitionQueue, b *batch, err error) {
 	}
 	p.completeAllLocked(b.records, err)
 	b.done = true
-	if !b.maybeWritten && b.session == q.session && q.broken == nil && q.nextSeq == nextSequence(b.seq, len(b.records)) {
+	if !b.maybeWritten && b.session == q.session && q.broken == nil && q.nextSeq == record.AddSequence(b.seq, len(b.records)) {
 		q.nextSeq = b.seq
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/internal/testseed"
+	"github.com/logagent/logagent/record"
 )
 
 // The property test drives a State and a reference model with the same
@@ -282,7 +283,7 @@ func (w *world) appendBatch(in *instance, sb *sentBatch) {
 	lb := logBatch{b, w.gen[in.pid]}
 	w.log = append(w.log, lb)
 	for i := range sb.count {
-		k := recordKey{in.pid, in.epoch, lb.gen, addSequence(sb.seq, i)}
+		k := recordKey{in.pid, in.epoch, lb.gen, record.AddSequence(sb.seq, int(i))}
 		w.records[k]++
 		if w.records[k] > 1 {
 			w.fatalf("record %+v is in the log twice: the batch at %d-%d duplicates one the producer sent before", k, b.BaseOffset, b.LastOffset)
@@ -299,7 +300,7 @@ func (w *world) dropFromLog(keep func(logBatch) bool) {
 			continue
 		}
 		for i := range lb.RecordCount {
-			k := recordKey{lb.ProducerID, lb.ProducerEpoch, lb.gen, addSequence(lb.BaseSequence, i)}
+			k := recordKey{lb.ProducerID, lb.ProducerEpoch, lb.gen, record.AddSequence(lb.BaseSequence, int(i))}
 			if w.records[k]--; w.records[k] == 0 {
 				delete(w.records, k)
 			}
@@ -404,7 +405,7 @@ func (w *world) step() {
 		}
 		sb := &sentBatch{index: len(in.sent), seq: in.next, count: int32(1 + w.rng.IntN(3)), ts: w.nowMs, gen: w.gen[in.pid]}
 		in.sent = append(in.sent, sb)
-		in.next = addSequence(in.next, sb.count)
+		in.next = record.AddSequence(in.next, int(sb.count))
 		w.note("send pid %d epoch %d #%d seq %d count %d", in.pid, in.epoch, sb.index, sb.seq, sb.count)
 		w.send(in, sb)
 	case r < 45: // resend everything in flight, in order (after an unknown outcome)
@@ -523,7 +524,7 @@ func (w *world) probe() {
 				w.check(in.pid, in.epoch, sb.seq, sb.count)
 			}
 		case 1:
-			w.check(in.pid, in.epoch, addSequence(in.next, w.rng.Int32N(4)), 1+w.rng.Int32N(3))
+			w.check(in.pid, in.epoch, record.AddSequence(in.next, w.rng.IntN(4)), 1+w.rng.Int32N(3))
 		case 2:
 			w.check(in.pid, in.epoch+int16(w.rng.IntN(3))-1, w.rng.Int32N(2)*in.next, 1)
 		default:
@@ -541,7 +542,7 @@ func (w *world) compare() {
 	}
 	for _, in := range w.instances {
 		w.check(in.pid, in.epoch, in.next, 1)
-		w.check(in.pid, in.epoch, addSequence(in.next, 1), 1)
+		w.check(in.pid, in.epoch, record.AddSequence(in.next, 1), 1)
 		w.check(in.pid, in.epoch+1, 0, 1)
 		w.check(in.pid, in.epoch+1, 1, 1)
 		if in.epoch > 0 {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+
+	"github.com/logagent/logagent/record"
 )
 
 // Snapshot layout, big-endian. A snapshot is the whole state as of a log end
@@ -192,9 +194,9 @@ func UnmarshalSnapshot(b []byte, opts Options) (*State, int64, error) {
 		}
 		if n > 0 {
 			last := e.batches[n-1]
-			if e.next != addSequence(last.LastSequence(), 1) || e.lastOffset != last.LastOffset || e.lastTimestamp != last.MaxTimestamp {
+			if e.next != record.AddSequence(last.LastSequence(), int(1)) || e.lastOffset != last.LastOffset || e.lastTimestamp != last.MaxTimestamp {
 				return nil, 0, corruptf("producer %d: next sequence %d, last offset %d and timestamp %d do not follow its last batch (%d, %d, %d)",
-					pid, e.next, e.lastOffset, e.lastTimestamp, addSequence(last.LastSequence(), 1), last.LastOffset, last.MaxTimestamp)
+					pid, e.next, e.lastOffset, e.lastTimestamp, record.AddSequence(last.LastSequence(), int(1)), last.LastOffset, last.MaxTimestamp)
 			}
 		} else if e.lastOffset < -1 || e.lastOffset >= end {
 			return nil, 0, corruptf("producer %d: last offset %d outside [-1, %d)", pid, e.lastOffset, end)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/logagent/logagent/record"
 )
 
 // NumBatchesToRetain is how many of a producer's latest batches the state
@@ -52,13 +54,7 @@ type Batch struct {
 }
 
 // LastSequence is the sequence of the batch's last record.
-func (b Batch) LastSequence() int32 { return addSequence(b.BaseSequence, b.RecordCount-1) }
-
-// addSequence adds n >= 0 to a sequence in [0, MaxInt32], wrapping past
-// MaxInt32 to 0: sequences live in [0, 2^31).
-func addSequence(seq, n int32) int32 {
-	return int32((int64(seq) + int64(n)) % (math.MaxInt32 + 1))
-}
+func (b Batch) LastSequence() int32 { return record.AddSequence(b.BaseSequence, int(b.RecordCount-1)) }
 
 // Options configure a State.
 type Options struct {
@@ -198,7 +194,7 @@ func (s *State) Check(pid int64, epoch int16, baseSeq, count int32) Decision {
 		}
 		return Decision{Verdict: Append}
 	}
-	lastSeq := addSequence(baseSeq, count-1)
+	lastSeq := record.AddSequence(baseSeq, int(count-1))
 	for _, b := range e.batches {
 		if b.BaseSequence == baseSeq && b.LastSequence() == lastSeq {
 			return Decision{Verdict: Duplicate, Original: b, Reason: fmt.Sprintf(
@@ -250,7 +246,7 @@ func (s *State) Apply(b Batch) error {
 		e.batches = e.batches[:NumBatchesToRetain-1]
 	}
 	e.batches = append(e.batches, b)
-	e.next = addSequence(b.LastSequence(), 1)
+	e.next = record.AddSequence(b.LastSequence(), int(1))
 	e.lastOffset, e.lastTimestamp = b.LastOffset, b.MaxTimestamp
 	s.end = b.LastOffset + 1
 	return nil
@@ -318,7 +314,7 @@ func (s *State) TruncateTo(offset int64) {
 		case n > 0:
 			last := e.batches[n-1]
 			e.batches = e.batches[:n]
-			e.next = addSequence(last.LastSequence(), 1)
+			e.next = record.AddSequence(last.LastSequence(), int(1))
 			e.lastOffset, e.lastTimestamp = last.LastOffset, last.MaxTimestamp
 		default:
 			if len(e.batches) > 0 {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/record"
 )
 
 // run builds batches of producer pid at epoch, one per count, with
@@ -17,7 +19,7 @@ func run(pid int64, epoch int16, seq int32, offset int64, counts ...int32) []Bat
 			ProducerID: pid, ProducerEpoch: epoch, BaseSequence: seq, RecordCount: c,
 			BaseOffset: offset, LastOffset: offset + int64(c) - 1, LeaderEpoch: 7, MaxTimestamp: offset,
 		})
-		seq = addSequence(seq, c)
+		seq = record.AddSequence(seq, int(c))
 		offset += int64(c)
 	}
 	return bs
@@ -366,7 +368,7 @@ func TestRetainsFiveBatches(t *testing.T) {
 			o := bs[j]
 			want := check{pid: 1, seq: o.BaseSequence, count: o.RecordCount, verdict: Duplicate, original: o}
 			if j < i+1-NumBatchesToRetain {
-				want = check{pid: 1, seq: o.BaseSequence, count: o.RecordCount, verdict: OutOfOrderSequence, expected: addSequence(b.LastSequence(), 1)}
+				want = check{pid: 1, seq: o.BaseSequence, count: o.RecordCount, verdict: OutOfOrderSequence, expected: record.AddSequence(b.LastSequence(), int(1))}
 			}
 			want.run(t, s)
 		}

@@ -3,7 +3,6 @@ package jepsen
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"syscall"
@@ -66,14 +65,6 @@ func TestAfterFailure(t *testing.T) {
 				t.Fatalf("afterFailure(%v, %v) = %d, want %d", tc.err, tc.idempotent, got, tc.want)
 			}
 		})
-	}
-}
-
-func TestNextSequence(t *testing.T) {
-	for _, tc := range []struct{ s, want int32 }{{0, 1}, {41, 42}, {math.MaxInt32 - 1, math.MaxInt32}, {math.MaxInt32, 0}} {
-		if got := nextSequence(tc.s); got != tc.want {
-			t.Errorf("nextSequence(%d) = %d, want %d", tc.s, got, tc.want)
-		}
 	}
 }
 

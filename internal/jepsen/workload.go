@@ -3,7 +3,6 @@ package jepsen
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"syscall"
@@ -247,7 +246,7 @@ func (w *Workload) produceUntilAcknowledged(index int, seed uint64, stop <-chan 
 			w.Recorder.Complete(op)
 			if op.Outcome == checker.OK {
 				if idem != nil {
-					next[partition] = nextSequence(idem.Sequence)
+					next[partition] = record.AddSequence(idem.Sequence, 1)
 				}
 				break
 			}
@@ -321,15 +320,6 @@ func (w *Workload) register(client *testcluster.Client, process string, prev *te
 		time.Sleep(retryPause)
 	}
 	return id, false
-}
-
-// nextSequence follows s: records are numbered consecutively, wrapping
-// from the largest int32 to 0.
-func nextSequence(s int32) int32 {
-	if s == math.MaxInt32 {
-		return 0
-	}
-	return s + 1
 }
 
 // fail records what a producer met that the run must report as a failure.
