@@ -704,6 +704,9 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 		answer.Committed = append(answer.Committed, Committed{Topic: oc.Topic, Partition: oc.Partition, Offset: oc.Offset, Metadata: oc.Metadata})
 	}
 	s.mu.Unlock()
+	if err := c.checkCommitSize(len(req.Offsets), records); err != nil {
+		return CommitResponse{}, err
+	}
 	for _, i := range beyond {
 		oc := req.Offsets[i]
 		tp := group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}
@@ -726,6 +729,24 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 		return CommitResponse{}, err
 	}
 	return answer, nil
+}
+
+// recordOverhead bounds what a record's framing adds to its key and value
+// in a batch (length, attributes, deltas, header count: varints).
+const recordOverhead = 24
+
+// checkCommitSize refuses a commit whose records would not fit one batch:
+// it is appended whole, so that it is all or nothing.
+func (c *Coordinator) checkCommitSize(offsets int, records []group.Record) error {
+	size := record.HeaderSize
+	for _, r := range records {
+		size += len(r.Key) + len(r.Value) + recordOverhead
+	}
+	if limit := c.cfg.Limits.MaxBatchBytes; size > limit {
+		return fmt.Errorf("%w: a commit of %d offsets takes %d bytes, over the batch limit of %d: commit fewer at once, or with less metadata",
+			ErrInvalidRequest, offsets, size, limit)
+	}
+	return nil
 }
 
 // commit appends records through the shard's one flusher and waits until
@@ -761,14 +782,15 @@ func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Reco
 // no longer known. Then it restates the offsets if that is due.
 func (s *shard) flush(ctx context.Context, c *Coordinator, batch []*pendingCommit) {
 	force := false
-	var records []group.Record
+	var units [][]group.Record
 	for _, pc := range batch {
 		if pc.records == nil {
 			force = true
+			continue
 		}
-		records = append(records, pc.records...)
+		units = append(units, pc.records)
 	}
-	_, err := s.appendRecords(ctx, c, records)
+	_, err := s.appendRecords(ctx, c, units)
 	if err == nil {
 		err = s.restateIfDue(ctx, c, force)
 	}
@@ -777,26 +799,32 @@ func (s *shard) flush(ctx context.Context, c *Coordinator, batch []*pendingCommi
 	}
 }
 
-// appendRecords appends records, in batches of at most maxAppendBytes,
-// and applies each batch once it is committed. It returns the first
-// batch's base offset (-1 with no records). On an error the shard is
-// dropped.
-func (s *shard) appendRecords(ctx context.Context, c *Coordinator, records []group.Record) (int64, error) {
+// appendRecords appends units of records, each unit whole in one batch
+// (a commit is all or nothing), units together up to about maxAppendBytes
+// a batch, and applies each batch once it is committed. It returns the
+// first batch's base offset (-1 with no records). On an error the shard
+// is dropped.
+func (s *shard) appendRecords(ctx context.Context, c *Coordinator, units [][]group.Record) (int64, error) {
 	var b record.Builder
 	var buf []byte
 	now := c.cfg.Now().UnixMilli()
 	first := int64(-1)
-	for len(records) > 0 {
+	for len(units) > 0 {
 		b.Reset()
 		n := 0
 		var err error
-		for ; n < len(records) && (n == 0 || b.Size() < maxAppendBytes); n++ {
-			if err = b.Add(now, records[n].Key, records[n].Value, nil); err != nil {
-				break
+		for ; n < len(units) && (n == 0 || b.Size() < maxAppendBytes) && err == nil; n++ {
+			for _, r := range units[n] {
+				if err = b.Add(now, r.Key, r.Value, nil); err != nil {
+					break
+				}
 			}
 		}
-		part := records[:n]
-		records = records[n:]
+		var part []group.Record
+		for _, u := range units[:n] {
+			part = append(part, u...)
+		}
+		units = units[n:]
 		var base int64
 		if err == nil {
 			buf, err = b.AppendTo(buf[:0])
@@ -860,7 +888,11 @@ func (s *shard) restateIfDue(ctx context.Context, c *Coordinator, force bool) er
 	}
 	start := c.cfg.Now()
 	before := s.records
-	first, err := s.appendRecords(ctx, c, records)
+	units := make([][]group.Record, len(records))
+	for i := range records {
+		units[i] = records[i : i+1]
+	}
+	first, err := s.appendRecords(ctx, c, units)
 	if err != nil {
 		return err
 	}
@@ -978,6 +1010,9 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 		}
 		records = append(records, r)
 		out.Offsets = append(out.Offsets, Committed{Topic: req.Topic, Partition: int32(p), Offset: off})
+	}
+	if err := c.checkCommitSize(len(records), records); err != nil {
+		return ResetResponse{}, err
 	}
 	if err := s.commit(ctx, c, records); err != nil {
 		return ResetResponse{}, err

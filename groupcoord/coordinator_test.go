@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -588,4 +589,27 @@ func BenchmarkRebuild(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// TestOversizedCommitRefused: a commit is appended whole (all or
+// nothing), so one that would not fit a batch is refused as a bad
+// request, and nothing is appended.
+func TestOversizedCommitRefused(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	h.hw[group.TopicPartition{Topic: "t", Partition: 0}] = 100
+	c := newTestCoordinator(t, h, s, clock)
+	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	req := CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch}
+	for i := range 300 {
+		req.Offsets = append(req.Offsets, OffsetCommit{Topic: "t", Partition: 0, Offset: int64(i % 100), Metadata: strings.Repeat("m", group.MaxMetadataLen)})
+	}
+	before := h.appends
+	if _, err := c.Commit(ctx, "g", req); !errors.Is(err, ErrInvalidRequest) || h.appends != before {
+		t.Fatalf("a 1.2 MB commit = %v with %d appends, want ErrInvalidRequest and none", err, h.appends-before)
+	}
+	req.Offsets = req.Offsets[:100]
+	if _, err := c.Commit(ctx, "g", req); err != nil {
+		t.Fatalf("a 400 KB commit: %v", err)
+	}
 }
