@@ -41,11 +41,14 @@ type delivery struct {
 
 // startGroupConsumer runs `logagent consume -group group -topic topic
 // -follow -format ndjson` against agent a. It is killed, by its PID, when
-// the test ends.
+// the test ends, and by the kernel when the test process dies first.
 func startGroupConsumer(t *testing.T, name string, a *Agent, group, topic string) *groupConsumer {
 	t.Helper()
 	gc := &groupConsumer{name: name, done: make(chan struct{})}
 	gc.cmd = exec.Command(Binary(t), "consume", "-addr", "http://"+a.ClientAddr, "-group", group, "-topic", topic, "-follow", "-format", "ndjson")
+	// As the harness's agents: it dies with the test process, also when a
+	// timeout ends the test before its cleanups run.
+	gc.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := gc.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
