@@ -65,6 +65,11 @@ func refuseInternalTopic(ctx *fasthttp.RequestCtx, topic, what string) bool {
 // groupHost gives groupcoord the agent's offsets partitions and metadata.
 type groupHost struct{ a *Agent }
 
+// notLedHere is the error of an offsets partition this agent does not lead.
+func notLedHere(p int) error {
+	return fmt.Errorf("%w: %s/%d is not led here", groupcoord.ErrNotCoordinator, groupcoord.OffsetsTopic, p)
+}
+
 func (h groupHost) leader(p int) (*partition.Replica, *partition.View, bool) {
 	r := h.a.replicas.Get(groupcoord.OffsetsTopic, p)
 	if r == nil {
@@ -87,7 +92,7 @@ func (h groupHost) OffsetsLeader(p int) (groupcoord.LeaderState, bool) {
 func (h groupHost) AppendOffsets(ctx context.Context, p int, epoch int32, batch []byte, count int) (int64, error) {
 	r, _, ok := h.leader(p)
 	if !ok {
-		return 0, fmt.Errorf("%w: %s/%d is not led here", groupcoord.ErrNotCoordinator, groupcoord.OffsetsTopic, p)
+		return 0, notLedHere(p)
 	}
 	resp, apiErr := h.a.appendLocal(r, groupcoord.OffsetsTopic, p, batch, count, replicate.AcksAll, epoch, groupAppendTimeout)
 	if apiErr != nil {
@@ -99,7 +104,7 @@ func (h groupHost) AppendOffsets(ctx context.Context, p int, epoch int32, batch 
 func (h groupHost) TrimOffsets(p int, offset int64) error {
 	r, _, ok := h.leader(p)
 	if !ok {
-		return fmt.Errorf("%w: %s/%d is not led here", groupcoord.ErrNotCoordinator, groupcoord.OffsetsTopic, p)
+		return notLedHere(p)
 	}
 	_, err := r.CurrentLog().DeleteBefore(offset)
 	return err
@@ -108,7 +113,7 @@ func (h groupHost) TrimOffsets(p int, offset int64) error {
 func (h groupHost) ReadOffsets(p int, offset int64, maxBytes int) ([]byte, error) {
 	r, _, ok := h.leader(p)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s/%d is not led here", groupcoord.ErrNotCoordinator, groupcoord.OffsetsTopic, p)
+		return nil, notLedHere(p)
 	}
 	log := r.CurrentLog()
 	return log.ReadBytes(offset, int64(maxBytes), log.HighWatermark())
@@ -170,49 +175,40 @@ type groupOp struct {
 	hasMemberParam bool
 }
 
+// withBody makes a group operation that takes a JSON body of type T.
+func withBody[T any](run func(a *Agent, ctx context.Context, op groupOp, req T) (any, error)) func(*Agent, context.Context, groupOp) (any, error) {
+	return func(a *Agent, ctx context.Context, op groupOp) (any, error) {
+		var req T
+		if err := decodeStrict(op.body, &req); err != nil {
+			return nil, err
+		}
+		return run(a, ctx, op, req)
+	}
+}
+
 // groupOps run on this agent's coordinator, by name.
 var groupOps = map[string]func(a *Agent, ctx context.Context, op groupOp) (any, error){
-	"join": func(a *Agent, ctx context.Context, op groupOp) (any, error) {
-		var req groupcoord.JoinRequest
-		if err := decodeStrict(op.body, &req); err != nil {
-			return nil, err
-		}
+	"join": withBody(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.JoinRequest) (any, error) {
 		return a.groups.Join(ctx, op.group, req)
-	},
-	"heartbeat": func(a *Agent, ctx context.Context, op groupOp) (any, error) {
-		var req groupcoord.HeartbeatRequest
-		if err := decodeStrict(op.body, &req); err != nil {
-			return nil, err
-		}
+	}),
+	"heartbeat": withBody(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.HeartbeatRequest) (any, error) {
 		return a.groups.Heartbeat(ctx, op.group, op.member, req)
-	},
+	}),
 	"leave": func(a *Agent, ctx context.Context, op groupOp) (any, error) {
 		return struct{}{}, a.groups.Leave(ctx, op.group, op.member)
 	},
-	"commit": func(a *Agent, ctx context.Context, op groupOp) (any, error) {
-		var req groupcoord.CommitRequest
-		if err := decodeStrict(op.body, &req); err != nil {
-			return nil, err
-		}
+	"commit": withBody(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.CommitRequest) (any, error) {
 		return a.groups.Commit(ctx, op.group, req)
-	},
+	}),
 	"offsets": func(a *Agent, ctx context.Context, op groupOp) (any, error) {
 		return a.groups.Offsets(ctx, op.group, op.topic)
 	},
-	"fetch": func(a *Agent, ctx context.Context, op groupOp) (any, error) {
-		var req groupcoord.FetchRequest
-		if err := decodeStrict(op.body, &req); err != nil {
-			return nil, err
-		}
+	"fetch": withBody(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.FetchRequest) (any, error) {
 		return a.groups.CheckFetch(ctx, op.group, req)
-	},
-	"reset": func(a *Agent, ctx context.Context, op groupOp) (any, error) {
-		var req groupcoord.ResetRequest
-		if err := decodeStrict(op.body, &req); err != nil {
-			return nil, err
-		}
+	}),
+	"reset": withBody(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.ResetRequest) (any, error) {
 		return a.groups.Reset(ctx, op.group, req)
-	},
+	}),
 	"describe": func(a *Agent, ctx context.Context, op groupOp) (any, error) {
 		return a.groups.Describe(ctx, op.group, a.cfg.NodeID)
 	},

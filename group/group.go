@@ -230,6 +230,30 @@ func (g *Group) Current(memberID string) (Response, error) {
 	return g.response(m), nil
 }
 
+// Subscriptions are the topics some member subscribes to, each once, in
+// no particular order.
+func (g *Group) Subscriptions() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range g.members {
+		for _, t := range m.topics {
+			if !seen[t] {
+				seen[t] = true
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// SessionTimeout is a member's session timeout; 0 for an unknown member.
+func (g *Group) SessionTimeout(memberID string) time.Duration {
+	if m := g.members[memberID]; m != nil {
+		return m.sessionTimeout
+	}
+	return 0
+}
+
 // holdsAll says whether every partition in owned is assigned to m: a
 // heartbeat at m's previous epoch can only come from a member that has
 // already done what the lost answer asked (Kafka's rule).

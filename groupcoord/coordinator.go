@@ -365,6 +365,25 @@ func (c *Coordinator) loadGroup(ctx context.Context, s *shard, id string, create
 	return e, nil
 }
 
+// knownGroup returns the shard (locked) and the entry of a group that
+// exists: ErrUnknownGroup when it has no stored state. On an error no lock
+// is held.
+func (c *Coordinator) knownGroup(ctx context.Context, groupID string) (*shard, *entry, error) {
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := c.loadGroup(ctx, s, groupID, false)
+	if err == nil && e == nil {
+		err = fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return nil, nil, err
+	}
+	return s, e, nil
+}
+
 // save stores the group's state if it changed, and wakes the held
 // heartbeats that have news. A failed write forgets the group, so the
 // next request restores what Consul holds. Called with s.mu held.
@@ -407,10 +426,8 @@ func (c *Coordinator) refreshPartitions(e *entry, topics []string) error {
 	for _, t := range topics {
 		seen[t] = true
 	}
-	for _, m := range e.g.Describe().Members {
-		for _, t := range m.Topics {
-			seen[t] = true
-		}
+	for _, t := range e.g.Subscriptions() {
+		seen[t] = true
 	}
 	for t := range seen {
 		if err := e.g.SetPartitions(t, c.cfg.Host.Partitions(t)); err != nil {
@@ -501,16 +518,8 @@ func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req
 	arrived := c.cfg.Now()
 	var timer <-chan time.Time
 	for {
-		s, err := c.shardFor(ctx, groupID)
+		s, e, err := c.knownGroup(ctx, groupID)
 		if err != nil {
-			return MemberResponse{}, err
-		}
-		e, err := c.loadGroup(ctx, s, groupID, false)
-		if err == nil && e == nil {
-			err = fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
-		}
-		if err != nil {
-			s.mu.Unlock()
 			return MemberResponse{}, err
 		}
 		if err := c.refreshPartitions(e, nil); err != nil {
@@ -533,13 +542,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req
 			return memberResponse(groupID, member, r), nil
 		}
 		if timer == nil {
-			session := time.Duration(0)
-			for _, m := range e.g.Describe().Members {
-				if m.ID == member {
-					session = m.SessionTimeout
-				}
-			}
-			timer = time.After(min(wait, session/3))
+			timer = time.After(min(wait, e.g.SessionTimeout(member)/3))
 		}
 		w := &waiter{ch: make(chan struct{})}
 		if old := e.waiters[member]; old != nil {
@@ -616,18 +619,11 @@ func samePartitions(a, b []group.TopicPartition) bool {
 
 // Leave removes a member.
 func (c *Coordinator) Leave(ctx context.Context, groupID, member string) error {
-	s, err := c.shardFor(ctx, groupID)
+	s, e, err := c.knownGroup(ctx, groupID)
 	if err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	e, err := c.loadGroup(ctx, s, groupID, false)
-	if err != nil {
-		return err
-	}
-	if e == nil {
-		return fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
-	}
 	if err := e.g.Leave(member); err != nil {
 		return err
 	}
@@ -641,18 +637,11 @@ func (c *Coordinator) Leave(ctx context.Context, groupID, member string) error {
 
 // CheckFetch allows a member's fetch and returns the committed offset.
 func (c *Coordinator) CheckFetch(ctx context.Context, groupID string, req FetchRequest) (FetchResponse, error) {
-	s, err := c.shardFor(ctx, groupID)
+	s, e, err := c.knownGroup(ctx, groupID)
 	if err != nil {
 		return FetchResponse{}, err
 	}
 	defer s.mu.Unlock()
-	e, err := c.loadGroup(ctx, s, groupID, false)
-	if err != nil {
-		return FetchResponse{}, err
-	}
-	if e == nil {
-		return FetchResponse{}, fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
-	}
 	tp := group.TopicPartition{Topic: req.Topic, Partition: req.Partition}
 	if err := e.g.CheckFetch(req.MemberID, req.MemberEpoch, tp); err != nil {
 		return FetchResponse{}, err
@@ -669,16 +658,8 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 	if len(req.Offsets) == 0 || len(req.Offsets) > MaxCommitOffsets {
 		return CommitResponse{}, fmt.Errorf("%w: %d offsets: from 1 to %d", ErrInvalidRequest, len(req.Offsets), MaxCommitOffsets)
 	}
-	s, err := c.shardFor(ctx, groupID)
+	s, e, err := c.knownGroup(ctx, groupID)
 	if err != nil {
-		return CommitResponse{}, err
-	}
-	e, err := c.loadGroup(ctx, s, groupID, false)
-	if err == nil && e == nil {
-		err = fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
-	}
-	if err != nil {
-		s.mu.Unlock()
 		return CommitResponse{}, err
 	}
 	now := c.cfg.Now()
