@@ -279,7 +279,7 @@ func consumersByPartition(ds []delivery, from time.Time) map[int]map[string]bool
 // record reaches a member. Redelivered records are counted.
 func TestGroupConsumersShareAndTakeOver(t *testing.T) {
 	const partitions = 12
-	c := Start(t, Options{})
+	c := Start(t, Options{Timing: TimingShipped})
 	a := c.Agents[0]
 	if err := a.CreateTopic(TopicSpec{Name: "events", Partitions: partitions, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
 		t.Fatal(err)
@@ -436,7 +436,7 @@ func TestGroupConsumersShareAndTakeOver(t *testing.T) {
 // seconds before the join are the baseline of this run.
 func TestGroupJoinDoesNotPauseStayingPartitions(t *testing.T) {
 	const partitions = 12
-	c := Start(t, Options{})
+	c := Start(t, Options{Timing: TimingShipped})
 	a := c.Agents[0]
 	if err := a.CreateTopic(TopicSpec{Name: "events", Partitions: partitions, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
 		t.Fatal(err)

@@ -86,7 +86,7 @@ func produceRecords(t *testing.T, a *Agent, topic string, partition, n int) {
 // its partitions and epoch across the coordinator's failover (the group's
 // state is in Consul, not only in the dead coordinator's memory).
 func TestGroupOffsetsSurviveCoordinatorCrashAndFullRestart(t *testing.T) {
-	c := Start(t, Options{})
+	c := Start(t, Options{Timing: TimingShipped})
 	a := c.Agents[0]
 	if err := a.CreateTopic(TopicSpec{Name: "orders", Partitions: 4, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func mapsEqual(a, b map[int]int64) bool {
 // another group, and malformed requests are each a 4xx JSON error, and
 // nothing is committed.
 func TestGroupBadInputCommitsNothing(t *testing.T) {
-	c := Start(t, Options{})
+	c := Start(t, Options{Timing: TimingShipped})
 	a, b := c.Agents[0], c.Agents[1]
 	if err := a.CreateTopic(TopicSpec{Name: "t", Partitions: 2, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestGroupBadInputCommitsNothing(t *testing.T) {
 // appends together, each get their own answer: the valid ones are
 // committed, the stale ones and those beyond the high watermark refused.
 func TestConcurrentGroupCommitsAnswerEachOnItsOwn(t *testing.T) {
-	c := Start(t, Options{})
+	c := Start(t, Options{Timing: TimingShipped})
 	a := c.Agents[0]
 	if err := a.CreateTopic(TopicSpec{Name: "t", Partitions: 3, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
 		t.Fatal(err)
