@@ -6,7 +6,9 @@ SHELL         := /bin/bash
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
 LDFLAGS   := -X main.version=$(VERSION)
-GO_FILES  := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.logagent-dev/*') go.mod go.sum $(wildcard config/*.hcl config/dev/*.hcl)
+# What bin/logagent is built from; ui/static holds the status page's files,
+# embedded in the binary.
+GO_FILES  := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.logagent-dev/*') go.mod go.sum $(wildcard config/*.hcl config/dev/*.hcl) $(wildcard ui/static/*)
 TEST_TIMEOUT ?= 20m
 TORTURE_CRASH_ITERS     ?= 20000
 TORTURE_SIM_ITERS       ?= 20000
