@@ -6,7 +6,9 @@ SHELL         := /bin/bash
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
 LDFLAGS   := -X main.version=$(VERSION)
-GO_FILES  := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.logagent-dev/*') go.mod go.sum $(wildcard config/*.hcl config/dev/*.hcl)
+# What bin/logagent is built from; ui/static holds the status page's files,
+# embedded in the binary.
+GO_FILES  := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.logagent-dev/*') go.mod go.sum $(wildcard config/*.hcl config/dev/*.hcl) $(wildcard ui/static/*)
 TEST_TIMEOUT ?= 20m
 TORTURE_CRASH_ITERS     ?= 20000
 TORTURE_SIM_ITERS       ?= 20000
@@ -70,8 +72,29 @@ bench: bin/logagent bin/consul bin/nats-server bin/benchrun ## logagent vs NATS 
 dev: bin/logagent bin/consul ## Run Consul and three agents on localhost (Ctrl-C stops all)
 	bin/logagent dev
 
+# The status page's browser test (internal/testcluster TestStatusPage) drives
+# Debian's chromium; `make test` installs it first when it is missing and
+# make runs as root, and otherwise says loudly that the test will be skipped.
+CHROMIUM_NAMES   := chromium chromium-browser google-chrome google-chrome-stable
+CHROMIUM_MISSING := { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+	echo "!!! NO CHROMIUM ($(CHROMIUM_NAMES)): the status page test TestStatusPage WILL BE SKIPPED."; \
+	echo "!!! Install it as root: apt-get update && apt-get install -y chromium"; \
+	echo "!!! (or set LOGAGENT_CHROMIUM to a Chromium or Chrome binary)"; \
+	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
+
+.PHONY: chromium
+chromium: ## Install Debian's chromium for the status page test when missing (as root; otherwise say so loudly)
+	@if [ -n "$$LOGAGENT_CHROMIUM" ] || for c in $(CHROMIUM_NAMES); do command -v $$c >/dev/null 2>&1 && break; false; done; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the status page test (apt-get, a few minutes)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || $(CHROMIUM_MISSING); \
+	else \
+		$(CHROMIUM_MISSING); \
+	fi
+
 .PHONY: test
-test: bin/logagent bin/consul ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
+test: bin/logagent bin/consul chromium ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/internal/jepsen$$')
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./internal/jepsen 2>&1 | tee jepsen.out | grep -E '$(JEPSEN_LINES)'
 	@echo "full fault-injection log: jepsen.out"

@@ -24,6 +24,7 @@ import (
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
+	"github.com/logagent/logagent/ui"
 
 	"github.com/logagent/logagent/wire"
 )
@@ -85,6 +86,11 @@ const (
 	stateServing
 	stateStopping
 )
+
+// stateName is a lifecycle state as /v1/status and the status page name it.
+func stateName(state int32) string {
+	return map[int32]string{stateStarting: "starting", stateServing: "serving", stateStopping: "stopping"}[state]
+}
 
 // stopTimeout bounds each step of a graceful stop, so a stuck Consul or a
 // slow client cannot hold the process past systemd's TimeoutStopSec.
@@ -416,6 +422,13 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/offsets", a.handleGroupOp("commit"))
 	rt.add(fasthttp.MethodGet, "/v1/groups/{group}/offsets", a.handleGroupOp("offsets"))
 	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/offsets/reset", a.handleGroupOp("reset"))
+	// The status page: the router ignores a trailing slash, so "/ui" takes
+	// "/ui/" too and the page's handler tells them apart; it answers 404
+	// for any file it does not have.
+	page := ui.New(newUISource(a))
+	rt.add(fasthttp.MethodGet, ui.PathRedirect, page.Serve)
+	rt.add(fasthttp.MethodGet, "/ui/{file}", page.Serve)
+	rt.add(fasthttp.MethodGet, ui.PathState, page.Serve)
 	if a.cfg.Client.Pprof {
 		rt.add(fasthttp.MethodGet, "/debug/pprof", pprofhandler.PprofHandler)
 		rt.add(fasthttp.MethodGet, "/debug/pprof/{profile}", pprofhandler.PprofHandler)

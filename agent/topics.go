@@ -480,10 +480,9 @@ const roleOffline = "offline"
 // handleStatus serves GET /v1/status.
 func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 	current := a.state.Load()
-	state := map[int32]string{stateStarting: "starting", stateServing: "serving", stateStopping: "stopping"}[current]
 	snap := a.coord.Metadata()
 	st := statusResponse{
-		NodeID: a.cfg.NodeID, State: state, MetadataIndex: snap.Index,
+		NodeID: a.cfg.NodeID, State: stateName(current), MetadataIndex: snap.Index,
 		ClientAddr: a.cfg.Client.Address, PeerAddr: a.cfg.Peer.AdvertiseAddress,
 		Agents: []statusAgent{}, Partitions: []statusPartition{},
 	}

@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/ui"
+)
+
+// uiAgentsTimeout bounds the status page's read of the agents list, as
+// /v1/status bounds its own: past it the page shows the agents as last
+// seen, and says so.
+const uiAgentsTimeout = time.Second
+
+// uiSource is the status page's view of the cluster (ui.Source): the
+// metadata and the agents from Consul, the positions from this agent's own
+// replicas, as /v1/status reads them.
+type uiSource struct {
+	a *Agent
+	// counters are the agent's cumulative counters; false while it keeps
+	// none.
+	counters func() (ui.Counters, bool)
+
+	mu sync.Mutex
+	// seen are the addresses of every agent seen registered since this one
+	// started, so that an agent that dies stays on the page as down
+	// instead of vanishing with its passing check.
+	seen map[string]election.AgentInfo
+}
+
+func newUISource(a *Agent) *uiSource {
+	return &uiSource{a: a, counters: a.uiCounters, seen: map[string]election.AgentInfo{}}
+}
+
+// uiCounters are the counters the status page shows rates of. The agent
+// keeps none yet, so the page shows its byte rates as unknown.
+func (a *Agent) uiCounters() (ui.Counters, bool) { return ui.Counters{}, false }
+
+// State implements ui.Source.
+func (s *uiSource) State(ctx context.Context) (ui.State, error) {
+	a := s.a
+	current := a.state.Load()
+	snap := a.coord.Metadata()
+	st := ui.State{
+		TimeUnixMilli: a.now().UnixMilli(),
+		Self:          ui.Self{NodeID: a.cfg.NodeID, State: stateName(current)},
+	}
+	for _, name := range snap.Topics() {
+		tm, _ := snap.Topic(name)
+		t := ui.Topic{Name: name, ReplicationFactor: tm.Config.ReplicationFactor, MinInsyncReplicas: tm.Config.MinInsyncReplicas}
+		if tm.Err != nil {
+			t.Error = tm.Err.Error()
+		}
+		for _, pm := range tm.Partitions {
+			p := ui.Partition{Partition: pm.Partition, Epoch: pm.State.Epoch, Replicas: pm.Replicas, ISR: pm.State.ISR}
+			// As the topic description: a leader whose key nobody holds
+			// any more is no leader.
+			if pm.LeaderSession != "" {
+				p.Leader = pm.State.Leader
+			}
+			// The replicas exist once the agent has served (as in
+			// handleStatus).
+			if current != stateStarting {
+				s.addReplica(&p, name)
+			}
+			t.Partitions = append(t.Partitions, p)
+		}
+		st.Topics = append(st.Topics, t)
+	}
+	st.Agents, st.Warnings = s.agents(ctx, snap)
+	if c, ok := s.counters(); ok {
+		st.Counters = &c
+	}
+	return st, nil
+}
+
+// addReplica adds this agent's replica of the partition, if it has one:
+// its role and positions, and the leader's own view when it leads.
+func (s *uiSource) addReplica(p *ui.Partition, topic string) {
+	a := s.a
+	r := a.replicas.Get(topic, p.Partition)
+	if r == nil {
+		if _, ok := a.replicas.Offline(topic, p.Partition); ok {
+			p.Role = roleOffline
+		}
+		return
+	}
+	v, log := r.CurrentView(), r.CurrentLog()
+	hw, leo, lso := log.HighWatermark(), log.LogEndOffset(), log.LogStartOffset()
+	p.Role, p.HighWatermark, p.LogEndOffset, p.LogStartOffset = v.Role.String(), &hw, &leo, &lso
+	if v.Role == roleLeader {
+		// Fresher than the metadata watch.
+		p.Leader, p.Epoch, p.ISR = a.cfg.NodeID, v.Epoch, v.ISR
+	}
+}
+
+// agents lists every agent the cluster knows: those registered now, those
+// seen registered before, those the metadata names as replicas, and this
+// one. An agent is up when its Consul check passes; when Consul does not
+// answer, the liveness watch's last word decides, and a warning says so.
+func (s *uiSource) agents(ctx context.Context, snap *election.Snapshot) ([]ui.Agent, []string) {
+	a := s.a
+	var warnings []string
+	callCtx, cancel := context.WithTimeout(ctx, uiAgentsTimeout)
+	live, err := a.coord.Agents(callCtx)
+	cancel()
+	passing := map[string]bool{}
+	for _, info := range live {
+		passing[info.NodeID] = true
+	}
+	isUp := func(id string) bool { return passing[id] }
+	if err != nil {
+		lv := a.coord.Liveness()
+		isUp = func(id string) bool { return !lv.Dead(id) }
+		live = a.agents.all()
+		warnings = append(warnings, fmt.Sprintf("Consul did not answer the agents list (%v): up and down as Consul last said, addresses as last seen", err))
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, info := range live {
+		s.seen[info.NodeID] = info
+	}
+	known := maps.Clone(s.seen)
+	if _, ok := known[a.cfg.NodeID]; !ok {
+		known[a.cfg.NodeID] = election.AgentInfo{NodeID: a.cfg.NodeID, ClientAddr: a.cfg.Client.Address, PeerAddr: a.cfg.Peer.AdvertiseAddress}
+	}
+	for _, name := range snap.Topics() {
+		tm, _ := snap.Topic(name)
+		for _, pm := range tm.Partitions {
+			for _, id := range pm.Replicas {
+				if _, ok := known[id]; !ok {
+					known[id] = election.AgentInfo{NodeID: id}
+				}
+			}
+		}
+	}
+	out := make([]ui.Agent, 0, len(known))
+	for _, id := range slices.Sorted(maps.Keys(known)) {
+		info := known[id]
+		out = append(out, ui.Agent{NodeID: id, ClientAddress: info.ClientAddr, PeerAddress: info.PeerAddr, Up: isUp(id)})
+	}
+	return out, warnings
+}
