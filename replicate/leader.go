@@ -289,6 +289,28 @@ func (l *Leader) Progress() []ReplicaStatus {
 	return out
 }
 
+// Successors lists, in replica order, the followers that can take the
+// leadership over without losing anything this leader holds (the
+// controlled shutdown's choice, docs/design.md §7): in the committed ISR,
+// and in the ISR of the change in flight if there is one (a removal may
+// commit before the handover), not reported dead, not flagging data loss,
+// and with a fetch offset at the leader's log end, which in fsync mode
+// counts only what the follower has fsynced. The caller stops appending
+// first, or the log end moves on while it looks.
+func (l *Leader) Successors() []string {
+	var out []string
+	for _, id := range l.isr {
+		p := l.followers[id]
+		switch {
+		case id == l.self, l.dead[id], p.dataLoss, p.logEnd != l.logEnd:
+		case l.inFlight != nil && !slices.Contains(l.inFlight.isr, id):
+		default:
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // CanAppend is the check before appending a produce request: an acks=all
 // write is refused (ErrNotEnoughReplicas) while the committed ISR is smaller
 // than min_insync_replicas, and every write is refused (ErrNotLeader) after

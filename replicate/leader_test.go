@@ -846,3 +846,64 @@ func TestDataLossFollowerAlreadyCaughtUpStays(t *testing.T) {
 		t.Fatalf("a caught-up follower flagging data loss was removed: %+v", rd.ISRProposal)
 	}
 }
+
+// TestSuccessors: only ISR followers with the leader's whole log, alive,
+// without data loss and not being removed may take a handover.
+func TestSuccessors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, l *Leader, m *memLog)
+		want  []string
+	}{
+		{"none has fetched in this epoch", func(*testing.T, *Leader, *memLog) {}, nil},
+		{"both at the log end, in replica order", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F2", 8, t0)
+			fetchOK(t, l, "F1", 8, t0)
+		}, []string{"F1", "F2"}},
+		{"one behind", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 7, t0)
+			fetchOK(t, l, "F2", 8, t0)
+		}, []string{"F2"}},
+		{"the log moved on after the fetches", func(t *testing.T, l *Leader, m *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			fetchOK(t, l, "F2", 8, t0)
+			appendTo(t, l, m, 1)
+		}, nil},
+		{"dead", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			fetchOK(t, l, "F2", 8, t0)
+			if err := l.SetDeadFollowers([]string{"F1"}, t0); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"F2"}},
+		{"flagging data loss", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			if _, err := l.Fetch(FetchRequest{ReplicaID: "F2", FetchOffset: 8, CurrentLeaderEpoch: 4, LastFetchedEpoch: 4, DataLoss: true}, t0); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"F1"}},
+		{"being removed by the change in flight", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			l.Tick(t0.Add(11 * time.Second)) // F2 never fetched: proposed for removal
+			if rd := l.Ready(); rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1"}) {
+				t.Fatalf("proposal %+v, want [L F1]", rd.ISRProposal)
+			}
+			fetchOK(t, l, "F2", 8, t0.Add(11*time.Second))
+		}, []string{"F1"}},
+		{"outside the ISR", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			fetchOK(t, l, "F2", 8, t0)
+			if err := l.ISRCommitted([]string{"L", "F1"}, nil, t0); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"F1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, m := newTestLeader(t, leaderOpts{})
+			tc.setup(t, l, m)
+			if got := l.Successors(); !slices.Equal(got, tc.want) {
+				t.Fatalf("Successors() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
