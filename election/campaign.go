@@ -75,7 +75,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 
 // HandOver is Resign naming a successor, an in-sync replica that holds the
 // whole log: the released key's value says so, and the other replicas hold
-// back their campaigns for handoverHold so that it wins the next election
+// back their campaigns for HandoverHold so that it wins the next election
 // (docs/design.md §6, controlled shutdown). Nothing else about the election
 // changes: the successor campaigns as any replica does, and if it does not
 // win within the hold, whoever may lead does.
@@ -120,11 +120,13 @@ func newCampaigner(self string, lockDelay time.Duration) *campaigner {
 // log normally wins and a dead one does not keep the others out for long.
 const eligibleStagger = time.Second
 
-// handoverHold is how long the replicas a handover does not name wait,
+// HandoverHold is how long the replicas a handover does not name wait,
 // from when they see the leader key free, before they campaign: the named
 // successor normally wins within milliseconds, and one that died meanwhile
-// keeps the partition without a leader no longer than this.
-const handoverHold = time.Second
+// keeps the partition without a leader no longer than this. The replica
+// that handed over holds its own next campaign as long: its metadata may
+// still show the key held by its session, which a campaign re-takes.
+const HandoverHold = time.Second
 
 // electionKind is how a replica may take the lead.
 type electionKind uint8
@@ -191,7 +193,7 @@ func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool,
 		return decision{}
 	}
 	if pm.LeaderSession == "" && pm.Successor != "" && pm.Successor != cp.self {
-		eligibleAt = later(eligibleAt, cp.freeSince.Add(handoverHold))
+		eligibleAt = later(eligibleAt, cp.freeSince.Add(HandoverHold))
 	}
 	at := later(eligibleAt, cp.retryAt)
 	if now.Before(at) {

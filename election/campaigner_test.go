@@ -50,11 +50,11 @@ func TestCampaignerDecisions(t *testing.T) {
 			setFreeSinceMs: 1, want: decision{wakeAt: t0.Add(eligibleStagger - time.Millisecond)}},
 		{name: "eligible before unclean", pm: eligible, session: "s1", isrDead: true, unclean: true,
 			uncleanDelay: 5 * time.Second, setFreeSinceMs: 1, want: decision{attempt: true, kind: electEligible}},
-		{name: "handed over to another: holds back", pm: handedToOther, session: "s1", want: decision{wakeAt: t0.Add(handoverHold)}},
+		{name: "handed over to another: holds back", pm: handedToOther, session: "s1", want: decision{wakeAt: t0.Add(HandoverHold)}},
 		{name: "handed over to another: holds back from when the key was seen free", pm: handedToOther, session: "s1",
-			setFreeSinceMs: 300, want: decision{wakeAt: t0.Add(handoverHold - 300*time.Millisecond)}},
+			setFreeSinceMs: 300, want: decision{wakeAt: t0.Add(HandoverHold - 300*time.Millisecond)}},
 		{name: "handed over to another: campaigns after the hold", pm: handedToOther, session: "s1",
-			setFreeSinceMs: int(handoverHold / time.Millisecond), want: decision{attempt: true, kind: electClean}},
+			setFreeSinceMs: int(HandoverHold / time.Millisecond), want: decision{attempt: true, kind: electClean}},
 		{name: "handed over to self: at once", pm: handedToSelf, session: "s1", want: decision{attempt: true, kind: electClean}},
 	}
 	for _, tt := range tests {

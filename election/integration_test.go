@@ -1198,7 +1198,7 @@ func TestSyncMetadataSeesATopicJustCreatedElsewhere(t *testing.T) {
 // TestHandOver: a leader that hands its partition over names the successor
 // in the released key; the named replica wins the next election at once
 // while the others hold back, and if the named one does not campaign the
-// others take over after handoverHold.
+// others take over after HandoverHold.
 func TestHandOver(t *testing.T) {
 	t.Parallel()
 	srv := consultest.Start(t)
@@ -1248,7 +1248,7 @@ func TestHandOver(t *testing.T) {
 		}
 		second = w.l
 		t.Logf("the successor led %s after the release", w.at.Sub(released).Round(time.Millisecond))
-		if took := w.at.Sub(released); took >= handoverHold {
+		if took := w.at.Sub(released); took >= HandoverHold {
 			t.Fatalf("the named successor took %s to lead: not before the others' hold ended", took)
 		}
 	case w := <-bWon:
@@ -1275,8 +1275,8 @@ func TestHandOver(t *testing.T) {
 		if w.err != nil {
 			t.Fatal(w.err)
 		}
-		if took := w.at.Sub(released); took < handoverHold {
-			t.Fatalf("b led %s after a handover to a: it did not hold back %s", took, handoverHold)
+		if took := w.at.Sub(released); took < HandoverHold {
+			t.Fatalf("b led %s after a handover to a: it did not hold back %s", took, HandoverHold)
 		}
 		if w.l.Epoch() != second.Epoch()+1 {
 			t.Fatalf("b's epoch %d, want %d", w.l.Epoch(), second.Epoch()+1)

@@ -47,7 +47,7 @@ type PartitionMeta struct {
 	LeaderSession string
 	// Successor, while the leader key is free, is the replica its last
 	// leader handed the partition over to (Leadership.HandOver): the
-	// other replicas hold back their campaigns for handoverHold so that it
+	// other replicas hold back their campaigns for HandoverHold so that it
 	// takes over. "" when there is no such hint.
 	Successor string
 }
