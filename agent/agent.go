@@ -300,7 +300,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
 	a.replicas = partition.NewManager(a.replicaDeps(dir.Path), dir.Path)
-	a.forwarder = peer.NewClients(string(a.peerToken), 64<<10, false)
+	a.forwarder = newForwarder(a.peerToken)
 	a.fetchProxy = peer.NewClients("", fetchBodyLimit(a.cfg), true)
 	a.groupPeers = peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false)
 	a.groups = groupcoord.New(groupcoord.Config{
