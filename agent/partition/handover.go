@@ -275,8 +275,13 @@ func preferredMoveDue(self string, replicas []string, progress []replicate.Repli
 }
 
 // trackPreferred keeps preferredSince: when the preferred replica was last
-// seen to enter this leader's ISR, alive; zero while it is out.
-func (r *Replica) trackPreferred(now time.Time) {
+// seen to enter the ISR of this leadership, at epoch, alive; zero while it
+// is out. A new leadership counts from its own start, whatever an earlier
+// one saw.
+func (r *Replica) trackPreferred(now time.Time, epoch int32) {
+	if epoch != r.preferredEpoch {
+		r.preferredSince, r.preferredEpoch = time.Time{}, epoch
+	}
 	pm := r.meta.pm
 	in := len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.Self &&
 		slices.Contains(r.leaderISR, pm.Replicas[0]) && !slices.Contains(r.deadReplicas, pm.Replicas[0])
@@ -291,7 +296,7 @@ func (r *Replica) trackPreferred(now time.Time) {
 // maybeMoveToPreferred starts a move to the preferred replica when one is
 // due and the agent's limiter allows it; reconcile calls it while leading.
 func (r *Replica) maybeMoveToPreferred(now time.Time) {
-	r.trackPreferred(now)
+	r.trackPreferred(now, r.leader.Epoch())
 	cfg := r.deps.Config.Replication
 	if !cfg.AutoLeaderRebalance || r.retiring || r.handover != nil || r.deps.moves == nil || now.Before(r.moveRetryAt) {
 		return

@@ -83,6 +83,31 @@ func TestPreferredMoveDue(t *testing.T) {
 	}
 }
 
+// TestTrackPreferred: the preferred replica's time in sync counts from when
+// it was seen in the ISR, restarts when it leaves it or is reported dead,
+// and a new leadership does not inherit an earlier one's.
+func TestTrackPreferred(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := &Replica{deps: &Deps{Self: "n1"}}
+	r.meta.pm.Replicas = []string{"n2", "n1", "n3"}
+	step := func(at time.Duration, epoch int32, isr, dead []string, want time.Duration) {
+		t.Helper()
+		r.leaderISR, r.deadReplicas = isr, dead
+		r.trackPreferred(t0.Add(at), epoch)
+		if wantAt := t0.Add(want); (want < 0 && !r.preferredSince.IsZero()) || (want >= 0 && !r.preferredSince.Equal(wantAt)) {
+			t.Fatalf("at %s (epoch %d, isr %v, dead %v): in sync since %v, want %s", at, epoch, isr, dead, r.preferredSince, want)
+		}
+	}
+	const never = -1
+	step(0, 3, []string{"n1", "n3"}, nil, never)
+	step(time.Second, 3, []string{"n1", "n2", "n3"}, nil, time.Second)
+	step(5*time.Second, 3, []string{"n1", "n2", "n3"}, nil, time.Second)
+	step(6*time.Second, 3, []string{"n1", "n2", "n3"}, []string{"n2"}, never)
+	step(7*time.Second, 3, []string{"n1", "n2", "n3"}, nil, 7*time.Second)
+	// Leading again later, at another epoch: counted from now.
+	step(time.Hour, 5, []string{"n1", "n2", "n3"}, nil, time.Hour)
+}
+
 func TestMoveLimiter(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &moveLimiter{interval: moveInterval}

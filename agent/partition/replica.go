@@ -117,10 +117,11 @@ type Replica struct {
 	// nil when none.
 	handover *handover
 	// preferredSince is when the partition's preferred replica was last
-	// seen to enter this leader's ISR (zero while it is out of it or this
-	// replica is not leading), and moveRetryAt holds back the next move to
-	// it after one that did not come together.
+	// seen to enter this leader's ISR in the leadership of preferredEpoch
+	// (zero while it is out of it), and moveRetryAt holds back the next
+	// move to it after one that did not come together.
 	preferredSince time.Time
+	preferredEpoch int32
 	moveRetryAt    time.Time
 	// yielded is set once this replica has held back its first campaign
 	// for the partition's preferred replica (see ensureCampaign).
