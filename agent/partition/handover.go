@@ -13,7 +13,7 @@ import (
 )
 
 // A leader hands its partition over (Kafka's controlled shutdown,
-// docs/design.md §7) when its agent stops gracefully, and to move the
+// docs/design.md §7.4) when its agent stops gracefully, and to move the
 // leadership back to the partition's preferred replica after failovers:
 //
 //	draining   the loop refuses new appends (ErrLeadershipMoving: nothing
@@ -88,8 +88,8 @@ const (
 	stepWait handoverStep = iota
 	// stepRelease: hand over to the successor decideHandover names.
 	stepRelease
-	// stepDownPlain: stop without a successor; the others elect as after
-	// any release.
+	// stepDownPlain: stop leading without naming a successor; the lock
+	// goes with the agent's leaving Consul, and the others elect then.
 	stepDownPlain
 	// stepAbort: lead on (a move that did not come together).
 	stepAbort

@@ -269,7 +269,9 @@ func TestMoveToPreferredReplica(t *testing.T) {
 	n2 := startElectionOnly(t, srv, "n2")
 	m, coord := startManager(t, srv, "n1", "replication {\n  leader_rebalance_delay = \"1s\"\n}\n", time.Now)
 	// n2 is preferred but not campaigning yet: n1 takes the first epoch
-	// after the preferred replica's grace.
+	// after the preferred replica's grace, so its leadership (from which
+	// n2 counts as in sync) starts at least that long after the creation.
+	created := time.Now()
 	createTopic(t, coord, "ho", [][]string{{"n2", "n1"}}, 1)
 	r := waitLeading(t, m, "ho")
 	epoch := r.CurrentView().Epoch
@@ -290,10 +292,10 @@ func TestMoveToPreferredReplica(t *testing.T) {
 			t.Fatal("the leadership did not move to the preferred replica within 10s")
 		}
 	}
-	took := time.Since(start)
-	t.Logf("moved to n2 at epoch %d after %s", l.Epoch(), took.Round(time.Millisecond))
-	if l.Epoch() != epoch+1 || took < time.Second {
-		t.Fatalf("n2 led at epoch %d after %s; want epoch %d, not before the rebalance delay of 1s", l.Epoch(), took, epoch+1)
+	took, sinceCreated := time.Since(start), time.Since(created)
+	t.Logf("moved to n2 at epoch %d %s after n1 was seen leading, %s after the topic's creation", l.Epoch(), took.Round(time.Millisecond), sinceCreated.Round(time.Millisecond))
+	if earliest := preferredLeaderGrace + time.Second; l.Epoch() != epoch+1 || sinceCreated < earliest {
+		t.Fatalf("n2 led at epoch %d %s after the creation; want epoch %d, not before the grace and the rebalance delay of 1s (%s)", l.Epoch(), sinceCreated, epoch+1, earliest)
 	}
 	waitFor(t, func() bool { return r.CurrentView().Role != RoleLeader }, "n1 to stop leading")
 }
