@@ -84,17 +84,26 @@ type Coordinator interface {
 const (
 	stateStarting int32 = iota
 	stateServing
+	// stateHandingOver is the first part of a graceful stop: /v1/health
+	// answers 503, but both APIs serve on while the leaderships are handed
+	// over (followers fetch, the sidecar forwards to the new leaders).
+	stateHandingOver
 	stateStopping
 )
 
 // stateName is a lifecycle state as /v1/status and the status page name it.
 func stateName(state int32) string {
-	return map[int32]string{stateStarting: "starting", stateServing: "serving", stateStopping: "stopping"}[state]
+	return map[int32]string{stateStarting: "starting", stateServing: "serving", stateHandingOver: "stopping", stateStopping: "stopping"}[state]
 }
 
 // stopTimeout bounds each step of a graceful stop, so a stuck Consul or a
 // slow client cannot hold the process past systemd's TimeoutStopSec.
 const stopTimeout = 5 * time.Second
+
+// retryGrace is how long produces in flight when the agent stops serving
+// may still retry on the new leaders; the listeners' shutdown waits for
+// them.
+const retryGrace = time.Second
 
 // Agent is one logagent daemon.
 type Agent struct {
@@ -106,8 +115,14 @@ type Agent struct {
 
 	// waitingFor says what a starting agent is waiting for, for /v1/health.
 	waitingFor atomic.Value
-	// stopping is closed when the graceful stop begins; held requests end.
+	// stopping is closed when the listeners are about to close, after the
+	// leaderships were handed over and the agent left Consul: held
+	// requests end.
 	stopping chan struct{}
+	// retriesUntil is set when the agent stops serving: produces in flight
+	// may retry on the new leaders until then (pauseBeforeRetry), so that
+	// one the handover refused is not answered with that refusal.
+	retriesUntil atomic.Pointer[time.Time]
 
 	peerToken    []byte
 	recordLimits record.Limits
@@ -271,8 +286,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	}
 
 	httpLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	clientSrv := newServer(a.clientRoutes().handle, a.cfg.Limits.MaxRequestBytes, httpLog)
-	peerSrv := newServer(a.peerRoutes().handle, a.cfg.Limits.MaxRequestBytes, httpLog)
+	clientSrv := newServer(a.closeWhenStopping(a.clientRoutes().handle), a.cfg.Limits.MaxRequestBytes, httpLog)
+	peerSrv := newServer(a.closeWhenStopping(a.peerRoutes().handle), a.cfg.Limits.MaxRequestBytes, httpLog)
 
 	var wg sync.WaitGroup
 	serveErr := make(chan error, 2)
@@ -291,7 +306,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
 
 	a.replicas = partition.NewManager(a.replicaDeps(dir.Path), dir.Path)
-	a.forwarder = peer.NewClients(string(a.peerToken), 64<<10, false)
+	a.forwarder = newForwarder(a.peerToken)
 	a.fetchProxy = peer.NewClients("", fetchBodyLimit(a.cfg), true)
 	a.groupPeers = peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false)
 	a.groups = groupcoord.New(groupcoord.Config{
@@ -334,8 +349,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 	}
 
-	a.state.Store(stateStopping)
-	close(a.stopping)
+	if a.state.Load() == stateServing {
+		a.state.Store(stateHandingOver)
+	}
 	a.log.Info("stopping")
 	if err := sdNotify("STOPPING=1"); err != nil {
 		a.log.Warn("cannot notify systemd", "error", err)
@@ -343,16 +359,35 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	if errors.Is(runErr, context.Canceled) {
 		runErr = nil // stopped while starting: a signal, not a failure
 	}
-	// Leaderships go first, so followers elsewhere take over while this
-	// agent closes its logs; the loops stop appending before the locks are
-	// released, so no write lands in a leadership another agent may
-	// already hold.
-	a.replicas.RetireAll()
+	// Leaderships go first, each handed to an in-sync follower that holds
+	// its whole log while the APIs still serve; a leader stops appending
+	// before it releases its lock, so no write lands in a leadership
+	// another agent may already hold.
+	hctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	if a.state.Load() == stateHandingOver {
+		// The sidecar forwards to the successors from now on: its
+		// directory must have them, even those that registered since
+		// its last refresh (an agent restarted just before).
+		rctx, cancelRefresh := context.WithTimeout(hctx, time.Second)
+		if err := a.agents.refresh(rctx); err != nil {
+			a.log.Warn("cannot list agents before handing leaderships over", "error", err)
+		}
+		cancelRefresh()
+	}
+	a.replicas.RetireAll(hctx)
+	cancel()
+	// New requests are refused from here on; a produce in flight may go
+	// on retrying on the new leader a little longer.
+	retriesUntil := a.now().Add(retryGrace)
+	a.retriesUntil.Store(&retriesUntil)
+	a.state.Store(stateStopping)
+	a.log.Info("leaderships handed over; leaving Consul")
 	dctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	if err := a.coord.Close(dctx); err != nil {
 		a.log.Warn("leaving Consul failed; its TTL check will turn critical", "error", err)
 	}
 	cancel()
+	close(a.stopping)
 	// Both at once: each polls its open connections every 100ms.
 	sctx, cancelShutdown := context.WithTimeout(context.Background(), stopTimeout)
 	var shutdowns sync.WaitGroup
@@ -444,6 +479,20 @@ func (a *Agent) peerRoutes() *router {
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))
 	rt.add(fasthttp.MethodPost, peerGroupsPath, a.requirePeerToken(a.handlePeerGroupOp))
 	return rt
+}
+
+// closeWhenStopping makes every answer of a stopping agent close its
+// connection: clients and other agents' sidecars send their next request
+// on a new one, which the closed listener refuses cleanly, instead of on a
+// kept-alive connection the shutdown may close under it, leaving them an
+// outcome they cannot know.
+func (a *Agent) closeWhenStopping(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		h(ctx)
+		if a.state.Load() >= stateHandingOver {
+			ctx.SetConnectionClose()
+		}
+	}
 }
 
 type healthResponse struct {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 
 	"github.com/logagent/logagent/wire"
@@ -46,6 +48,24 @@ const (
 	// before it tries again after a refusal that appended nothing.
 	forwardRetryPause = 50 * time.Millisecond
 )
+
+// newForwarder returns the clients of forwarded produces. One that went out
+// on a pooled connection the leader had closed (it restarted since: a
+// rolling restart) is sent again at once on a new connection when its
+// batches are idempotent, which the leader answers as a duplicate if it did
+// append them; a plain one stays an unknown outcome.
+func newForwarder(token []byte) *peer.Clients {
+	c := peer.NewClients(string(token), 64<<10, false)
+	c.ResendClosed(idempotentForward)
+	return c
+}
+
+// idempotentForward says a forward's batches carry a producer id: a group
+// forward holds idempotent batches only, so the first one tells.
+func idempotentForward(req *fasthttp.Request) bool {
+	body := req.Body()
+	return len(body) >= record.HeaderSize && record.Header(body).ProducerID() >= 0
+}
 
 // errForwardRefused is a forward the leader refused before appending, or
 // one that never reached it: retrying cannot duplicate the write.

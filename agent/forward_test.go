@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 
 	"github.com/logagent/logagent/wire"
@@ -38,6 +39,38 @@ func TestNeverSent(t *testing.T) {
 		if got := neverSent(tc.err); got != tc.want {
 			t.Errorf("%s: neverSent(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestIdempotentForward: only a forward whose batches carry a producer id
+// may be sent again after its connection closed under it.
+func TestIdempotentForward(t *testing.T) {
+	var b record.Builder
+	if err := b.Add(1, nil, []byte("v"), nil); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamped := append([]byte(nil), plain...)
+	record.StampProducer(stamped, 42, 0, 7)
+	for _, tc := range []struct {
+		name string
+		body []byte
+		want bool
+	}{
+		{"plain batch", plain, false},
+		{"batch with a producer id", stamped, true},
+		{"group of idempotent batches", append(append([]byte(nil), stamped...), stamped...), true},
+		{"shorter than a header", stamped[:10], false},
+	} {
+		req := fasthttp.AcquireRequest()
+		req.SetBodyRaw(tc.body)
+		if got := idempotentForward(req); got != tc.want {
+			t.Errorf("%s: idempotentForward = %t, want %t", tc.name, got, tc.want)
+		}
+		fasthttp.ReleaseRequest(req)
 	}
 }
 

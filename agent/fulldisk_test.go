@@ -25,8 +25,10 @@ import (
 // replica, and no election happens; once space is back, writes resume
 // without a restart. The agents run on the real clock (their tickers and
 // timers are not injectable), so the test takes about half a minute.
+// Leaderships do not move back to preferred replicas here: "no election"
+// is what the full disk must not cause.
 func TestFullDiskLosesNothing(t *testing.T) {
-	c := newTestCluster(t, 3, "", nil)
+	c := newTestCluster(t, 3, "replication { auto_leader_rebalance = false }", nil)
 	faults := map[*testAgent]*segstore.FaultFS{}
 	for _, ta := range c.agents {
 		if err := os.MkdirAll(ta.dataDir, 0o750); err != nil {

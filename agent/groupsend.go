@@ -117,7 +117,7 @@ func (a *Agent) sendGroupOnce(topic string, partition int, batches [][]byte, cou
 		}
 		resps, errs := a.appendLocalGroup(r, topic, partition, sel, cnt, acks, anyEpoch, deadline.Sub(a.now()))
 		for k := range pending {
-			out[k] = sendResult{resp: resps[k], err: errs[k], refused: errs[k] != nil && errs[k].Code == wire.CodeNotLeader}
+			out[k] = sendResult{resp: resps[k], err: errs[k], refused: refusedLocally(errs[k])}
 		}
 		return out
 	}

@@ -300,14 +300,12 @@ func (a *Agent) sendBatch(topic string, partition int, batch []byte, count int, 
 			batch = bytes.Clone(batch)
 		}
 		retry := refused || (unknown != nil && e.Retriable)
-		remaining := deadline.Sub(a.now())
-		if !retry || remaining <= 0 {
+		if remaining := deadline.Sub(a.now()); !retry || remaining <= 0 || !a.pauseBeforeRetry(remaining) {
+			// A refusal that follows an unknown outcome does not say
+			// nothing was written.
 			if unknown != nil && !unknownOutcome(e) {
 				return produceResponse{}, unknown
 			}
-			return produceResponse{}, e
-		}
-		if !a.pauseBeforeRetry(remaining) {
 			return produceResponse{}, e
 		}
 	}
@@ -327,15 +325,18 @@ func (a *Agent) attemptDeadline(deadline time.Time) time.Time {
 
 // pauseBeforeRetry waits for newer metadata, or a short pause for the
 // directory and the leader's loop to catch up, at most remaining; false
-// when the agent is stopping.
+// once the agent has stopped serving for retryGrace.
 func (a *Agent) pauseBeforeRetry(remaining time.Duration) bool {
+	if until := a.retriesUntil.Load(); until != nil {
+		if remaining = min(remaining, until.Sub(a.now())); remaining <= 0 {
+			return false
+		}
+	}
 	pause := time.NewTimer(min(forwardRetryPause, remaining))
 	defer pause.Stop()
 	select {
 	case <-a.coord.Metadata().Changed():
 	case <-pause.C:
-	case <-a.stopping:
-		return false
 	}
 	return true
 }
@@ -346,7 +347,7 @@ func (a *Agent) pauseBeforeRetry(remaining time.Duration) bool {
 func (a *Agent) sendOnce(topic string, partition int, batch []byte, count int, acks replicate.Acks, attempt, deadline time.Time) (produceResponse, *apiError, bool) {
 	if r := a.replicas.Get(topic, partition); r != nil && r.CurrentView().Role == roleLeader {
 		resp, e := a.appendLocal(r, topic, partition, batch, count, acks, anyEpoch, deadline.Sub(a.now()))
-		return resp, e, e != nil && e.Code == wire.CodeNotLeader
+		return resp, e, refusedLocally(e)
 	}
 	resp, err := a.forwardOnce(a.coord.Metadata(), topic, partition, batch, acks, attempt)
 	if err == nil {

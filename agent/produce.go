@@ -155,6 +155,10 @@ func (a *Agent) produceError(topic string, p int, out partition.ProduceOutcome) 
 		return e
 	case errors.Is(err, replicate.ErrNotLeader), errors.Is(err, partition.ErrNotLeaderHere), errors.Is(err, partition.ErrReplicaStopped):
 		return a.notLeaderError(topic, p, "this agent does not lead "+partitionName(topic, p))
+	case errors.Is(err, partition.ErrLeadershipMoving):
+		// The successor is not elected yet: nothing to name.
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
+			"the leadership of "+partitionName(topic, p)+" is being handed over to another replica: nothing was written; retry in a moment", true)
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
 		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
@@ -171,6 +175,13 @@ func (a *Agent) produceError(topic string, p int, out partition.ProduceOutcome) 
 	default:
 		return newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 	}
+}
+
+// refusedLocally says a local append's error means nothing was appended
+// and the leadership is elsewhere or on its way: the sidecar tries again,
+// forwarding to the new leader.
+func refusedLocally(e *apiError) bool {
+	return e != nil && (e.Code == wire.CodeNotLeader || e.Code == wire.CodeLeaderNotAvailable)
 }
 
 // parseAcks reads acks: all (or -1, the default), 1 or 0.

@@ -444,7 +444,9 @@ func TestDataLossReplicaRefetchesBeforeLeading(t *testing.T) {
 
 // TestPendingAcksFail: an acks=all write that cannot be committed times out
 // with 504 ack_timeout; one pending when the leader stops gets 503
-// not_leader_after_append at once, not at its deadline.
+// not_leader_after_append once the stop gives up handing the partition over
+// (no follower fetches up to the leader's log end) and the sidecar's
+// resends end, not at its deadline.
 func TestPendingAcksFail(t *testing.T) {
 	// The follower's replica stops (as if its loop hung) while its agent
 	// runs on: Consul says it is alive, so it leaves the ISR only after

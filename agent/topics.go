@@ -254,9 +254,10 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 
 // Helpers shared by the client API handlers.
 
-// serving answers 503 unless the agent serves.
+// serving answers 503 unless the agent serves, which it does until its
+// leaderships are handed over.
 func (a *Agent) serving(ctx *fasthttp.RequestCtx) bool {
-	if a.state.Load() == stateServing {
+	if s := a.state.Load(); s == stateServing || s == stateHandingOver {
 		return true
 	}
 	writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)

@@ -120,6 +120,16 @@ replication {
   fetch_max_wait = "500ms"
   # The most bytes one replica fetch returns (at least one whole batch).
   fetch_max_bytes = "8MiB"
+  # After failovers, move each partition's leadership back to its preferred
+  # replica (the first of its replica list), with the same handover as a
+  # graceful stop, so that leaders spread over the agents again (Kafka's
+  # auto.leader.rebalance.enable). One move at a time per agent, at most one
+  # every two seconds.
+  auto_leader_rebalance = true
+  # How long the preferred replica must have been in the ISR before the
+  # leadership moves back to it, so that a flapping agent does not bounce
+  # leaderships (1s to 24h).
+  leader_rebalance_delay = "10s"
 }
 
 producer {

@@ -83,11 +83,18 @@ type Storage struct {
 	RetentionBytes int64
 }
 
-// Replication configures the follower fetch protocol and ISR management.
+// Replication configures the follower fetch protocol and ISR management,
+// and where leaderships go back to after failovers.
 type Replication struct {
 	LagTimeMax    time.Duration
 	FetchMaxWait  time.Duration
 	FetchMaxBytes int64
+	// AutoLeaderRebalance moves each partition's leadership back to its
+	// preferred replica (the first of its replica list) once that replica
+	// has been in the ISR for LeaderRebalanceDelay, with the graceful
+	// handover (Kafka's auto.leader.rebalance.enable).
+	AutoLeaderRebalance  bool
+	LeaderRebalanceDelay time.Duration
 }
 
 // Producer configures how the sidecar coalesces produce requests, and how

@@ -33,9 +33,11 @@ storage {
 }
 
 replication {
-  lag_time_max    = "10s"
-  fetch_max_wait  = "500ms"
-  fetch_max_bytes = "8MiB"
+  lag_time_max           = "10s"
+  fetch_max_wait         = "500ms"
+  fetch_max_bytes        = "8MiB"
+  auto_leader_rebalance  = true
+  leader_rebalance_delay = "10s"
 }
 
 producer {

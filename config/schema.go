@@ -72,6 +72,9 @@ type fileReplication struct {
 	LagTimeMax    *string `hcl:"lag_time_max,optional"`
 	FetchMaxWait  *string `hcl:"fetch_max_wait,optional"`
 	FetchMaxBytes *string `hcl:"fetch_max_bytes,optional"`
+	// AutoLeaderRebalance is a pointer so that its default can be true.
+	AutoLeaderRebalance  *bool   `hcl:"auto_leader_rebalance,optional"`
+	LeaderRebalanceDelay *string `hcl:"leader_rebalance_delay,optional"`
 }
 
 type fileProducer struct {

@@ -203,6 +203,8 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.Replication.LagTimeMax = v.duration("replication.lag_time_max", f.Replication.LagTimeMax, 100*time.Millisecond, 0)
 	c.Replication.FetchMaxWait = v.duration("replication.fetch_max_wait", f.Replication.FetchMaxWait, time.Millisecond, 0)
 	c.Replication.FetchMaxBytes = v.size("replication.fetch_max_bytes", f.Replication.FetchMaxBytes, 1<<10, 1<<30)
+	c.Replication.AutoLeaderRebalance = f.Replication.AutoLeaderRebalance == nil || *f.Replication.AutoLeaderRebalance
+	c.Replication.LeaderRebalanceDelay = v.duration("replication.leader_rebalance_delay", f.Replication.LeaderRebalanceDelay, time.Second, 24*time.Hour)
 	if c.Replication.LagTimeMax > 0 && c.Replication.FetchMaxWait >= c.Replication.LagTimeMax {
 		v.errorf("replication.fetch_max_wait", "%s must be below replication.lag_time_max (%s), or a caught-up follower waiting in a long poll would be dropped from the ISR", c.Replication.FetchMaxWait, c.Replication.LagTimeMax)
 	}

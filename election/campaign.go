@@ -70,14 +70,28 @@ func (l *Leadership) Err() error {
 // immediately. Resigning a lost leadership still releases a lock the session
 // may hold.
 func (l *Leadership) Resign(ctx context.Context) error {
+	return l.release(ctx, ErrResigned, "")
+}
+
+// HandOver is Resign naming a successor, an in-sync replica that holds the
+// whole log: the released key's value says so, and the other replicas hold
+// back their campaigns for HandoverHold so that it wins the next election
+// (docs/design.md §6, controlled shutdown). Nothing else about the election
+// changes: the successor campaigns as any replica does, and if it does not
+// win within the hold, whoever may lead does.
+func (l *Leadership) HandOver(ctx context.Context, successor string) error {
+	return l.release(ctx, fmt.Errorf("%w: handed over to %s", ErrResigned, successor), successor)
+}
+
+func (l *Leadership) release(ctx context.Context, cause error, successor string) error {
 	c := l.c
 	c.mu.Lock()
-	c.loseLocked(l, ErrResigned)
+	c.loseLocked(l, cause)
 	c.mu.Unlock()
 	callCtx, cancel := c.callContext(ctx)
 	defer cancel()
 	key := c.keys.leader(l.topic, l.partition)
-	pair := &api.KVPair{Key: key, Session: l.session, Value: encodeJSON(leaderValue{Node: c.cfg.NodeID, Epoch: l.epoch})}
+	pair := &api.KVPair{Key: key, Session: l.session, Value: encodeJSON(leaderValue{Node: c.cfg.NodeID, Epoch: l.epoch, Successor: successor})}
 	if _, _, err := c.api.KV().Release(pair, c.writeOptions(callCtx)); err != nil {
 		return consulError(err, "release "+key, keyRule(c.keys.prefix))
 	}
@@ -105,6 +119,14 @@ func newCampaigner(self string, lockDelay time.Duration) *campaigner {
 // one before it in the ELR's order (longest log first), so that the longest
 // log normally wins and a dead one does not keep the others out for long.
 const eligibleStagger = time.Second
+
+// HandoverHold is how long the replicas a handover does not name wait,
+// from when they see the leader key free, before they campaign: the named
+// successor normally wins within milliseconds, and one that died meanwhile
+// keeps the partition without a leader no longer than this. The replica
+// that handed over holds its own next campaign as long: its metadata may
+// still show the key held by its session, which a campaign re-takes.
+const HandoverHold = time.Second
 
 // electionKind is how a replica may take the lead.
 type electionKind uint8
@@ -169,6 +191,9 @@ func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool,
 		kind, eligibleAt = electUnclean, cp.freeSince.Add(uncleanDelay)
 	default:
 		return decision{}
+	}
+	if pm.LeaderSession == "" && pm.Successor != "" && pm.Successor != cp.self {
+		eligibleAt = later(eligibleAt, cp.freeSince.Add(HandoverHold))
 	}
 	at := later(eligibleAt, cp.retryAt)
 	if now.Before(at) {

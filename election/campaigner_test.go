@@ -19,6 +19,10 @@ func TestCampaignerDecisions(t *testing.T) {
 	eligible.State.ELR = []EligibleReplica{{Node: "d", LogEndOffset: 5}, {Node: "a", LogEndOffset: 9}}
 	eligibleSecond := eligible
 	eligibleSecond.State.ELR = []EligibleReplica{{Node: "d", LogEndOffset: 9}, {Node: "a", LogEndOffset: 5}}
+	handedToOther := free
+	handedToOther.Successor = "c"
+	handedToSelf := free
+	handedToSelf.Successor = "a"
 
 	tests := []struct {
 		name           string
@@ -46,6 +50,12 @@ func TestCampaignerDecisions(t *testing.T) {
 			setFreeSinceMs: 1, want: decision{wakeAt: t0.Add(eligibleStagger - time.Millisecond)}},
 		{name: "eligible before unclean", pm: eligible, session: "s1", isrDead: true, unclean: true,
 			uncleanDelay: 5 * time.Second, setFreeSinceMs: 1, want: decision{attempt: true, kind: electEligible}},
+		{name: "handed over to another: holds back", pm: handedToOther, session: "s1", want: decision{wakeAt: t0.Add(HandoverHold)}},
+		{name: "handed over to another: holds back from when the key was seen free", pm: handedToOther, session: "s1",
+			setFreeSinceMs: 300, want: decision{wakeAt: t0.Add(HandoverHold - 300*time.Millisecond)}},
+		{name: "handed over to another: campaigns after the hold", pm: handedToOther, session: "s1",
+			setFreeSinceMs: int(HandoverHold / time.Millisecond), want: decision{attempt: true, kind: electClean}},
+		{name: "handed over to self: at once", pm: handedToSelf, session: "s1", want: decision{attempt: true, kind: electClean}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,5 +115,30 @@ func TestBackoffStaysWithinJitteredBounds(t *testing.T) {
 	bo.reset()
 	if d := bo.delay(); d > 120*time.Millisecond {
 		t.Fatalf("after reset delay = %v, want about 100ms", d)
+	}
+}
+
+func TestSuccessorHint(t *testing.T) {
+	st := PartitionState{Leader: "a", Epoch: 4, ISR: []string{"a", "b"}}
+	for _, tc := range []struct {
+		name    string
+		session string
+		value   string
+		want    string
+	}{
+		{"released with a successor", "", `{"node":"a","epoch":4,"successor":"b"}`, "b"},
+		{"released without one", "", `{"node":"a","epoch":4}`, ""},
+		{"held: the hint is spent", "s1", `{"node":"a","epoch":4,"successor":"b"}`, ""},
+		{"left by an earlier epoch", "", `{"node":"a","epoch":3,"successor":"b"}`, ""},
+		{"left by another leader", "", `{"node":"c","epoch":4,"successor":"b"}`, ""},
+		{"naming the leader itself", "", `{"node":"a","epoch":4,"successor":"a"}`, ""},
+		{"emptied by a transaction's unlock", "", ``, ""},
+		{"not JSON", "", `n1`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := successorHint(tc.session, []byte(tc.value), st); got != tc.want {
+				t.Fatalf("successorHint(%q, %s) = %q, want %q", tc.session, tc.value, got, tc.want)
+			}
+		})
 	}
 }

@@ -1194,3 +1194,98 @@ func TestSyncMetadataSeesATopicJustCreatedElsewhere(t *testing.T) {
 		t.Fatalf("snapshot at index %d lacks the topic just created", snap.Index)
 	}
 }
+
+// TestHandOver: a leader that hands its partition over names the successor
+// in the released key; the named replica wins the next election at once
+// while the others hold back, and if the named one does not campaign the
+// others take over after HandoverHold.
+func TestHandOver(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	nodes := map[string]*Client{}
+	for _, n := range []string{"a", "b", "c"} {
+		nodes[n] = newTestClient(t, srv, n)
+		register(t, nodes[n])
+	}
+	createTopic(t, nodes["a"], "ho", [][]string{{"a", "b", "c"}})
+	first := campaign(t, nodes["a"], "ho", 0)
+
+	type won struct {
+		l   *Leadership
+		err error
+		at  time.Time
+	}
+	contend := func(c *Client) (<-chan won, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		ch := make(chan won, 1)
+		go func() {
+			l, err := c.Campaign(ctx, "ho", 0)
+			ch <- won{l, err, time.Now()}
+		}()
+		return ch, cancel
+	}
+	bWon, stopB := contend(nodes["b"])
+	defer stopB()
+	cWon, stopC := contend(nodes["c"])
+	defer stopC()
+	// Both campaigns are waiting on the held key.
+	time.Sleep(200 * time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	released := time.Now()
+	if err := first.HandOver(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(first.Err(), ErrResigned) {
+		t.Fatalf("handed-over leadership ended with %v, want ErrResigned", first.Err())
+	}
+	var second *Leadership
+	select {
+	case w := <-cWon:
+		if w.err != nil {
+			t.Fatal(w.err)
+		}
+		second = w.l
+		t.Logf("the successor led %s after the release", w.at.Sub(released).Round(time.Millisecond))
+		if took := w.at.Sub(released); took >= HandoverHold {
+			t.Fatalf("the named successor took %s to lead: not before the others' hold ended", took)
+		}
+	case w := <-bWon:
+		t.Fatalf("b, not named, won the election (epoch %d, err %v)", w.l.Epoch(), w.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the named successor did not lead within 5s")
+	}
+	if second.Epoch() != first.Epoch()+1 {
+		t.Fatalf("successor's epoch %d, want %d", second.Epoch(), first.Epoch()+1)
+	}
+
+	// Handed to a replica that does not campaign (a stops): b waits out
+	// the hold, then leads.
+	released = time.Now()
+	if err := second.HandOver(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the hint in b's metadata", func() bool {
+		pm, _ := nodes["b"].Metadata().Partition("ho", 0)
+		return pm.Successor == "a" && pm.LeaderSession == ""
+	})
+	select {
+	case w := <-bWon:
+		if w.err != nil {
+			t.Fatal(w.err)
+		}
+		if took := w.at.Sub(released); took < HandoverHold {
+			t.Fatalf("b led %s after a handover to a: it did not hold back %s", took, HandoverHold)
+		}
+		if w.l.Epoch() != second.Epoch()+1 {
+			t.Fatalf("b's epoch %d, want %d", w.l.Epoch(), second.Epoch()+1)
+		}
+		waitFor(t, 5*time.Second, "the hint gone once b holds the key", func() bool {
+			pm, _ := nodes["b"].Metadata().Partition("ho", 0)
+			return pm.LeaderSession != "" && pm.Successor == ""
+		})
+	case <-time.After(10 * time.Second):
+		t.Fatal("b did not lead within 10s of a handover to a replica that does not campaign")
+	}
+}

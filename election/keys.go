@@ -174,10 +174,30 @@ func (st PartitionState) withoutEligible(node string) []EligibleReplica {
 }
 
 // leaderValue is the value of the leader key, for people reading Consul;
-// decisions use the key's Session and the state key.
+// decisions use the key's Session and the state key, and, while the key is
+// free, Successor as a hint.
 type leaderValue struct {
 	Node  string `json:"node"`
 	Epoch int32  `json:"epoch"`
+	// Successor is set by a leader that released the key to hand the
+	// partition over (Leadership.HandOver): the other replicas let it
+	// campaign first.
+	Successor string `json:"successor,omitempty"`
+}
+
+// successorHint is the successor a released leader key (its session and
+// value) names for the leadership that state records, "" when it names
+// none: held keys, values left by older releases or written by hand, and
+// undecodable values carry no hint. The hint decides no safety question, only who campaigns first.
+func successorHint(session string, value []byte, st PartitionState) string {
+	if session != "" {
+		return ""
+	}
+	var v leaderValue
+	if json.Unmarshal(value, &v) != nil || v.Node != st.Leader || v.Epoch != st.Epoch || v.Successor == st.Leader {
+		return ""
+	}
+	return v.Successor
 }
 
 func encodeJSON(v any) []byte {

@@ -45,6 +45,11 @@ type PartitionMeta struct {
 	// LeaderSession is the session holding the leader key, "" when no one
 	// holds it (no leader, or leader lost and not yet replaced).
 	LeaderSession string
+	// Successor, while the leader key is free, is the replica its last
+	// leader handed the partition over to (Leadership.HandOver): the
+	// other replicas hold back their campaigns for HandoverHold so that it
+	// takes over. "" when there is no such hint.
+	Successor string
 }
 
 func emptySnapshot() *Snapshot {
@@ -152,6 +157,7 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 			}
 			if pk != nil && pk.leader != nil {
 				pm.LeaderSession = pk.leader.Session
+				pm.Successor = successorHint(pk.leader.Session, pk.leader.Value, pm.State)
 			}
 			tm.Partitions[p] = pm
 		}

@@ -302,7 +302,7 @@ func TestFollowerTruncatesOnDivergingFetch(t *testing.T) {
 	if err := f.Truncated(2); err != nil {
 		t.Fatal(err)
 	}
-	if rd := f.Ready(); rd.Fetch == nil || *rd.Fetch != (FetchRequest{"F", 2, 1, 1, false}) {
+	if rd := f.Ready(); rd.Fetch == nil || *rd.Fetch != (FetchRequest{"F", 2, 1, 1, false, false}) {
 		t.Fatalf("after truncating: %+v, want a fetch at 2", rd.Fetch)
 	}
 }
@@ -314,8 +314,8 @@ func TestFollowerFetchOutOfRange(t *testing.T) {
 		want                   Truncation
 		wantFetch              FetchRequest
 	}{
-		{"beyond the leader's log end", 0, 4, Truncation{Offset: 4}, FetchRequest{"F", 4, 1, 1, false}},
-		{"below the leader's log start", 20, 30, Truncation{Offset: 20, Restart: true}, FetchRequest{"F", 20, 1, UndefinedEpoch, false}},
+		{"beyond the leader's log end", 0, 4, Truncation{Offset: 4}, FetchRequest{"F", 4, 1, 1, false, false}},
+		{"below the leader's log start", 20, 30, Truncation{Offset: 20, Restart: true}, FetchRequest{"F", 20, 1, UndefinedEpoch, false, false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

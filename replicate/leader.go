@@ -98,6 +98,8 @@ type ReplicaStatus struct {
 	LastCaughtUp time.Time
 	// InSync says the replica is in the committed ISR.
 	InSync bool
+	// Retiring says the replica's latest fetch said its agent is stopping.
+	Retiring bool
 }
 
 // unknownOffset is a follower's log end offset before its first valid fetch
@@ -114,6 +116,8 @@ type replicaProgress struct {
 	// dataLoss is the DataLoss flag of the follower's latest fetch: it is
 	// removed from the ISR and not admitted while set.
 	dataLoss bool
+	// retiring is the Retiring flag of its latest fetch.
+	retiring bool
 }
 
 type pendingAck struct {
@@ -282,9 +286,32 @@ func (l *Leader) Progress() []ReplicaStatus {
 			s.LogEndOffset = l.logEnd
 		} else {
 			p := l.followers[id]
-			s.LogEndOffset, s.LastCaughtUp = p.logEnd, p.lastCaughtUp
+			s.LogEndOffset, s.LastCaughtUp, s.Retiring = p.logEnd, p.lastCaughtUp, p.retiring
 		}
 		out = append(out, s)
+	}
+	return out
+}
+
+// Successors lists, in replica order, the followers that can take the
+// leadership over without losing anything this leader holds (the
+// controlled shutdown's choice, docs/design.md §7): in the committed ISR,
+// and in the ISR of the change in flight if there is one (a removal may
+// commit before the handover), not reported dead, not flagging data loss,
+// and with a fetch offset at the leader's log end, which in fsync mode
+// counts only what the follower has fsynced; not one whose agent is
+// stopping too. The caller stops appending first, or the log end moves on
+// while it looks.
+func (l *Leader) Successors() []string {
+	var out []string
+	for _, id := range l.isr {
+		p := l.followers[id]
+		switch {
+		case id == l.self, l.dead[id], p.dataLoss, p.retiring, p.logEnd != l.logEnd:
+		case l.inFlight != nil && !slices.Contains(l.inFlight.isr, id):
+		default:
+			out = append(out, id)
+		}
 	}
 	return out
 }
@@ -408,6 +435,7 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	p.lastFetchTime = now
 	p.logEnd = req.FetchOffset
 	p.dataLoss = req.DataLoss
+	p.retiring = req.Retiring
 
 	if p.dataLoss {
 		l.maybeShrinkISR(now)

@@ -171,23 +171,23 @@ func TestFetchValidation(t *testing.T) {
 		wantErr       error
 		wantDiverging *EpochEndOffset
 	}{
-		{"stale epoch", FetchRequest{"F1", 8, 3, 3, false}, ErrFencedLeaderEpoch, nil},
-		{"newer epoch", FetchRequest{"F1", 8, 5, 4, false}, ErrUnknownLeaderEpoch, nil},
-		{"stranger", FetchRequest{"X", 8, 4, 4, false}, ErrNotReplica, nil},
-		{"the leader itself", FetchRequest{"L", 8, 4, 4, false}, ErrNotReplica, nil},
-		{"negative offset", FetchRequest{"F1", -1, 4, UndefinedEpoch, false}, ErrInvalidRequest, nil},
-		{"last fetched epoch from the future", FetchRequest{"F1", 8, 4, 5, false}, ErrInvalidRequest, nil},
-		{"last fetched epoch below undefined", FetchRequest{"F1", 0, 4, -2, false}, ErrInvalidRequest, nil},
-		{"empty follower", FetchRequest{"F1", 0, 4, UndefinedEpoch, false}, nil, nil},
-		{"empty follower beyond the log end", FetchRequest{"F1", 9, 4, UndefinedEpoch, false}, ErrOffsetOutOfRange, nil},
-		{"inside epoch 1", FetchRequest{"F1", 2, 4, 1, false}, nil, nil},
-		{"at the end of epoch 1", FetchRequest{"F1", 3, 4, 1, false}, nil, nil},
-		{"past the end of epoch 1", FetchRequest{"F1", 4, 4, 1, false}, nil, &EpochEndOffset{1, 3}},
-		{"epoch 2 the leader never had", FetchRequest{"F1", 3, 4, 2, false}, nil, &EpochEndOffset{1, 3}},
-		{"at the end of epoch 3", FetchRequest{"F1", 5, 4, 3, false}, nil, nil},
-		{"past the end of epoch 3", FetchRequest{"F1", 6, 4, 3, false}, nil, &EpochEndOffset{3, 5}},
-		{"caught up in epoch 4", FetchRequest{"F1", 8, 4, 4, false}, nil, nil},
-		{"ahead in epoch 4", FetchRequest{"F1", 9, 4, 4, false}, nil, &EpochEndOffset{4, 8}},
+		{"stale epoch", FetchRequest{"F1", 8, 3, 3, false, false}, ErrFencedLeaderEpoch, nil},
+		{"newer epoch", FetchRequest{"F1", 8, 5, 4, false, false}, ErrUnknownLeaderEpoch, nil},
+		{"stranger", FetchRequest{"X", 8, 4, 4, false, false}, ErrNotReplica, nil},
+		{"the leader itself", FetchRequest{"L", 8, 4, 4, false, false}, ErrNotReplica, nil},
+		{"negative offset", FetchRequest{"F1", -1, 4, UndefinedEpoch, false, false}, ErrInvalidRequest, nil},
+		{"last fetched epoch from the future", FetchRequest{"F1", 8, 4, 5, false, false}, ErrInvalidRequest, nil},
+		{"last fetched epoch below undefined", FetchRequest{"F1", 0, 4, -2, false, false}, ErrInvalidRequest, nil},
+		{"empty follower", FetchRequest{"F1", 0, 4, UndefinedEpoch, false, false}, nil, nil},
+		{"empty follower beyond the log end", FetchRequest{"F1", 9, 4, UndefinedEpoch, false, false}, ErrOffsetOutOfRange, nil},
+		{"inside epoch 1", FetchRequest{"F1", 2, 4, 1, false, false}, nil, nil},
+		{"at the end of epoch 1", FetchRequest{"F1", 3, 4, 1, false, false}, nil, nil},
+		{"past the end of epoch 1", FetchRequest{"F1", 4, 4, 1, false, false}, nil, &EpochEndOffset{1, 3}},
+		{"epoch 2 the leader never had", FetchRequest{"F1", 3, 4, 2, false, false}, nil, &EpochEndOffset{1, 3}},
+		{"at the end of epoch 3", FetchRequest{"F1", 5, 4, 3, false, false}, nil, nil},
+		{"past the end of epoch 3", FetchRequest{"F1", 6, 4, 3, false, false}, nil, &EpochEndOffset{3, 5}},
+		{"caught up in epoch 4", FetchRequest{"F1", 8, 4, 4, false, false}, nil, nil},
+		{"ahead in epoch 4", FetchRequest{"F1", 9, 4, 4, false, false}, nil, &EpochEndOffset{4, 8}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,7 +268,7 @@ func TestLeaderDetectsInconsistentEpochCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.cache = lyingCache{m, 20} // epoch 1 "ends" beyond the log end
-	if _, err := l.Fetch(FetchRequest{"F1", 3, 4, 1, false}, t0); !errors.Is(err, ErrInconsistentLog) {
+	if _, err := l.Fetch(FetchRequest{"F1", 3, 4, 1, false, false}, t0); !errors.Is(err, ErrInconsistentLog) {
 		t.Errorf("Fetch over a corrupt cache: %v, want ErrInconsistentLog", err)
 	}
 	if _, err := l.OffsetForEpoch(EpochRequest{"F1", 4, 1}); !errors.Is(err, ErrInconsistentLog) {
@@ -668,7 +668,7 @@ func TestResignFailsPendingAcks(t *testing.T) {
 		"SetDeadFollowers":  l.SetDeadFollowers([]string{"F1"}, t0),
 		"ISRProposalFailed": l.ISRProposalFailed(),
 	}
-	_, inputs["Fetch"] = l.Fetch(FetchRequest{"F1", 9, 4, 4, false}, t0)
+	_, inputs["Fetch"] = l.Fetch(FetchRequest{"F1", 9, 4, 4, false, false}, t0)
 	_, inputs["OffsetForEpoch"] = l.OffsetForEpoch(EpochRequest{"F1", 4, 4})
 	for name, err := range inputs {
 		if !errors.Is(err, ErrNotLeader) {
@@ -844,5 +844,72 @@ func TestDataLossFollowerAlreadyCaughtUpStays(t *testing.T) {
 	l.Tick(t0.Add(time.Second))
 	if rd := l.Ready(); rd.ISRProposal != nil {
 		t.Fatalf("a caught-up follower flagging data loss was removed: %+v", rd.ISRProposal)
+	}
+}
+
+// TestSuccessors: only ISR followers with the leader's whole log, alive,
+// without data loss and not being removed may take a handover.
+func TestSuccessors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, l *Leader, m *memLog)
+		want  []string
+	}{
+		{"none has fetched in this epoch", func(*testing.T, *Leader, *memLog) {}, nil},
+		{"both at the log end, in replica order", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F2", 8, t0)
+			fetchOK(t, l, "F1", 8, t0)
+		}, []string{"F1", "F2"}},
+		{"one behind", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 7, t0)
+			fetchOK(t, l, "F2", 8, t0)
+		}, []string{"F2"}},
+		{"the log moved on after the fetches", func(t *testing.T, l *Leader, m *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			fetchOK(t, l, "F2", 8, t0)
+			appendTo(t, l, m, 1)
+		}, nil},
+		{"dead", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			fetchOK(t, l, "F2", 8, t0)
+			if err := l.SetDeadFollowers([]string{"F1"}, t0); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"F2"}},
+		{"flagging data loss", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			if _, err := l.Fetch(FetchRequest{ReplicaID: "F2", FetchOffset: 8, CurrentLeaderEpoch: 4, LastFetchedEpoch: 4, DataLoss: true}, t0); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"F1"}},
+		{"being removed by the change in flight", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			l.Tick(t0.Add(11 * time.Second)) // F2 never fetched: proposed for removal
+			if rd := l.Ready(); rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1"}) {
+				t.Fatalf("proposal %+v, want [L F1]", rd.ISRProposal)
+			}
+			fetchOK(t, l, "F2", 8, t0.Add(11*time.Second))
+		}, []string{"F1"}},
+		{"its agent stopping too", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			if _, err := l.Fetch(FetchRequest{ReplicaID: "F2", FetchOffset: 8, CurrentLeaderEpoch: 4, LastFetchedEpoch: 4, Retiring: true}, t0); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"F1"}},
+		{"outside the ISR", func(t *testing.T, l *Leader, _ *memLog) {
+			fetchOK(t, l, "F1", 8, t0)
+			fetchOK(t, l, "F2", 8, t0)
+			if err := l.ISRCommitted([]string{"L", "F1"}, nil, t0); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"F1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, m := newTestLeader(t, leaderOpts{})
+			tc.setup(t, l, m)
+			if got := l.Successors(); !slices.Equal(got, tc.want) {
+				t.Fatalf("Successors() = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

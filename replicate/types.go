@@ -107,6 +107,10 @@ type FetchRequest struct {
 	// come without the flag, which the follower clears only under the
 	// ISR-join rule (see FetchResult.EpochStartOffset).
 	DataLoss bool
+	// Retiring says the follower's agent is stopping: it is no successor
+	// for a handover (Leader.Successors), though it counts as any follower
+	// until it leaves.
+	Retiring bool
 }
 
 // FetchResult is the leader's answer to a valid fetch, without the records:

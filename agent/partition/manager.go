@@ -184,6 +184,7 @@ type Manager struct {
 
 // NewManager returns the manager of the partitions under dataDir.
 func NewManager(deps *Deps, dataDir string) *Manager {
+	deps.moves = &moveLimiter{interval: moveInterval}
 	return &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
 		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{}}
 }
@@ -292,15 +293,21 @@ func (m *Manager) Stop() error {
 	return errors.Join(errs...)
 }
 
-// RetireAll makes every replica stop leading and campaigning, all at once,
-// and returns when they have.
-func (m *Manager) RetireAll() {
+// RetireAll, the first step of a graceful stop, keeps every replica from
+// campaigning again and hands every leadership over to an in-sync follower
+// (handover.go), at most MaxParallelHandovers at a time, each waiting until
+// the metadata shows the new leader; it returns once they are all over.
+// Leaderships still held when ctx ends step down without a handover. The
+// replicas go on following, so leaders elsewhere keep counting them until
+// Consul reports the agent gone.
+func (m *Manager) RetireAll(ctx context.Context) {
 	m.mu.RLock()
 	replicas := slices.Collect(maps.Values(m.replicas))
 	m.mu.RUnlock()
+	slots := make(chan struct{}, MaxParallelHandovers)
 	var wg sync.WaitGroup
 	for _, r := range replicas {
-		wg.Go(r.retire)
+		wg.Go(func() { r.retire(ctx, slots) })
 	}
 	wg.Wait()
 }

@@ -28,11 +28,63 @@ import (
 // agent's graceful stop does it.
 func startLeaderManager(t *testing.T, topic string, now func() time.Time) *Manager {
 	t.Helper()
-	logs := newTestWriter(t)
 	srv := consultest.Start(t)
+	m, coord := startManager(t, srv, "n1", "", now)
+	createTopic(t, coord, topic, [][]string{{"n1"}}, 1)
+	return m
+}
+
+// startManager runs a Manager for node against srv, with extraHCL added to
+// its configuration and now as the replicas' clock, and returns it with its
+// election client; everything stops when the test ends, as the agent's
+// graceful stop does it.
+func startManager(t *testing.T, srv *consultest.Server, node, extraHCL string, now func() time.Time) (*Manager, *election.Client) {
+	t.Helper()
+	cfg, log := testConfig(t, srv, node, extraHCL)
+	coord := startCoord(t, cfg, log)
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(&Deps{
+		Self:            cfg.NodeID,
+		Config:          cfg,
+		Coord:           coord,
+		Peers:           peer.NewClients("", 1<<20, false),
+		LookupAgent:     func(string) (election.AgentInfo, bool) { return election.AgentInfo{}, false },
+		Log:             log,
+		Now:             now,
+		FS:              segstore.OSFS{},
+		Durability:      replicate.DurabilityFsync,
+		ProducerOptions: producer.Options{Expiration: cfg.Producer.IDExpiration},
+		LogOptions:      segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 4096, MaxBatchBytes: segstore.DefaultMaxBatchBytes, Now: now},
+	}, cfg.DataDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Start(ctx, func(ctx context.Context) (*election.Snapshot, error) { return coord.WaitMetadata(ctx, 1) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.RetireAll(ctx)
+		if err := coord.Close(ctx); err != nil {
+			t.Errorf("close the election client: %v", err)
+		}
+		if err := m.Stop(); err != nil {
+			t.Errorf("stop the partitions: %v", err)
+		}
+	})
+	return m, coord
+}
+
+// testConfig is node's configuration, talking to srv, with extraHCL added,
+// and a logger writing to the test's log.
+func testConfig(t *testing.T, srv *consultest.Server, node, extraHCL string) (*config.Config, hclog.Logger) {
+	t.Helper()
+	logs := newTestWriter(t)
 	dir := t.TempDir()
 	hcl := filepath.Join(dir, "agent.hcl")
-	body := fmt.Sprintf(`node_id = "n1"
+	body := fmt.Sprintf(`node_id = %q
 data_dir = %q
 consul {
   address     = %q
@@ -40,7 +92,8 @@ consul {
   check_ttl   = "2s"
   lock_delay  = "100ms"
 }
-`, filepath.Join(dir, "data"), srv.HTTPAddr())
+%s
+`, node, filepath.Join(dir, "data"), srv.HTTPAddr(), extraHCL)
 	if err := os.WriteFile(hcl, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +101,13 @@ consul {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "n1", Level: hclog.Debug, Output: logs})
+	return cfg, hclog.New(&hclog.LoggerOptions{Name: node, Level: hclog.Debug, Output: logs})
+}
+
+// startCoord registers an election client for cfg's node with srv; the
+// caller closes it.
+func startCoord(t *testing.T, cfg *config.Config, log hclog.Logger) *election.Client {
+	t.Helper()
 	coord, err := election.New(election.Config{
 		Consul:     cfg.Consul.API,
 		Prefix:     cfg.Consul.Prefix,
@@ -71,41 +130,19 @@ consul {
 	if err := coord.Register(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := coord.CreateTopic(ctx, election.TopicConfig{Name: topic, Partitions: 1, ReplicationFactor: 1, MinInsyncReplicas: 1},
-		[][]string{{cfg.NodeID}}); err != nil {
+	return coord
+}
+
+// createTopic creates a topic of one partition per assignment entry
+// through coord.
+func createTopic(t *testing.T, coord *election.Client, topic string, assignment [][]string, minISR int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := coord.CreateTopic(ctx, election.TopicConfig{Name: topic, Partitions: len(assignment), ReplicationFactor: len(assignment[0]), MinInsyncReplicas: minISR},
+		assignment); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	m := NewManager(&Deps{
-		Self:            cfg.NodeID,
-		Config:          cfg,
-		Coord:           coord,
-		Peers:           peer.NewClients("", 1<<20, false),
-		LookupAgent:     func(string) (election.AgentInfo, bool) { return election.AgentInfo{}, false },
-		Log:             log,
-		Now:             now,
-		FS:              segstore.OSFS{},
-		Durability:      replicate.DurabilityFsync,
-		ProducerOptions: producer.Options{Expiration: cfg.Producer.IDExpiration},
-		LogOptions:      segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 4096, MaxBatchBytes: segstore.DefaultMaxBatchBytes, Now: now},
-	}, cfg.DataDir)
-	if err := m.Start(ctx, func(ctx context.Context) (*election.Snapshot, error) { return coord.WaitMetadata(ctx, 1) }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.RetireAll()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := coord.Close(ctx); err != nil {
-			t.Errorf("close the election client: %v", err)
-		}
-		if err := m.Stop(); err != nil {
-			t.Errorf("stop the partitions: %v", err)
-		}
-	})
-	return m
 }
 
 // waitLeading returns topic's partition 0 once its replica leads.

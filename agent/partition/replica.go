@@ -110,9 +110,19 @@ type Replica struct {
 	campaigning     bool
 	campaignCancel  context.CancelFunc
 	campaignRetryAt time.Time
-	// retiring is set by a graceful stop: the replica no longer leads or
-	// campaigns.
+	// retiring is set by a graceful stop: the replica no longer campaigns,
+	// and hands over the leadership it has (handover.go).
 	retiring bool
+	// handover is the handover of this replica's leadership in progress,
+	// nil when none.
+	handover *handover
+	// preferredSince is when the partition's preferred replica was last
+	// seen to enter this leader's ISR in the leadership of preferredEpoch
+	// (zero while it is out of it), and moveRetryAt holds back the next
+	// move to it after one that did not come together.
+	preferredSince time.Time
+	preferredEpoch int32
+	moveRetryAt    time.Time
 	// yielded is set once this replica has held back its first campaign
 	// for the partition's preferred replica (see ensureCampaign).
 	yielded bool
@@ -142,6 +152,10 @@ type Deps struct {
 	LogOptions segstore.Options
 	// ProducerOptions configure every partition's producer state.
 	ProducerOptions producer.Options
+
+	// moves spaces the moves to preferred replicas of every replica of
+	// the agent; NewManager sets it, and without it no replica moves.
+	moves *moveLimiter
 }
 
 // Coordinator is what the partitions ask of Consul: the metadata, the
@@ -420,6 +434,12 @@ func (r *Replica) handle(ev any) {
 		r.onFetchAnswered(ev)
 	case retireRequest:
 		r.onRetire(ev)
+	case retireStepDown:
+		r.onRetireStepDown()
+	case handoverRequest:
+		r.onHandoverRequest(ev)
+	case handoverReleased:
+		r.onHandoverReleased(ev)
 	default:
 		panic(fmt.Sprintf("agent: replica event of unknown type %T", ev))
 	}
@@ -439,7 +459,12 @@ func (r *Replica) reconcile() {
 			r.isrRetry = nil
 			r.propose(*p)
 		}
-	} else if !r.logFailed && r.meta.usable {
+		r.maybeMoveToPreferred(now)
+	}
+	if r.handover != nil {
+		r.driveHandover(now)
+	}
+	if r.role != RoleLeader && !r.logFailed && r.meta.usable {
 		r.ensureCampaign(now)
 		pm := r.meta.pm
 		target := followTarget{node: pm.State.Leader, epoch: pm.State.Epoch}
@@ -456,7 +481,7 @@ func (r *Replica) reconcile() {
 // armWake sets the wake timer to the earliest pending retry.
 func (r *Replica) armWake(now time.Time) {
 	var next time.Time
-	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt} {
+	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake()} {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -497,8 +522,12 @@ func (r *Replica) publish() {
 // others hold back preferredLeaderGrace, so that the leaders of a new topic
 // do not pile up on whichever agent saw it first. Later elections (epoch
 // above 0: a failover) do not wait.
+//
+// No campaign runs while a handover of this replica's own leadership is
+// under way: the election client would still hand back the leadership
+// being released.
 func (r *Replica) ensureCampaign(now time.Time) {
-	if r.campaigning || r.dataLoss || r.retiring || now.Before(r.campaignRetryAt) {
+	if r.campaigning || r.dataLoss || r.retiring || r.handover != nil || now.Before(r.campaignRetryAt) {
 		return
 	}
 	if pm := r.meta.pm; !r.yielded && pm.State.Epoch == 0 && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.Self {
@@ -521,30 +550,68 @@ func (r *Replica) ensureCampaign(now time.Time) {
 	})
 }
 
-// retireRequest asks the loop to stop leading and campaigning for good,
-// the first step of a graceful stop: the locks are released only after
-// every loop stopped appending.
-type retireRequest struct{ done chan struct{} }
+// retireRequest asks the loop to stop campaigning for good, the first step
+// of a graceful stop; it answers whether the replica leads, which it goes on
+// doing until it hands the leadership over.
+type retireRequest struct{ leading chan bool }
 
 func (r *Replica) onRetire(ev retireRequest) {
 	r.retiring = true
 	r.cancelCampaign()
+	ev.leading <- r.role == RoleLeader
+}
+
+// retireStepDown ends a stopping replica's leadership without a handover:
+// the stop ran out of time for one. The lock is released with the
+// session's, once every loop has stopped appending.
+type retireStepDown struct{}
+
+func (r *Replica) onRetireStepDown() {
 	if r.role == RoleLeader {
 		r.stepDown(errors.New("agent stopping"), false)
 	}
-	close(ev.done)
 }
 
-// retire steps the replica down and keeps it from campaigning again; it
-// returns once the loop did, or stopped.
-func (r *Replica) retire() {
-	ev := retireRequest{done: make(chan struct{})}
-	if !r.send(ev) {
+// retire keeps the replica from campaigning again and hands its leadership
+// over, if it has one, holding one of slots meanwhile (Manager.RetireAll
+// bounds the handovers at once); it returns once that is over, the replica
+// stopped, or ctx ended. A leader that gets no slot before ctx ends steps
+// down without a handover.
+func (r *Replica) retire(ctx context.Context, slots chan struct{}) {
+	leading := make(chan bool, 1)
+	if !r.send(retireRequest{leading: leading}) {
 		return
 	}
 	select {
-	case <-ev.done:
+	case l := <-leading:
+		if !l {
+			return
+		}
 	case <-r.done:
+		return
+	}
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	case <-ctx.Done():
+		r.send(retireStepDown{})
+		return
+	}
+	reply := make(chan (<-chan struct{}), 1)
+	if !r.send(handoverRequest{reply: reply}) {
+		return
+	}
+	var over <-chan struct{}
+	select {
+	case over = <-reply:
+	case <-r.done:
+		return
+	}
+	select {
+	case <-over:
+	case <-r.done:
+	case <-ctx.Done():
+		r.send(retireStepDown{})
 	}
 }
 
@@ -572,8 +639,8 @@ func (r *Replica) onCampaignResult(ev campaignResult) {
 	l := ev.leadership
 	switch {
 	case r.role == RoleLeader && r.leadership == l:
-	case r.dataLoss || r.logFailed:
-		r.log.Warn("won leadership but may not lead: handing it back", "epoch", l.Epoch(), "data_loss", r.dataLoss)
+	case r.dataLoss || r.logFailed || r.retiring:
+		r.log.Warn("won leadership but may not lead: handing it back", "epoch", l.Epoch(), "data_loss", r.dataLoss, "retiring", r.retiring)
 		r.resignAsync(l)
 	case l.Err() != nil:
 		// Lost already; the next campaign starts from fresh metadata.
@@ -789,6 +856,9 @@ func (r *Replica) applyRetention() {
 func (r *Replica) shutdown() {
 	if r.role == RoleLeader {
 		r.stepDown(errors.New("replica stopping"), r.leadership.Err() == nil)
+	}
+	if r.handover != nil {
+		r.finishHandover("replica stopping")
 	}
 	r.stopFollowing()
 	r.cancelCampaign()

@@ -176,7 +176,7 @@ func (r *Replica) onEpochAnswered(ev epochAnswered) {
 
 func (r *Replica) fetch(addr string, req replicate.FetchRequest) {
 	gen := r.gen
-	req.DataLoss = r.dataLoss
+	req.DataLoss, req.Retiring = r.dataLoss, r.retiring
 	f := peer.Fetch{
 		Topic:              r.topic,
 		Partition:          r.partition,

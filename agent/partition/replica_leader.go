@@ -275,6 +275,11 @@ func (r *Replica) produceOne(req *produceRequest) bool {
 		req.reply <- ProduceOutcome{Err: ErrNotLeaderHere}
 		return false
 	}
+	if r.handover != nil {
+		// Draining: the successor must reach a log end that stays put.
+		req.reply <- ProduceOutcome{Err: ErrLeadershipMoving}
+		return false
+	}
 	epoch := r.leader.Epoch()
 	if req.epoch != AnyEpoch {
 		if err := replicate.CheckLeaderEpoch(req.epoch, epoch); err != nil {

@@ -22,7 +22,7 @@ import (
 //	    &replica_id=n2&fetch_offset=1200
 //	    &current_leader_epoch=7&last_fetched_epoch=7
 //	    &high_watermark=1100&max_bytes=8388608&max_wait_ms=500
-//	    [&data_loss=1]                                           ──►
+//	    [&data_loss=1][&retiring=1]                              ──►
 //	                                                 ◄──  200 OK
 //	                                                      Logagent-Leader-Epoch: 7
 //	                                                      Logagent-Epoch-Start-Offset: 1150
@@ -35,7 +35,9 @@ import (
 //	                                                       at most max_bytes unless the first is bigger>
 //
 // data_loss=1 says the follower lost data it held (replicate.FetchRequest's
-// DataLoss): the leader takes it out of the ISR. Logagent-Epoch-Start-Offset
+// DataLoss): the leader takes it out of the ISR. retiring=1 says the
+// follower's agent is stopping: the leader hands no partition over to it.
+// Logagent-Epoch-Start-Offset
 // is where the leader's epoch starts, for the follower's ISR-join check.
 // A follower whose log diverges gets no body and two more headers,
 // Logagent-Diverging-Epoch and Logagent-Diverging-End-Offset (KIP-320). A
@@ -79,6 +81,9 @@ func (f Fetch) writeArgs(a *fasthttp.Args) {
 	if f.DataLoss {
 		a.Set("data_loss", "1")
 	}
+	if f.Retiring {
+		a.Set("retiring", "1")
+	}
 }
 
 // ParseFetch reads a follower's fetch from its query parameters.
@@ -93,6 +98,7 @@ func ParseFetch(a *fasthttp.Args) (Fetch, error) {
 			CurrentLeaderEpoch: int32(p.int64("current_leader_epoch", 0, 1<<31-1)),
 			LastFetchedEpoch:   int32(p.int64("last_fetched_epoch", int64(replicate.UndefinedEpoch), 1<<31-1)),
 			DataLoss:           string(a.Peek("data_loss")) == "1",
+			Retiring:           string(a.Peek("retiring")) == "1",
 		},
 		KnownHighWatermark: p.int64("high_watermark", 0, 1<<63-1),
 		MaxBytes:           p.int64("max_bytes", 1, 1<<31-1),

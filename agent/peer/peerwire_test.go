@@ -25,13 +25,16 @@ func TestPeerFetchRoundTrip(t *testing.T) {
 		MaxBytes:           8 << 20,
 		MaxWait:            500 * time.Millisecond,
 	}
-	var args fasthttp.Args
-	in.writeArgs(&args)
-	var parsed fasthttp.Args
-	parsed.Parse(args.String())
-	out, err := ParseFetch(&parsed)
-	if err != nil || out != in {
-		t.Fatalf("round trip: %+v %v\nwant %+v", out, err, in)
+	for _, flags := range []struct{ dataLoss, retiring bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		in.DataLoss, in.Retiring = flags.dataLoss, flags.retiring
+		var args fasthttp.Args
+		in.writeArgs(&args)
+		var parsed fasthttp.Args
+		parsed.Parse(args.String())
+		out, err := ParseFetch(&parsed)
+		if err != nil || out != in {
+			t.Fatalf("round trip: %+v %v\nwant %+v", out, err, in)
+		}
 	}
 
 	for _, bad := range []string{

@@ -149,12 +149,35 @@ func writePartitionTable(w io.Writer, topics []client.TopicInfo, withTopic bool)
 				lag = strconv.FormatInt(*p.LogEndOffset-p.HighWatermark, 10)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", p.Partition, leader, p.Epoch,
-				joinOrDash(p.Replicas), joinOrDash(p.ISR), p.HighWatermark, p.LogStartOffset, lag, partitionState(p, minISR))
+				joinOrDash(p.Replicas), joinOrDash(p.ISR), p.HighWatermark, p.LogStartOffset, lag, stateColumn(p, minISR))
 		}
 	}
 	return tw.Flush()
 }
 
+// stateColumn is partitionState, marked not-preferred when the leader is
+// not the partition's preferred replica (the first of its replicas): the
+// leadership moves back once that replica is in sync, unless
+// replication.auto_leader_rebalance is off.
+func stateColumn(p client.PartitionInfo, minISR int) string {
+	state := partitionState(p, minISR)
+	switch {
+	case !notPreferred(p):
+		return state
+	case state == "ok":
+		return "not-preferred"
+	default:
+		return state + ",not-preferred"
+	}
+}
+
+// notPreferred says a partition has a leader other than its preferred
+// replica.
+func notPreferred(p client.PartitionInfo) bool {
+	return p.Leader != "" && len(p.Replicas) > 0 && p.Leader != p.Replicas[0]
+}
+
+// partitionState is the partition's worst condition.
 func partitionState(p client.PartitionInfo, minISR int) string {
 	switch {
 	case p.Leader == "":

@@ -107,23 +107,27 @@ func TestStatusTable(t *testing.T) {
 		Partitions: []client.PartitionInfo{
 			{Partition: 0, Leader: "", Epoch: 4, Replicas: []string{"n1", "n2", "n3"}, ISR: nil, HighWatermark: 10},
 			{Partition: 1, Leader: "n3", Epoch: 9, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n3"}, HighWatermark: 5, LogStartOffset: 2},
+			{Partition: 2, Leader: "n1", Epoch: 2, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n1", "n2", "n3"}},
 		}})
 	f.addTopic(client.TopicInfo{Name: "a", Partitions: []client.PartitionInfo{
 		{Partition: 0, Leader: "n1", Epoch: 3, Replicas: []string{"n1", "n2"}, ISR: []string{"n1", "n2"}, HighWatermark: 42, LogEndOffset: &logEnd},
 		{Partition: 1, Leader: "n2", Epoch: 12, Replicas: []string{"n2", "n1"}, ISR: []string{"n2"}, HighWatermark: 1234567},
+		{Partition: 2, Leader: "n2", Epoch: 7, Replicas: []string{"n1", "n2"}, ISR: []string{"n1", "n2"}, HighWatermark: 8},
 	}})
 	var out, errb bytes.Buffer
 	if code := run([]string{"status", "-addr", f.srv.URL}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	want := "agent " + f.srv.URL + ": node n1, ok\n" + `
-TOPIC  PARTITION  LEADER  EPOCH  REPLICAS  ISR    HW       LOG-START  LAG  STATE
-a      0          n1      3      n1,n2     n1,n2  42       0          3    ok
-a      1          n2      12     n2,n1     n2     1234567  0          -    under-replicated
-b      0          -       4      n1,n2,n3  -      10       0          -    offline
-b      1          n3      9      n1,n2,n3  n3     5        2          -    below-min-isr
+TOPIC  PARTITION  LEADER  EPOCH  REPLICAS  ISR       HW       LOG-START  LAG  STATE
+a      0          n1      3      n1,n2     n1,n2     42       0          3    ok
+a      1          n2      12     n2,n1     n2        1234567  0          -    under-replicated
+a      2          n2      7      n1,n2     n1,n2     8        0          -    not-preferred
+b      0          -       4      n1,n2,n3  -         10       0          -    offline
+b      1          n3      9      n1,n2,n3  n3        5        2          -    below-min-isr,not-preferred
+b      2          n1      2      n1,n2,n3  n1,n2,n3  0        0          -    ok
 
-2 topic(s), 4 partition(s), 1 offline, 1 below-min-isr, 1 under-replicated
+2 topic(s), 6 partition(s), 1 offline, 1 below-min-isr, 1 under-replicated, 2 not led by their preferred replica
 `
 	if out.String() != want {
 		t.Fatalf("status printed:\n%s\nwant:\n%s", out.String(), want)

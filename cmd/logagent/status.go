@@ -55,12 +55,15 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if err := writePartitionTable(stdout, topics, true); err != nil {
 		return err
 	}
-	partitions, states := 0, map[string]int{}
+	partitions, states, moved := 0, map[string]int{}, 0
 	for _, t := range topics {
 		minISR := configInt(t.Config, "min_insync_replicas")
 		for _, p := range t.Partitions {
 			partitions++
 			states[partitionState(p, minISR)]++
+			if notPreferred(p) {
+				moved++
+			}
 		}
 	}
 	summary := fmt.Sprintf("\n%d topic(s), %d partition(s)", len(topics), partitions)
@@ -68,6 +71,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		if states[s] > 0 {
 			summary += fmt.Sprintf(", %d %s", states[s], s)
 		}
+	}
+	if moved > 0 {
+		summary += fmt.Sprintf(", %d not led by their preferred replica", moved)
 	}
 	fmt.Fprintln(stdout, summary)
 	return nil

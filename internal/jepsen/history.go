@@ -144,6 +144,27 @@ func LongestGap(ops []Op, partitions int) []time.Duration {
 	return gaps
 }
 
+// WindowGap is the longest stretch without an acknowledged write to the
+// partition that overlaps [from, until]: from the last acknowledgement
+// completed before from (from itself if there was none), through every
+// acknowledgement completed in the window, to until. A stretch that began
+// before the window counts whole, since the writers waited that long; one
+// still open at until counts up to until.
+func WindowGap(ops []Op, partition int, from, until time.Duration) time.Duration {
+	prev, gap := from, time.Duration(0)
+	for _, op := range sortedByCompletion(ops) {
+		switch {
+		case op.Partition != partition || op.Outcome != checker.OK:
+		case op.Complete <= from:
+			prev = op.Complete
+		case op.Complete <= until:
+			gap = max(gap, op.Complete-prev)
+			prev = op.Complete
+		}
+	}
+	return max(gap, until-prev)
+}
+
 // FirstAck is the time from from to the earliest completion of an
 // acknowledged write to the partition invoked at or after from, and
 // completed by until; ok is false when there was none. A write invoked

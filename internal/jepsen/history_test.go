@@ -85,6 +85,64 @@ func TestLongestGap(t *testing.T) {
 	}
 }
 
+func TestWindowGap(t *testing.T) {
+	s := time.Second
+	ops := []Op{
+		{Partition: 0, Outcome: checker.OK, Invoke: 0, Complete: 1 * s},
+		{Partition: 0, Outcome: checker.OK, Invoke: 1 * s, Complete: 9 * s},
+		{Partition: 0, Outcome: checker.Unknown, Invoke: 9 * s, Complete: 11 * s},
+		{Partition: 0, Outcome: checker.OK, Invoke: 10 * s, Complete: 12 * s},
+		{Partition: 0, Outcome: checker.OK, Invoke: 12 * s, Complete: 13 * s},
+		{Partition: 1, Outcome: checker.OK, Invoke: 0, Complete: 2 * s},
+		{Partition: 1, Outcome: checker.Fail, Invoke: 2 * s, Complete: 30 * s},
+	}
+	for _, tc := range []struct {
+		name        string
+		partition   int
+		from, until time.Duration
+		want        time.Duration
+	}{
+		// The stretch from 1s to 9s began before the window: it counts whole.
+		{"a stretch open at the window's start", 0, 5 * s, 14 * s, 8 * s},
+		{"acknowledgements inside the window", 0, 9 * s, 14 * s, 3 * s},
+		{"a stretch open at the window's end", 0, 12 * s, 20 * s, 7 * s},
+		{"no acknowledgement in the window", 1, 10 * s, 15 * s, 13 * s},
+		{"no acknowledgement ever", 2, 10 * s, 15 * s, 5 * s},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := WindowGap(ops, tc.partition, tc.from, tc.until); got != tc.want {
+				t.Fatalf("WindowGap(p%d, %s, %s) = %s, want %s", tc.partition, tc.from, tc.until, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRestartGaps: each restart's window runs to the next one's SIGTERM,
+// across cycles, and the last one's to the end of the run.
+func TestRestartGaps(t *testing.T) {
+	s := time.Second
+	ops := []Op{
+		{Partition: 0, Outcome: checker.OK, Invoke: 0, Complete: 1 * s},
+		{Partition: 0, Outcome: checker.OK, Invoke: 1 * s, Complete: 4 * s},
+		{Partition: 0, Outcome: checker.OK, Invoke: 4 * s, Complete: 5 * s},
+		{Partition: 0, Outcome: checker.OK, Invoke: 5 * s, Complete: 20 * s},
+	}
+	measures := []Measure{
+		{Restarts: []Restart{{Agent: "n1", Stopped: 2 * s}, {Agent: "n2", Stopped: 6 * s}}},
+		{Restarts: []Restart{{Agent: "n3", Stopped: 10 * s}}},
+	}
+	restartGaps(measures, ops, 1, 25*s)
+	got := []Restart{measures[0].Restarts[0], measures[0].Restarts[1], measures[1].Restarts[0]}
+	want := []struct {
+		until, gap time.Duration
+	}{{6 * s, 3 * s}, {10 * s, 5 * s}, {25 * s, 15 * s}}
+	for i, w := range want {
+		if got[i].Until != w.until || len(got[i].Gaps) != 1 || got[i].Gaps[0] != w.gap {
+			t.Errorf("restart %d (%s): until %s, gaps %v; want until %s, gap %s", i, got[i].Agent, got[i].Until, got[i].Gaps, w.until, w.gap)
+		}
+	}
+}
+
 func TestRecorderHistory(t *testing.T) {
 	var now time.Duration
 	r := NewRecorder(func() time.Duration { now += time.Millisecond; return now })

@@ -187,6 +187,8 @@ type Injected struct {
 	KilledAt time.Duration
 	Led      []int
 	Followed []int
+	// Restarts are the graceful restarts a rolling restart made, in order.
+	Restarts []Restart
 }
 
 func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
@@ -336,7 +338,8 @@ func (KillAll) Heal(e *Env, _ Injected) {
 
 // RollingRestart is scenario (g): each agent in turn stopped with SIGTERM
 // and restarted, waiting for the full ISR before the next, as an operator
-// upgrading the fleet would.
+// upgrading the fleet would. Each restart's times go into Injected.Restarts,
+// so that the run measures what writers waited around each one.
 type RollingRestart struct{}
 
 func (RollingRestart) Name() string { return "rolling-restart" }
@@ -345,17 +348,24 @@ func (RollingRestart) Inject(e *Env) Injected {
 	order := slices.Clone(e.Cluster.Agents)
 	e.Rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	var names []string
+	var restarts []Restart
 	for _, a := range order {
+		rs := Restart{Agent: a.NodeID, Stopped: e.Recorder.Event("sigterm", a.NodeID)}
 		if code := a.Terminate(); code != 0 {
 			e.Fatalf("jepsen: %s exited with code %d on SIGTERM", a.NodeID, code)
 		}
+		rs.Exited = e.Recorder.Event("exited", a.NodeID)
 		a.Restart()
-		if !e.waitFullISR(failoverTimeout) {
+		rs.Serving = e.Recorder.Event("serving", a.NodeID)
+		if e.waitFullISR(failoverTimeout) {
+			rs.InSync = e.Recorder.Event("isr full", a.NodeID)
+		} else {
 			e.Logf("jepsen: the ISR did not fill again within %s after restarting %s", failoverTimeout, a.NodeID)
 		}
 		names = append(names, a.NodeID)
+		restarts = append(restarts, rs)
 	}
-	return Injected{Detail: fmt.Sprintf("rolling restart %v", names), Epoch: -1}
+	return Injected{Detail: fmt.Sprintf("rolling restart %v", names), Epoch: -1, Restarts: restarts}
 }
 
 func (RollingRestart) Heal(*Env, Injected) {}

@@ -76,7 +76,7 @@ func recoveryStats(rs []Recovery) string {
 			unacked++
 		}
 	}
-	s := fmt.Sprintf("%s / %s, max %s (n %d)", seconds(Quantile(ds, 0.5)), seconds(Quantile(ds, 0.99)), seconds(Quantile(ds, 1)), len(ds))
+	s := durationStats(ds)
 	if unacked > 0 {
 		s += fmt.Sprintf(", %d with no acknowledgement while dead (counted as the time to the restart)", unacked)
 	}
@@ -108,5 +108,78 @@ func (r *Result) RecoveryTable() string {
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", m.Cycle+1, m.Killed, epoch, recoveryList(m.Recoveries, true), recoveryList(m.Recoveries, false))
 	}
 	fmt.Fprintf(&b, "| median / p99 | | | %s | %s |", recoveryStats(led), recoveryStats(followed))
+	return b.String()
+}
+
+// restartGaps sets every rolling restart's window and gaps: a restart's
+// window ends at the next one's SIGTERM, the last one's at end (the
+// clients' stop).
+func restartGaps(measures []Measure, ops []Op, partitions int, end time.Duration) {
+	var all []*Restart
+	for i := range measures {
+		for j := range measures[i].Restarts {
+			all = append(all, &measures[i].Restarts[j])
+		}
+	}
+	for i, rs := range all {
+		rs.Until = end
+		if i+1 < len(all) {
+			rs.Until = all[i+1].Stopped
+		}
+		rs.Gaps = make([]time.Duration, partitions)
+		for p := range partitions {
+			rs.Gaps[p] = WindowGap(ops, p, rs.Stopped, rs.Until)
+		}
+	}
+}
+
+// restartGaps lists every restart's gap of every partition.
+func (r *Result) restartGaps() []time.Duration {
+	var gaps []time.Duration
+	for _, m := range r.Measures {
+		for _, rs := range m.Restarts {
+			gaps = append(gaps, rs.Gaps...)
+		}
+	}
+	return gaps
+}
+
+// gapList is one restart's gaps, partition by partition.
+func gapList(gaps []time.Duration) string {
+	parts := make([]string, len(gaps))
+	for p, g := range gaps {
+		parts[p] = fmt.Sprintf("p%d %s", p, seconds(g))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// durationStats is the median, p99 and max of ds.
+func durationStats(ds []time.Duration) string {
+	return fmt.Sprintf("%s / %s, max %s (n %d)", seconds(Quantile(ds, 0.5)), seconds(Quantile(ds, 0.99)), seconds(Quantile(ds, 1)), len(ds))
+}
+
+// RestartTable is the per-restart table of a rolling restart run, in
+// Markdown for docs/reliability.md, under a line naming the run; it is
+// empty for other runs.
+func (r *Result) RestartTable() string {
+	gaps := r.restartGaps()
+	if len(gaps) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	verdict := "VALID"
+	if !r.Report.Valid() {
+		verdict = "INVALID"
+	}
+	fmt.Fprintf(&b, "scenario %s, %s, seed %d, %d cycles, checker %s (%d writes, %d acknowledged, %d lost):\n",
+		r.Scenario, r.Timings, r.Seed, len(r.Measures), verdict, r.Report.Writes, r.Report.Acknowledged, r.Report.Counts[checker.KindLost])
+	b.WriteString("| cycle | restarted | SIGTERM to exit | longest without an ack, per partition |\n")
+	b.WriteString("|---|---|---|---|\n")
+	for _, m := range r.Measures {
+		for _, rs := range m.Restarts {
+			fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", m.Cycle+1, rs.Agent, seconds(rs.Exited-rs.Stopped), gapList(rs.Gaps))
+		}
+	}
+	fmt.Fprintf(&b, "| median / p99 | | | %s |", durationStats(gaps))
 	return b.String()
 }

@@ -81,6 +81,31 @@ type Measure struct {
 	KilledAt    time.Duration `json:"killed_at_ns,omitempty"`
 	RestartedAt time.Duration `json:"restarted_at_ns,omitempty"`
 	Recoveries  []Recovery    `json:"recoveries,omitempty"`
+	// Restarts are a rolling restart's graceful restarts, with what the
+	// writers of each partition waited around each one.
+	Restarts []Restart `json:"restarts,omitempty"`
+}
+
+// Restart is one agent's graceful stop and start in a rolling restart, on
+// the recorder's clock.
+type Restart struct {
+	Agent string `json:"agent"`
+	// Stopped is when SIGTERM was sent, Exited when the process had
+	// exited, Serving when the restarted agent answered its health check,
+	// InSync when every partition's ISR was full again (zero if it did not
+	// fill in time).
+	Stopped time.Duration `json:"stopped_ns"`
+	Exited  time.Duration `json:"exited_ns"`
+	Serving time.Duration `json:"serving_ns"`
+	InSync  time.Duration `json:"in_sync_ns,omitempty"`
+	// Until is the end of the restart's window: the next restart's SIGTERM,
+	// or the clients' stop after the last one, so that every stretch after
+	// the first SIGTERM falls in some restart's window, leadership moving
+	// back to a preferred replica included.
+	Until time.Duration `json:"until_ns"`
+	// Gaps is, per partition, the longest stretch without an acknowledged
+	// write overlapping [Stopped, Until] (WindowGap).
+	Gaps []time.Duration `json:"longest_write_gap_ns"`
 }
 
 // Recovery is how long the writers of one partition waited for an
@@ -224,7 +249,7 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 		in := s.Fault.Inject(env)
 		rec.Event("inject "+s.Fault.Name(), in.Detail)
 		t.Logf("jepsen: cycle %d: %s", cycle, in.Detail)
-		m := Measure{Cycle: cycle, Fault: s.Fault.Name()}
+		m := Measure{Cycle: cycle, Fault: s.Fault.Name(), Restarts: in.Restarts}
 		if in.Killed != nil {
 			m.Killed, m.KilledAt = in.Killed.NodeID, in.KilledAt
 			for _, p := range in.Led {
@@ -254,6 +279,7 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 		t.Logf("jepsen: the ISR did not fill within %s of the final heal", failoverTimeout)
 	}
 	time.Sleep(healedTail)
+	clientsStopped := rec.Now()
 	stopClients()
 
 	unconverged := WaitConverged(c, topic, cfg.Partitions, settle)
@@ -267,6 +293,7 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 			r.FirstAck, r.Acked = FirstAck(ops, r.Partition, m.KilledAt, m.RestartedAt)
 		}
 	}
+	restartGaps(measures, ops, cfg.Partitions, clientsStopped)
 	res := &Result{Scenario: s.Name, Timings: c.Timings, Seed: cfg.Seed, Dir: dir, Report: report, Unconverged: unconverged, Measures: measures,
 		LongestGaps: LongestGap(ops, cfg.Partitions), AckedAfter: make([]int, cfg.Partitions), Events: rec.Events(), Ops: ops,
 		Replicas: replicas, ConsulLog: keptConsulLog, CorruptReads: rec.CorruptReads(), Producing: s.Producing,
@@ -288,6 +315,9 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 	summary := res.Summary()
 	t.Log("jepsen: " + summary)
 	if table := res.RecoveryTable(); table != "" {
+		t.Log("jepsen: " + table)
+	}
+	if table := res.RestartTable(); table != "" {
 		t.Log("jepsen: " + table)
 	}
 	if err := res.write(); err != nil {
@@ -344,6 +374,14 @@ func (r *Result) Summary() string {
 			fmt.Fprintf(&b, "  cycle %d: kill -9 %s, first acknowledged write: led %s; followed %s\n", m.Cycle, m.Killed,
 				recoveryList(m.Recoveries, true), recoveryList(m.Recoveries, false))
 		}
+		for _, rs := range m.Restarts {
+			fmt.Fprintf(&b, "  cycle %d: restart of %s (SIGTERM to exit %s): longest time without an acknowledged write %s\n",
+				m.Cycle, rs.Agent, seconds(rs.Exited-rs.Stopped), gapList(rs.Gaps))
+		}
+	}
+	if gaps := r.restartGaps(); len(gaps) > 0 {
+		fmt.Fprintf(&b, "  rolling restarts, %s timing: longest time without an acknowledged write per restart and partition %s\n",
+			r.Timings.Timing, durationStats(gaps))
 	}
 	if led, followed := r.recoveries(); len(led)+len(followed) > 0 {
 		fmt.Fprintf(&b, "  first acknowledged write after a kill, %s timing: partitions it led %s; partitions it followed %s\n",
