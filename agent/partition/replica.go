@@ -142,6 +142,8 @@ type Deps struct {
 	LogOptions segstore.Options
 	// ProducerOptions configure every partition's producer state.
 	ProducerOptions producer.Options
+	// Hooks hear of elections and ISR changes.
+	Hooks Hooks
 }
 
 // Coordinator is what the partitions ask of Consul: the metadata, the
@@ -420,6 +422,8 @@ func (r *Replica) handle(ev any) {
 		r.onFetchAnswered(ev)
 	case retireRequest:
 		r.onRetire(ev)
+	case progressRequest:
+		r.onProgress(ev)
 	default:
 		panic(fmt.Sprintf("agent: replica event of unknown type %T", ev))
 	}
