@@ -30,7 +30,7 @@ type Partition struct {
 	// min_insync_replicas.
 	ISR, MinISR int
 	// Leader says this agent leads the partition; LeaderEpoch is the epoch
-	// it leads or follows at (Consul's when neither).
+	// it leads at, or Consul's when it does not lead.
 	Leader      bool
 	LeaderEpoch int32
 	// FollowerLag is, on the leader, each follower's distance in records
@@ -80,7 +80,7 @@ func newCollector(src Sources) *collector {
 		leader: prometheus.NewDesc("logagent_partition_leader",
 			"1 on the agent that leads the partition, 0 on the others that have a replica.", part, nil),
 		epoch: prometheus.NewDesc("logagent_partition_leader_epoch",
-			"Leader epoch this agent's replica leads or follows at.", part, nil),
+			"The partition's leader epoch: the one this agent leads at on the leader, Consul's elsewhere.", part, nil),
 		followerLag: prometheus.NewDesc("logagent_follower_lag_records",
 			"On the leader, per follower: the leader's log end offset minus the follower's last fetch offset.",
 			[]string{"topic", "partition", "replica"}, nil),
