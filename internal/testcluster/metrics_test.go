@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/logagent/logagent/groupcoord"
 )
 
 // scrape is one agent's GET /metrics, parsed whole by Prometheus's own
@@ -221,4 +224,65 @@ func TestMetricsMove(t *testing.T) {
 	})
 	t.Logf("leader %s killed: %s leads at epoch %d (was %v), its elections counter %v -> %v",
 		leader.NodeID, next.NodeID, epoch, oldEpoch, elections[next], s.must(t, "logagent_leader_elections_total"))
+}
+
+// TestMetricsGroupLag: the coordinator of a group exports its committed
+// offsets' lag behind each partition's high watermark, reading both at
+// scrape time; the other agents export none for it.
+func TestMetricsGroupLag(t *testing.T) {
+	const topic = "lagging"
+	c := Start(t, Options{})
+	a := c.Agents[0]
+	if err := a.CreateTopic(TopicSpec{Name: topic, Partitions: 2, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range []int{10, 20} {
+		c.WaitLeader(topic, p, 20*time.Second)
+		produceRecords(t, a, topic, p, n)
+	}
+	m := joinGroup(t, a, "billing", "m1", topic)
+	if err := commitOffsets(a, "billing", "m1", m.MemberEpoch, map[int]int64{0: 3, 1: 20}, topic); err != nil {
+		t.Fatal(err)
+	}
+	var d groupcoord.Description
+	if err := groupCall(a, http.MethodGet, "/v1/groups/billing", nil, &d); err != nil {
+		t.Fatal(err)
+	}
+	lag := func(p int) []string {
+		return []string{"group", "billing", "topic", topic, "partition", strconv.Itoa(p)}
+	}
+	var coordinator *Agent
+	for _, ag := range c.Agents {
+		if ag.NodeID == d.Coordinator {
+			coordinator = ag
+			continue
+		}
+		if v, ok := scrapeAgent(t, ag).value("logagent_group_lag_records", lag(0)...); ok {
+			t.Fatalf("%s, not the coordinator (%s), exports a lag of %v", ag.NodeID, d.Coordinator, v)
+		}
+	}
+	if coordinator == nil {
+		t.Fatalf("describe names coordinator %q, no agent of the cluster", d.Coordinator)
+	}
+	waitLag := func(want map[int]float64) {
+		t.Helper()
+		c.WaitFor(10*time.Second, fmt.Sprintf("group lag %v on %s", want, coordinator.NodeID), func() bool {
+			s := scrapeAgent(t, coordinator)
+			for p, w := range want {
+				if v, ok := s.value("logagent_group_lag_records", lag(p)...); !ok || v != w {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	waitLag(map[int]float64{0: 7, 1: 0})
+	// More records: the lag grows with the high watermark; a commit
+	// takes it back.
+	produceRecords(t, a, topic, 1, 5)
+	waitLag(map[int]float64{0: 7, 1: 5})
+	if err := commitOffsets(a, "billing", "m1", m.MemberEpoch, map[int]int64{0: 10}, topic); err != nil {
+		t.Fatal(err)
+	}
+	waitLag(map[int]float64{0: 0, 1: 5})
 }
