@@ -12,10 +12,11 @@ import (
 	"github.com/logagent/logagent/replicate"
 )
 
-// scrapeTimeout bounds what one scrape waits for: the leaders' loops
-// asked for their followers' progress, the leaders of other agents asked
-// for the high watermarks of group lags. What is not known by then is
-// left out of that scrape.
+// scrapeTimeout bounds what one scrape waits for the leaders' loops asked
+// for their followers' progress, and how long it goes on asking other
+// agents for the high watermarks of group lags (each question has its own
+// bound, peerCallTimeout). What is not known by then is left out of that
+// scrape.
 const scrapeTimeout = time.Second
 
 // metricsHandler serves GET /metrics: the registry in the Prometheus text
