@@ -20,6 +20,7 @@ import (
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/groupcoord"
+	"github.com/logagent/logagent/metrics"
 	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -147,6 +148,8 @@ type Agent struct {
 	// fs does the partitions' file I/O: the operating system's files, or in
 	// tests segstore's FaultFS.
 	fs segstore.FS
+	// metrics are this agent's instruments, served at GET /metrics.
+	metrics *metrics.Metrics
 }
 
 // New prepares an agent; Run starts it. coord is normally an
@@ -174,6 +177,7 @@ func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 	a.agents = newDirectory(func(ctx context.Context) ([]election.AgentInfo, error) {
 		return a.coord.Agents(ctx)
 	}, log.Named("agents"), a.now)
+	a.metrics = metrics.New(a.metricsSources())
 	return a
 }
 
@@ -227,6 +231,7 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 		FS:              a.fs,
 		Durability:      durability(a.cfg.Storage.Durability),
 		ProducerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
+		Hooks:           partition.Hooks{LeaderElected: a.metrics.LeaderElected, ISRChanged: a.metrics.ISRChanged},
 		LogOptions: segstore.Options{
 			SegmentBytes:       a.cfg.Storage.SegmentBytes,
 			SegmentAge:         a.cfg.Storage.SegmentAge,
@@ -235,6 +240,7 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 			Retention:          a.cfg.Storage.Retention,
 			RetentionBytes:     a.cfg.Storage.RetentionBytes,
 			Now:                a.now,
+			OnSync:             a.metrics.ObserveFsync,
 		},
 	}
 }
@@ -286,8 +292,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	}
 
 	httpLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	clientSrv := newServer(a.closeWhenStopping(a.clientRoutes().handle), a.cfg.Limits.MaxRequestBytes, httpLog)
-	peerSrv := newServer(a.closeWhenStopping(a.peerRoutes().handle), a.cfg.Limits.MaxRequestBytes, httpLog)
+	clientRt, peerRt := a.clientRoutes(), a.peerRoutes()
+	clientSrv := newServer(clientRt, a.closeWhenStopping(clientRt.handle), a.cfg.Limits.MaxRequestBytes, httpLog)
+	peerSrv := newServer(peerRt, a.closeWhenStopping(peerRt.handle), a.cfg.Limits.MaxRequestBytes, httpLog)
 
 	var wg sync.WaitGroup
 	serveErr := make(chan error, 2)
@@ -439,8 +446,9 @@ func (a *Agent) join(ctx context.Context) error {
 const agentsRefreshInterval = 10 * time.Second
 
 func (a *Agent) clientRoutes() *router {
-	rt := &router{}
+	rt := &router{onError: a.metrics.Error}
 	rt.add(fasthttp.MethodGet, "/v1/health", a.handleHealth)
+	rt.add(fasthttp.MethodGet, "/metrics", a.metricsHandler())
 	rt.add(fasthttp.MethodGet, "/v1/topics", a.handleListTopics)
 	rt.add(fasthttp.MethodPost, "/v1/topics", a.handleCreateTopic)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}", a.handleDescribeTopic)

@@ -26,6 +26,8 @@ const (
 // sendfile. A leader, or a follower in the ISR, serves; other agents proxy
 // the fetch to the leader, or answer not_leader when they cannot.
 func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
+	start := a.now()
+	defer func() { a.metrics.ObserveFetch(a.now().Sub(start)) }()
 	if !a.serving(ctx) {
 		return
 	}
@@ -91,11 +93,14 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	if format == wire.ContentTypeNDJSON {
 		if err := a.writeNDJSON(ctx, region, offset); err != nil {
 			writeError(ctx, fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
+			return
 		}
+		a.metrics.Fetched(topic, int64(len(ctx.Response.Body())))
 		return
 	}
 	ctx.SetContentType(wire.ContentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
+	a.metrics.Fetched(topic, region.Len)
 	sendRegion(ctx, region)
 }
 

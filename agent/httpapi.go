@@ -39,11 +39,16 @@ func writeError(ctx *fasthttp.RequestCtx, status int, code, message string, retr
 	writeAPIError(ctx, newAPIError(status, code, message, retriable))
 }
 
+// errorCodeKey is the user value under which writeAPIError leaves the
+// code it answered with, for the router that counts error answers.
+type errorCodeKey struct{}
+
 // writeAPIError answers with e; a retriable 503 carries Retry-After.
 func writeAPIError(ctx *fasthttp.RequestCtx, e *apiError) {
 	body, _ := json.Marshal(struct {
 		Error *apiError `json:"error"`
 	}{e})
+	ctx.SetUserValue(errorCodeKey{}, e.Code)
 	ctx.Response.Reset()
 	ctx.SetStatusCode(e.status)
 	ctx.SetContentType("application/json")
@@ -86,6 +91,11 @@ type route struct {
 // read with pathParam. Unknown paths and methods get JSON errors.
 type router struct {
 	routes []route
+	// onError, if set, is told the code of every error answer the
+	// router's handlers (and the router itself, and its server before any
+	// handler: serverError) wrote. An answer relayed unchanged from
+	// another agent (a proxied fetch) is not one: that agent counts it.
+	onError func(code string)
 }
 
 func (rt *router) add(method, pattern string, handler fasthttp.RequestHandler) {
@@ -97,6 +107,22 @@ func splitPath(path string) []string {
 }
 
 func (rt *router) handle(ctx *fasthttp.RequestCtx) {
+	rt.dispatch(ctx)
+	rt.countError(ctx)
+}
+
+// countError tells onError of the code of an error answer in ctx. Only a
+// status of 400 or more is looked at: success costs no user value lookup.
+func (rt *router) countError(ctx *fasthttp.RequestCtx) {
+	if rt.onError == nil || ctx.Response.StatusCode() < fasthttp.StatusBadRequest {
+		return
+	}
+	if code, ok := ctx.UserValue(errorCodeKey{}).(string); ok {
+		rt.onError(code)
+	}
+}
+
+func (rt *router) dispatch(ctx *fasthttp.RequestCtx) {
 	segments, err := rawSegments(ctx)
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
@@ -176,13 +202,14 @@ func pathParam(ctx *fasthttp.RequestCtx, name string) string {
 	return v
 }
 
-// newServer returns a fasthttp server for one of the agent's APIs. It sets
-// nothing that wraps connections (MaxConnsPerIP, compression), so file bodies
-// can still leave through sendfile (docs/design.md §8, fasthttp facts).
-func newServer(handler fasthttp.RequestHandler, maxBody int64, logger fasthttp.Logger) *fasthttp.Server {
+// newServer returns a fasthttp server for one of the agent's APIs: handler
+// (rt's, maybe wrapped) answers its requests, rt those fasthttp refuses. It sets nothing that wraps connections
+// (MaxConnsPerIP, compression), so file bodies can still leave through
+// sendfile (docs/design.md §8, fasthttp facts).
+func newServer(rt *router, handler fasthttp.RequestHandler, maxBody int64, logger fasthttp.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                      handler,
-		ErrorHandler:                 serverError,
+		ErrorHandler:                 rt.serverError,
 		Name:                         "logagent",
 		ReadTimeout:                  60 * time.Second,
 		WriteTimeout:                 60 * time.Second,
@@ -198,7 +225,8 @@ func newServer(handler fasthttp.RequestHandler, maxBody int64, logger fasthttp.L
 
 // serverError answers requests fasthttp refuses before a handler runs, in
 // the API's JSON error format.
-func serverError(ctx *fasthttp.RequestCtx, err error) {
+func (rt *router) serverError(ctx *fasthttp.RequestCtx, err error) {
+	defer rt.countError(ctx)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, "request body over limits.max_request_bytes", false)
 		return

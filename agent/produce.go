@@ -46,6 +46,7 @@ type produceResponse struct {
 // leader appends; any other agent forwards the batch to the leader over the
 // peer API (docs/design.md §9) and relays its answer.
 func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
+	start := a.now()
 	if !a.serving(ctx) {
 		return
 	}
@@ -64,6 +65,8 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
+	// acksParam's names are the metric's acks label values.
+	defer func() { a.metrics.ObserveProduce(acksParam(acks), a.now().Sub(start)) }()
 	timeout, err := durationParam(args, "timeout", defaultProduceTimeout, maxProduceTimeout)
 	if err != nil {
 		writeErr(ctx, err)
@@ -110,6 +113,7 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 		writeAPIError(ctx, apiErr)
 		return
 	}
+	a.metrics.Produced(topic, count, len(batch))
 	writeJSON(ctx, fasthttp.StatusOK, resp)
 }
 

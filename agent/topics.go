@@ -505,25 +505,35 @@ func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 		for _, topic := range snap.Topics() {
 			tm, _ := snap.Topic(topic)
 			for _, pm := range tm.Partitions {
-				sp := statusPartition{Topic: topic, Partition: pm.Partition,
-					Leader: pm.State.Leader, Epoch: pm.State.Epoch, ISR: pm.State.ISR}
-				r := a.replicas.Get(topic, pm.Partition)
-				if r == nil {
-					if f, ok := a.replicas.Offline(topic, pm.Partition); ok {
-						sp.Role, sp.OfflineReason, sp.OpenAttempts = roleOffline, f.Err.Error(), f.Attempts
-						st.Partitions = append(st.Partitions, sp)
-					}
-					continue
+				if sp, _, ok := a.replicaStatus(topic, pm); ok {
+					st.Partitions = append(st.Partitions, sp)
 				}
-				v, log := r.CurrentView(), r.CurrentLog()
-				hw, leo, lso := log.HighWatermark(), log.LogEndOffset(), log.LogStartOffset()
-				sp.Role, sp.HighWatermark, sp.LogEndOffset, sp.LogStartOffset = v.Role.String(), &hw, &leo, &lso
-				if v.Role == roleLeader {
-					sp.Leader, sp.Epoch, sp.ISR = a.cfg.NodeID, v.Epoch, v.ISR
-				}
-				st.Partitions = append(st.Partitions, sp)
 			}
 		}
 	}
 	writeJSON(ctx, fasthttp.StatusOK, st)
+}
+
+// replicaStatus is this agent's replica of pm as /v1/status and the
+// metrics show it, and the replica itself (nil when it is offline); ok is
+// false when this agent has no replica of pm. Call it only once the agent
+// has served (a.replicas exists).
+func (a *Agent) replicaStatus(topic string, pm election.PartitionMeta) (statusPartition, *partition.Replica, bool) {
+	sp := statusPartition{Topic: topic, Partition: pm.Partition,
+		Leader: pm.State.Leader, Epoch: pm.State.Epoch, ISR: pm.State.ISR}
+	r := a.replicas.Get(topic, pm.Partition)
+	if r == nil {
+		f, ok := a.replicas.Offline(topic, pm.Partition)
+		if ok {
+			sp.Role, sp.OfflineReason, sp.OpenAttempts = roleOffline, f.Err.Error(), f.Attempts
+		}
+		return sp, nil, ok
+	}
+	v, log := r.CurrentView(), r.CurrentLog()
+	hw, leo, lso := log.HighWatermark(), log.LogEndOffset(), log.LogStartOffset()
+	sp.Role, sp.HighWatermark, sp.LogEndOffset, sp.LogStartOffset = v.Role.String(), &hw, &leo, &lso
+	if v.Role == roleLeader {
+		sp.Leader, sp.Epoch, sp.ISR = a.cfg.NodeID, v.Epoch, v.ISR
+	}
+	return sp, r, true
 }

@@ -22,9 +22,6 @@ const uiAgentsTimeout = time.Second
 // replicas, as /v1/status reads them.
 type uiSource struct {
 	a *Agent
-	// counters are the agent's cumulative counters; false while it keeps
-	// none.
-	counters func() (ui.Counters, bool)
 
 	mu sync.Mutex
 	// seen are the addresses of every agent seen registered since this one
@@ -34,12 +31,8 @@ type uiSource struct {
 }
 
 func newUISource(a *Agent) *uiSource {
-	return &uiSource{a: a, counters: a.uiCounters, seen: map[string]election.AgentInfo{}}
+	return &uiSource{a: a, seen: map[string]election.AgentInfo{}}
 }
-
-// uiCounters are the counters the status page shows rates of. The agent
-// keeps none yet, so the page shows its byte rates as unknown.
-func (a *Agent) uiCounters() (ui.Counters, bool) { return ui.Counters{}, false }
 
 // State implements ui.Source.
 func (s *uiSource) State(ctx context.Context) (ui.State, error) {
@@ -73,9 +66,10 @@ func (s *uiSource) State(ctx context.Context) (ui.State, error) {
 		st.Topics = append(st.Topics, t)
 	}
 	st.Agents, st.Warnings = s.agents(ctx, snap)
-	if c, ok := s.counters(); ok {
-		st.Counters = &c
-	}
+	// The page's byte rates: the metrics' produce and fetch counters,
+	// summed over the topics.
+	t := a.metrics.Totals()
+	st.Counters = &ui.Counters{ProduceRecords: t.ProduceRecords, ProduceBytes: t.ProduceBytes, FetchBytes: t.FetchBytes}
 	return st, nil
 }
 

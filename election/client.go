@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,9 @@ type Client struct {
 	inflight chan struct{}
 	// renewNow asks the session loop to renew without waiting (buffered 1).
 	renewNow chan struct{}
+
+	// counter counts the requests api sends (ConsulRequests).
+	counter *countingTransport
 
 	// ctx ends every goroutine; cancel is Close's last step.
 	ctx    context.Context
@@ -90,16 +94,29 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	// NewClient fills in the config it is given: work on a copy.
+	// NewClient fills in the config it is given: work on a copy, and on a
+	// copy of the caller's HTTP client, whose transport is wrapped below.
 	consulCfg := *cfg.Consul
+	if consulCfg.HttpClient != nil {
+		hc := *consulCfg.HttpClient
+		consulCfg.HttpClient = &hc
+	}
 	consul, err := api.NewClient(&consulCfg)
 	if err != nil {
 		return nil, fmt.Errorf("election: consul client: %w", err)
 	}
+	// NewClient has built the HTTP client the API client keeps (when the
+	// caller gave none): its requests are counted from here on.
+	counter := &countingTransport{next: consulCfg.HttpClient.Transport}
+	if counter.next == nil {
+		counter.next = http.DefaultTransport
+	}
+	consulCfg.HttpClient.Transport = counter
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		cfg:            cfg,
 		api:            consul,
+		counter:        counter,
 		log:            cfg.Logger,
 		clock:          cfg.Clock,
 		keys:           keyspace{prefix: cfg.Prefix},

@@ -1071,6 +1071,41 @@ func (c *Coordinator) Describe(ctx context.Context, groupID, self string) (Descr
 	return d, nil
 }
 
+// CommittedOffset is a group's committed offset of one partition.
+type CommittedOffset struct {
+	Group string
+	group.TopicPartition
+	Offset int64
+}
+
+// CommittedOffsets lists the committed offsets of the groups this
+// coordinator serves now: those of the offsets partitions it has loaded
+// (on a group's first request after taking the lead) and still leads at
+// the epoch it loaded them at. The agent's group lag metric reads it at
+// every scrape.
+func (c *Coordinator) CommittedOffsets() []CommittedOffset {
+	c.mu.Lock()
+	shards := slices.Collect(maps.Values(c.shards))
+	c.mu.Unlock()
+	slices.SortFunc(shards, func(x, y *shard) int { return x.p - y.p })
+	var out []CommittedOffset
+	for _, s := range shards {
+		if st, ok := c.cfg.Host.OffsetsLeader(s.p); !ok || st.Epoch != s.epoch {
+			continue
+		}
+		s.mu.Lock()
+		if !s.dropped {
+			for _, g := range s.offsets.Groups() {
+				for _, po := range s.offsets.Group(g) {
+					out = append(out, CommittedOffset{Group: g, TopicPartition: po.TopicPartition, Offset: po.Committed.Offset})
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
 // List lists the groups with a stored state.
 func List(ctx context.Context, store Store) (ListResponse, error) {
 	ids, err := store.GroupStates(ctx)

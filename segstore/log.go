@@ -490,7 +490,13 @@ func (l *Log) syncOnce() (logPosition, uint64, error) {
 			s.release()
 		}
 	}()
-	return tail, gen, l.syncFiles(sealed, active, dirDirty)
+	if l.opts.OnSync == nil {
+		return tail, gen, l.syncFiles(sealed, active, dirDirty)
+	}
+	start := l.opts.Now()
+	err := l.syncFiles(sealed, active, dirDirty)
+	l.opts.OnSync(l.opts.Now().Sub(start))
+	return tail, gen, err
 }
 
 // syncFiles fsyncs the sealed segments (log and index), the active

@@ -54,8 +54,14 @@ type Options struct {
 	Reopen *Log
 	// Logger receives recovery and retention events. Default: discard.
 	Logger hclog.Logger
-	// Now is the clock for segment age and retention. Default: time.Now.
+	// Now is the clock for segment age and retention, and for timing the
+	// fsyncs OnSync hears of. Default: time.Now.
 	Now func() time.Time
+	// OnSync, if set, is told how long each group-commit fsync of Sync
+	// took (the segments' files and the directory together; a failed one
+	// too), for the agent's metrics. It runs on the syncing goroutine,
+	// with no lock of the log held: it must be quick.
+	OnSync func(time.Duration)
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -156,6 +156,8 @@ type Deps struct {
 	// moves spaces the moves to preferred replicas of every replica of
 	// the agent; NewManager sets it, and without it no replica moves.
 	moves *moveLimiter
+	// Hooks hear of elections and ISR changes.
+	Hooks Hooks
 }
 
 // Coordinator is what the partitions ask of Consul: the metadata, the
@@ -440,6 +442,8 @@ func (r *Replica) handle(ev any) {
 		r.onHandoverRequest(ev)
 	case handoverReleased:
 		r.onHandoverReleased(ev)
+	case progressRequest:
+		r.onProgress(ev)
 	default:
 		panic(fmt.Sprintf("agent: replica event of unknown type %T", ev))
 	}

@@ -62,6 +62,7 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 	r.leaderTicker = time.NewTicker(leaderTick)
 	r.isrRetry = nil
 	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
+	r.deps.Hooks.leaderElected()
 	if r.deps.Durability == replicate.DurabilityFsync {
 		r.requestSync()
 	}
@@ -153,6 +154,7 @@ func (r *Replica) onISRResult(ev isrResult) {
 	case ev.err == nil:
 		err = r.leader.ISRCommitted(ev.proposal.ISR, ev.proposal.ELR, r.deps.Now())
 		r.log.Info("isr changed", "epoch", ev.proposal.Epoch, "isr", ev.proposal.ISR)
+		r.deps.Hooks.isrChanged()
 	case errors.Is(ev.err, election.ErrNotLeader):
 		r.stepDown(ev.err, false)
 		return

@@ -173,8 +173,10 @@ func TestStatusPage(t *testing.T) {
 	}
 	checkUIRoutes(t, n1)
 
-	// A steady trickle of writes through n2, so the page has rates to
-	// show; it goes on through the kill (failed writes are expected then).
+	// A steady trickle of writes through n2 and n1, and reads from n1, so
+	// the page has rates to show: records/s from every partition's log end,
+	// and n1's own produce and fetch bytes/s from its counters. It goes on
+	// through the kill (failed writes are expected then).
 	stop := make(chan struct{})
 	var writer sync.WaitGroup
 	writer.Go(func() {
@@ -184,7 +186,12 @@ func TestStatusPage(t *testing.T) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			n2.Produce(topic, i%partitions, ContentTypeNDJSON, []byte("\"tick\"\n\"tock\"\n"), "1", 2*time.Second)
+			via := n2
+			if i%2 == 1 {
+				via = n1
+				n1.Fetch(topic, i%partitions, 0, 1<<16, 0)
+			}
+			via.Produce(topic, i%partitions, ContentTypeNDJSON, []byte("\"tick\"\n\"tock\"\n"), "1", 2*time.Second)
 		}
 	})
 	stopWriter := sync.OnceFunc(func() { close(stop); writer.Wait() })
@@ -192,7 +199,7 @@ func TestStatusPage(t *testing.T) {
 
 	pg := openPage(t, browser, "http://"+n1.ClientAddr+"/ui/")
 	allUp := agentShows("n1", true) + " && " + agentShows("n2", true) + " && " + agentShows("n3", true)
-	pg.waitFor(30*time.Second, "three agents UP, the partitions led with a full ISR, and a produce rate", fmt.Sprintf(`(() => {
+	pg.waitFor(30*time.Second, "three agents UP, the partitions led with a full ISR, a produce rate and n1's byte rates", fmt.Sprintf(`(() => {
   if (!(%s)) return false;
   if (document.querySelectorAll('.agent').length !== 3) return false;
   const rows = document.querySelectorAll('section.topic[data-topic=%q] tbody tr');
@@ -208,6 +215,8 @@ func TestStatusPage(t *testing.T) {
   return document.getElementById('t-partitions').textContent === String(%d) &&
     document.getElementById('t-under').textContent === '0' &&
     /^[1-9][0-9,.]* rec\/s$/.test(document.getElementById('t-produce').textContent) &&
+    /^[1-9][0-9.]* (B|KiB|MiB)\/s$/.test(document.getElementById('t-produce-bytes').textContent) &&
+    /^[1-9][0-9.]* (B|KiB|MiB)\/s$/.test(document.getElementById('t-fetch-bytes').textContent) &&
     document.getElementById('banner').hidden;
 })()`, allUp, topic, partitions, partitions))
 	pg.screenshot("1-all-up.png")

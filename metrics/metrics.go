@@ -1,0 +1,209 @@
+package metrics
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Acks values, the acks label of the produce duration: what the client
+// API's acks parameter means, not how it was spelled (-1 is "all").
+const (
+	AcksAll    = "all"
+	AcksLeader = "1"
+	AcksNone   = "0"
+)
+
+// Bucket bounds, in seconds. An acks=all write on a healthy cluster takes
+// a fraction of a millisecond to a few; a fetch may long-poll up to 30 s
+// (its wait parameter); an fsync takes from tens of microseconds (a
+// battery-backed cache) to seconds (a struggling disk).
+var (
+	produceBuckets = prometheus.ExponentialBuckets(0.0001, 2, 18)  // 100 µs .. 13 s
+	fetchBuckets   = prometheus.ExponentialBuckets(0.0001, 2, 19)  // 100 µs .. 26 s, then +Inf
+	fsyncBuckets   = prometheus.ExponentialBuckets(0.00005, 2, 17) // 50 µs .. 3.3 s
+)
+
+// Metrics are one agent's instruments and the registry that serves them
+// with the per-partition figures of Sources. Every method is safe for
+// concurrent use.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	produceRecords *prometheus.CounterVec
+	produceBytes   *prometheus.CounterVec
+	fetchBytes     *prometheus.CounterVec
+	// topics caches each topic's counter children (*topicCounters), so
+	// that the produce and fetch paths do not hash label values.
+	topics sync.Map
+
+	produceAll, produceLeader, produceNone prometheus.Observer
+
+	fetchDuration   prometheus.Histogram
+	fsyncDuration   prometheus.Histogram
+	leaderElections prometheus.Counter
+	isrChanges      prometheus.Counter
+	errors          *prometheus.CounterVec
+}
+
+type topicCounters struct {
+	produceRecords, produceBytes, fetchBytes prometheus.Counter
+}
+
+// New registers the agent's instruments, the collector of src, and the Go
+// runtime's and the process's collectors on a registry of its own.
+func New(src Sources) *Metrics {
+	produceDuration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "logagent_produce_request_duration_seconds",
+		Help:    "Time from a produce request's arrival at the client API to its answer, by acks; forwarding to the leader included.",
+		Buckets: produceBuckets,
+	}, []string{"acks"})
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		produceRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "logagent_produce_records_total",
+			Help: "Records of the produce requests this agent's client API answered with success, by topic.",
+		}, []string{"topic"}),
+		produceBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "logagent_produce_bytes_total",
+			Help: "Bytes, as encoded batches, of the produce requests this agent's client API answered with success, by topic.",
+		}, []string{"topic"}),
+		fetchBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "logagent_fetch_bytes_total",
+			Help: "Body bytes (batches, or ndjson lines) of the fetch answers this agent's client API served from its own replicas, by topic; a proxied fetch counts at the agent that served it.",
+		}, []string{"topic"}),
+		fetchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "logagent_fetch_request_duration_seconds",
+			Help:    "Time from a fetch request's arrival at the client API to its answer, a long poll's wait included.",
+			Buckets: fetchBuckets,
+		}),
+		fsyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "logagent_fsync_duration_seconds",
+			Help:    "Duration of each group-commit fsync of a partition log (segments and directory), the one acknowledgements wait for.",
+			Buckets: fsyncBuckets,
+		}),
+		leaderElections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "logagent_leader_elections_total",
+			Help: "Partition leaderships this agent won and started leading.",
+		}),
+		isrChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "logagent_isr_changes_total",
+			Help: "ISR changes (shrinks and expansions) this agent proposed as a leader and Consul committed.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "logagent_errors_total",
+			Help: "Error answers of this agent's client API, by error code.",
+		}, []string{"code"}),
+	}
+	m.produceAll = produceDuration.WithLabelValues(AcksAll)
+	m.produceLeader = produceDuration.WithLabelValues(AcksLeader)
+	m.produceNone = produceDuration.WithLabelValues(AcksNone)
+	m.registry.MustRegister(
+		m.produceRecords, m.produceBytes, produceDuration, m.fetchBytes, m.fetchDuration, m.fsyncDuration,
+		m.leaderElections, m.isrChanges, m.errors,
+		newCollector(src),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Registry is the agent's registry, for tests and for serving it.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Handler serves the registry in the Prometheus text format (or a format
+// the scraper asks for), gzipped when the scraper accepts it. A collector
+// that fails leaves its series out rather than failing the scrape.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+func (m *Metrics) topic(topic string) *topicCounters {
+	if tc, ok := m.topics.Load(topic); ok {
+		return tc.(*topicCounters)
+	}
+	tc := &topicCounters{
+		produceRecords: m.produceRecords.WithLabelValues(topic),
+		produceBytes:   m.produceBytes.WithLabelValues(topic),
+		fetchBytes:     m.fetchBytes.WithLabelValues(topic),
+	}
+	actual, _ := m.topics.LoadOrStore(topic, tc)
+	return actual.(*topicCounters)
+}
+
+// Produced counts a produce request answered with success: its records
+// and the bytes of its batch.
+func (m *Metrics) Produced(topic string, records, bytes int) {
+	tc := m.topic(topic)
+	tc.produceRecords.Add(float64(records))
+	tc.produceBytes.Add(float64(bytes))
+}
+
+// ObserveProduce records how long a produce request with acks (AcksAll,
+// AcksLeader or AcksNone) took to answer.
+func (m *Metrics) ObserveProduce(acks string, d time.Duration) {
+	var o prometheus.Observer
+	switch acks {
+	case AcksAll:
+		o = m.produceAll
+	case AcksLeader:
+		o = m.produceLeader
+	case AcksNone:
+		o = m.produceNone
+	default:
+		return
+	}
+	o.Observe(d.Seconds())
+}
+
+// Fetched counts the bytes of a fetch answer served from a local replica.
+func (m *Metrics) Fetched(topic string, bytes int64) {
+	m.topic(topic).fetchBytes.Add(float64(bytes))
+}
+
+// Totals are the produce and fetch counters summed over every topic, for
+// the status page's rates.
+type Totals struct {
+	ProduceRecords, ProduceBytes, FetchBytes uint64
+}
+
+// Totals reads the produce and fetch counters of every topic.
+func (m *Metrics) Totals() Totals {
+	var t Totals
+	m.topics.Range(func(_, v any) bool {
+		tc := v.(*topicCounters)
+		t.ProduceRecords += counterValue(tc.produceRecords)
+		t.ProduceBytes += counterValue(tc.produceBytes)
+		t.FetchBytes += counterValue(tc.fetchBytes)
+		return true
+	})
+	return t
+}
+
+func counterValue(c prometheus.Counter) uint64 {
+	var d dto.Metric
+	if c.Write(&d) != nil {
+		return 0
+	}
+	return uint64(d.GetCounter().GetValue())
+}
+
+// ObserveFetch records how long a fetch request took to answer.
+func (m *Metrics) ObserveFetch(d time.Duration) { m.fetchDuration.Observe(d.Seconds()) }
+
+// ObserveFsync records one group-commit fsync.
+func (m *Metrics) ObserveFsync(d time.Duration) { m.fsyncDuration.Observe(d.Seconds()) }
+
+// LeaderElected counts a leadership this agent won and took up.
+func (m *Metrics) LeaderElected() { m.leaderElections.Inc() }
+
+// ISRChanged counts an ISR change this agent committed as a leader.
+func (m *Metrics) ISRChanged() { m.isrChanges.Inc() }
+
+// Error counts an error answer of the client API with its code.
+func (m *Metrics) Error(code string) { m.errors.WithLabelValues(code).Inc() }
