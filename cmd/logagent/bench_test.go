@@ -263,6 +263,8 @@ func TestBenchLimits(t *testing.T) {
 		WriteBytes  int     `json:"write_bytes"`
 		MBPerSecond float64 `json:"mb_per_second"`
 		Writes      int64   `json:"writes"`
+		Bytes       int64   `json:"bytes"`
+		Elapsed     float64 `json:"elapsed_seconds"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &results); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -272,7 +274,9 @@ func TestBenchLimits(t *testing.T) {
 		t.Fatalf("%d results, want %d:\n%s", len(results), len(want), out.String())
 	}
 	for i, r := range results {
-		if r.Name != want[i] || r.MBPerSecond <= 0 || r.Writes <= 0 {
+		// mb_per_second is rounded to 0.1: on a loaded host one slow
+		// fsync in the 50 ms makes it 0.0, so the raw figures are checked.
+		if r.Name != want[i] || r.Bytes <= 0 || r.Elapsed <= 0 || r.Writes <= 0 {
 			t.Errorf("result %d: %+v, want %s with positive figures", i, r, want[i])
 		}
 	}

@@ -498,8 +498,15 @@ func TestGroupJoinDoesNotPauseStayingPartitions(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no record of a staying partition was delivered during the rebalance")
 	}
-	if delay > 100*time.Millisecond {
-		t.Errorf("a record of a staying partition was delivered %v after it was acknowledged during the rebalance, over 100 ms", delay)
+	// A stop-the-world rebalance holds the staying partitions' records
+	// until the group settles (about a second); without one they arrive as
+	// fast as before the join. The bound is 100 ms, or half again what the
+	// same run measured before the join when the machine is slower than
+	// that (a loaded CI host: 564 ms once).
+	bound := max(100*time.Millisecond, baseDelay+baseDelay/2)
+	if delay > bound {
+		t.Errorf("a record of a staying partition was delivered %v after it was acknowledged during the rebalance, over %v (before the join: %v)",
+			delay, bound, baseDelay)
 	}
 	for _, gc := range []*groupConsumer{c1, c2, c3} {
 		if err := gc.stop(t); err != nil {
