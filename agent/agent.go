@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/logagent/logagent/agent/certs"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
@@ -103,6 +102,13 @@ type Agent struct {
 	// stopping is closed when the graceful stop begins; held requests end.
 	stopping chan struct{}
 
+	// clientToken, when set, is what every client API request but the
+	// health check carries (client.token_file).
+	clientToken []byte
+	// peerTLS and clientTLS hold the listeners' TLS material, nil without
+	// TLS; ReloadTLS swaps it.
+	peerTLS, clientTLS *certs.Store
+
 	peerToken    []byte
 	recordLimits record.Limits
 	decoders     sync.Pool
@@ -110,9 +116,11 @@ type Agent struct {
 	agents       *directory
 	replicas     *partition.Manager
 	// forwarder sends produces to other agents' peer APIs; fetchProxy
-	// streams fetches from leaders' client APIs.
+	// streams fetches from leaders' client APIs; clientAPIs asks leaders'
+	// client APIs for positions.
 	forwarder  *peer.Clients
 	fetchProxy *peer.Clients
+	clientAPIs *peer.Clients
 	// coalesce combines concurrent produces; nil when producer.linger is 0.
 	coalesce *coalescer
 	// lanes are the producer ids of this sidecar's own idempotent sends;
@@ -133,6 +141,12 @@ type Agent struct {
 func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 	a := &Agent{cfg: cfg, log: log, coord: coord, now: time.Now, stopping: make(chan struct{}), fs: segstore.OSFS{}}
 	a.waitingFor.Store("opening the data directory")
+	if cfg.Peer.TLS != nil {
+		a.peerTLS = certs.NewStore()
+	}
+	if cfg.Client.TLS != nil {
+		a.clientTLS = certs.NewStore()
+	}
 	a.recordLimits = record.Limits{
 		MaxBatchBytes:  maxBatchBytes(cfg),
 		MaxRecordBytes: int(cfg.Limits.MaxRecordBytes),
@@ -178,28 +192,12 @@ func durability(d config.Durability) replicate.Durability {
 	return replicate.DurabilityFsync
 }
 
-// readPeerToken reads peer.token_file; no file means no authentication.
-func readPeerToken(path string) ([]byte, error) {
-	if path == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("agent: peer token: %w", err)
-	}
-	token := bytes.TrimSpace(b)
-	if len(token) == 0 {
-		return nil, fmt.Errorf("agent: peer token file %s is empty", path)
-	}
-	return token, nil
-}
-
 func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 	return &partition.Deps{
 		Self:            a.cfg.NodeID,
 		Config:          a.cfg,
 		Coord:           a.coord,
-		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false),
+		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor()),
 		LookupAgent:     a.agents.lookup,
 		Log:             a.log,
 		Now:             a.now,
@@ -225,8 +223,17 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 // shutdown, release the data directory. ready, if not nil, is called once
 // the agent serves.
 func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
-	if a.peerToken, err = readPeerToken(a.cfg.Peer.TokenFile); err != nil {
+	if a.peerToken, err = readToken(a.cfg.Peer.TokenFile); err != nil {
 		return err
+	}
+	if a.clientToken, err = readToken(a.cfg.Client.TokenFile); err != nil {
+		return err
+	}
+	if err := a.loadTLS(); err != nil {
+		return err
+	}
+	for _, w := range a.cfg.Warnings() {
+		a.log.Warn(w)
 	}
 	dir, err := partition.OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
 	if err != nil {
@@ -279,15 +286,17 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	wg.Add(2)
 	// Out of descriptors, an accept fails until some are freed: the
 	// listeners wait and retry instead of ending the agent.
-	go serve("client", clientSrv, newRetryListener(clientLn, "client", a.log.Named("http"), a.now))
-	go serve("peer", peerSrv, newRetryListener(peerLn, "peer", a.log.Named("http"), a.now))
+	go serve("client", clientSrv, withTLS(newRetryListener(clientLn, "client", a.log.Named("http"), a.now), a.clientTLS))
+	go serve("peer", peerSrv, withTLS(newRetryListener(peerLn, "peer", a.log.Named("http"), a.now), a.peerTLS))
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
-		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
+		"peer_advertise", a.cfg.Peer.AdvertiseAddress, "client_tls", a.clientTLS != nil, "peer_tls", a.peerTLS != nil,
+		"client_token", len(a.clientToken) > 0, "peer_token", len(a.peerToken) > 0)
 
 	a.replicas = partition.NewManager(a.replicaDeps(dir.Path), dir.Path)
-	a.forwarder = peer.NewClients(string(a.peerToken), 64<<10, false)
-	a.fetchProxy = peer.NewClients("", fetchBodyLimit(a.cfg), true)
-	a.groupPeers = peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false)
+	a.forwarder = peer.NewClients(string(a.peerToken), 64<<10, false, a.peerTLSFor())
+	a.fetchProxy = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), true, a.clientAPITLSFor())
+	a.clientAPIs = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), false, a.clientAPITLSFor())
+	a.groupPeers = peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor())
 	a.groups = groupcoord.New(groupcoord.Config{
 		Partitions: a.cfg.Groups.OffsetsPartitions,
 		Host:       groupHost{a},
@@ -398,8 +407,10 @@ func (a *Agent) join(ctx context.Context) error {
 const agentsRefreshInterval = 10 * time.Second
 
 func (a *Agent) clientRoutes() *router {
-	rt := &router{}
-	rt.add(fasthttp.MethodGet, "/v1/health", a.handleHealth)
+	rt := &router{guard: requireToken(a.clientToken, "logagent", "client API requests need the token (client.token_file)")}
+	// Open without the token: systemd and load balancer probes carry none,
+	// and the answer tells only the agent's state and node id.
+	rt.addOpen(fasthttp.MethodGet, "/v1/health", a.handleHealth)
 	rt.add(fasthttp.MethodGet, "/v1/topics", a.handleListTopics)
 	rt.add(fasthttp.MethodPost, "/v1/topics", a.handleCreateTopic)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}", a.handleDescribeTopic)

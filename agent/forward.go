@@ -268,7 +268,7 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	ctx.Request.Header.CopyTo(&req.Header)
 	req.Header.Del(fasthttp.HeaderConnection)
 	req.Header.Set(wire.HeaderProxied, a.cfg.NodeID)
-	req.SetRequestURI("http://" + info.ClientAddr + string(ctx.Request.URI().RequestURI()))
+	a.fetchProxy.Address(req, info.ClientAddr, string(ctx.Request.URI().RequestURI()))
 	resp := fasthttp.AcquireResponse()
 	if err := a.fetchProxy.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
 		fasthttp.ReleaseResponse(resp)

@@ -86,9 +86,19 @@ type route struct {
 // read with pathParam. Unknown paths and methods get JSON errors.
 type router struct {
 	routes []route
+	// guard, when set, wraps the handler of every route added with add
+	// (the client token check); addOpen adds a route without it.
+	guard func(fasthttp.RequestHandler) fasthttp.RequestHandler
 }
 
 func (rt *router) add(method, pattern string, handler fasthttp.RequestHandler) {
+	if rt.guard != nil {
+		handler = rt.guard(handler)
+	}
+	rt.addOpen(method, pattern, handler)
+}
+
+func (rt *router) addOpen(method, pattern string, handler fasthttp.RequestHandler) {
 	rt.routes = append(rt.routes, route{method: method, pattern: splitPath(pattern), handler: handler})
 }
 

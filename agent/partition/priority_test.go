@@ -82,7 +82,7 @@ consul {
 		Self:            cfg.NodeID,
 		Config:          cfg,
 		Coord:           coord,
-		Peers:           peer.NewClients("", 1<<20, false),
+		Peers:           peer.NewClients("", 1<<20, false, nil),
 		LookupAgent:     func(string) (election.AgentInfo, bool) { return election.AgentInfo{}, false },
 		Log:             log,
 		Now:             now,

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,9 @@ type Clients struct {
 	// stream makes response bodies readers (proxied fetches) rather than
 	// buffers; maxBodySize is then enforced by the caller.
 	stream bool
+	// tlsFor, when not nil, makes every connection TLS, configured for the
+	// address it dials.
+	tlsFor TLSConfig
 
 	mu      sync.Mutex
 	clients map[string]*fasthttp.HostClient
@@ -55,11 +59,16 @@ const (
 	maxConns = 4096
 )
 
+// TLSConfig gives the TLS configuration of the connections to addr
+// (host:port).
+type TLSConfig func(addr string) *tls.Config
+
 // NewClients returns clients that send token (none if empty) and accept
 // answers of at most maxBodySize bytes; with stream, response bodies are
-// readers and the caller enforces maxBodySize (see MaxBodySize).
-func NewClients(token string, maxBodySize int, stream bool) *Clients {
-	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, clients: map[string]*fasthttp.HostClient{}}
+// readers and the caller enforces maxBodySize (see MaxBodySize). With
+// tlsFor, requests go over TLS (https); without, over plain TCP (http).
+func NewClients(token string, maxBodySize int, stream bool, tlsFor TLSConfig) *Clients {
+	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, tlsFor: tlsFor, clients: map[string]*fasthttp.HostClient{}}
 }
 
 // MaxBodySize is the bound on an answer's body.
@@ -87,21 +96,35 @@ func (p *Clients) Client(addr string) *fasthttp.HostClient {
 			// these GETs; anything else surfaces to the replica loop.
 			MaxIdemponentCallAttempts: 2,
 		}
+		if p.tlsFor != nil {
+			c.IsTLS, c.TLSConfig = true, p.tlsFor(addr)
+		}
 		p.clients[addr] = c
 	}
 	return c
 }
 
-// NewRequest is a GET of path at addr carrying the peer token; the caller
-// may change its method, and releases it.
+// NewRequest is a GET of path at addr carrying the token; the caller may
+// change its method, and releases it.
 func (p *Clients) NewRequest(addr, path string) *fasthttp.Request {
 	req := fasthttp.AcquireRequest()
 	req.Header.SetMethod(fasthttp.MethodGet)
-	req.SetRequestURI("http://" + addr + path)
+	p.Address(req, addr, path)
+	return req
+}
+
+// Address points req at requestURI (a path and query) on addr, with the
+// scheme its Client speaks, and sets the token, if any, in place of the
+// Authorization header req had.
+func (p *Clients) Address(req *fasthttp.Request, addr, requestURI string) {
+	scheme := "http://"
+	if p.tlsFor != nil {
+		scheme = "https://"
+	}
+	req.SetRequestURI(scheme + addr + requestURI)
 	if p.token != "" {
 		req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+p.token)
 	}
-	return req
 }
 
 // FetchAnswer is a leader's answer to a fetch: its positions and the
