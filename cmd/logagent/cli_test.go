@@ -33,6 +33,17 @@ peer {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	openClient := filepath.Join(dir, "open.hcl")
+	if err := os.WriteFile(openClient, []byte(`node_id = "n1"
+client {
+  address = "0.0.0.0:7070"
+}
+peer {
+  address = "127.0.0.1:7171"
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name      string
 		args      []string
@@ -44,8 +55,10 @@ peer {
 		{"shipped example", []string{"validate", "-config", "../../config/agent.hcl"}, 0, []string{"configuration valid: node", "durability fsync"}, nil, 0},
 		{"three mistakes", []string{"validate", "-config", threeMistakes}, 1, nil, []string{
 			threeMistakes + ":3:", threeMistakes + ":4:", threeMistakes + ":7:", "3 problem(s)"}, 3},
-		{"peer tls not built", []string{"validate", "-config", peerTLS}, 1, nil, []string{
-			peerTLS + ":3:", "TLS on the peer API is not supported yet", "1 problem(s)"}, 0},
+		{"peer tls incomplete", []string{"validate", "-config", peerTLS}, 1, nil, []string{
+			peerTLS + ":3:3: Invalid peer.tls: cert_file, key_file and ca_file are all required; missing: ca_file", "1 problem(s)"}, 0},
+		{"client API open", []string{"validate", "-config", openClient}, 0, []string{"configuration valid: node n1"}, []string{
+			"warning: client.address 0.0.0.0:7070 is not a loopback address and client.token_file is not set"}, 0},
 		{"no config", []string{"validate"}, 2, nil, []string{"-config is required"}, 0},
 		{"positional", []string{"validate", "-config", threeMistakes, "extra"}, 2, nil, []string{`unexpected argument "extra"`}, 0},
 		{"unknown command", []string{"frobnicate"}, 2, nil, []string{`unknown command "frobnicate"`}, 0},
