@@ -274,6 +274,12 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	httpLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	clientSrv := newServer(a.clientRoutes().handle, a.cfg.Limits.MaxRequestBytes, httpLog)
 	peerSrv := newServer(a.peerRoutes().handle, a.cfg.Limits.MaxRequestBytes, httpLog)
+	if a.clientTLS != nil {
+		clientSrv.WriteBufferSize = peer.TLSWriteBufferSize
+	}
+	if a.peerTLS != nil {
+		peerSrv.WriteBufferSize = peer.TLSWriteBufferSize
+	}
 
 	var wg sync.WaitGroup
 	serveErr := make(chan error, 2)

@@ -16,6 +16,10 @@ import (
 	"time"
 )
 
+// TLSWriteBufferSize is the write buffer of the Client's own transport
+// for an https address.
+const TLSWriteBufferSize = 16 << 10
+
 // DefaultAddr is the agent's default client API address (docs/design.md §10).
 const DefaultAddr = "http://127.0.0.1:7070"
 
@@ -97,6 +101,11 @@ func New(addr string, opts ...Option) (*Client, error) {
 		t.MaxIdleConnsPerHost = 64
 		if c.tls != nil {
 			t.TLSClientConfig = c.tls
+		}
+		if strings.HasPrefix(c.base, "https://") {
+			// Each flush of the write buffer is one TLS record: 16 KiB,
+			// a record's most, instead of net/http's 4 KiB.
+			t.WriteBufferSize = TLSWriteBufferSize
 		}
 		c.http = &http.Client{Transport: t}
 	}

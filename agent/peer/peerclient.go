@@ -59,6 +59,12 @@ const (
 	maxConns = 4096
 )
 
+// TLSWriteBufferSize is the write buffer of a TLS connection, server or
+// client: each flush is one TLS record and one write(2), and a record
+// holds at most 16 KiB (fasthttp's default buffer, 4 KiB, cut request and
+// answer bodies into 4 KiB records).
+const TLSWriteBufferSize = 16 << 10
+
 // TLSConfig gives the TLS configuration of the connections to addr
 // (host:port).
 type TLSConfig func(addr string) *tls.Config
@@ -98,6 +104,7 @@ func (p *Clients) Client(addr string) *fasthttp.HostClient {
 		}
 		if p.tlsFor != nil {
 			c.IsTLS, c.TLSConfig = true, p.tlsFor(addr)
+			c.WriteBufferSize = TLSWriteBufferSize
 		}
 		p.clients[addr] = c
 	}

@@ -98,9 +98,6 @@ func newAgentClient(f *agentFlags, hc *http.Client) (*client.Client, error) {
 	}
 	switch {
 	case hc != nil:
-		if tlsCfg != nil {
-			hc.Transport.(*http.Transport).TLSClientConfig = tlsCfg
-		}
 		opts = append(opts, client.WithHTTPClient(hc))
 	case tlsCfg != nil:
 		opts = append(opts, client.WithTLSConfig(tlsCfg))
@@ -108,6 +105,15 @@ func newAgentClient(f *agentFlags, hc *http.Client) (*client.Client, error) {
 	c, err := client.New(*f.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: -addr: %v", errUsage, err)
+	}
+	if hc != nil {
+		// The transport is unused until the first request: set up as the
+		// client's own is (client.New), for the address it resolved.
+		t := hc.Transport.(*http.Transport)
+		t.TLSClientConfig = tlsCfg
+		if strings.HasPrefix(c.Addr(), "https://") {
+			t.WriteBufferSize = client.TLSWriteBufferSize
+		}
 	}
 	return c, nil
 }
