@@ -91,3 +91,35 @@ peer {
 		})
 	}
 }
+
+// TestAgentFlagsRefused: token and TLS flags that cannot be used are bad
+// usage (exit 2), before any request.
+func TestAgentFlagsRefused(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"cert without key", []string{"status", "-cert-file", missing}, "-cert-file and -key-file go together"},
+		{"key without cert", []string{"topic", "list", "-key-file", missing}, "-cert-file and -key-file go together"},
+		{"token file missing", []string{"status", "-token-file", missing}, "-token-file: config: token file " + missing},
+		{"token file empty", []string{"status", "-token-file", empty}, "the file is empty"},
+		{"ca file missing", []string{"consume", "-topic", "t", "-ca-file", missing}, "-ca-file: config: CA file " + missing},
+		{"ca file not PEM", []string{"produce", "-topic", "t", "-ca-file", empty}, "no PEM certificate"},
+		{"key pair unreadable", []string{"status", "-cert-file", missing, "-key-file", missing}, "-cert-file, -key-file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(c.args, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), c.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errb.String(), c.want)
+			}
+		})
+	}
+}

@@ -131,6 +131,10 @@ type Cluster struct {
 	// its certificate.
 	CA     *pki.CA
 	CAFile string
+	// ClientCert, with Security.ClientCerts, is the harness's client
+	// certificate of the CA, also in ClientCertFile and ClientKeyFile.
+	ClientCert                    *pki.Leaf
+	ClientCertFile, ClientKeyFile string
 
 	security                       Security
 	peerTokenFile, clientTokenFile string

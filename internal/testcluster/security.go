@@ -19,10 +19,13 @@ import (
 type Security struct {
 	// PeerTLS is mutual TLS between agents (peer.tls).
 	PeerTLS bool
-	// ClientTLS serves the client API over TLS (client.tls, without a
-	// ca_file: no client certificates); the harness's own requests trust
-	// the CA.
+	// ClientTLS serves the client API over TLS (client.tls); the
+	// harness's own requests trust the CA.
 	ClientTLS bool
+	// ClientCerts, with ClientTLS, makes the client API require client
+	// certificates of the CA (client.tls.ca_file); the harness presents
+	// ClientCert.
+	ClientCerts bool
 	// PeerToken and ClientToken, when set, are written to the agents'
 	// peer.token_file and client.token_file; the harness's own requests
 	// carry the client token.
@@ -48,6 +51,14 @@ func (c *Cluster) setUpSecurity(s Security) {
 			t.Fatalf("testcluster: %v", err)
 		}
 		c.CA = ca
+		if s.ClientCerts {
+			if c.ClientCert, err = ca.Issue("testcluster harness", time.Now()); err != nil {
+				t.Fatalf("testcluster: %v", err)
+			}
+			if c.ClientCertFile, c.ClientKeyFile, err = c.ClientCert.Write(dir, "harness"); err != nil {
+				t.Fatalf("testcluster: %v", err)
+			}
+		}
 	}
 	for name, token := range map[string]string{"peer-token": s.PeerToken, "client-token": s.ClientToken} {
 		if token == "" {
@@ -65,15 +76,24 @@ func (c *Cluster) setUpSecurity(s Security) {
 	c.http = &http.Client{Timeout: 60 * time.Second, Transport: &tokenTransport{token: s.ClientToken, next: transport}}
 }
 
-// ClientTLSConfig trusts the cluster's CA (nil without one), for a client
-// of the agents' https client API.
+// ClientTLSConfig trusts the cluster's CA (nil without one) and presents
+// ClientCert (with Security.ClientCerts), for a client of the agents'
+// https client API.
 func (c *Cluster) ClientTLSConfig() *tls.Config {
 	if c.CA == nil {
 		return nil
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(c.CA.Cert)
-	return &tls.Config{RootCAs: roots}
+	cfg := &tls.Config{RootCAs: roots}
+	if c.ClientCert != nil {
+		pair, err := tls.X509KeyPair(c.ClientCert.CertPEM, c.ClientCert.KeyPEM)
+		if err != nil {
+			c.t.Fatalf("testcluster: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg
 }
 
 // Scheme is how the agents' client API is reached: "https" with
@@ -128,7 +148,11 @@ func (a *Agent) securityHCL() (peer, client string) {
 		peer += fmt.Sprintf("  token_file = %q\n", c.peerTokenFile)
 	}
 	if s.ClientTLS {
-		client += fmt.Sprintf("  tls {\n    cert_file = %q\n    key_file  = %q\n  }\n", a.CertFile, a.KeyFile)
+		ca := ""
+		if s.ClientCerts {
+			ca = fmt.Sprintf("    ca_file   = %q\n", c.CAFile)
+		}
+		client += fmt.Sprintf("  tls {\n    cert_file = %q\n    key_file  = %q\n%s  }\n", a.CertFile, a.KeyFile, ca)
 	}
 	if c.clientTokenFile != "" {
 		client += fmt.Sprintf("  token_file = %q\n", c.clientTokenFile)

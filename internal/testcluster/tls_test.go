@@ -308,20 +308,34 @@ func waitLog(t *testing.T, a *Agent, parts ...string) {
 	})
 }
 
-// TestClientTLSAndToken: a client API with TLS and a token refuses
-// requests without the token (401, the health check excepted) and
-// plaintext, and with it serves everything, fetches included: the body
-// that leaves through the TLS writer instead of sendfile is byte for byte
-// the log, with its Content-Length, served by the leader, by an in-sync
-// follower and through another agent's fetch proxy. The Go client and the
-// CLI work against it with the token and the CA.
+// TestClientTLSAndToken: a client API with TLS, client certificates and a
+// token refuses connections without a certificate of the CA, plaintext,
+// and requests without the token (401, the health check excepted), and
+// with them serves everything, fetches included: the body that leaves
+// through the TLS writer instead of sendfile is byte for byte the log, with
+// its Content-Length, served by the leader, by an in-sync follower and
+// through another agent's fetch proxy (which presents its peer
+// certificate). The Go client and the CLI work against it with the token,
+// the CA and a client certificate.
 func TestClientTLSAndToken(t *testing.T) {
 	const token = "client-s3cret"
-	c := Start(t, Options{Security: Security{PeerTLS: true, ClientTLS: true, ClientToken: token}})
+	c := Start(t, Options{Security: Security{PeerTLS: true, ClientTLS: true, ClientCerts: true, ClientToken: token}})
 	leader, _ := createReplicatedTopic(t, c, "ctls")
 	follower := otherAgent(t, c, leader)
-	hc := tlsClient(c.CA, nil)
+	hc := tlsClient(c.CA, c.ClientCert)
 	base := "https://" + leader.ClientAddr
+
+	t.Run("client certificate required", func(t *testing.T) {
+		rogueCA, err := pki.NewCA("rogue CA", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, cert := range map[string]*pki.Leaf{"none": nil, "of another CA": issue(t, rogueCA, "app")} {
+			if status, _, err := getWith(tlsClient(c.CA, cert), base+"/v1/health", token); err == nil {
+				t.Fatalf("client certificate %s: answered %d, want the handshake refused", name, status)
+			}
+		}
+	})
 
 	t.Run("without the token", func(t *testing.T) {
 		for _, path := range []string{"/v1/topics", "/v1/status", "/v1/topics/ctls", "/v1/topics/ctls/partitions/0/records?offset=0"} {
@@ -450,13 +464,14 @@ func TestClientTLSAndToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		addr := "https://" + follower.ClientAddr
-		runCLI(t, "one\ntwo\n", "produce", "-addr", addr, "-ca-file", c.CAFile, "-token-file", tokenFile, "-topic", "ctls-one", "-partition", "0")
-		out := runCLI(t, "", "consume", "-addr", addr, "-ca-file", c.CAFile, "-token-file", tokenFile, "-topic", "ctls-one", "-partition", "0", "-from", "64")
+		tlsFlags := []string{"-addr", addr, "-ca-file", c.CAFile, "-cert-file", c.ClientCertFile, "-key-file", c.ClientKeyFile}
+		runCLI(t, "one\ntwo\n", append([]string{"produce", "-token-file", tokenFile, "-topic", "ctls-one", "-partition", "0"}, tlsFlags...)...)
+		out := runCLI(t, "", append([]string{"consume", "-token-file", tokenFile, "-topic", "ctls-one", "-partition", "0", "-from", "64"}, tlsFlags...)...)
 		if out != "one\ntwo\n" {
 			t.Fatalf("consume over TLS with the token: %q", out)
 		}
 		t.Setenv("LOGAGENT_TOKEN", token)
-		if out := runCLI(t, "", "topic", "list", "-addr", addr, "-ca-file", c.CAFile); !strings.Contains(out, "ctls-one") {
+		if out := runCLI(t, "", append([]string{"topic", "list"}, tlsFlags...)...); !strings.Contains(out, "ctls-one") {
 			t.Fatalf("topic list with $LOGAGENT_TOKEN: %q", out)
 		}
 	})
