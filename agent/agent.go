@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/logagent/logagent/agent/certs"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
@@ -125,6 +124,13 @@ type Agent struct {
 	// one the handover refused is not answered with that refusal.
 	retriesUntil atomic.Pointer[time.Time]
 
+	// clientToken, when set, is what every client API request but the
+	// health check carries (client.token_file).
+	clientToken []byte
+	// peerTLS and clientTLS hold the listeners' TLS material, nil without
+	// TLS; ReloadTLS swaps it.
+	peerTLS, clientTLS *certs.Store
+
 	peerToken    []byte
 	recordLimits record.Limits
 	decoders     sync.Pool
@@ -132,9 +138,11 @@ type Agent struct {
 	agents       *directory
 	replicas     *partition.Manager
 	// forwarder sends produces to other agents' peer APIs; fetchProxy
-	// streams fetches from leaders' client APIs.
+	// streams fetches from leaders' client APIs; clientAPIs asks leaders'
+	// client APIs for positions.
 	forwarder  *peer.Clients
 	fetchProxy *peer.Clients
+	clientAPIs *peer.Clients
 	// coalesce combines concurrent produces; nil when producer.linger is 0.
 	coalesce *coalescer
 	// lanes are the producer ids of this sidecar's own idempotent sends;
@@ -157,6 +165,12 @@ type Agent struct {
 func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 	a := &Agent{cfg: cfg, log: log, coord: coord, now: time.Now, stopping: make(chan struct{}), fs: segstore.OSFS{}}
 	a.waitingFor.Store("opening the data directory")
+	if cfg.Peer.TLS != nil {
+		a.peerTLS = certs.NewStore()
+	}
+	if cfg.Client.TLS != nil {
+		a.clientTLS = certs.NewStore()
+	}
 	a.recordLimits = record.Limits{
 		MaxBatchBytes:  maxBatchBytes(cfg),
 		MaxRecordBytes: int(cfg.Limits.MaxRecordBytes),
@@ -203,28 +217,12 @@ func durability(d config.Durability) replicate.Durability {
 	return replicate.DurabilityFsync
 }
 
-// readPeerToken reads peer.token_file; no file means no authentication.
-func readPeerToken(path string) ([]byte, error) {
-	if path == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("agent: peer token: %w", err)
-	}
-	token := bytes.TrimSpace(b)
-	if len(token) == 0 {
-		return nil, fmt.Errorf("agent: peer token file %s is empty", path)
-	}
-	return token, nil
-}
-
 func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 	return &partition.Deps{
 		Self:            a.cfg.NodeID,
 		Config:          a.cfg,
 		Coord:           a.coord,
-		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false),
+		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor()),
 		LookupAgent:     a.agents.lookup,
 		Log:             a.log,
 		Now:             a.now,
@@ -252,8 +250,17 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 // shutdown, release the data directory. ready, if not nil, is called once
 // the agent serves.
 func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
-	if a.peerToken, err = readPeerToken(a.cfg.Peer.TokenFile); err != nil {
+	if a.peerToken, err = readToken(a.cfg.Peer.TokenFile); err != nil {
 		return err
+	}
+	if a.clientToken, err = readToken(a.cfg.Client.TokenFile); err != nil {
+		return err
+	}
+	if err := a.loadTLS(); err != nil {
+		return err
+	}
+	for _, w := range a.cfg.Warnings() {
+		a.log.Warn(w)
 	}
 	dir, err := partition.OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
 	if err != nil {
@@ -295,6 +302,12 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	clientRt, peerRt := a.clientRoutes(), a.peerRoutes()
 	clientSrv := newServer(clientRt, a.closeWhenStopping(clientRt.handle), a.cfg.Limits.MaxRequestBytes, httpLog)
 	peerSrv := newServer(peerRt, a.closeWhenStopping(peerRt.handle), a.cfg.Limits.MaxRequestBytes, httpLog)
+	if a.clientTLS != nil {
+		clientSrv.WriteBufferSize = peer.TLSWriteBufferSize
+	}
+	if a.peerTLS != nil {
+		peerSrv.WriteBufferSize = peer.TLSWriteBufferSize
+	}
 
 	var wg sync.WaitGroup
 	serveErr := make(chan error, 2)
@@ -307,15 +320,17 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	wg.Add(2)
 	// Out of descriptors, an accept fails until some are freed: the
 	// listeners wait and retry instead of ending the agent.
-	go serve("client", clientSrv, newRetryListener(clientLn, "client", a.log.Named("http"), a.now))
-	go serve("peer", peerSrv, newRetryListener(peerLn, "peer", a.log.Named("http"), a.now))
+	go serve("client", clientSrv, withTLS(newRetryListener(clientLn, "client", a.log.Named("http"), a.now), a.clientTLS))
+	go serve("peer", peerSrv, withTLS(newRetryListener(peerLn, "peer", a.log.Named("http"), a.now), a.peerTLS))
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
-		"peer_advertise", a.cfg.Peer.AdvertiseAddress)
+		"peer_advertise", a.cfg.Peer.AdvertiseAddress, "client_tls", a.clientTLS != nil, "peer_tls", a.peerTLS != nil,
+		"client_token", len(a.clientToken) > 0, "peer_token", len(a.peerToken) > 0)
 
 	a.replicas = partition.NewManager(a.replicaDeps(dir.Path), dir.Path)
-	a.forwarder = newForwarder(a.peerToken)
-	a.fetchProxy = peer.NewClients("", fetchBodyLimit(a.cfg), true)
-	a.groupPeers = peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false)
+	a.forwarder = newForwarder(a.peerToken, a.peerTLSFor())
+	a.fetchProxy = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), true, a.clientAPITLSFor())
+	a.clientAPIs = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), false, a.clientAPITLSFor())
+	a.groupPeers = peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor())
 	a.groups = groupcoord.New(groupcoord.Config{
 		Partitions: a.cfg.Groups.OffsetsPartitions,
 		Host:       groupHost{a},
@@ -446,8 +461,11 @@ func (a *Agent) join(ctx context.Context) error {
 const agentsRefreshInterval = 10 * time.Second
 
 func (a *Agent) clientRoutes() *router {
-	rt := &router{onError: a.metrics.Error}
-	rt.add(fasthttp.MethodGet, "/v1/health", a.handleHealth)
+	rt := &router{onError: a.metrics.Error,
+		guard: requireToken(a.clientToken, "logagent", "client API requests need the token (client.token_file)")}
+	// Open without the token: systemd and load balancer probes carry none,
+	// and the answer tells only the agent's state and node id.
+	rt.addOpen(fasthttp.MethodGet, "/v1/health", a.handleHealth)
 	rt.add(fasthttp.MethodGet, "/metrics", a.metricsHandler())
 	rt.add(fasthttp.MethodGet, "/v1/topics", a.handleListTopics)
 	rt.add(fasthttp.MethodPost, "/v1/topics", a.handleCreateTopic)
@@ -468,9 +486,12 @@ func (a *Agent) clientRoutes() *router {
 	// The status page: the router ignores a trailing slash, so "/ui" takes
 	// "/ui/" too and the page's handler tells them apart; it answers 404
 	// for any file it does not have.
+	// The page's own files hold no data and are open, so a browser, which
+	// cannot send the bearer token by itself, loads the page; the page asks
+	// for the token when its state answers 401 and sends it from then on.
 	page := ui.New(newUISource(a))
-	rt.add(fasthttp.MethodGet, ui.PathRedirect, page.Serve)
-	rt.add(fasthttp.MethodGet, "/ui/{file}", page.Serve)
+	rt.addOpen(fasthttp.MethodGet, ui.PathRedirect, page.Serve)
+	rt.addOpen(fasthttp.MethodGet, "/ui/{file}", page.Serve)
 	rt.add(fasthttp.MethodGet, ui.PathState, page.Serve)
 	if a.cfg.Client.Pprof {
 		rt.add(fasthttp.MethodGet, "/debug/pprof", pprofhandler.PprofHandler)

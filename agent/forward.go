@@ -54,8 +54,8 @@ const (
 // rolling restart) is sent again at once on a new connection when its
 // batches are idempotent, which the leader answers as a duplicate if it did
 // append them; a plain one stays an unknown outcome.
-func newForwarder(token []byte) *peer.Clients {
-	c := peer.NewClients(string(token), 64<<10, false)
+func newForwarder(token []byte, tlsFor peer.TLSConfig) *peer.Clients {
+	c := peer.NewClients(string(token), 64<<10, false, tlsFor)
 	c.ResendClosed(idempotentForward)
 	return c
 }
@@ -288,7 +288,7 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	ctx.Request.Header.CopyTo(&req.Header)
 	req.Header.Del(fasthttp.HeaderConnection)
 	req.Header.Set(wire.HeaderProxied, a.cfg.NodeID)
-	req.SetRequestURI("http://" + info.ClientAddr + string(ctx.Request.URI().RequestURI()))
+	a.fetchProxy.Address(req, info.ClientAddr, string(ctx.Request.URI().RequestURI()))
 	resp := fasthttp.AcquireResponse()
 	if err := a.fetchProxy.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
 		fasthttp.ReleaseResponse(resp)

@@ -148,11 +148,11 @@ func (h groupHost) Positions(ctx context.Context, tp group.TopicPartition) (int6
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI("http://" + info.ClientAddr + "/v1/topics/" + tp.Topic + "/partitions/" + strconv.Itoa(p) + "/records?offset=latest&max_bytes=1")
+	h.a.clientAPIs.Address(req, info.ClientAddr, "/v1/topics/"+tp.Topic+"/partitions/"+strconv.Itoa(p)+"/records?offset=latest&max_bytes=1")
 	req.Header.Set(wire.HeaderProxied, h.a.cfg.NodeID)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if err := h.a.groupPeers.Client(info.ClientAddr).DoTimeout(req, resp, peerCallTimeout); err != nil {
+	if err := h.a.clientAPIs.Client(info.ClientAddr).DoTimeout(req, resp, peerCallTimeout); err != nil {
 		return 0, 0, fmt.Errorf("leader %s of %v unreachable: %w", pm.State.Leader, tp, err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {

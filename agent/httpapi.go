@@ -96,9 +96,19 @@ type router struct {
 	// handler: serverError) wrote. An answer relayed unchanged from
 	// another agent (a proxied fetch) is not one: that agent counts it.
 	onError func(code string)
+	// guard, when set, wraps the handler of every route added with add
+	// (the client token check); addOpen adds a route without it.
+	guard func(fasthttp.RequestHandler) fasthttp.RequestHandler
 }
 
 func (rt *router) add(method, pattern string, handler fasthttp.RequestHandler) {
+	if rt.guard != nil {
+		handler = rt.guard(handler)
+	}
+	rt.addOpen(method, pattern, handler)
+}
+
+func (rt *router) addOpen(method, pattern string, handler fasthttp.RequestHandler) {
 	rt.routes = append(rt.routes, route{method: method, pattern: splitPath(pattern), handler: handler})
 }
 

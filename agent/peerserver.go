@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"crypto/subtle"
 	"errors"
 	"math"
 	"time"
@@ -19,19 +18,7 @@ import (
 // request must carry "Authorization: Bearer <token>" (compared in constant
 // time), or it gets 401 unauthorized.
 func (a *Agent) requirePeerToken(h fasthttp.RequestHandler) fasthttp.RequestHandler {
-	if len(a.peerToken) == 0 {
-		return h
-	}
-	want := append([]byte("Bearer "), a.peerToken...)
-	return func(ctx *fasthttp.RequestCtx) {
-		got := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="logagent peer API"`)
-			writeError(ctx, fasthttp.StatusUnauthorized, wire.CodeUnauthorized, "peer API requests need the shared token (peer.token_file)", false)
-			return
-		}
-		h(ctx)
-	}
+	return requireToken(a.peerToken, "logagent peer API", "peer API requests need the shared token (peer.token_file)")(h)
 }
 
 // peerReplica finds the replica a peer request names, or answers for it.

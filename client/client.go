@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,10 @@ import (
 	"strings"
 	"time"
 )
+
+// TLSWriteBufferSize is the write buffer of the Client's own transport
+// for an https address.
+const TLSWriteBufferSize = 16 << 10
 
 // DefaultAddr is the agent's default client API address (docs/design.md §10).
 const DefaultAddr = "http://127.0.0.1:7070"
@@ -39,6 +44,10 @@ type Client struct {
 	base  string // scheme://host[:port], without a trailing slash
 	http  *http.Client
 	clock Clock
+	// token, when set, goes with every request as a bearer token.
+	token string
+	// tls configures the Client's own transport for https.
+	tls *tls.Config
 }
 
 // Option configures a Client.
@@ -47,6 +56,17 @@ type Option func(*Client)
 // WithHTTPClient makes the Client send its requests with h. The Client never
 // relies on h.Timeout: it bounds each request itself, long polls included.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithToken makes every request carry "Authorization: Bearer <token>", as
+// an agent with client.token_file requires (GET /v1/health excepted).
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithTLSConfig is the TLS of the Client's own transport, for an https
+// address: the CA that verifies the agent (RootCAs; the system's roots
+// when nil), a client certificate for an agent whose client.tls names a
+// ca_file. It cannot go with WithHTTPClient: configure that client's
+// transport instead.
+func WithTLSConfig(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
 
 // WithClock gives the Client, and the producers and consumers made from it,
 // the time source they use for timestamps, linger, backoff and deadlines.
@@ -71,11 +91,22 @@ func New(addr string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	if c.http != nil && c.tls != nil {
+		return nil, fmt.Errorf("%w: WithTLSConfig with WithHTTPClient: set the TLS config on the http.Client's transport", ErrInvalidOption)
+	}
 	if c.http == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		// An idempotent producer may have up to five requests per
 		// partition in flight, and each consumer holds one long poll.
 		t.MaxIdleConnsPerHost = 64
+		if c.tls != nil {
+			t.TLSClientConfig = c.tls
+		}
+		if strings.HasPrefix(c.base, "https://") {
+			// Each flush of the write buffer is one TLS record: 16 KiB,
+			// a record's most, instead of net/http's 4 KiB.
+			t.WriteBufferSize = TLSWriteBufferSize
+		}
 		c.http = &http.Client{Transport: t}
 	}
 	return c, nil
@@ -124,6 +155,9 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	req, err := http.NewRequestWithContext(ctx, method, u, r)
 	if err != nil {
 		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	return req, nil
 }

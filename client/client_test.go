@@ -2,10 +2,14 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -336,5 +340,63 @@ func TestBackoffDelay(t *testing.T) {
 		if got := b.delay(c.attempt, c.retryAfter); got != c.want {
 			t.Errorf("%s: delay(%d, %v) = %v, want %v", c.name, c.attempt, c.retryAfter, got, c.want)
 		}
+	}
+}
+
+// TestTokenAndTLS: WithToken puts the bearer token on every request,
+// WithTLSConfig is what verifies an https agent, and a 401 is
+// ErrUnauthorized.
+func TestTokenAndTLS(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":{"code":"unauthorized","message":"client API requests need the token","retriable":false}}`))
+			return
+		}
+		w.Write([]byte(`{"topics":["a"]}`))
+	}))
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	ctx := context.Background()
+
+	c, err := New(srv.URL, WithToken("s3cret"), WithTLSConfig(&tls.Config{RootCAs: roots}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topics, err := c.ListTopics(ctx); err != nil || len(topics) != 1 || topics[0].Name != "a" {
+		t.Fatalf("ListTopics = %v, %v", topics, err)
+	}
+
+	wrong, err := New(srv.URL, WithToken("guess"), WithTLSConfig(&tls.Config{RootCAs: roots}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wrong.ListTopics(ctx); !errors.Is(err, ErrUnauthorized) || IsRetriable(err) {
+		t.Fatalf("wrong token: %v, want ErrUnauthorized, not retriable", err)
+	}
+
+	untrusting, err := New(srv.URL, WithToken("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unknownAuthority x509.UnknownAuthorityError
+	if _, err := untrusting.ListTopics(ctx); !errors.As(err, &unknownAuthority) {
+		t.Fatalf("without the agent's CA: %v, want x509.UnknownAuthorityError", err)
+	}
+	mu.Lock()
+	if want := []string{"Bearer s3cret", "Bearer guess"}; !slices.Equal(seen, want) {
+		t.Errorf("Authorization headers %q, want %q", seen, want)
+	}
+	mu.Unlock()
+
+	if _, err := New(srv.URL, WithTLSConfig(&tls.Config{}), WithHTTPClient(http.DefaultClient)); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("WithTLSConfig with WithHTTPClient = %v, want ErrInvalidOption", err)
 	}
 }

@@ -47,6 +47,7 @@ const (
 	CodeOffsetBeyondHighWatermark    = wire.CodeOffsetBeyondHighWatermark
 	CodeGroupNotEmpty                = wire.CodeGroupNotEmpty
 	CodeCoordinatorNotAvailable      = wire.CodeCoordinatorNotAvailable
+	CodeUnauthorized                 = wire.CodeUnauthorized
 )
 
 // Sentinels matched (errors.Is) by an *Error with the corresponding code.
@@ -86,6 +87,10 @@ var (
 	ErrOffsetBeyondHighWatermark = errors.New("client: offset beyond the high watermark")
 	ErrGroupNotEmpty             = errors.New("client: group not empty")
 	ErrCoordinatorNotAvailable   = errors.New("client: group coordinator not available")
+
+	// ErrUnauthorized: the agent's client API wants a token (WithToken)
+	// and the request carried none, or another.
+	ErrUnauthorized = errors.New("client: unauthorized: missing or wrong token")
 )
 
 var codeSentinels = map[string]error{
@@ -110,6 +115,7 @@ var codeSentinels = map[string]error{
 	CodeOffsetBeyondHighWatermark: ErrOffsetBeyondHighWatermark,
 	CodeGroupNotEmpty:             ErrGroupNotEmpty,
 	CodeCoordinatorNotAvailable:   ErrCoordinatorNotAvailable,
+	CodeUnauthorized:              ErrUnauthorized,
 }
 
 // ErrOutcomeUnknown is matched by the error of a write that may or may not

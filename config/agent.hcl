@@ -19,16 +19,31 @@
 data_dir = "/var/lib/logagent"
 
 # trace, debug, info, warn or error. SIGHUP re-reads the configuration and
-# applies a changed log_level; other changes need a restart.
+# applies a changed log_level and the TLS files; other changes need a restart.
 log_level = "info"
 
 # Log as JSON lines instead of text.
 log_json = false
 
-# The sidecar API that applications use (docs/design.md §8). Keep it on loopback:
-# it has no authentication.
+# The sidecar API that applications use (docs/design.md §8). Keep it on
+# loopback unless it has a token (and TLS): the agent warns when it listens
+# beyond loopback without one.
 client {
   address = "127.0.0.1:7070"
+
+  # A file holding a bearer token. When set, every request but GET
+  # /v1/health must carry "Authorization: Bearer <token>" (401 otherwise).
+  # Empty means no authentication. Read at start; a change needs a restart.
+  # token_file = "/etc/logagent.d/tls/client-token"
+
+  # HTTPS on the client API: the certificate (PEM, leaf first) and its key;
+  # with ca_file, clients must present a certificate that CA signed. SIGHUP
+  # loads the files again. See docs/operations.md, "TLS and tokens".
+  # tls {
+  #   cert_file = "/etc/logagent.d/tls/host-1.pem"
+  #   key_file  = "/etc/logagent.d/tls/host-1-key.pem"
+  #   ca_file   = "/etc/logagent.d/tls/ca.pem"
+  # }
 
   # Serve Go's runtime profiles at /debug/pprof/ on this address (CPU,
   # heap, allocations, goroutines, execution traces; mutex and block
@@ -51,8 +66,16 @@ peer {
   # "Authorization: Bearer <secret>". Empty means no authentication.
   token_file = ""
 
-  # TLS on the peer API is not supported yet: a tls block is refused.
-  # Peer traffic is plaintext; keep the peer network private.
+  # Mutual TLS between agents: the listener and this agent's peer clients
+  # present cert_file (it needs both serverAuth and clientAuth uses, and the
+  # advertised address among its names) and accept only certificates that
+  # ca_file signed. All three files are required. SIGHUP loads them again.
+  # Without it peer traffic is plaintext: keep the peer network private.
+  # tls {
+  #   cert_file = "/etc/logagent.d/tls/host-1.pem"
+  #   key_file  = "/etc/logagent.d/tls/host-1-key.pem"
+  #   ca_file   = "/etc/logagent.d/tls/ca.pem"
+  # }
 }
 
 # How the agent reaches Consul. Keys left out fall back to the CONSUL_*
@@ -64,7 +87,7 @@ consul {
   # scheme     = "http"
   # datacenter = "dc1"
   # token      = ""      # or token_file; see docs/operations.md for the ACL policy
-  # token_file = "/etc/logagent.d/consul-token"
+  # token_file = "/etc/logagent.d/consul-token"   # an empty file is refused
   # ca_file    = ""
   # cert_file  = ""
   # key_file   = ""

@@ -34,6 +34,12 @@ type Client struct {
 	// Pprof serves Go's runtime profiles (net/http/pprof) under
 	// /debug/pprof/ on the client address.
 	Pprof bool
+	// TLS, when not nil, serves the client API over TLS; with a CAFile,
+	// clients must present a certificate it signed.
+	TLS *TLS
+	// TokenFile, when set, holds the bearer token every client API request
+	// but GET /v1/health must carry.
+	TokenFile string
 }
 
 // Peer is the listener other agents use.
@@ -43,6 +49,10 @@ type Peer struct {
 	// when Address names a specific host.
 	AdvertiseAddress string
 	TokenFile        string
+	// TLS, when not nil, is mutual TLS between agents: the listener and the
+	// peer clients present CertFile and accept only certificates CAFile
+	// signed.
+	TLS *TLS
 }
 
 // Consul says how to reach Consul and how the agent uses it.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -208,7 +209,6 @@ func TestInvalid(t *testing.T) {
 		{"rebalance switch not a bool", "replication {\n  auto_leader_rebalance = \"sometimes\"\n}\n", 2, "Unsuitable value type"},
 		{"record above request", "limits {\n  max_record_bytes = \"32MiB\"\n}\n", 2, "above limits.max_request_bytes"},
 		{"advertise unspecified", "peer {\n  advertise_address = \"0.0.0.0:7171\"\n}\n", 2, "must name a host"},
-		{"tls not supported yet", "peer {\n  tls {\n    cert_file = \"c.pem\"\n    key_file = \"k.pem\"\n  }\n}\n", 2, "TLS on the peer API is not supported yet"},
 		{"syntax error", "storage {\n  durability = \n}\n", 2, "Invalid expression"},
 	}
 	for _, c := range cases {
@@ -325,7 +325,9 @@ func TestConsulEnvironment(t *testing.T) {
 		t.Errorf("CONSUL_* ignored: address %q token %q", cfg.Consul.API.Address, cfg.Consul.API.Token)
 	}
 
-	p := writeFile(t, t.TempDir(), "c.hcl", "consul {\n  address = \"127.0.0.1:18500\"\n  token_file = \"/etc/token\"\n}\n")
+	dir := t.TempDir()
+	token := writeFile(t, dir, "token", "from-file\n")
+	p := writeFile(t, dir, "c.hcl", fmt.Sprintf("consul {\n  address = \"127.0.0.1:18500\"\n  token_file = %q\n}\n", token))
 	cfg, err = LoadWith(testEnv(), p)
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +335,7 @@ func TestConsulEnvironment(t *testing.T) {
 	if cfg.Consul.API.Address != "127.0.0.1:18500" {
 		t.Errorf("file address did not override CONSUL_HTTP_ADDR: %q", cfg.Consul.API.Address)
 	}
-	if cfg.Consul.API.Token != "" || cfg.Consul.API.TokenFile != "/etc/token" {
+	if cfg.Consul.API.Token != "" || cfg.Consul.API.TokenFile != token {
 		t.Errorf("token_file should replace the environment's token: token %q file %q", cfg.Consul.API.Token, cfg.Consul.API.TokenFile)
 	}
 }

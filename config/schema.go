@@ -27,8 +27,10 @@ type fileGroups struct {
 }
 
 type fileClient struct {
-	Address *string `hcl:"address,optional"`
-	Pprof   *bool   `hcl:"pprof,optional"`
+	Address   *string  `hcl:"address,optional"`
+	Pprof     *bool    `hcl:"pprof,optional"`
+	TokenFile *string  `hcl:"token_file,optional"`
+	TLS       *fileTLS `hcl:"tls,block"`
 }
 
 type filePeer struct {

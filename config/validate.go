@@ -175,7 +175,7 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.Client.Pprof = f.Client.Pprof != nil && *f.Client.Pprof
 
 	c.Peer.Address = v.address("peer.address", f.Peer.Address)
-	c.Peer.TokenFile = str(f.Peer.TokenFile)
+	c.Peer.TokenFile = v.tokenFile("peer.token_file", f.Peer.TokenFile)
 	if f.Peer.AdvertiseAddress != nil {
 		c.Peer.AdvertiseAddress = v.address("peer.advertise_address", f.Peer.AdvertiseAddress)
 		if host, _, err := net.SplitHostPort(c.Peer.AdvertiseAddress); err == nil && isUnspecified(host) {
@@ -190,12 +190,9 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 			c.Peer.AdvertiseAddress = net.JoinHostPort(ip.String(), port)
 		}
 	}
-	// The block parses, so that a file written for a later version gets
-	// this diagnostic at its line rather than "unsupported block"; a setting
-	// that does nothing is refused, never ignored.
-	if f.Peer.TLS != nil {
-		v.errorf("peer.tls", "TLS on the peer API is not supported yet: remove the tls block (peer traffic is plaintext; use peer.token_file for authentication and keep the peer network private)")
-	}
+	c.Peer.TLS = v.tlsBlock("peer.tls", f.Peer.TLS, true)
+	c.Client.TLS = v.tlsBlock("client.tls", f.Client.TLS, false)
+	c.Client.TokenFile = v.tokenFile("client.token_file", f.Client.TokenFile)
 
 	c.Consul = v.consul(f.Consul)
 	c.Storage = v.storage(f.Storage)
@@ -261,7 +258,9 @@ func (v *validator) consul(f *fileConsul) Consul {
 		c.API.Token, c.API.TokenFile = *f.Token, ""
 	}
 	if f.TokenFile != nil {
-		c.API.TokenFile, c.API.Token = *f.TokenFile, ""
+		// Consul's client reads the file itself, and takes an empty one
+		// for no token at all (the anonymous token): refuse that here.
+		c.API.TokenFile, c.API.Token = v.tokenFile("consul.token_file", f.TokenFile), ""
 	}
 	if f.CAFile != nil {
 		c.API.TLSConfig.CAFile = *f.CAFile

@@ -49,7 +49,7 @@ func startManager(t *testing.T, srv *consultest.Server, node, extraHCL string, n
 		Self:            cfg.NodeID,
 		Config:          cfg,
 		Coord:           coord,
-		Peers:           peer.NewClients("", 1<<20, false),
+		Peers:           peer.NewClients("", 1<<20, false, nil),
 		LookupAgent:     func(string) (election.AgentInfo, bool) { return election.AgentInfo{}, false },
 		Log:             log,
 		Now:             now,

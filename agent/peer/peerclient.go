@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,9 @@ type Clients struct {
 	// resendClosed, when set, says which requests may be sent again after
 	// their pooled connection turned out closed (ResendClosed).
 	resendClosed func(*fasthttp.Request) bool
+	// tlsFor, when not nil, makes every connection TLS, configured for the
+	// address it dials.
+	tlsFor TLSConfig
 
 	mu      sync.Mutex
 	clients map[string]*fasthttp.HostClient
@@ -60,11 +64,22 @@ const (
 	maxConns = 4096
 )
 
+// TLSWriteBufferSize is the write buffer of a TLS connection, server or
+// client: each flush is one TLS record and one write(2), and a record
+// holds at most 16 KiB (fasthttp's default buffer, 4 KiB, cut request and
+// answer bodies into 4 KiB records).
+const TLSWriteBufferSize = 16 << 10
+
+// TLSConfig gives the TLS configuration of the connections to addr
+// (host:port).
+type TLSConfig func(addr string) *tls.Config
+
 // NewClients returns clients that send token (none if empty) and accept
 // answers of at most maxBodySize bytes; with stream, response bodies are
-// readers and the caller enforces maxBodySize (see MaxBodySize).
-func NewClients(token string, maxBodySize int, stream bool) *Clients {
-	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, clients: map[string]*fasthttp.HostClient{}}
+// readers and the caller enforces maxBodySize (see MaxBodySize). With
+// tlsFor, requests go over TLS (https); without, over plain TCP (http).
+func NewClients(token string, maxBodySize int, stream bool, tlsFor TLSConfig) *Clients {
+	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, tlsFor: tlsFor, clients: map[string]*fasthttp.HostClient{}}
 }
 
 // ResendClosed makes the clients send a request again, on a new
@@ -120,21 +135,36 @@ func (p *Clients) Client(addr string) *fasthttp.HostClient {
 				return false, may(req)
 			}
 		}
+		if p.tlsFor != nil {
+			c.IsTLS, c.TLSConfig = true, p.tlsFor(addr)
+			c.WriteBufferSize = TLSWriteBufferSize
+		}
 		p.clients[addr] = c
 	}
 	return c
 }
 
-// NewRequest is a GET of path at addr carrying the peer token; the caller
-// may change its method, and releases it.
+// NewRequest is a GET of path at addr carrying the token; the caller may
+// change its method, and releases it.
 func (p *Clients) NewRequest(addr, path string) *fasthttp.Request {
 	req := fasthttp.AcquireRequest()
 	req.Header.SetMethod(fasthttp.MethodGet)
-	req.SetRequestURI("http://" + addr + path)
+	p.Address(req, addr, path)
+	return req
+}
+
+// Address points req at requestURI (a path and query) on addr, with the
+// scheme its Client speaks, and sets the token, if any, in place of the
+// Authorization header req had.
+func (p *Clients) Address(req *fasthttp.Request, addr, requestURI string) {
+	scheme := "http://"
+	if p.tlsFor != nil {
+		scheme = "https://"
+	}
+	req.SetRequestURI(scheme + addr + requestURI)
 	if p.token != "" {
 		req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+p.token)
 	}
-	return req
 }
 
 // FetchAnswer is a leader's answer to a fetch: its positions and the

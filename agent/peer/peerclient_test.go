@@ -63,7 +63,7 @@ func startClosingServer(t *testing.T) *closingServer {
 func TestResendClosed(t *testing.T) {
 	s := startClosingServer(t)
 	addr := s.ln.Addr().String()
-	c := NewClients("", 1<<20, false)
+	c := NewClients("", 1<<20, false, nil)
 	c.ResendClosed(func(req *fasthttp.Request) bool { return string(req.Header.Peek("X-Test-Idempotent")) == "1" })
 	post := func(idempotent bool) error {
 		req := c.NewRequest(addr, "/v1/replica/produce")

@@ -51,7 +51,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	// during the graceful stop still exits at once.
 	var handler sync.WaitGroup
 	handlerDone := make(chan struct{})
-	handler.Go(func() { handleSignals(signals, handlerDone, cancel, paths, logger) })
+	handler.Go(func() { handleSignals(signals, handlerDone, cancel, func() { reload(paths, logger, a) }, logger) })
 	defer handler.Wait()
 	defer close(handlerDone)
 
@@ -65,9 +65,9 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 }
 
 // handleSignals turns the first SIGINT or SIGTERM into a graceful stop and a
-// second one into an immediate exit; SIGHUP re-reads the configuration and
-// applies its log_level. It returns once done is closed.
-func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.CancelFunc, paths []string, logger hclog.Logger) {
+// second one into an immediate exit; SIGHUP calls reload. It returns once
+// done is closed.
+func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.CancelFunc, reload func(), logger hclog.Logger) {
 	stopping := false
 	for {
 		var sig os.Signal
@@ -77,7 +77,7 @@ func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.
 		case sig = <-signals:
 		}
 		if sig == syscall.SIGHUP {
-			reloadLogLevel(paths, logger)
+			reload()
 			continue
 		}
 		if stopping {
@@ -90,12 +90,21 @@ func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.
 	}
 }
 
-func reloadLogLevel(paths []string, logger hclog.Logger) {
+// reload re-reads the configuration and applies its log_level and the TLS
+// files it names. A configuration that does not validate (a certificate
+// that does not parse, a key that is not the certificate's) changes
+// nothing.
+func reload(paths []string, logger hclog.Logger, a *agent.Agent) {
 	cfg, err := config.Load(paths...)
 	if err != nil {
 		logger.Error("reload: configuration invalid; keeping the running one", "error", err)
 		return
 	}
+	applyLogLevel(cfg, logger)
+	a.ReloadTLS(cfg)
+}
+
+func applyLogLevel(cfg *config.Config, logger hclog.Logger) {
 	level := hclog.LevelFromString(cfg.LogLevel)
 	if level == logger.GetLevel() {
 		logger.Info("reload: log level unchanged", "log_level", cfg.LogLevel)

@@ -73,7 +73,7 @@ type loadFlags struct {
 	requests                        *int64
 	seed                            *uint64
 	report                          *reportFlags
-	addr                            *string
+	addr                            *agentFlags
 	idempotent                      *bool
 }
 
@@ -130,7 +130,7 @@ func (f *loadFlags) produceConfig() (bench.ProduceConfig, error) {
 // prepare returns a client of the agent and makes sure the topic exists
 // (creating it with -create) with a leader for every partition.
 func (f *loadFlags) prepare(ctx context.Context) (*client.Client, error) {
-	c, err := newBenchClient(*f.addr, *f.concurrency)
+	c, err := newBenchClient(f.addr, *f.concurrency)
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +148,8 @@ func (f *loadFlags) prepare(ctx context.Context) (*client.Client, error) {
 
 // newBenchClient returns a client whose connection pool fits the workers
 // and the consumers.
-func newBenchClient(addr string, workers int) (*client.Client, error) {
-	return newAgentClient(addr, client.WithHTTPClient(bench.HTTPClient(workers+64)))
+func newBenchClient(addr *agentFlags, workers int) (*client.Client, error) {
+	return newAgentClient(addr, bench.HTTPClient(workers+64))
 }
 
 // reportFlags say how a run reports and when it counts as failed.
@@ -327,7 +327,7 @@ func benchConsume(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := cfg.Validate(); err != nil {
 		return workloadError(err)
 	}
-	c, err := newBenchClient(*addr, 0)
+	c, err := newBenchClient(addr, 0)
 	if err != nil {
 		return err
 	}

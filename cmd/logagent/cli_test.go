@@ -33,6 +33,17 @@ peer {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	openClient := filepath.Join(dir, "open.hcl")
+	if err := os.WriteFile(openClient, []byte(`node_id = "n1"
+client {
+  address = "0.0.0.0:7070"
+}
+peer {
+  address = "127.0.0.1:7171"
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name      string
 		args      []string
@@ -44,8 +55,10 @@ peer {
 		{"shipped example", []string{"validate", "-config", "../../config/agent.hcl"}, 0, []string{"configuration valid: node", "durability fsync"}, nil, 0},
 		{"three mistakes", []string{"validate", "-config", threeMistakes}, 1, nil, []string{
 			threeMistakes + ":3:", threeMistakes + ":4:", threeMistakes + ":7:", "3 problem(s)"}, 3},
-		{"peer tls not built", []string{"validate", "-config", peerTLS}, 1, nil, []string{
-			peerTLS + ":3:", "TLS on the peer API is not supported yet", "1 problem(s)"}, 0},
+		{"peer tls incomplete", []string{"validate", "-config", peerTLS}, 1, nil, []string{
+			peerTLS + ":3:3: Invalid peer.tls: cert_file, key_file and ca_file are all required; missing: ca_file", "1 problem(s)"}, 0},
+		{"client API open", []string{"validate", "-config", openClient}, 0, []string{"configuration valid: node n1"}, []string{
+			"warning: client.address 0.0.0.0:7070 is not a loopback address and client.token_file is not set"}, 0},
 		{"no config", []string{"validate"}, 2, nil, []string{"-config is required"}, 0},
 		{"positional", []string{"validate", "-config", threeMistakes, "extra"}, 2, nil, []string{`unexpected argument "extra"`}, 0},
 		{"unknown command", []string{"frobnicate"}, 2, nil, []string{`unknown command "frobnicate"`}, 0},
@@ -74,6 +87,38 @@ peer {
 				if n != c.lines {
 					t.Errorf("%d diagnostics, want %d:\n%s", n, c.lines, errb.String())
 				}
+			}
+		})
+	}
+}
+
+// TestAgentFlagsRefused: token and TLS flags that cannot be used are bad
+// usage (exit 2), before any request.
+func TestAgentFlagsRefused(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"cert without key", []string{"status", "-cert-file", missing}, "-cert-file and -key-file go together"},
+		{"key without cert", []string{"topic", "list", "-key-file", missing}, "-cert-file and -key-file go together"},
+		{"token file missing", []string{"status", "-token-file", missing}, "-token-file: config: token file " + missing},
+		{"token file empty", []string{"status", "-token-file", empty}, "the file is empty"},
+		{"ca file missing", []string{"consume", "-topic", "t", "-ca-file", missing}, "-ca-file: config: CA file " + missing},
+		{"ca file not PEM", []string{"produce", "-topic", "t", "-ca-file", empty}, "no PEM certificate"},
+		{"key pair unreadable", []string{"status", "-cert-file", missing, "-key-file", missing}, "-cert-file, -key-file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(c.args, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), c.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errb.String(), c.want)
 			}
 		})
 	}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -16,14 +18,65 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/client"
+	"github.com/logagent/logagent/config"
 )
 
 // The data commands (topic, produce, consume, status) talk to an agent's
 // client API through package client; this file holds what they share.
 
-// addrFlag registers -addr, the agent to talk to.
-func addrFlag(fs *flag.FlagSet) *string {
-	return fs.String("addr", "", "the agent's client API (default $"+client.AddrEnv+" or "+client.DefaultAddr+")")
+// TokenEnv names the environment variable holding the client API token
+// when -token-file is not given.
+const TokenEnv = "LOGAGENT_TOKEN"
+
+// agentFlags say how to reach an agent's client API: where, with which
+// token, and over TLS for an https address.
+type agentFlags struct {
+	addr, tokenFile, caFile, certFile, keyFile *string
+}
+
+// addrFlag registers -addr, the agent to talk to, and the flags of its
+// token and TLS.
+func addrFlag(fs *flag.FlagSet) *agentFlags {
+	return &agentFlags{
+		addr:      fs.String("addr", "", "the agent's client API, http://host:port or https://host:port (default $"+client.AddrEnv+" or "+client.DefaultAddr+")"),
+		tokenFile: fs.String("token-file", "", "a file holding the client API token (client.token_file; default $"+TokenEnv+", the token itself)"),
+		caFile:    fs.String("ca-file", "", "PEM CA certificates that verify an https agent (default the system's)"),
+		certFile:  fs.String("cert-file", "", "PEM client certificate, with -key-file, for an agent whose client.tls has a ca_file"),
+		keyFile:   fs.String("key-file", "", "the key of -cert-file"),
+	}
+}
+
+// options turn the flags into client options: the token, and for an
+// https address the TLS config (nil when the flags ask for none).
+func (f *agentFlags) options() (token string, tlsCfg *tls.Config, err error) {
+	token = os.Getenv(TokenEnv)
+	if *f.tokenFile != "" {
+		b, err := config.ReadToken(*f.tokenFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("%w: -token-file: %v", errUsage, err)
+		}
+		token = string(b)
+	}
+	if *f.caFile == "" && *f.certFile == "" && *f.keyFile == "" {
+		return token, nil, nil
+	}
+	if (*f.certFile == "") != (*f.keyFile == "") {
+		return "", nil, fmt.Errorf("%w: -cert-file and -key-file go together", errUsage)
+	}
+	tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	if *f.caFile != "" {
+		if tlsCfg.RootCAs, err = config.LoadCA(*f.caFile); err != nil {
+			return "", nil, fmt.Errorf("%w: -ca-file: %v", errUsage, err)
+		}
+	}
+	if *f.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(*f.certFile, *f.keyFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("%w: -cert-file, -key-file: %v", errUsage, err)
+		}
+		tlsCfg.Certificates = []tls.Certificate{cert}
+	}
+	return token, tlsCfg, nil
 }
 
 // timeoutFlag registers -timeout for commands that make a few requests.
@@ -31,11 +84,36 @@ func timeoutFlag(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("timeout", 10*time.Second, "give up after this long")
 }
 
-// newAgentClient returns a client of addr; a bad address is bad usage.
-func newAgentClient(addr string, opts ...client.Option) (*client.Client, error) {
-	c, err := client.New(addr, opts...)
+// newAgentClient returns a client of the agent the flags name, sending
+// with hc when not nil (its transport gets the TLS config); a bad address
+// or TLS file is bad usage.
+func newAgentClient(f *agentFlags, hc *http.Client) (*client.Client, error) {
+	token, tlsCfg, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	var opts []client.Option
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	switch {
+	case hc != nil:
+		opts = append(opts, client.WithHTTPClient(hc))
+	case tlsCfg != nil:
+		opts = append(opts, client.WithTLSConfig(tlsCfg))
+	}
+	c, err := client.New(*f.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: -addr: %v", errUsage, err)
+	}
+	if hc != nil {
+		// The transport is unused until the first request: set up as the
+		// client's own is (client.New), for the address it resolved.
+		t := hc.Transport.(*http.Transport)
+		t.TLSClientConfig = tlsCfg
+		if strings.HasPrefix(c.Addr(), "https://") {
+			t.WriteBufferSize = client.TLSWriteBufferSize
+		}
 	}
 	return c, nil
 }
@@ -61,8 +139,8 @@ func checkAgent(ctx context.Context, c *client.Client) error {
 
 // agentCall returns a client of addr and a context bounded by timeout, for
 // the commands that make one round of requests.
-func agentCall(addr string, timeout time.Duration) (*client.Client, context.Context, context.CancelFunc, error) {
-	c, err := newAgentClient(addr)
+func agentCall(addr *agentFlags, timeout time.Duration) (*client.Client, context.Context, context.CancelFunc, error) {
+	c, err := newAgentClient(addr, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -71,7 +71,7 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	default:
 		return fmt.Errorf("%w: -format %q: want raw or ndjson", errUsage, *format)
 	}
-	c, err := newAgentClient(*addr)
+	c, err := newAgentClient(addr, nil)
 	if err != nil {
 		return err
 	}

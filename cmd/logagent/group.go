@@ -46,7 +46,7 @@ func runGroupList(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := agentCall(*addr, *timeout)
+	c, ctx, cancel, err := agentCall(addr, *timeout)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func runGroupDescribe(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsWithArg(fs, args, group, "group", "-group", "G"); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := agentCall(*addr, *timeout)
+	c, ctx, cancel, err := agentCall(addr, *timeout)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func runGroupResetOffsets(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: -to %q: want earliest, latest or an offset", errUsage, *to)
 		}
 	}
-	c, ctx, cancel, err := agentCall(*addr, *timeout)
+	c, ctx, cancel, err := agentCall(addr, *timeout)
 	if err != nil {
 		return err
 	}

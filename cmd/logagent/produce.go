@@ -61,7 +61,7 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return fmt.Errorf("%w: -compression: %v", errUsage, err)
 	}
-	c, err := newAgentClient(*addr)
+	c, err := newAgentClient(addr, nil)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := agentCall(*addr, *timeout)
+	c, ctx, cancel, err := agentCall(addr, *timeout)
 	if err != nil {
 		return err
 	}

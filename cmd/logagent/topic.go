@@ -37,7 +37,7 @@ func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 	if *partitions < 0 || *replication < 0 || *minISR < 0 {
 		return fmt.Errorf("%w: -partitions, -replication-factor and -min-insync-replicas must not be negative", errUsage)
 	}
-	c, ctx, cancel, err := agentCall(*addr, *timeout)
+	c, ctx, cancel, err := agentCall(addr, *timeout)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func runTopicList(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := agentCall(*addr, *timeout)
+	c, ctx, cancel, err := agentCall(addr, *timeout)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func runTopicDescribe(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsWithName(fs, args, name); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := agentCall(*addr, *timeout)
+	c, ctx, cancel, err := agentCall(addr, *timeout)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func runTopicDelete(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsWithName(fs, args, name); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := agentCall(*addr, *timeout)
+	c, ctx, cancel, err := agentCall(addr, *timeout)
 	if err != nil {
 		return err
 	}

@@ -31,5 +31,10 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "configuration valid: node %s, data_dir %s, client %s, peer %s (advertised %s), durability %s, %d file(s)\n",
 		cfg.NodeID, cfg.DataDir, cfg.Client.Address, cfg.Peer.Address, cfg.Peer.AdvertiseAddress, cfg.Storage.Durability, len(cfg.Sources))
+	// Valid, so the exit code stays 0, but loudly: the agent logs the same
+	// at start.
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
 	return nil
 }

@@ -2,6 +2,8 @@ package devcluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -100,7 +102,7 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 		}
 		children = append(children, c)
 		fmt.Fprintf(o.Out, "started consul (pid %d), waiting for its leader\n", c.pid())
-		if err := waitFor(ctx, o.StartTimeout, c, "http://"+consulAddr+"/v1/status/leader", func(body string) bool {
+		if err := waitFor(ctx, o.StartTimeout, c, &http.Client{Timeout: time.Second}, "http://"+consulAddr+"/v1/status/leader", func(body string) bool {
 			return strings.Trim(strings.TrimSpace(body), `"`) != ""
 		}); err != nil {
 			return fmt.Errorf("devcluster: consul did not come up (see %s): %w", filepath.Join(o.Dir, "consul.log"), err)
@@ -112,11 +114,10 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 			return err
 		}
 		logPath := filepath.Join(o.Dir, s.nodeID+".log")
-		args := []string{"agent", "-config", filepath.Join(o.Dir, "dev.hcl")}
-		for _, extra := range o.ExtraConfig {
-			args = append(args, "-config", extra)
+		args := []string{"agent"}
+		for _, path := range agentConfigPaths(o, s) {
+			args = append(args, "-config", path)
 		}
-		args = append(args, "-config", filepath.Join(s.dir, "agent.hcl"))
 		c, err := startChild(s.nodeID, logPath, o.Logagent, args...)
 		if err != nil {
 			return err
@@ -124,13 +125,17 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 		children = append(children, c)
 		fmt.Fprintf(o.Out, "started agent %s (pid %d)\n", s.nodeID, c.pid())
 	}
+	probe, scheme, err := healthProbe(agentConfigPaths(o, specs[0]))
+	if err != nil {
+		return err
+	}
 	for i, s := range specs {
 		c := children[len(children)-agentCount+i]
-		if err := waitFor(ctx, o.StartTimeout, c, "http://"+s.clientAddr+"/v1/health", nil); err != nil {
+		if err := waitFor(ctx, o.StartTimeout, c, probe, scheme+"://"+s.clientAddr+"/v1/health", nil); err != nil {
 			return fmt.Errorf("devcluster: agent %s did not become healthy (see %s): %w", s.nodeID, filepath.Join(o.Dir, s.nodeID+".log"), err)
 		}
 	}
-	printBanner(o, specs, consulAddr)
+	printBanner(o, specs, consulAddr, scheme)
 
 	exited := make(chan *child, len(children))
 	for _, c := range children {
@@ -232,11 +237,57 @@ func checkPortsFree(ports []int) error {
 	return nil
 }
 
-// waitFor polls url until it answers 200 (and ok accepts the body), the
-// child exits, ctx ends or timeout passes.
-func waitFor(ctx context.Context, timeout time.Duration, c *child, url string, ok func(string) bool) error {
+// agentConfigPaths are an agent's -config files, in order: the dev
+// settings, the extra files, the agent's own.
+func agentConfigPaths(o Options, s agentSpec) []string {
+	paths := append([]string{filepath.Join(o.Dir, "dev.hcl")}, o.ExtraConfig...)
+	return append(paths, filepath.Join(s.dir, "agent.hcl"))
+}
+
+// healthProbe is how the agents' health is asked, as their configuration
+// (the same for all but the addresses) says: over https when client.tls is
+// set, verifying the agent against the system's roots and the CAs the
+// configuration names, presenting the peer certificate (else the client
+// one) to a client API that requires a client certificate.
+func healthProbe(paths []string) (*http.Client, string, error) {
+	cfg, err := config.Load(paths...)
+	if err != nil {
+		return nil, "", fmt.Errorf("devcluster: the agents' configuration: %w", err)
+	}
+	if cfg.Client.TLS == nil {
+		return &http.Client{Timeout: time.Second}, "http", nil
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	var cert tls.Certificate
+	// The peer block last: its certificate, an agent's client certificate
+	// among agents, is the one presented when both are set.
+	for _, files := range []*config.TLS{cfg.Client.TLS, cfg.Peer.TLS} {
+		if files == nil {
+			continue
+		}
+		m, err := files.Load()
+		if err != nil {
+			return nil, "", fmt.Errorf("devcluster: %w", err)
+		}
+		for _, ca := range m.CACerts {
+			roots.AddCert(ca)
+		}
+		cert = m.Cert
+	}
+	tlsCfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if cfg.Client.TLS.CAFile != "" {
+		tlsCfg.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}, "https", nil
+}
+
+// waitFor polls url with client until it answers 200 (and ok accepts the
+// body), the child exits, ctx ends or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, c *child, client *http.Client, url string, ok func(string) bool) error {
 	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second}
 	var last error
 	for {
 		resp, err := client.Get(url)
@@ -264,17 +315,17 @@ func waitFor(ctx context.Context, timeout time.Duration, c *child, url string, o
 	}
 }
 
-func printBanner(o Options, specs []agentSpec, consulAddr string) {
+func printBanner(o Options, specs []agentSpec, consulAddr, scheme string) {
 	w := o.Out
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "logagent dev cluster is up")
 	fmt.Fprintf(w, "  consul       http://%s  (UI: http://%s/ui/)\n", consulAddr, consulAddr)
 	for _, s := range specs {
-		fmt.Fprintf(w, "  agent %s     client http://%s  peer http://%s  log %s\n", s.nodeID, s.clientAddr, s.peerAddr, filepath.Join(o.Dir, s.nodeID+".log"))
+		fmt.Fprintf(w, "  agent %s     client %s://%s  peer %s  log %s\n", s.nodeID, scheme, s.clientAddr, s.peerAddr, filepath.Join(o.Dir, s.nodeID+".log"))
 	}
 	fmt.Fprintf(w, "  state        %s\n", o.Dir)
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Try:  curl -s http://%s/v1/health\n", specs[0].clientAddr)
+	fmt.Fprintf(w, "Try:  curl -s %s://%s/v1/health\n", scheme, specs[0].clientAddr)
 	fmt.Fprintf(w, "      curl -s 'http://%s/v1/health/service/logagent?passing'\n", consulAddr)
 	fmt.Fprintln(w, "Ctrl-C stops everything.")
 }

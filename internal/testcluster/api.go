@@ -84,7 +84,7 @@ const (
 )
 
 func (a *Agent) url(path string, query url.Values) string {
-	u := "http://" + a.ClientAddr + path
+	u := a.c.Scheme() + "://" + a.ClientAddr + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
@@ -271,7 +271,7 @@ func (a *Agent) Send(method, path, contentType string, body []byte) (int, []byte
 }
 
 func (a *Agent) raw(method, path, contentType, accept string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequest(method, "http://"+a.ClientAddr+path, bytes.NewReader(body))
+	req, err := http.NewRequest(method, a.url(path, nil), bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/internal/consultest"
+	"github.com/logagent/logagent/internal/pki"
 )
 
 // Options configure a cluster.
@@ -40,6 +41,8 @@ type Options struct {
 	Proxies bool
 	// Timing is how fast agents detect failures; default TimingFast.
 	Timing Timing
+	// Security turns on TLS and tokens.
+	Security Security
 }
 
 // Timing chooses the failure-detection settings (consul session_ttl,
@@ -124,6 +127,17 @@ type Cluster struct {
 	// built closes once Agents is complete, before any agent starts:
 	// proxies read Agents from their own goroutines.
 	built chan struct{}
+	// CA signs the agents' certificates, with Security's TLS; CAFile is
+	// its certificate.
+	CA     *pki.CA
+	CAFile string
+	// ClientCert, with Security.ClientCerts, is the harness's client
+	// certificate of the CA, also in ClientCertFile and ClientKeyFile.
+	ClientCert                    *pki.Leaf
+	ClientCertFile, ClientKeyFile string
+
+	security                       Security
+	peerTokenFile, clientTokenFile string
 }
 
 // Start runs Consul and the agents and waits until every agent is healthy.
@@ -150,6 +164,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	// Also on a failure while building, so that no proxy waits for ever.
 	markBuilt := sync.OnceFunc(func() { close(c.built) })
 	defer markBuilt()
+	if opts.Security != (Security{}) {
+		c.setUpSecurity(opts.Security)
+	}
 	for i := range opts.Agents {
 		ports := consultest.FreePorts(t, 2)
 		nodeID := "n" + strconv.Itoa(i+1)
@@ -173,6 +190,13 @@ func Start(t testing.TB, opts Options) *Cluster {
 			logDir:     logDir,
 		}
 		a.PeerAdvertise = a.PeerAddr
+		if c.CA != nil {
+			a.tlsDir = filepath.Join(a.logDir, "tls")
+			if err := os.MkdirAll(a.tlsDir, 0o755); err != nil {
+				t.Fatalf("testcluster: %v", err)
+			}
+			a.IssueCert()
+		}
 		if opts.Proxies {
 			a.ConsulProxy = startProxy(t, a.ConsulAddr, nil)
 			a.PeerProxy = startProxy(t, a.PeerAddr, c.identifyAgent)
@@ -250,7 +274,11 @@ type Agent struct {
 	// next Start runs the process under: /bin/sh sets it with ulimit and
 	// then execs the binary, so the PID stays the agent's.
 	FileLimit uint64
-	logDir    string
+	// CertFile and KeyFile are the agent's certificate and key (with
+	// Security's TLS), in tlsDir.
+	CertFile, KeyFile string
+	tlsDir            string
+	logDir            string
 
 	mu     sync.Mutex
 	proc   *process
@@ -268,15 +296,18 @@ type process struct {
 // changing them, before the next Start.
 func (a *Agent) WriteConfig() {
 	a.c.t.Helper()
+	peer, client := a.securityHCL()
 	writeFile(a.c.t, a.ConfigPaths[1], fmt.Sprintf(`node_id  = %q
 data_dir = %q
-client { address = %q }
+client {
+  address = %q
+%s}
 peer {
   address           = %q
   advertise_address = %q
-}
+%s}
 consul { address = %q }
-`, a.NodeID, a.DataDir, a.ClientAddr, a.PeerAddr, a.PeerAdvertise, a.ConsulAddr))
+`, a.NodeID, a.DataDir, a.ClientAddr, client, a.PeerAddr, a.PeerAdvertise, peer, a.ConsulAddr))
 }
 
 // startProxy runs a proxy to target, closed when the test ends.
@@ -456,7 +487,7 @@ func (a *Agent) WaitHealthy() {
 		if p.exited() {
 			t.Fatalf("testcluster: %s exited while starting: %v\n%s", a.NodeID, p.err, tail(p.logPath, logTailBytes))
 		}
-		resp, err := a.c.http.Get("http://" + a.ClientAddr + "/v1/health")
+		resp, err := a.c.http.Get(a.url("/v1/health", nil))
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

@@ -29,7 +29,7 @@ type Idempotence struct {
 // Client is a producer's connection to one client API address: an agent's
 // ClientAddr or the proxy in front of it (Agent.ClientProxy).
 type Client struct {
-	addr string
+	base string // scheme://host:port
 	http *http.Client
 }
 
@@ -39,7 +39,7 @@ type Client struct {
 func NewClient(addr string, timeout time.Duration) *Client {
 	// A transport of its own: its connections are this client's alone,
 	// and Close ends them.
-	return &Client{addr: addr, http: &http.Client{Timeout: timeout, Transport: &http.Transport{}}}
+	return &Client{base: "http://" + addr, http: &http.Client{Timeout: timeout, Transport: &http.Transport{}}}
 }
 
 // Close closes the idle connections of a NewClient, ending their
@@ -48,7 +48,9 @@ func (c *Client) Close() { c.http.CloseIdleConnections() }
 
 // client is a Client of this agent's own address over the cluster's HTTP
 // client (not to be closed).
-func (a *Agent) client() *Client { return &Client{addr: a.ClientAddr, http: a.c.http} }
+func (a *Agent) client() *Client {
+	return &Client{base: a.c.Scheme() + "://" + a.ClientAddr, http: a.c.http}
+}
 
 // InitProducer asks for a new producer id, or with bump for the next epoch
 // of bump.ID, which fences its older instance. The answer is what to use:
@@ -58,7 +60,7 @@ func (c *Client) InitProducer(bump *ProducerID) (ProducerID, error) {
 	if bump != nil {
 		body, _ = json.Marshal(map[string]int64{"producer_id": bump.ID})
 	}
-	req, err := http.NewRequest(http.MethodPost, "http://"+c.addr+"/v1/producers", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, c.base+"/v1/producers", bytes.NewReader(body))
 	if err != nil {
 		return ProducerID{}, err
 	}
@@ -76,7 +78,7 @@ func (c *Client) InitProducer(bump *ProducerID) (ProducerID, error) {
 // received is one the caller sent.
 func (c *Client) Produce(topic string, partition int, contentType string, body []byte, timeout time.Duration, idem *Idempotence) (Produced, error) {
 	q := url.Values{"partition": {strconv.Itoa(partition)}, "acks": {"all"}, "timeout": {timeout.String()}}
-	req, err := http.NewRequest(http.MethodPost, "http://"+c.addr+"/v1/topics/"+topic+"/records?"+q.Encode(), bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, c.base+"/v1/topics/"+topic+"/records?"+q.Encode(), bytes.NewReader(body))
 	if err != nil {
 		return Produced{}, err
 	}

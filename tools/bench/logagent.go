@@ -21,8 +21,13 @@ type logagentCluster struct {
 	bin        string
 	dev        *process
 	clientAddr string
+	// clientFlags go with -addr on every command (TLS and token files).
+	clientFlags []string
 	// setup is how the cluster was started, for the report.
 	setup string
+	// hidePrefix is cut from the commands in the report: the directory
+	// of this run's files.
+	hidePrefix string
 }
 
 // startLogagent starts `logagent dev` in dir with storage.durability set to

@@ -31,7 +31,7 @@ const (
 	partitions   = 3
 )
 
-var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits", "idempotence", "groups"}
+var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits", "idempotence", "groups", "tls"}
 
 type options struct {
 	duration time.Duration
@@ -210,15 +210,17 @@ func (o *options) runAll(ctx context.Context) ([]comparison, []string) {
 			o.natsProduce(ctx, res, nc, "produce-r3", g["consume"])
 		})
 	}
-	if g["produce-r1"] || needR3 {
+	// The tls rows set their figures against produce-r3's and consume's
+	// logagent side of the same run.
+	if g["produce-r1"] || needR3 || g["tls"] {
 		o.runLogagent(ctx, res, "replicated", func(c *logagentCluster) {
 			if g["produce-r1"] {
 				o.logagentProduce(ctx, res, c, "produce-r1")
 			}
-			if needR3 {
+			if needR3 || g["tls"] {
 				o.logagentProduce(ctx, res, c, "produce-r3")
 			}
-			if g["consume"] {
+			if g["consume"] || g["tls"] {
 				o.logagentConsume(ctx, res, c)
 			}
 			if g["e2e"] {
@@ -246,6 +248,9 @@ func (o *options) runAll(ctx context.Context) ([]comparison, []string) {
 	}
 	if g["groups"] {
 		o.runLogagent(ctx, res, "fsync", func(c *logagentCluster) { o.logagentGroups(ctx, res, c) })
+	}
+	if g["tls"] {
+		o.runLogagentTLS(ctx, res)
 	}
 	return assemble(o, res), res.notes
 }
@@ -284,6 +289,9 @@ func assemble(o *options, res *results) []comparison {
 	}
 	if o.groups["groups"] {
 		rows = append(rows, groupRows(res)...)
+	}
+	if o.groups["tls"] {
+		rows = append(rows, tlsRows(res)...)
 	}
 	if o.groups["limits"] {
 		for _, size := range []int{100, 1024} {
@@ -363,10 +371,11 @@ func (o *options) runLogagentWith(ctx context.Context, res *results, durability,
 
 func (o *options) produceArgs(c *logagentCluster, r produceRow) []string {
 	minISR := min(r.rf, 2)
-	return []string{"produce", "-addr", c.clientAddr, "-topic", r.topic(), "-create", "-partitions", fmt.Sprint(partitions),
+	args := append([]string{"produce", "-addr", c.clientAddr}, c.clientFlags...)
+	return append(args, "-topic", r.topic(), "-create", "-partitions", fmt.Sprint(partitions),
 		"-replication-factor", fmt.Sprint(r.rf), "-min-insync-replicas", fmt.Sprint(minISR), "-acks", r.acks,
 		"-size", fmt.Sprint(r.size), "-batch", fmt.Sprint(batchRecords), "-concurrency", fmt.Sprint(workers),
-		"-duration", o.duration.String()}
+		"-duration", o.duration.String())
 }
 
 // idempotenceRow is the workload of the idempotence group: RF 3 acks=all,
@@ -480,6 +489,9 @@ func (o *options) logagentWarmup(ctx context.Context, res *results, c *logagentC
 // logagentSample runs one logagent bench command and keeps its figures.
 func (o *options) logagentSample(ctx context.Context, res *results, c *logagentCluster, args []string) sample {
 	s := sample{Command: commandLine(args...), Setup: c.setup}
+	if c.hidePrefix != "" {
+		s.Command = strings.ReplaceAll(s.Command, c.hidePrefix, "")
+	}
 	var rep logagentReport
 	reported, err := runLogagentBench(ctx, c.bin, o.duration+2*time.Minute, &rep, args...)
 	if err != nil {
@@ -506,11 +518,15 @@ func (o *options) logagentSample(ctx context.Context, res *results, c *logagentC
 }
 
 func (o *options) logagentConsume(ctx context.Context, res *results, c *logagentCluster) {
-	r := produceRowFor("produce-r3", 1024)
-	args := []string{"consume", "-addr", c.clientAddr, "-topic", r.topic(), "-max-bytes", fmt.Sprint(consumeFetchBytes), "-repeat", "-duration", o.duration.String()}
-	o.progress("logagent consume %s", r.topic())
+	o.progress("logagent consume %s", produceRowFor("produce-r3", 1024).topic())
 	o.settle()
-	res.logagent["consume"] = o.logagentSample(ctx, res, c, args)
+	res.logagent["consume"] = o.logagentSample(ctx, res, c, o.consumeArgs(c))
+}
+
+// consumeArgs replay what the 1 KiB RF 3 produce row wrote.
+func (o *options) consumeArgs(c *logagentCluster) []string {
+	args := append([]string{"consume", "-addr", c.clientAddr}, c.clientFlags...)
+	return append(args, "-topic", produceRowFor("produce-r3", 1024).topic(), "-max-bytes", fmt.Sprint(consumeFetchBytes), "-repeat", "-duration", o.duration.String())
 }
 
 // consumeFetchBytes is the max_bytes of logagent's replay fetches: 4 MiB,

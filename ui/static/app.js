@@ -231,12 +231,28 @@
     banner.hidden = false;
   }
 
+  // The client token, when the agent wants one (client.token_file): asked
+  // for once the state answers 401, kept for this tab only.
+  const tokenKey = 'logagent-token';
+  const tokenForm = document.getElementById('token-form');
+  tokenForm.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const input = document.getElementById('token');
+    sessionStorage.setItem(tokenKey, input.value.trim());
+    input.value = '';
+    tokenForm.hidden = true;
+  });
+
   async function poll() {
     const started = Date.now();
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), answerTimeoutMs);
     try {
-      const resp = await fetch('api/state', { cache: 'no-store', signal: ctl.signal });
+      const headers = {};
+      const token = sessionStorage.getItem(tokenKey);
+      if (token) headers.Authorization = 'Bearer ' + token;
+      const resp = await fetch('api/state', { cache: 'no-store', signal: ctl.signal, headers: headers });
+      tokenForm.hidden = resp.status !== 401;
       if (!resp.ok) {
         let message = 'HTTP ' + resp.status;
         try {
