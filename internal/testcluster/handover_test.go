@@ -184,6 +184,17 @@ func TestLeadershipReturnsToPreferredReplica(t *testing.T) {
 	if p.Replicas[0] != leader.NodeID {
 		t.Fatalf("first leader %s is not the preferred replica %s", leader.NodeID, p.Replicas[0])
 	}
+	// Followers that opened the new partition after its first leader took
+	// epoch 1 count as having lost their data until they have fetched (a
+	// replica cannot tell a new partition from a wiped one), and may not
+	// lead before: a kill in that moment leaves the partition without an
+	// eligible leader, rightly. So one write acknowledged by all three
+	// first (CI hit that moment once).
+	c.WaitFor(20*time.Second, "a write acknowledged by the whole ISR", func() bool {
+		_, err := leader.Produce(topic, 0, ContentTypeNDJSON, []byte("\"first\"\n"), "all", 2*time.Second)
+		return err == nil
+	})
+	c.WaitISR(topic, 0, []string{"n1", "n2", "n3"}, 20*time.Second)
 	leader.Kill()
 	other, failoverEpoch := c.WaitLeader(topic, 0, 30*time.Second)
 	t.Logf("after the kill of %s: %s leads at epoch %d", leader.NodeID, other.NodeID, failoverEpoch)
