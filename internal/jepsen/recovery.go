@@ -92,12 +92,7 @@ func (r *Result) RecoveryTable() string {
 		return ""
 	}
 	var b strings.Builder
-	verdict := "VALID"
-	if !r.Report.Valid() {
-		verdict = "INVALID"
-	}
-	fmt.Fprintf(&b, "scenario %s, %s, seed %d, %d cycles, checker %s (%d writes, %d acknowledged, %d lost):\n",
-		r.Scenario, r.Timings, r.Seed, len(r.Measures), verdict, r.Report.Writes, r.Report.Acknowledged, r.Report.Counts[checker.KindLost])
+	b.WriteString(r.tableTitle())
 	b.WriteString("| cycle | killed | new epoch | first ack, partitions it led | first ack, partitions it followed |\n")
 	b.WriteString("|---|---|---|---|---|\n")
 	for _, m := range r.Measures {
@@ -158,6 +153,16 @@ func durationStats(ds []time.Duration) string {
 	return fmt.Sprintf("%s / %s, max %s (n %d)", seconds(Quantile(ds, 0.5)), seconds(Quantile(ds, 0.99)), seconds(Quantile(ds, 1)), len(ds))
 }
 
+// tableTitle is the line naming the run above its Markdown tables.
+func (r *Result) tableTitle() string {
+	verdict := "VALID"
+	if !r.Report.Valid() {
+		verdict = "INVALID"
+	}
+	return fmt.Sprintf("scenario %s, %s, seed %d, %d cycles, checker %s (%d writes, %d acknowledged, %d lost):\n",
+		r.Scenario, r.Timings, r.Seed, len(r.Measures), verdict, r.Report.Writes, r.Report.Acknowledged, r.Report.Counts[checker.KindLost])
+}
+
 // RestartTable is the per-restart table of a rolling restart run, in
 // Markdown for docs/reliability.md, under a line naming the run; it is
 // empty for other runs.
@@ -167,12 +172,7 @@ func (r *Result) RestartTable() string {
 		return ""
 	}
 	var b strings.Builder
-	verdict := "VALID"
-	if !r.Report.Valid() {
-		verdict = "INVALID"
-	}
-	fmt.Fprintf(&b, "scenario %s, %s, seed %d, %d cycles, checker %s (%d writes, %d acknowledged, %d lost):\n",
-		r.Scenario, r.Timings, r.Seed, len(r.Measures), verdict, r.Report.Writes, r.Report.Acknowledged, r.Report.Counts[checker.KindLost])
+	b.WriteString(r.tableTitle())
 	b.WriteString("| cycle | restarted | SIGTERM to exit | longest without an ack, per partition |\n")
 	b.WriteString("|---|---|---|---|\n")
 	for _, m := range r.Measures {
