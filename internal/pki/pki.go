@@ -35,11 +35,7 @@ type CA struct {
 
 // NewCA makes a self-signed CA named name, valid around now.
 func NewCA(name string, now time.Time) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	serial, err := newSerial()
+	key, serial, err := newKey()
 	if err != nil {
 		return nil, err
 	}
@@ -52,13 +48,9 @@ func NewCA(name string, now time.Time) (*CA, error) {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, der, err := sign(tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
+		return nil, err
 	}
 	return &CA{Cert: cert, CertPEM: pemBlock("CERTIFICATE", der), key: key}, nil
 }
@@ -74,11 +66,7 @@ type Leaf struct {
 // (an agent is both on the peer API), valid around now, for the given
 // hosts: each an IP address (an IP SAN) or a DNS name.
 func (ca *CA) Issue(name string, now time.Time, hosts ...string) (*Leaf, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	serial, err := newSerial()
+	key, serial, err := newKey()
 	if err != nil {
 		return nil, err
 	}
@@ -97,13 +85,9 @@ func (ca *CA) Issue(name string, now time.Time, hosts ...string) (*Leaf, error) 
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	cert, der, err := sign(tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
+		return nil, err
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
@@ -146,12 +130,30 @@ func replaceFile(path string, b []byte, mode os.FileMode) error {
 	return nil
 }
 
-func newSerial() (*big.Int, error) {
+// newKey makes a P-256 key and a random serial for its certificate.
+func newKey() (*ecdsa.PrivateKey, *big.Int, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: %w", err)
+	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
+		return nil, nil, fmt.Errorf("pki: %w", err)
 	}
-	return serial, nil
+	return key, serial, nil
+}
+
+// sign has signer (parent's key) sign tmpl for pub, and parses the result.
+func sign(tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, signer *ecdsa.PrivateKey) (*x509.Certificate, []byte, error) {
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: %w", err)
+	}
+	return cert, der, nil
 }
 
 func pemBlock(typ string, der []byte) []byte {
