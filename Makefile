@@ -68,6 +68,15 @@ bin/benchrun: $(wildcard tools/bench/*.go) tools/bench/go.mod tools/bench/go.sum
 bench: bin/logagent bin/consul bin/nats-server bin/benchrun ## logagent vs NATS JetStream and the machine's limits (~5 min); rewrites docs/benchmarks.md's bench region and docs/benchmarks.png (BENCH_FLAGS="-quick" for a smoke run)
 	bin/benchrun -bin bin -out docs $(BENCH_FLAGS)
 
+AB_ROUNDS ?= 10
+
+.PHONY: ab
+ab: bin/logagent bin/consul ## A/B of make bench's produce rows, BASE (a git revision, e.g. BASE=HEAD~3) against the working tree, one cluster at a time (AB_ROUNDS=10: ~12 min)
+	@test -n "$(BASE)" || { echo "make ab: set BASE to a git revision, e.g. make ab BASE=HEAD~1"; exit 2; }
+	rm -rf bin/ab-base && git worktree add --detach bin/ab-base $(BASE)
+	cd bin/ab-base && $(GO) build -o ../logagent-base ./cmd/logagent; status=$$?; cd ../.. && git worktree remove --force bin/ab-base && exit $$status
+	tools/bench/ab.sh bin/logagent-base bin/logagent $(AB_ROUNDS)
+
 .PHONY: dev
 dev: bin/logagent bin/consul ## Run Consul and three agents on localhost (Ctrl-C stops all)
 	bin/logagent dev
