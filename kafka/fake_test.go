@@ -66,6 +66,9 @@ func (b *fakeBroker) CreateTopic(_ context.Context, spec TopicSpec) error {
 	if n == 0 {
 		n = 1
 	}
+	if n > 1000 {
+		return &Error{Code: kerr.InvalidPartitions.Code, Message: "the fake holds at most 1000"}
+	}
 	for name := range spec.Configs {
 		if name != "retention.ms" {
 			return &Error{Code: kerr.InvalidConfig.Code, Message: name}

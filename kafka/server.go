@@ -210,25 +210,17 @@ func (s *Server) serveOne(c *conn) error {
 	} else {
 		c.in = nil
 	}
-	h, err := parseHeader(frame)
-	if err != nil {
-		s.log.Warn("refused request header", "remote", c.remote, "error", err)
-		return errConnDone
-	}
-	a, ok := s.apis[h.key]
-	if !ok || h.version < a.min || h.version > a.max {
-		if h.key == apiVersionsKey {
-			// Kafka answers an ApiVersions it cannot read with its table
-			// at version 0, so that the client can pick a version it has.
-			return s.writeReply(c, h.correlationID, s.unsupportedApiVersions())
-		}
-		s.log.Warn("refused request", "remote", c.remote, "api_key", h.key, "api_version", h.version, "error", "unknown key or version")
-		return errConnDone
-	}
-	req := kmsg.RequestForKey(h.key)
-	req.SetVersion(h.version)
-	if err := req.ReadFrom(h.body); err != nil {
+	h, req, a, err := s.decodeRequest(frame)
+	switch {
+	case errors.Is(err, errUnsupported) && h.key == apiVersionsKey:
+		// Kafka answers an ApiVersions it cannot read with its table at
+		// version 0, so that the client can pick a version it has.
+		return s.writeReply(c, h.correlationID, s.unsupportedApiVersions())
+	case errors.Is(err, errBody):
 		s.log.Debug("request does not decode", "remote", c.remote, "api_key", h.key, "api_version", h.version, "error", err)
+		return errConnDone
+	case err != nil:
+		s.log.Warn("refused request", "remote", c.remote, "api_key", h.key, "api_version", h.version, "error", err)
 		return errConnDone
 	}
 	rep, err := a.handle(s, s.ctx, req)
@@ -239,6 +231,32 @@ func (s *Server) serveOne(c *conn) error {
 		return nil // acks=0 produce: nothing is answered
 	}
 	return s.writeReply(c, h.correlationID, rep)
+}
+
+// errUnsupported is a request of a key or version the listener does not
+// implement; errBody one whose body does not decode.
+var (
+	errUnsupported = errors.New("kafka: unsupported API key or version")
+	errBody        = errors.New("kafka: malformed request body")
+)
+
+// decodeRequest parses a frame's header and decodes its body, for a key
+// and version of the handler table only.
+func (s *Server) decodeRequest(frame []byte) (requestHeader, kmsg.Request, api, error) {
+	h, err := parseHeader(frame)
+	if err != nil {
+		return h, nil, api{}, err
+	}
+	a, ok := s.apis[h.key]
+	if !ok || h.version < a.min || h.version > a.max {
+		return h, nil, api{}, errUnsupported
+	}
+	req := kmsg.RequestForKey(h.key)
+	req.SetVersion(h.version)
+	if err := req.ReadFrom(h.body); err != nil {
+		return h, nil, api{}, fmt.Errorf("%w: %w", errBody, err)
+	}
+	return h, req, a, nil
 }
 
 func (s *Server) writeReply(c *conn, correlationID int32, rep reply) error {

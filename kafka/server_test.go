@@ -256,7 +256,7 @@ func isReset(err error) bool {
 	return errors.As(err, &op) && !op.Timeout()
 }
 
-func batchOf(t *testing.T, values ...string) []byte {
+func batchOf(t testing.TB, values ...string) []byte {
 	t.Helper()
 	var b record.Builder
 	for i, v := range values {
