@@ -230,16 +230,22 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 		Durability:      durability(a.cfg.Storage.Durability),
 		ProducerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
 		Hooks:           partition.Hooks{LeaderElected: a.metrics.LeaderElected, ISRChanged: a.metrics.ISRChanged},
-		LogOptions: segstore.Options{
-			SegmentBytes:       a.cfg.Storage.SegmentBytes,
-			SegmentAge:         a.cfg.Storage.SegmentAge,
-			IndexIntervalBytes: int(a.cfg.Storage.IndexIntervalBytes),
-			MaxBatchBytes:      maxBatchBytes(a.cfg),
-			Retention:          a.cfg.Storage.Retention,
-			RetentionBytes:     a.cfg.Storage.RetentionBytes,
-			Now:                a.now,
-			OnSync:             a.metrics.ObserveFsync,
-		},
+		LogOptions:      a.logOptions(),
+	}
+}
+
+// logOptions are the partition logs' options from the storage block, which
+// a topic's own storage settings override (partition.LogOptionsFor).
+func (a *Agent) logOptions() segstore.Options {
+	return segstore.Options{
+		SegmentBytes:       a.cfg.Storage.SegmentBytes,
+		SegmentAge:         a.cfg.Storage.SegmentAge,
+		IndexIntervalBytes: int(a.cfg.Storage.IndexIntervalBytes),
+		MaxBatchBytes:      maxBatchBytes(a.cfg),
+		Retention:          a.cfg.Storage.Retention,
+		RetentionBytes:     a.cfg.Storage.RetentionBytes,
+		Now:                a.now,
+		OnSync:             a.metrics.ObserveFsync,
 	}
 }
 
