@@ -197,13 +197,13 @@ func (g *Classic) Join(req ClassicJoinRequest, now time.Time) (resp ClassicJoinR
 		return ClassicJoinResponse{MemberID: req.NewMemberID}, true,
 			fmt.Errorf("%w: group %q: join again as %q", ErrMemberIDRequired, g.id, req.NewMemberID)
 	case id == "":
+		// A new member; one already known by NewMemberID is the same
+		// join resent after a lost answer.
 		id = req.NewMemberID
 		if err := checkName("member id", id); err != nil {
 			return ClassicJoinResponse{}, true, err
 		}
-		if g.members[id] != nil {
-			return ClassicJoinResponse{}, true, fmt.Errorf("%w: new member id %q is taken", ErrInvalidInput, id)
-		}
+		m = g.members[id]
 	case m == nil:
 		if _, ok := g.pending[id]; !ok {
 			return ClassicJoinResponse{}, true, fmt.Errorf("%w: %q in group %q", ErrUnknownMember, id, g.id)
