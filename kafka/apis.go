@@ -1,0 +1,73 @@
+package kafka
+
+import (
+	"context"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handler answers one decoded request; a nil reply answers nothing (an
+// acks=0 produce), an error closes the connection.
+type handler func(s *Server, ctx context.Context, req kmsg.Request) (reply, error)
+
+// api is one entry of the handler table: an API key, the versions the
+// listener implements in full, and its handler.
+type api struct {
+	key      int16
+	min, max int16
+	handle   handler
+}
+
+// apis is the handler table (docs/kafka.md "Protocol" gives the reasons
+// for each range). ApiVersions is generated from it, so only what is
+// implemented is advertised.
+var apis = []api{
+	{key: 0, min: 3, max: 11, handle: encodedBy((*Server).handleProduce)},
+	{key: 1, min: 4, max: 12, handle: typed((*Server).handleFetch)},
+	{key: 2, min: 1, max: 6, handle: encodedBy((*Server).handleListOffsets)},
+	{key: 3, min: 0, max: 12, handle: encodedBy((*Server).handleMetadata)},
+	{key: 10, min: 0, max: 4, handle: encodedBy((*Server).handleFindCoordinator)},
+	{key: 18, min: 0, max: 3, handle: encodedBy((*Server).handleApiVersions)},
+	{key: 19, min: 0, max: 7, handle: encodedBy((*Server).handleCreateTopics)},
+	{key: 20, min: 0, max: 6, handle: encodedBy((*Server).handleDeleteTopics)},
+	{key: 22, min: 0, max: 4, handle: encodedBy((*Server).handleInitProducerID)},
+	{key: 23, min: 0, max: 4, handle: encodedBy((*Server).handleOffsetForLeaderEpoch)},
+	{key: 32, min: 0, max: 4, handle: encodedBy((*Server).handleDescribeConfigs)},
+}
+
+// apiTable indexes the handler table by key and builds the ApiVersions
+// table from it, sorted by key.
+func apiTable() (map[int16]api, []kmsg.ApiVersionsResponseApiKey) {
+	byKey := make(map[int16]api, len(apis))
+	var versions []kmsg.ApiVersionsResponseApiKey
+	for _, a := range apis {
+		byKey[a.key] = a
+		versions = append(versions, kmsg.ApiVersionsResponseApiKey{ApiKey: a.key, MinVersion: a.min, MaxVersion: a.max})
+	}
+	slices.SortFunc(versions, func(a, b kmsg.ApiVersionsResponseApiKey) int { return int(a.ApiKey) - int(b.ApiKey) })
+	return byKey, versions
+}
+
+// encodedBy adapts a handler that answers a response kmsg encodes; a nil
+// response is no reply.
+func encodedBy[R kmsg.Request](f func(*Server, context.Context, R) (kmsg.Response, error)) handler {
+	return func(s *Server, ctx context.Context, req kmsg.Request) (reply, error) {
+		resp, err := f(s, ctx, req.(R))
+		if err != nil || resp == nil {
+			return nil, err
+		}
+		return encoded{resp}, nil
+	}
+}
+
+// typed adapts a handler that writes its own reply.
+func typed[R kmsg.Request, P reply](f func(*Server, context.Context, R) (P, error)) handler {
+	return func(s *Server, ctx context.Context, req kmsg.Request) (reply, error) {
+		rep, err := f(s, ctx, req.(R))
+		if err != nil {
+			return nil, err
+		}
+		return rep, nil
+	}
+}

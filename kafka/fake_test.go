@@ -1,0 +1,298 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/logagent/logagent/record"
+)
+
+// fakeBroker is an in-memory Broker for the listener's unit tests: each
+// partition is a list of stored batches (offsets stamped on append), the
+// high watermark is the log end. It counts what it was asked.
+type fakeBroker struct {
+	mu       sync.Mutex
+	topics   map[string]*fakeTopic
+	changed  chan struct{} // closed and replaced on every append
+	nextPID  int64
+	produces int // Produce calls
+	// produceDelay delays each Produce of a partition, for ordering tests.
+	produceDelay map[int32]time.Duration
+	// opened counts Records handed out and closed those closed.
+	opened, closed int
+}
+
+type fakeTopic struct {
+	id         [16]byte
+	internal   bool
+	configs    map[string]string
+	partitions [][][]byte // batches per partition
+}
+
+func newFakeBroker() *fakeBroker {
+	return &fakeBroker{topics: make(map[string]*fakeTopic), changed: make(chan struct{}), nextPID: 1000}
+}
+
+func (b *fakeBroker) Topics() []Topic {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Topic
+	for name, t := range b.topics {
+		tp := Topic{Name: name, ID: t.id, Internal: t.internal}
+		for i := range t.partitions {
+			tp.Partitions = append(tp.Partitions, Partition{Partition: int32(i), LeaderEpoch: 3, Replicas: 3, ISR: 2})
+		}
+		out = append(out, tp)
+	}
+	slices.SortFunc(out, func(a, b Topic) int { return bytes.Compare([]byte(a.Name), []byte(b.Name)) })
+	return out
+}
+
+func (b *fakeBroker) CreateTopic(_ context.Context, spec TopicSpec) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.topics[spec.Name]; ok {
+		return &Error{Code: kerr.TopicAlreadyExists.Code}
+	}
+	n := spec.Partitions
+	if n == 0 {
+		n = 1
+	}
+	for name := range spec.Configs {
+		if name != "retention.ms" {
+			return &Error{Code: kerr.InvalidConfig.Code, Message: name}
+		}
+	}
+	if spec.ValidateOnly {
+		return nil
+	}
+	t := &fakeTopic{partitions: make([][][]byte, n), configs: map[string]string{"retention.ms": "604800000"}}
+	t.id[0], t.id[15] = byte(len(b.topics)+1), 0x7f
+	for k, v := range spec.Configs {
+		t.configs[k] = v
+	}
+	b.topics[spec.Name] = t
+	return nil
+}
+
+func (b *fakeBroker) DeleteTopic(_ context.Context, name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.topics[name]; !ok {
+		return &Error{Code: kerr.UnknownTopicOrPartition.Code}
+	}
+	delete(b.topics, name)
+	return nil
+}
+
+func (b *fakeBroker) TopicConfigs(name string) (map[string]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.topics[name]
+	if !ok {
+		return nil, &Error{Code: kerr.UnknownTopicOrPartition.Code}
+	}
+	return t.configs, nil
+}
+
+func (b *fakeBroker) partition(topic string, p int32) (*fakeTopic, error) {
+	t, ok := b.topics[topic]
+	if !ok || p < 0 || int(p) >= len(t.partitions) {
+		return nil, &Error{Code: kerr.UnknownTopicOrPartition.Code}
+	}
+	return t, nil
+}
+
+func endOffset(batches [][]byte) int64 {
+	if len(batches) == 0 {
+		return 0
+	}
+	return record.Header(batches[len(batches)-1][:record.HeaderSize]).NextOffset()
+}
+
+func (b *fakeBroker) Produce(ctx context.Context, req ProduceRequest) (ProduceResult, error) {
+	b.mu.Lock()
+	delay := b.produceDelay[req.Partition]
+	b.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ProduceResult{}, ctx.Err()
+		}
+	}
+	if _, err := record.Verify(req.Batch, 0); err != nil {
+		return ProduceResult{}, fmt.Errorf("the listener passed a batch that does not verify: %w", err)
+	}
+	if h := record.Header(req.Batch[:record.HeaderSize]); int(h.RecordCount()) != req.Records {
+		return ProduceResult{}, fmt.Errorf("records %d, the header says %d", req.Records, h.RecordCount())
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.produces++
+	t, err := b.partition(req.Topic, req.Partition)
+	if err != nil {
+		return ProduceResult{}, err
+	}
+	base := endOffset(t.partitions[req.Partition])
+	batch := slices.Clone(req.Batch)
+	record.SetBaseOffset(batch, base)
+	t.partitions[req.Partition] = append(t.partitions[req.Partition], batch)
+	close(b.changed)
+	b.changed = make(chan struct{})
+	return ProduceResult{BaseOffset: base}, nil
+}
+
+func (b *fakeBroker) Fetch(_ context.Context, req FetchRequest) (FetchResult, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, err := b.partition(req.Topic, req.Partition)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	batches := t.partitions[req.Partition]
+	end := endOffset(batches)
+	if req.Offset < 0 || req.Offset > end {
+		return FetchResult{}, &Error{Code: kerr.OffsetOutOfRange.Code}
+	}
+	var out []byte
+	for _, batch := range batches {
+		if record.Header(batch[:record.HeaderSize]).NextOffset() <= req.Offset {
+			continue
+		}
+		if len(out) > 0 && len(out)+len(batch) > int(req.MaxBytes) {
+			break
+		}
+		out = append(out, batch...)
+	}
+	b.opened++
+	return FetchResult{HighWatermark: end, LogStartOffset: 0, Records: &memRecords{b: out, broker: b}}, nil
+}
+
+func (b *fakeBroker) WaitForData(ctx context.Context, positions []Position, max time.Duration) error {
+	timer := time.NewTimer(max)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		changed := b.changed
+		for _, p := range positions {
+			if t, err := b.partition(p.Topic, p.Partition); err == nil && endOffset(t.partitions[p.Partition]) > p.Offset {
+				b.mu.Unlock()
+				return nil
+			}
+		}
+		b.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (b *fakeBroker) ListOffset(_ context.Context, topic string, partition int32, timestamp int64) (OffsetAt, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, err := b.partition(topic, partition)
+	if err != nil {
+		return OffsetAt{}, err
+	}
+	batches := t.partitions[partition]
+	switch timestamp {
+	case -2:
+		return OffsetAt{Offset: 0, Timestamp: -1, LeaderEpoch: 3}, nil
+	case -1:
+		return OffsetAt{Offset: endOffset(batches), Timestamp: -1, LeaderEpoch: 3}, nil
+	}
+	for _, batch := range batches {
+		h := record.Header(batch[:record.HeaderSize])
+		if h.MaxTimestamp() >= timestamp {
+			return OffsetAt{Offset: h.BaseOffset(), Timestamp: h.MaxTimestamp(), LeaderEpoch: 3}, nil
+		}
+	}
+	return OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}, nil
+}
+
+func (b *fakeBroker) EndOffsetForEpoch(_ context.Context, topic string, partition int32, _, epoch int32) (int32, int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, err := b.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	return min(epoch, 3), endOffset(t.partitions[partition]), nil
+}
+
+func (b *fakeBroker) InitProducerID(_ context.Context, producerID int64, epoch int16) (int64, int16, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if producerID != -1 {
+		return producerID, epoch + 1, nil
+	}
+	b.nextPID++
+	return b.nextPID, 0, nil
+}
+
+func (b *fakeBroker) produceCalls() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.produces
+}
+
+// waitRecordsClosed waits for every Records handed out to be closed: the
+// listener closes them after the answer's last byte, so a client may read
+// it a moment before.
+func (b *fakeBroker) waitRecordsClosed(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.mu.Lock()
+		open := b.opened - b.closed
+		b.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Records not closed", open)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// memRecords are a fetch answer's batches in memory: the test double of
+// the agent's file regions.
+type memRecords struct {
+	b      []byte
+	broker *fakeBroker
+	done   bool
+}
+
+func (r *memRecords) Len() int64 { return int64(len(r.b)) }
+
+func (r *memRecords) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(r.b)
+	return int64(n), err
+}
+
+func (r *memRecords) Close() error {
+	if r.done {
+		return nil
+	}
+	r.done = true
+	if r.broker != nil {
+		r.broker.mu.Lock()
+		r.broker.closed++
+		r.broker.mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,272 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleFetch reads every requested partition without waiting; when the
+// answer holds fewer than min_bytes and max_wait_ms is positive, it waits
+// for new data (Broker.WaitForData) and reads everything once more. A
+// partition with an error answers at once, as Kafka does.
+//
+// Fetch sessions (v7+) are not kept: every answer has session id 0, which
+// tells a client to send full fetches; an incremental fetch (a session
+// epoch other than 0 and -1) of a session that cannot exist is
+// FETCH_SESSION_ID_NOT_FOUND, on which clients drop their session.
+func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (*fetchReply, error) {
+	rep := &fetchReply{version: req.Version}
+	if req.Version >= 7 && req.SessionEpoch != 0 && req.SessionEpoch != -1 {
+		rep.errorCode = kerr.FetchSessionIDNotFound.Code
+		return rep, nil
+	}
+	topics, total, failed := s.fetchOnce(ctx, req)
+	if req.MaxWaitMillis > 0 && total < int64(req.MinBytes) && !failed {
+		// Wait for data past what the first read saw: the high
+		// watermark, or the fetch offset when it is ahead.
+		var positions []Position
+		for _, t := range topics {
+			for _, p := range t.partitions {
+				positions = append(positions, Position{Topic: t.name, Partition: p.partition, Offset: max(p.fetchOffset, p.highWatermark)})
+			}
+		}
+		closeFetched(topics)
+		if err := s.cfg.Broker.WaitForData(ctx, positions, time.Duration(req.MaxWaitMillis)*time.Millisecond); err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+		topics, _, _ = s.fetchOnce(ctx, req)
+	}
+	rep.topics = topics
+	return rep, nil
+}
+
+// fetchOnce reads every partition of req, concurrently, and then applies
+// the request's max_bytes in request order: the first partition with data
+// keeps its records however large (Kafka's rule, so that a batch larger
+// than the limits is not stuck); a later one whose records do not fit in
+// what is left, or exceed its partition_max_bytes, is answered without
+// records (its high watermark still tells the client data is there). It
+// returns the partitions, the bytes of records kept and whether any
+// partition failed.
+func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetchTopic, int64, bool) {
+	topics := make([]fetchTopic, len(req.Topics))
+	var wg sync.WaitGroup
+	for i, rt := range req.Topics {
+		topics[i] = fetchTopic{name: rt.Topic, partitions: make([]fetchPartition, len(rt.Partitions))}
+		for j, rp := range rt.Partitions {
+			p := &topics[i].partitions[j]
+			p.partition, p.fetchOffset = rp.Partition, rp.FetchOffset
+			p.nullAborted = req.IsolationLevel == 0
+			fr := FetchRequest{
+				Topic:              rt.Topic,
+				Partition:          rp.Partition,
+				Offset:             rp.FetchOffset,
+				MaxBytes:           min(rp.PartitionMaxBytes, req.MaxBytes),
+				CurrentLeaderEpoch: rp.CurrentLeaderEpoch,
+			}
+			wg.Go(func() {
+				res, err := s.cfg.Broker.Fetch(ctx, fr)
+				if err != nil {
+					p.errorCode = ErrorCode(err)
+					p.highWatermark, p.logStartOffset = -1, -1
+					return
+				}
+				p.highWatermark, p.logStartOffset, p.records = res.HighWatermark, res.LogStartOffset, res.Records
+			})
+		}
+	}
+	wg.Wait()
+
+	remaining := int64(req.MaxBytes)
+	var total int64
+	failed := false
+	for i, rt := range req.Topics {
+		for j, rp := range rt.Partitions {
+			p := &topics[i].partitions[j]
+			if p.errorCode != 0 {
+				failed = true
+				continue
+			}
+			if p.records == nil {
+				continue
+			}
+			n := p.records.Len()
+			if n == 0 {
+				continue
+			}
+			if total > 0 && (n > remaining || n > int64(rp.PartitionMaxBytes)) {
+				p.records.Close()
+				p.records = nil
+				continue
+			}
+			total += n
+			remaining -= n
+		}
+	}
+	return topics, total, failed
+}
+
+func closeFetched(topics []fetchTopic) {
+	for _, t := range topics {
+		for i := range t.partitions {
+			if r := t.partitions[i].records; r != nil {
+				r.Close()
+				t.partitions[i].records = nil
+			}
+		}
+	}
+}
+
+type fetchTopic struct {
+	name       string
+	partitions []fetchPartition
+}
+
+type fetchPartition struct {
+	partition                     int32
+	fetchOffset                   int64 // requested, for the long poll
+	errorCode                     int16
+	highWatermark, logStartOffset int64
+	// nullAborted answers a null aborted-transactions list, as Kafka does
+	// for read_uncommitted; read_committed gets an empty one.
+	nullAborted bool
+	records     Records // nil: no records
+}
+
+// fetchReply is a Fetch response written by hand around its records, so
+// that they go from the Broker's Records (a file region) to the socket
+// without passing through memory: kmsg's encoder needs them as a slice.
+type fetchReply struct {
+	version   int16
+	errorCode int16
+	topics    []fetchTopic
+}
+
+// writeTo writes the response: the fixed parts are encoded in order into
+// one buffer, noting where each partition's records go; the frame size is
+// the buffer's length plus the records' Len()s. Then the buffer is written
+// piecewise, each partition's records with WriteTo on the connection
+// itself (sendfile when they are a file region and it is a TCP socket).
+// Every Records is closed, written or not.
+func (f *fetchReply) writeTo(c *conn, correlationID int32) error {
+	defer closeFetched(f.topics)
+	flexible := f.version >= 12
+	v := f.version
+
+	type insert struct {
+		at      int // offset in buf where the records' bytes go
+		records Records
+	}
+	var inserts []insert
+	buf := append(c.out[:0], 0, 0, 0, 0)
+	buf = kbin.AppendInt32(buf, correlationID)
+	if flexible {
+		buf = append(buf, 0) // response header v1: no tags
+	}
+	buf = kbin.AppendInt32(buf, 0) // throttle_time_ms (v1+)
+	if v >= 7 {
+		buf = kbin.AppendInt16(buf, f.errorCode)
+		buf = kbin.AppendInt32(buf, 0) // session_id: sessions are not kept
+	}
+	buf = appendArrayLen(buf, len(f.topics), flexible)
+	var recordBytes int64
+	for _, t := range f.topics {
+		if flexible {
+			buf = kbin.AppendCompactString(buf, t.name)
+		} else {
+			buf = kbin.AppendString(buf, t.name)
+		}
+		buf = appendArrayLen(buf, len(t.partitions), flexible)
+		for _, p := range t.partitions {
+			buf = kbin.AppendInt32(buf, p.partition)
+			buf = kbin.AppendInt16(buf, p.errorCode)
+			buf = kbin.AppendInt64(buf, p.highWatermark)
+			buf = kbin.AppendInt64(buf, p.highWatermark) // last_stable_offset: no transactions
+			if v >= 5 {
+				buf = kbin.AppendInt64(buf, p.logStartOffset)
+			}
+			if flexible {
+				buf = kbin.AppendCompactNullableArrayLen(buf, 0, p.nullAborted)
+			} else {
+				buf = kbin.AppendNullableArrayLen(buf, 0, p.nullAborted)
+			}
+			if v >= 11 {
+				buf = kbin.AppendInt32(buf, -1) // preferred_read_replica: none
+			}
+			var n int64
+			if p.records != nil {
+				n = p.records.Len()
+			}
+			if n > math.MaxInt32-1 {
+				return fmt.Errorf("kafka: fetch records of %d bytes", n)
+			}
+			if flexible {
+				buf = kbin.AppendUvarint(buf, uint32(n)+1)
+			} else {
+				buf = kbin.AppendInt32(buf, int32(n))
+			}
+			if n > 0 {
+				inserts = append(inserts, insert{at: len(buf), records: p.records})
+				recordBytes += n
+			}
+			if flexible {
+				buf = append(buf, 0) // partition tags
+			}
+		}
+		if flexible {
+			buf = append(buf, 0) // topic tags
+		}
+	}
+	if flexible {
+		buf = append(buf, 0) // response tags
+	}
+	size := int64(len(buf)-4) + recordBytes
+	if size > math.MaxInt32 {
+		return fmt.Errorf("kafka: fetch response of %d bytes", size)
+	}
+	binary.BigEndian.PutUint32(buf, uint32(size))
+	if cap(buf) <= reuseLimit {
+		c.out = buf[:0]
+	} else {
+		c.out = nil
+	}
+
+	from := 0
+	for _, in := range inserts {
+		if _, err := c.w.Write(buf[from:in.at]); err != nil {
+			return err
+		}
+		if err := c.w.Flush(); err != nil {
+			return err
+		}
+		want := in.records.Len()
+		n, err := in.records.WriteTo(c.nc)
+		if err != nil {
+			return err
+		}
+		if n != want {
+			return fmt.Errorf("kafka: fetch records wrote %d bytes of %d: %w", n, want, io.ErrShortWrite)
+		}
+		from = in.at
+	}
+	if _, err := c.w.Write(buf[from:]); err != nil {
+		return err
+	}
+	return c.w.Flush()
+}
+
+func appendArrayLen(dst []byte, n int, flexible bool) []byte {
+	if flexible {
+		return kbin.AppendCompactArrayLen(dst, n)
+	}
+	return kbin.AppendArrayLen(dst, n)
+}

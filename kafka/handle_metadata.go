@@ -1,0 +1,101 @@
+package kafka
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleMetadata presents the listener as the only broker: it is the
+// controller and the leader of every partition, and each replica and ISR
+// entry is its own id, as many as the partition has replicas and in-sync
+// replicas, so tools that count them see the replication factor and under-
+// replication.
+//
+// allow_auto_topic_creation is not honoured: a topic is created only by
+// CreateTopics (or logagent's own API), never as a side effect of a client
+// asking about it, so a typo in a producer's topic is an error, not a new
+// topic.
+func (s *Server) handleMetadata(_ context.Context, req *kmsg.MetadataRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+	resp.Default()
+	broker := kmsg.NewMetadataResponseBroker()
+	broker.NodeID, broker.Host, broker.Port = s.cfg.NodeID, s.cfg.Host, s.cfg.Port
+	resp.Brokers = []kmsg.MetadataResponseBroker{broker}
+	if s.cfg.ClusterID != "" {
+		resp.ClusterID = &s.cfg.ClusterID
+	}
+	resp.ControllerID = s.cfg.NodeID
+
+	topics := s.cfg.Broker.Topics()
+	// All topics: an empty list at v0, a null one from v1 on (where an
+	// empty list asks for none).
+	if (req.Version == 0 && len(req.Topics) == 0) || (req.Version > 0 && req.Topics == nil) {
+		for i := range topics {
+			resp.Topics = append(resp.Topics, s.metadataTopic(&topics[i]))
+		}
+		return resp, nil
+	}
+	byName := make(map[string]*Topic, len(topics))
+	byID := make(map[[16]byte]*Topic, len(topics))
+	for i := range topics {
+		byName[topics[i].Name] = &topics[i]
+		if topics[i].ID != ([16]byte{}) {
+			byID[topics[i].ID] = &topics[i]
+		}
+	}
+	for _, rt := range req.Topics {
+		var t *Topic
+		unknown := kerr.UnknownTopicOrPartition.Code
+		if rt.Topic != nil {
+			t = byName[*rt.Topic]
+		} else {
+			t = byID[rt.TopicID]
+			unknown = kerr.UnknownTopicID.Code
+		}
+		if t == nil {
+			mt := kmsg.NewMetadataResponseTopic()
+			mt.ErrorCode = unknown
+			mt.Topic = rt.Topic
+			mt.TopicID = rt.TopicID
+			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		resp.Topics = append(resp.Topics, s.metadataTopic(t))
+	}
+	return resp, nil
+}
+
+func (s *Server) metadataTopic(t *Topic) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	name := t.Name
+	mt.Topic = &name
+	mt.TopicID = t.ID
+	mt.IsInternal = t.Internal
+	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, len(t.Partitions))
+	for _, p := range t.Partitions {
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition = p.Partition
+		mp.LeaderEpoch = p.LeaderEpoch
+		mp.Leader = s.cfg.NodeID
+		if p.Err != nil {
+			mp.ErrorCode = ErrorCode(p.Err)
+			mp.Leader = -1
+		}
+		mp.Replicas = s.repeatID(p.Replicas)
+		mp.ISR = s.repeatID(p.ISR)
+		mp.OfflineReplicas = []int32{}
+		mt.Partitions = append(mt.Partitions, mp)
+	}
+	return mt
+}
+
+// repeatID is n copies of the listener's node id.
+func (s *Server) repeatID(n int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = s.cfg.NodeID
+	}
+	return ids
+}

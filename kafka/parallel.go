@@ -1,0 +1,36 @@
+package kafka
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// callTimeout bounds a Broker call whose request carries no timeout of its
+// own: a client's default request timeout is 30 s, after which it stops
+// waiting anyway.
+const callTimeout = 30 * time.Second
+
+// requestContext is ctx bounded by a request's timeout_ms, or by
+// callTimeout when it gives none.
+func requestContext(ctx context.Context, timeoutMillis int32) (context.Context, context.CancelFunc) {
+	d := callTimeout
+	if timeoutMillis > 0 {
+		d = time.Duration(timeoutMillis) * time.Millisecond
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// each runs f for every index of a request's items, concurrently (the
+// Broker may forward each one to another agent), and waits for them all.
+func each(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { f(i) })
+	}
+	wg.Wait()
+}

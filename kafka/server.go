@@ -1,0 +1,249 @@
+package kafka
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DefaultMaxRequestBytes is the frame limit when Config.MaxRequestBytes is
+// zero: Kafka's socket.request.max.bytes default, 100 MiB.
+const DefaultMaxRequestBytes = 100 << 20
+
+// connBufferSize is the size of each connection's read and write buffers.
+const connBufferSize = 64 << 10
+
+// Config is a Server's configuration.
+type Config struct {
+	Broker Broker
+	// Groups serves the group APIs; nil leaves them unadvertised.
+	Groups Groups
+	Logger hclog.Logger
+	// MaxRequestBytes bounds a request frame: a larger size (or one <= 0)
+	// closes the connection before anything of the frame is read. Zero
+	// means DefaultMaxRequestBytes.
+	MaxRequestBytes int32
+	// NodeID is the broker id the listener presents.
+	NodeID int32
+	// Host and Port are the address Metadata and FindCoordinator answer
+	// with: the listener's own, as clients reach it.
+	Host      string
+	Port      int32
+	ClusterID string
+}
+
+// Server is the Kafka listener: it serves the Kafka wire protocol on the
+// listeners given to Serve until Close (docs/design.md §15).
+type Server struct {
+	cfg  Config
+	log  hclog.Logger
+	apis map[int16]api
+	// versions is the ApiVersions table, sorted by key.
+	versions []kmsg.ApiVersionsResponseApiKey
+
+	// ctx ends at Close: every Broker call runs under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup // one per connection goroutine
+}
+
+// NewServer returns a Server that is not serving yet.
+func NewServer(cfg Config) *Server {
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:       cfg,
+		log:       log.Named("kafka"),
+		ctx:       ctx,
+		cancel:    cancel,
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[net.Conn]struct{}),
+	}
+	s.apis, s.versions = apiTable()
+	return s
+}
+
+// Serve accepts connections on ln until Close, each served by a goroutine
+// the Server owns. It returns nil after Close, or the error of an Accept
+// (the caller retries resource exhaustion in its listener, as the agent's
+// HTTP listeners do).
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			return fmt.Errorf("kafka: accept: %w", err)
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		s.conns[nc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(nc)
+	}
+}
+
+// Close stops accepting, closes every connection, ends every Broker call
+// in progress (their context) and waits for every connection goroutine.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	s.cancel()
+	var errs []error
+	for ln := range s.listeners {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	for nc := range s.conns {
+		nc.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// conn is one client connection, served by one goroutine.
+type conn struct {
+	nc     net.Conn
+	r      *bufio.Reader
+	w      *bufio.Writer
+	remote string
+	in     []byte // the frame buffer, reused while small
+	out    []byte // the response buffer, reused while small
+}
+
+// reuseLimit is the largest buffer a connection keeps between requests: a
+// rare large request's buffer goes to the garbage collector instead of
+// staying with an idle connection.
+const reuseLimit = 1 << 20
+
+// serveConn reads requests, handles each and writes its answer before
+// reading the next: Kafka answers a connection's requests in order, and a
+// client's pipelined produce requests must be appended in the order sent.
+func (s *Server) serveConn(nc net.Conn) {
+	defer s.wg.Done()
+	c := &conn{
+		nc:     nc,
+		r:      bufio.NewReaderSize(nc, connBufferSize),
+		w:      bufio.NewWriterSize(nc, connBufferSize),
+		remote: nc.RemoteAddr().String(),
+	}
+	s.log.Debug("connection open", "remote", c.remote)
+	defer func() {
+		nc.Close()
+		s.mu.Lock()
+		delete(s.conns, nc)
+		s.mu.Unlock()
+		s.log.Debug("connection closed", "remote", c.remote)
+	}()
+	for {
+		if err := s.serveOne(c); err != nil {
+			if !errors.Is(err, errConnDone) {
+				s.log.Debug("closing connection", "remote", c.remote, "error", err)
+			}
+			return
+		}
+	}
+}
+
+// errConnDone ends a connection without a log line of its own: the peer
+// went away, the server is closing, or the reason was logged already.
+var errConnDone = errors.New("kafka: connection done")
+
+// serveOne reads, handles and answers one request. An error closes the
+// connection.
+func (s *Server) serveOne(c *conn) error {
+	frame, err := readFrame(c.r, s.cfg.MaxRequestBytes, c.in)
+	if err != nil {
+		if errors.Is(err, ErrFrameSize) {
+			s.log.Warn("refused request frame", "remote", c.remote, "error", err)
+		}
+		return errConnDone
+	}
+	if cap(frame) <= reuseLimit {
+		c.in = frame[:0]
+	} else {
+		c.in = nil
+	}
+	h, err := parseHeader(frame)
+	if err != nil {
+		s.log.Warn("refused request header", "remote", c.remote, "error", err)
+		return errConnDone
+	}
+	a, ok := s.apis[h.key]
+	if !ok || h.version < a.min || h.version > a.max {
+		if h.key == apiVersionsKey {
+			// Kafka answers an ApiVersions it cannot read with its table
+			// at version 0, so that the client can pick a version it has.
+			return s.writeReply(c, h.correlationID, s.unsupportedApiVersions())
+		}
+		s.log.Warn("refused request", "remote", c.remote, "api_key", h.key, "api_version", h.version, "error", "unknown key or version")
+		return errConnDone
+	}
+	req := kmsg.RequestForKey(h.key)
+	req.SetVersion(h.version)
+	if err := req.ReadFrom(h.body); err != nil {
+		s.log.Debug("request does not decode", "remote", c.remote, "api_key", h.key, "api_version", h.version, "error", err)
+		return errConnDone
+	}
+	rep, err := a.handle(s, s.ctx, req)
+	if err != nil {
+		return err
+	}
+	if rep == nil {
+		return nil // acks=0 produce: nothing is answered
+	}
+	return s.writeReply(c, h.correlationID, rep)
+}
+
+func (s *Server) writeReply(c *conn, correlationID int32, rep reply) error {
+	if err := rep.writeTo(c, correlationID); err != nil {
+		return fmt.Errorf("kafka: write response: %w", err)
+	}
+	return nil
+}
