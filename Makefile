@@ -93,8 +93,28 @@ chromium: ## Install Debian's chromium for the status page test when missing (as
 		$(CHROMIUM_MISSING); \
 	fi
 
+# The Kafka listener's kcat test (internal/testcluster TestKafkaKcat) runs
+# Debian's kcat (librdkafka); `make test` installs it first when it is missing
+# and make runs as root, and otherwise says loudly that the test will be skipped.
+KCAT_MISSING := { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+	echo "!!! NO KCAT: the Kafka listener's kcat test TestKafkaKcat WILL BE SKIPPED."; \
+	echo "!!! Install it as root: apt-get update && apt-get install -y kcat"; \
+	echo "!!! (or set LOGAGENT_KCAT to a kcat binary)"; \
+	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
+
+.PHONY: kcat
+kcat: ## Install Debian's kcat for the Kafka listener's test when missing (as root; otherwise say so loudly)
+	@if [ -n "$$LOGAGENT_KCAT" ] || command -v kcat >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's kcat for the Kafka listener's test (apt-get)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } || $(KCAT_MISSING); \
+	else \
+		$(KCAT_MISSING); \
+	fi
+
 .PHONY: test
-test: bin/logagent bin/consul chromium ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
+test: bin/logagent bin/consul chromium kcat ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/internal/jepsen$$')
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./internal/jepsen 2>&1 | tee jepsen.out | grep -E '$(JEPSEN_LINES)'
 	@echo "full fault-injection log: jepsen.out"

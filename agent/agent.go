@@ -19,6 +19,7 @@ import (
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/groupcoord"
+	"github.com/logagent/logagent/kafka"
 	"github.com/logagent/logagent/metrics"
 	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
@@ -230,16 +231,22 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 		Durability:      durability(a.cfg.Storage.Durability),
 		ProducerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
 		Hooks:           partition.Hooks{LeaderElected: a.metrics.LeaderElected, ISRChanged: a.metrics.ISRChanged},
-		LogOptions: segstore.Options{
-			SegmentBytes:       a.cfg.Storage.SegmentBytes,
-			SegmentAge:         a.cfg.Storage.SegmentAge,
-			IndexIntervalBytes: int(a.cfg.Storage.IndexIntervalBytes),
-			MaxBatchBytes:      maxBatchBytes(a.cfg),
-			Retention:          a.cfg.Storage.Retention,
-			RetentionBytes:     a.cfg.Storage.RetentionBytes,
-			Now:                a.now,
-			OnSync:             a.metrics.ObserveFsync,
-		},
+		LogOptions:      a.logOptions(),
+	}
+}
+
+// logOptions are the partition logs' options from the storage block, which
+// a topic's own storage settings override (partition.LogOptionsFor).
+func (a *Agent) logOptions() segstore.Options {
+	return segstore.Options{
+		SegmentBytes:       a.cfg.Storage.SegmentBytes,
+		SegmentAge:         a.cfg.Storage.SegmentAge,
+		IndexIntervalBytes: int(a.cfg.Storage.IndexIntervalBytes),
+		MaxBatchBytes:      maxBatchBytes(a.cfg),
+		Retention:          a.cfg.Storage.Retention,
+		RetentionBytes:     a.cfg.Storage.RetentionBytes,
+		Now:                a.now,
+		OnSync:             a.metrics.ObserveFsync,
 	}
 }
 
@@ -298,6 +305,24 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		return fmt.Errorf("agent: peer API: %w", err)
 	}
 
+	// The Kafka listener opens with the others, so a port in use fails the
+	// start; its requests are refused until the agent serves.
+	kafkaBroker := &kafkaBroker{a: a}
+	var kafkaLn net.Listener
+	var kafkaSrv *kafka.Server
+	if a.cfg.Kafka.Address != "" {
+		kcfg, err := a.kafkaConfig(kafkaBroker)
+		if err == nil {
+			kafkaLn, err = net.Listen("tcp", a.cfg.Kafka.Address)
+		}
+		if err != nil {
+			clientLn.Close()
+			peerLn.Close()
+			return fmt.Errorf("agent: Kafka listener: %w", err)
+		}
+		kafkaSrv = kafka.NewServer(kcfg)
+	}
+
 	httpLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	clientRt, peerRt := a.clientRoutes(), a.peerRoutes()
 	clientSrv := newServer(clientRt, a.closeWhenStopping(clientRt.handle), a.cfg.Limits.MaxRequestBytes, httpLog)
@@ -310,7 +335,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	}
 
 	var wg sync.WaitGroup
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	serve := func(name string, srv *fasthttp.Server, ln net.Listener) {
 		defer wg.Done()
 		if err := srv.Serve(ln); err != nil {
@@ -322,6 +347,14 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	// listeners wait and retry instead of ending the agent.
 	go serve("client", clientSrv, withTLS(newRetryListener(clientLn, "client", a.log.Named("http"), a.now), a.clientTLS))
 	go serve("peer", peerSrv, withTLS(newRetryListener(peerLn, "peer", a.log.Named("http"), a.now), a.peerTLS))
+	if kafkaSrv != nil {
+		wg.Go(func() {
+			if err := kafkaSrv.Serve(newRetryListener(kafkaLn, "kafka", a.log.Named("kafka"), a.now)); err != nil {
+				serveErr <- fmt.Errorf("agent: Kafka listener stopped: %w", err)
+			}
+		})
+		a.log.Info("Kafka listener", "address", kafkaLn.Addr().String(), "advertise", a.cfg.Kafka.AdvertiseAddress, "broker_id", kafkaNodeID(a.cfg.NodeID))
+	}
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress, "client_tls", a.clientTLS != nil, "peer_tls", a.peerTLS != nil,
 		"client_token", len(a.clientToken) > 0, "peer_token", len(a.peerToken) > 0)
@@ -420,9 +453,18 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 			}
 		})
 	}
+	if kafkaSrv != nil {
+		// Close ends its connections and waits for their requests.
+		shutdowns.Go(func() {
+			if err := kafkaSrv.Close(); err != nil {
+				a.log.Warn("Kafka listener did not close cleanly", "error", err)
+			}
+		})
+	}
 	shutdowns.Wait()
 	cancelShutdown()
 	wg.Wait()
+	kafkaBroker.polls.Wait()
 	// Each replica's stop waits for its goroutines, peer requests in
 	// flight included (see partition.Replica.Stop for the bound). The
 	// directory goes after them: their loops look agents up until they end.

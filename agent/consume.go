@@ -55,41 +55,27 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
-	r := a.replicas.Get(topic, partition)
-	if r == nil {
+	r, refusal := a.fetchReplica(topic, partition)
+	if refusal != nil {
 		if !a.proxyFetch(ctx, topic, partition, wait) {
-			writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition)))
+			writeAPIError(ctx, refusal)
 		}
 		return
 	}
-	if v := r.CurrentView(); v.DataLoss || !(v.Role == roleLeader || (v.Role == roleFollower && v.InSync(a.cfg.NodeID))) {
-		if !a.proxyFetch(ctx, topic, partition, wait) {
-			writeAPIError(ctx, a.notLeaderError(topic, partition, "this agent's replica of "+partitionName(topic, partition)+" is not in sync"))
-		}
-		return
-	}
-	log := r.CurrentLog()
-	offset, err := resolveOffset(args.Peek("offset"), log)
+	offset, err := resolveOffset(args.Peek("offset"), r.CurrentLog())
 	if err != nil {
 		writeErr(ctx, err)
 		return
 	}
-	if lso, leo := log.LogStartOffset(), log.LogEndOffset(); offset < lso || offset > leo {
-		writeAPIError(ctx, offsetOutOfRange(offset, lso, log.HighWatermark()))
+	region, pos, apiErr := a.readLocal(r, offset, maxBytes, wait)
+	if apiErr != nil {
+		writeAPIError(ctx, apiErr)
 		return
 	}
-	if wait > 0 && offset >= log.HighWatermark() {
-		a.waitFor(r, wait, func() bool { return log.HighWatermark() > offset })
-	}
-	hw := log.HighWatermark()
-	region, err := log.Read(offset, maxBytes, hw)
-	if err != nil {
-		writeAPIError(ctx, storageAPIError(err))
-		return
-	}
+	hw, lso := pos.hw, pos.lso
 	h := &ctx.Response.Header
 	h.Set(wire.HeaderHighWatermark, strconv.FormatInt(hw, 10))
-	h.Set(wire.HeaderLogStartOffset, strconv.FormatInt(log.LogStartOffset(), 10))
+	h.Set(wire.HeaderLogStartOffset, strconv.FormatInt(lso, 10))
 	if format == wire.ContentTypeNDJSON {
 		if err := a.writeNDJSON(ctx, region, offset); err != nil {
 			writeError(ctx, fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
@@ -102,6 +88,44 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	a.metrics.Fetched(topic, region.Len)
 	sendRegion(ctx, region)
+}
+
+// fetchReplica is the serving decision of a consumer fetch, the HTTP
+// API's and Kafka's: the local replica when it leads the partition or
+// follows it in the ISR with its whole log, else the error to answer when
+// the fetch cannot go to the leader instead.
+func (a *Agent) fetchReplica(topic string, partition int) (*partition.Replica, *apiError) {
+	r := a.replicas.Get(topic, partition)
+	if r == nil {
+		return nil, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition))
+	}
+	if v := r.CurrentView(); v.DataLoss || !(v.Role == roleLeader || (v.Role == roleFollower && v.InSync(a.cfg.NodeID))) {
+		return nil, a.notLeaderError(topic, partition, "this agent's replica of "+partitionName(topic, partition)+" is not in sync")
+	}
+	return r, nil
+}
+
+// logPositions are a partition's positions as a fetch answers them.
+type logPositions struct{ hw, lso int64 }
+
+// readLocal reads whole batches from offset, at most maxBytes of them but
+// at least one, below the high watermark of a replica fetchReplica chose,
+// after waiting up to wait for the high watermark to pass offset: the
+// region read of the HTTP and Kafka fetches. The region must be closed.
+func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait time.Duration) (*segstore.Region, logPositions, *apiError) {
+	log := r.CurrentLog()
+	if lso, leo := log.LogStartOffset(), log.LogEndOffset(); offset < lso || offset > leo {
+		return nil, logPositions{}, offsetOutOfRange(offset, lso, log.HighWatermark())
+	}
+	if wait > 0 && offset >= log.HighWatermark() {
+		a.waitFor(r, wait, nil, func() bool { return log.HighWatermark() > offset })
+	}
+	hw := log.HighWatermark()
+	region, err := log.Read(offset, maxBytes, hw)
+	if err != nil {
+		return nil, logPositions{}, storageAPIError(err)
+	}
+	return region, logPositions{hw: hw, lso: log.LogStartOffset()}, nil
 }
 
 // sendRegion makes a log region the response body with its exact size, so

@@ -31,6 +31,10 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
 
+// WireCode is the API's error code, which the Kafka listener maps to
+// Kafka's (kafka.ErrorCode).
+func (e *apiError) WireCode() string { return e.Code }
+
 func newAPIError(status int, code, message string, retriable bool) *apiError {
 	return &apiError{status: status, Code: code, Message: message, Retriable: retriable}
 }

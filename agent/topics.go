@@ -87,23 +87,48 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic: "+err.Error(), false)
 		return
 	}
-	if p := req.Partitions; p != nil && (*p < 1 || *p > config.MaxTopicPartitions) {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
-			fmt.Sprintf("partitions %d is outside 1 to %d", *p, config.MaxTopicPartitions), false)
+	tc, assignment, err := a.createTopic(req, nil)
+	switch {
+	case err == nil:
+	case errors.Is(err, election.ErrTopicExists):
+		writeError(ctx, fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
+		return
+	case errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		return
+	default:
+		writeErr(ctx, err)
 		return
 	}
+	desc := topicDescription{Name: tc.Name, Config: describeConfig(tc)}
+	for p, replicas := range assignment {
+		desc.Partitions = append(desc.Partitions, partitionDescription{Partition: p, Replicas: replicas, ISR: replicas})
+	}
+	writeJSON(ctx, fasthttp.StatusCreated, desc)
+}
+
+// createTopic creates a topic, for POST /v1/topics and Kafka's
+// CreateTopics, and returns once this agent's metadata shows it. storage,
+// when not nil, is the topic's own storage settings
+// (partition.TopicStorage). An invalid request is an *apiError; the
+// election package's ErrTopicExists, ErrNotEnoughAgents and ErrInvalidTopic
+// come as they are, for each API to answer in its own terms.
+func (a *Agent) createTopic(req createTopicRequest, storage []byte) (election.TopicConfig, [][]string, error) {
+	if p := req.Partitions; p != nil && (*p < 1 || *p > config.MaxTopicPartitions) {
+		return election.TopicConfig{}, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+			fmt.Sprintf("partitions %d is outside 1 to %d", *p, config.MaxTopicPartitions), false)
+	}
 	if !election.ValidTopicName(req.Name) {
-		writeAPIError(ctx, invalidTopicName(req.Name))
-		return
+		return election.TopicConfig{}, nil, invalidTopicName(req.Name)
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
 	defer cancel()
 	agents, err := a.coord.Agents(callCtx)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
-		return
+		return election.TopicConfig{}, nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
 	tc := a.topicConfig(req, len(agents))
+	tc.Storage = storage
 	nodes := make([]string, len(agents))
 	for i, ag := range agents {
 		nodes[i] = ag.NodeID
@@ -118,21 +143,13 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		err = a.waitTopic(callCtx, tc.Name, tc.ID)
 	}
 	switch {
-	case errors.Is(err, election.ErrTopicExists):
-		writeError(ctx, fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
-		return
-	case errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
-		return
-	case err != nil:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot create topic: "+err.Error(), true)
-		return
+	case err == nil:
+		return tc, assignment, nil
+	case errors.Is(err, election.ErrTopicExists), errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
+		return tc, nil, err
+	default:
+		return tc, nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot create topic: "+err.Error(), true)
 	}
-	desc := topicDescription{Name: tc.Name, Config: describeConfig(tc)}
-	for p, replicas := range assignment {
-		desc.Partitions = append(desc.Partitions, partitionDescription{Partition: p, Replicas: replicas, ISR: replicas})
-	}
-	writeJSON(ctx, fasthttp.StatusCreated, desc)
 }
 
 // topicConfig fills a create request in from topic_defaults.
@@ -388,13 +405,7 @@ func (a *Agent) handleDeleteTopic(ctx *fasthttp.RequestCtx) {
 	if !ok || refuseInternalTopic(ctx, name, "deleted") {
 		return
 	}
-	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
-	defer cancel()
-	err := a.coord.DeleteTopic(callCtx, name)
-	if err == nil {
-		err = a.waitTopicGone(callCtx, name)
-	}
-	switch {
+	switch err := a.deleteTopic(name); {
 	case err == nil:
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	case errors.Is(err, election.ErrUnknownTopic):
@@ -404,6 +415,18 @@ func (a *Agent) handleDeleteTopic(ctx *fasthttp.RequestCtx) {
 	default:
 		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
 	}
+}
+
+// deleteTopic deletes a topic, for DELETE /v1/topics/{topic} and Kafka's
+// DeleteTopics, and returns once this agent's metadata no longer has it.
+func (a *Agent) deleteTopic(name string) error {
+	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	defer cancel()
+	err := a.coord.DeleteTopic(callCtx, name)
+	if err == nil {
+		err = a.waitTopicGone(callCtx, name)
+	}
+	return err
 }
 
 // waitTopicGone waits until this agent's metadata no longer has the topic.

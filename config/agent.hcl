@@ -53,6 +53,21 @@ client {
   pprof = false
 }
 
+# The Kafka wire protocol (docs/kafka.md): Kafka clients and tools on this
+# host use bootstrap.servers=127.0.0.1:9092 and get the sidecar, which
+# presents itself as the one broker of the cluster and forwards inside it as
+# the client API does. Empty turns it off. It has neither TLS nor a token:
+# keep it on loopback (the agent warns otherwise, and when client.token_file
+# is set, since Kafka clients bypass that token).
+kafka {
+  address = ""
+
+  # The address Metadata and FindCoordinator answer with, which clients dial
+  # after their bootstrap address. Defaults to address; required when
+  # address listens on every interface (0.0.0.0 or [::]).
+  # advertise_address = "127.0.0.1:9092"
+}
+
 # The API between agents: replication and forwarded produce requests.
 peer {
   address = "0.0.0.0:7171"

@@ -15,6 +15,7 @@ type Config struct {
 	LogJSON  bool
 
 	Client        Client
+	Kafka         Kafka
 	Peer          Peer
 	Consul        Consul
 	Storage       Storage
@@ -40,6 +41,16 @@ type Client struct {
 	// TokenFile, when set, holds the bearer token every client API request
 	// but GET /v1/health must carry.
 	TokenFile string
+}
+
+// Kafka is the sidecar's Kafka wire-protocol listener (docs/kafka.md).
+type Kafka struct {
+	// Address is where it listens; "" turns it off.
+	Address string
+	// AdvertiseAddress is the broker address Metadata and FindCoordinator
+	// answer with, the one clients dial after their seed: Address itself
+	// unless Address listens on every interface.
+	AdvertiseAddress string
 }
 
 // Peer is the listener other agents use.

@@ -48,6 +48,7 @@ func TestDefaults(t *testing.T) {
 		{"node_id from host name", cfg.NodeID, "testhost"},
 		{"client", cfg.Client.Address, "127.0.0.1:7070"},
 		{"pprof off", cfg.Client.Pprof, false},
+		{"kafka off", cfg.Kafka, Kafka{}},
 		{"peer", cfg.Peer.Address, "0.0.0.0:7171"},
 		{"advertise", cfg.Peer.AdvertiseAddress, "10.1.2.3:7171"},
 		{"durability", cfg.Storage.Durability, DurabilityFsync},
@@ -210,6 +211,11 @@ func TestInvalid(t *testing.T) {
 		{"record above request", "limits {\n  max_record_bytes = \"32MiB\"\n}\n", 2, "above limits.max_request_bytes"},
 		{"advertise unspecified", "peer {\n  advertise_address = \"0.0.0.0:7171\"\n}\n", 2, "must name a host"},
 		{"syntax error", "storage {\n  durability = \n}\n", 2, "Invalid expression"},
+		{"kafka on every interface", "kafka {\n  address = \"0.0.0.0:9092\"\n}\n", 2, "so set kafka.advertise_address"},
+		{"kafka advertise unspecified", "kafka {\n  address = \"0.0.0.0:9092\"\n  advertise_address = \"[::]:9092\"\n}\n", 3, "must name a host Kafka clients can dial"},
+		{"kafka advertise without address", "kafka {\n  advertise_address = \"10.0.0.1:9092\"\n}\n", 2, "the Kafka listener is off"},
+		{"kafka bad port", "kafka {\n  address = \"127.0.0.1:0\"\n}\n", 2, "not a number from 1 to 65535"},
+		{"kafka unknown key", "kafka {\n  port = 9092\n}\n", 2, "Unsupported argument"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -377,5 +383,28 @@ func TestFormatDiagnostic(t *testing.T) {
 	d := &hcl.Diagnostic{Summary: "Invalid x.", Detail: "bad.", Subject: &hcl.Range{Filename: "f.hcl", Start: hcl.Pos{Line: 3, Column: 7}}}
 	if got := FormatDiagnostic(d); got != "f.hcl:3:7: Invalid x: bad" {
 		t.Errorf("got %q", got)
+	}
+}
+
+func TestKafkaAddresses(t *testing.T) {
+	cases := []struct {
+		name string
+		hcl  string
+		want Kafka
+	}{
+		{"loopback", "kafka {\n  address = \"127.0.0.1:9092\"\n}\n", Kafka{Address: "127.0.0.1:9092", AdvertiseAddress: "127.0.0.1:9092"}},
+		{"every interface, advertised", "kafka {\n  address = \"0.0.0.0:9092\"\n  advertise_address = \"10.1.2.3:9092\"\n}\n", Kafka{Address: "0.0.0.0:9092", AdvertiseAddress: "10.1.2.3:9092"}},
+		{"explicitly off", "kafka {\n  address = \"\"\n}\n", Kafka{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := LoadWith(testEnv(), writeFile(t, t.TempDir(), "agent.hcl", c.hcl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Kafka != c.want {
+				t.Errorf("kafka %+v, want %+v", cfg.Kafka, c.want)
+			}
+		})
 	}
 }

@@ -11,6 +11,10 @@ client {
   pprof   = false
 }
 
+kafka {
+  address = ""
+}
+
 peer {
   address    = "0.0.0.0:7171"
   token_file = ""

@@ -11,6 +11,7 @@ type fileRoot struct {
 	LogLevel      *string            `hcl:"log_level,optional"`
 	LogJSON       *bool              `hcl:"log_json,optional"`
 	Client        *fileClient        `hcl:"client,block"`
+	Kafka         *fileKafka         `hcl:"kafka,block"`
 	Peer          *filePeer          `hcl:"peer,block"`
 	Consul        *fileConsul        `hcl:"consul,block"`
 	Storage       *fileStorage       `hcl:"storage,block"`
@@ -31,6 +32,11 @@ type fileClient struct {
 	Pprof     *bool    `hcl:"pprof,optional"`
 	TokenFile *string  `hcl:"token_file,optional"`
 	TLS       *fileTLS `hcl:"tls,block"`
+}
+
+type fileKafka struct {
+	Address          *string `hcl:"address,optional"`
+	AdvertiseAddress *string `hcl:"advertise_address,optional"`
 }
 
 type filePeer struct {

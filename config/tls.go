@@ -177,14 +177,20 @@ func (v *validator) tlsBlock(block string, f *fileTLS, caRequired bool) *TLS {
 // about: the agent logs them at start, `logagent validate` prints them.
 func (c *Config) Warnings() []string {
 	var w []string
-	if isLoopback(c.Client.Address) {
-		return nil
-	}
 	switch {
+	case isLoopback(c.Client.Address):
 	case c.Client.TokenFile == "":
 		w = append(w, fmt.Sprintf("client.address %s is not a loopback address and client.token_file is not set: anyone who can reach it can read, write and delete every topic; set client.token_file (and client.tls) or listen on 127.0.0.1", c.Client.Address))
 	case c.Client.TLS == nil:
 		w = append(w, fmt.Sprintf("client.address %s is not a loopback address and client.tls is not set: the client token and every record cross the network in the clear", c.Client.Address))
+	}
+	// The Kafka listener has neither TLS nor authentication (docs/kafka.md).
+	switch {
+	case c.Kafka.Address == "":
+	case !isLoopback(c.Kafka.Address):
+		w = append(w, fmt.Sprintf("kafka.address %s is not a loopback address and the Kafka listener has neither TLS nor authentication: anyone who can reach it can read, write and delete every topic; listen on 127.0.0.1", c.Kafka.Address))
+	case c.Client.TokenFile != "":
+		w = append(w, fmt.Sprintf("client.token_file is set but the Kafka listener (kafka.address %s) takes no token: every local user can read, write and delete topics through it", c.Kafka.Address))
 	}
 	return w
 }

@@ -218,6 +218,9 @@ func TestWarnings(t *testing.T) {
 		{"every interface, no token", "client {\n  address = \"0.0.0.0:7070\"\n}\n", "client.address 0.0.0.0:7070 is not a loopback address and client.token_file is not set"},
 		{"host name, no token", "client {\n  address = \"host-1.example:7070\"\n}\n", "client.token_file is not set"},
 		{"token without TLS", fmt.Sprintf("client {\n  address = \"10.1.2.3:7070\"\n  token_file = %q\n}\n", f.token), "client.tls is not set: the client token and every record cross the network in the clear"},
+		{"kafka on loopback", "kafka {\n  address = \"127.0.0.1:9092\"\n}\n", ""},
+		{"kafka beyond loopback", "kafka {\n  address = \"10.1.2.3:9092\"\n}\n", "the Kafka listener has neither TLS nor authentication"},
+		{"kafka beside a client token", fmt.Sprintf("client {\n  token_file = %q\n}\nkafka {\n  address = \"127.0.0.1:9092\"\n}\n", f.token), "the Kafka listener (kafka.address 127.0.0.1:9092) takes no token"},
 		{"token and TLS", fmt.Sprintf("client {\n  address = \"10.1.2.3:7070\"\n  token_file = %q\n  tls {\n    cert_file = %q\n    key_file = %q\n  }\n}\n", f.token, f.cert, f.key), ""},
 	}
 	for _, c := range cases {

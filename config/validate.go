@@ -174,6 +174,8 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.Client.Address = v.address("client.address", f.Client.Address)
 	c.Client.Pprof = f.Client.Pprof != nil && *f.Client.Pprof
 
+	c.Kafka = v.kafka(f.Kafka)
+
 	c.Peer.Address = v.address("peer.address", f.Peer.Address)
 	c.Peer.TokenFile = v.tokenFile("peer.token_file", f.Peer.TokenFile)
 	if f.Peer.AdvertiseAddress != nil {
@@ -229,6 +231,35 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 		v.errorf("groups.offsets_replication_factor", "%d must be at least 1", n)
 	}
 	return c, v.diags
+}
+
+// kafka validates the kafka block: off without an address; the address
+// clients are told to dial must name a host, as a broker's advertised
+// listener does.
+func (v *validator) kafka(f *fileKafka) Kafka {
+	var k Kafka
+	if f.Address == nil || *f.Address == "" {
+		if f.AdvertiseAddress != nil && *f.AdvertiseAddress != "" {
+			v.errorf("kafka.advertise_address", "is set but kafka.address is not: the Kafka listener is off")
+		}
+		return k
+	}
+	k.Address = v.address("kafka.address", f.Address)
+	if f.AdvertiseAddress != nil && *f.AdvertiseAddress != "" {
+		k.AdvertiseAddress = v.address("kafka.advertise_address", f.AdvertiseAddress)
+		if host, _, err := net.SplitHostPort(k.AdvertiseAddress); err == nil && isUnspecified(host) {
+			v.errorf("kafka.advertise_address", "%q must name a host Kafka clients can dial", k.AdvertiseAddress)
+		}
+		return k
+	}
+	if host, _, err := net.SplitHostPort(k.Address); err == nil {
+		if isUnspecified(host) {
+			v.errorf("kafka.address", "%q listens on every interface, so set kafka.advertise_address: Kafka clients dial the address the listener advertises", k.Address)
+		} else {
+			k.AdvertiseAddress = k.Address
+		}
+	}
+	return k
 }
 
 func (v *validator) consul(f *fileConsul) Consul {

@@ -99,29 +99,41 @@ func openPartitionLog(fsys segstore.FS, dir string, opts segstore.Options, markL
 }
 
 // TopicStorage is a topic's own storage settings, over the agent's
-// storage block: the JSON of election.TopicConfig.Storage. Only the
-// consumer groups' offsets topic has them (docs/design.md §7.3).
+// storage block: the JSON of election.TopicConfig.Storage. The consumer
+// groups' offsets topic has them (docs/design.md §7.3), and topics created
+// through the Kafka listener with segment.bytes, retention.ms or
+// retention.bytes.
 type TopicStorage struct {
 	SegmentBytes int64 `json:"segment_bytes,omitempty"`
 	// NoRetention turns time and size retention off: the topic deletes
 	// its own superseded records.
 	NoRetention bool `json:"no_retention,omitempty"`
+	// RetentionMS and RetentionBytes, when set, replace the agent's
+	// storage.retention and storage.retention_bytes; 0 turns each off.
+	RetentionMS    *int64 `json:"retention_ms,omitempty"`
+	RetentionBytes *int64 `json:"retention_bytes,omitempty"`
 }
 
-// logOptionsFor applies tc's storage settings to the agent's. A setting
+// LogOptionsFor applies tc's storage settings to the agent's. A setting
 // this agent does not know fails the open, rather than being ignored.
-func logOptionsFor(opts segstore.Options, tc election.TopicConfig) (segstore.Options, error) {
+func LogOptionsFor(opts segstore.Options, tc election.TopicConfig) (segstore.Options, error) {
 	if len(tc.Storage) == 0 {
 		return opts, nil
 	}
 	var ts TopicStorage
 	dec := json.NewDecoder(bytes.NewReader(tc.Storage))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ts); err != nil || ts.SegmentBytes < 0 {
+	if err := dec.Decode(&ts); err != nil || ts.SegmentBytes < 0 || (ts.RetentionMS != nil && *ts.RetentionMS < 0) || (ts.RetentionBytes != nil && *ts.RetentionBytes < 0) {
 		return opts, fmt.Errorf("agent: topic %s has storage settings this agent cannot apply (%s): %v", tc.Name, tc.Storage, err)
 	}
 	if ts.SegmentBytes > 0 {
 		opts.SegmentBytes = ts.SegmentBytes
+	}
+	if ts.RetentionMS != nil {
+		opts.Retention = time.Duration(*ts.RetentionMS) * time.Millisecond
+	}
+	if ts.RetentionBytes != nil {
+		opts.RetentionBytes = *ts.RetentionBytes
 	}
 	if ts.NoRetention {
 		opts.Retention, opts.RetentionBytes = 0, 0
@@ -436,7 +448,7 @@ func rootCause(err error) error {
 // until it has caught up).
 func (m *Manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (*Replica, error) {
 	topicID := tc.ID
-	opts, err := logOptionsFor(m.deps.LogOptions, tc)
+	opts, err := LogOptionsFor(m.deps.LogOptions, tc)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,10 @@ func TestLogOptionsForTopicStorage(t *testing.T) {
 		{"none", "", base, false},
 		{"offsets topic", `{"segment_bytes":16777216,"no_retention":true}`, segstore.Options{SegmentBytes: 16 << 20}, false},
 		{"segment only", `{"segment_bytes":1024}`, segstore.Options{SegmentBytes: 1024, Retention: base.Retention, RetentionBytes: base.RetentionBytes}, false},
-		{"unknown setting", `{"retention_ms":5}`, segstore.Options{}, true},
+		{"retention", `{"retention_ms":5000,"retention_bytes":1048576}`, segstore.Options{SegmentBytes: base.SegmentBytes, Retention: 5 * time.Second, RetentionBytes: 1 << 20}, false},
+		{"retention off", `{"retention_ms":0,"retention_bytes":0}`, segstore.Options{SegmentBytes: base.SegmentBytes}, false},
+		{"negative retention", `{"retention_ms":-1}`, segstore.Options{}, true},
+		{"unknown setting", `{"cleanup_policy":"compact"}`, segstore.Options{}, true},
 		{"negative", `{"segment_bytes":-1}`, segstore.Options{}, true},
 		{"not JSON", `x`, segstore.Options{}, true},
 	}
@@ -30,7 +33,7 @@ func TestLogOptionsForTopicStorage(t *testing.T) {
 			if tt.storage != "" {
 				tc.Storage = json.RawMessage(tt.storage)
 			}
-			got, err := logOptionsFor(base, tc)
+			got, err := LogOptionsFor(base, tc)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
 			}

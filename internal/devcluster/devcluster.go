@@ -25,6 +25,7 @@ import (
 const (
 	firstClientPort  = 7070
 	firstPeerPort    = 7171
+	firstKafkaPort   = 9092
 	consulHTTPPort   = 18500
 	consulServerPort = 18300
 	consulSerfLAN    = 18301
@@ -58,6 +59,7 @@ type agentSpec struct {
 	nodeID     string
 	clientAddr string
 	peerAddr   string
+	kafkaAddr  string
 	dir        string
 }
 
@@ -83,9 +85,10 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 			nodeID:     fmt.Sprintf("n%d", i+1),
 			clientAddr: fmt.Sprintf("127.0.0.1:%d", firstClientPort+off+i),
 			peerAddr:   fmt.Sprintf("127.0.0.1:%d", firstPeerPort+off+i),
+			kafkaAddr:  fmt.Sprintf("127.0.0.1:%d", firstKafkaPort+off+i),
 			dir:        filepath.Join(o.Dir, fmt.Sprintf("n%d", i+1)),
 		}
-		wantPorts = append(wantPorts, firstClientPort+off+i, firstPeerPort+off+i)
+		wantPorts = append(wantPorts, firstClientPort+off+i, firstPeerPort+off+i, firstKafkaPort+off+i)
 	}
 	if err := checkPortsFree(wantPorts); err != nil {
 		return err
@@ -214,10 +217,14 @@ peer {
   address = %[4]q
 }
 
+kafka {
+  address = %[6]q
+}
+
 consul {
   address = %[5]q
 }
-`, s.nodeID, filepath.Join(s.dir, "data"), s.clientAddr, s.peerAddr, consulAddr)
+`, s.nodeID, filepath.Join(s.dir, "data"), s.clientAddr, s.peerAddr, consulAddr, s.kafkaAddr)
 	return os.WriteFile(filepath.Join(s.dir, "agent.hcl"), []byte(body), 0o644)
 }
 
@@ -321,12 +328,13 @@ func printBanner(o Options, specs []agentSpec, consulAddr, scheme string) {
 	fmt.Fprintln(w, "logagent dev cluster is up")
 	fmt.Fprintf(w, "  consul       http://%s  (UI: http://%s/ui/)\n", consulAddr, consulAddr)
 	for _, s := range specs {
-		fmt.Fprintf(w, "  agent %s     client %s://%s  peer %s  log %s\n", s.nodeID, scheme, s.clientAddr, s.peerAddr, filepath.Join(o.Dir, s.nodeID+".log"))
+		fmt.Fprintf(w, "  agent %s     client %s://%s  peer %s  kafka %s  log %s\n", s.nodeID, scheme, s.clientAddr, s.peerAddr, s.kafkaAddr, filepath.Join(o.Dir, s.nodeID+".log"))
 	}
 	fmt.Fprintf(w, "  state        %s\n", o.Dir)
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Try:  curl -s %s://%s/v1/health\n", scheme, specs[0].clientAddr)
 	fmt.Fprintf(w, "      curl -s 'http://%s/v1/health/service/logagent?passing'\n", consulAddr)
+	fmt.Fprintf(w, "      kcat -b %s -L   (any Kafka client: bootstrap.servers=%s)\n", specs[0].kafkaAddr, specs[0].kafkaAddr)
 	fmt.Fprintln(w, "Ctrl-C stops everything.")
 }
 

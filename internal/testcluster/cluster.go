@@ -43,6 +43,8 @@ type Options struct {
 	Timing Timing
 	// Security turns on TLS and tokens.
 	Security Security
+	// Kafka gives every agent a Kafka listener (Agent.KafkaAddr).
+	Kafka bool
 }
 
 // Timing chooses the failure-detection settings (consul session_ttl,
@@ -168,7 +170,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		c.setUpSecurity(opts.Security)
 	}
 	for i := range opts.Agents {
-		ports := consultest.FreePorts(t, 2)
+		ports := consultest.FreePorts(t, 3)
 		nodeID := "n" + strconv.Itoa(i+1)
 		var dataParent, logDir string
 		if opts.Dir == "" {
@@ -190,6 +192,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 			logDir:     logDir,
 		}
 		a.PeerAdvertise = a.PeerAddr
+		if opts.Kafka {
+			a.KafkaAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
+		}
 		if c.CA != nil {
 			a.tlsDir = filepath.Join(a.logDir, "tls")
 			if err := os.MkdirAll(a.tlsDir, 0o755); err != nil {
@@ -248,6 +253,8 @@ type Agent struct {
 	PeerAddr   string
 	// PeerAdvertise is what other agents dial to reach this one.
 	PeerAdvertise string
+	// KafkaAddr is the agent's Kafka listener, "" without Options.Kafka.
+	KafkaAddr string
 	// ConsulAddr is the Consul address this agent uses.
 	ConsulAddr string
 	// ConsulProxy, with Options.Proxies, carries the agent's every
@@ -297,6 +304,10 @@ type process struct {
 func (a *Agent) WriteConfig() {
 	a.c.t.Helper()
 	peer, client := a.securityHCL()
+	kafka := ""
+	if a.KafkaAddr != "" {
+		kafka = fmt.Sprintf("kafka { address = %q }\n", a.KafkaAddr)
+	}
 	writeFile(a.c.t, a.ConfigPaths[1], fmt.Sprintf(`node_id  = %q
 data_dir = %q
 client {
@@ -307,7 +318,7 @@ peer {
   advertise_address = %q
 %s}
 consul { address = %q }
-`, a.NodeID, a.DataDir, a.ClientAddr, client, a.PeerAddr, a.PeerAdvertise, peer, a.ConsulAddr))
+%s`, a.NodeID, a.DataDir, a.ClientAddr, client, a.PeerAddr, a.PeerAdvertise, peer, a.ConsulAddr, kafka))
 }
 
 // startProxy runs a proxy to target, closed when the test ends.

@@ -1,0 +1,765 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/config"
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/groupcoord"
+	"github.com/logagent/logagent/kafka"
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
+	"github.com/logagent/logagent/wire"
+)
+
+// The sidecar's side of the Kafka listener (docs/kafka.md): kafkaBroker is
+// kafka.Broker on the functions the HTTP handlers call, so a Kafka request
+// and an HTTP request for the same thing run the same code below their
+// decoding (docs/design.md §2.1): produceBatch (forwarding, lanes,
+// idempotence), fetchReplica and readLocal (the serving decision and the
+// region read), createTopic and deleteTopic.
+
+// Bounds of the Kafka paths.
+const (
+	// maxKafkaWaiters bounds the goroutines one long poll starts, one per
+	// partition it waits on; partitions beyond it are not watched, and
+	// their data is answered at the fetch's max wait at the latest.
+	maxKafkaWaiters = 64
+	// leaderWaitSlice bounds each long poll a waiting fetch sends to the
+	// leader of a partition this agent does not serve: a poll that
+	// outlives its fetch (another partition had data) ends within it.
+	leaderWaitSlice = 250 * time.Millisecond
+	// timestampScanBytes is what one step of a ListOffsets by timestamp
+	// reads.
+	timestampScanBytes = 1 << 20
+)
+
+// kafkaBroker implements kafka.Broker.
+type kafkaBroker struct {
+	a *Agent
+	// polls are the long polls sent to leaders for WaitForData; each ends
+	// within leaderWaitSlice of its fetch, and the agent's stop waits for
+	// them.
+	polls sync.WaitGroup
+}
+
+var _ kafka.Broker = (*kafkaBroker)(nil)
+
+// kafkaNodeID is the broker id this agent presents: FNV-1a of its node id,
+// positive, so it is the same on every start and for every client.
+func kafkaNodeID(nodeID string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(nodeID))
+	return int32(h.Sum32() & 0x7fffffff)
+}
+
+// kafkaConfig is the listener's configuration: it advertises
+// kafka.advertise_address and names the cluster by its Consul prefix.
+func (a *Agent) kafkaConfig(b *kafkaBroker) (kafka.Config, error) {
+	host, port, err := net.SplitHostPort(a.cfg.Kafka.AdvertiseAddress)
+	if err != nil {
+		return kafka.Config{}, fmt.Errorf("agent: kafka.advertise_address: %w", err)
+	}
+	p, err := strconv.ParseInt(port, 10, 32)
+	if err != nil {
+		return kafka.Config{}, fmt.Errorf("agent: kafka.advertise_address port: %w", err)
+	}
+	return kafka.Config{
+		Broker:          b,
+		Logger:          a.log.Named("kafka"),
+		MaxRequestBytes: int32(min(a.cfg.Limits.MaxRequestBytes, 1<<30)),
+		NodeID:          kafkaNodeID(a.cfg.NodeID),
+		Host:            host,
+		Port:            int32(p),
+		ClusterID:       strings.TrimSuffix(a.cfg.Consul.Prefix, "/"),
+	}, nil
+}
+
+// kafkaServing is what the listener answers while the agent starts or
+// stops: retriable, so clients try again or another broker.
+func (a *Agent) kafkaServing() error {
+	if s := a.state.Load(); s == stateServing || s == stateHandingOver {
+		return nil
+	}
+	return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
+}
+
+// kafkaPartition checks a topic and partition against the metadata.
+func (a *Agent) kafkaPartition(topic string, p int32) (*election.TopicMeta, int, error) {
+	tm, ok := a.lookupTopic(topic)
+	if !ok {
+		return nil, 0, unknownTopic(topic)
+	}
+	if p < 0 || int(p) >= len(tm.Partitions) {
+		return nil, 0, newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, "no partition "+partitionName(topic, int(p)), false)
+	}
+	return tm, int(p), nil
+}
+
+// Topics is every topic of this agent's metadata; none while it does not
+// serve (its partitions are not open yet).
+func (b *kafkaBroker) Topics() []kafka.Topic {
+	if b.a.kafkaServing() != nil {
+		return nil
+	}
+	snap := b.a.coord.Metadata()
+	var topics []kafka.Topic
+	for _, name := range snap.Topics() {
+		tm, ok := snap.Topic(name)
+		if !ok {
+			continue
+		}
+		t := kafka.Topic{Name: name, ID: kafkaTopicID(tm.Config.ID), Internal: name == groupcoord.OffsetsTopic}
+		for _, pm := range tm.Partitions {
+			kp := kafka.Partition{Partition: int32(pm.Partition), LeaderEpoch: pm.State.Epoch, Replicas: len(pm.Replicas), ISR: len(pm.State.ISR)}
+			if tm.Err != nil || pm.LeaderSession == "" || pm.State.Leader == "" {
+				kp.Err = newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, b.a.noLeaderMessage(name, pm.Partition), true)
+			}
+			t.Partitions = append(t.Partitions, kp)
+		}
+		topics = append(topics, t)
+	}
+	return topics
+}
+
+// kafkaTopicID is a topic's Kafka id: the first 16 bytes of the SHA-256 of
+// its incarnation id, so a re-created topic has a new one.
+func kafkaTopicID(id string) [16]byte {
+	var out [16]byte
+	if id != "" {
+		sum := sha256.Sum256([]byte(id))
+		copy(out[:], sum[:16])
+	}
+	return out
+}
+
+// kafkaConfigError is INVALID_CONFIG for a setting the sidecar does not
+// implement.
+func kafkaConfigError(format string, args ...any) error {
+	return &kafka.Error{Code: kerr.InvalidConfig.Code, Message: fmt.Sprintf(format, args...)}
+}
+
+// topicSettings maps a CreateTopics entry's Kafka configs to the topic API's
+// settings and the topic's own storage settings (partition.TopicStorage).
+func (a *Agent) topicSettings(spec kafka.TopicSpec) (createTopicRequest, []byte, error) {
+	req := createTopicRequest{Name: spec.Name}
+	if spec.Partitions > 0 {
+		n := int(spec.Partitions)
+		req.Partitions = &n
+	}
+	if spec.ReplicationFactor > 0 {
+		n := int(spec.ReplicationFactor)
+		req.ReplicationFactor = &n
+	}
+	var ts partition.TopicStorage
+	var hasStorage bool
+	for name, v := range spec.Configs {
+		n, numErr := strconv.ParseInt(v, 10, 64)
+		switch name {
+		case "min.insync.replicas":
+			if numErr != nil || n < 1 {
+				return req, nil, kafkaConfigError("min.insync.replicas %q is not a positive integer", v)
+			}
+			m := int(n)
+			req.MinInsyncReplicas = &m
+		case "unclean.leader.election.enable":
+			if v != "false" {
+				return req, nil, kafkaConfigError("unclean.leader.election.enable=%s is not supported: only false", v)
+			}
+			f := false
+			req.UncleanLeaderElection = &f
+		case "cleanup.policy":
+			if v != "delete" {
+				return req, nil, kafkaConfigError("cleanup.policy=%s is not supported: only delete (no compaction)", v)
+			}
+		case "segment.bytes":
+			if numErr != nil || n < 4<<10 || n > 2<<30 {
+				return req, nil, kafkaConfigError("segment.bytes %q is outside 4 KiB to 2 GiB", v)
+			}
+			ts.SegmentBytes, hasStorage = n, true
+		case "retention.ms", "retention.bytes":
+			if numErr != nil || n < -1 {
+				return req, nil, kafkaConfigError("%s %q is not an integer of at least -1", name, v)
+			}
+			n = max(n, 0) // Kafka's -1, no bound, is logagent's 0
+			if name == "retention.ms" {
+				ts.RetentionMS = &n
+			} else {
+				ts.RetentionBytes = &n
+			}
+			hasStorage = true
+		default:
+			return req, nil, kafkaConfigError("config %s is not supported (docs/kafka.md)", name)
+		}
+	}
+	if !hasStorage {
+		return req, nil, nil
+	}
+	storage, err := json.Marshal(ts)
+	return req, storage, err
+}
+
+// CreateTopic is CreateTopics' entry: the topic API's creation.
+func (b *kafkaBroker) CreateTopic(ctx context.Context, spec kafka.TopicSpec) error {
+	a := b.a
+	if err := a.kafkaServing(); err != nil {
+		return err
+	}
+	if spec.Name == groupcoord.OffsetsTopic {
+		return newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is created by the consumer groups' coordinators", false)
+	}
+	req, storage, err := a.topicSettings(spec)
+	if err != nil {
+		return err
+	}
+	// 0 and Kafka's -1 take the cluster's default.
+	if p := spec.Partitions; p < -1 || int(p) > config.MaxTopicPartitions {
+		return &kafka.Error{Code: kerr.InvalidPartitions.Code, Message: fmt.Sprintf("partitions %d is outside 1 to %d", p, config.MaxTopicPartitions)}
+	}
+	if rf := spec.ReplicationFactor; rf < -1 {
+		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf("replication factor %d is not positive", rf)}
+	}
+	if spec.ValidateOnly {
+		return a.validateTopic(ctx, req)
+	}
+	_, _, err = a.createTopic(req, storage)
+	switch {
+	case errors.Is(err, election.ErrTopicExists):
+		return newAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+spec.Name+" exists", false)
+	case errors.Is(err, election.ErrNotEnoughAgents):
+		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: err.Error()}
+	case errors.Is(err, election.ErrInvalidTopic):
+		return &kafka.Error{Code: kerr.InvalidRequest.Code, Message: err.Error()}
+	}
+	return err
+}
+
+// validateTopic is a CreateTopics with validate_only: the checks a
+// creation makes before it writes.
+func (a *Agent) validateTopic(ctx context.Context, req createTopicRequest) error {
+	if !election.ValidTopicName(req.Name) {
+		return invalidTopicName(req.Name)
+	}
+	if _, ok := a.coord.Metadata().Topic(req.Name); ok {
+		return newAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	defer cancel()
+	agents, err := a.coord.Agents(callCtx)
+	if err != nil {
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+	}
+	tc := a.topicConfig(req, len(agents))
+	if tc.ReplicationFactor > len(agents) {
+		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf("replication factor %d is above the %d agents", tc.ReplicationFactor, len(agents))}
+	}
+	if tc.MinInsyncReplicas > tc.ReplicationFactor {
+		return kafkaConfigError("min.insync.replicas %d is above the replication factor %d", tc.MinInsyncReplicas, tc.ReplicationFactor)
+	}
+	return nil
+}
+
+// DeleteTopic is DeleteTopics' entry: the topic API's deletion.
+func (b *kafkaBroker) DeleteTopic(ctx context.Context, name string) error {
+	a := b.a
+	if err := a.kafkaServing(); err != nil {
+		return err
+	}
+	if name == groupcoord.OffsetsTopic {
+		return newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not deleted", false)
+	}
+	switch err := a.deleteTopic(name); {
+	case err == nil:
+		return nil
+	case errors.Is(err, election.ErrUnknownTopic):
+		return unknownTopic(name)
+	case errors.Is(err, election.ErrInvalidTopic):
+		return invalidTopicName(name)
+	default:
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
+	}
+}
+
+// TopicConfigs are a topic's settings under Kafka's names: its own storage
+// settings over this agent's storage block.
+func (b *kafkaBroker) TopicConfigs(name string) (map[string]string, error) {
+	a := b.a
+	if err := a.kafkaServing(); err != nil {
+		return nil, err
+	}
+	tm, ok := a.lookupTopic(name)
+	if !ok {
+		return nil, unknownTopic(name)
+	}
+	opts, err := partition.LogOptionsFor(a.logOptions(), tm.Config)
+	if err != nil {
+		return nil, newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+	}
+	return map[string]string{
+		"retention.ms":                   strconv.FormatInt(retentionValue(opts.Retention.Milliseconds()), 10),
+		"retention.bytes":                strconv.FormatInt(retentionValue(opts.RetentionBytes), 10),
+		"segment.bytes":                  strconv.FormatInt(opts.SegmentBytes, 10),
+		"min.insync.replicas":            strconv.Itoa(tm.Config.MinInsyncReplicas),
+		"unclean.leader.election.enable": strconv.FormatBool(tm.Config.UncleanLeaderElection),
+		"cleanup.policy":                 "delete",
+	}, nil
+}
+
+// retentionValue is a retention bound as Kafka names it: -1 for none.
+func retentionValue(v int64) int64 {
+	if v <= 0 {
+		return -1
+	}
+	return v
+}
+
+// Produce appends one client batch through produceBatch, as an HTTP
+// produce of a binary batch does, idempotent batches and the sidecar's
+// lanes included.
+func (b *kafkaBroker) Produce(ctx context.Context, req kafka.ProduceRequest) (kafka.ProduceResult, error) {
+	a := b.a
+	start := a.now()
+	failed := kafka.ProduceResult{BaseOffset: -1, LogStartOffset: -1}
+	if err := a.kafkaServing(); err != nil {
+		return failed, err
+	}
+	if req.Topic == groupcoord.OffsetsTopic {
+		return failed, newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is written by the consumer groups' coordinators only", false)
+	}
+	_, p, err := a.kafkaPartition(req.Topic, req.Partition)
+	if err != nil {
+		return failed, err
+	}
+	var acks replicate.Acks
+	switch req.Acks {
+	case -1:
+		acks = replicate.AcksAll
+	case 1:
+		acks = replicate.AcksLeader
+	case 0:
+		acks = replicate.AcksNone
+	default:
+		return failed, &kafka.Error{Code: kerr.InvalidRequiredAcks.Code, Message: fmt.Sprintf("acks %d is not -1, 0 or 1", req.Acks)}
+	}
+	defer func() { a.metrics.ObserveProduce(acksParam(acks), a.now().Sub(start)) }()
+	// Validated again, as every batch that reaches the log is, and copied:
+	// the loop stamps offsets into its own copy, after an acks=0 answer.
+	batch, count, err := a.decodeBatch(req.Batch)
+	if err != nil {
+		return failed, err
+	}
+	if _, err := applyProducerHeaders(batch, producerHeaders{}, true, acks); err != nil {
+		return failed, err
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = defaultProduceTimeout
+	}
+	deadline := a.now().Add(min(timeout, maxProduceTimeout))
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	resp, apiErr := a.produceBatch(req.Topic, p, batch, count, acks, deadline)
+	if apiErr != nil {
+		return failed, apiErr
+	}
+	a.metrics.Produced(req.Topic, count, len(batch))
+	out := kafka.ProduceResult{BaseOffset: -1, LogStartOffset: -1, Duplicate: resp.Duplicate}
+	if resp.BaseOffset != nil {
+		out.BaseOffset = *resp.BaseOffset
+	}
+	if r := a.replicas.Get(req.Topic, p); r != nil {
+		out.LogStartOffset = r.CurrentLog().LogStartOffset()
+	}
+	return out, nil
+}
+
+// checkLeaderEpoch is Kafka's current_leader_epoch check against the
+// epoch this agent's Metadata answers report: FENCED_LEADER_EPOCH when
+// the client's is older, UNKNOWN_LEADER_EPOCH when newer.
+func (a *Agent) checkLeaderEpoch(topic string, p int, current int32) error {
+	if current < 0 {
+		return nil
+	}
+	pm, ok := a.coord.Metadata().Partition(topic, p)
+	if !ok {
+		return unknownTopic(topic)
+	}
+	switch err := replicate.CheckLeaderEpoch(current, pm.State.Epoch); {
+	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
+		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
+	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
+		return newAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
+	}
+	return nil
+}
+
+// Fetch reads from the local replica when fetchReplica chooses it (the
+// region leaves with sendfile), else from the leader's client API.
+func (b *kafkaBroker) Fetch(ctx context.Context, req kafka.FetchRequest) (kafka.FetchResult, error) {
+	a := b.a
+	start := a.now()
+	defer func() { a.metrics.ObserveFetch(a.now().Sub(start)) }()
+	if err := a.kafkaServing(); err != nil {
+		return kafka.FetchResult{}, err
+	}
+	_, p, err := a.kafkaPartition(req.Topic, req.Partition)
+	if err != nil {
+		return kafka.FetchResult{}, err
+	}
+	if err := a.checkLeaderEpoch(req.Topic, p, req.CurrentLeaderEpoch); err != nil {
+		return kafka.FetchResult{}, err
+	}
+	maxBytes := max(int64(req.MaxBytes), 1)
+	r, refusal := a.fetchReplica(req.Topic, p)
+	if refusal == nil {
+		region, pos, e := a.readLocal(r, req.Offset, maxBytes, 0)
+		if e != nil {
+			return kafka.FetchResult{}, e
+		}
+		a.metrics.Fetched(req.Topic, region.Len)
+		return kafka.FetchResult{HighWatermark: pos.hw, LogStartOffset: pos.lso, Records: regionRecords{region}}, nil
+	}
+	body, pos, e := a.leaderFetch(req.Topic, p, strconv.FormatInt(req.Offset, 10), maxBytes, 0)
+	if errors.Is(e, errNoLeaderToAsk) {
+		return kafka.FetchResult{}, refusal
+	}
+	if e != nil {
+		return kafka.FetchResult{}, e
+	}
+	a.metrics.Fetched(req.Topic, int64(len(body)))
+	return kafka.FetchResult{HighWatermark: pos.hw, LogStartOffset: pos.lso, Records: &bytesRecords{Reader: bytes.NewReader(body)}}, nil
+}
+
+// regionRecords are a fetch's batches in a segment file: WriteTo sends
+// them with sendfile(2) to a TCP connection.
+type regionRecords struct{ r *segstore.Region }
+
+func (r regionRecords) Len() int64                         { return r.r.Len }
+func (r regionRecords) WriteTo(w io.Writer) (int64, error) { return r.r.WriteTo(w) }
+func (r regionRecords) Close() error                       { return r.r.Close() }
+
+// bytesRecords are batches a leader sent, in memory.
+type bytesRecords struct{ *bytes.Reader }
+
+func (r *bytesRecords) Len() int64   { return r.Size() }
+func (r *bytesRecords) Close() error { return nil }
+
+// errNoLeaderToAsk says a fetch cannot go to the leader: there is none
+// known, this agent is it, or it is not in the directory.
+var errNoLeaderToAsk = errors.New("agent: no leader to ask")
+
+// leaderFetch sends a consumer fetch this agent cannot serve to the
+// partition's leader's client API, as proxyFetch does for HTTP, and reads
+// the answer into memory (at most fetchBodyLimit).
+func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, logPositions, error) {
+	pm, ok := a.coord.Metadata().Partition(topic, p)
+	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
+		return nil, logPositions{}, errNoLeaderToAsk
+	}
+	info, ok := a.agents.lookup(pm.State.Leader)
+	if !ok || info.ClientAddr == "" {
+		return nil, logPositions{}, errNoLeaderToAsk
+	}
+	uri := "/v1/topics/" + topic + "/partitions/" + strconv.Itoa(p) + "/records?offset=" + offset + "&max_bytes=" + strconv.FormatInt(min(maxBytes, 1<<31-1), 10)
+	if wait > 0 {
+		uri += "&wait=" + wait.String()
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	a.clientAPIs.Address(req, info.ClientAddr, uri)
+	req.Header.Set(fasthttp.HeaderAccept, wire.ContentTypeBatch)
+	req.Header.Set(wire.HeaderProxied, a.cfg.NodeID)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	if err := a.clientAPIs.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
+		return nil, logPositions{}, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true)
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return nil, logPositions{}, relayedError(resp)
+	}
+	hw, err1 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderHighWatermark)), 10, 64)
+	lso, err2 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderLogStartOffset)), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, logPositions{}, newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+pm.State.Leader+" answered without positions: "+err.Error(), true)
+	}
+	return bytes.Clone(resp.Body()), logPositions{hw: hw, lso: lso}, nil
+}
+
+// WaitForData is a fetch's long poll: one goroutine per partition (at most
+// maxKafkaWaiters), on the local replica's changes or, for a partition
+// served by its leader, the leader's own long poll in slices of
+// leaderWaitSlice. It returns when one has data, max passed, ctx ended or
+// the agent stops; the local waits have ended by then, the leader polls
+// end within a slice.
+func (b *kafkaBroker) WaitForData(ctx context.Context, positions []kafka.Position, max time.Duration) error {
+	a := b.a
+	ctx, cancel := context.WithTimeout(ctx, max)
+	ready := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	}
+	var local sync.WaitGroup
+	defer local.Wait()
+	defer cancel() // before local.Wait: the waits end on it
+	for i, pos := range positions {
+		if i == maxKafkaWaiters {
+			break
+		}
+		_, p, err := a.kafkaPartition(pos.Topic, pos.Partition)
+		if err != nil {
+			return nil // the fetch answers the error at once
+		}
+		if r, refusal := a.fetchReplica(pos.Topic, p); refusal == nil {
+			log := r.CurrentLog()
+			has := func() bool { return log.HighWatermark() > pos.Offset }
+			if has() {
+				return nil
+			}
+			local.Go(func() {
+				a.waitFor(r, max, ctx.Done(), has)
+				if has() {
+					signal()
+				}
+			})
+			continue
+		}
+		b.polls.Go(func() {
+			if a.leaderWait(ctx, pos.Topic, p, pos.Offset) {
+				signal()
+			}
+		})
+	}
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-a.stopping:
+	}
+	return nil
+}
+
+// leaderWait long-polls the partition's leader until its high watermark
+// passes offset (true), a poll fails (true: the fetch answers the
+// failure), or ctx ends (false).
+func (a *Agent) leaderWait(ctx context.Context, topic string, p int, offset int64) bool {
+	for {
+		deadline, _ := ctx.Deadline()
+		wait := min(time.Until(deadline), leaderWaitSlice)
+		if ctx.Err() != nil || wait <= 0 {
+			return false
+		}
+		body, pos, err := a.leaderFetch(topic, p, strconv.FormatInt(offset, 10), 1, wait)
+		if err != nil || pos.hw > offset || len(body) > 0 {
+			return ctx.Err() == nil
+		}
+	}
+}
+
+// positions are a partition's log start offset and high watermark: the
+// local replica's when fetchReplica chooses it, else the leader's.
+func (a *Agent) positions(topic string, p int) (logPositions, error) {
+	r, refusal := a.fetchReplica(topic, p)
+	if refusal == nil {
+		log := r.CurrentLog()
+		return logPositions{hw: log.HighWatermark(), lso: log.LogStartOffset()}, nil
+	}
+	_, pos, err := a.leaderFetch(topic, p, "latest", 1, 0)
+	if errors.Is(err, errNoLeaderToAsk) {
+		return logPositions{}, refusal
+	}
+	return pos, err
+}
+
+// readBatches reads whole batches from offset into memory, locally or from
+// the leader, below the high watermark.
+func (a *Agent) readBatches(topic string, p int, offset, maxBytes int64) ([]byte, error) {
+	r, refusal := a.fetchReplica(topic, p)
+	if refusal == nil {
+		region, _, e := a.readLocal(r, offset, maxBytes, 0)
+		if e != nil {
+			return nil, e
+		}
+		defer region.Close()
+		return io.ReadAll(region)
+	}
+	body, _, err := a.leaderFetch(topic, p, strconv.FormatInt(offset, 10), maxBytes, 0)
+	if errors.Is(err, errNoLeaderToAsk) {
+		return nil, refusal
+	}
+	return body, err
+}
+
+// ListOffset answers earliest and latest from the positions. By timestamp
+// it scans the batch headers from the log start, timestampScanBytes at a
+// time, for the first batch whose max timestamp reaches it, then that
+// batch's records: the cost grows with the log (there is no time index),
+// one read of the partition's committed bytes at worst, from the leader
+// when this agent does not serve the partition.
+func (b *kafkaBroker) ListOffset(ctx context.Context, topic string, partition int32, timestamp int64) (kafka.OffsetAt, error) {
+	a := b.a
+	none := kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+	if err := a.kafkaServing(); err != nil {
+		return none, err
+	}
+	_, p, err := a.kafkaPartition(topic, partition)
+	if err != nil {
+		return none, err
+	}
+	pos, err := a.positions(topic, p)
+	if err != nil {
+		return none, err
+	}
+	switch {
+	case timestamp == -2:
+		return kafka.OffsetAt{Offset: pos.lso, Timestamp: -1, LeaderEpoch: -1}, nil
+	case timestamp == -1:
+		return kafka.OffsetAt{Offset: pos.hw, Timestamp: -1, LeaderEpoch: -1}, nil
+	case timestamp < 0:
+		return none, &kafka.Error{Code: kerr.InvalidRequest.Code, Message: fmt.Sprintf("timestamp %d is not -2, -1 or a time", timestamp)}
+	}
+	for offset := pos.lso; offset < pos.hw; {
+		if err := ctx.Err(); err != nil {
+			return none, err
+		}
+		data, err := a.readBatches(topic, p, offset, timestampScanBytes)
+		if err != nil {
+			return none, err
+		}
+		next := offset
+		for len(data) >= record.HeaderSize {
+			h := record.Header(data)
+			size := h.Size()
+			if size < record.HeaderSize || size > len(data) {
+				break // a length this read cannot hold whole: read from here
+			}
+			if h.MaxTimestamp() >= timestamp {
+				return a.firstAtOrAfter(data[:size], timestamp), nil
+			}
+			next = h.NextOffset()
+			data = data[size:]
+		}
+		if next <= offset {
+			break // no whole batch read: the region ended
+		}
+		offset = next
+	}
+	return none, nil
+}
+
+// firstAtOrAfter is the first record of a batch whose timestamp is at or
+// after ts; the batch's first offset and max timestamp when its records
+// cannot be read.
+func (a *Agent) firstAtOrAfter(batch []byte, ts int64) kafka.OffsetAt {
+	h := record.Header(batch)
+	found := kafka.OffsetAt{Offset: h.BaseOffset(), Timestamp: h.MaxTimestamp(), LeaderEpoch: h.LeaderEpoch()}
+	d := a.decoders.Get().(*record.Decoder)
+	defer a.decoders.Put(d)
+	it, err := d.Records(batch)
+	if err != nil {
+		return found
+	}
+	for it.Next() {
+		if rec := it.Record(); rec.Timestamp >= ts {
+			found.Offset, found.Timestamp = rec.Offset, rec.Timestamp
+			break
+		}
+	}
+	return found
+}
+
+// EndOffsetForEpoch asks the leader's epoch cache: this agent's log when it
+// leads, else the leader's through the peer epoch query its followers
+// send.
+func (b *kafkaBroker) EndOffsetForEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, epoch int32) (int32, int64, error) {
+	a := b.a
+	if err := a.kafkaServing(); err != nil {
+		return -1, -1, err
+	}
+	_, p, err := a.kafkaPartition(topic, partition)
+	if err != nil {
+		return -1, -1, err
+	}
+	if err := a.checkLeaderEpoch(topic, p, currentLeaderEpoch); err != nil {
+		return -1, -1, err
+	}
+	pm, _ := a.coord.Metadata().Partition(topic, p)
+	if epoch > pm.State.Epoch {
+		// Kafka answers an epoch above every known one as undefined.
+		return segstore.UndefinedEpoch, segstore.UndefinedOffset, nil
+	}
+	if r := a.replicas.Get(topic, p); r != nil {
+		if v := r.CurrentView(); v.Role == roleLeader && !v.DataLoss {
+			found, end := r.CurrentLog().EndOffsetForEpoch(epoch)
+			return found, end, nil
+		}
+	}
+	if pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
+		return -1, -1, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, p), true)
+	}
+	info, ok := a.agents.lookup(pm.State.Leader)
+	if !ok {
+		return -1, -1, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true)
+	}
+	answer, err := a.forwarder.EpochEndOffset(info.PeerAddr, peer.EpochQuery{Topic: topic, Partition: p,
+		EpochRequest: replicate.EpochRequest{ReplicaID: a.cfg.NodeID, CurrentLeaderEpoch: pm.State.Epoch, Epoch: epoch}})
+	var pe *peer.Error
+	switch {
+	case err == nil:
+		return answer.Epoch, answer.EndOffset, nil
+	case errors.As(err, &pe) && pe.Code == wire.CodeNotReplica:
+		// The leader answers its followers only: this agent holds no
+		// replica of the partition (docs/kafka.md).
+		return -1, -1, &kafka.Error{Code: kerr.NotLeaderForPartition.Code, Message: "this agent holds no replica of " + partitionName(topic, p) + " to ask its leader's epochs with: " + pe.Message}
+	case errors.As(err, &pe):
+		return -1, -1, newAPIError(pe.Status, pe.Code, pe.Message, true)
+	default:
+		return -1, -1, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, err.Error(), true)
+	}
+}
+
+// InitProducerID reserves a producer id, or the next epoch of one, as
+// POST /v1/producers does.
+func (b *kafkaBroker) InitProducerID(ctx context.Context, producerID int64, epoch int16) (int64, int16, error) {
+	a := b.a
+	if err := a.kafkaServing(); err != nil {
+		return -1, -1, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	defer cancel()
+	var id int64
+	var err error
+	if producerID < 0 {
+		id, epoch, err = a.coord.AllocateProducerID(callCtx)
+	} else {
+		id, epoch, err = a.coord.BumpProducerEpoch(callCtx, producerID)
+	}
+	switch {
+	case errors.Is(err, election.ErrUnknownProducerID):
+		return -1, -1, newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownProducerID, err.Error(), false)
+	case err != nil:
+		// Retriable for Kafka clients, as a coordinator that is moving.
+		return -1, -1, &kafka.Error{Code: kerr.CoordinatorNotAvailable.Code, Message: "cannot reserve a producer id in Consul: " + err.Error()}
+	}
+	return id, epoch, nil
+}
