@@ -122,13 +122,6 @@ func init() {
 // kafkaGroups is the agent's kafka.Groups.
 type kafkaGroups struct{ a *Agent }
 
-// routeError is an error of the routing to a coordinator, answered with
-// the Kafka code of its wire code (COORDINATOR_NOT_AVAILABLE, ...).
-type routeError struct{ e *apiError }
-
-func (r routeError) Error() string    { return "agent: group coordinator: " + r.e.Error() }
-func (r routeError) WireCode() string { return r.e.Code }
-
 // call runs a classic operation on the group's coordinator and decodes its
 // result into out.
 func (k kafkaGroups) call(ctx context.Context, name, groupID string, req any, wait time.Duration, out any) error {
@@ -141,7 +134,9 @@ func (k kafkaGroups) call(ctx context.Context, name, groupID string, req any, wa
 	}
 	answer, e := k.a.runGroupOp(groupOp{name: name, group: groupID, body: body}, wait)
 	if e != nil {
-		return routeError{e}
+		// Answered with its wire code's Kafka code
+		// (COORDINATOR_NOT_AVAILABLE, ...).
+		return e
 	}
 	var ans classicAnswer
 	if err := json.Unmarshal(answer, &ans); err != nil {
@@ -252,7 +247,7 @@ func (k kafkaGroups) FetchOffsets(ctx context.Context, groupID string) ([]kafka.
 		if e.Code == wire.CodeUnknownGroup {
 			return nil, nil
 		}
-		return nil, routeError{e}
+		return nil, e
 	}
 	var r groupcoord.OffsetsResponse
 	if err := json.Unmarshal(answer, &r); err != nil {
@@ -333,11 +328,11 @@ func (a *Agent) classicListAt(ctx context.Context, peerAddr string, out *[]group
 		deadline = d
 	}
 	if err := a.groupPeers.Client(peerAddr).DoDeadline(req, resp, deadline); err != nil {
-		return routeError{newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
-			"agent "+peerAddr+" unreachable: "+err.Error(), true)}
+		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
+			"agent "+peerAddr+" unreachable: "+err.Error(), true)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return routeError{relayedError(resp)}
+		return relayedError(resp)
 	}
 	var ans classicAnswer
 	if err := json.Unmarshal(resp.Body(), &ans); err != nil {
