@@ -249,7 +249,7 @@ func groupAPIError(err error) *apiError {
 		status, code = fasthttp.StatusBadRequest, wire.CodeOffsetBeyondHighWatermark
 	case errors.Is(err, groupcoord.ErrUnknownTopic):
 		status, code = fasthttp.StatusNotFound, wire.CodeUnknownTopic
-	case errors.Is(err, groupcoord.ErrGroupNotEmpty):
+	case errors.Is(err, groupcoord.ErrGroupNotEmpty), errors.Is(err, group.ErrInconsistentProtocol):
 		status, code = fasthttp.StatusConflict, wire.CodeGroupNotEmpty
 	case errors.Is(err, group.ErrInvalidInput), errors.Is(err, groupcoord.ErrInvalidRequest):
 		status, code = fasthttp.StatusBadRequest, wire.CodeInvalidRequest

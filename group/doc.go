@@ -29,14 +29,8 @@
 // partition at any time, and a fetch or commit is checked against that
 // ownership and the member epoch it was granted at.
 //
-// The classic protocol (JoinGroup/SyncGroup with a client-side assignor)
-// can be served by the same Group later, as Kafka's coordinator serves
-// classic members in a KIP-848 group: the classic generation is the group
-// epoch (a member joining or leaving bumps both, which is what starts a
-// classic rebalance); the leader's SyncGroup sets the target assignment in
-// one step, where assign computes it now; a classic member's JoinGroup says
-// what it still owns (nothing, when eager), which is what Heartbeat's owned
-// says; its SyncGroup answer is its assignment once the partitions it
-// takes are released; and CheckCommit's member epoch is the generation.
-// Only the cooperative, server-side protocol is built.
+// The classic protocol (Kafka's JoinGroup/SyncGroup with a client-side
+// assignor, docs/design.md §7.5) is Classic, a state machine of its own in
+// the same style: join phases, generations, a leader that computes the
+// assignment.
 package group

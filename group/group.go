@@ -109,6 +109,9 @@ func (g *Group) ID() string { return g.id }
 // Epoch is the group epoch.
 func (g *Group) Epoch() int32 { return g.epoch }
 
+// Members is the number of members.
+func (g *Group) Members() int { return len(g.members) }
+
 // Response is the answer to a Join or Heartbeat.
 type Response struct {
 	// MemberEpoch is the member's epoch, which its next heartbeat, fetches

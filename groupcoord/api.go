@@ -38,6 +38,10 @@ var (
 	// ErrGroupNotEmpty: offsets reset while members own partitions of the
 	// topic.
 	ErrGroupNotEmpty = errors.New("groupcoord: group has members owning the topic")
+	// ErrInvalidSessionTimeout: a classic member's session timeout
+	// outside MinSessionTimeout to MaxSessionTimeout (Kafka's
+	// INVALID_SESSION_TIMEOUT).
+	ErrInvalidSessionTimeout = errors.New("groupcoord: invalid session timeout")
 	// ErrInvalidRequest: a request no well-behaved client sends.
 	ErrInvalidRequest = errors.New("groupcoord: invalid request")
 	// ErrUnavailable: Consul or the offsets partition failed; nothing

@@ -83,6 +83,9 @@ type shard struct {
 	dropped bool
 	offsets *group.Offsets
 	groups  map[string]*entry
+	// classic are the groups of Kafka's classic protocol, in memory only
+	// (§7.5).
+	classic map[string]*classicEntry
 	// hw caches partitions' high watermarks for commit checks: they only
 	// grow, so an offset at or below the cached one needs no request.
 	hw map[group.TopicPartition]int64
@@ -186,6 +189,7 @@ func (c *Coordinator) tick() {
 				}
 			}
 		}
+		c.tickClassic(s, now)
 		due := now.Sub(s.restatedAt) >= c.cfg.RestateEvery
 		s.mu.Unlock()
 		if due {
@@ -205,6 +209,9 @@ const restateTimeout = time.Minute
 // Called with s.mu held.
 func (s *shard) drop() {
 	s.dropped = true
+	for _, ce := range s.classic {
+		ce.notify()
+	}
 	for _, e := range s.groups {
 		for id, w := range e.waiters {
 			w.wake()
@@ -258,7 +265,7 @@ func (c *Coordinator) shardFor(ctx context.Context, groupID string) (*shard, err
 				}
 				continue
 			}
-			s = &shard{p: p, epoch: st.Epoch, groups: make(map[string]*entry),
+			s = &shard{p: p, epoch: st.Epoch, groups: make(map[string]*entry), classic: make(map[string]*classicEntry),
 				hw: make(map[group.TopicPartition]int64), turn: make(chan struct{}, 1)}
 			start := c.cfg.Now()
 			offsets, n, err := c.rebuild(p, st.LogStartOffset, st.HighWatermark)
@@ -469,6 +476,9 @@ func (c *Coordinator) Join(ctx context.Context, groupID string, req JoinRequest)
 		return MemberResponse{}, err
 	}
 	defer s.mu.Unlock()
+	if ce := s.classic[groupID]; ce != nil && ce.g.Members() > 0 {
+		return MemberResponse{}, fmt.Errorf("%w: group %q has members of Kafka's classic protocol", group.ErrInconsistentProtocol, groupID)
+	}
 	e, err := c.loadGroup(ctx, s, groupID, true)
 	if err != nil {
 		return MemberResponse{}, err
@@ -665,18 +675,12 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 	now := c.cfg.Now()
 	var records []group.Record
 	var answer CommitResponse
-	var beyond []int
-	for i, oc := range req.Offsets {
+	for _, oc := range req.Offsets {
 		tp := group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}
-		hw, ok := s.hw[tp]
-		if !ok || oc.Offset > hw {
-			beyond = append(beyond, i)
-			hw = oc.Offset
-		}
-		// Membership and ownership first; the high watermark is checked
-		// below for the offsets above the cached one.
+		// Membership and ownership here; the high watermark in
+		// appendCommit.
 		r, err := group.Commit(e.g, group.CommitRequest{MemberID: req.MemberID, MemberEpoch: req.MemberEpoch,
-			Partition: tp, Offset: oc.Offset, Metadata: oc.Metadata}, hw, now)
+			Partition: tp, Offset: oc.Offset, Metadata: oc.Metadata}, oc.Offset, now)
 		if err != nil {
 			s.mu.Unlock()
 			return CommitResponse{}, err
@@ -685,31 +689,44 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 		answer.Committed = append(answer.Committed, Committed{Topic: oc.Topic, Partition: oc.Partition, Offset: oc.Offset, Metadata: oc.Metadata})
 	}
 	s.mu.Unlock()
-	if err := c.checkCommitSize(len(req.Offsets), records); err != nil {
+	if err := c.appendCommit(ctx, s, groupID, req.Offsets, records); err != nil {
 		return CommitResponse{}, err
 	}
-	for _, i := range beyond {
-		oc := req.Offsets[i]
+	return answer, nil
+}
+
+// appendCommit appends a checked commit's records (records[i] stores
+// offsets[i]) once every offset is at most its partition's high watermark
+// (from the shard's cache, refreshed from the partition's leader for an
+// offset above it), and returns when they are committed and applied.
+func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string, offsets []OffsetCommit, records []group.Record) error {
+	if err := c.checkCommitSize(len(offsets), records); err != nil {
+		return err
+	}
+	for _, oc := range offsets {
 		tp := group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}
+		s.mu.Lock()
+		hw, ok := s.hw[tp]
+		s.mu.Unlock()
+		if ok && oc.Offset <= hw {
+			continue
+		}
 		if oc.Partition < 0 || oc.Partition >= c.cfg.Host.Partitions(oc.Topic) {
-			return CommitResponse{}, fmt.Errorf("%w: %v", ErrUnknownTopic, tp)
+			return fmt.Errorf("%w: %v", ErrUnknownTopic, tp)
 		}
 		_, hw, err := c.cfg.Host.Positions(ctx, tp)
 		if err != nil {
-			return CommitResponse{}, fmt.Errorf("%w: high watermark of %v: %v", ErrUnavailable, tp, err)
+			return fmt.Errorf("%w: high watermark of %v: %v", ErrUnavailable, tp, err)
 		}
 		s.mu.Lock()
 		s.hw[tp] = max(s.hw[tp], hw)
 		s.mu.Unlock()
 		if oc.Offset > hw {
-			return CommitResponse{}, fmt.Errorf("%w: group %q, %v: offset %d, high watermark %d",
+			return fmt.Errorf("%w: group %q, %v: offset %d, high watermark %d",
 				group.ErrOffsetBeyondHighWatermark, groupID, tp, oc.Offset, hw)
 		}
 	}
-	if err := s.commit(ctx, c, records); err != nil {
-		return CommitResponse{}, err
-	}
-	return answer, nil
+	return s.commit(ctx, c, records)
 }
 
 // recordOverhead bounds what a record's framing adds to its key and value
@@ -962,6 +979,10 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 	s, err := c.shardFor(ctx, groupID)
 	if err != nil {
 		return ResetResponse{}, err
+	}
+	if ce := s.classic[groupID]; ce != nil && ce.g.Members() > 0 {
+		s.mu.Unlock()
+		return ResetResponse{}, fmt.Errorf("%w: group %q has members of Kafka's classic protocol", ErrGroupNotEmpty, groupID)
 	}
 	e, err := c.loadGroup(ctx, s, groupID, true)
 	if err != nil {

@@ -17,6 +17,8 @@ type api struct {
 	key      int16
 	min, max int16
 	handle   handler
+	// groups: a group API, served only with Config.Groups.
+	groups bool
 }
 
 // apis is the handler table (docs/kafka.md "Protocol" gives the reasons
@@ -34,14 +36,25 @@ var apis = []api{
 	{key: 22, min: 0, max: 4, handle: encodedBy((*Server).handleInitProducerID)},
 	{key: 23, min: 0, max: 4, handle: encodedBy((*Server).handleOffsetForLeaderEpoch)},
 	{key: 32, min: 0, max: 4, handle: encodedBy((*Server).handleDescribeConfigs)},
+	{key: 8, min: 1, max: 9, handle: encodedBy((*Server).handleOffsetCommit), groups: true},
+	{key: 9, min: 1, max: 8, handle: encodedBy((*Server).handleOffsetFetch), groups: true},
+	{key: 11, min: 0, max: 9, handle: encodedBy((*Server).handleJoinGroup), groups: true},
+	{key: 12, min: 0, max: 4, handle: encodedBy((*Server).handleHeartbeat), groups: true},
+	{key: 13, min: 0, max: 5, handle: encodedBy((*Server).handleLeaveGroup), groups: true},
+	{key: 14, min: 0, max: 5, handle: encodedBy((*Server).handleSyncGroup), groups: true},
+	{key: 15, min: 0, max: 5, handle: encodedBy((*Server).handleDescribeGroups), groups: true},
+	{key: 16, min: 0, max: 4, handle: encodedBy((*Server).handleListGroups), groups: true},
 }
 
 // apiTable indexes the handler table by key and builds the ApiVersions
 // table from it, sorted by key.
-func apiTable() (map[int16]api, []kmsg.ApiVersionsResponseApiKey) {
+func apiTable(withGroups bool) (map[int16]api, []kmsg.ApiVersionsResponseApiKey) {
 	byKey := make(map[int16]api, len(apis))
 	var versions []kmsg.ApiVersionsResponseApiKey
 	for _, a := range apis {
+		if a.groups && !withGroups {
+			continue
+		}
 		byKey[a.key] = a
 		versions = append(versions, kmsg.ApiVersionsResponseApiKey{ApiKey: a.key, MinVersion: a.min, MaxVersion: a.max})
 	}

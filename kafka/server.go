@@ -76,7 +76,7 @@ func NewServer(cfg Config) *Server {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[net.Conn]struct{}),
 	}
-	s.apis, s.versions = apiTable()
+	s.apis, s.versions = apiTable(cfg.Groups != nil)
 	return s
 }
 
