@@ -28,17 +28,37 @@ func TestDevClusterUpAndDown(t *testing.T) {
 		t.Fatalf("%s: %v: run `make consul`", consulBin, err)
 	}
 	seed := time.Now().UnixNano()
-	offset := 1000 + rand.New(rand.NewSource(seed)).Intn(90)*100 // ports stay below the ephemeral range
-	t.Logf("port offset %d (seed %d)", offset, seed)
-
-	dir := filepath.Join(t.TempDir(), "dev")
-	p := startProc(t, nil, "dev", "-dir", dir, "-port-offset", strconv.Itoa(offset), "-consul-bin", consulBin)
-	waitUntil(t, 90*time.Second, "the banner", func() bool {
-		if !p.running() {
-			t.Fatalf("logagent dev exited:\n%s", p.output())
+	rng := rand.New(rand.NewSource(seed))
+	var p *proc
+	var dir string
+	var offset int
+	// The shifted ports share their range with the ports that tests of
+	// other packages, running at the same time, take from freeport: when
+	// dev finds one of its ports taken (it checks them all before it
+	// starts anything), another offset is tried.
+	for attempt := 1; ; attempt++ {
+		offset = 1000 + rng.Intn(90)*100 // ports stay below the ephemeral range
+		t.Logf("port offset %d (seed %d)", offset, seed)
+		dir = filepath.Join(t.TempDir(), "dev")
+		p = startProc(t, nil, "dev", "-dir", dir, "-port-offset", strconv.Itoa(offset), "-consul-bin", consulBin)
+		var portsTaken bool
+		waitUntil(t, 90*time.Second, "the banner", func() bool {
+			if !p.running() {
+				if portsTaken = strings.Contains(p.output(), "are in use"); portsTaken {
+					return true
+				}
+				t.Fatalf("logagent dev exited:\n%s", p.output())
+			}
+			return strings.Contains(p.output(), "logagent dev cluster is up")
+		})
+		if !portsTaken {
+			break
 		}
-		return strings.Contains(p.output(), "logagent dev cluster is up")
-	})
+		if attempt == 5 {
+			t.Fatalf("logagent dev found its ports taken at 5 offsets:\n%s", p.output())
+		}
+		t.Logf("ports taken, trying another offset: %s", strings.TrimSpace(p.output()))
+	}
 
 	for i := 0; i < 3; i++ {
 		url := fmt.Sprintf("http://127.0.0.1:%d/v1/health", 7070+offset+i)
