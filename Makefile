@@ -122,6 +122,13 @@ kcat: ## Install Debian's kcat for the Kafka listener's test when missing (as ro
 		$(KCAT_MISSING); \
 	fi
 
+# franz-go's own integration tests (pkg/kgo v1.22.3, pinned in
+# tools/kafkaconf/go.mod) against a dev cluster's Kafka listener: a
+# conformance suite, too long for make test (docs/kafka.md).
+.PHONY: kafka-conformance
+kafka-conformance: bin/logagent bin/consul ## franz-go's kgo tests against a dev cluster's Kafka listener, one process per test (< 15 min; NOT part of make test); summary in bin/kafkaconf/summary.txt
+	tools/kafkaconf/run.sh bin/logagent
+
 .PHONY: test
 test: bin/logagent bin/consul chromium kcat ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/internal/jepsen$$')

@@ -16,10 +16,13 @@
 // groups: `logagent bench groups`, commits/s of one coordinator against
 // acks=all produce of one record, and settle times after a kill, a leave
 // and a join) and tls (produce-r3's rows and consume on a cluster with
-// peer and client TLS and tokens, against the same rows in the clear).
+// peer and client TLS and tokens, against the same rows in the clear) and
+// kafka (franz-go's kgo, in-process, producing and replaying through the
+// first agent's Kafka listener, against produce-r3's and consume's HTTP
+// rows on the same cluster).
 // consume and e2e also run the produce-r3 rows, whose data they read and
-// whose maximum rates set the e2e rate; tls runs the logagent side of
-// produce-r3 and consume, its plaintext counterparts. -duration sets each row's length (10s; -quick is 1s, for
+// whose maximum rates set the e2e rate; tls and kafka run the logagent
+// side of produce-r3 and consume, their counterparts. -duration sets each row's length (10s; -quick is 1s, for
 // smoke tests), -out the directory of benchmarks.md and benchmarks.png, and
 // -timeout caps the whole run; a run that is cut short writes nothing.
 //

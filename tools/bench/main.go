@@ -31,7 +31,7 @@ const (
 	partitions   = 3
 )
 
-var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits", "idempotence", "groups", "tls"}
+var groupKeys = []string{"produce-r1", "produce-r3", "produce-r3-fsync", "consume", "e2e", "limits", "idempotence", "groups", "tls", "kafka"}
 
 type options struct {
 	duration time.Duration
@@ -210,18 +210,22 @@ func (o *options) runAll(ctx context.Context) ([]comparison, []string) {
 			o.natsProduce(ctx, res, nc, "produce-r3", g["consume"])
 		})
 	}
-	// The tls rows set their figures against produce-r3's and consume's
-	// logagent side of the same run.
-	if g["produce-r1"] || needR3 || g["tls"] {
+	// The tls and kafka rows set their figures against produce-r3's and
+	// consume's logagent side of the same run.
+	httpBaseline := g["tls"] || g["kafka"]
+	if g["produce-r1"] || needR3 || httpBaseline {
 		o.runLogagent(ctx, res, "replicated", func(c *logagentCluster) {
 			if g["produce-r1"] {
 				o.logagentProduce(ctx, res, c, "produce-r1")
 			}
-			if needR3 || g["tls"] {
+			if needR3 || httpBaseline {
 				o.logagentProduce(ctx, res, c, "produce-r3")
 			}
-			if g["consume"] || g["tls"] {
+			if g["consume"] || httpBaseline {
 				o.logagentConsume(ctx, res, c)
+			}
+			if g["kafka"] {
+				o.logagentKafka(ctx, res, c)
 			}
 			if g["e2e"] {
 				o.logagentEndToEnd(ctx, res, c)
@@ -292,6 +296,9 @@ func assemble(o *options, res *results) []comparison {
 	}
 	if o.groups["tls"] {
 		rows = append(rows, tlsRows(res)...)
+	}
+	if o.groups["kafka"] {
+		rows = append(rows, kafkaRows(res)...)
 	}
 	if o.groups["limits"] {
 		for _, size := range []int{100, 1024} {
