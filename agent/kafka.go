@@ -85,7 +85,7 @@ func (a *Agent) kafkaConfig(b *kafkaBroker) (kafka.Config, error) {
 	return kafka.Config{
 		Broker:          b,
 		Groups:          kafkaGroups{a},
-		Logger:          a.log.Named("kafka"),
+		Logger:          a.log, // the server names its own sub-logger "kafka"
 		MaxRequestBytes: int32(min(a.cfg.Limits.MaxRequestBytes, 1<<30)),
 		NodeID:          kafkaNodeID(a.cfg.NodeID),
 		Host:            host,
