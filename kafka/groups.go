@@ -40,7 +40,10 @@ type Groups interface {
 	ListGroups(ctx context.Context) ([]GroupListing, error)
 }
 
-// GroupProtocol is one assignor of a JoinGroup, with its metadata.
+// GroupProtocol is one assignor of a JoinGroup, with its metadata. The
+// byte slices the listener passes to Groups (protocol metadata, SyncGroup
+// assignments) are the callee's to keep: the listener copies them out of
+// the connection's frame buffer, which its next request reuses.
 type GroupProtocol struct {
 	Name     string
 	Metadata []byte

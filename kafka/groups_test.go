@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -503,4 +504,75 @@ func commitWire(ctx context.Context, t *testing.T, cl *kgo.Client, member string
 		t.Fatal(err)
 	}
 	return resp.Topics[0].Partitions[0].ErrorCode
+}
+
+// recordingGroups keeps what JoinGroup and SyncGroup were given, as a
+// coordinator keeps a group's metadata and assignments; the other Groups
+// methods are not called.
+type recordingGroups struct {
+	Groups
+	mu    sync.Mutex
+	joins []JoinGroupRequest
+	syncs []SyncGroupRequest
+}
+
+func (r *recordingGroups) JoinGroup(_ context.Context, req JoinGroupRequest) (JoinGroupResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.joins = append(r.joins, req)
+	return JoinGroupResult{MemberID: "m", Generation: 1, ProtocolType: req.ProtocolType, Protocol: req.Protocols[0].Name, Leader: "m"}, nil
+}
+
+func (r *recordingGroups) SyncGroup(_ context.Context, req SyncGroupRequest) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.syncs = append(r.syncs, req)
+	return nil, nil
+}
+
+// TestGroupBytesOutliveTheFrame: the protocol metadata of a JoinGroup and
+// the assignments of a SyncGroup that Groups keeps are not the
+// connection's frame buffer, which the next request of the same size
+// overwrites (the race detector caught the group state reading a buffer
+// the connection was refilling).
+func TestGroupBytesOutliveTheFrame(t *testing.T) {
+	rec := &recordingGroups{}
+	ts := startServer(t, func(c *Config) { c.Groups = rec })
+	c := dialRaw(t, ts.addr)
+	send := func(fill byte) {
+		join := kmsg.NewPtrJoinGroupRequest()
+		join.Version = 5
+		join.Group, join.MemberID, join.ProtocolType = "g", "m", "consumer"
+		join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = 10_000, 10_000
+		p := kmsg.NewJoinGroupRequestProtocol()
+		p.Name, p.Metadata = "range", bytes.Repeat([]byte{fill}, 64)
+		join.Protocols = append(join.Protocols, p)
+		c.send(c.frame(join))
+		jr := kmsg.NewPtrJoinGroupResponse()
+		jr.Version = join.Version
+		c.read(jr)
+		sync := kmsg.NewPtrSyncGroupRequest()
+		sync.Version = 3
+		sync.Group, sync.MemberID, sync.Generation = "g", "m", 1
+		a := kmsg.NewSyncGroupRequestGroupAssignment()
+		a.MemberID, a.MemberAssignment = "m", bytes.Repeat([]byte{fill}, 64)
+		sync.GroupAssignment = append(sync.GroupAssignment, a)
+		c.send(c.frame(sync))
+		sr := kmsg.NewPtrSyncGroupResponse()
+		sr.Version = sync.Version
+		c.read(sr)
+	}
+	send('A')
+	send('B') // the same frame sizes: the same buffer, refilled
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.joins) != 2 || len(rec.syncs) != 2 {
+		t.Fatalf("%d joins, %d syncs reached Groups", len(rec.joins), len(rec.syncs))
+	}
+	if got := rec.joins[0].Protocols[0].Metadata; !bytes.Equal(got, bytes.Repeat([]byte{'A'}, 64)) {
+		t.Errorf("the first JoinGroup's metadata became %q", got)
+	}
+	if got := rec.syncs[0].Assignments["m"]; !bytes.Equal(got, bytes.Repeat([]byte{'A'}, 64)) {
+		t.Errorf("the first SyncGroup's assignment became %q", got)
+	}
 }

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -37,7 +38,10 @@ func (s *Server) handleJoinGroup(ctx context.Context, req *kmsg.JoinGroupRequest
 		jr.RebalanceTimeout = jr.SessionTimeout
 	}
 	for _, p := range req.Protocols {
-		jr.Protocols = append(jr.Protocols, GroupProtocol{Name: p.Name, Metadata: p.Metadata})
+		// Copied: the decoded request's bytes are the connection's frame
+		// buffer, which the next request overwrites, and the group keeps
+		// the metadata for the members' next joins.
+		jr.Protocols = append(jr.Protocols, GroupProtocol{Name: p.Name, Metadata: bytes.Clone(p.Metadata)})
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(jr.RebalanceTimeout, jr.SessionTimeout)+joinSlack)
 	defer cancel()

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,7 +27,9 @@ func (s *Server) handleSyncGroup(ctx context.Context, req *kmsg.SyncGroupRequest
 	if len(req.GroupAssignment) > 0 {
 		sr.Assignments = make(map[string][]byte, len(req.GroupAssignment))
 		for _, a := range req.GroupAssignment {
-			sr.Assignments[a.MemberID] = a.MemberAssignment
+			// Copied, as JoinGroup's metadata: the group keeps them past
+			// this request's frame buffer.
+			sr.Assignments[a.MemberID] = bytes.Clone(a.MemberAssignment)
 		}
 	}
 	// A follower waits for the leader's SyncGroup, or for the rebalance
