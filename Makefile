@@ -102,17 +102,18 @@ chromium: ## Install Debian's chromium for the status page test when missing (as
 		$(CHROMIUM_MISSING); \
 	fi
 
-# The Kafka listener's kcat test (internal/testcluster TestKafkaKcat) runs
-# Debian's kcat (librdkafka); `make test` installs it first when it is missing
-# and make runs as root, and otherwise says loudly that the test will be skipped.
+# The Kafka listener's kcat tests (internal/testcluster TestKafkaKcat and
+# TestKafkaKcatGroup) run Debian's kcat (librdkafka); `make test` installs it
+# first when it is missing and make runs as root, and otherwise says loudly
+# that the tests will be skipped.
 KCAT_MISSING := { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
-	echo "!!! NO KCAT: the Kafka listener's kcat test TestKafkaKcat WILL BE SKIPPED."; \
+	echo "!!! NO KCAT: the Kafka listener's kcat tests TestKafkaKcat and TestKafkaKcatGroup WILL BE SKIPPED."; \
 	echo "!!! Install it as root: apt-get update && apt-get install -y kcat"; \
 	echo "!!! (or set LOGAGENT_KCAT to a kcat binary)"; \
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
 
 .PHONY: kcat
-kcat: ## Install Debian's kcat for the Kafka listener's test when missing (as root; otherwise say so loudly)
+kcat: ## Install Debian's kcat for the Kafka listener's tests when missing (as root; otherwise say so loudly)
 	@if [ -n "$$LOGAGENT_KCAT" ] || command -v kcat >/dev/null 2>&1; then \
 		:; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
