@@ -102,17 +102,18 @@ chromium: ## Install Debian's chromium for the status page test when missing (as
 		$(CHROMIUM_MISSING); \
 	fi
 
-# The Kafka listener's kcat test (internal/testcluster TestKafkaKcat) runs
-# Debian's kcat (librdkafka); `make test` installs it first when it is missing
-# and make runs as root, and otherwise says loudly that the test will be skipped.
+# The Kafka listener's kcat tests (internal/testcluster TestKafkaKcat and
+# TestKafkaKcatGroup) run Debian's kcat (librdkafka); `make test` installs it
+# first when it is missing and make runs as root, and otherwise says loudly
+# that the tests will be skipped.
 KCAT_MISSING := { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
-	echo "!!! NO KCAT: the Kafka listener's kcat test TestKafkaKcat WILL BE SKIPPED."; \
+	echo "!!! NO KCAT: the Kafka listener's kcat tests TestKafkaKcat and TestKafkaKcatGroup WILL BE SKIPPED."; \
 	echo "!!! Install it as root: apt-get update && apt-get install -y kcat"; \
 	echo "!!! (or set LOGAGENT_KCAT to a kcat binary)"; \
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
 
 .PHONY: kcat
-kcat: ## Install Debian's kcat for the Kafka listener's test when missing (as root; otherwise say so loudly)
+kcat: ## Install Debian's kcat for the Kafka listener's tests when missing (as root; otherwise say so loudly)
 	@if [ -n "$$LOGAGENT_KCAT" ] || command -v kcat >/dev/null 2>&1; then \
 		:; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -129,8 +130,35 @@ kcat: ## Install Debian's kcat for the Kafka listener's test when missing (as ro
 kafka-conformance: bin/logagent bin/consul ## franz-go's kgo tests against a dev cluster's Kafka listener, one process per test (< 15 min; NOT part of make test); summary in bin/kafkaconf/summary.txt
 	tools/kafkaconf/run.sh bin/logagent
 
+# The Kafka listener's kafkajs test (internal/testcluster TestKafkaJS) runs a
+# node script with kafkajs, pinned in its package-lock.json; `make test`
+# installs it into the script's node_modules (npm ci, kept until the lock
+# file changes), installing Debian's nodejs and npm first when they are
+# missing and make runs as root, and otherwise says loudly that the test
+# will be skipped.
+KAFKAJS_DIR     := internal/testcluster/testdata/kafkajs
+KAFKAJS_MISSING := { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+	echo "!!! NO NODE/NPM OR NO KAFKAJS: the Kafka listener's kafkajs test TestKafkaJS WILL BE SKIPPED."; \
+	echo "!!! Install node as root: apt-get update && apt-get install -y nodejs npm"; \
+	echo "!!! then run: make kafkajs (npm ci in $(KAFKAJS_DIR))"; \
+	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
+
+.PHONY: kafkajs
+kafkajs: ## Install kafkajs (npm ci) for the Kafka listener's test, and node and npm when missing (as root; otherwise say so loudly)
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing Debian's nodejs and npm for the Kafka listener's kafkajs test (apt-get)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; \
+		fi; \
+	fi; \
+	if ! command -v npm >/dev/null 2>&1; then \
+		$(KAFKAJS_MISSING); \
+	elif [ ! -f $(KAFKAJS_DIR)/node_modules/.package-lock.json ] || [ $(KAFKAJS_DIR)/package-lock.json -nt $(KAFKAJS_DIR)/node_modules/.package-lock.json ]; then \
+		{ cd $(KAFKAJS_DIR) && npm ci --no-audit --no-fund --loglevel=error; } || $(KAFKAJS_MISSING); \
+	fi
+
 .PHONY: test
-test: bin/logagent bin/consul chromium kcat ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
+test: bin/logagent bin/consul chromium kcat kafkajs ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/internal/jepsen$$')
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./internal/jepsen 2>&1 | tee jepsen.out | grep -E '$(JEPSEN_LINES)'
 	@echo "full fault-injection log: jepsen.out"

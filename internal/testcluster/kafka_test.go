@@ -266,7 +266,7 @@ func kcatBinary(t *testing.T) string {
 	}
 	p, err := exec.LookPath("kcat")
 	if err != nil {
-		t.Skip("!!! NO KCAT: TestKafkaKcat IS SKIPPED; install it as root with `make kcat` (apt-get install kcat) or set LOGAGENT_KCAT")
+		t.Skipf("!!! NO KCAT: %s IS SKIPPED; install it as root with `make kcat` (apt-get install kcat) or set LOGAGENT_KCAT", t.Name())
 	}
 	return p
 }
