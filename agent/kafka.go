@@ -740,8 +740,10 @@ func (b *kafkaBroker) EndOffsetForEpoch(ctx context.Context, topic string, parti
 }
 
 // InitProducerID reserves a producer id, or the next epoch of one, as
-// POST /v1/producers does.
-func (b *kafkaBroker) InitProducerID(ctx context.Context, producerID int64, epoch int16) (int64, int16, error) {
+// POST /v1/producers does. The epoch a client sends with its id (KIP-360)
+// is not compared with the current one: the allocator bumps whatever epoch
+// the id has, as the HTTP API's does (docs/kafka.md).
+func (b *kafkaBroker) InitProducerID(ctx context.Context, producerID int64, _ int16) (int64, int16, error) {
 	a := b.a
 	if err := a.kafkaServing(); err != nil {
 		return -1, -1, err
@@ -749,6 +751,7 @@ func (b *kafkaBroker) InitProducerID(ctx context.Context, producerID int64, epoc
 	callCtx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()
 	var id int64
+	var epoch int16
 	var err error
 	if producerID < 0 {
 		id, epoch, err = a.coord.AllocateProducerID(callCtx)
