@@ -58,22 +58,11 @@ func (d *cuttableDialer) kill() {
 func TestKafkaGroupTakeover(t *testing.T) {
 	const topic, groupID, partitions, half = "kgroup", "takeover", 4, 400
 	c := Start(t, Options{Kafka: true})
-	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: partitions, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	for p := range partitions {
-		c.WaitLeader(topic, p, 20*time.Second)
-	}
+	groupTopic(t, c, c.Agents[0], topic, partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	producer := kgoClient(t, c.Agents[0], kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			if err := producer.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "r%d", i)}).FirstErr(); err != nil {
-				t.Fatalf("produce %d: %v", i, err)
-			}
-		}
-	}
+	producer := spreadProducer(t, c.Agents[0], topic)
+	produce := func(from, to int) { produceEach(ctx, t, producer, "r", from, to) }
 	type member struct {
 		cl *kgo.Client
 		// consumed by value; committed: the last offset committed per
@@ -262,19 +251,10 @@ func TestKafkaSaramaGroup(t *testing.T) {
 	const topic, groupID, n = "sgroup", "sarama-group", 200
 	c := Start(t, Options{Kafka: true})
 	a := c.Agents[1]
-	if err := a.CreateTopic(TopicSpec{Name: topic, Partitions: 2, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	c.WaitLeader(topic, 0, 20*time.Second)
-	c.WaitLeader(topic, 1, 20*time.Second)
+	groupTopic(t, c, a, topic, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	producer := kgoClient(t, a, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
-	for i := range n {
-		if err := producer.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "s%d", i)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceEach(ctx, t, spreadProducer(t, a, topic), "s", 0, n)
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V2_8_0_0
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
@@ -311,19 +291,10 @@ func TestKafkaSegmentioGroup(t *testing.T) {
 	const topic, groupID, n = "kgogroup", "kafka-go-group", 200
 	c := Start(t, Options{Kafka: true})
 	a := c.Agents[2]
-	if err := a.CreateTopic(TopicSpec{Name: topic, Partitions: 2, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	c.WaitLeader(topic, 0, 20*time.Second)
-	c.WaitLeader(topic, 1, 20*time.Second)
+	groupTopic(t, c, a, topic, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	producer := kgoClient(t, a, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
-	for i := range n {
-		if err := producer.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "k%d", i)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceEach(ctx, t, spreadProducer(t, a, topic), "k", 0, n)
 	r := segkafka.NewReader(segkafka.ReaderConfig{Brokers: []string{a.KafkaAddr}, GroupID: groupID, Topic: topic,
 		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 300 * time.Millisecond, StartOffset: segkafka.FirstOffset,
 		HeartbeatInterval: 500 * time.Millisecond, SessionTimeout: 6 * time.Second})
@@ -340,4 +311,33 @@ func TestKafkaSegmentioGroup(t *testing.T) {
 		}
 	}
 	waitCommitted(t, c, topic, groupID, 2)
+}
+
+// groupTopic creates topic (RF 3, min ISR 2) through a and waits until
+// each of its partitions has a leader.
+func groupTopic(t *testing.T, c *Cluster, a *Agent, topic string, partitions int) {
+	t.Helper()
+	if err := a.CreateTopic(TopicSpec{Name: topic, Partitions: partitions, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for p := range partitions {
+		c.WaitLeader(topic, p, 20*time.Second)
+	}
+}
+
+// spreadProducer is a kgo producer through a's listener that spreads its
+// records over topic's partitions, round robin.
+func spreadProducer(t *testing.T, a *Agent, topic string) *kgo.Client {
+	return kgoClient(t, a, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+}
+
+// produceEach writes the values prefix+i for i in [from, to), each
+// acknowledged before the next is sent.
+func produceEach(ctx context.Context, t *testing.T, producer *kgo.Client, prefix string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if err := producer.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "%s%d", prefix, i)}).FirstErr(); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+	}
 }

@@ -146,16 +146,11 @@ func testKcatGroup(t *testing.T, assignor string) {
 	const topic, group, partitions, half = "kcatgroup", "kcat-group", 4, 200
 	kcat := kcatBinary(t)
 	c := Start(t, Options{Kafka: true})
-	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: partitions, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
-		t.Fatal(err)
-	}
-	for p := range partitions {
-		c.WaitLeader(topic, p, 20*time.Second)
-	}
+	groupTopic(t, c, c.Agents[0], topic, partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	adm := kadm.NewClient(kgoClient(t, c.Agents[0]))
-	producer := kgoClient(t, c.Agents[0], kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	producer := spreadProducer(t, c.Agents[0], topic)
 	produce := func(from, to int) {
 		t.Helper()
 		var recs []*kgo.Record
