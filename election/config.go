@@ -11,36 +11,36 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultPrefix       = "logagent/"
-	DefaultCheckTTL     = 3 * time.Second
-	DefaultSessionTTL   = 10 * time.Second
-	DefaultLockDelay    = 250 * time.Millisecond
-	DefaultLeaseMargin  = 500 * time.Millisecond
-	DefaultDeregister   = time.Minute
-	DefaultWatchWait    = 30 * time.Second
-	DefaultWatchMinGap  = 50 * time.Millisecond
-	DefaultCallTimeout  = 5 * time.Second
-	DefaultMaxInflight  = 16
+	DefaultPrefix      = "logagent/"
+	DefaultCheckTTL    = 3 * time.Second
+	DefaultSessionTTL  = 10 * time.Second
+	DefaultLockDelay   = 250 * time.Millisecond
+	DefaultLeaseMargin = 500 * time.Millisecond
+	DefaultDeregister  = time.Minute
+	DefaultWatchWait   = 30 * time.Second
+	DefaultWatchMinGap = 50 * time.Millisecond
+	DefaultCallTimeout = 5 * time.Second
+	DefaultMaxInflight = 16
 	// DefaultMaxConcurrentRequests leaves Consul's http_max_conns_per_client
 	// (200 per client IP) room for three agents on one host, as `logagent
 	// dev` runs them, plus their blocking queries and heartbeats.
 	DefaultMaxConcurrentRequests = 32
-	minLockDelay        = time.Millisecond
-	maxLockDelay        = 60 * time.Second
-	minSessionTTL       = time.Second
-	maxSessionTTL       = 24 * time.Hour
-	minDeregisterAfter  = time.Minute
-	serviceName         = "logagent"
-	serfHealthCheckID   = "serfHealth"
-	metaNodeID          = "node_id"
-	metaPeerAddr        = "peer_addr"
-	metaClientAddr      = "client_addr"
-	sessionBehavior     = api.SessionBehaviorRelease
-	maxOpsPerTxn        = 64
-	heartbeatsPerTTL    = 3
-	renewalsPerTTL      = 2
-	maxEpoch            = 1<<31 - 1
-	watchTimeoutPadding = 5 * time.Second
+	minLockDelay                 = time.Millisecond
+	maxLockDelay                 = 60 * time.Second
+	minSessionTTL                = time.Second
+	maxSessionTTL                = 24 * time.Hour
+	minDeregisterAfter           = time.Minute
+	serviceName                  = "logagent"
+	serfHealthCheckID            = "serfHealth"
+	metaNodeID                   = "node_id"
+	metaPeerAddr                 = "peer_addr"
+	metaClientAddr               = "client_addr"
+	sessionBehavior              = api.SessionBehaviorRelease
+	maxOpsPerTxn                 = 64
+	heartbeatsPerTTL             = 3
+	renewalsPerTTL               = 2
+	maxEpoch                     = 1<<31 - 1
+	watchTimeoutPadding          = 5 * time.Second
 )
 
 // nodeIDPattern keeps node ids usable inside service ids, check ids and JSON.
