@@ -132,15 +132,21 @@ const reachTimeout = 5 * time.Second
 // checkAgent asks the agent's health once, so that a command aimed at an
 // agent that is not running fails fast, saying where it looked and how to
 // look elsewhere. An agent that answers, even "starting", is reachable.
-func checkAgent(ctx context.Context, c *client.Client) error {
-	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+// It waits reachTimeout at most, or the command's timeout when shorter
+// (0: none).
+func checkAgent(ctx context.Context, c *client.Client, timeout time.Duration) error {
+	limit, within := reachTimeout, reachTimeout.String()
+	if timeout > 0 && timeout <= reachTimeout {
+		limit, within = timeout, "-timeout "+timeout.String()
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	_, err := c.Health(ctx)
 	var answered *client.Error
 	if err == nil || errors.As(err, &answered) {
 		return nil
 	}
-	return explain(err, c.Addr(), reachTimeout)
+	return explainWithin(err, c.Addr(), within)
 }
 
 // agentCall returns a client of addr and a context bounded by timeout, for

@@ -93,7 +93,7 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	r := &reader{follow: *follow, limit: *count, idle: *timeout + fetchWait, out: bufio.NewWriter(stdout), write: write}
 	defer r.out.Flush()
 	fail := func(err error) error { return explain(err, c.Addr(), *timeout) }
-	if err := checkAgent(ctx, c); err != nil {
+	if err := checkAgent(ctx, c, *timeout); err != nil {
 		return err
 	}
 	if *group != "" {

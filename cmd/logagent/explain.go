@@ -34,6 +34,16 @@ const reachHint = "is the agent running? -addr or $" + client.AddrEnv + " names 
 // addr within timeout (0: no timeout of its own). Usage errors and errors
 // that are already explained pass unchanged.
 func explain(err error, addr string, timeout time.Duration) error {
+	within := ""
+	if timeout > 0 {
+		within = "-timeout " + timeout.String()
+	}
+	return explainWithin(err, addr, within)
+}
+
+// explainWithin is explain for a command whose time limit within names
+// ("-timeout 2s", "5s"; "" for none).
+func explainWithin(err error, addr, within string) error {
 	var done *explained
 	if err == nil || errors.Is(err, errUsage) || errors.As(err, &done) {
 		return err
@@ -44,8 +54,8 @@ func explain(err error, addr string, timeout time.Duration) error {
 		return &explained{line: apiErrorLine(apiErr), err: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		line := fmt.Sprintf("no answer from the agent at %s", addr)
-		if timeout > 0 {
-			line += fmt.Sprintf(" within -timeout %s", timeout)
+		if within != "" {
+			line += " within " + within
 		}
 		if cause := transportCause(err); cause != "" {
 			line += " (last attempt: " + cause + ")"

@@ -81,7 +81,7 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return err
 	}
-	if err := checkAgent(ctx, c); err != nil {
+	if err := checkAgent(ctx, c, *timeout); err != nil {
 		return err
 	}
 	fail := func(err error) error { return explain(err, c.Addr(), *timeout) }
