@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -263,6 +264,11 @@ func TestReadmeTour(t *testing.T) {
 		t.Run(fmt.Sprintf("line %d", i+1), func(t *testing.T) { checks[i].check(t, stdout.String(), stderr.String()) })
 	}
 
+	addr := fmt.Sprintf("http://127.0.0.1:%d", 7070+offset)
+	t.Run("every partition", func(t *testing.T) { consumeEveryPartition(t, addr, len(want)) })
+	t.Run("one-line errors", func(t *testing.T) { oneLineErrors(t, addr) })
+	t.Run("no fake zeros", func(t *testing.T) { noFakeZeros(t, addr) })
+
 	p.signal(syscall.SIGINT)
 	if code := p.wait(60 * time.Second); code != 0 {
 		t.Errorf("logagent dev exit code %d after Ctrl-C, want 0", code)
@@ -285,4 +291,115 @@ func mustNotHave(t *testing.T, s string, subs ...string) {
 			t.Errorf("has %q:\n%s", sub, s)
 		}
 	}
+}
+
+// runCLI runs the binary under test with stdin and returns its exit code
+// and output.
+func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, logagentBin(t), args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &exitErr):
+		return exitErr.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("logagent %s: %v", strings.Join(args, " "), err)
+	return 0, "", ""
+}
+
+// consumeEveryPartition: consume -topic without -partition prints every
+// record of a 3-partition topic (issue 20's acceptance 3), after records
+// with 30 keys went to all three of orders' partitions.
+func consumeEveryPartition(t *testing.T, addr string, already int) {
+	var lines strings.Builder
+	spread := map[int]int{}
+	for i := range 30 {
+		key := "k" + strconv.Itoa(i)
+		fmt.Fprintf(&lines, "%s:v%d\n", key, i)
+		spread[client.PartitionForKey([]byte(key), 3)]++
+	}
+	if len(spread) != 3 {
+		t.Fatalf("the keys reach partitions %v, want all three", spread)
+	}
+	if code, _, stderr := runCLI(t, lines.String(), "produce", "-addr", addr, "-topic", "orders", "-K", ":"); code != 0 {
+		t.Fatalf("produce: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "", "consume", "-addr", addr, "-topic", "orders", "-format", "json")
+	if code != 0 {
+		t.Fatalf("consume: exit %d: %s", code, stderr)
+	}
+	perPartition := map[int]int{}
+	values := map[string]bool{}
+	for line := range strings.Lines(stdout) {
+		var rec struct {
+			Partition int    `json:"partition"`
+			Value     string `json:"value"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		perPartition[rec.Partition]++
+		values[rec.Value] = true
+	}
+	for i := range 30 {
+		if !values["v"+strconv.Itoa(i)] {
+			t.Errorf("consume did not print v%d", i)
+		}
+	}
+	if total := perPartition[0] + perPartition[1] + perPartition[2]; total != already+30 || len(perPartition) != 3 {
+		t.Errorf("consume printed %d records %v, want %d over the 3 partitions:\n%s", total, perPartition, already+30, stdout)
+	}
+}
+
+// oneLineErrors: the agent's errors come as one line with what to do next.
+func oneLineErrors(t *testing.T, addr string) {
+	cases := []struct {
+		args []string
+		want *regexp.Regexp
+	}{
+		{[]string{"topic", "describe", "nope"},
+			regexp.MustCompile(`^logagent topic: no topic "nope": 'logagent topic list' shows the topics there are\n$`)},
+		{[]string{"consume", "-topic", "orders", "-partition", "0", "-from", "999"},
+			regexp.MustCompile(`^logagent consume: offset 999 is outside the log: the log holds offsets 0 to \d+ \(log start 0, high watermark \d+\); -from earliest or -from latest start inside it\n$`)},
+		{[]string{"topic", "create", "orders"},
+			regexp.MustCompile(`^logagent topic: topic orders exists: 'logagent topic describe' shows it\n$`)},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCLI(t, "", append(c.args, "-addr", addr)...)
+		if code != 1 || !c.want.MatchString(stderr) {
+			t.Errorf("logagent %s: exit %d, stderr %q; want 1 and %s", strings.Join(c.args, " "), code, stderr, c.want)
+		}
+	}
+}
+
+// noFakeZeros: status and describe through one agent print - for the
+// positions of partitions that agent holds no replica of, not 0.
+func noFakeZeros(t *testing.T, addr string) {
+	if code, _, stderr := runCLI(t, "", "topic", "create", "-addr", addr, "-name", "solo", "-partitions", "3", "-replication-factor", "1"); code != 0 {
+		t.Fatalf("topic create: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "", "topic", "describe", "-addr", addr, "solo")
+	if code != 0 {
+		t.Fatalf("topic describe: exit %d: %s", code, stderr)
+	}
+	// Each partition's one replica: n1's rows have positions, the others -.
+	rows := regexp.MustCompile(`(?m)^(\d)\s+(n\d)\s+\d+\s+(n\d)\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s+ok$`).FindAllStringSubmatch(stdout, -1)
+	if len(rows) != 3 {
+		t.Fatalf("describe printed:\n%s\nwant 3 partition rows", stdout)
+	}
+	for _, r := range rows {
+		held := r[3] == "n1"
+		if dash := r[4] == "-" && r[5] == "-" && r[6] == "-"; dash == held || (held && (r[4] != "0" || r[5] != "0" || r[6] != "0")) {
+			t.Errorf("partition %s, replica on %s: HW %s, LOG-START %s, UNCOMMITTED %s; want 0 on n1, - elsewhere:\n%s", r[1], r[3], r[4], r[5], r[6], stdout)
+		}
+	}
+	mustHave(t, stdout, "- where it holds none")
 }
