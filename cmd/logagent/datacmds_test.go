@@ -358,6 +358,38 @@ func TestProduceAndConsume(t *testing.T) {
 	}
 }
 
+// TestConsumeSaysWhatItRetries: a fetch the client retries is reported on
+// stderr, once per cause however often it is retried, and the records come
+// once the agent answers; without an answer within -timeout, consume fails
+// with the last attempt's cause.
+func TestConsumeSaysWhatItRetries(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	addr := f.srv.URL
+	if code, _, stderr := runData(context.Background(), []string{"produce", "-addr", addr, "-topic", "t", "-partition", "0"}, "one\n"); code != 0 {
+		t.Fatal(stderr)
+	}
+	note := "logagent consume: fake: leader_not_available (leader_not_available); retrying until -timeout "
+
+	f.mu.Lock()
+	f.unavailable = 3
+	f.mu.Unlock()
+	code, stdout, stderr := runData(context.Background(), []string{"consume", "-addr", addr, "-topic", "t", "-partition", "0"}, "")
+	if code != 0 || stdout != "one\n" || strings.Count(stderr, note+"10s\n") != 1 {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 0, one, and the retry said once", code, stdout, stderr)
+	}
+
+	f.mu.Lock()
+	f.unavailable = 1 << 20
+	f.mu.Unlock()
+	start := time.Now()
+	code, _, stderr = runData(context.Background(), []string{"consume", "-addr", addr, "-topic", "t", "-partition", "0", "-timeout", "1s"}, "")
+	if took := time.Since(start); code != 1 || took > 4*time.Second || !strings.Contains(stderr, note+"1s\n") ||
+		!strings.HasSuffix(stderr, "\ngave up retrying after -timeout 1s: fake: leader_not_available (leader_not_available): 'logagent status' shows the agents and leaders; try again once they are up\n") {
+		t.Errorf("exit %d after %s, stderr %q", code, took, stderr)
+	}
+}
+
 // syncBuffer is a bytes.Buffer that a command writes while the test reads.
 type syncBuffer struct {
 	mu  sync.Mutex

@@ -51,7 +51,12 @@ func explainWithin(err error, addr, within string) error {
 	var apiErr *client.Error
 	switch {
 	case errors.As(err, &apiErr):
-		return &explained{line: apiErrorLine(apiErr), err: err}
+		line := apiErrorLine(apiErr)
+		if errors.Is(err, context.DeadlineExceeded) && within != "" {
+			// The client retried this answer until the time was up.
+			line = "gave up retrying after " + within + ": " + line
+		}
+		return &explained{line: line, err: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		line := fmt.Sprintf("no answer from the agent at %s", addr)
 		if within != "" {

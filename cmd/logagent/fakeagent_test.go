@@ -31,9 +31,12 @@ type fakeClientAPI struct {
 	// leaderless is how many describes to come show no leaders, as
 	// just after a creation.
 	leaderless int
-	topics     map[string]*client.TopicInfo
-	batches    map[string][][][]byte // topic -> partition -> stored batches
-	produced   []string              // raw query of every produce request
+	// unavailable is how many fetches to come answer 503
+	// leader_not_available, as during an election.
+	unavailable int
+	topics      map[string]*client.TopicInfo
+	batches     map[string][][][]byte // topic -> partition -> stored batches
+	produced    []string              // raw query of every produce request
 	// producer is the idempotent producer headers of every appended
 	// batch, "id/epoch/sequence", or "" without them.
 	producer  []string
@@ -236,6 +239,12 @@ func (f *fakeClientAPI) fetch(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.unavailable > 0 {
+		f.unavailable--
+		w.Header().Set("Retry-After", "0")
+		fakeError(w, http.StatusServiceUnavailable, client.CodeLeaderNotAvailable, map[string]any{"retriable": true})
+		return
+	}
 	info, ok := f.topics[r.PathValue("topic")]
 	p, err := strconv.Atoi(r.PathValue("partition"))
 	if !ok || err != nil || p < 0 || p >= len(info.Partitions) {
