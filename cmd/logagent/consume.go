@@ -46,8 +46,8 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"%% a percent sign, \\n \\t escapes; nothing is added after it, end it with \\n")
 	maxBytes := fs.Int("max-bytes", 1<<20, "max_bytes of each fetch")
 	wait := fs.Duration("wait", 5*time.Second, "with -follow, how long each fetch waits on the agent for records")
-	timeout := fs.Duration("timeout", 10*time.Second, "without -follow, give up when the agent has given nothing for this long (it is retried meanwhile);\n"+
-		"with -group, also how long to wait for the group to give this member a partition")
+	timeout := fs.Duration("timeout", 10*time.Second, "without -follow, give up when the agent has given nothing (it is retried meanwhile),\n"+
+		"or with -group the group no partition to this member, for this long")
 	addr := addrFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
