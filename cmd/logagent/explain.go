@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/logagent/logagent/client"
@@ -125,13 +124,4 @@ func logBounds(logStart, hw int64) string {
 	}
 	return fmt.Sprintf("the log holds offsets %d to %d (log start %d, high watermark %d); -from earliest or -from latest start inside it",
 		logStart, hw-1, logStart, hw)
-}
-
-// unreachable reports that no agent answered a first request at addr.
-func unreachable(addr string, err error) error {
-	cause := transportCause(err)
-	if cause == "" {
-		cause = strings.TrimPrefix(err.Error(), "client: ")
-	}
-	return &explained{line: fmt.Sprintf("cannot reach the agent at %s (%s): %s", addr, cause, reachHint), err: err}
 }
