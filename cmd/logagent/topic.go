@@ -69,6 +69,9 @@ func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "created topic %s: %d partition(s), replication factor %d, min_insync_replicas %d\n", info.Name, len(info.Partitions), rf, isr)
 	if warning := lowReplication(ctx, c, *replication, rf); warning != "" {
 		fmt.Fprintln(stderr, warning)
+		if isr == rf && rf > 1 {
+			fmt.Fprintf(stderr, "WARNING: min_insync_replicas %d of %d replicas: acks=all writes are refused while any of them is down.\n", isr, rf)
+		}
 	}
 	if !*wait {
 		return nil
