@@ -103,14 +103,34 @@ chromium: ## Install Debian's chromium for the status page test when missing (as
 	fi
 
 # The Kafka listener's kcat tests (internal/testcluster TestKafkaKcat and
-# TestKafkaKcatGroup) run Debian's kcat (librdkafka); `make test` installs it
-# first when it is missing and make runs as root, and otherwise says loudly
-# that the tests will be skipped.
+# TestKafkaKcatGroup) and the README tour (cmd/logagent TestReadmeTour) run
+# Debian's kcat (librdkafka); `make test` installs it first when it is
+# missing and make runs as root, and otherwise says loudly what that does to
+# the tests.
 KCAT_MISSING := { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
-	echo "!!! NO KCAT: the Kafka listener's kcat tests TestKafkaKcat and TestKafkaKcatGroup WILL BE SKIPPED."; \
+	echo "!!! NO KCAT: the Kafka listener's kcat tests TestKafkaKcat and TestKafkaKcatGroup WILL BE SKIPPED,"; \
+	echo "!!! and the README tour's test TestReadmeTour WILL FAIL."; \
 	echo "!!! Install it as root: apt-get update && apt-get install -y kcat"; \
 	echo "!!! (or set LOGAGENT_KCAT to a kcat binary)"; \
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
+
+# The README tour (cmd/logagent TestReadmeTour) runs its curl lines with curl,
+# which a fresh machine may lack: `make test` installs it as kcat.
+CURL_MISSING := { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+	echo "!!! NO CURL: the README tour's test TestReadmeTour WILL FAIL."; \
+	echo "!!! Install it as root: apt-get update && apt-get install -y curl"; \
+	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
+
+.PHONY: curl
+curl: ## Install curl for the README tour's test when missing (as root; otherwise say so loudly)
+	@if command -v curl >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing curl for the README tour's test (apt-get)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; } || $(CURL_MISSING); \
+	else \
+		$(CURL_MISSING); \
+	fi
 
 .PHONY: kcat
 kcat: ## Install Debian's kcat for the Kafka listener's tests when missing (as root; otherwise say so loudly)
@@ -158,7 +178,7 @@ kafkajs: ## Install kafkajs (npm ci) for the Kafka listener's test, and node and
 	fi
 
 .PHONY: test
-test: bin/logagent bin/consul chromium kcat kafkajs ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
+test: bin/logagent bin/consul chromium kcat curl kafkajs ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/internal/jepsen$$')
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./internal/jepsen 2>&1 | tee jepsen.out | grep -E '$(JEPSEN_LINES)'
 	@echo "full fault-injection log: jepsen.out"
