@@ -46,8 +46,8 @@ client {
   # }
 
   # Serve Go's runtime profiles at /debug/pprof/ on this address (CPU,
-  # heap, allocations, goroutines, execution traces; mutex and block
-  # profiles stay empty, their sampling is off), for
+  # heap, allocations, goroutines, execution traces, and mutex and block
+  # profiles, whose sampling this turns on: docs/operations.md, "Profiling"), for
   # `go tool pprof http://127.0.0.1:7070/debug/pprof/profile?seconds=30`.
   # Anyone who can reach the address can read them.
   pprof = false
