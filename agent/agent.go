@@ -570,7 +570,11 @@ func enableContentionProfiles() (restore func()) {
 
 func (a *Agent) peerRoutes() *router {
 	rt := &router{}
-	rt.add(fasthttp.MethodGet, "/v1/health", a.requirePeerToken(a.handleHealth))
+	// Health is open, as on the client API: the peer address is the one a
+	// probe on another host can reach (the client API belongs on loopback),
+	// probes carry no secret, and it tells only the state and the node id.
+	// peer.tls still wants the probe's client certificate first.
+	rt.add(fasthttp.MethodGet, "/v1/health", a.handleHealth)
 	rt.add(fasthttp.MethodGet, peer.FetchPath, a.requirePeerToken(a.handleReplicaFetch))
 	rt.add(fasthttp.MethodGet, peer.EpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))

@@ -77,8 +77,9 @@ peer {
   # global unicast IPv4 address (set it when the host has several).
   # advertise_address = "10.0.0.11:7171"
 
-  # A file holding a shared secret. When set, every peer request must carry
-  # "Authorization: Bearer <secret>". Empty means no authentication.
+  # A file holding a shared secret. When set, every peer request but GET
+  # /v1/health must carry "Authorization: Bearer <secret>". Empty means no
+  # authentication.
   token_file = ""
 
   # Mutual TLS between agents: the listener and this agent's peer clients
