@@ -146,8 +146,9 @@ APT_MISSING = { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
 
 .PHONY: systemd
-systemd: ## Install Debian's systemd (for systemd-analyze verify in the install test) when missing (as root; otherwise say so loudly)
+systemd: ## Install Debian's systemd (for systemd-analyze verify in the install test) and procps (the unit's /bin/kill) when missing (as root; otherwise say so loudly)
 	$(call APT_TOOL,systemd-analyze,systemd,the install test's systemd-analyze verify (TestInstallAsDocumented/systemd-analyze_verify))
+	$(call APT_TOOL,/bin/kill,procps,the install test TestInstallAsDocumented (the unit's ExecReload runs /bin/kill))
 
 .PHONY: curl
 curl: ## Install Debian's curl for the docs/api.md examples test when missing (as root; otherwise say so loudly)

@@ -41,7 +41,9 @@ func TestInstallAsDocumented(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skipf("!!! NOT ROOT: %s IS SKIPPED; it installs into /usr/bin, /etc and /var/lib and creates a user, as docs/operations.md says: CI runs it as root", t.Name())
 	}
-	for _, tool := range []string{"install", "useradd", "userdel", "setpriv"} {
+	// The steps' tools, setpriv for User=, and the unit's ExecReload's
+	// /bin/kill (Debian's procps, which `make systemd` installs).
+	for _, tool := range []string{"install", "useradd", "userdel", "setpriv", "/bin/kill"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("the install steps need %s: %v", tool, err)
 		}
