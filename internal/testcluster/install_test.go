@@ -123,6 +123,28 @@ func TestInstallAsDocumented(t *testing.T) {
 		t.Logf("ExecStartPre as %s: %s", u.Username, bytes.TrimSpace(out))
 	}
 
+	// The document's validation before a restart, as the agent's user:
+	// each runuser line, up to its &&.
+	validations := 0
+	doc, err := os.ReadFile(filepath.Join(moduleRoot, "docs/operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(line, "runuser ") {
+			continue
+		}
+		command, _, _ := strings.Cut(line, "&&")
+		out, err := exec.Command("sh", "-c", command).CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("configuration valid")) {
+			t.Fatalf("docs/operations.md's %q: %v\n%s", command, err, out)
+		}
+		validations++
+	}
+	if validations == 0 {
+		t.Fatal("docs/operations.md validates before a restart with no runuser line any more: update the test")
+	}
+
 	if unit.get("Type") != "notify" {
 		t.Fatalf("Type=%s: the test waits for READY=1", unit.get("Type"))
 	}
