@@ -32,7 +32,8 @@ client {
   address = "127.0.0.1:7070"
 
   # A file holding a bearer token. When set, every request but GET
-  # /v1/health must carry "Authorization: Bearer <token>" (401 otherwise).
+  # /v1/health and the status page's files (/ui/, /ui/app.js, /ui/style.css)
+  # must carry "Authorization: Bearer <token>" (401 otherwise).
   # Empty means no authentication. Read at start; a change needs a restart.
   # token_file = "/etc/logagent.d/tls/client-token"
 
