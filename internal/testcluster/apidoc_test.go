@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,9 @@ var boundKeys = map[string]bool{"producer_id": true, "member_id": true}
 // with curl, in the document's order (those that delete last, so that the
 // later examples find the topic), against a three-agent cluster whose n1
 // stands for the examples' 127.0.0.1:7070, and one TLS agent with a client
-// token for the https examples at 10.0.0.11:7070. Each answer must have the
-// fields the document shows, and their values, except varyingKeys and
+// token for the https examples at 10.0.0.11:7070. Each answer must have a
+// status that fits it (checkStatuses), the fields the document shows, and
+// their values, except varyingKeys and
 // where the document marks the example with fieldsMarker; a JSON string
 // written "..." at its end, or an array ending in ",...", stands for any.
 func TestAPIDocExamples(t *testing.T) {
@@ -78,6 +80,9 @@ func TestAPIDocExamples(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, "photo.jpg"), []byte{0xff, 0xd8, 0xff, 0xe0}, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(work, ".curlrc"), []byte(`write-out = "%{stderr}`+statusMark+`%{http_code}\n"`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	// The examples' addresses and this run's.
 	toRun := strings.NewReplacer(
@@ -99,6 +104,9 @@ func TestAPIDocExamples(t *testing.T) {
 		}
 		cmd := exec.Command("sh", "-c", command)
 		cmd.Dir = work
+		// curl reads work/.curlrc, which writes each answer's status to
+		// stderr, leaving the output the document shows as it is.
+		cmd.Env = append(os.Environ(), "CURL_HOME="+work)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -107,6 +115,9 @@ func TestAPIDocExamples(t *testing.T) {
 			continue
 		}
 		got := back.Replace(string(out))
+		if problem := checkStatuses(ex, stderr.String()); problem != "" {
+			t.Errorf("%s:%d: %s\n%s", apiDoc, ex.line, ex.command, problem)
+		}
 		if problems := compareAnswer(ex, got, bound); len(problems) > 0 {
 			t.Errorf("%s:%d: %s\nthe answer\n%s\ndiffers from the document's\n%s\n%s", apiDoc, ex.line, ex.command,
 				got, strings.Join(ex.answer, "\n"), strings.Join(problems, "\n"))
@@ -162,6 +173,40 @@ func settle(t *testing.T, c *Cluster) {
 			return true
 		})
 	}
+}
+
+// statusMark starts the line .curlrc has curl write to stderr for each
+// answer: its status code.
+const statusMark = "answer status "
+
+// checkStatuses checks the status of a command's answers, which the
+// document shows only as a body (or, with -D or -w, itself, where the
+// output says): an error object comes with a 4xx or 5xx, anything else
+// with a 2xx.
+func checkStatuses(ex docExample, stderr string) string {
+	if strings.Contains(ex.command, " -w ") || strings.Contains(ex.command, " -D ") {
+		return ""
+	}
+	var statuses []int
+	for _, line := range strings.Split(stderr, "\n") {
+		if s, ok := strings.CutPrefix(line, statusMark); ok {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return "unreadable status line " + line
+			}
+			statuses = append(statuses, n)
+		}
+	}
+	if strings.Contains(ex.command, "curl ") && len(statuses) != strings.Count(ex.command, "curl ") {
+		return fmt.Sprintf("%d status lines for %d curl commands: %s", len(statuses), strings.Count(ex.command, "curl "), stderr)
+	}
+	isError := strings.HasPrefix(strings.Join(ex.answer, ""), `{"error":`)
+	for _, status := range statuses {
+		if ok := status >= 200 && status < 300; ok == isError {
+			return fmt.Sprintf("status %d for an answer the document shows as %s", status, strings.Join(ex.answer, "\n"))
+		}
+	}
+	return ""
 }
 
 func boolInt(b bool) int {
