@@ -32,6 +32,7 @@ const (
 
 // Record is a record read from a partition. Its slices belong to the caller.
 type Record struct {
+	Topic     string
 	Partition int
 	Offset    int64
 	// Timestamp has millisecond precision.
@@ -73,12 +74,31 @@ func WithFetchMaxWait(d time.Duration) ConsumerOption {
 // ErrOffsetOutOfRange.
 func WithOffsetReset(to int64) ConsumerOption { return func(c *consumerConfig) { c.reset = to } }
 
+// FetchLimits bound what a consumer accepts of a fetched batch; a batch
+// over them is corrupt (ErrCorruptBatch).
+type FetchLimits struct {
+	// MaxBatchBytes bounds a whole batch, header included. Required.
+	MaxBatchBytes int
+	// MaxRecordBytes bounds one record's length; 0 means only its batch
+	// bounds it.
+	MaxRecordBytes int
+	// MaxDecompressedBytes bounds the records of a compressed batch once
+	// decompressed; 0 means DefaultMaxDecompressedBytes.
+	MaxDecompressedBytes int
+}
+
+// DefaultMaxDecompressedBytes is FetchLimits.MaxDecompressedBytes when 0
+// (package record's default, which a test checks).
+const DefaultMaxDecompressedBytes = 64 << 20
+
 // WithFetchLimits bounds what decoding accepts (default: batches up to 16
 // MiB, the agents' default limits.max_request_bytes; decompressed records
-// up to record.DefaultMaxDecompressedBytes). An answer is read only up to
-// max bytes plus one batch.
-func WithFetchLimits(l record.Limits) ConsumerOption {
-	return func(c *consumerConfig) { c.limits = l }
+// up to DefaultMaxDecompressedBytes). An answer is read only up to max
+// bytes plus one batch.
+func WithFetchLimits(l FetchLimits) ConsumerOption {
+	return func(c *consumerConfig) {
+		c.limits = record.Limits{MaxBatchBytes: l.MaxBatchBytes, MaxRecordBytes: l.MaxRecordBytes, MaxDecompressedBytes: l.MaxDecompressedBytes}
+	}
 }
 
 // WithFetchBackoff sets the first and the largest delay between retries of
@@ -215,7 +235,7 @@ func (c *Consumer) Next(ctx context.Context) (Record, error) {
 // Failures that may pass (the agent says retriable, the connection failed)
 // are retried with backoff until ctx ends; others are returned, such as
 // ErrOffsetOutOfRange (an *Error with the partition's bounds, unless
-// WithOffsetReset) or a corrupt batch (record.ErrCorrupt).
+// WithOffsetReset) or a corrupt batch (ErrCorruptBatch).
 func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 	if len(c.buffered) > 0 {
 		out := c.buffered
@@ -404,15 +424,16 @@ const minRecordBytes = 7
 // records below from.
 func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 	var records []Record
+	var headers []Header // the records' headers, allocated a slab at a time
 	next, prevEnd := from, int64(-1)
 	for pos := 0; pos < len(body); {
 		batch, _, err := record.NextBatch(body[pos:], c.cfg.limits.MaxBatchBytes)
 		if err != nil {
-			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
 		}
 		it, err := c.decoder.Records(batch)
 		if err != nil {
-			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
 		}
 		h := it.Header()
 		if h.BaseOffset() < prevEnd {
@@ -438,10 +459,10 @@ func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 			if r.Offset < from {
 				continue
 			}
-			records = append(records, c.toRecord(r, h.LeaderEpoch(), owned))
+			records = append(records, c.toRecord(r, h.LeaderEpoch(), owned, &headers))
 		}
 		if err := it.Err(); err != nil {
-			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
 		}
 		next = max(next, h.NextOffset())
 		pos += len(batch)
@@ -455,21 +476,38 @@ func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 	return records, next, nil
 }
 
-func (c *Consumer) toRecord(r record.Record, epoch int32, owned bool) Record {
+// headerSlab is how many headers decode allocates at once for the records
+// of a fetch.
+const headerSlab = 64
+
+// toRecord converts a decoded record; its headers are appended to slab,
+// whose spare room is used before anything is allocated.
+func (c *Consumer) toRecord(r record.Record, epoch int32, owned bool, slab *[]Header) Record {
 	out := Record{
+		Topic:       c.topic,
 		Partition:   c.partition,
 		Offset:      r.Offset,
 		Timestamp:   time.UnixMilli(r.Timestamp),
 		Key:         r.Key,
 		Value:       r.Value,
-		Headers:     r.Headers,
 		LeaderEpoch: epoch,
 	}
 	if !owned {
 		out.Key, out.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
-		for i := range out.Headers {
-			out.Headers[i].Value = bytes.Clone(out.Headers[i].Value)
+	}
+	if len(r.Headers) > 0 {
+		if cap(*slab)-len(*slab) < len(r.Headers) {
+			*slab = make([]Header, 0, max(headerSlab, len(r.Headers)))
 		}
+		start := len(*slab)
+		for _, h := range r.Headers {
+			v := h.Value
+			if !owned {
+				v = bytes.Clone(v)
+			}
+			*slab = append(*slab, Header{Key: h.Key, Value: v})
+		}
+		out.Headers = (*slab)[start:len(*slab):len(*slab)]
 	}
 	return out
 }

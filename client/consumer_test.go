@@ -26,7 +26,7 @@ func buildBatch(t *testing.T, codec record.Codec, values ...string) []byte {
 		t.Fatal(err)
 	}
 	for i, v := range values {
-		if err := b.Add(1_700_000_000_000+int64(i), []byte("k-"+v), []byte(v), []Header{{Key: "h", Value: []byte(v)}}); err != nil {
+		if err := b.Add(1_700_000_000_000+int64(i), []byte("k-"+v), []byte(v), []record.RecordHeader{{Key: "h", Value: []byte(v)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -208,8 +208,8 @@ func TestConsumerRejectsACorruptBatch(t *testing.T) {
 	f.onFetch = func(int, url.Values) *fakeAnswer { return &fakeAnswer{corrupt: true} }
 	cons := mustConsumer(t, f.newClient(), 0, WithFetchMaxWait(0))
 	records, err := cons.Poll(testContext(t))
-	if !errors.Is(err, record.ErrCorrupt) || records != nil {
-		t.Fatalf("Poll: %d records, %v; want record.ErrCorrupt", len(records), err)
+	if !errors.Is(err, ErrCorruptBatch) || !errors.Is(err, record.ErrCorrupt) || records != nil {
+		t.Fatalf("Poll: %d records, %v; want ErrCorruptBatch (and record's cause)", len(records), err)
 	}
 	if n := len(f.fetchQueries()); n != 1 {
 		t.Fatalf("%d fetches: corruption was retried", n)
@@ -229,7 +229,7 @@ func TestConsumerRejectsAnswersThatBreakTheContract(t *testing.T) {
 		name   string
 		from   int64
 		answer fakeAnswer
-		limits *record.Limits
+		limits *FetchLimits
 		want   error
 	}{
 		{"no offset headers", 0, fakeAnswer{noHeaders: true}, nil, ErrProtocol},
@@ -237,7 +237,7 @@ func TestConsumerRejectsAnswersThatBreakTheContract(t *testing.T) {
 		{"batches overlap", 0, fakeAnswer{body: append(append([]byte(nil), first...), overlapping...)}, nil, ErrProtocol},
 		{"only records below the offset", 7, fakeAnswer{body: first}, nil, ErrProtocol},
 		{"cut short", 0, fakeAnswer{body: first[:len(first)-3]}, nil, record.ErrShort},
-		{"larger than asked", 0, fakeAnswer{body: append(append([]byte(nil), first...), second...)}, &record.Limits{MaxBatchBytes: 100}, ErrProtocol},
+		{"larger than asked", 0, fakeAnswer{body: append(append([]byte(nil), first...), second...)}, &FetchLimits{MaxBatchBytes: 100}, ErrProtocol},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -376,7 +376,7 @@ func TestConsumerOptionsValidated(t *testing.T) {
 		{"max bytes", 0, 0, []ConsumerOption{WithFetchMaxBytes(0)}},
 		{"negative wait", 0, 0, []ConsumerOption{WithFetchMaxWait(-time.Second)}},
 		{"reset to a number", 0, 0, []ConsumerOption{WithOffsetReset(5)}},
-		{"no batch limit", 0, 0, []ConsumerOption{WithFetchLimits(record.Limits{})}},
+		{"no batch limit", 0, 0, []ConsumerOption{WithFetchLimits(FetchLimits{})}},
 		{"backoff", 0, 0, []ConsumerOption{WithFetchBackoff(0, time.Second)}},
 	}
 	for _, tc := range cases {

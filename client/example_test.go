@@ -24,7 +24,7 @@ func Example() {
 	if err != nil && !errors.Is(err, client.ErrTopicExists) {
 		log.Fatal(err)
 	}
-	p, err := c.NewProducer("events")
+	p, err := c.NewProducer(client.WithDefaultTopic("events"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func ExampleProducer_Send() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p, err := c.NewProducer("events", client.WithAcks(client.AcksAll), client.WithLinger(2*time.Millisecond))
+	p, err := c.NewProducer(client.WithDefaultTopic("events"), client.WithAcks(client.AcksAll), client.WithLinger(2*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func ExampleProducer_Produce() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p, err := c.NewProducer("logs")
+	p, err := c.NewProducer(client.WithDefaultTopic("logs"))
 	if err != nil {
 		log.Fatal(err)
 	}
