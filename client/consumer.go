@@ -137,6 +137,7 @@ type Consumer struct {
 	highWatermark  int64
 	logStartOffset int64
 	buffered       []Record // fetched, not yet returned by Next
+	closed         bool
 	// body and records are reused by every fetch WithBufferReuse.
 	body    []byte
 	records []Record
@@ -218,7 +219,7 @@ func (c *Consumer) SeekTo(offset int64) error {
 // ends.
 func (c *Consumer) Next(ctx context.Context) (Record, error) {
 	for len(c.buffered) == 0 {
-		records, err := c.Poll(ctx)
+		records, err := c.poll(ctx)
 		if err != nil {
 			return Record{}, err
 		}
@@ -227,7 +228,17 @@ func (c *Consumer) Next(ctx context.Context) (Record, error) {
 	r := c.buffered[0]
 	c.buffered[0] = Record{}
 	c.buffered = c.buffered[1:]
+	c.client.stats.recordsConsumed.Add(1)
+	c.client.stats.bytesConsumed.Add(recordBytes(&r))
 	return r, nil
+}
+
+// Close makes Next and Poll fail with ErrClosed. A Consumer holds no
+// goroutine and no connection of its own (its Client's are shared), so
+// there is nothing else to stop.
+func (c *Consumer) Close() error {
+	c.closed, c.buffered = true, nil
+	return nil
 }
 
 // Poll returns the records Next has not returned yet, or else fetches once:
@@ -237,6 +248,17 @@ func (c *Consumer) Next(ctx context.Context) (Record, error) {
 // ErrOffsetOutOfRange (an *Error with the partition's bounds, unless
 // WithOffsetReset) or a corrupt batch (ErrCorruptBatch).
 func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
+	records, err := c.poll(ctx)
+	c.client.stats.consumed(records)
+	return records, err
+}
+
+// poll is Poll without counting the records as consumed: a GroupConsumer
+// fetches ahead of its own Poll, which counts them.
+func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
+	if c.closed {
+		return nil, fmt.Errorf("consumer of %s/%d: %w", c.topic, c.partition, ErrClosed)
+	}
 	if len(c.buffered) > 0 {
 		out := c.buffered
 		c.buffered = nil
@@ -248,6 +270,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 		if err == nil {
 			return records, nil
 		}
+		c.client.stats.fetchErrors.Add(1)
 		if ctx.Err() != nil {
 			return nil, err
 		}
@@ -269,6 +292,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 		if serr := sleep(ctx, c.clock, c.backoff.delay(attempt, retryAfter)); serr != nil {
 			return nil, fmt.Errorf("%w (last attempt: %w)", serr, err)
 		}
+		c.client.stats.fetchRetries.Add(1)
 		attempt++
 	}
 }

@@ -193,9 +193,10 @@ var codeSentinels = map[string]error{
 // duplicate its records.
 var ErrOutcomeUnknown = errors.New("client: outcome unknown")
 
-// ErrClosed is returned by a Producer after Close, and fails the records
-// that Close could not deliver before its context ended.
-var ErrClosed = errors.New("client: producer closed")
+// ErrClosed is returned by a Producer, a consumer or a Client after its
+// Close (or the Client's), and fails the records that a Producer's Close
+// could not deliver before its context ended.
+var ErrClosed = errors.New("client: closed")
 
 // ErrProtocol reports an answer from the agent that breaks the API contract:
 // a missing header, a malformed JSON body, a fetch response out of order.

@@ -13,11 +13,12 @@ import (
 	"time"
 )
 
-// ErrGroupConsumerClosed is returned by a GroupConsumer's calls after Close.
-var ErrGroupConsumerClosed = errors.New("client: group consumer closed")
+// ErrGroupConsumerClosed is returned by a GroupConsumer's calls after
+// Close; it matches ErrClosed.
+var ErrGroupConsumerClosed = fmt.Errorf("%w: group consumer", ErrClosed)
 
 // GroupRecord is a record a GroupConsumer returns: the Record (with its
-// Partition) and its topic.
+// topic and partition); Topic repeats Record.Topic.
 type GroupRecord struct {
 	Topic string
 	Record
@@ -113,7 +114,11 @@ func WithOnRevoked(f func([]TopicPartition)) GroupOption {
 // "Consumer groups". Poll and Commit may be called from one goroutine
 // while others call Commit, CommitOffsets, Assigned and Status.
 type GroupConsumer struct {
-	client   *Client
+	client *Client
+	// static: no group; the partitions are the ones a MultiConsumer was
+	// made with, fetched from where it said, never committed (see
+	// multi.go). No heartbeat goroutine runs.
+	static   bool
 	group    string
 	path     string // of the group, escaped
 	topics   []string
@@ -234,8 +239,20 @@ func (c *Client) NewGroupConsumer(group string, topics []string, opts ...GroupOp
 		stopRun:    stop,
 		done:       make(chan struct{}),
 	}
+	if err := c.track(g); err != nil {
+		stop()
+		return nil, err
+	}
 	go g.run()
 	return g, nil
+}
+
+// closeFor is Client.Close's.
+func (g *GroupConsumer) closeFor(ctx context.Context) error {
+	if err := g.Close(ctx); err != ErrGroupConsumerClosed {
+		return err
+	}
+	return nil
 }
 
 // Group is the group's id.
@@ -320,6 +337,15 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]GroupRecord, error) {
 				return nil, err
 			}
 		}
+		if g.static {
+			// Without a heartbeat, a partition whose fetch failed
+			// starts again, where it stopped, at the next Poll.
+			for _, p := range g.owned {
+				if !p.running {
+					g.startLocked(p)
+				}
+			}
+		}
 		now := g.clock.Now()
 		if g.cfg.autoCommit > 0 && !now.Before(g.nextCommit) {
 			g.nextCommit = now.Add(g.cfg.autoCommit)
@@ -379,6 +405,7 @@ func (g *GroupConsumer) takeLocked() ([]GroupRecord, bool) {
 		for _, r := range p.buffered {
 			out = append(out, GroupRecord{Topic: p.tp.Topic, Record: r})
 		}
+		g.client.stats.consumed(p.buffered)
 		if p.fetchNext >= 0 {
 			p.position = p.fetchNext
 		}
@@ -519,9 +546,13 @@ func (g *GroupConsumer) Close(ctx context.Context) error {
 	g.closed = true
 	g.broadcastLocked()
 	g.mu.Unlock()
+	g.client.forget(g)
 	g.stopRun()
 	<-g.done
 	g.fetchers.Wait()
+	if g.static {
+		return nil
+	}
 
 	err := g.commitOwned(ctx)
 	if errors.Is(err, ErrStaleMemberEpoch) {
@@ -782,6 +813,9 @@ func (g *GroupConsumer) newPartition(tp TopicPartition) (*groupPartition, error)
 		return nil, err
 	}
 	p := &groupPartition{tp: tp, cons: cons, position: -1, committed: -1, hw: -1, fetchNext: -1, drained: make(chan struct{}, 1)}
+	if g.static {
+		return p, nil
+	}
 	cons.member = func(q url.Values) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -904,7 +938,7 @@ func (g *GroupConsumer) startLocked(p *groupPartition) {
 		// SeekTo fails only for offsets below OffsetEarliest.
 		_ = p.cons.SeekTo(p.position)
 	}
-	resolve := p.position < 0
+	resolve := p.position < 0 && !g.static
 	g.fetchers.Add(1)
 	go func() {
 		defer g.fetchers.Done()
@@ -937,7 +971,7 @@ func (g *GroupConsumer) fetch(ctx context.Context, p *groupPartition, resolve bo
 		}
 	}
 	for {
-		records, err := p.cons.Poll(ctx)
+		records, err := p.cons.poll(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -951,6 +985,8 @@ func (g *GroupConsumer) fetch(ctx context.Context, p *groupPartition, resolve bo
 			case errors.Is(err, ErrStaleMemberEpoch), errors.Is(err, ErrUnknownMember), errors.Is(err, ErrFencedMember):
 				// Stopped until the next heartbeat answer says whether
 				// the partition is still the member's, under which epoch.
+			case g.static:
+				p.err = err
 			case errors.Is(err, ErrNotOwner):
 				p.released = true
 			default:

@@ -225,6 +225,7 @@ const metadataMaxAge = time.Minute
 type Producer struct {
 	client  *Client
 	cfg     producerConfig
+	stats   counters
 	clock   Clock
 	backoff backoff
 
@@ -342,6 +343,7 @@ type pending struct {
 	value     []byte
 	headers   []record.RecordHeader
 	size      int
+	payload   int64       // what Stats count: key, value, header keys and values
 	state     recordState // guarded by Producer.mu
 	future    *Future
 }
@@ -421,6 +423,10 @@ func (c *Client) NewProducer(opts ...ProducerOption) (*Producer, error) {
 	}
 	if cfg.idempotent {
 		p.session = new(producerSession)
+	}
+	if err := c.track(p); err != nil {
+		abort()
+		return nil, err
 	}
 	return p, nil
 }
@@ -540,11 +546,15 @@ func (p *Producer) Close(ctx context.Context) error {
 	err := p.Flush(ctx)
 	p.abort()
 	p.senders.Wait()
+	p.client.forget(p)
 	if err != nil {
 		return fmt.Errorf("close: %w", err)
 	}
 	return nil
 }
+
+// closeFor is Client.Close's.
+func (p *Producer) closeFor(ctx context.Context) error { return p.Close(ctx) }
 
 func (p *Producer) enqueue(ctx context.Context, m Message) (*pending, error) {
 	if err := ctx.Err(); err != nil {
@@ -590,6 +600,10 @@ func (p *Producer) enqueue(ctx context.Context, m Message) (*pending, error) {
 		r.partition = t.sticky
 	}
 	p.appendLocked(r)
+	for _, s := range p.counters() {
+		s.inFlight.Add(1)
+		s.inFlightBytes.Add(r.payload)
+	}
 	r.stopWatch = context.AfterFunc(ctx, func() { p.withdraw(r, ctx.Err()) })
 	return r, nil
 }
@@ -599,12 +613,13 @@ func newPending(ctx context.Context, m Message, now time.Time) *pending {
 	if ts.IsZero() {
 		ts = now
 	}
-	n := len(m.Key) + len(m.Value)
+	n, keys := len(m.Key)+len(m.Value), 0
 	for _, h := range m.Headers {
 		n += len(h.Value)
+		keys += len(h.Key)
 	}
 	buf := make([]byte, 0, n)
-	r := &pending{ctx: ctx, timestamp: ts.UnixMilli(), future: &Future{done: make(chan struct{})}}
+	r := &pending{ctx: ctx, timestamp: ts.UnixMilli(), payload: int64(n + keys), future: &Future{done: make(chan struct{})}}
 	r.key, buf = appendCopy(buf, m.Key)
 	r.value, buf = appendCopy(buf, m.Value)
 	if len(m.Headers) > 0 {
@@ -961,6 +976,7 @@ func (p *Producer) deliver(q *partitionQueue, b *batch) {
 			r.state = stateInFlight
 		}
 		p.mu.Unlock()
+		p.countRetry(attempt)
 
 		var answer *produceAnswer
 		body, err := p.encode(q, live, nil, 0)
@@ -1015,6 +1031,7 @@ func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 		}
 		b.priorPending = q.window[0] != b
 		p.mu.Unlock()
+		p.countRetry(attempt)
 
 		id, err := p.identity(b.session)
 		var answer *produceAnswer
@@ -1209,6 +1226,16 @@ func (p *Producer) completeLocked(r *pending, res Result, err error) {
 		return
 	}
 	r.state = stateDone
+	for _, s := range p.counters() {
+		s.inFlight.Add(-1)
+		s.inFlightBytes.Add(-r.payload)
+		if err == nil {
+			s.recordsProduced.Add(1)
+			s.bytesProduced.Add(r.payload)
+		} else {
+			s.produceErrors.Add(1)
+		}
+	}
 	r.future.result, r.future.err = res, err
 	close(r.future.done)
 	if r.stopWatch != nil {
@@ -1216,6 +1243,18 @@ func (p *Producer) completeLocked(r *pending, res Result, err error) {
 	}
 	r.key, r.value, r.headers = nil, nil, nil
 	p.releaseLocked(r.size)
+}
+
+// counters are the producer's and its client's.
+func (p *Producer) counters() [2]*counters { return [2]*counters{&p.stats, &p.client.stats} }
+
+// countRetry counts an attempt after the first.
+func (p *Producer) countRetry(attempt int) {
+	if attempt > 0 {
+		for _, s := range p.counters() {
+			s.produceRetries.Add(1)
+		}
+	}
 }
 
 // withdraw fails r with cause if it is queued: it was not written and will
