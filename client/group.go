@@ -147,10 +147,11 @@ type GroupConsumer struct {
 	cursor       int // where the next Poll starts, for fairness
 	nextCommit   time.Time
 
-	runCtx   context.Context // ends at Close: the heartbeat goroutine and the fetchers
-	stopRun  context.CancelFunc
-	done     chan struct{} // closed when the heartbeat goroutine returns
-	fetchers sync.WaitGroup
+	runCtx    context.Context // ends at Close: the heartbeat goroutine and the fetchers
+	stopRun   context.CancelFunc
+	done      chan struct{} // closed when the heartbeat goroutine returns
+	closeDone chan struct{} // closed when the first Close returns
+	fetchers  sync.WaitGroup
 }
 
 // groupPartition is an owned partition. Its fields are guarded by the
@@ -238,6 +239,7 @@ func (c *Client) NewGroupConsumer(group string, topics []string, opts ...GroupOp
 		runCtx:     runCtx,
 		stopRun:    stop,
 		done:       make(chan struct{}),
+		closeDone:  make(chan struct{}),
 	}
 	if err := c.track(g); err != nil {
 		stop()
@@ -249,7 +251,7 @@ func (c *Client) NewGroupConsumer(group string, topics []string, opts ...GroupOp
 
 // closeFor is Client.Close's.
 func (g *GroupConsumer) closeFor(ctx context.Context) error {
-	if err := g.Close(ctx); err != ErrGroupConsumerClosed {
+	if err := g.Close(ctx); !errors.Is(err, ErrGroupConsumerClosed) {
 		return err
 	}
 	return nil
@@ -536,16 +538,23 @@ const groupCallTimeout = 30 * time.Second
 // Close commits the positions of the owned partitions, leaves the group
 // (its partitions go to the other members at once), and stops the
 // consumer's goroutines, waiting for them. It returns the commit's or the
-// leave's error; the consumer is closed either way.
+// leave's error; the consumer is closed either way. A Close after the
+// first waits for it (or for ctx) and returns ErrGroupConsumerClosed.
 func (g *GroupConsumer) Close(ctx context.Context) error {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return ErrGroupConsumerClosed
+		select {
+		case <-g.closeDone:
+			return ErrGroupConsumerClosed
+		case <-ctx.Done():
+			return fmt.Errorf("close: waiting for another Close: %w", ctx.Err())
+		}
 	}
 	g.closed = true
 	g.broadcastLocked()
 	g.mu.Unlock()
+	defer close(g.closeDone)
 	g.client.forget(g)
 	g.stopRun()
 	<-g.done

@@ -3,6 +3,7 @@ package client
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -50,17 +51,18 @@ func (c *Client) ConsumePartitions(starts map[TopicPartition]int64, opts ...Cons
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	g := &GroupConsumer{
-		client:   c,
-		static:   true,
-		cfg:      groupConfig{reset: probe.cfg.reset, fetch: slices.Clone(opts)},
-		fetchCfg: probe.cfg,
-		clock:    c.clock,
-		backoff:  newBackoff(probe.cfg.backoffMin, probe.cfg.backoffMax),
-		owned:    map[TopicPartition]*groupPartition{},
-		changed:  make(chan struct{}),
-		runCtx:   runCtx,
-		stopRun:  stop,
-		done:     make(chan struct{}),
+		client:    c,
+		static:    true,
+		cfg:       groupConfig{reset: probe.cfg.reset, fetch: slices.Clone(opts)},
+		fetchCfg:  probe.cfg,
+		clock:     c.clock,
+		backoff:   newBackoff(probe.cfg.backoffMin, probe.cfg.backoffMax),
+		owned:     map[TopicPartition]*groupPartition{},
+		changed:   make(chan struct{}),
+		runCtx:    runCtx,
+		stopRun:   stop,
+		done:      make(chan struct{}),
+		closeDone: make(chan struct{}),
 	}
 	close(g.done) // no heartbeat goroutine
 	m := &MultiConsumer{g: g}
@@ -127,7 +129,7 @@ func (m *MultiConsumer) Poll(ctx context.Context) ([]Record, error) {
 	}
 	got, err := m.g.Poll(ctx)
 	if err != nil {
-		if err == ErrGroupConsumerClosed {
+		if errors.Is(err, ErrGroupConsumerClosed) {
 			err = fmt.Errorf("%w: multi consumer", ErrClosed)
 		}
 		return nil, err
@@ -180,7 +182,7 @@ func (m *MultiConsumer) CaughtUp() bool {
 func (m *MultiConsumer) Close() error {
 	m.g.client.forget(m)
 	err := m.g.Close(context.Background())
-	if err == ErrGroupConsumerClosed {
+	if errors.Is(err, ErrGroupConsumerClosed) {
 		return nil
 	}
 	return err

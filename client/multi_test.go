@@ -1,11 +1,13 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -265,5 +267,42 @@ func TestProducerStats(t *testing.T) {
 	}
 	if s := c.Stats(); s != want {
 		t.Errorf("client stats %+v\nwant         %+v", s, want)
+	}
+}
+
+// TestSecondCloseWaitsForTheFirst: a Close (the Client's, say) while
+// another Close of the producer still flushes does not return before it:
+// no goroutine of the producer is left when any Close returns.
+func TestSecondCloseWaitsForTheFirst(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	release := make(chan struct{})
+	var once sync.Once
+	// Before the fake's Close, which waits for its requests.
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	f.onProduce = func(int, produceCall) *fakeAnswer { return &fakeAnswer{release: release} }
+	c := f.newClient()
+	p := mustProducer(t, c, "t", WithLinger(0))
+	ctx := testContext(t)
+	fut := mustProduce(t, p, ctx, Message{Value: []byte("v"), Partition: ToPartition(0)})
+	first := make(chan error, 1)
+	go func() { first <- p.Close(ctx) }()
+	eventually(t, "the first Close began", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.closed
+	})
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := c.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the client's Close during the producer's: %v, want its deadline", err)
+	}
+	once.Do(func() { close(release) })
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	mustResult(t, fut)
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close after Close: %v", err)
 	}
 }

@@ -243,6 +243,11 @@ type Producer struct {
 	// new one.
 	session *producerSession
 
+	// closeDone is closed when the first Close returns: a later (or
+	// concurrent) Close waits for it, so that none returns while a
+	// goroutine of the producer runs.
+	closeDone chan struct{}
+
 	mu         sync.Mutex
 	closed     bool
 	fenced     error                  // set once the agent answered invalid_producer_epoch
@@ -406,14 +411,15 @@ func (c *Client) NewProducer(opts ...ProducerOption) (*Producer, error) {
 	cfg.idempotent = cfg.acks == AcksAll && (cfg.idempotence == nil || *cfg.idempotence)
 	life, abort := context.WithCancel(context.Background())
 	p := &Producer{
-		client:  c,
-		cfg:     cfg,
-		clock:   c.clock,
-		backoff: newBackoff(cfg.backoffMin, cfg.backoffMax),
-		life:    life,
-		abort:   abort,
-		topics:  map[string]*topicState{},
-		queues:  map[TopicPartition]*partitionQueue{},
+		client:    c,
+		cfg:       cfg,
+		clock:     c.clock,
+		backoff:   newBackoff(cfg.backoffMin, cfg.backoffMax),
+		life:      life,
+		abort:     abort,
+		topics:    map[string]*topicState{},
+		queues:    map[TopicPartition]*partitionQueue{},
+		closeDone: make(chan struct{}),
 	}
 	p.builders.New = func() any {
 		b := new(record.Builder)
@@ -534,15 +540,22 @@ func appendFutures(dst []*Future, b *batch) []*Future {
 // If ctx ends first it aborts: requests in flight end with an outcome
 // unknown, queued records fail with ErrClosed, and Close returns ctx's
 // error. Either way no goroutine of the Producer is left when Close returns.
+// A Close after the first waits for it (or for ctx), and returns nil.
 func (p *Producer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil
+		select {
+		case <-p.closeDone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("close: waiting for another Close: %w", ctx.Err())
+		}
 	}
 	p.closed = true
 	p.releaseLocked(0) // wakes Produce calls waiting for space: they fail
 	p.mu.Unlock()
+	defer close(p.closeDone)
 	err := p.Flush(ctx)
 	p.abort()
 	p.senders.Wait()
