@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/record"
 )
 
 // wireCodes reads every error code that package wire defines, from its
@@ -119,5 +121,28 @@ func TestWriteErrorsMatchTheirSentinels(t *testing.T) {
 				t.Fatalf("Send answered %s: %v; want %v, outcome unknown %v", c.code, err, c.sentinel, c.unknown)
 			}
 		})
+	}
+}
+
+// TestCompressionAndLimitsMatchRecord: the client's own names for
+// package record's codecs and default limit hold record's values, and
+// ParseCompression takes record's names.
+func TestCompressionAndLimitsMatchRecord(t *testing.T) {
+	for c, codec := range map[Compression]record.Codec{
+		CompressionNone: record.CodecNone, CompressionGzip: record.CodecGzip, CompressionSnappy: record.CodecSnappy,
+		CompressionLZ4: record.CodecLZ4, CompressionZstd: record.CodecZstd,
+	} {
+		if int8(c) != int8(codec) || c.String() != codec.String() {
+			t.Errorf("Compression %d (%s) is record's %d (%s)", c, c, codec, codec)
+		}
+		if got, err := ParseCompression(codec.String()); err != nil || got != c {
+			t.Errorf("ParseCompression(%q) = %v, %v", codec.String(), got, err)
+		}
+	}
+	if _, err := ParseCompression("brotli"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("ParseCompression(brotli): %v", err)
+	}
+	if DefaultMaxDecompressedBytes != record.DefaultMaxDecompressedBytes {
+		t.Errorf("DefaultMaxDecompressedBytes %d, record's %d", DefaultMaxDecompressedBytes, record.DefaultMaxDecompressedBytes)
 	}
 }
