@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"slices"
 	"time"
 
@@ -37,9 +38,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("written to partition %d at offset %d\n", res.Partition, res.Offset)
+	fmt.Printf("written to partition %d\n", res.Partition)
 
-	cons, err := c.ConsumeTopics(ctx, []string{"events"}, client.OffsetEarliest)
+	// Read it back: that partition, from the record's offset.
+	cons, err := c.ConsumePartitions(map[client.TopicPartition]int64{{Topic: "events", Partition: res.Partition}: res.Offset})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,10 +49,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("read %s = %s from %s/%d\n", r.Key, r.Value, r.Topic, r.Partition)
+	fmt.Printf("read %s = %s from %s/%d at offset %v\n", r.Key, r.Value, r.Topic, r.Partition, r.Offset == res.Offset)
 	// Output:
-	// written to partition 0 at offset 0
-	// read user-7 = {"clicked":"buy"} from events/0
+	// written to partition 0
+	// read user-7 = {"clicked":"buy"} from events/0 at offset true
 }
 
 func ExampleNew() {
@@ -96,9 +98,9 @@ func ExampleProducer_Send() {
 	case err != nil:
 		fmt.Println("not written:", err) // safe to try again later
 	default:
-		fmt.Printf("partition %d, offset %d\n", res.Partition, res.Offset)
+		fmt.Printf("written to partition %d, acknowledged by the in-sync replicas\n", res.Partition)
 	}
-	// Output: partition 0, offset 0
+	// Output: written to partition 0, acknowledged by the in-sync replicas
 }
 
 func ExampleProducer_Produce() {
@@ -200,18 +202,19 @@ func ExampleClient_ConsumeTopics() {
 		log.Fatal(err)
 	}
 	defer cons.Close()
-	var read []string
-	partitions := map[int]bool{}
-	for len(read) < 6 {
+	partitionOf := map[string]int{}
+	for len(partitionOf) < 6 {
 		r, err := cons.Next(ctx)
 		if err != nil {
 			log.Fatal(err)
 		}
-		read = append(read, string(r.Key))
-		partitions[r.Partition] = true
+		partitionOf[string(r.Key)] = r.Partition
 	}
-	slices.Sort(read)
-	fmt.Println(read)
+	partitions := map[int]bool{}
+	for _, p := range partitionOf {
+		partitions[p] = true
+	}
+	fmt.Println(slices.Sorted(maps.Keys(partitionOf)))
 	fmt.Println(len(partitions), "partitions")
 	// Output:
 	// [user-0 user-1 user-2 user-3 user-4 user-5]
@@ -243,6 +246,7 @@ func ExampleClient_NewGroupConsumer() {
 		log.Fatal(err)
 	}
 	var read []string
+	next := map[int]int64{} // of each partition: the offset after the last record read
 	for len(read) < 4 {
 		records, err := g.Poll(ctx)
 		if err != nil {
@@ -250,6 +254,7 @@ func ExampleClient_NewGroupConsumer() {
 		}
 		for _, r := range records {
 			read = append(read, string(r.Key))
+			next[r.Partition] = r.Offset + 1
 		}
 	}
 	if err := g.Close(ctx); err != nil { // commits, and leaves the group
@@ -258,18 +263,19 @@ func ExampleClient_NewGroupConsumer() {
 	slices.Sort(read)
 	fmt.Println(read)
 
+	// The next member of the group starts where this one stopped.
 	offsets, err := c.CommittedOffsets(ctx, "billing", "invoices")
 	if err != nil {
 		log.Fatal(err)
 	}
-	var committed int64
+	slices.SortFunc(offsets, func(a, b client.CommittedOffset) int { return a.Partition - b.Partition })
 	for _, o := range offsets {
-		committed += o.Offset
+		fmt.Printf("partition %d committed after the last record read: %v\n", o.Partition, o.Offset == next[o.Partition])
 	}
-	fmt.Println("committed past", committed, "records")
 	// Output:
 	// [invoice-0 invoice-1 invoice-2 invoice-3]
-	// committed past 4 records
+	// partition 0 committed after the last record read: true
+	// partition 1 committed after the last record read: true
 }
 
 func ExampleClient_DescribeTopic() {
