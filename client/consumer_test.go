@@ -61,7 +61,7 @@ func checkRecords(t *testing.T, records []Record, first int64) {
 		off := first + int64(i)
 		want := fmt.Sprintf("v%d", off)
 		if r.Offset != off || string(r.Value) != want || string(r.Key) != "k-"+want ||
-			len(r.Headers) != 1 || string(r.Headers[0].Value) != want || r.LeaderEpoch != 3 || r.Partition != 0 {
+			len(r.Headers) != 1 || string(r.Headers[0].Value) != want || r.LeaderEpoch != 3 || r.Topic != "t" || r.Partition != 0 {
 			t.Fatalf("record %d: %+v, want offset %d value %s", i, r, off, want)
 		}
 	}
@@ -323,15 +323,20 @@ func TestConsumerRetriesWhatMayPass(t *testing.T) {
 		return nil
 	}
 	clock := newFakeClock(true)
-	cons := mustConsumer(t, f.newClient(WithClock(clock)), 0, WithFetchMaxWait(0))
+	c := f.newClient(WithClock(clock))
+	cons := mustConsumer(t, c, 0, WithFetchMaxWait(0))
 	records, err := cons.Poll(testContext(t))
 	if err != nil || len(records) != 3 {
 		t.Fatalf("Poll: %d records, %v", len(records), err)
 	}
 	// net/http itself repeats a GET whose reused connection closed before
 	// any answer, so the hang-up may cost no backoff of ours.
-	if n, waits := len(f.fetchQueries()), clock.durations(); n != 4 || len(waits) < 2 || len(waits) > 3 {
+	waits := clock.durations()
+	if n := len(f.fetchQueries()); n != 4 || len(waits) < 2 || len(waits) > 3 {
 		t.Fatalf("%d fetches, backoffs %v", n, waits)
+	}
+	if s := c.Stats(); s.RecordsConsumed != 3 || s.BytesConsumed != 3*(4+2+1+2) || s.FetchErrors != int64(len(waits)) || s.FetchRetries != int64(len(waits)) {
+		t.Errorf("stats %+v: want 3 records of 9 bytes, %d failed fetches retried", s, len(waits))
 	}
 
 	f.onFetch = func(int, url.Values) *fakeAnswer { return &fakeAnswer{status: 404, code: CodeUnknownPartition} }

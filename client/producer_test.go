@@ -867,3 +867,37 @@ func TestProducerTopicsShareOneBuffer(t *testing.T) {
 		t.Fatalf("b's record at %d", res.Offset)
 	}
 }
+
+// TestProducerStickyPartitionPerTopic: keyless records of each topic fill
+// a batch of that topic's sticky partition and then move to its next,
+// whatever the other topics do in between.
+func TestProducerStickyPartitionPerTopic(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("a", 3)
+	f.addTopic("b", 3)
+	value := []byte("0123456789")
+	perRecord := recordSizeBound(nil, value, nil)
+	p, err := f.newClient().NewProducer(WithLinger(time.Hour), WithMaxBatchBytes(record.HeaderSize+2*perRecord))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	ctx := testContext(t)
+	futures := map[string][]*Future{}
+	for i := range 12 {
+		topic := []string{"a", "b"}[i%2]
+		futures[topic] = append(futures[topic], mustProduce(t, p, ctx, Message{Topic: topic, Value: value}))
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for topic, fs := range futures {
+		var got []int
+		for _, fu := range fs {
+			got = append(got, mustResult(t, fu).Partition)
+		}
+		if want := []int{0, 0, 1, 1, 2, 2}; !slices.Equal(got, want) {
+			t.Errorf("topic %s: keyless records on partitions %v, want %v", topic, got, want)
+		}
+	}
+}
