@@ -213,6 +213,34 @@ func TestTopics(t *testing.T) {
 	}
 }
 
+// TestDescribeWithoutALocalReplica: the positions an agent leaves out for
+// a partition it has no replica of decode as -1, not as a fake 0.
+func TestDescribeWithoutALocalReplica(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"name":"t","partitions":[
+			{"partition":0,"leader":"n2","epoch":3,"replicas":["n2","n3"],"isr":["n2","n3"]},
+			{"partition":1,"leader":"n1","epoch":4,"replicas":["n1","n2"],"isr":["n1"],
+			 "high_watermark":0,"log_start_offset":0,"log_end_offset":5,"role":"leader"}]}`))
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.DescribeTopic(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, p1 := info.Partitions[0], info.Partitions[1]
+	if p0.HighWatermark != -1 || p0.LogStartOffset != -1 || p0.LogEndOffset != nil || p0.Role != "" || p0.Leader != "n2" || p0.Epoch != 3 {
+		t.Errorf("partition without a local replica: %+v", p0)
+	}
+	if p1.HighWatermark != 0 || p1.LogStartOffset != 0 || p1.LogEndOffset == nil || *p1.LogEndOffset != 5 || p1.Role != "leader" {
+		t.Errorf("partition with one: %+v", p1)
+	}
+}
+
 func TestTopicNameCheckedBeforeAnyRequest(t *testing.T) {
 	f := newFakeAgent(t)
 	c := f.newClient()

@@ -45,16 +45,33 @@ type TopicInfo struct {
 type PartitionInfo struct {
 	Partition int `json:"partition"`
 	// Leader is the leader's node id; empty when the partition is offline.
-	Leader         string   `json:"leader"`
-	Epoch          int32    `json:"epoch"`
-	Replicas       []string `json:"replicas"`
-	ISR            []string `json:"isr"`
-	HighWatermark  int64    `json:"high_watermark"`
-	LogStartOffset int64    `json:"log_start_offset"`
-	// LogEndOffset is set when the agent reports the leader's log end
-	// offset; LogEndOffset - HighWatermark is then the records that are
-	// appended but not yet committed.
+	Leader   string   `json:"leader"`
+	Epoch    int32    `json:"epoch"`
+	Replicas []string `json:"replicas"`
+	ISR      []string `json:"isr"`
+	// HighWatermark and LogStartOffset are the positions of the replica
+	// of the agent asked; -1 when it has no replica of the partition (its
+	// answer leaves them out: they are not 0).
+	HighWatermark  int64 `json:"high_watermark"`
+	LogStartOffset int64 `json:"log_start_offset"`
+	// LogEndOffset is the log end offset of that replica, nil when the
+	// agent has none; on the leader, LogEndOffset - HighWatermark is the
+	// records appended but not yet committed.
 	LogEndOffset *int64 `json:"log_end_offset,omitempty"`
+	// Role is that replica's: "leader" or "follower"; empty when the
+	// agent has no replica of the partition.
+	Role string `json:"role,omitempty"`
+}
+
+// UnmarshalJSON decodes a partition, the positions it leaves out as -1.
+func (p *PartitionInfo) UnmarshalJSON(data []byte) error {
+	type plain PartitionInfo // without this method
+	v := plain{HighWatermark: -1, LogStartOffset: -1}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*p = PartitionInfo(v)
+	return nil
 }
 
 func topicPath(name string) string { return "/v1/topics/" + url.PathEscape(name) }
