@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -48,6 +49,21 @@ type Client struct {
 	token string
 	// tls configures the Client's own transport for https.
 	tls *tls.Config
+	// transport is the Client's own, nil with WithHTTPClient: Close
+	// closes its idle connections.
+	transport *http.Transport
+	stats     counters
+
+	mu sync.Mutex
+	// closing: Close was called, nothing new is made; closed: Close is
+	// done, no request is sent.
+	closing, closed bool
+	open            map[closer]struct{} // producers and consumers not closed
+}
+
+// closer is a producer or consumer that Client.Close closes.
+type closer interface {
+	closeFor(ctx context.Context) error
 }
 
 // Option configures a Client.
@@ -87,7 +103,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{base: base, clock: systemClock{}}
+	c := &Client{base: base, clock: systemClock{}, open: map[closer]struct{}{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -108,8 +124,66 @@ func New(addr string, opts ...Option) (*Client, error) {
 			t.WriteBufferSize = TLSWriteBufferSize
 		}
 		c.http = &http.Client{Transport: t}
+		c.transport = t
 	}
 	return c, nil
+}
+
+// Close closes every Producer, GroupConsumer and MultiConsumer made from
+// the Client and not closed yet (a Producer flushes what it holds, a
+// GroupConsumer commits and leaves its group, as their own Close does;
+// ctx bounds that), waits for their goroutines, and closes the idle
+// connections of the Client's own transport. Afterwards every call of the
+// Client, and of what was made from it, fails with an error that matches
+// ErrClosed. It returns the errors of those Close calls.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closing = true
+	open := make([]closer, 0, len(c.open))
+	for x := range c.open {
+		open = append(open, x)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, x := range open {
+		errs = append(errs, x.closeFor(ctx))
+	}
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	if c.transport != nil {
+		c.transport.CloseIdleConnections()
+	}
+	return errors.Join(errs...)
+}
+
+// track registers x for Close; it fails once Close was called.
+func (c *Client) track(x closer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return fmt.Errorf("%w: client", ErrClosed)
+	}
+	c.open[x] = struct{}{}
+	return nil
+}
+
+// forget unregisters x, closed by its own Close.
+func (c *Client) forget(x closer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.open, x)
+}
+
+// isClosed: Close is done.
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 func parseAddr(addr string) (string, error) {
@@ -144,6 +218,9 @@ func (c *Client) Addr() string { return c.base }
 
 // newRequest builds a request for path (already escaped) and query.
 func (c *Client) newRequest(ctx context.Context, method, path string, query url.Values, body []byte) (*http.Request, error) {
+	if c.isClosed() {
+		return nil, fmt.Errorf("client: %s %s: %w", method, path, ErrClosed)
+	}
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()

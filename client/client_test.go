@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -214,6 +213,34 @@ func TestTopics(t *testing.T) {
 	}
 }
 
+// TestDescribeWithoutALocalReplica: the positions an agent leaves out for
+// a partition it has no replica of decode as -1, not as a fake 0.
+func TestDescribeWithoutALocalReplica(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"name":"t","partitions":[
+			{"partition":0,"leader":"n2","epoch":3,"replicas":["n2","n3"],"isr":["n2","n3"]},
+			{"partition":1,"leader":"n1","epoch":4,"replicas":["n1","n2"],"isr":["n1"],
+			 "high_watermark":0,"log_start_offset":0,"log_end_offset":5,"role":"leader"}]}`))
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.DescribeTopic(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, p1 := info.Partitions[0], info.Partitions[1]
+	if p0.HighWatermark != -1 || p0.LogStartOffset != -1 || p0.LogEndOffset != nil || p0.Role != "" || p0.Leader != "n2" || p0.Epoch != 3 {
+		t.Errorf("partition without a local replica: %+v", p0)
+	}
+	if p1.HighWatermark != 0 || p1.LogStartOffset != 0 || p1.LogEndOffset == nil || *p1.LogEndOffset != 5 || p1.Role != "leader" {
+		t.Errorf("partition with one: %+v", p1)
+	}
+}
+
 func TestTopicNameCheckedBeforeAnyRequest(t *testing.T) {
 	f := newFakeAgent(t)
 	c := f.newClient()
@@ -225,7 +252,7 @@ func TestTopicNameCheckedBeforeAnyRequest(t *testing.T) {
 		if _, err := c.DescribeTopic(ctx, name); !errors.Is(err, ErrInvalidTopicName) {
 			t.Errorf("describe %q: %v", name, err)
 		}
-		if _, err := c.NewProducer(name); !errors.Is(err, ErrInvalidTopicName) {
+		if _, err := c.NewProducer(WithDefaultTopic(name)); name != "" && !errors.Is(err, ErrInvalidTopicName) {
 			t.Errorf("producer %q: %v", name, err)
 		}
 	}
@@ -274,24 +301,6 @@ func TestDecodeTopicList(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestPartitionPositionsAbsent: the agent leaves a partition's positions
-// out where it holds no replica; they decode as -1, not as an empty log.
-func TestPartitionPositionsAbsent(t *testing.T) {
-	var info TopicInfo
-	body := `{"name":"t","partitions":[{"partition":0,"leader":"n2","replicas":["n2"],"isr":["n2"]},` +
-		`{"partition":1,"leader":"n1","high_watermark":0,"log_start_offset":0,"log_end_offset":3}]}`
-	if err := json.Unmarshal([]byte(body), &info); err != nil {
-		t.Fatal(err)
-	}
-	absent, held := info.Partitions[0], info.Partitions[1]
-	if absent.HighWatermark != -1 || absent.LogStartOffset != -1 || absent.LogEndOffset != nil || absent.Leader != "n2" {
-		t.Errorf("partition without a replica here: %+v, want HW and log start -1", absent)
-	}
-	if held.HighWatermark != 0 || held.LogStartOffset != 0 || held.LogEndOffset == nil || *held.LogEndOffset != 3 {
-		t.Errorf("partition with a replica here: %+v, want HW 0, log start 0, LEO 3", held)
 	}
 }
 

@@ -32,6 +32,7 @@ const (
 
 // Record is a record read from a partition. Its slices belong to the caller.
 type Record struct {
+	Topic     string
 	Partition int
 	Offset    int64
 	// Timestamp has millisecond precision.
@@ -73,12 +74,31 @@ func WithFetchMaxWait(d time.Duration) ConsumerOption {
 // ErrOffsetOutOfRange.
 func WithOffsetReset(to int64) ConsumerOption { return func(c *consumerConfig) { c.reset = to } }
 
+// FetchLimits bound what a consumer accepts of a fetched batch; a batch
+// over them is corrupt (ErrCorruptBatch).
+type FetchLimits struct {
+	// MaxBatchBytes bounds a whole batch, header included. Required.
+	MaxBatchBytes int
+	// MaxRecordBytes bounds one record's length; 0 means only its batch
+	// bounds it.
+	MaxRecordBytes int
+	// MaxDecompressedBytes bounds the records of a compressed batch once
+	// decompressed; 0 means DefaultMaxDecompressedBytes.
+	MaxDecompressedBytes int
+}
+
+// DefaultMaxDecompressedBytes is FetchLimits.MaxDecompressedBytes when 0
+// (package record's default, which a test checks).
+const DefaultMaxDecompressedBytes = 64 << 20
+
 // WithFetchLimits bounds what decoding accepts (default: batches up to 16
 // MiB, the agents' default limits.max_request_bytes; decompressed records
-// up to record.DefaultMaxDecompressedBytes). An answer is read only up to
-// max bytes plus one batch.
-func WithFetchLimits(l record.Limits) ConsumerOption {
-	return func(c *consumerConfig) { c.limits = l }
+// up to DefaultMaxDecompressedBytes). An answer is read only up to max
+// bytes plus one batch.
+func WithFetchLimits(l FetchLimits) ConsumerOption {
+	return func(c *consumerConfig) {
+		c.limits = record.Limits{MaxBatchBytes: l.MaxBatchBytes, MaxRecordBytes: l.MaxRecordBytes, MaxDecompressedBytes: l.MaxDecompressedBytes}
+	}
 }
 
 // WithFetchBackoff sets the first and the largest delay between retries of
@@ -117,6 +137,7 @@ type Consumer struct {
 	highWatermark  int64
 	logStartOffset int64
 	buffered       []Record // fetched, not yet returned by Next
+	closed         bool
 	// body and records are reused by every fetch WithBufferReuse.
 	body    []byte
 	records []Record
@@ -198,7 +219,7 @@ func (c *Consumer) SeekTo(offset int64) error {
 // ends.
 func (c *Consumer) Next(ctx context.Context) (Record, error) {
 	for len(c.buffered) == 0 {
-		records, err := c.Poll(ctx)
+		records, err := c.poll(ctx)
 		if err != nil {
 			return Record{}, err
 		}
@@ -207,7 +228,17 @@ func (c *Consumer) Next(ctx context.Context) (Record, error) {
 	r := c.buffered[0]
 	c.buffered[0] = Record{}
 	c.buffered = c.buffered[1:]
+	c.client.stats.recordsConsumed.Add(1)
+	c.client.stats.bytesConsumed.Add(recordBytes(&r))
 	return r, nil
+}
+
+// Close makes Next and Poll fail with ErrClosed. A Consumer holds no
+// goroutine and no connection of its own (its Client's are shared), so
+// there is nothing else to stop.
+func (c *Consumer) Close() error {
+	c.closed, c.buffered = true, nil
+	return nil
 }
 
 // Poll returns the records Next has not returned yet, or else fetches once:
@@ -215,8 +246,19 @@ func (c *Consumer) Next(ctx context.Context) (Record, error) {
 // Failures that may pass (the agent says retriable, the connection failed)
 // are retried with backoff until ctx ends; others are returned, such as
 // ErrOffsetOutOfRange (an *Error with the partition's bounds, unless
-// WithOffsetReset) or a corrupt batch (record.ErrCorrupt).
+// WithOffsetReset) or a corrupt batch (ErrCorruptBatch).
 func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
+	records, err := c.poll(ctx)
+	c.client.stats.consumed(records)
+	return records, err
+}
+
+// poll is Poll without counting the records as consumed: a GroupConsumer
+// fetches ahead of its own Poll, which counts them.
+func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
+	if c.closed {
+		return nil, fmt.Errorf("consumer of %s/%d: %w", c.topic, c.partition, ErrClosed)
+	}
 	if len(c.buffered) > 0 {
 		out := c.buffered
 		c.buffered = nil
@@ -228,6 +270,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 		if err == nil {
 			return records, nil
 		}
+		c.client.stats.fetchErrors.Add(1)
 		if ctx.Err() != nil {
 			return nil, err
 		}
@@ -249,6 +292,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 		if serr := sleep(ctx, c.clock, c.backoff.delay(attempt, retryAfter)); serr != nil {
 			return nil, fmt.Errorf("%w (last attempt: %w)", serr, err)
 		}
+		c.client.stats.fetchRetries.Add(1)
 		attempt++
 	}
 }
@@ -404,15 +448,16 @@ const minRecordBytes = 7
 // records below from.
 func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 	var records []Record
+	var headers []Header // the records' headers, allocated a slab at a time
 	next, prevEnd := from, int64(-1)
 	for pos := 0; pos < len(body); {
 		batch, _, err := record.NextBatch(body[pos:], c.cfg.limits.MaxBatchBytes)
 		if err != nil {
-			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
 		}
 		it, err := c.decoder.Records(batch)
 		if err != nil {
-			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
 		}
 		h := it.Header()
 		if h.BaseOffset() < prevEnd {
@@ -438,10 +483,10 @@ func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 			if r.Offset < from {
 				continue
 			}
-			records = append(records, c.toRecord(r, h.LeaderEpoch(), owned))
+			records = append(records, c.toRecord(r, h.LeaderEpoch(), owned, &headers))
 		}
 		if err := it.Err(); err != nil {
-			return nil, 0, fmt.Errorf("batch at byte %d: %w", pos, err)
+			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
 		}
 		next = max(next, h.NextOffset())
 		pos += len(batch)
@@ -455,21 +500,38 @@ func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 	return records, next, nil
 }
 
-func (c *Consumer) toRecord(r record.Record, epoch int32, owned bool) Record {
+// headerSlab is how many headers decode allocates at once for the records
+// of a fetch.
+const headerSlab = 64
+
+// toRecord converts a decoded record; its headers are appended to slab,
+// whose spare room is used before anything is allocated.
+func (c *Consumer) toRecord(r record.Record, epoch int32, owned bool, slab *[]Header) Record {
 	out := Record{
+		Topic:       c.topic,
 		Partition:   c.partition,
 		Offset:      r.Offset,
 		Timestamp:   time.UnixMilli(r.Timestamp),
 		Key:         r.Key,
 		Value:       r.Value,
-		Headers:     r.Headers,
 		LeaderEpoch: epoch,
 	}
 	if !owned {
 		out.Key, out.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
-		for i := range out.Headers {
-			out.Headers[i].Value = bytes.Clone(out.Headers[i].Value)
+	}
+	if len(r.Headers) > 0 {
+		if cap(*slab)-len(*slab) < len(r.Headers) {
+			*slab = make([]Header, 0, max(headerSlab, len(r.Headers)))
 		}
+		start := len(*slab)
+		for _, h := range r.Headers {
+			v := h.Value
+			if !owned {
+				v = bytes.Clone(v)
+			}
+			*slab = append(*slab, Header{Key: h.Key, Value: v})
+		}
+		out.Headers = (*slab)[start:len(*slab):len(*slab)]
 	}
 	return out
 }

@@ -26,7 +26,7 @@ func buildBatch(t *testing.T, codec record.Codec, values ...string) []byte {
 		t.Fatal(err)
 	}
 	for i, v := range values {
-		if err := b.Add(1_700_000_000_000+int64(i), []byte("k-"+v), []byte(v), []Header{{Key: "h", Value: []byte(v)}}); err != nil {
+		if err := b.Add(1_700_000_000_000+int64(i), []byte("k-"+v), []byte(v), []record.RecordHeader{{Key: "h", Value: []byte(v)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,7 +61,7 @@ func checkRecords(t *testing.T, records []Record, first int64) {
 		off := first + int64(i)
 		want := fmt.Sprintf("v%d", off)
 		if r.Offset != off || string(r.Value) != want || string(r.Key) != "k-"+want ||
-			len(r.Headers) != 1 || string(r.Headers[0].Value) != want || r.LeaderEpoch != 3 || r.Partition != 0 {
+			len(r.Headers) != 1 || string(r.Headers[0].Value) != want || r.LeaderEpoch != 3 || r.Topic != "t" || r.Partition != 0 {
 			t.Fatalf("record %d: %+v, want offset %d value %s", i, r, off, want)
 		}
 	}
@@ -208,8 +208,8 @@ func TestConsumerRejectsACorruptBatch(t *testing.T) {
 	f.onFetch = func(int, url.Values) *fakeAnswer { return &fakeAnswer{corrupt: true} }
 	cons := mustConsumer(t, f.newClient(), 0, WithFetchMaxWait(0))
 	records, err := cons.Poll(testContext(t))
-	if !errors.Is(err, record.ErrCorrupt) || records != nil {
-		t.Fatalf("Poll: %d records, %v; want record.ErrCorrupt", len(records), err)
+	if !errors.Is(err, ErrCorruptBatch) || !errors.Is(err, record.ErrCorrupt) || records != nil {
+		t.Fatalf("Poll: %d records, %v; want ErrCorruptBatch (and record's cause)", len(records), err)
 	}
 	if n := len(f.fetchQueries()); n != 1 {
 		t.Fatalf("%d fetches: corruption was retried", n)
@@ -229,7 +229,7 @@ func TestConsumerRejectsAnswersThatBreakTheContract(t *testing.T) {
 		name   string
 		from   int64
 		answer fakeAnswer
-		limits *record.Limits
+		limits *FetchLimits
 		want   error
 	}{
 		{"no offset headers", 0, fakeAnswer{noHeaders: true}, nil, ErrProtocol},
@@ -237,7 +237,7 @@ func TestConsumerRejectsAnswersThatBreakTheContract(t *testing.T) {
 		{"batches overlap", 0, fakeAnswer{body: append(append([]byte(nil), first...), overlapping...)}, nil, ErrProtocol},
 		{"only records below the offset", 7, fakeAnswer{body: first}, nil, ErrProtocol},
 		{"cut short", 0, fakeAnswer{body: first[:len(first)-3]}, nil, record.ErrShort},
-		{"larger than asked", 0, fakeAnswer{body: append(append([]byte(nil), first...), second...)}, &record.Limits{MaxBatchBytes: 100}, ErrProtocol},
+		{"larger than asked", 0, fakeAnswer{body: append(append([]byte(nil), first...), second...)}, &FetchLimits{MaxBatchBytes: 100}, ErrProtocol},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -323,15 +323,20 @@ func TestConsumerRetriesWhatMayPass(t *testing.T) {
 		return nil
 	}
 	clock := newFakeClock(true)
-	cons := mustConsumer(t, f.newClient(WithClock(clock)), 0, WithFetchMaxWait(0))
+	c := f.newClient(WithClock(clock))
+	cons := mustConsumer(t, c, 0, WithFetchMaxWait(0))
 	records, err := cons.Poll(testContext(t))
 	if err != nil || len(records) != 3 {
 		t.Fatalf("Poll: %d records, %v", len(records), err)
 	}
 	// net/http itself repeats a GET whose reused connection closed before
 	// any answer, so the hang-up may cost no backoff of ours.
-	if n, waits := len(f.fetchQueries()), clock.durations(); n != 4 || len(waits) < 2 || len(waits) > 3 {
+	waits := clock.durations()
+	if n := len(f.fetchQueries()); n != 4 || len(waits) < 2 || len(waits) > 3 {
 		t.Fatalf("%d fetches, backoffs %v", n, waits)
+	}
+	if s := c.Stats(); s.RecordsConsumed != 3 || s.BytesConsumed != 3*(4+2+1+2) || s.FetchErrors != int64(len(waits)) || s.FetchRetries != int64(len(waits)) {
+		t.Errorf("stats %+v: want 3 records of 9 bytes, %d failed fetches retried", s, len(waits))
 	}
 
 	f.onFetch = func(int, url.Values) *fakeAnswer { return &fakeAnswer{status: 404, code: CodeUnknownPartition} }
@@ -376,7 +381,7 @@ func TestConsumerOptionsValidated(t *testing.T) {
 		{"max bytes", 0, 0, []ConsumerOption{WithFetchMaxBytes(0)}},
 		{"negative wait", 0, 0, []ConsumerOption{WithFetchMaxWait(-time.Second)}},
 		{"reset to a number", 0, 0, []ConsumerOption{WithOffsetReset(5)}},
-		{"no batch limit", 0, 0, []ConsumerOption{WithFetchLimits(record.Limits{})}},
+		{"no batch limit", 0, 0, []ConsumerOption{WithFetchLimits(FetchLimits{})}},
 		{"backoff", 0, 0, []ConsumerOption{WithFetchBackoff(0, time.Second)}},
 	}
 	for _, tc := range cases {

@@ -5,34 +5,53 @@
 // # Usage
 //
 //	c, err := client.New("")                       // $LOGAGENT_ADDR or the default
+//	defer c.Close(ctx)                             // closes what was made from c
 //	err = c.CreateTopic(ctx, client.TopicSpec{Name: "events", Partitions: 3})
 //
-//	p, err := c.NewProducer("events")              // acks=all, idempotent by default
-//	res, err := p.Send(ctx, client.Message{Key: []byte("user-7"), Value: v})
+//	p, err := c.NewProducer()                      // acks=all, idempotent by default
+//	res, err := p.Send(ctx, client.Message{Topic: "events", Key: []byte("user-7"), Value: v})
 //	// res.Partition, res.Offset, res.Epoch
 //	err = p.Close(ctx)                             // flushes what is queued
 //
-//	cons, err := c.NewConsumer("events", 0, client.OffsetEarliest)
+//	cons, err := c.ConsumeTopics(ctx, []string{"events"}, client.OffsetEarliest)
 //	for {
-//		rec, err := cons.Next(ctx)                 // long-polls for new records
+//		rec, err := cons.Next(ctx)                 // long-polls every partition
 //	}
+//
+// The examples run as they are written against a cluster of real agents
+// in this package's tests.
+//
+// # Addresses
+//
+// New takes "host", "host:port", "http://host[:port]" or
+// "https://host[:port]"; without a port it is the agent's client port,
+// 7070, not HTTP's 80 or HTTPS's 443. An IPv6 host is bracketed:
+// "[::1]:7070". A path, query or user is refused (ErrInvalidAddr). An
+// empty address is $LOGAGENT_ADDR, or DefaultAddr when that is unset.
 //
 // # Producing
 //
-// A Producer accumulates records per partition and sends each partition's
-// records as one binary batch (record.Builder) when the batch reaches
-// WithMaxBatchBytes or has waited WithLinger, or on Flush or Close. Records
-// of one partition are written in the order they were produced, retries
-// included: an idempotent producer (the default) has up to WithMaxInFlight
-// requests per partition in flight (5 by default) and the leader's sequence
-// check keeps them in order; one that is not idempotent has one at a time.
+// One Producer writes to any number of topics, each Message naming its
+// own (Message.Topic, or WithDefaultTopic for the messages that name
+// none), through one buffer (WithMaxBufferedBytes) and one producer id, as
+// a Kafka producer does. It accumulates records per topic and partition
+// and sends each partition's records as one binary batch when the batch
+// reaches WithMaxBatchBytes or has waited WithLinger, or on Flush or
+// Close. Records of one partition are written in the order they were
+// produced, retries included: an idempotent producer (the default) has up
+// to WithMaxInFlight requests per partition in flight (5 by default) and
+// the leader's sequence check keeps them in order; one that is not
+// idempotent has one at a time.
 //
-// The partition of a record is, in order: Message.Partition when set; else,
-// for a non-nil key, PartitionForKey(key, partitions), which is FNV-1a 32-bit
-// of the key modulo the number of partitions (an empty key is a key; a nil
-// key is none); else the producer's current "sticky" partition, which moves
+// The partition of a record, within its topic, is, in order:
+// Message.Partition when set; else, for a non-nil key,
+// PartitionForKey(key, partitions), which is FNV-1a 32-bit of the key
+// modulo the number of partitions (an empty key is a key; a nil key is
+// none); else the topic's current "sticky" partition, which moves
 // round-robin to the next partition each time a batch is closed, so that
 // keyless records form full batches yet spread evenly (Kafka's KIP-480).
+// The producer reads a topic's partition count (DescribeTopic) at its
+// first record without Message.Partition, and again once a minute.
 //
 // # Guarantees
 //
@@ -107,11 +126,16 @@
 // # Consuming
 //
 // A Consumer reads one partition from an offset (OffsetEarliest,
-// OffsetLatest or a number). Fetches long-poll, ask for binary batches, and
-// every batch is verified (CRC-32C and structure, with record.Decoder) and
-// bounded by configured limits before any record is returned: a batch that
-// fails verification is an error that matches record.ErrCorrupt. Records
-// below the requested offset at the start of the first batch are skipped.
+// OffsetLatest or a number); a MultiConsumer (Client.ConsumeTopics, every
+// partition of some topics, or Client.ConsumePartitions, the partitions
+// given, each from its own offset) reads several, of one topic or several,
+// with a goroutine per partition that fetches one answer ahead of Poll;
+// a GroupConsumer (below) the partitions its group gives it. Records carry
+// their Topic and Partition. Fetches long-poll, ask for binary batches, and
+// every batch is verified (CRC-32C and structure) and bounded by the
+// FetchLimits before any record is returned: a batch that fails
+// verification is an error that matches ErrCorruptBatch. Records below the
+// requested offset at the start of the first batch are skipped.
 // Reads are idempotent, so a Consumer retries any failure the agent marks
 // retriable, and lost connections. Each fetch's records alias that fetch's
 // own memory; with WithBufferReuse every fetch reuses the same memory, which
@@ -146,7 +170,21 @@
 // ListGroups, DescribeGroup, CommittedOffsets and ResetOffsets are the
 // group administration calls.
 //
+// # Closing, stats
+//
+// Client.Close closes every Producer, MultiConsumer and GroupConsumer made
+// from the Client that is still open, waiting for their goroutines, then
+// the Client's idle connections; every later call fails with ErrClosed.
+// Each of them also has a Close of its own. Client.Stats and
+// Producer.Stats count the records and bytes produced and consumed, the
+// failed records and fetches, the retries and what is in flight.
+//
+// # Errors
+//
 // Errors from the agent are *Error values (status, code, message,
-// retriable, Retry-After); the common codes also match sentinels such as
-// ErrUnknownTopic with errors.Is.
+// retriable, Retry-After, and a partition's bounds or leader when the
+// agent sends them). Every error code of the API has a sentinel that the
+// error matches with errors.Is, wherever it sits in the chain:
+// ErrNotLeader, ErrAckTimeout (the outcome is unknown: ErrOutcomeUnknown
+// matches too), ErrRequestTooLarge, ErrUnknownTopic, and so on.
 package client

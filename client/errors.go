@@ -14,27 +14,34 @@ import (
 	"github.com/logagent/logagent/wire"
 )
 
-// Error codes of the client API (docs/design.md §8) that a caller may want to test
-// for. The agent may send others; Error.Code carries whatever it sent.
+// Error codes of the client API (docs/design.md §8), as package wire
+// defines them. Error.Code carries whatever the agent sent; each code also
+// has a sentinel (below) that an *Error with that code matches.
 const (
 	CodeInvalidRequest               = wire.CodeInvalidRequest
+	CodeNotFound                     = wire.CodeNotFound
+	CodeMethodNotAllowed             = wire.CodeMethodNotAllowed
+	CodeServiceUnavailable           = wire.CodeServiceUnavailable
+	CodeInternal                     = wire.CodeInternal
 	CodeInvalidTopicName             = wire.CodeInvalidTopicName
 	CodeInvalidOffset                = wire.CodeInvalidOffset
 	CodeCorruptBatch                 = wire.CodeCorruptBatch
+	CodeUnsupportedBatch             = wire.CodeUnsupportedBatch
 	CodeUnknownTopic                 = wire.CodeUnknownTopic
 	CodeUnknownPartition             = wire.CodeUnknownPartition
 	CodeTopicExists                  = wire.CodeTopicExists
 	CodeRecordTooLarge               = wire.CodeRecordTooLarge
 	CodeRequestTooLarge              = wire.CodeRequestTooLarge
 	CodeOffsetOutOfRange             = wire.CodeOffsetOutOfRange
+	CodeNotAcceptable                = wire.CodeNotAcceptable
+	CodeUnsupportedMediaType         = wire.CodeUnsupportedType
 	CodeNotLeader                    = wire.CodeNotLeader
-	CodeFencedLeaderEpoch            = wire.CodeFencedLeaderEpoch
 	CodeLeaderNotAvailable           = wire.CodeLeaderNotAvailable
 	CodeNotEnoughReplicas            = wire.CodeNotEnoughReplicas
 	CodeNotEnoughReplicasAfterAppend = wire.CodeNotEnoughReplicasAfterAppend
 	CodeNotLeaderAfterAppend         = wire.CodeNotLeaderAfterAppend
 	CodeAckTimeout                   = wire.CodeAckTimeout
-	CodeServiceUnavailable           = wire.CodeServiceUnavailable
+	CodeStorageError                 = wire.CodeStorageError
 	CodeInsufficientStorage          = wire.CodeInsufficientStorage
 	CodeOutOfOrderSequence           = wire.CodeOutOfOrderSequence
 	CodeInvalidProducerEpoch         = wire.CodeInvalidProducerEpoch
@@ -47,22 +54,56 @@ const (
 	CodeOffsetBeyondHighWatermark    = wire.CodeOffsetBeyondHighWatermark
 	CodeGroupNotEmpty                = wire.CodeGroupNotEmpty
 	CodeCoordinatorNotAvailable      = wire.CodeCoordinatorNotAvailable
+	CodeInternalTopic                = wire.CodeInternalTopic
 	CodeUnauthorized                 = wire.CodeUnauthorized
+	CodeFencedLeaderEpoch            = wire.CodeFencedLeaderEpoch
+	CodeUnknownLeaderEpoch           = wire.CodeUnknownLeaderEpoch
+	CodeNotReplica                   = wire.CodeNotReplica
 )
 
-// Sentinels matched (errors.Is) by an *Error with the corresponding code.
+// Sentinels matched (errors.Is) by an *Error with the corresponding code,
+// wherever it sits in the chain: errors.Is(err, ErrNotLeader) holds for a
+// Send that failed with not_leader, and errors.Is(err, ErrAckTimeout) for
+// one whose outcome is unknown because the agent answered ack_timeout.
 // ErrInvalidTopicName is also returned, before any request, for a name that
-// docs/design.md §3 does not allow.
+// docs/design.md §3 does not allow; ErrCorruptBatch also for a fetched
+// batch that fails verification.
 var (
-	ErrInvalidTopicName    = errors.New("client: invalid topic name")
-	ErrUnknownTopic        = errors.New("client: unknown topic")
-	ErrUnknownPartition    = errors.New("client: unknown partition")
-	ErrTopicExists         = errors.New("client: topic exists")
-	ErrOffsetOutOfRange    = errors.New("client: offset out of range")
-	ErrRecordTooLarge      = errors.New("client: record too large")
-	ErrNotEnoughReplicas   = errors.New("client: not enough in-sync replicas")
-	ErrLeaderNotAvailable  = errors.New("client: leader not available")
-	ErrInsufficientStorage = errors.New("client: the partition's disk is full")
+	ErrInvalidRequest     = errors.New("client: invalid request")
+	ErrNotFound           = errors.New("client: no such endpoint")
+	ErrMethodNotAllowed   = errors.New("client: method not allowed")
+	ErrServiceUnavailable = errors.New("client: agent unavailable (starting or stopping)")
+	ErrInternal           = errors.New("client: agent internal error")
+	ErrInvalidTopicName   = errors.New("client: invalid topic name")
+	ErrInvalidOffset      = errors.New("client: invalid offset")
+	// ErrCorruptBatch: a batch failed verification (CRC-32C, structure,
+	// limits): the agent's answer to a produce, or a fetched batch.
+	ErrCorruptBatch     = errors.New("client: corrupt batch")
+	ErrUnsupportedBatch = errors.New("client: unsupported batch")
+	ErrUnknownTopic     = errors.New("client: unknown topic")
+	ErrUnknownPartition = errors.New("client: unknown partition")
+	ErrTopicExists      = errors.New("client: topic exists")
+	ErrRecordTooLarge   = errors.New("client: record too large")
+	// ErrRequestTooLarge: the request body is over the agent's
+	// limits.max_request_bytes (WithMaxBatchBytes should stay below it).
+	ErrRequestTooLarge      = errors.New("client: request too large")
+	ErrOffsetOutOfRange     = errors.New("client: offset out of range")
+	ErrNotAcceptable        = errors.New("client: no acceptable answer format")
+	ErrUnsupportedMediaType = errors.New("client: unsupported media type")
+	// ErrNotLeader: the agent asked is not the partition's leader
+	// (Error.Leader and LeaderAddress name the leader when known); nothing
+	// was written.
+	ErrNotLeader          = errors.New("client: not the partition's leader")
+	ErrLeaderNotAvailable = errors.New("client: leader not available")
+	ErrNotEnoughReplicas  = errors.New("client: not enough in-sync replicas")
+	// ErrNotEnoughReplicasAfterAppend, ErrNotLeaderAfterAppend and
+	// ErrAckTimeout: the leader appended the records but could not confirm
+	// them; the write's outcome is unknown (ErrOutcomeUnknown matches too).
+	ErrNotEnoughReplicasAfterAppend = errors.New("client: not enough in-sync replicas after the append")
+	ErrNotLeaderAfterAppend         = errors.New("client: leadership lost after the append")
+	ErrAckTimeout                   = errors.New("client: timed out waiting for the in-sync replicas")
+	ErrStorage                      = errors.New("client: storage error on the agent")
+	ErrInsufficientStorage          = errors.New("client: the partition's disk is full")
 	// ErrOutOfOrderSequence: the partition's leader found a gap in an
 	// idempotent producer's sequence; nothing of the request was written.
 	ErrOutOfOrderSequence = errors.New("client: out of order sequence")
@@ -78,7 +119,8 @@ var (
 	// ErrStaleMemberEpoch: the coordinator moved to a newer epoch of the
 	// member, which a heartbeat brings. ErrNotOwner: the member does not
 	// own that partition. ErrGroupNotEmpty: offsets cannot be reset while
-	// a member holds a partition of the topic.
+	// a member holds a partition of the topic. ErrInternalTopic: the
+	// topic is the groups' own, which clients do not write or delete.
 	ErrUnknownGroup              = errors.New("client: unknown group")
 	ErrUnknownMember             = errors.New("client: unknown group member")
 	ErrFencedMember              = errors.New("client: group member fenced")
@@ -87,25 +129,48 @@ var (
 	ErrOffsetBeyondHighWatermark = errors.New("client: offset beyond the high watermark")
 	ErrGroupNotEmpty             = errors.New("client: group not empty")
 	ErrCoordinatorNotAvailable   = errors.New("client: group coordinator not available")
+	ErrInternalTopic             = errors.New("client: internal topic")
 
 	// ErrUnauthorized: the agent's client API wants a token (WithToken)
 	// and the request carried none, or another.
 	ErrUnauthorized = errors.New("client: unauthorized: missing or wrong token")
+	// The peer API's codes, which the client API passes on at most:
+	// a leader epoch older or newer than the replica's, a replica that
+	// is not one of the partition's.
+	ErrFencedLeaderEpoch  = errors.New("client: fenced leader epoch")
+	ErrUnknownLeaderEpoch = errors.New("client: unknown leader epoch")
+	ErrNotReplica         = errors.New("client: not a replica of the partition")
 )
 
 var codeSentinels = map[string]error{
-	CodeInvalidTopicName:     ErrInvalidTopicName,
-	CodeUnknownTopic:         ErrUnknownTopic,
-	CodeUnknownPartition:     ErrUnknownPartition,
-	CodeTopicExists:          ErrTopicExists,
-	CodeOffsetOutOfRange:     ErrOffsetOutOfRange,
-	CodeRecordTooLarge:       ErrRecordTooLarge,
-	CodeNotEnoughReplicas:    ErrNotEnoughReplicas,
-	CodeLeaderNotAvailable:   ErrLeaderNotAvailable,
-	CodeInsufficientStorage:  ErrInsufficientStorage,
-	CodeOutOfOrderSequence:   ErrOutOfOrderSequence,
-	CodeInvalidProducerEpoch: ErrInvalidProducerEpoch,
-	CodeUnknownProducerID:    ErrUnknownProducerID,
+	CodeInvalidRequest:               ErrInvalidRequest,
+	CodeNotFound:                     ErrNotFound,
+	CodeMethodNotAllowed:             ErrMethodNotAllowed,
+	CodeServiceUnavailable:           ErrServiceUnavailable,
+	CodeInternal:                     ErrInternal,
+	CodeInvalidTopicName:             ErrInvalidTopicName,
+	CodeInvalidOffset:                ErrInvalidOffset,
+	CodeCorruptBatch:                 ErrCorruptBatch,
+	CodeUnsupportedBatch:             ErrUnsupportedBatch,
+	CodeUnknownTopic:                 ErrUnknownTopic,
+	CodeUnknownPartition:             ErrUnknownPartition,
+	CodeTopicExists:                  ErrTopicExists,
+	CodeRecordTooLarge:               ErrRecordTooLarge,
+	CodeRequestTooLarge:              ErrRequestTooLarge,
+	CodeOffsetOutOfRange:             ErrOffsetOutOfRange,
+	CodeNotAcceptable:                ErrNotAcceptable,
+	CodeUnsupportedMediaType:         ErrUnsupportedMediaType,
+	CodeNotLeader:                    ErrNotLeader,
+	CodeLeaderNotAvailable:           ErrLeaderNotAvailable,
+	CodeNotEnoughReplicas:            ErrNotEnoughReplicas,
+	CodeNotEnoughReplicasAfterAppend: ErrNotEnoughReplicasAfterAppend,
+	CodeNotLeaderAfterAppend:         ErrNotLeaderAfterAppend,
+	CodeAckTimeout:                   ErrAckTimeout,
+	CodeStorageError:                 ErrStorage,
+	CodeInsufficientStorage:          ErrInsufficientStorage,
+	CodeOutOfOrderSequence:           ErrOutOfOrderSequence,
+	CodeInvalidProducerEpoch:         ErrInvalidProducerEpoch,
+	CodeUnknownProducerID:            ErrUnknownProducerID,
 
 	CodeUnknownGroup:              ErrUnknownGroup,
 	CodeUnknownMember:             ErrUnknownMember,
@@ -115,7 +180,12 @@ var codeSentinels = map[string]error{
 	CodeOffsetBeyondHighWatermark: ErrOffsetBeyondHighWatermark,
 	CodeGroupNotEmpty:             ErrGroupNotEmpty,
 	CodeCoordinatorNotAvailable:   ErrCoordinatorNotAvailable,
-	CodeUnauthorized:              ErrUnauthorized,
+	CodeInternalTopic:             ErrInternalTopic,
+
+	CodeUnauthorized:       ErrUnauthorized,
+	CodeFencedLeaderEpoch:  ErrFencedLeaderEpoch,
+	CodeUnknownLeaderEpoch: ErrUnknownLeaderEpoch,
+	CodeNotReplica:         ErrNotReplica,
 }
 
 // ErrOutcomeUnknown is matched by the error of a write that may or may not
@@ -123,9 +193,10 @@ var codeSentinels = map[string]error{
 // duplicate its records.
 var ErrOutcomeUnknown = errors.New("client: outcome unknown")
 
-// ErrClosed is returned by a Producer after Close, and fails the records
-// that Close could not deliver before its context ended.
-var ErrClosed = errors.New("client: producer closed")
+// ErrClosed is returned by a Producer, a consumer or a Client after its
+// Close (or the Client's), and fails the records that a Producer's Close
+// could not deliver before its context ended.
+var ErrClosed = errors.New("client: closed")
 
 // ErrProtocol reports an answer from the agent that breaks the API contract:
 // a missing header, a malformed JSON body, a fetch response out of order.

@@ -13,11 +13,12 @@ import (
 	"time"
 )
 
-// ErrGroupConsumerClosed is returned by a GroupConsumer's calls after Close.
-var ErrGroupConsumerClosed = errors.New("client: group consumer closed")
+// ErrGroupConsumerClosed is returned by a GroupConsumer's calls after
+// Close; it matches ErrClosed.
+var ErrGroupConsumerClosed = fmt.Errorf("%w: group consumer", ErrClosed)
 
 // GroupRecord is a record a GroupConsumer returns: the Record (with its
-// Partition) and its topic.
+// topic and partition); Topic repeats Record.Topic.
 type GroupRecord struct {
 	Topic string
 	Record
@@ -113,7 +114,11 @@ func WithOnRevoked(f func([]TopicPartition)) GroupOption {
 // "Consumer groups". Poll and Commit may be called from one goroutine
 // while others call Commit, CommitOffsets, Assigned and Status.
 type GroupConsumer struct {
-	client   *Client
+	client *Client
+	// static: no group; the partitions are the ones a MultiConsumer was
+	// made with, fetched from where it said, never committed (see
+	// multi.go). No heartbeat goroutine runs.
+	static   bool
 	group    string
 	path     string // of the group, escaped
 	topics   []string
@@ -142,10 +147,11 @@ type GroupConsumer struct {
 	cursor       int // where the next Poll starts, for fairness
 	nextCommit   time.Time
 
-	runCtx   context.Context // ends at Close: the heartbeat goroutine and the fetchers
-	stopRun  context.CancelFunc
-	done     chan struct{} // closed when the heartbeat goroutine returns
-	fetchers sync.WaitGroup
+	runCtx    context.Context // ends at Close: the heartbeat goroutine and the fetchers
+	stopRun   context.CancelFunc
+	done      chan struct{} // closed when the heartbeat goroutine returns
+	closeDone chan struct{} // closed when the first Close returns
+	fetchers  sync.WaitGroup
 }
 
 // groupPartition is an owned partition. Its fields are guarded by the
@@ -233,9 +239,22 @@ func (c *Client) NewGroupConsumer(group string, topics []string, opts ...GroupOp
 		runCtx:     runCtx,
 		stopRun:    stop,
 		done:       make(chan struct{}),
+		closeDone:  make(chan struct{}),
+	}
+	if err := c.track(g); err != nil {
+		stop()
+		return nil, err
 	}
 	go g.run()
 	return g, nil
+}
+
+// closeFor is Client.Close's.
+func (g *GroupConsumer) closeFor(ctx context.Context) error {
+	if err := g.Close(ctx); !errors.Is(err, ErrGroupConsumerClosed) {
+		return err
+	}
+	return nil
 }
 
 // Group is the group's id.
@@ -320,6 +339,15 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]GroupRecord, error) {
 				return nil, err
 			}
 		}
+		if g.static {
+			// Without a heartbeat, a partition whose fetch failed
+			// starts again, where it stopped, at the next Poll.
+			for _, p := range g.owned {
+				if !p.running {
+					g.startLocked(p)
+				}
+			}
+		}
 		now := g.clock.Now()
 		if g.cfg.autoCommit > 0 && !now.Before(g.nextCommit) {
 			g.nextCommit = now.Add(g.cfg.autoCommit)
@@ -379,6 +407,7 @@ func (g *GroupConsumer) takeLocked() ([]GroupRecord, bool) {
 		for _, r := range p.buffered {
 			out = append(out, GroupRecord{Topic: p.tp.Topic, Record: r})
 		}
+		g.client.stats.consumed(p.buffered)
 		if p.fetchNext >= 0 {
 			p.position = p.fetchNext
 		}
@@ -509,19 +538,30 @@ const groupCallTimeout = 30 * time.Second
 // Close commits the positions of the owned partitions, leaves the group
 // (its partitions go to the other members at once), and stops the
 // consumer's goroutines, waiting for them. It returns the commit's or the
-// leave's error; the consumer is closed either way.
+// leave's error; the consumer is closed either way. A Close after the
+// first waits for it (or for ctx) and returns ErrGroupConsumerClosed.
 func (g *GroupConsumer) Close(ctx context.Context) error {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return ErrGroupConsumerClosed
+		select {
+		case <-g.closeDone:
+			return ErrGroupConsumerClosed
+		case <-ctx.Done():
+			return fmt.Errorf("close: waiting for another Close: %w", ctx.Err())
+		}
 	}
 	g.closed = true
 	g.broadcastLocked()
 	g.mu.Unlock()
+	defer close(g.closeDone)
+	g.client.forget(g)
 	g.stopRun()
 	<-g.done
 	g.fetchers.Wait()
+	if g.static {
+		return nil
+	}
 
 	err := g.commitOwned(ctx)
 	if errors.Is(err, ErrStaleMemberEpoch) {
@@ -782,6 +822,9 @@ func (g *GroupConsumer) newPartition(tp TopicPartition) (*groupPartition, error)
 		return nil, err
 	}
 	p := &groupPartition{tp: tp, cons: cons, position: -1, committed: -1, hw: -1, fetchNext: -1, drained: make(chan struct{}, 1)}
+	if g.static {
+		return p, nil
+	}
 	cons.member = func(q url.Values) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -904,7 +947,7 @@ func (g *GroupConsumer) startLocked(p *groupPartition) {
 		// SeekTo fails only for offsets below OffsetEarliest.
 		_ = p.cons.SeekTo(p.position)
 	}
-	resolve := p.position < 0
+	resolve := p.position < 0 && !g.static
 	g.fetchers.Add(1)
 	go func() {
 		defer g.fetchers.Done()
@@ -937,7 +980,7 @@ func (g *GroupConsumer) fetch(ctx context.Context, p *groupPartition, resolve bo
 		}
 	}
 	for {
-		records, err := p.cons.Poll(ctx)
+		records, err := p.cons.poll(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -951,6 +994,8 @@ func (g *GroupConsumer) fetch(ctx context.Context, p *groupPartition, resolve bo
 			case errors.Is(err, ErrStaleMemberEpoch), errors.Is(err, ErrUnknownMember), errors.Is(err, ErrFencedMember):
 				// Stopped until the next heartbeat answer says whether
 				// the partition is still the member's, under which epoch.
+			case g.static:
+				p.err = err
 			case errors.Is(err, ErrNotOwner):
 				p.released = true
 			default:

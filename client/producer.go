@@ -67,6 +67,9 @@ func ParseAcks(s string) (Acks, error) {
 
 // Message is a record to produce.
 type Message struct {
+	// Topic is the topic to write to; empty means the producer's
+	// WithDefaultTopic.
+	Topic string
 	// Key may be nil (no key) or empty (a key of no bytes, which is hashed
 	// like any other).
 	Key     []byte
@@ -82,7 +85,10 @@ type Message struct {
 
 // Header is one application header of a record: a key and an optional
 // (nil) value.
-type Header = record.RecordHeader
+type Header struct {
+	Key   string
+	Value []byte
+}
 
 // ToPartition returns a Message.Partition that names partition p.
 func ToPartition(p int) *int { return &p }
@@ -98,6 +104,7 @@ type Result struct {
 }
 
 type producerConfig struct {
+	defaultTopic     string
 	acks             Acks
 	linger           time.Duration
 	maxBatchBytes    int
@@ -114,6 +121,12 @@ type producerConfig struct {
 
 // ProducerOption configures a Producer.
 type ProducerOption func(*producerConfig)
+
+// WithDefaultTopic is the topic of the records whose Message.Topic is
+// empty. Without it every Message names its topic.
+func WithDefaultTopic(topic string) ProducerOption {
+	return func(c *producerConfig) { c.defaultTopic = topic }
+}
 
 // WithAcks sets the acknowledgement level (default AcksAll).
 func WithAcks(a Acks) ProducerOption { return func(c *producerConfig) { c.acks = a } }
@@ -157,9 +170,35 @@ func WithRetryBackoff(first, largest time.Duration) ProducerOption {
 	return func(c *producerConfig) { c.backoffMin, c.backoffMax = first, largest }
 }
 
-// WithCompression compresses each batch with codec (default none).
-func WithCompression(codec record.Codec) ProducerOption {
-	return func(c *producerConfig) { c.codec = codec }
+// Compression is the codec a producer compresses each batch with.
+type Compression int8
+
+// The compressions, with the ids of Kafka's batch attributes (those of
+// package record, which a test checks).
+const (
+	CompressionNone   Compression = 0
+	CompressionGzip   Compression = 1
+	CompressionSnappy Compression = 2
+	CompressionLZ4    Compression = 3
+	CompressionZstd   Compression = 4
+)
+
+// String is the compression's name as ParseCompression accepts it.
+func (c Compression) String() string { return record.Codec(c).String() }
+
+// ParseCompression returns the compression named none, gzip, snappy, lz4
+// or zstd.
+func ParseCompression(name string) (Compression, error) {
+	codec, err := record.ParseCodec(name)
+	if err != nil {
+		return 0, fmt.Errorf("%w: compression %q: want none, gzip, snappy, lz4 or zstd", ErrInvalidOption, name)
+	}
+	return Compression(codec), nil
+}
+
+// WithCompression compresses each batch with c (default CompressionNone).
+func WithCompression(c Compression) ProducerOption {
+	return func(cfg *producerConfig) { cfg.codec = record.Codec(c) }
 }
 
 // WithIdempotence turns idempotence on or off (see the package
@@ -179,13 +218,14 @@ func WithMaxInFlight(n int) ProducerOption { return func(c *producerConfig) { c.
 // read; an unknown_topic or unknown_partition answer drops it at once.
 const metadataMaxAge = time.Minute
 
-// Producer writes records to one topic. It is safe for concurrent use. See
-// the package documentation for batching, partitioning and guarantees.
+// Producer writes records to any topic, each Message naming its own: one
+// buffer and one set of requests for all of them, as a Kafka producer. It
+// is safe for concurrent use. See the package documentation for batching,
+// partitioning and guarantees.
 type Producer struct {
 	client  *Client
-	topic   string
-	path    string // of the produce endpoint, escaped
 	cfg     producerConfig
+	stats   counters
 	clock   Clock
 	backoff backoff
 
@@ -195,8 +235,6 @@ type Producer struct {
 	abort   context.CancelFunc
 	senders sync.WaitGroup
 
-	metadataMu sync.Mutex // one DescribeTopic at a time
-
 	// builders encode batches; requests to one partition may be encoded
 	// at the same time.
 	builders sync.Pool
@@ -205,15 +243,29 @@ type Producer struct {
 	// new one.
 	session *producerSession
 
+	// closeDone is closed when the first Close returns: a later (or
+	// concurrent) Close waits for it, so that none returns while a
+	// goroutine of the producer runs.
+	closeDone chan struct{}
+
 	mu         sync.Mutex
 	closed     bool
-	fenced     error // set once the agent answered invalid_producer_epoch
-	partitions int   // 0 until known, or after the agent denied it
-	metadataAt time.Time
-	sticky     int // partition of keyless records (mod partitions)
-	queues     map[int]*partitionQueue
+	fenced     error                  // set once the agent answered invalid_producer_epoch
+	topics     map[string]*topicState // every topic a record named, validated
+	queues     map[TopicPartition]*partitionQueue
 	buffered   int           // bytes of records not completed
 	spaceFreed chan struct{} // closed when buffered shrinks, if someone waits
+}
+
+// topicState is what a producer knows of one topic.
+type topicState struct {
+	name string
+	path string     // of the produce endpoint, escaped
+	meta sync.Mutex // one DescribeTopic of the topic at a time
+	// Guarded by Producer.mu.
+	partitions int // 0 until known, or after the agent denied it
+	metadataAt time.Time
+	sticky     int // partition of keyless records (mod partitions)
 }
 
 // partitionQueue holds one partition's batches. They move from batches to
@@ -222,7 +274,10 @@ type Producer struct {
 // are written in order; an idempotent producer up to WithMaxInFlight, and
 // the leader's sequence check keeps them in order.
 type partitionQueue struct {
+	topic     string
 	partition int
+	path      string // of the topic's produce endpoint, escaped
+	state     *topicState
 	batches   []*batch      // not sent yet; only the last one may be open
 	window    []*batch      // sent, oldest first; the oldest is not done
 	changed   chan struct{} // closed and replaced when a batch of window is done
@@ -286,12 +341,14 @@ const (
 type pending struct {
 	ctx       context.Context
 	stopWatch func() bool // stops the watch on ctx
+	topic     *topicState
 	partition int
 	timestamp int64
 	key       []byte
 	value     []byte
-	headers   []Header
+	headers   []record.RecordHeader
 	size      int
+	payload   int64       // what Stats count: key, value, header keys and values
 	state     recordState // guarded by Producer.mu
 	future    *Future
 }
@@ -326,11 +383,9 @@ func (f *Future) outcome() (*Result, error) {
 	return &r, nil
 }
 
-// NewProducer returns a Producer of records to topic.
-func (c *Client) NewProducer(topic string, opts ...ProducerOption) (*Producer, error) {
-	if err := ValidateTopicName(topic); err != nil {
-		return nil, err
-	}
+// NewProducer returns a Producer. Each Message names its topic, or
+// WithDefaultTopic does.
+func (c *Client) NewProducer(opts ...ProducerOption) (*Producer, error) {
 	cfg := producerConfig{
 		acks:             AcksAll,
 		linger:           5 * time.Millisecond,
@@ -348,18 +403,23 @@ func (c *Client) NewProducer(topic string, opts ...ProducerOption) (*Producer, e
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.defaultTopic != "" {
+		if err := ValidateTopicName(cfg.defaultTopic); err != nil {
+			return nil, err
+		}
+	}
 	cfg.idempotent = cfg.acks == AcksAll && (cfg.idempotence == nil || *cfg.idempotence)
 	life, abort := context.WithCancel(context.Background())
 	p := &Producer{
-		client:  c,
-		topic:   topic,
-		path:    topicPath(topic) + "/records",
-		cfg:     cfg,
-		clock:   c.clock,
-		backoff: newBackoff(cfg.backoffMin, cfg.backoffMax),
-		life:    life,
-		abort:   abort,
-		queues:  map[int]*partitionQueue{},
+		client:    c,
+		cfg:       cfg,
+		clock:     c.clock,
+		backoff:   newBackoff(cfg.backoffMin, cfg.backoffMax),
+		life:      life,
+		abort:     abort,
+		topics:    map[string]*topicState{},
+		queues:    map[TopicPartition]*partitionQueue{},
+		closeDone: make(chan struct{}),
 	}
 	p.builders.New = func() any {
 		b := new(record.Builder)
@@ -369,6 +429,10 @@ func (c *Client) NewProducer(topic string, opts ...ProducerOption) (*Producer, e
 	}
 	if cfg.idempotent {
 		p.session = new(producerSession)
+	}
+	if err := c.track(p); err != nil {
+		abort()
+		return nil, err
 	}
 	return p, nil
 }
@@ -476,26 +540,41 @@ func appendFutures(dst []*Future, b *batch) []*Future {
 // If ctx ends first it aborts: requests in flight end with an outcome
 // unknown, queued records fail with ErrClosed, and Close returns ctx's
 // error. Either way no goroutine of the Producer is left when Close returns.
+// A Close after the first waits for it (or for ctx), and returns nil.
 func (p *Producer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil
+		select {
+		case <-p.closeDone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("close: waiting for another Close: %w", ctx.Err())
+		}
 	}
 	p.closed = true
 	p.releaseLocked(0) // wakes Produce calls waiting for space: they fail
 	p.mu.Unlock()
+	defer close(p.closeDone)
 	err := p.Flush(ctx)
 	p.abort()
 	p.senders.Wait()
+	p.client.forget(p)
 	if err != nil {
 		return fmt.Errorf("close: %w", err)
 	}
 	return nil
 }
 
+// closeFor is Client.Close's.
+func (p *Producer) closeFor(ctx context.Context) error { return p.Close(ctx) }
+
 func (p *Producer) enqueue(ctx context.Context, m Message) (*pending, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t, err := p.topic(m.Topic)
+	if err != nil {
 		return nil, err
 	}
 	partitions := 0
@@ -504,13 +583,14 @@ func (p *Producer) enqueue(ctx context.Context, m Message) (*pending, error) {
 			return nil, fmt.Errorf("%w: partition %d", ErrInvalidOption, *m.Partition)
 		}
 	} else {
-		n, err := p.partitionCount(ctx)
+		n, err := p.partitionCount(ctx, t)
 		if err != nil {
 			return nil, err
 		}
 		partitions = n
 	}
 	r := newPending(ctx, m, p.clock.Now())
+	r.topic = t
 	if err := p.reserve(ctx, r.size); err != nil {
 		return nil, err
 	}
@@ -529,10 +609,14 @@ func (p *Producer) enqueue(ctx context.Context, m Message) (*pending, error) {
 	case m.Key != nil:
 		r.partition = PartitionForKey(m.Key, partitions)
 	default:
-		p.sticky %= partitions
-		r.partition = p.sticky
+		t.sticky %= partitions
+		r.partition = t.sticky
 	}
 	p.appendLocked(r)
+	for _, s := range p.counters() {
+		s.inFlight.Add(1)
+		s.inFlightBytes.Add(r.payload)
+	}
 	r.stopWatch = context.AfterFunc(ctx, func() { p.withdraw(r, ctx.Err()) })
 	return r, nil
 }
@@ -542,16 +626,17 @@ func newPending(ctx context.Context, m Message, now time.Time) *pending {
 	if ts.IsZero() {
 		ts = now
 	}
-	n := len(m.Key) + len(m.Value)
+	n, keys := len(m.Key)+len(m.Value), 0
 	for _, h := range m.Headers {
 		n += len(h.Value)
+		keys += len(h.Key)
 	}
 	buf := make([]byte, 0, n)
-	r := &pending{ctx: ctx, timestamp: ts.UnixMilli(), future: &Future{done: make(chan struct{})}}
+	r := &pending{ctx: ctx, timestamp: ts.UnixMilli(), payload: int64(n + keys), future: &Future{done: make(chan struct{})}}
 	r.key, buf = appendCopy(buf, m.Key)
 	r.value, buf = appendCopy(buf, m.Value)
 	if len(m.Headers) > 0 {
-		r.headers = make([]Header, len(m.Headers))
+		r.headers = make([]record.RecordHeader, len(m.Headers))
 		for i, h := range m.Headers {
 			r.headers[i].Key = h.Key
 			r.headers[i].Value, buf = appendCopy(buf, h.Value)
@@ -575,7 +660,7 @@ func appendCopy(buf, b []byte) (copied, rest []byte) {
 // recordSizeBound is at least the size of the record encoded in a batch
 // (record's layout): attributes, at most 10 bytes of timestamp_delta and 5
 // of length and offset_delta (both int32), then exact lengths.
-func recordSizeBound(key, value []byte, headers []Header) int {
+func recordSizeBound(key, value []byte, headers []record.RecordHeader) int {
 	n := 1 + binary.MaxVarintLen64 + 2*binary.MaxVarintLen32 +
 		bytesSizeBound(key) + bytesSizeBound(value) + varintLen(int64(len(headers)))
 	for _, h := range headers {
@@ -626,45 +711,68 @@ func (p *Producer) releaseLocked(size int) {
 	}
 }
 
+// topic returns the state of the named topic (the default one when name is
+// empty), validating a name the producer has not seen.
+func (p *Producer) topic(name string) (*topicState, error) {
+	if name == "" {
+		name = p.cfg.defaultTopic
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: a message without a topic, and no WithDefaultTopic", ErrInvalidOption)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t := p.topics[name]; t != nil {
+		return t, nil
+	}
+	if err := ValidateTopicName(name); err != nil {
+		return nil, err
+	}
+	t := &topicState{name: name, path: topicPath(name) + "/records"}
+	p.topics[name] = t
+	return t, nil
+}
+
 // partitionCount is the topic's partition count, read with DescribeTopic
 // when unknown or older than metadataMaxAge. A failed refresh keeps a count
 // that was not denied by the agent.
-func (p *Producer) partitionCount(ctx context.Context) (int, error) {
+func (p *Producer) partitionCount(ctx context.Context, t *topicState) (int, error) {
 	fresh := func() (int, bool) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.partitions, p.partitions > 0 && p.clock.Now().Sub(p.metadataAt) < metadataMaxAge
+		return t.partitions, t.partitions > 0 && p.clock.Now().Sub(t.metadataAt) < metadataMaxAge
 	}
 	if n, ok := fresh(); ok {
 		return n, nil
 	}
-	p.metadataMu.Lock()
-	defer p.metadataMu.Unlock()
+	t.meta.Lock()
+	defer t.meta.Unlock()
 	n, ok := fresh()
 	if ok {
 		return n, nil
 	}
-	info, err := p.client.DescribeTopic(ctx, p.topic)
+	info, err := p.client.DescribeTopic(ctx, t.name)
 	if err == nil && len(info.Partitions) == 0 {
-		err = fmt.Errorf("%w: topic %q has no partitions", ErrProtocol, p.topic)
+		err = fmt.Errorf("%w: topic %q has no partitions", ErrProtocol, t.name)
 	}
 	if err != nil {
 		if n > 0 {
 			return n, nil
 		}
-		return 0, fmt.Errorf("produce to %q: partition count: %w", p.topic, err)
+		return 0, fmt.Errorf("produce to %q: partition count: %w", t.name, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.partitions, p.metadataAt = len(info.Partitions), p.clock.Now()
-	return p.partitions, nil
+	t.partitions, t.metadataAt = len(info.Partitions), p.clock.Now()
+	return t.partitions, nil
 }
 
 func (p *Producer) appendLocked(r *pending) {
-	q := p.queues[r.partition]
+	tp := TopicPartition{Topic: r.topic.name, Partition: r.partition}
+	q := p.queues[tp]
 	if q == nil {
-		q = &partitionQueue{partition: r.partition, session: p.session, changed: make(chan struct{})}
-		p.queues[r.partition] = q
+		q = &partitionQueue{topic: tp.Topic, partition: tp.Partition, path: r.topic.path, state: r.topic, session: p.session, changed: make(chan struct{})}
+		p.queues[tp] = q
 	}
 	var b *batch
 	if n := len(q.batches); n > 0 && !q.batches[n-1].closed {
@@ -696,13 +804,13 @@ func (p *Producer) appendLocked(r *pending) {
 func (p *Producer) closeLocked(q *partitionQueue, b *batch) {
 	b.closed, b.ready = true, true
 	stopLinger(b)
-	p.moveStickyLocked(q.partition)
+	p.moveStickyLocked(q)
 	p.kickLocked(q)
 }
 
-func (p *Producer) moveStickyLocked(partition int) {
-	if p.sticky == partition {
-		p.sticky = partition + 1
+func (p *Producer) moveStickyLocked(q *partitionQueue) {
+	if q.state.sticky == q.partition {
+		q.state.sticky = q.partition + 1
 	}
 }
 
@@ -732,7 +840,7 @@ func (p *Producer) kickLocked(q *partitionQueue) {
 		q.batches = q.batches[1:]
 		b.closed = true
 		stopLinger(b)
-		p.moveStickyLocked(q.partition)
+		p.moveStickyLocked(q)
 		b.deadline = p.clock.Now().Add(p.cfg.deliveryTimeout)
 		if p.cfg.idempotent && !p.numberLocked(q, b) {
 			continue
@@ -881,6 +989,7 @@ func (p *Producer) deliver(q *partitionQueue, b *batch) {
 			r.state = stateInFlight
 		}
 		p.mu.Unlock()
+		p.countRetry(attempt)
 
 		var answer *produceAnswer
 		body, err := p.encode(q, live, nil, 0)
@@ -897,7 +1006,7 @@ func (p *Producer) deliver(q *partitionQueue, b *batch) {
 		case attemptUnknown:
 			p.completeAllLocked(live, &OutcomeUnknownError{Cause: err})
 		case attemptFailed:
-			p.noteRefusalLocked(err)
+			p.noteRefusalLocked(q, err)
 			p.completeAllLocked(live, err)
 		case attemptRetry:
 			for _, r := range live {
@@ -935,12 +1044,13 @@ func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 		}
 		b.priorPending = q.window[0] != b
 		p.mu.Unlock()
+		p.countRetry(attempt)
 
 		id, err := p.identity(b.session)
 		var answer *produceAnswer
 		var outcome attemptOutcome
 		if err != nil {
-			err = initError(fmt.Errorf("produce to %s/%d: %w", p.topic, q.partition, err))
+			err = initError(fmt.Errorf("produce to %s/%d: %w", q.topic, q.partition, err))
 			outcome = classifyInit(err)
 		} else {
 			if b.body == nil {
@@ -962,7 +1072,7 @@ func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 			p.mu.Unlock()
 			return
 		case errors.Is(err, ErrInvalidProducerEpoch):
-			p.fenceLocked(fmt.Errorf("produce to %s/%d: %s: fenced by a newer instance: %w", p.topic, q.partition, formatProducer(id, b.seq), err))
+			p.fenceLocked(fmt.Errorf("produce to %s/%d: %s: fenced by a newer instance: %w", q.topic, q.partition, formatProducer(id, b.seq), err))
 			p.failLocked(q, b, p.fenced)
 			p.mu.Unlock()
 			return
@@ -971,12 +1081,12 @@ func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 			b.maybeWritten = false
 			switch {
 			case b.olderFailed != nil:
-				p.failLocked(q, b, fmt.Errorf("produce to %s/%d: records not written: an older batch failed (%w): %w", p.topic, q.partition, b.olderFailed, err))
+				p.failLocked(q, b, fmt.Errorf("produce to %s/%d: records not written: an older batch failed (%w): %w", q.topic, q.partition, b.olderFailed, err))
 			case b.priorPending:
 				// b overtook an older batch that is not written yet.
 				b.waitPrior = true
 			default:
-				fatal := fmt.Errorf("produce to %s/%d: %s: records not written, the partition's pending records fail: %w", p.topic, q.partition, formatProducer(id, b.seq), err)
+				fatal := fmt.Errorf("produce to %s/%d: %s: records not written, the partition's pending records fail: %w", q.topic, q.partition, formatProducer(id, b.seq), err)
 				// The leader expects another sequence of this id: the
 				// partition moves to a new one.
 				q.broken = fatal
@@ -991,7 +1101,7 @@ func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 			lastErr = err
 			continue // no backoff: it goes once the older batches are written
 		case outcome == attemptFailed:
-			p.noteRefusalLocked(err)
+			p.noteRefusalLocked(q, err)
 			p.failLocked(q, b, err)
 			p.mu.Unlock()
 			return
@@ -1021,9 +1131,9 @@ func (p *Producer) stopReasonLocked(q *partitionQueue, b *batch, attempt int, la
 	case p.fenced != nil:
 		return p.fenced
 	case b.olderFailed != nil && lastErr == nil:
-		return fmt.Errorf("produce to %s/%d: records not sent: an older batch failed: %w", p.topic, q.partition, b.olderFailed)
+		return fmt.Errorf("produce to %s/%d: records not sent: an older batch failed: %w", q.topic, q.partition, b.olderFailed)
 	case b.olderFailed != nil:
-		return fmt.Errorf("produce to %s/%d: an older batch failed (%w); last attempt: %w", p.topic, q.partition, b.olderFailed, lastErr)
+		return fmt.Errorf("produce to %s/%d: an older batch failed (%w); last attempt: %w", q.topic, q.partition, b.olderFailed, lastErr)
 	case p.life.Err() != nil:
 		if lastErr != nil {
 			return fmt.Errorf("%w before the records were written (last attempt: %w)", ErrClosed, lastErr)
@@ -1092,9 +1202,9 @@ func (p *Producer) fenceLocked(err error) {
 }
 
 // noteRefusalLocked forgets the partition count when the agent denies it.
-func (p *Producer) noteRefusalLocked(err error) {
+func (p *Producer) noteRefusalLocked(q *partitionQueue, err error) {
 	if errors.Is(err, ErrUnknownTopic) || errors.Is(err, ErrUnknownPartition) {
-		p.partitions = 0
+		q.state.partitions = 0
 	}
 }
 
@@ -1129,6 +1239,16 @@ func (p *Producer) completeLocked(r *pending, res Result, err error) {
 		return
 	}
 	r.state = stateDone
+	for _, s := range p.counters() {
+		s.inFlight.Add(-1)
+		s.inFlightBytes.Add(-r.payload)
+		if err == nil {
+			s.recordsProduced.Add(1)
+			s.bytesProduced.Add(r.payload)
+		} else {
+			s.produceErrors.Add(1)
+		}
+	}
 	r.future.result, r.future.err = res, err
 	close(r.future.done)
 	if r.stopWatch != nil {
@@ -1136,6 +1256,18 @@ func (p *Producer) completeLocked(r *pending, res Result, err error) {
 	}
 	r.key, r.value, r.headers = nil, nil, nil
 	p.releaseLocked(r.size)
+}
+
+// counters are the producer's and its client's.
+func (p *Producer) counters() [2]*counters { return [2]*counters{&p.stats, &p.client.stats} }
+
+// countRetry counts an attempt after the first.
+func (p *Producer) countRetry(attempt int) {
+	if attempt > 0 {
+		for _, s := range p.counters() {
+			s.produceRetries.Add(1)
+		}
+	}
 }
 
 // withdraw fails r with cause if it is queued: it was not written and will
@@ -1173,12 +1305,12 @@ func (p *Producer) encode(q *partitionQueue, records []*pending, id *ProducerID,
 	}
 	for _, r := range records {
 		if err := b.Add(r.timestamp, r.key, r.value, r.headers); err != nil {
-			return nil, fmt.Errorf("produce to %s/%d: %w", p.topic, q.partition, err)
+			return nil, fmt.Errorf("produce to %s/%d: %w", q.topic, q.partition, err)
 		}
 	}
 	body, err := b.AppendTo(make([]byte, 0, b.Size()))
 	if err != nil {
-		return nil, fmt.Errorf("produce to %s/%d: %w", p.topic, q.partition, err)
+		return nil, fmt.Errorf("produce to %s/%d: %w", q.topic, q.partition, err)
 	}
 	return body, nil
 }
@@ -1199,7 +1331,7 @@ func (p *Producer) post(q *partitionQueue, body []byte, count int, id *ProducerI
 	// "maybe applied": a failure before it cannot have reached the agent.
 	var written atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { written.Store(true) }})
-	req, err := p.client.newRequest(ctx, http.MethodPost, p.path, query, body)
+	req, err := p.client.newRequest(ctx, http.MethodPost, q.path, query, body)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,7 @@ import (
 
 func mustProducer(t *testing.T, c *Client, topic string, opts ...ProducerOption) *Producer {
 	t.Helper()
-	p, err := c.NewProducer(topic, opts...)
+	p, err := c.NewProducer(append([]ProducerOption{WithDefaultTopic(topic)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestProducerPartitioning(t *testing.T) {
 	if _, err := p.Send(ctx, Message{Value: []byte("v"), Partition: ToPartition(-1)}); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("partition -1: %v", err)
 	}
-	q, err := f.newClient().NewProducer("missing")
+	q, err := f.newClient().NewProducer(WithDefaultTopic("missing"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,13 +540,13 @@ func TestProduceBlocksWhileTheBufferIsFull(t *testing.T) {
 func TestProducerAcksAndCompression(t *testing.T) {
 	cases := []struct {
 		acks       Acks
-		codec      record.Codec
+		codec      Compression
 		wantAcks   string
 		wantOffset int64
 	}{
-		{AcksAll, record.CodecNone, "all", 0},
-		{AcksLeader, record.CodecGzip, "1", 0},
-		{AcksNone, record.CodecZstd, "0", -1},
+		{AcksAll, CompressionNone, "all", 0},
+		{AcksLeader, CompressionGzip, "1", 0},
+		{AcksNone, CompressionZstd, "0", -1},
 	}
 	for _, c := range cases {
 		t.Run(c.wantAcks, func(t *testing.T) {
@@ -562,7 +563,7 @@ func TestProducerAcksAndCompression(t *testing.T) {
 			}
 			call := f.produceCalls()[0]
 			h, _, _ := record.ParseHeader(call.batch, 0)
-			if call.acks != c.wantAcks || call.timeout != "1.5s" || h.Codec() != c.codec {
+			if call.acks != c.wantAcks || call.timeout != "1.5s" || h.Codec() != record.Codec(c.codec) {
 				t.Errorf("acks %q timeout %q codec %v", call.acks, call.timeout, h.Codec())
 			}
 			r := call.records[0]
@@ -604,14 +605,14 @@ func TestProducerOptionsValidated(t *testing.T) {
 		"buffer":         {WithMaxBatchBytes(4096), WithMaxBufferedBytes(2048)},
 		"ack timeout":    {WithAckTimeout(0)},
 		"backoff order":  {WithRetryBackoff(time.Second, time.Millisecond)},
-		"unknown codec":  {WithCompression(record.Codec(6))},
+		"unknown codec":  {WithCompression(Compression(6))},
 		"delivery limit": {WithDeliveryTimeout(-1)},
 		"no in flight":   {WithMaxInFlight(0)},
 		"too many":       {WithMaxInFlight(MaxInFlightIdempotent + 1)},
 		"idempotent ack": {WithAcks(AcksLeader), WithIdempotence(true)},
 	}
 	for name, opts := range cases {
-		if _, err := c.NewProducer("t", opts...); !errors.Is(err, ErrInvalidOption) {
+		if _, err := c.NewProducer(append(opts, WithDefaultTopic("t"))...); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
 		}
 	}
@@ -769,6 +770,134 @@ func testProducerRandomized(t *testing.T, opts []ProducerOption, faults []fakeAn
 				t.Errorf("worker %d: offsets in partition %d went from %d to %d", w, part, prev, off)
 			}
 			last[part] = off
+		}
+	}
+}
+
+// TestProducerWritesSeveralTopics: one idempotent Producer takes the topic
+// per record: keyed records land on their key's partition of their own
+// topic, once each and in order, under one producer id whose sequences are
+// counted per topic and partition; a message without a topic is refused.
+func TestProducerWritesSeveralTopics(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("a", 2)
+	f.addTopic("b", 3)
+	c := f.newClient()
+	p, err := c.NewProducer(WithLinger(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	ctx := testContext(t)
+	if _, err := p.Produce(ctx, Message{Value: []byte("v")}); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("no topic: %v, want ErrInvalidOption", err)
+	}
+	if _, err := p.Produce(ctx, Message{Topic: "a/b", Value: []byte("v")}); !errors.Is(err, ErrInvalidTopicName) {
+		t.Fatalf("topic a/b: %v, want ErrInvalidTopicName", err)
+	}
+	type sent struct {
+		topic, key, value string
+		future            *Future
+	}
+	var all []sent
+	for i := range 60 {
+		topic := []string{"a", "b"}[i%2]
+		key, value := fmt.Sprintf("k%d", i%7), fmt.Sprintf("%s-%d", topic, i)
+		all = append(all, sent{topic, key, value, mustProduce(t, p, ctx, Message{Topic: topic, Key: []byte(key), Value: []byte(value)})})
+	}
+	want := map[TopicPartition][]string{}
+	for _, s := range all {
+		res := mustResult(t, s.future)
+		n := map[string]int{"a": 2, "b": 3}[s.topic]
+		if res.Partition != PartitionForKey([]byte(s.key), n) {
+			t.Errorf("%s key %s on partition %d, want %d", s.topic, s.key, res.Partition, PartitionForKey([]byte(s.key), n))
+		}
+		tp := TopicPartition{s.topic, res.Partition}
+		if res.Offset != int64(len(want[tp])) {
+			t.Errorf("%s at offset %d, want %d", s.value, res.Offset, len(want[tp]))
+		}
+		want[tp] = append(want[tp], s.value)
+	}
+	for tp, values := range want {
+		var got []string
+		for _, r := range f.stored(tp.Topic, tp.Partition) {
+			got = append(got, string(r.Value))
+		}
+		if !slices.Equal(got, values) {
+			t.Errorf("%s holds %q, want %q", tp, got, values)
+		}
+	}
+	nextSeq := map[TopicPartition]int32{}
+	var ids []int64
+	for _, call := range f.appendedCalls() {
+		tp := TopicPartition{call.topic, call.partition}
+		if !call.idempotent || call.seq != nextSeq[tp] {
+			t.Errorf("%s: request idempotent %v at sequence %d, want %d", tp, call.idempotent, call.seq, nextSeq[tp])
+		}
+		nextSeq[tp] += int32(len(call.records))
+		ids = append(ids, call.producer.ID)
+	}
+	if slices.Sort(ids); len(slices.Compact(ids)) != 1 {
+		t.Errorf("producer ids %v, want one for every topic", slices.Compact(ids))
+	}
+}
+
+// TestProducerTopicsShareOneBuffer: WithMaxBufferedBytes bounds the records
+// of every topic together, not each topic's.
+func TestProducerTopicsShareOneBuffer(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("a", 1)
+	f.addTopic("b", 1)
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	f.onProduce = func(int, produceCall) *fakeAnswer { return &fakeAnswer{release: release} }
+	p := mustProducer(t, f.newClient(), "a", WithLinger(0), WithMaxBatchBytes(1024), WithMaxBufferedBytes(1024))
+	ctx := testContext(t)
+	big := bytes.Repeat([]byte("x"), 600)
+	first := mustProduce(t, p, ctx, Message{Value: big, Partition: ToPartition(0)})
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	if _, err := p.Produce(short, Message{Topic: "b", Value: big, Partition: ToPartition(0)}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Produce to b while a fills the buffer: %v, want its deadline", err)
+	}
+	once.Do(func() { close(release) })
+	mustResult(t, first)
+	if res := mustResult(t, mustProduce(t, p, ctx, Message{Topic: "b", Value: big, Partition: ToPartition(0)})); res.Offset != 0 {
+		t.Fatalf("b's record at %d", res.Offset)
+	}
+}
+
+// TestProducerStickyPartitionPerTopic: keyless records of each topic fill
+// a batch of that topic's sticky partition and then move to its next,
+// whatever the other topics do in between.
+func TestProducerStickyPartitionPerTopic(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("a", 3)
+	f.addTopic("b", 3)
+	value := []byte("0123456789")
+	perRecord := recordSizeBound(nil, value, nil)
+	p, err := f.newClient().NewProducer(WithLinger(time.Hour), WithMaxBatchBytes(record.HeaderSize+2*perRecord))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	ctx := testContext(t)
+	futures := map[string][]*Future{}
+	for i := range 12 {
+		topic := []string{"a", "b"}[i%2]
+		futures[topic] = append(futures[topic], mustProduce(t, p, ctx, Message{Topic: topic, Value: value}))
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for topic, fs := range futures {
+		var got []int
+		for _, fu := range fs {
+			got = append(got, mustResult(t, fu).Partition)
+		}
+		if want := []int{0, 0, 1, 1, 2, 2}; !slices.Equal(got, want) {
+			t.Errorf("topic %s: keyless records on partitions %v, want %v", topic, got, want)
 		}
 	}
 }

@@ -49,23 +49,25 @@ type PartitionInfo struct {
 	Epoch    int32    `json:"epoch"`
 	Replicas []string `json:"replicas"`
 	ISR      []string `json:"isr"`
-	// HighWatermark and LogStartOffset are the positions of the answering
-	// agent's replica; -1 when it holds none (the agent leaves them out),
-	// so that a partition this agent does not store never reads as empty.
+	// HighWatermark and LogStartOffset are the positions of the replica
+	// of the agent asked; -1 when it has no replica of the partition (its
+	// answer leaves them out: they are not 0).
 	HighWatermark  int64 `json:"high_watermark"`
 	LogStartOffset int64 `json:"log_start_offset"`
-	// LogEndOffset is set when the agent reports its replica's log end
-	// offset; LogEndOffset - HighWatermark is then the records that are
-	// appended but not yet committed.
+	// LogEndOffset is the log end offset of that replica, nil when the
+	// agent has none; on the leader, LogEndOffset - HighWatermark is the
+	// records appended but not yet committed.
 	LogEndOffset *int64 `json:"log_end_offset,omitempty"`
+	// Role is that replica's: "leader" or "follower"; empty when the
+	// agent has no replica of the partition.
+	Role string `json:"role,omitempty"`
 }
 
-// UnmarshalJSON decodes a partition with -1 for the positions the agent
-// left out, not 0.
-func (p *PartitionInfo) UnmarshalJSON(b []byte) error {
+// UnmarshalJSON decodes a partition, the positions it leaves out as -1.
+func (p *PartitionInfo) UnmarshalJSON(data []byte) error {
 	type plain PartitionInfo // without this method
 	v := plain{HighWatermark: -1, LogStartOffset: -1}
-	if err := json.Unmarshal(b, &v); err != nil {
+	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
 	*p = PartitionInfo(v)

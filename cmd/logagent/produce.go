@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/client"
-	"github.com/logagent/logagent/record"
 )
 
 func runProduce(args []string, stdout, stderr io.Writer) error {
@@ -73,7 +72,7 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return usageError(err)
 	}
-	codec, err := record.ParseCodec(*compression)
+	codec, err := client.ParseCompression(*compression)
 	if err != nil {
 		return fmt.Errorf("%w: -compression: %v", errUsage, err)
 	}
@@ -92,7 +91,7 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if idempotentSet {
 		opts = append(opts, client.WithIdempotence(*idempotent))
 	}
-	p, err := c.NewProducer(*topic, opts...)
+	p, err := c.NewProducer(append(opts, client.WithDefaultTopic(*topic))...)
 	if err != nil {
 		return usageError(err)
 	}

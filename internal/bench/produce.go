@@ -166,7 +166,7 @@ func newProduceWorkers(c *client.Client, cfg *ProduceConfig, partitions int, sta
 		}
 	}
 	for i := range cfg.Concurrency {
-		p, err := c.NewProducer(cfg.Topic, client.WithAcks(cfg.Acks), client.WithIdempotence(cfg.Idempotent),
+		p, err := c.NewProducer(client.WithDefaultTopic(cfg.Topic), client.WithAcks(cfg.Acks), client.WithIdempotence(cfg.Idempotent),
 			client.WithLinger(lingerUntilFlush), client.WithMaxBatchBytes(batchBound),
 			client.WithMaxBufferedBytes(max(batchBound, 32<<20)), client.WithDeliveryTimeout(retryFor))
 		if err != nil {

@@ -31,7 +31,7 @@ func TestGoClientAgainstAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := cl.NewProducer(topic, client.WithLinger(time.Millisecond))
+	p, err := cl.NewProducer(client.WithDefaultTopic(topic), client.WithLinger(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,9 @@
 //
 // Every process is started in its own process group with Pdeathsig, and
 // stopped by PID in t.Cleanup, also when the test fails (its log is then
-// printed).
+// printed). StartMain does the same for a TestMain, which has no test:
+// its Stop runs the cleanups (the client package's examples run against
+// such a cluster).
 //
 // Each agent has separate listen and advertised addresses, and its own
 // Consul address. With Options.Proxies, each agent reaches Consul and its

@@ -98,7 +98,7 @@ func TestEndToEndThroughSidecars(t *testing.T) {
 			errs <- err
 			return
 		}
-		prod, err := cl.NewProducer(topic, client.WithLinger(time.Millisecond))
+		prod, err := cl.NewProducer(client.WithDefaultTopic(topic), client.WithLinger(time.Millisecond))
 		if err != nil {
 			errs <- err
 			return

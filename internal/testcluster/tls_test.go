@@ -446,7 +446,7 @@ func TestClientTLSAndToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.WaitLeader("ctls-go", 0, 20*time.Second)
-		p, err := cl.NewProducer("ctls-go")
+		p, err := cl.NewProducer(client.WithDefaultTopic("ctls-go"))
 		if err != nil {
 			t.Fatal(err)
 		}
