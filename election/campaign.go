@@ -592,13 +592,21 @@ func (c *Client) validateISR(topic string, partition int, isr []string) error {
 // casState writes newState with the guarded transaction and keeps the
 // leadership's view in step with Consul.
 func (c *Client) casState(ctx context.Context, l *Leadership, base uint64, newState PartitionState) error {
+	return c.casStateWith(ctx, l, base, newState, nil)
+}
+
+// casStateWith is casState with more operations in the same transaction,
+// after the two guards (a reassignment's completion writes the replicas and
+// deletes the move with them). A refusal of any of them is handled as a
+// refused cas of the state: re-read, ErrNotLeader or ErrConflict.
+func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, newState PartitionState, extra api.TxnOps) error {
 	stateKey := c.keys.state(l.topic, l.partition)
 	leaderKey := c.keys.leader(l.topic, l.partition)
 	rule := keyRule(c.keys.prefix)
-	ops := api.TxnOps{
+	ops := append(api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: leaderKey, Session: l.session}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: base, Value: encodeJSON(newState)}},
-	}
+	}, extra...)
 	ok, resp, err := c.txn(ctx, ops, "write "+stateKey, rule)
 	if err != nil {
 		return err
