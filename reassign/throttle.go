@@ -63,11 +63,11 @@ func (t *Throttle) Delay(now time.Time) time.Duration {
 
 // MaxBytes caps one answer of at most limit bytes: a quarter second of the
 // budget, at least 1 (an answer holds at least one whole batch anyway).
-func (t *Throttle) MaxBytes(limit int) int {
+func (t *Throttle) MaxBytes(limit int64) int64 {
 	if t == nil {
 		return limit
 	}
-	return max(1, min(limit, int(t.capacity())))
+	return max(1, min(limit, int64(t.capacity())))
 }
 
 // Spend takes n bytes sent at now from the bucket.

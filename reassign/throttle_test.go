@@ -14,7 +14,7 @@ func TestThrottleHoldsTheRate(t *testing.T) {
 	cases := []struct {
 		name   string
 		rate   int64
-		answer int // bytes a fetch would return uncapped
+		answer int64 // bytes a fetch would return uncapped
 		rtt    time.Duration
 	}{
 		{"small answers", 1 << 20, 16 << 10, time.Millisecond},
@@ -34,8 +34,8 @@ func TestThrottleHoldsTheRate(t *testing.T) {
 				if c.name == "a batch above the window" {
 					n = c.answer // a whole batch goes out even above the cap
 				}
-				th.Spend(now, n)
-				sent += int64(n)
+				th.Spend(now, int(n))
+				sent += n
 				now = now.Add(c.rtt)
 			}
 			// At most the rate, plus the window saved at the start and the
