@@ -16,8 +16,9 @@ import (
 const reassignRetry = time.Second
 
 // syncReplicas hands the leader state machine the replica set the metadata
-// shows: the union when a move starts (its new replicas may fetch from
-// then on), the target once it completed. A set the state machine refuses
+// shows, and the liveness of its members: the union when a move starts (its
+// new replicas may fetch from then on), the target once it completed. A set
+// the state machine refuses
 // (one lacking an ISR member: metadata older than what this leader
 // committed) is left for the next snapshot.
 func (r *Replica) syncReplicas() {
@@ -30,6 +31,9 @@ func (r *Replica) syncReplicas() {
 		return
 	}
 	r.log.Info("replica set changed", "replicas", want)
+	// The state machine ignored what Consul says of replicas it did not
+	// have yet: an added replica reported dead must not join the ISR.
+	r.applyLiveness()
 }
 
 // driveReassign moves the partition's reassignment on (docs/design.md
