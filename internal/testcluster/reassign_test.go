@@ -232,29 +232,33 @@ func TestReassignRefusals(t *testing.T) {
 
 // TestReassignResumes (issue 18, acceptance 4): a move whose catch-up is
 // throttled so that it is still adding is interrupted by kill -9 of the
-// partition's leader (a replica the move removes), kill -9 of the replica
-// being added (restarted), or a restart of Consul (with its data); in each
-// case the move resumes from what Consul holds and completes, nothing
-// acknowledged is lost, and the removed replica's data is deleted (by the
-// restarted agent itself when it was killed).
+// partition's leader (one the move removes, and one it keeps: then a
+// replica the move removes may win the next epoch and must hand over),
+// kill -9 of the replica being added, or a restart of Consul with its
+// data; the killed agent is started again after 2 s. In each case the move
+// resumes from what Consul holds and completes, nothing acknowledged is
+// lost, the target replicas hold the same log, and the removed replica's
+// data is deleted (by the restarted agent itself when it was the one
+// killed).
 func TestReassignResumes(t *testing.T) {
+	killAndRestart := func(node string) func(*Cluster) {
+		return func(c *Cluster) {
+			a := agentsNamed(c, []string{node})[0]
+			a.Kill()
+			time.Sleep(2 * time.Second)
+			a.Restart()
+		}
+	}
 	cases := []struct {
 		name      string
-		interrupt func(t *testing.T, c *Cluster, leader, added *Agent)
+		target    []string
+		removed   string
+		interrupt func(c *Cluster)
 	}{
-		{"kill -9 of the leader", func(t *testing.T, c *Cluster, leader, _ *Agent) {
-			leader.Kill()
-			time.Sleep(2 * time.Second)
-			leader.Restart()
-		}},
-		{"kill -9 of the new replica", func(t *testing.T, c *Cluster, _, added *Agent) {
-			added.Kill()
-			time.Sleep(2 * time.Second)
-			added.Restart()
-		}},
-		{"Consul restart", func(t *testing.T, c *Cluster, _, _ *Agent) {
-			c.Consul.Restart()
-		}},
+		{"kill -9 of the leader, removed", []string{"n2", "n3", "n4"}, "n1", killAndRestart("n1")},
+		{"kill -9 of the leader, kept", []string{"n1", "n2", "n4"}, "n3", killAndRestart("n1")},
+		{"kill -9 of the new replica", []string{"n2", "n3", "n4"}, "n1", killAndRestart("n4")},
+		{"Consul restart", []string{"n2", "n3", "n4"}, "n1", func(c *Cluster) { c.Consul.Restart() }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -265,26 +269,25 @@ replication {
 }
 `})
 			leader, _ := createReplicatedTopic(t, c, topic)
-			preload(t, leader, topic, 3<<20)
-			target := []string{"n2", "n3", "n4"}
 			if leader.NodeID != "n1" {
 				t.Fatalf("leader %s, want the preferred replica n1", leader.NodeID)
 			}
-			added := c.Agents[3]
-			load, stopLoad := runAckLoad(t, agentsNamed(c, []string{"n2", "n3"}), topic, 2)
-			if err := startMove(c.Agents[1], topic, 0, target); err != nil {
+			preload(t, leader, topic, 3<<20)
+			via := agentsNamed(c, []string{"n2"}) // never killed
+			load, stopLoad := runAckLoad(t, via, topic, 2)
+			if err := startMove(via[0], topic, 0, tc.target); err != nil {
 				t.Fatalf("start the move: %v", err)
 			}
 			c.WaitFor(30*time.Second, "the catch-up under way", func() bool {
-				sent, inSync, ok := catchUpOf(c, topic, 0, added.NodeID)
+				sent, inSync, ok := catchUpOf(c, topic, 0, "n4")
 				return ok && sent >= 256<<10 && !inSync
 			})
-			sent, _, _ := catchUpOf(c, topic, 0, added.NodeID)
-			t.Logf("interrupting with %d bytes sent to %s", sent, added.NodeID)
-			tc.interrupt(t, c, leader, added)
-			waitMoveDone(t, c, topic, 0, target, 120*time.Second)
+			sent, _, _ := catchUpOf(c, topic, 0, "n4")
+			t.Logf("interrupting with %d bytes sent to n4", sent)
+			tc.interrupt(c)
+			waitMoveDone(t, c, topic, 0, tc.target, 120*time.Second)
 			stopLoad()
-			checkMoved(t, c, topic, target, []*Agent{leader}, load)
+			checkMoved(t, c, topic, tc.target, agentsNamed(c, []string{tc.removed}), load)
 		})
 	}
 }
