@@ -43,7 +43,8 @@ import (
 //	reassign  StartReassign / CompleteReassign (above)
 //	state     CreateTopic (epoch 0, leader ""), then only the leader:
 //	          election   txn [lock leader (own session), cas state (read index)]
-//	          ISR change txn [check-session leader (own session), cas state]
+//	          ISR change txn [check-session leader (own session), cas state,
+//	                          check-index replicas (the snapshot's)]
 //	leader    the election txn (lock verb), released by Resign and Close
 //	~deleted  DeleteTopic                     check-index config, delete-tree, set
 //	producer_ids     ProducerIDs.Allocate, 1000 ids a write   cas (read index)

@@ -105,6 +105,7 @@ func TestReassign(t *testing.T) {
 		t.Fatalf("snapshot of the move = %+v", pm)
 	}
 
+	staleSnap := a.Metadata()
 	// The added replica joins the ISR through the ordinary ISR change.
 	if err := a.ProposeISR(ctx, "mv", 0, la.Epoch(), []string{"a", "b", "c", "d"}, nil); err != nil {
 		t.Fatalf("ISR with the added replica: %v", err)
@@ -138,6 +139,20 @@ func TestReassign(t *testing.T) {
 		t.Fatalf("leader's view after the move = %+v", got)
 	}
 	waitPartition(t, a, "mv", 0, func(pm PartitionMeta) bool { return pm.Reassign == nil && len(pm.Replicas) == 3 })
+
+	// An ISR change validated against metadata from before the completion
+	// (a watch behind it: the snapshot of the move, put back) must not
+	// write a removed replica into the ISR beside replicas that lack it.
+	current := a.snapshot.Load()
+	a.snapshot.Store(staleSnap)
+	err = a.ProposeISR(ctx, "mv", 0, la.Epoch(), []string{"a", "b", "d", "c"}, nil)
+	a.snapshot.Store(current)
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("ISR change from a snapshot older than the replicas = %v, want ErrConflict", err)
+	}
+	if st := consulState(t, admin, "mv", 0); !slices.Equal(st.ISR, []string{"a", "b", "d"}) {
+		t.Fatalf("state after the stale ISR change = %+v", st)
+	}
 
 	// A move whose replicas key is not its union makes the topic corrupt.
 	if _, err := admin.KV().Put(&api.KVPair{Key: testPrefix + "topics/mv/0/reassign", Value: []byte(`{"target":["a","b","e"],"adding":["e"],"removing":["d"]}`)}, nil); err != nil {

@@ -26,6 +26,11 @@ func (r *Replica) syncReplicas() {
 	if !r.meta.usable || len(want) == 0 || slices.Equal(r.leader.Replicas(), want) {
 		return
 	}
+	if r.meta.pm.ReplicasIndex <= r.replicasFloor {
+		// Metadata from before this leader's own completion: the union it
+		// shows is over.
+		return
+	}
 	if err := r.leader.SetReplicas(want); err != nil {
 		r.log.Debug("replica set not taken from the metadata yet", "replicas", want, "error", err)
 		return

@@ -128,6 +128,10 @@ type Replica struct {
 	// from (reassign.go).
 	reassignRetryAt time.Time
 	reassignIndexes reassignIndexes
+	// replicasFloor is the replicas key's index this leadership's
+	// completion of a move replaced: metadata at or below it is older
+	// than the replica set the leader follows.
+	replicasFloor uint64
 	// catchUp counts the bytes sent to replicas being added.
 	catchUp catchUp
 	// yielded is set once this replica has held back its first campaign

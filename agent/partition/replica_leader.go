@@ -59,6 +59,7 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 	}
 	r.gen++
 	r.role, r.leader, r.leadership, r.leaderISR = RoleLeader, leader, l, leader.ISR()
+	r.replicasFloor = 0
 	r.leaderTicker = time.NewTicker(leaderTick)
 	r.isrRetry = nil
 	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
@@ -162,6 +163,7 @@ func (r *Replica) onISRResult(ev isrResult) {
 			// The completion of a move: the removed replicas are out of
 			// the ISR, so the state machine forgets them.
 			err = r.leader.SetReplicas(ev.proposal.Replicas)
+			r.replicasFloor = r.reassignIndexes.replicas
 			r.log.Info("reassignment complete", "epoch", ev.proposal.Epoch, "replicas", ev.proposal.Replicas)
 		}
 		r.log.Info("isr changed", "epoch", ev.proposal.Epoch, "isr", ev.proposal.ISR)
