@@ -103,11 +103,13 @@ chromium: ## Install Debian's chromium for the status page test when missing (as
 	fi
 
 # The Kafka listener's kcat tests (internal/testcluster TestKafkaKcat and
-# TestKafkaKcatGroup) run Debian's kcat (librdkafka); `make test` installs it
-# first when it is missing and make runs as root, and otherwise says loudly
-# that the tests will be skipped.
+# TestKafkaKcatGroup) and the README tour (cmd/logagent TestReadmeTour) run
+# Debian's kcat (librdkafka); `make test` installs it first when it is
+# missing and make runs as root, and otherwise says loudly what that does to
+# the tests.
 KCAT_MISSING := { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
-	echo "!!! NO KCAT: the Kafka listener's kcat tests TestKafkaKcat and TestKafkaKcatGroup WILL BE SKIPPED."; \
+	echo "!!! NO KCAT: the Kafka listener's kcat tests TestKafkaKcat and TestKafkaKcatGroup WILL BE SKIPPED,"; \
+	echo "!!! and the README tour's test TestReadmeTour WILL FAIL."; \
 	echo "!!! Install it as root: apt-get update && apt-get install -y kcat"; \
 	echo "!!! (or set LOGAGENT_KCAT to a kcat binary)"; \
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
@@ -122,6 +124,37 @@ kcat: ## Install Debian's kcat for the Kafka listener's tests when missing (as r
 	else \
 		$(KCAT_MISSING); \
 	fi
+
+# The install test (internal/testcluster TestInstallAsDocumented) runs
+# systemd-analyze verify on the installed unit, from Debian's systemd package
+# (nothing is started: the tool only reads unit files); the docs/api.md
+# examples test (TestAPIDocExamples) runs the examples' curl command lines
+# as written. `make test` installs each one first when it is missing and
+# make runs as root, and otherwise says loudly that the tests will be
+# skipped.
+define APT_TOOL
+	@if command -v $(1) >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's $(2) for $(3) (apt-get)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2); } || $(call APT_MISSING,$(1),$(2),$(3)); \
+	else \
+		$(call APT_MISSING,$(1),$(2),$(3)); \
+	fi
+endef
+APT_MISSING = { echo; echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+	echo "!!! NO $(1): $(3) WILL BE SKIPPED OR FAIL."; \
+	echo "!!! Install it as root: apt-get update && apt-get install -y $(2)"; \
+	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; echo; }
+
+.PHONY: systemd
+systemd: ## Install Debian's systemd (for systemd-analyze verify in the install test) and procps (the unit's /bin/kill) when missing (as root; otherwise say so loudly)
+	$(call APT_TOOL,systemd-analyze,systemd,the install test's systemd-analyze verify (TestInstallAsDocumented/systemd-analyze_verify))
+	$(call APT_TOOL,/bin/kill,procps,the install test TestInstallAsDocumented (the unit's ExecReload runs /bin/kill))
+
+.PHONY: curl
+curl: ## Install Debian's curl for the README tour's and the docs/api.md examples' tests when missing (as root; otherwise say so loudly)
+	$(call APT_TOOL,curl,curl,the README tour's test TestReadmeTour and the docs/api.md examples test TestAPIDocExamples)
 
 # franz-go's own integration tests (pkg/kgo v1.22.3, pinned in
 # tools/kafkaconf/go.mod) against a dev cluster's Kafka listener: a
@@ -158,7 +191,7 @@ kafkajs: ## Install kafkajs (npm ci) for the Kafka listener's test, and node and
 	fi
 
 .PHONY: test
-test: bin/logagent bin/consul chromium kcat kafkajs ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
+test: bin/logagent bin/consul chromium kcat kafkajs systemd curl ## Run every package's tests with -race, against the real Consul and binary (fault scenarios with JEPSEN_TIMING, their figures shown)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/internal/jepsen$$')
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./internal/jepsen 2>&1 | tee jepsen.out | grep -E '$(JEPSEN_LINES)'
 	@echo "full fault-injection log: jepsen.out"

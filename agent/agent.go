@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -278,6 +279,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	}
 	for _, w := range a.cfg.Warnings() {
 		a.log.Warn(w)
+	}
+	if a.cfg.Client.Pprof {
+		defer enableContentionProfiles()()
 	}
 	dir, err := partition.OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
 	if err != nil {
@@ -554,9 +558,35 @@ func (a *Agent) clientRoutes() *router {
 	return rt
 }
 
+// Sampling of the mutex and block profiles while client.pprof is on: Go
+// records neither by default, so /debug/pprof/mutex and /block would be
+// empty. One contention event in mutexProfileFraction, and blocking events
+// by time (one sample per blockProfileRate spent blocked, every event at
+// least that long), keep the cost low on the produce and fetch paths,
+// which block on channels and locks at every request.
+const (
+	mutexProfileFraction = 100
+	blockProfileRate     = int(time.Millisecond)
+)
+
+// enableContentionProfiles turns the mutex and block profiles' sampling
+// on for the process and returns what turns it off again.
+func enableContentionProfiles() (restore func()) {
+	previous := runtime.SetMutexProfileFraction(mutexProfileFraction)
+	runtime.SetBlockProfileRate(blockProfileRate)
+	return func() {
+		runtime.SetMutexProfileFraction(previous)
+		runtime.SetBlockProfileRate(0)
+	}
+}
+
 func (a *Agent) peerRoutes() *router {
 	rt := &router{}
-	rt.add(fasthttp.MethodGet, "/v1/health", a.requirePeerToken(a.handleHealth))
+	// Health is open, as on the client API: the peer address is the one a
+	// probe on another host can reach (the client API belongs on loopback),
+	// probes carry no secret, and it tells only the state and the node id.
+	// peer.tls still wants the probe's client certificate first.
+	rt.add(fasthttp.MethodGet, "/v1/health", a.handleHealth)
 	rt.add(fasthttp.MethodGet, peer.FetchPath, a.requirePeerToken(a.handleReplicaFetch))
 	rt.add(fasthttp.MethodGet, peer.EpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))

@@ -61,13 +61,8 @@ func bytesField(name string, text, b64 *string) ([]byte, error) {
 // none.
 func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 	var req jsonProduceBody
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeOneObject(body, &req); err != nil {
 		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
-	}
-	if dec.More() {
-		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body holds more than one JSON value", false)
 	}
 	if len(req.Records) == 0 {
 		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "the body holds no records", false)

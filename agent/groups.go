@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -214,15 +213,11 @@ var groupOps = map[string]func(a *Agent, ctx context.Context, op groupOp) (any, 
 	},
 }
 
-// decodeStrict decodes one JSON object, refusing unknown fields.
+// decodeStrict decodes a group request's body (decodeOneObject) as
+// groupcoord's invalid request when it is not one.
 func decodeStrict(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := decodeOneObject(body, v); err != nil {
 		return fmt.Errorf("%w: body: %v", groupcoord.ErrInvalidRequest, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: data after the body's object", groupcoord.ErrInvalidRequest)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,23 @@ func (e *apiError) Error() string { return e.Code + ": " + e.Message }
 // WireCode is the API's error code, which the Kafka listener maps to
 // Kafka's (kafka.ErrorCode).
 func (e *apiError) WireCode() string { return e.Code }
+
+// decodeOneObject decodes a request body that must be exactly one JSON
+// value of v's type: a field v does not have is refused, so that a
+// misspelt setting ("replicationFactor") never quietly becomes a default,
+// and so is anything after the value. Every JSON body of the client API is
+// read with it.
+func decodeOneObject(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
 
 func newAPIError(status int, code, message string, retriable bool) *apiError {
 	return &apiError{status: status, Code: code, Message: message, Retriable: retriable}

@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -49,12 +48,7 @@ func (a *Agent) handleInitProducer(ctx *fasthttp.RequestCtx) {
 	}
 	var req producerRequest
 	if body := bytes.TrimSpace(ctx.PostBody()); len(body) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil || dec.More() {
-			if err == nil {
-				err = errors.New("data after the object")
-			}
+		if err := decodeOneObject(body, &req); err != nil {
 			writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, `body is not {"producer_id": N} or {}: `+err.Error(), false)
 			return
 		}

@@ -617,7 +617,7 @@ func (a *Agent) readBatches(topic string, p int, offset, maxBytes int64) ([]byte
 // batch's records: the cost grows with the log (there is no time index),
 // one read of the partition's committed bytes at worst, from the leader
 // when this agent does not serve the partition.
-func (b *kafkaBroker) ListOffset(ctx context.Context, topic string, partition int32, timestamp int64) (kafka.OffsetAt, error) {
+func (b *kafkaBroker) ListOffset(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (kafka.OffsetAt, error) {
 	a := b.a
 	none := kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
 	if err := a.kafkaServing(); err != nil {
@@ -625,6 +625,9 @@ func (b *kafkaBroker) ListOffset(ctx context.Context, topic string, partition in
 	}
 	_, p, err := a.kafkaPartition(topic, partition)
 	if err != nil {
+		return none, err
+	}
+	if err := a.checkLeaderEpoch(topic, p, currentLeaderEpoch); err != nil {
 		return none, err
 	}
 	pos, err := a.positions(topic, p)

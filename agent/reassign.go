@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,8 +26,9 @@ type reassignment struct {
 	Topic     string   `json:"topic"`
 	Partition int      `json:"partition"`
 	Replicas  []string `json:"replicas"`
-	ISR       []string `json:"isr"`
-	Leader    string   `json:"leader"`
+	// ISR and Leader are absent from the answer to a POST.
+	ISR    []string `json:"isr,omitempty"`
+	Leader string   `json:"leader,omitempty"`
 	// LeaderAddress is the leader's client API, where the move's progress
 	// is read when this agent does not lead.
 	LeaderAddress string        `json:"leader_address,omitempty"`
@@ -73,7 +73,7 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req reassignRequest
-	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || len(req.Replicas) == 0 {
+	if err := decodeOneObject(ctx.PostBody(), &req); err != nil || len(req.Replicas) == 0 {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(`the body must be {"replicas":["n1","n2",...]}: %v`, err), false)
 		return
 	}

@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -79,14 +77,7 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req createTopicRequest
-	// A misspelt setting must not quietly become a default (as
-	// "replicationFactor" did): unknown fields are refused, as in produce.
-	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || dec.More() {
-		if err == nil {
-			err = errors.New("data after the topic object")
-		}
+	if err := decodeOneObject(ctx.PostBody(), &req); err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic: "+err.Error(), false)
 		return
 	}

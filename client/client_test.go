@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -273,6 +274,24 @@ func TestDecodeTopicList(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPartitionPositionsAbsent: the agent leaves a partition's positions
+// out where it holds no replica; they decode as -1, not as an empty log.
+func TestPartitionPositionsAbsent(t *testing.T) {
+	var info TopicInfo
+	body := `{"name":"t","partitions":[{"partition":0,"leader":"n2","replicas":["n2"],"isr":["n2"]},` +
+		`{"partition":1,"leader":"n1","high_watermark":0,"log_start_offset":0,"log_end_offset":3}]}`
+	if err := json.Unmarshal([]byte(body), &info); err != nil {
+		t.Fatal(err)
+	}
+	absent, held := info.Partitions[0], info.Partitions[1]
+	if absent.HighWatermark != -1 || absent.LogStartOffset != -1 || absent.LogEndOffset != nil || absent.Leader != "n2" {
+		t.Errorf("partition without a replica here: %+v, want HW and log start -1", absent)
+	}
+	if held.HighWatermark != 0 || held.LogStartOffset != 0 || held.LogEndOffset == nil || *held.LogEndOffset != 3 {
+		t.Errorf("partition with a replica here: %+v, want HW 0, log start 0, LEO 3", held)
 	}
 }
 

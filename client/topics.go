@@ -45,16 +45,31 @@ type TopicInfo struct {
 type PartitionInfo struct {
 	Partition int `json:"partition"`
 	// Leader is the leader's node id; empty when the partition is offline.
-	Leader         string   `json:"leader"`
-	Epoch          int32    `json:"epoch"`
-	Replicas       []string `json:"replicas"`
-	ISR            []string `json:"isr"`
-	HighWatermark  int64    `json:"high_watermark"`
-	LogStartOffset int64    `json:"log_start_offset"`
-	// LogEndOffset is set when the agent reports the leader's log end
+	Leader   string   `json:"leader"`
+	Epoch    int32    `json:"epoch"`
+	Replicas []string `json:"replicas"`
+	ISR      []string `json:"isr"`
+	// HighWatermark and LogStartOffset are the positions of the answering
+	// agent's replica; -1 when it holds none (the agent leaves them out),
+	// so that a partition this agent does not store never reads as empty.
+	HighWatermark  int64 `json:"high_watermark"`
+	LogStartOffset int64 `json:"log_start_offset"`
+	// LogEndOffset is set when the agent reports its replica's log end
 	// offset; LogEndOffset - HighWatermark is then the records that are
 	// appended but not yet committed.
 	LogEndOffset *int64 `json:"log_end_offset,omitempty"`
+}
+
+// UnmarshalJSON decodes a partition with -1 for the positions the agent
+// left out, not 0.
+func (p *PartitionInfo) UnmarshalJSON(b []byte) error {
+	type plain PartitionInfo // without this method
+	v := plain{HighWatermark: -1, LogStartOffset: -1}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = PartitionInfo(v)
+	return nil
 }
 
 func topicPath(name string) string { return "/v1/topics/" + url.PathEscape(name) }

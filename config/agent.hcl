@@ -32,7 +32,8 @@ client {
   address = "127.0.0.1:7070"
 
   # A file holding a bearer token. When set, every request but GET
-  # /v1/health must carry "Authorization: Bearer <token>" (401 otherwise).
+  # /v1/health and the status page's files (/ui/, /ui/app.js, /ui/style.css)
+  # must carry "Authorization: Bearer <token>" (401 otherwise).
   # Empty means no authentication. Read at start; a change needs a restart.
   # token_file = "/etc/logagent.d/tls/client-token"
 
@@ -46,8 +47,8 @@ client {
   # }
 
   # Serve Go's runtime profiles at /debug/pprof/ on this address (CPU,
-  # heap, allocations, goroutines, execution traces; mutex and block
-  # profiles stay empty, their sampling is off), for
+  # heap, allocations, goroutines, execution traces, and mutex and block
+  # profiles, whose sampling this turns on: docs/operations.md, "Profiling"), for
   # `go tool pprof http://127.0.0.1:7070/debug/pprof/profile?seconds=30`.
   # Anyone who can reach the address can read them.
   pprof = false
@@ -77,8 +78,9 @@ peer {
   # global unicast IPv4 address (set it when the host has several).
   # advertise_address = "10.0.0.11:7171"
 
-  # A file holding a shared secret. When set, every peer request must carry
-  # "Authorization: Bearer <secret>". Empty means no authentication.
+  # A file holding a shared secret. When set, every peer request but GET
+  # /v1/health must carry "Authorization: Bearer <secret>". Empty means no
+  # authentication.
   token_file = ""
 
   # Mutual TLS between agents: the listener and this agent's peer clients
@@ -196,7 +198,8 @@ producer {
 
 limits {
   # The largest record a client may send: its key, value and header keys
-  # and values together.
+  # and values together (in a binary batch or through the Kafka listener,
+  # the record's encoded length: those and a few bytes of varints).
   max_record_bytes = "1MiB"
   # The largest produce request body; larger ones are refused with 413
   # before they are read.

@@ -107,10 +107,11 @@ func New(cfg Config) (*Client, error) {
 	}
 	// NewClient has built the HTTP client the API client keeps (when the
 	// caller gave none): its requests are counted from here on.
-	counter := &countingTransport{next: consulCfg.HttpClient.Transport}
-	if counter.next == nil {
-		counter.next = http.DefaultTransport
+	next := consulCfg.HttpClient.Transport
+	if next == nil {
+		next = http.DefaultTransport
 	}
+	counter := &countingTransport{next: newLimitTransport(next, cfg.MaxConcurrentRequests)}
 	consulCfg.HttpClient.Transport = counter
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{

@@ -11,32 +11,36 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultPrefix       = "logagent/"
-	DefaultCheckTTL     = 3 * time.Second
-	DefaultSessionTTL   = 10 * time.Second
-	DefaultLockDelay    = 250 * time.Millisecond
-	DefaultLeaseMargin  = 500 * time.Millisecond
-	DefaultDeregister   = time.Minute
-	DefaultWatchWait    = 30 * time.Second
-	DefaultWatchMinGap  = 50 * time.Millisecond
-	DefaultCallTimeout  = 5 * time.Second
-	DefaultMaxInflight  = 16
-	minLockDelay        = time.Millisecond
-	maxLockDelay        = 60 * time.Second
-	minSessionTTL       = time.Second
-	maxSessionTTL       = 24 * time.Hour
-	minDeregisterAfter  = time.Minute
-	serviceName         = "logagent"
-	serfHealthCheckID   = "serfHealth"
-	metaNodeID          = "node_id"
-	metaPeerAddr        = "peer_addr"
-	metaClientAddr      = "client_addr"
-	sessionBehavior     = api.SessionBehaviorRelease
-	maxOpsPerTxn        = 64
-	heartbeatsPerTTL    = 3
-	renewalsPerTTL      = 2
-	maxEpoch            = 1<<31 - 1
-	watchTimeoutPadding = 5 * time.Second
+	DefaultPrefix      = "logagent/"
+	DefaultCheckTTL    = 3 * time.Second
+	DefaultSessionTTL  = 10 * time.Second
+	DefaultLockDelay   = 250 * time.Millisecond
+	DefaultLeaseMargin = 500 * time.Millisecond
+	DefaultDeregister  = time.Minute
+	DefaultWatchWait   = 30 * time.Second
+	DefaultWatchMinGap = 50 * time.Millisecond
+	DefaultCallTimeout = 5 * time.Second
+	DefaultMaxInflight = 16
+	// DefaultMaxConcurrentRequests leaves Consul's http_max_conns_per_client
+	// (200 per client IP) room for three agents on one host, as `logagent
+	// dev` runs them, plus their blocking queries and heartbeats.
+	DefaultMaxConcurrentRequests = 32
+	minLockDelay                 = time.Millisecond
+	maxLockDelay                 = 60 * time.Second
+	minSessionTTL                = time.Second
+	maxSessionTTL                = 24 * time.Hour
+	minDeregisterAfter           = time.Minute
+	serviceName                  = "logagent"
+	serfHealthCheckID            = "serfHealth"
+	metaNodeID                   = "node_id"
+	metaPeerAddr                 = "peer_addr"
+	metaClientAddr               = "client_addr"
+	sessionBehavior              = api.SessionBehaviorRelease
+	maxOpsPerTxn                 = 64
+	heartbeatsPerTTL             = 3
+	renewalsPerTTL               = 2
+	maxEpoch                     = 1<<31 - 1
+	watchTimeoutPadding          = 5 * time.Second
 )
 
 // nodeIDPattern keeps node ids usable inside service ids, check ids and JSON.
@@ -90,6 +94,10 @@ type Config struct {
 	// MaxInflight bounds concurrent election transactions, keeping many
 	// campaigns under Consul's per-client connection limit.
 	MaxInflight int
+	// MaxConcurrentRequests bounds every Consul request in flight but the
+	// few that must never wait behind the others: blocking queries (one
+	// per watch), session renewals and check heartbeats (limitTransport).
+	MaxConcurrentRequests int
 
 	Logger hclog.Logger
 	Clock  Clock
@@ -127,6 +135,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInflight == 0 {
 		c.MaxInflight = DefaultMaxInflight
 	}
+	if c.MaxConcurrentRequests == 0 {
+		c.MaxConcurrentRequests = DefaultMaxConcurrentRequests
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.Default().Named("election")
 	}
@@ -157,6 +168,7 @@ func (c Config) withDefaults() (Config, error) {
 		"deregister critical after %s must be at least %s", c.DeregisterCriticalAfter, minDeregisterAfter)
 	check(c.WatchWait > 0 && c.WatchMinGap > 0 && c.CallTimeout > 0, "watch wait, watch min gap and call timeout must be positive")
 	check(c.MaxInflight > 0, "max inflight %d must be positive", c.MaxInflight)
+	check(c.MaxConcurrentRequests >= c.MaxInflight, "max concurrent requests %d must be at least max inflight %d", c.MaxConcurrentRequests, c.MaxInflight)
 	if len(problems) > 0 {
 		return Config{}, fmt.Errorf("%w: %v", ErrInvalidConfig, problems)
 	}

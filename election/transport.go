@@ -1,7 +1,10 @@
 package election
 
 import (
+	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -35,4 +38,81 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // HTTP API and how many of them failed (countingTransport says which).
 func (c *Client) ConsulRequests() (requests, errors uint64) {
 	return c.counter.requests.Load(), c.counter.errors.Load()
+}
+
+// limitTransport holds at most cap(slots) Consul requests in flight, so
+// that thousands of partitions' campaigns, ISR changes and reads cannot
+// open more connections than Consul accepts from one address
+// (http_max_conns_per_client, 200 by default; beyond it Consul answers
+// 429 and closes the connection). Requests wait for a slot, or for their
+// context. Exempt are those an agent sends a fixed few of and that must
+// not queue behind the rest: blocking queries (an index parameter: each
+// watch holds one for up to its wait time, and would hold a slot as long)
+// and the session renewals and check heartbeats its leases depend on.
+type limitTransport struct {
+	next  http.RoundTripper
+	slots chan struct{}
+	// inFlight counts the requests holding a slot, for tests.
+	inFlight atomic.Int64
+}
+
+func newLimitTransport(next http.RoundTripper, limit int) *limitTransport {
+	return &limitTransport{next: next, slots: make(chan struct{}, limit)}
+}
+
+func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if limitExempt(req) {
+		return t.next.RoundTrip(req)
+	}
+	select {
+	case t.slots <- struct{}{}:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	t.inFlight.Add(1)
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		t.release()
+		return nil, err
+	}
+	// The slot is the connection's: it is held until the body is closed.
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: t.release}
+	return resp, nil
+}
+
+func (t *limitTransport) release() {
+	t.inFlight.Add(-1)
+	<-t.slots
+}
+
+// limitExempt says whether req passes without a slot.
+func limitExempt(req *http.Request) bool {
+	if req.URL.Query().Has("index") {
+		return true
+	}
+	p := req.URL.Path
+	return strings.HasPrefix(p, "/v1/session/renew/") || strings.HasPrefix(p, "/v1/agent/check/")
+}
+
+// releasingBody releases its slot once, at the end of the body or at the
+// first Close, whichever comes first: net/http reuses the connection at
+// either.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+	once    sync.Once
+}
+
+func (b *releasingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.once.Do(b.release)
+	}
+	return n, err
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
 }

@@ -3,8 +3,13 @@ package election
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/logagent/logagent/internal/consultest"
 )
@@ -92,5 +97,88 @@ func TestClientCountsConsulRequests(t *testing.T) {
 	}
 	if _, wrapped := own.Transport.(*countingTransport); wrapped {
 		t.Fatal("the caller's HTTP client had its transport replaced")
+	}
+}
+
+// gateTransport answers once open is closed, counting the requests it
+// holds at once.
+type gateTransport struct {
+	open          chan struct{}
+	mu            sync.Mutex
+	held, maxHeld int
+}
+
+func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	g.mu.Lock()
+	g.held++
+	g.maxHeld = max(g.maxHeld, g.held)
+	g.mu.Unlock()
+	<-g.open
+	g.mu.Lock()
+	g.held--
+	g.mu.Unlock()
+	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+}
+
+func TestLimitTransport(t *testing.T) {
+	const limit, requests = 4, 40
+	gate := &gateTransport{open: make(chan struct{})}
+	lt := newLimitTransport(gate, limit)
+	do := func(ctx context.Context, url string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := lt.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		return errors.Join(err, resp.Body.Close())
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, requests)
+	for i := range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- do(context.Background(), fmt.Sprintf("http://127.0.0.1:8500/v1/txn?n=%d", i))
+		}()
+	}
+	waitFor(t, 10*time.Second, "every slot taken", func() bool { return lt.inFlight.Load() == limit })
+
+	// With every slot taken: a request given up waits no longer than its
+	// context, and the exempt ones pass.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := do(ctx, "http://127.0.0.1:8500/v1/kv/x"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a request waiting for a slot past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	exempt := make(chan error, 3)
+	for _, url := range []string{
+		"http://127.0.0.1:8500/v1/kv/logagent/topics/?index=7&recurse=&wait=30000ms",
+		"http://127.0.0.1:8500/v1/session/renew/abc",
+		"http://127.0.0.1:8500/v1/agent/check/pass/logagent-n1:1",
+	} {
+		go func() { exempt <- do(context.Background(), url) }()
+	}
+	waitFor(t, 10*time.Second, "the exempt requests beside them", func() bool { gate.mu.Lock(); defer gate.mu.Unlock(); return gate.held == limit+3 })
+
+	close(gate.open)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for range 3 {
+		if err := <-exempt; err != nil {
+			t.Error(err)
+		}
+	}
+	if gate.maxHeld != limit+3 || lt.inFlight.Load() != 0 || len(lt.slots) != 0 {
+		t.Errorf("at most %d requests held at once (want %d: the limit and the 3 exempt ones), %d in flight and %d slots taken at the end (want 0)",
+			gate.maxHeld, limit+3, lt.inFlight.Load(), len(lt.slots))
 	}
 }

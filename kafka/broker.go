@@ -43,7 +43,8 @@ type Broker interface {
 	// -2 (earliest: the log start offset), -1 (latest: the high
 	// watermark) or a time in ms (the first offset whose record's
 	// timestamp is at or after it; -1 offset when none is).
-	ListOffset(ctx context.Context, topic string, partition int32, timestamp int64) (OffsetAt, error)
+	// currentLeaderEpoch, when not -1, is checked as Fetch's is.
+	ListOffset(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (OffsetAt, error)
 	// EndOffsetForEpoch is Kafka's OffsetForLeaderEpoch for one partition:
 	// the largest epoch not above epoch the leader knows of, and the
 	// offset where it ended (the log end offset for the current epoch).

@@ -203,7 +203,7 @@ func (b *fakeBroker) WaitForData(ctx context.Context, positions []Position, max 
 	}
 }
 
-func (b *fakeBroker) ListOffset(_ context.Context, topic string, partition int32, timestamp int64) (OffsetAt, error) {
+func (b *fakeBroker) ListOffset(_ context.Context, topic string, partition int32, _ int32, timestamp int64) (OffsetAt, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, err := b.partition(topic, partition)

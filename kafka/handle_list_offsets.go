@@ -42,7 +42,7 @@ func (s *Server) handleListOffsets(ctx context.Context, req *kmsg.ListOffsetsReq
 			it.p.ErrorCode = kerr.InvalidRequest.Code
 			return
 		}
-		at, err := s.cfg.Broker.ListOffset(ctx, it.t, it.rp.Partition, it.rp.Timestamp)
+		at, err := s.cfg.Broker.ListOffset(ctx, it.t, it.rp.Partition, it.rp.CurrentLeaderEpoch, it.rp.Timestamp)
 		if err != nil {
 			it.p.ErrorCode = ErrorCode(err)
 			return

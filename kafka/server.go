@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -15,6 +17,13 @@ import (
 // DefaultMaxRequestBytes is the frame limit when Config.MaxRequestBytes is
 // zero: Kafka's socket.request.max.bytes default, 100 MiB.
 const DefaultMaxRequestBytes = 100 << 20
+
+// DefaultIdleTimeout is how long a connection may wait for its next
+// request when Config.IdleTimeout is zero: Kafka's connections.max.idle.ms
+// default, 10 minutes. Clients reconnect when they need the broker again;
+// a client that vanished without closing (a killed VM, a dropped route)
+// then holds no descriptor beyond it.
+const DefaultIdleTimeout = 10 * time.Minute
 
 // connBufferSize is the size of each connection's read and write buffers.
 const connBufferSize = 64 << 10
@@ -29,6 +38,10 @@ type Config struct {
 	// closes the connection before anything of the frame is read. Zero
 	// means DefaultMaxRequestBytes.
 	MaxRequestBytes int32
+	// IdleTimeout closes a connection that sends no request for this
+	// long (from its last answer, or from its accept); zero means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// NodeID is the broker id the listener presents.
 	NodeID int32
 	// Host and Port are the address Metadata and FindCoordinator answer
@@ -62,6 +75,9 @@ type Server struct {
 func NewServer(cfg Config) *Server {
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -198,8 +214,18 @@ var errConnDone = errors.New("kafka: connection done")
 // serveOne reads, handles and answers one request. An error closes the
 // connection.
 func (s *Server) serveOne(c *conn) error {
+	// The deadline covers the wait for the next request and its reading;
+	// a request being handled (a long poll) is not reading, so it is not
+	// cut. The net package's deadlines are wall-clock by nature.
+	if err := c.nc.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout)); err != nil {
+		return errConnDone
+	}
 	frame, err := readFrame(c.r, s.cfg.MaxRequestBytes, c.in)
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.log.Debug("closing idle connection", "remote", c.remote, "idle_timeout", s.cfg.IdleTimeout)
+			return errConnDone
+		}
 		if errors.Is(err, ErrFrameSize) {
 			s.log.Warn("refused request frame", "remote", c.remote, "error", err)
 		}

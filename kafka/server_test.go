@@ -658,3 +658,22 @@ func TestCloseEndsConnections(t *testing.T) {
 	c.expectClosed()
 	idle.expectClosed()
 }
+
+func TestIdleConnectionsClosed(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	ts := startServer(t, func(c *Config) { c.IdleTimeout = idle })
+	quiet := dialRaw(t, ts.addr)
+	busy := dialRaw(t, ts.addr)
+	// busy asks every idle/3 for three idle timeouts: each request moves
+	// its deadline, so it stays open while quiet, which asks nothing,
+	// is closed.
+	for end := time.Now().Add(3 * idle); time.Now().Before(end); time.Sleep(idle / 3) {
+		req := kmsg.NewPtrApiVersionsRequest()
+		busy.send(busy.frame(req))
+		busy.read(req.ResponseKind())
+	}
+	quiet.expectClosed()
+	req := kmsg.NewPtrApiVersionsRequest()
+	busy.send(busy.frame(req))
+	busy.read(req.ResponseKind())
+}

@@ -41,9 +41,18 @@ func benchGroups(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return workloadError(err)
 	}
+	for _, a := range cfg.Addrs {
+		c, err := client.New(a)
+		if err != nil {
+			return fmt.Errorf("%w: -addr: %v", errUsage, err)
+		}
+		if err := checkAgent(ctx, c, 0); err != nil {
+			return err
+		}
+	}
 	res, err := bench.Groups(ctx, cfg)
 	if err != nil {
-		return workloadError(err)
+		return explain(workloadError(err), strings.Join(cfg.Addrs, ","), 0)
 	}
 	return f.Report(res, stdout)
 }
@@ -134,17 +143,24 @@ func (f *loadFlags) prepare(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAgent(ctx, c, 0); err != nil {
+		return nil, err
+	}
 	spec := client.TopicSpec{Name: *f.topic, Partitions: *f.partitions, ReplicationFactor: *f.replication, MinInsyncReplicas: *f.minISR}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
 	if _, err := bench.EnsureTopic(ctx, c, spec, *f.create, nil); err != nil {
 		if errors.Is(err, bench.ErrNoTopic) {
 			return nil, fmt.Errorf("%w (add -create to create it)", err)
 		}
-		return nil, usageError(err)
+		return nil, explain(usageError(err), c.Addr(), prepareTimeout)
 	}
 	return c, nil
 }
+
+// prepareTimeout bounds the wait for the topic and its leaders before a
+// run.
+const prepareTimeout = 30 * time.Second
 
 // newBenchClient returns a client whose connection pool fits the workers
 // and the consumers.
@@ -329,6 +345,9 @@ func benchConsume(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	c, err := newBenchClient(addr, 0)
 	if err != nil {
+		return err
+	}
+	if err := checkAgent(ctx, c, 0); err != nil {
 		return err
 	}
 	return report.measure(stdout, &cfg.Progress, func() (*bench.Result, error) { return bench.Consume(ctx, c, cfg) }, false)

@@ -109,7 +109,13 @@ func newAgentClient(f *agentFlags, hc *http.Client) (*client.Client, error) {
 	if hc != nil {
 		// The transport is unused until the first request: set up as the
 		// client's own is (client.New), for the address it resolved.
-		t := hc.Transport.(*http.Transport)
+		t, ok := hc.Transport.(*http.Transport)
+		if notes, wrapped := hc.Transport.(*retryNotes); wrapped {
+			t, ok = notes.next.(*http.Transport)
+		}
+		if !ok {
+			return nil, fmt.Errorf("logagent: cannot set up TLS on a %T transport", hc.Transport)
+		}
 		t.TLSClientConfig = tlsCfg
 		if strings.HasPrefix(c.Addr(), "https://") {
 			t.WriteBufferSize = client.TLSWriteBufferSize
@@ -126,15 +132,21 @@ const reachTimeout = 5 * time.Second
 // checkAgent asks the agent's health once, so that a command aimed at an
 // agent that is not running fails fast, saying where it looked and how to
 // look elsewhere. An agent that answers, even "starting", is reachable.
-func checkAgent(ctx context.Context, c *client.Client) error {
-	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+// It waits reachTimeout at most, or the command's timeout when shorter
+// (0: none).
+func checkAgent(ctx context.Context, c *client.Client, timeout time.Duration) error {
+	limit, within := reachTimeout, reachTimeout.String()
+	if timeout > 0 && timeout <= reachTimeout {
+		limit, within = timeout, "-timeout "+timeout.String()
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	_, err := c.Health(ctx)
 	var answered *client.Error
 	if err == nil || errors.As(err, &answered) {
 		return nil
 	}
-	return fmt.Errorf("no agent answers at %s (%v): is it running? -addr or $%s names another", c.Addr(), err, client.AddrEnv)
+	return explainWithin(err, c.Addr(), within)
 }
 
 // agentCall returns a client of addr and a context bounded by timeout, for
@@ -202,35 +214,131 @@ func usageError(err error) error {
 }
 
 // writePartitionTable prints one row per partition of topics, with a TOPIC
-// column when withTopic. STATE is offline (no leader), below-min-isr (acks=all
-// writes are refused), under-replicated (ISR smaller than the replicas) or ok.
-// LAG is appended but not yet committed records, when the agent reports the
-// log end offset.
+// column when withTopic. HW, LOG-START and UNCOMMITTED are the positions of
+// the answering agent's replica, "-" where it holds none (a note under the
+// table says so): UNCOMMITTED is LEO - HW, records appended to that
+// replica but not yet committed (on the leader, how far the slowest
+// in-sync follower trails). STATE is offline (no leader), below-min-isr
+// (acks=all writes are refused), under-replicated (ISR smaller than the
+// replicas) or ok.
 func writePartitionTable(w io.Writer, topics []client.TopicInfo, withTopic bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tHW\tLOG-START\tLAG\tSTATE"
+	header := "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tHW\tLOG-START\tUNCOMMITTED\tSTATE"
 	if withTopic {
 		header = "TOPIC\t" + header
 	}
 	fmt.Fprintln(tw, header)
+	elsewhere := 0
 	for _, t := range topics {
 		minISR := configInt(t.Config, "min_insync_replicas")
 		for _, p := range t.Partitions {
 			if withTopic {
 				fmt.Fprintf(tw, "%s\t", t.Name)
 			}
-			leader, lag := p.Leader, "-"
+			leader, uncommitted := p.Leader, "-"
 			if leader == "" {
 				leader = "-"
 			}
-			if p.LogEndOffset != nil {
-				lag = strconv.FormatInt(*p.LogEndOffset-p.HighWatermark, 10)
+			if p.LogEndOffset != nil && p.HighWatermark >= 0 {
+				uncommitted = strconv.FormatInt(*p.LogEndOffset-p.HighWatermark, 10)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", p.Partition, leader, p.Epoch,
-				joinOrDash(p.Replicas), joinOrDash(p.ISR), p.HighWatermark, p.LogStartOffset, lag, stateColumn(p, minISR))
+			if p.HighWatermark < 0 {
+				elsewhere++
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Partition, leader, p.Epoch,
+				joinOrDash(p.Replicas), joinOrDash(p.ISR), offsetOrDash(p.HighWatermark), offsetOrDash(p.LogStartOffset), uncommitted, stateColumn(p, minISR))
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if elsewhere > 0 {
+		_, err := fmt.Fprintf(w, "(HW, LOG-START, UNCOMMITTED: this agent's replica's; - where it holds none: -addr another agent for those)\n")
+		return err
+	}
+	return nil
+}
+
+// offsetOrDash is an offset, "-" when unknown (-1).
+func offsetOrDash(o int64) string {
+	if o < 0 {
+		return "-"
+	}
+	return strconv.FormatInt(o, 10)
+}
+
+// topicJSON and partitionJSON are a topic as -format json prints it: the
+// positions null where the answering agent holds no replica.
+type topicJSON struct {
+	Name       string                     `json:"name"`
+	Config     map[string]json.RawMessage `json:"config"`
+	Partitions []partitionJSON            `json:"partitions"`
+}
+
+type partitionJSON struct {
+	Partition      int      `json:"partition"`
+	Leader         string   `json:"leader"`
+	Epoch          int32    `json:"epoch"`
+	Replicas       []string `json:"replicas"`
+	ISR            []string `json:"isr"`
+	HighWatermark  *int64   `json:"high_watermark"`
+	LogStartOffset *int64   `json:"log_start_offset"`
+	LogEndOffset   *int64   `json:"log_end_offset"`
+	// State is the STATE column's worst condition; NotPreferred that the
+	// leader is not the preferred replica.
+	State        string `json:"state"`
+	NotPreferred bool   `json:"not_preferred"`
+}
+
+func toTopicJSON(t client.TopicInfo) topicJSON {
+	out := topicJSON{Name: t.Name, Config: t.Config, Partitions: []partitionJSON{}}
+	if out.Config == nil {
+		out.Config = map[string]json.RawMessage{}
+	}
+	minISR := configInt(t.Config, "min_insync_replicas")
+	for _, p := range t.Partitions {
+		out.Partitions = append(out.Partitions, partitionJSON{
+			Partition: p.Partition, Leader: p.Leader, Epoch: p.Epoch, Replicas: orEmpty(p.Replicas), ISR: orEmpty(p.ISR),
+			HighWatermark: knownOffset(p.HighWatermark), LogStartOffset: knownOffset(p.LogStartOffset), LogEndOffset: p.LogEndOffset,
+			State: partitionState(p, minISR), NotPreferred: notPreferred(p),
+		})
+	}
+	return out
+}
+
+func knownOffset(o int64) *int64 {
+	if o < 0 {
+		return nil
+	}
+	return &o
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// formatFlag registers -format for the commands that print text or JSON.
+func formatFlag(fs *flag.FlagSet) *string {
+	return fs.String("format", "text", "text or json")
+}
+
+// checkFormat refuses a -format other than text or json.
+func checkFormat(format string) error {
+	if format != "text" && format != "json" {
+		return fmt.Errorf("%w: -format %q: want text or json", errUsage, format)
+	}
+	return nil
 }
 
 // stateColumn is partitionState, marked not-preferred when the leader is

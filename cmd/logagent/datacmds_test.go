@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,8 +59,8 @@ func TestTopicCommands(t *testing.T) {
 	// In order: each case sees what the ones before it did.
 	cases := []cliCase{
 		{"create", []string{"topic", "create", "-addr", addr, "-name", "orders", "-partitions", "2", "-replication-factor", "1", "-min-insync-replicas", "1"}, 0,
-			[]string{"created topic orders\n"}, nil},
-		{"create again", []string{"topic", "create", "-addr", addr, "orders"}, 1, nil, []string{"topic_exists (409)"}},
+			[]string{"created topic orders: 2 partition(s), replication factor 1, min_insync_replicas 1\n", "every partition has a leader\n"}, nil},
+		{"create again", []string{"topic", "create", "-addr", addr, "orders"}, 1, nil, []string{"logagent topic: fake: topic_exists: 'logagent topic describe' shows it\n"}},
 		{"create without a name", []string{"topic", "create", "-addr", addr}, 2, nil, []string{"name the topic"}},
 		{"named twice", []string{"topic", "create", "-addr", addr, "-name", "a", "b"}, 2, nil, []string{"named twice"}},
 		{"bad name", []string{"topic", "create", "-addr", addr, "bad/name"}, 2, nil, []string{"invalid topic name"}},
@@ -69,11 +70,16 @@ func TestTopicCommands(t *testing.T) {
 		{"describe, flags after the name", []string{"topic", "describe", "orders", "-addr", addr}, 0, []string{
 			"topic orders: 2 partition(s)\n",
 			"config: min_insync_replicas=1 replication_factor=1\n",
-			"PARTITION  LEADER  EPOCH  REPLICAS  ISR  HW  LOG-START  LAG  STATE\n",
-			"0          n1      1      n1        n1   0   0          -    ok\n",
-			"1          n1      1      n1        n1   0   0          -    ok\n",
+			"PARTITION  LEADER  EPOCH  REPLICAS  ISR  HW  LOG-START  UNCOMMITTED  STATE\n",
+			"0          n1      1      n1        n1   0   0          -            ok\n",
+			"1          n1      1      n1        n1   0   0          -            ok\n",
 		}, nil},
-		{"describe unknown", []string{"topic", "describe", "-addr", addr, "-name", "nope"}, 1, nil, []string{`describe topic "nope": client: unknown_topic (404)`}},
+		{"describe json", []string{"topic", "describe", "-addr", addr, "orders", "-format", "json"}, 0, []string{
+			`"name": "orders"`, `"replication_factor": 1`, `"partition": 1`, `"high_watermark": 0`, `"log_end_offset": null`, `"state": "ok"`,
+		}, nil},
+		{"describe bad format", []string{"topic", "describe", "-addr", addr, "orders", "-format", "yaml"}, 2, nil, []string{`-format "yaml": want text or json`}},
+		{"list json", []string{"topic", "list", "-addr", addr, "-format", "json"}, 0, []string{"[\n  \"orders\"\n]\n"}, nil},
+		{"describe unknown", []string{"topic", "describe", "-addr", addr, "-name", "nope"}, 1, nil, []string{"logagent topic: fake: unknown_topic: 'logagent topic list' shows the topics there are\n"}},
 		{"delete", []string{"topic", "delete", "-addr", addr, "orders"}, 0, []string{"deleted topic orders\n"}, nil},
 		{"delete again", []string{"topic", "delete", "-addr", addr, "orders"}, 1, nil, []string{"unknown_topic"}},
 		{"no subcommand", []string{"topic"}, 2, nil, []string{"Usage: logagent topic", "name a subcommand"}},
@@ -90,6 +96,64 @@ func TestTopicCommands(t *testing.T) {
 	}
 }
 
+// TestTopicCreateSays: topic create prints what was created, warns when
+// the default replication factor was capped by too few live agents, and
+// says how many partitions have a leader while it waits for them.
+func TestTopicCreateSays(t *testing.T) {
+	three := []client.AgentInfo{{NodeID: "n1"}, {NodeID: "n2"}, {NodeID: "n3"}}
+	cases := []struct {
+		cliCase
+		live       []client.AgentInfo
+		leaderless int
+		noStderr   []string
+	}{
+		{cliCase{"defaults capped by one live agent", []string{"topic", "create", "capped"}, 0,
+			[]string{"created topic capped: 3 partition(s), replication factor 1, min_insync_replicas 1\n", "every partition has a leader\n"},
+			[]string{"WARNING: replication factor 1, not 3: 1 agent(s) were live", "WARNING: each record is on 1 agent(s) only", "-replication-factor 3"}},
+			nil, 0, []string{"min_insync_replicas 1 of 1"}},
+		{cliCase{"defaults capped by two live agents", []string{"topic", "create", "two"}, 0,
+			[]string{"replication factor 2, min_insync_replicas 2\n"},
+			[]string{"WARNING: replication factor 2, not 3: 2 agent(s) were live", "WARNING: min_insync_replicas 2 of 2 replicas: acks=all writes are refused while any of them is down.\n"}},
+			[]client.AgentInfo{{NodeID: "n1"}, {NodeID: "n2"}}, 0, nil},
+		{cliCase{"defaults with three live agents", []string{"topic", "create", "full"}, 0,
+			[]string{"created topic full: 3 partition(s), replication factor 3, min_insync_replicas 2\n"}, nil},
+			three, 0, []string{"WARNING"}},
+		{cliCase{"asked for one replica", []string{"topic", "create", "one", "-replication-factor", "1"}, 0,
+			[]string{"replication factor 1, min_insync_replicas 1\n"}, nil},
+			nil, 0, []string{"WARNING"}},
+		{cliCase{"waits for the leaders", []string{"topic", "create", "slow"}, 0,
+			[]string{"every partition has a leader\n"}, []string{"waiting for leaders: 0 of 3 partition(s) led\n"}},
+			three, 4, nil},
+		{cliCase{"leaders not within the timeout", []string{"topic", "create", "never", "-timeout", "1s"}, 1,
+			nil, []string{"waiting for leaders: 0 of 3 partition(s) led\n", "topic never is created, but 3 of its 3 partition(s) have no leader yet: 'logagent status' shows them\n"}},
+			three, 1 << 20, nil},
+		{cliCase{"without waiting", []string{"topic", "create", "nowait", "-wait=false"}, 0,
+			[]string{"created topic nowait"}, nil},
+			three, 1 << 20, []string{"waiting"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeClientAPI(t)
+			if c.live != nil {
+				f.live = c.live
+			}
+			f.leaderless = c.leaderless
+			var out, errb bytes.Buffer
+			start := time.Now()
+			code := run(append(c.args, "-addr", f.srv.URL), &out, &errb)
+			checkCLI(t, c.cliCase, code, out.String(), errb.String())
+			for _, s := range c.noStderr {
+				if strings.Contains(errb.String(), s) {
+					t.Errorf("stderr has %q:\n%s", s, errb.String())
+				}
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("took %s", took)
+			}
+		})
+	}
+}
+
 func TestAddrFromEnvironment(t *testing.T) {
 	f := newFakeClientAPI(t)
 	f.addTopic(client.TopicInfo{Name: "env-topic"})
@@ -102,6 +166,8 @@ func TestAddrFromEnvironment(t *testing.T) {
 
 func TestStatusTable(t *testing.T) {
 	f := newFakeClientAPI(t)
+	f.live = []client.AgentInfo{{NodeID: "n2", ClientAddress: "127.0.0.1:7071", PeerAddress: "127.0.0.1:7172"},
+		{NodeID: "n1", ClientAddress: "127.0.0.1:7070", PeerAddress: "127.0.0.1:7171"}}
 	logEnd := int64(45)
 	f.addTopic(client.TopicInfo{Name: "b", Config: map[string]json.RawMessage{"min_insync_replicas": json.RawMessage("2")},
 		Partitions: []client.PartitionInfo{
@@ -112,34 +178,66 @@ func TestStatusTable(t *testing.T) {
 	f.addTopic(client.TopicInfo{Name: "a", Partitions: []client.PartitionInfo{
 		{Partition: 0, Leader: "n1", Epoch: 3, Replicas: []string{"n1", "n2"}, ISR: []string{"n1", "n2"}, HighWatermark: 42, LogEndOffset: &logEnd},
 		{Partition: 1, Leader: "n2", Epoch: 12, Replicas: []string{"n2", "n1"}, ISR: []string{"n2"}, HighWatermark: 1234567},
-		{Partition: 2, Leader: "n2", Epoch: 7, Replicas: []string{"n1", "n2"}, ISR: []string{"n1", "n2"}, HighWatermark: 8},
+		{Partition: 2, Leader: "n2", Epoch: 7, Replicas: []string{"n2"}, ISR: []string{"n2"}, HighWatermark: -1, LogStartOffset: -1},
 	}})
 	var out, errb bytes.Buffer
 	if code := run([]string{"status", "-addr", f.srv.URL}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	want := "agent " + f.srv.URL + ": node n1, ok\n" + `
-TOPIC  PARTITION  LEADER  EPOCH  REPLICAS  ISR       HW       LOG-START  LAG  STATE
-a      0          n1      3      n1,n2     n1,n2     42       0          3    ok
-a      1          n2      12     n2,n1     n2        1234567  0          -    under-replicated
-a      2          n2      7      n1,n2     n1,n2     8        0          -    not-preferred
-b      0          -       4      n1,n2,n3  -         10       0          -    offline
-b      1          n3      9      n1,n2,n3  n3        5        2          -    below-min-isr,not-preferred
-b      2          n1      2      n1,n2,n3  n1,n2,n3  0        0          -    ok
+AGENT  STATE  CLIENT-ADDRESS  PEER-ADDRESS
+n1     up     127.0.0.1:7070  127.0.0.1:7171
+n2     up     127.0.0.1:7071  127.0.0.1:7172
+n3     DOWN   -               -
 
-2 topic(s), 6 partition(s), 1 offline, 1 below-min-isr, 1 under-replicated, 2 not led by their preferred replica
+TOPIC  PARTITION  LEADER  EPOCH  REPLICAS  ISR       HW       LOG-START  UNCOMMITTED  STATE
+a      0          n1      3      n1,n2     n1,n2     42       0          3            ok
+a      1          n2      12     n2,n1     n2        1234567  0          -            under-replicated
+a      2          n2      7      n2        n2        -        -          -            ok
+b      0          -       4      n1,n2,n3  -         10       0          -            offline
+b      1          n3      9      n1,n2,n3  n3        5        2          -            below-min-isr,not-preferred
+b      2          n1      2      n1,n2,n3  n1,n2,n3  0        0          -            ok
+(HW, LOG-START, UNCOMMITTED: this agent's replica's; - where it holds none: -addr another agent for those)
+
+3 agent(s), 2 up, 1 DOWN; 2 topic(s), 6 partition(s), 1 offline, 1 below-min-isr, 1 under-replicated, 1 not led by their preferred replica
 `
 	if out.String() != want {
 		t.Fatalf("status printed:\n%s\nwant:\n%s", out.String(), want)
+	}
+
+	out.Reset()
+	if code := run([]string{"status", "-addr", f.srv.URL, "-format", "json"}, &out, &errb); code != 0 {
+		t.Fatalf("status -format json: exit %d: %s", code, errb.String())
+	}
+	var st struct {
+		Agent struct {
+			NodeID string `json:"node_id"`
+		} `json:"agent"`
+		Agents []struct {
+			NodeID string `json:"node_id"`
+			Up     bool   `json:"up"`
+		} `json:"agents"`
+		Topics []struct {
+			Name       string `json:"name"`
+			Partitions []struct {
+				HighWatermark *int64 `json:"high_watermark"`
+				State         string `json:"state"`
+			} `json:"partitions"`
+		} `json:"topics"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+		t.Fatalf("status -format json: %v\n%s", err, out.String())
+	}
+	if st.Agent.NodeID != "n1" || len(st.Agents) != 3 || !st.Agents[0].Up || st.Agents[2].NodeID != "n3" || st.Agents[2].Up ||
+		len(st.Topics) != 2 || st.Topics[0].Name != "a" || *st.Topics[0].Partitions[0].HighWatermark != 42 ||
+		st.Topics[0].Partitions[2].HighWatermark != nil || st.Topics[1].Partitions[0].State != "offline" {
+		t.Errorf("status -format json:\n%s", out.String())
 	}
 
 	empty := newFakeClientAPI(t)
 	out.Reset()
 	if code := run([]string{"status", "-addr", empty.srv.URL}, &out, &errb); code != 0 || !strings.HasSuffix(out.String(), "no topics\n") {
 		t.Fatalf("exit %d, stdout %q", code, out.String())
-	}
-	if code := run([]string{"status", "-addr", "127.0.0.1:1", "-timeout", "2s"}, &out, &errb); code != 1 {
-		t.Fatalf("unreachable agent: exit %d", code)
 	}
 }
 
@@ -204,18 +302,36 @@ func TestProduceAndConsume(t *testing.T) {
 		{cliCase{"consume keyed", []string{"consume", "-addr", addr, "-topic", "t", "-partition", string(rune('0' + keyed)), "-format", "ndjson"}, 0,
 			[]string{`"key":"user-7","value":"x"}`, `"key":"user-7","value":"y"}`}, nil}, "", ""},
 		{cliCase{"consume from latest", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "latest"}, 0, nil, nil}, "", ""},
-		{cliCase{"consume out of range", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "99"}, 1, nil, []string{"offset_out_of_range"}}, "", ""},
+		{cliCase{"consume out of range", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "99"}, 1, nil,
+			[]string{"fake: offset_out_of_range: the log holds offsets 0 to 2 (log start 0, high watermark 3); -from earliest or -from latest start inside it\n"}}, "", ""},
 		{cliCase{"consume bad from", []string{"consume", "-addr", addr, "-topic", "t", "-from", "-3"}, 2, nil, []string{"-from"}}, "", ""},
 		{cliCase{"consume bad format", []string{"consume", "-addr", addr, "-topic", "t", "-format", "xml"}, 2, nil, []string{"-format"}}, "", ""},
 		{cliCase{"consume no topic", []string{"consume", "-addr", addr}, 2, nil, []string{"-topic is required"}}, "", ""},
 		{cliCase{"consume bad partition", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "-2"}, 2, nil, []string{"partition -2"}}, "", ""},
 		{cliCase{"consume every partition", []string{"consume", "-addr", addr, "-topic", "t", "-format", "ndjson"}, 0,
 			[]string{`"partition":1,"offset":0,`, `"partition":1,"offset":2,`, `"partition":2,"offset":0,`, `"partition":` + string(rune('0'+keyed)) + `,"offset":1,`}, nil}, "", ""},
-		{cliCase{"consume unknown topic", []string{"consume", "-addr", addr, "-topic", "nope"}, 1, nil, []string{"unknown_topic"}}, "", ""},
+		{cliCase{"consume unknown topic", []string{"consume", "-addr", addr, "-topic", "nope"}, 1, nil,
+			[]string{"fake: unknown_topic: 'logagent topic list' shows the topics there are\n"}}, "", ""},
+		{cliCase{"consume -n across partitions", []string{"consume", "-addr", addr, "-topic", "t", "-n", "4", "-format", "json"}, 0,
+			[]string{`"offset":`}, nil}, "", ""},
+		{cliCase{"consume bad -n", []string{"consume", "-addr", addr, "-topic", "t", "-n", "-1"}, 2, nil, []string{"-n must not be negative"}}, "", ""},
+		{cliCase{"consume -n with -group", []string{"consume", "-addr", addr, "-topic", "t", "-group", "g", "-n", "1"}, 2, nil,
+			[]string{"-n and -group exclude each other"}}, "", ""},
+		{cliCase{"consume format string", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "2", "-format", `%t/%p/%o %K:%k %S:%s [%h] 100%%\t.\n`}, 0,
+			[]string{"t/1/2 -1: 5:c <&> [] 100%\t.\n"}, nil}, "", ""},
+		{cliCase{"consume bad format verb", []string{"consume", "-addr", addr, "-topic", "t", "-format", "%q"}, 2, nil, []string{"unknown verb %q"}}, "", ""},
+		{cliCase{"produce keys and headers", []string{"produce", "-addr", addr, "-topic", "t", "-partition", "2", "-K", ":", "-H", "source=cli", "-H", "empty="}, 0,
+			[]string{"produced 3 record(s) to topic t\n  partition 2: offsets 1-3 (3 record(s))\n"}, nil}, "user-1:hello:there\nno delimiter\n:empty key\n", ""},
+		{cliCase{"consume keys and headers", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "2", "-from", "1", "-format", `%k|%s|%h\n`}, 0,
+			[]string{"user-1|hello:there|source=cli,empty=\n|no delimiter|source=cli,empty=\n|empty key|source=cli,empty=\n"}, nil}, "", ""},
+		{cliCase{"consume keys as json", []string{"consume", "-addr", addr, "-topic", "t", "-partition", "2", "-from", "2", "-n", "2", "-format", "json"}, 0,
+			[]string{`"key":null,"value":"no delimiter","headers":{"empty":"","source":"cli"}}` + "\n" + `{"partition":2,"offset":3,`, `"key":"","value":"empty key"`}, nil}, "", ""},
+		{cliCase{"produce bad header", []string{"produce", "-addr", addr, "-topic", "t", "-H", "novalue"}, 2, nil, []string{`-H "novalue": want name=value`}}, "", ""},
+		{cliCase{"produce -key and -K", []string{"produce", "-addr", addr, "-topic", "t", "-key", "k", "-K", ":"}, 2, nil, []string{"-key and -K exclude each other"}}, "", ""},
 		{cliCase{"produce to no agent", []string{"produce", "-addr", "127.0.0.1:1", "-topic", "t", "-partition", "0"}, 1, nil,
-			[]string{"no agent answers at http://127.0.0.1:1", "is it running?"}}, "a\n", ""},
+			[]string{"cannot reach the agent at http://127.0.0.1:1 (dial tcp 127.0.0.1:1: connect: connection refused): is the agent running? -addr or $LOGAGENT_ADDR names another\n"}}, "a\n", ""},
 		{cliCase{"consume from no agent", []string{"consume", "-addr", "127.0.0.1:1", "-topic", "t", "-partition", "0"}, 1, nil,
-			[]string{"no agent answers at http://127.0.0.1:1", "LOGAGENT_ADDR"}}, "", ""},
+			[]string{"cannot reach the agent at http://127.0.0.1:1", "LOGAGENT_ADDR"}}, "", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -230,12 +346,51 @@ func TestProduceAndConsume(t *testing.T) {
 			}
 		})
 	}
+	// -n counts records over every partition read side by side.
+	for _, n := range []int{1, 4, 7} {
+		code, stdout, stderr := runData(ctx, []string{"consume", "-addr", addr, "-topic", "t", "-n", strconv.Itoa(n)}, "")
+		if lines := strings.Count(stdout, "\n"); code != 0 || lines != n {
+			t.Errorf("consume -n %d: exit %d, %d lines:\n%s\nstderr: %s", n, code, lines, stdout, stderr)
+		}
+	}
 	// Consuming from latest prints nothing, and only exact output counts.
 	if _, stdout, _ := runData(ctx, []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1", "-from", "latest"}, ""); stdout != "" {
 		t.Errorf("consume -from latest printed %q", stdout)
 	}
 	if _, stdout, _ := runData(ctx, []string{"consume", "-addr", addr, "-topic", "t", "-partition", "1"}, ""); stdout != "a\nb\nc <&>\n" {
 		t.Errorf("consume printed %q", stdout)
+	}
+}
+
+// TestConsumeSaysWhatItRetries: a fetch the client retries is reported on
+// stderr, once per cause however often it is retried, and the records come
+// once the agent answers; without an answer within -timeout, consume fails
+// with the last attempt's cause.
+func TestConsumeSaysWhatItRetries(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	addr := f.srv.URL
+	if code, _, stderr := runData(context.Background(), []string{"produce", "-addr", addr, "-topic", "t", "-partition", "0"}, "one\n"); code != 0 {
+		t.Fatal(stderr)
+	}
+	note := "logagent consume: fake: leader_not_available (leader_not_available); retrying until -timeout "
+
+	f.mu.Lock()
+	f.unavailable = 3
+	f.mu.Unlock()
+	code, stdout, stderr := runData(context.Background(), []string{"consume", "-addr", addr, "-topic", "t", "-partition", "0"}, "")
+	if code != 0 || stdout != "one\n" || strings.Count(stderr, note+"10s\n") != 1 {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 0, one, and the retry said once", code, stdout, stderr)
+	}
+
+	f.mu.Lock()
+	f.unavailable = 1 << 20
+	f.mu.Unlock()
+	start := time.Now()
+	code, _, stderr = runData(context.Background(), []string{"consume", "-addr", addr, "-topic", "t", "-partition", "0", "-timeout", "1s"}, "")
+	if took := time.Since(start); code != 1 || took > 4*time.Second || !strings.Contains(stderr, note+"1s\n") ||
+		!strings.HasSuffix(stderr, "\ngave up retrying after -timeout 1s: fake: leader_not_available (leader_not_available): 'logagent status' shows the agents and leaders; try again once they are up\n") {
+		t.Errorf("exit %d after %s, stderr %q", code, took, stderr)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,46 +19,8 @@ import (
 // checks the four agents and Consul, then stops it with SIGINT and checks
 // that no process it started is left.
 func TestDevClusterUpAndDown(t *testing.T) {
-	consulBin := os.Getenv("LOGAGENT_CONSUL_BIN")
-	if consulBin == "" {
-		consulBin = filepath.Join("..", "..", "bin", "consul")
-	}
-	if _, err := os.Stat(consulBin); err != nil {
-		t.Fatalf("%s: %v: run `make consul`", consulBin, err)
-	}
 	const agents = 4
-	seed := time.Now().UnixNano()
-	rng := rand.New(rand.NewSource(seed))
-	var p *proc
-	var dir string
-	var offset int
-	// The shifted ports share their range with the ports that tests of
-	// other packages, running at the same time, take from freeport: when
-	// dev finds one of its ports taken (it checks them all before it
-	// starts anything), another offset is tried.
-	for attempt := 1; ; attempt++ {
-		offset = 1000 + rng.Intn(90)*100 // ports stay below the ephemeral range
-		t.Logf("port offset %d (seed %d)", offset, seed)
-		dir = filepath.Join(t.TempDir(), "dev")
-		p = startProc(t, nil, "dev", "-dir", dir, "-port-offset", strconv.Itoa(offset), "-consul-bin", consulBin, "-agents", strconv.Itoa(agents))
-		var portsTaken bool
-		waitUntil(t, 90*time.Second, "the banner", func() bool {
-			if !p.running() {
-				if portsTaken = strings.Contains(p.output(), "are in use"); portsTaken {
-					return true
-				}
-				t.Fatalf("logagent dev exited:\n%s", p.output())
-			}
-			return strings.Contains(p.output(), "logagent dev cluster is up")
-		})
-		if !portsTaken {
-			break
-		}
-		if attempt == 5 {
-			t.Fatalf("logagent dev found its ports taken at 5 offsets:\n%s", p.output())
-		}
-		t.Logf("ports taken, trying another offset: %s", strings.TrimSpace(p.output()))
-	}
+	p, dir, offset := startDev(t, "-agents", strconv.Itoa(agents))
 
 	for i := range agents {
 		if !strings.Contains(p.output(), fmt.Sprintf("agent n%d ", i+1)) {

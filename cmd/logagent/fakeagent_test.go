@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -23,10 +24,19 @@ type fakeClientAPI struct {
 	t   *testing.T
 	srv *httptest.Server
 
-	mu       sync.Mutex
-	topics   map[string]*client.TopicInfo
-	batches  map[string][][][]byte // topic -> partition -> stored batches
-	produced []string              // raw query of every produce request
+	mu sync.Mutex
+	// live is the agents whose checks pass (GET /v1/status); n1 unless
+	// a test sets others.
+	live []client.AgentInfo
+	// leaderless is how many describes to come show no leaders, as
+	// just after a creation.
+	leaderless int
+	// unavailable is how many fetches to come answer 503
+	// leader_not_available, as during an election.
+	unavailable int
+	topics      map[string]*client.TopicInfo
+	batches     map[string][][][]byte // topic -> partition -> stored batches
+	produced    []string              // raw query of every produce request
 	// producer is the idempotent producer headers of every appended
 	// batch, "id/epoch/sequence", or "" without them.
 	producer  []string
@@ -44,12 +54,18 @@ type fakeClientAPI struct {
 }
 
 func newFakeClientAPI(t *testing.T) *fakeClientAPI {
-	f := &fakeClientAPI{t: t, topics: map[string]*client.TopicInfo{}, batches: map[string][][][]byte{}, nextSeq: map[string]int64{},
+	f := &fakeClientAPI{t: t, live: []client.AgentInfo{{NodeID: "n1", ClientAddress: "127.0.0.1:7070", PeerAddress: "127.0.0.1:7171"}},
+		topics: map[string]*client.TopicInfo{}, batches: map[string][][][]byte{}, nextSeq: map[string]int64{},
 		groups: map[string]*fakeCLIGroup{}}
 	mux := http.NewServeMux()
 	f.registerGroups(mux)
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		fakeJSON(w, http.StatusOK, client.Health{Status: "ok", NodeID: "n1"})
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		fakeJSON(w, http.StatusOK, client.AgentStatus{NodeID: "n1", State: "serving", Agents: f.live})
 	})
 	mux.HandleFunc("POST /v1/producers", f.initProducer)
 	mux.HandleFunc("POST /v1/topics", f.create)
@@ -101,6 +117,21 @@ func (f *fakeClientAPI) create(w http.ResponseWriter, r *http.Request) {
 		fakeError(w, http.StatusConflict, client.CodeTopicExists, nil)
 		return
 	}
+	// Defaults as an agent's shipped topic_defaults: 3 partitions,
+	// replication factor 3 and min_insync_replicas 2, capped by the live
+	// agents.
+	f.mu.Lock()
+	live := len(f.live)
+	f.mu.Unlock()
+	if spec.Partitions == 0 {
+		spec.Partitions = 3
+	}
+	if spec.ReplicationFactor == 0 {
+		spec.ReplicationFactor = min(3, live)
+	}
+	if spec.MinInsyncReplicas == 0 {
+		spec.MinInsyncReplicas = min(2, spec.ReplicationFactor)
+	}
 	info := client.TopicInfo{Name: spec.Name, Config: map[string]json.RawMessage{
 		"replication_factor":  json.RawMessage(strconv.Itoa(spec.ReplicationFactor)),
 		"min_insync_replicas": json.RawMessage(strconv.Itoa(spec.MinInsyncReplicas)),
@@ -131,6 +162,15 @@ func (f *fakeClientAPI) describe(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		fakeError(w, http.StatusNotFound, client.CodeUnknownTopic, nil)
 		return
+	}
+	if f.leaderless > 0 {
+		f.leaderless--
+		unled := *info
+		unled.Partitions = slices.Clone(info.Partitions)
+		for i := range unled.Partitions {
+			unled.Partitions[i].Leader = ""
+		}
+		info = &unled
 	}
 	fakeJSON(w, http.StatusOK, info)
 }
@@ -199,6 +239,12 @@ func (f *fakeClientAPI) fetch(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.unavailable > 0 {
+		f.unavailable--
+		w.Header().Set("Retry-After", "0")
+		fakeError(w, http.StatusServiceUnavailable, client.CodeLeaderNotAvailable, map[string]any{"retriable": true})
+		return
+	}
 	info, ok := f.topics[r.PathValue("topic")]
 	p, err := strconv.Atoi(r.PathValue("partition"))
 	if !ok || err != nil || p < 0 || p >= len(info.Partitions) {

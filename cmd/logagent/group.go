@@ -26,18 +26,14 @@ func runGroup(args []string, stdout, stderr io.Writer) error {
 }
 
 // groupError says what to do next about the errors a group command can
-// meet: bad arguments are bad usage, an unknown group or a group that is
-// not empty a failure with a hint.
-func groupError(err error, group, topic string) error {
-	switch {
-	case errors.Is(err, client.ErrUnknownGroup):
-		return fmt.Errorf("%w: 'logagent group list' shows the groups there are", err)
-	case errors.Is(err, client.ErrGroupNotEmpty):
-		return fmt.Errorf("%w: stop the group's consumers of topic %s first ('logagent group describe %s' shows who owns what)", err, topic, group)
-	case errors.Is(err, client.ErrUnknownTopic):
-		return fmt.Errorf("%w: 'logagent topic list' shows the topics there are", err)
+// meet at addr: bad arguments are bad usage, a group that is not empty a
+// failure saying whose consumers to stop, the rest as explain says.
+func groupError(err error, addr string, timeout time.Duration, group, topic string) error {
+	var e *client.Error
+	if errors.Is(err, client.ErrGroupNotEmpty) && errors.As(err, &e) {
+		return &explained{line: fmt.Sprintf("%s: stop the group's consumers of topic %s first ('logagent group describe %s' shows who owns what)", e.Message, topic, group), err: err}
 	}
-	return usageError(err)
+	return explain(usageError(err), addr, timeout)
 }
 
 func runGroupList(args []string, stdout, stderr io.Writer) error {
@@ -53,7 +49,7 @@ func runGroupList(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	groups, err := c.ListGroups(ctx)
 	if err != nil {
-		return err
+		return explain(err, c.Addr(), *timeout)
 	}
 	if len(groups) == 0 {
 		fmt.Fprintln(stdout, "no consumer groups")
@@ -81,7 +77,7 @@ func runGroupDescribe(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	d, err := c.DescribeGroup(ctx, *group)
 	if err != nil {
-		return groupError(err, *group, "")
+		return groupError(err, c.Addr(), *timeout, *group, "")
 	}
 	return writeGroupDescription(stdout, d)
 }
@@ -155,7 +151,7 @@ func runGroupResetOffsets(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	offsets, err := c.ResetOffsets(ctx, *group, *topic, *to)
 	if err != nil {
-		return groupError(err, *group, *topic)
+		return groupError(err, c.Addr(), *timeout, *group, *topic)
 	}
 	fmt.Fprintf(stdout, "reset group %s, topic %s to %s:\n", *group, *topic, *to)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

@@ -54,8 +54,7 @@ func (f *fakeClientAPI) groupMembers(group string) int {
 func TestConsumeGroup(t *testing.T) {
 	f := groupFixture(t)
 	addr := f.srv.URL
-	// Bounded: a member that is given nothing waits (Ctrl-C) even
-	// without -follow.
+	// Bounded, should a command wait for what it cannot get.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	args := func(extra ...string) []string {
@@ -66,7 +65,7 @@ func TestConsumeGroup(t *testing.T) {
 		{"offset with group", args("-group", "g", "-from", "3"), 2, nil, []string{"-from 3 with -group", "logagent group reset-offsets g -topic t -to 3"}},
 		{"group id too long", args("-group", strings.Repeat("g", 256)), 2, nil, []string{"invalid group or member id"}},
 		{"unknown topic", []string{"consume", "-addr", addr, "-topic", "nope", "-group", "g"}, 1, nil, []string{"unknown_topic"}},
-		{"no agent", []string{"consume", "-addr", "127.0.0.1:1", "-topic", "t", "-group", "g"}, 1, nil, []string{"no agent answers at http://127.0.0.1:1"}},
+		{"no agent", []string{"consume", "-addr", "127.0.0.1:1", "-topic", "t", "-group", "g"}, 1, nil, []string{"cannot reach the agent at http://127.0.0.1:1", "is the agent running?"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -231,6 +230,8 @@ func TestGroupCommands(t *testing.T) {
 		{"reset bad to", []string{"group", "reset-offsets", "-addr", addr, "g", "-topic", "t", "-to", "soon"}, 2, nil, []string{`-to "soon": want earliest, latest or an offset`}},
 		{"reset without topic", []string{"group", "reset-offsets", "-addr", addr, "g", "-to", "0"}, 2, nil, []string{"-topic is required"}},
 		{"reset unknown group", []string{"group", "reset-offsets", "-addr", addr, "nope", "-topic", "t", "-to", "0"}, 1, nil, []string{"unknown_group"}},
+		{"consume what another member holds", []string{"consume", "-addr", addr, "-topic", "t", "-group", "busy", "-timeout", "1s"}, 1, nil, []string{
+			"logagent consume: the group busy gave this member no partition within 1s (others may own them all: 'logagent group describe busy' shows who owns what)\n"}},
 		{"no subcommand", []string{"group"}, 2, nil, []string{"Usage: logagent group <list|describe|reset-offsets>"}},
 		{"unknown subcommand", []string{"group", "delete"}, 2, nil, []string{`unknown subcommand "delete"`}},
 	}

@@ -147,13 +147,6 @@ func progressLine(r reassignment) string {
 	return "  " + strings.Join(parts, "; ")
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 func formatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/logagent/logagent/client"
@@ -29,6 +31,9 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs := newFlagSet("produce", stderr)
 	topic := fs.String("topic", "", "the topic to write to (required)")
 	key := fs.String("key", "", "the key of every record (default none: records spread over the partitions)")
+	keyDelim := fs.String("K", "", "key delimiter: each line is key, delimiter, value (kcat's -K); a line without it has no key")
+	var headers stringList
+	fs.Var(&headers, "H", "a header of every record, name=value (repeatable)")
 	partition := fs.Int("partition", -1, "write to this partition (default: by key, else spread)")
 	acksFlag := fs.String("acks", "all", "all, 1 or 0: what the agent confirms before answering")
 	linger := fs.Duration("linger", 5*time.Millisecond, "how long a batch waits for more lines")
@@ -53,6 +58,17 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if *maxLine <= 0 {
 		return fmt.Errorf("%w: -max-line-bytes must be positive", errUsage)
 	}
+	if *key != "" && *keyDelim != "" {
+		return fmt.Errorf("%w: -key and -K exclude each other: one key for every record, or a key on each line", errUsage)
+	}
+	var recordHeaders []client.Header
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("%w: -H %q: want name=value", errUsage, h)
+		}
+		recordHeaders = append(recordHeaders, client.Header{Key: name, Value: []byte(value)})
+	}
 	acks, err := client.ParseAcks(*acksFlag)
 	if err != nil {
 		return usageError(err)
@@ -61,13 +77,14 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return fmt.Errorf("%w: -compression: %v", errUsage, err)
 	}
-	c, err := newAgentClient(addr, nil)
+	c, err := newAgentClient(addr, retryingHTTPClient(stderr, "produce", false, *timeout))
 	if err != nil {
 		return err
 	}
-	if err := checkAgent(ctx, c); err != nil {
+	if err := checkAgent(ctx, c, *timeout); err != nil {
 		return err
 	}
+	fail := func(err error) error { return explain(err, c.Addr(), *timeout) }
 	opts := []client.ProducerOption{client.WithAcks(acks), client.WithLinger(*linger),
 		client.WithMaxBatchBytes(*batchBytes), client.WithCompression(codec), client.WithDeliveryTimeout(*timeout)}
 	// Unless asked for, idempotence is the client's default: on with
@@ -79,10 +96,11 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return usageError(err)
 	}
-	m := client.Message{}
+	m := client.Message{Headers: recordHeaders}
 	if *key != "" {
 		m.Key = []byte(*key)
 	}
+	delim := []byte(*keyDelim)
 	if *partition >= 0 {
 		m.Partition = client.ToPartition(*partition)
 	}
@@ -118,9 +136,17 @@ read:
 			continue
 		}
 		m.Value = scanner.Bytes()
+		if len(delim) > 0 {
+			// The producer copies key and value: the scanner's buffer
+			// is reused for the next line.
+			m.Key = nil
+			if k, v, ok := bytes.Cut(m.Value, delim); ok {
+				m.Key, m.Value = k, v
+			}
+		}
 		f, err := p.Produce(ctx, m)
 		if err != nil {
-			readErr = fmt.Errorf("line %d: %w", lines, err)
+			readErr = fmt.Errorf("line %d: %w", lines, fail(err))
 			break
 		}
 		futures <- f
@@ -139,14 +165,14 @@ read:
 	closeErr := p.Close(closeCtx)
 	<-tallied
 
-	tally.print(stdout, stderr, *topic, acks)
+	tally.print(stdout, stderr, *topic, acks, fail)
 	switch {
 	case readErr != nil:
 		return readErr
 	case tally.failures() > 0:
 		return fmt.Errorf("%d of %d record(s) not acknowledged", tally.failures(), tally.total())
 	case closeErr != nil:
-		return closeErr
+		return fail(closeErr)
 	}
 	return nil
 }
@@ -205,7 +231,9 @@ func (t *produceTally) total() int {
 	return n
 }
 
-func (t *produceTally) print(stdout, stderr io.Writer, topic string, acks client.Acks) {
+// print says where the records went and, through explain, why those that
+// failed did.
+func (t *produceTally) print(stdout, stderr io.Writer, topic string, acks client.Acks, explain func(error) error) {
 	written := t.total() - t.failures()
 	if acks == client.AcksNone {
 		fmt.Fprintf(stdout, "sent %d record(s) to topic %s (acks=0: offsets are not reported)\n", written, topic)
@@ -226,10 +254,10 @@ func (t *produceTally) print(stdout, stderr io.Writer, topic string, acks client
 		fmt.Fprintf(stdout, "  partition %d: offsets %d-%d (%d record(s))\n", p, r.first, r.last, r.count)
 	}
 	if t.notWritten > 0 {
-		fmt.Fprintf(stderr, "%d record(s) not written: %v\n", t.notWritten, t.firstFailure)
+		fmt.Fprintf(stderr, "%d record(s) not written: %v\n", t.notWritten, explain(t.firstFailure))
 	}
 	if t.unknown > 0 {
 		fmt.Fprintf(stderr, "%d record(s) of unknown outcome (they may have been written; sending them again may duplicate them): %v\n",
-			t.unknown, t.firstUnknown)
+			t.unknown, explain(t.firstUnknown))
 	}
 }

@@ -1,19 +1,24 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/logagent/logagent/client"
 )
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
-	addr, timeout := addrFlag(fs), timeoutFlag(fs)
+	addr, timeout, format := addrFlag(fs), timeoutFlag(fs), formatFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	c, ctx, cancel, err := agentCall(addr, *timeout)
@@ -21,18 +26,54 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer cancel()
-
-	health, err := c.Health(ctx)
+	st, err := readStatus(ctx, c)
 	if err != nil {
-		return fmt.Errorf("agent %s: %w", c.Addr(), err)
+		return explain(err, c.Addr(), *timeout)
 	}
-	fmt.Fprintf(stdout, "agent %s: node %s, %s\n", c.Addr(), health.NodeID, health.Status)
+	if *format == "json" {
+		return writeJSON(stdout, st.json())
+	}
+	return st.write(stdout)
+}
 
+// clusterStatus is what status shows: the agent asked, the agents, and
+// every topic as that agent describes it.
+type clusterStatus struct {
+	addr   string
+	health *client.Health
+	agents []agentState
+	topics []client.TopicInfo
+}
+
+// agentState is an agent and whether it is up: one whose Consul check
+// passes, or down: named as a replica in the metadata but not passing.
+type agentState struct {
+	NodeID        string `json:"node_id"`
+	Up            bool   `json:"up"`
+	ClientAddress string `json:"client_address"`
+	PeerAddress   string `json:"peer_address"`
+}
+
+func readStatus(ctx context.Context, c *client.Client) (*clusterStatus, error) {
+	health, err := c.Health(ctx)
+	var starting *client.Error
+	if errors.As(err, &starting) && starting.Code == client.CodeServiceUnavailable {
+		// A starting or stopping agent answers its health with 503 and
+		// serves no topics yet: say so instead of a bare error.
+		return nil, &explained{line: fmt.Sprintf("the agent at %s does not serve yet: %s", c.Addr(), starting.Message), err: err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	agentStatus, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
 	listed, err := c.ListTopics(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	topics := make([]client.TopicInfo, 0, len(listed))
+	st := &clusterStatus{addr: c.Addr(), health: health}
 	for _, t := range listed {
 		if t.Partitions == nil {
 			info, err := c.DescribeTopic(ctx, t.Name)
@@ -40,23 +81,59 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 				continue // deleted since the list
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
 			t = *info
 		}
-		topics = append(topics, t)
+		st.topics = append(st.topics, t)
 	}
-	slices.SortFunc(topics, func(a, b client.TopicInfo) int { return strings.Compare(a.Name, b.Name) })
-	if len(topics) == 0 {
-		fmt.Fprintln(stdout, "no topics")
+	slices.SortFunc(st.topics, func(a, b client.TopicInfo) int { return strings.Compare(a.Name, b.Name) })
+	// The agents whose checks pass, and the replicas the metadata names
+	// that are not among them: those are down.
+	known := map[string]bool{}
+	for _, a := range agentStatus.Agents {
+		known[a.NodeID] = true
+		st.agents = append(st.agents, agentState{NodeID: a.NodeID, Up: true, ClientAddress: a.ClientAddress, PeerAddress: a.PeerAddress})
+	}
+	for _, t := range st.topics {
+		for _, p := range t.Partitions {
+			for _, id := range p.Replicas {
+				if !known[id] {
+					known[id] = true
+					st.agents = append(st.agents, agentState{NodeID: id})
+				}
+			}
+		}
+	}
+	slices.SortFunc(st.agents, func(a, b agentState) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return st, nil
+}
+
+func (st *clusterStatus) write(w io.Writer) error {
+	fmt.Fprintf(w, "agent %s: node %s, %s\n\n", st.addr, st.health.NodeID, st.health.Status)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tSTATE\tCLIENT-ADDRESS\tPEER-ADDRESS")
+	down := 0
+	for _, a := range st.agents {
+		state := "up"
+		if !a.Up {
+			state, down = "DOWN", down+1
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.NodeID, state, orDash(a.ClientAddress), orDash(a.PeerAddress))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.topics) == 0 {
+		fmt.Fprintln(w, "\nno topics")
 		return nil
 	}
-	fmt.Fprintln(stdout)
-	if err := writePartitionTable(stdout, topics, true); err != nil {
+	fmt.Fprintln(w)
+	if err := writePartitionTable(w, st.topics, true); err != nil {
 		return err
 	}
 	partitions, states, moved := 0, map[string]int{}, 0
-	for _, t := range topics {
+	for _, t := range st.topics {
 		minISR := configInt(t.Config, "min_insync_replicas")
 		for _, p := range t.Partitions {
 			partitions++
@@ -66,7 +143,11 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	summary := fmt.Sprintf("\n%d topic(s), %d partition(s)", len(topics), partitions)
+	summary := fmt.Sprintf("\n%d agent(s), %d up", len(st.agents), len(st.agents)-down)
+	if down > 0 {
+		summary += fmt.Sprintf(", %d DOWN", down)
+	}
+	summary += fmt.Sprintf("; %d topic(s), %d partition(s)", len(st.topics), partitions)
 	for _, s := range []string{"offline", "below-min-isr", "under-replicated"} {
 		if states[s] > 0 {
 			summary += fmt.Sprintf(", %d %s", states[s], s)
@@ -75,6 +156,35 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if moved > 0 {
 		summary += fmt.Sprintf(", %d not led by their preferred replica", moved)
 	}
-	fmt.Fprintln(stdout, summary)
-	return nil
+	_, err := fmt.Fprintln(w, summary)
+	return err
+}
+
+// statusJSON is status -format json.
+type statusJSON struct {
+	Agent struct {
+		Address string `json:"address"`
+		NodeID  string `json:"node_id"`
+		Status  string `json:"status"`
+	} `json:"agent"`
+	Agents []agentState `json:"agents"`
+	Topics []topicJSON  `json:"topics"`
+}
+
+func (st *clusterStatus) json() statusJSON {
+	var out statusJSON
+	out.Agent.Address, out.Agent.NodeID, out.Agent.Status = st.addr, st.health.NodeID, st.health.Status
+	out.Agents = append([]agentState{}, st.agents...)
+	out.Topics = []topicJSON{}
+	for _, t := range st.topics {
+		out.Topics = append(out.Topics, toTopicJSON(t))
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

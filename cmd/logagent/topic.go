@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/logagent/logagent/client"
 )
@@ -24,12 +26,22 @@ func runTopic(args []string, stdout, stderr io.Writer) error {
 	return run(args[1:], stdout, stderr)
 }
 
+// shippedReplicationFactor is topic_defaults.replication_factor in
+// config/defaults.hcl: a topic created without -replication-factor gets
+// it, capped by the agents that are live (agent topic creation), unless
+// the agents' configuration says otherwise.
+const shippedReplicationFactor = 3
+
+// leaderPollInterval is how often topic create looks for the leaders.
+const leaderPollInterval = 200 * time.Millisecond
+
 func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("topic create", stderr)
 	name := fs.String("name", "", "the topic's name (or give it as the argument)")
 	partitions := fs.Int("partitions", 0, "number of partitions (default: the agents' topic_defaults)")
-	replication := fs.Int("replication-factor", 0, "replicas per partition (default: topic_defaults)")
-	minISR := fs.Int("min-insync-replicas", 0, "in-sync replicas an acks=all write needs (default: topic_defaults)")
+	replication := fs.Int("replication-factor", 0, "replicas per partition (default: topic_defaults, capped by the live agents)")
+	minISR := fs.Int("min-insync-replicas", 0, "in-sync replicas an acks=all write needs (default: topic_defaults, capped by the replication factor)")
+	wait := fs.Bool("wait", true, "wait, within -timeout, until every partition has a leader")
 	addr, timeout := addrFlag(fs), timeoutFlag(fs)
 	if err := parseFlagsWithName(fs, args, name); err != nil {
 		return err
@@ -42,18 +54,100 @@ func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer cancel()
+	fail := func(err error) error { return explain(usageError(err), c.Addr(), *timeout) }
 	spec := client.TopicSpec{Name: *name, Partitions: *partitions, ReplicationFactor: *replication, MinInsyncReplicas: *minISR}
 	if err := c.CreateTopic(ctx, spec); err != nil {
-		return usageError(err)
+		return fail(err)
 	}
-	fmt.Fprintf(stdout, "created topic %s\n", *name)
-	return nil
+	// The agent answers once its metadata has the topic: its description
+	// says what was created, defaults filled in.
+	info, err := c.DescribeTopic(ctx, *name)
+	if err != nil {
+		return fail(err)
+	}
+	rf, isr := configInt(info.Config, "replication_factor"), configInt(info.Config, "min_insync_replicas")
+	fmt.Fprintf(stdout, "created topic %s: %d partition(s), replication factor %d, min_insync_replicas %d\n", info.Name, len(info.Partitions), rf, isr)
+	if warning := lowReplication(ctx, c, *replication, rf); warning != "" {
+		fmt.Fprintln(stderr, warning)
+		if isr == rf && rf > 1 {
+			fmt.Fprintf(stderr, "WARNING: min_insync_replicas %d of %d replicas: acks=all writes are refused while any of them is down.\n", isr, rf)
+		}
+	}
+	if !*wait {
+		return nil
+	}
+	return fail(waitLeaders(ctx, c, info, stdout, stderr))
+}
+
+// lowReplication warns when the topic got fewer replicas than asked, or,
+// asked for none, fewer than the shipped default because the agent capped
+// it by the live agents: "" when neither.
+func lowReplication(ctx context.Context, c *client.Client, asked, got int) string {
+	if got >= asked && (asked > 0 || got >= shippedReplicationFactor) {
+		return ""
+	}
+	live := "fewer agents were live"
+	if st, err := c.Status(ctx); err == nil {
+		if asked == 0 && len(st.Agents) > got {
+			return "" // not capped: the agents' topic_defaults ask for this
+		}
+		live = fmt.Sprintf("%d agent(s) were live", len(st.Agents))
+	}
+	want := asked
+	if want == 0 {
+		want = shippedReplicationFactor
+	}
+	return fmt.Sprintf("WARNING: replication factor %d, not %d: %s, and an agent caps the default (topic_defaults.replication_factor) by them.\n"+
+		"WARNING: each record is on %d agent(s) only: losing them loses it. Once %d agents are up ('logagent status'), "+
+		"delete the topic and create it with -replication-factor %d.", got, want, live, got, want, want)
+}
+
+// waitLeaders waits until every partition of info has a leader, saying on
+// stderr how many have one whenever that changes.
+func waitLeaders(ctx context.Context, c *client.Client, info *client.TopicInfo, stdout, stderr io.Writer) error {
+	led := func(t *client.TopicInfo) int {
+		n := 0
+		for _, p := range t.Partitions {
+			if p.Leader != "" {
+				n++
+			}
+		}
+		return n
+	}
+	total, last := len(info.Partitions), -1
+	for {
+		n := led(info)
+		if n == total {
+			fmt.Fprintf(stdout, "every partition has a leader\n")
+			return nil
+		}
+		if n != last {
+			fmt.Fprintf(stderr, "waiting for leaders: %d of %d partition(s) led\n", n, total)
+			last = n
+		}
+		select {
+		case <-ctx.Done():
+			return &explained{line: fmt.Sprintf("topic %s is created, but %d of its %d partition(s) have no leader yet: 'logagent status' shows them",
+				info.Name, total-n, total), err: ctx.Err()}
+		case <-time.After(leaderPollInterval):
+		}
+		next, err := c.DescribeTopic(ctx, info.Name)
+		switch {
+		case err == nil:
+			info = next
+		case ctx.Err() == nil && !client.IsRetriable(err):
+			return err
+		}
+	}
 }
 
 func runTopicList(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("topic list", stderr)
-	addr, timeout := addrFlag(fs), timeoutFlag(fs)
+	addr, timeout, format := addrFlag(fs), timeoutFlag(fs), formatFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	c, ctx, cancel, err := agentCall(addr, *timeout)
@@ -63,13 +157,16 @@ func runTopicList(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	topics, err := c.ListTopics(ctx)
 	if err != nil {
-		return err
+		return explain(err, c.Addr(), *timeout)
 	}
 	names := make([]string, 0, len(topics))
 	for _, t := range topics {
 		names = append(names, t.Name)
 	}
 	slices.Sort(names)
+	if *format == "json" {
+		return writeJSON(stdout, names)
+	}
 	for _, n := range names {
 		fmt.Fprintln(stdout, n)
 	}
@@ -79,8 +176,11 @@ func runTopicList(args []string, stdout, stderr io.Writer) error {
 func runTopicDescribe(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("topic describe", stderr)
 	name := fs.String("name", "", "the topic's name (or give it as the argument)")
-	addr, timeout := addrFlag(fs), timeoutFlag(fs)
+	addr, timeout, format := addrFlag(fs), timeoutFlag(fs), formatFlag(fs)
 	if err := parseFlagsWithName(fs, args, name); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	c, ctx, cancel, err := agentCall(addr, *timeout)
@@ -90,7 +190,10 @@ func runTopicDescribe(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	info, err := c.DescribeTopic(ctx, *name)
 	if err != nil {
-		return usageError(err)
+		return explain(usageError(err), c.Addr(), *timeout)
+	}
+	if *format == "json" {
+		return writeJSON(stdout, toTopicJSON(*info))
 	}
 	fmt.Fprintf(stdout, "topic %s: %d partition(s)\n", info.Name, len(info.Partitions))
 	if len(info.Config) > 0 {
@@ -121,7 +224,7 @@ func runTopicDelete(args []string, stdout, stderr io.Writer) error {
 	}
 	defer cancel()
 	if err := c.DeleteTopic(ctx, *name); err != nil {
-		return usageError(err)
+		return explain(usageError(err), c.Addr(), *timeout)
 	}
 	fmt.Fprintf(stdout, "deleted topic %s\n", *name)
 	return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/logagent/logagent/internal/testseed"
 )
@@ -135,6 +136,8 @@ func TestKafkaFranzGo(t *testing.T) {
 		}
 	}
 
+	checkLeaderEpochFencing(ctx, t, adm, kgoClient(t, a), topic)
+
 	// Forwarding: a one-replica topic, written and read through an agent
 	// that holds no replica of it.
 	const single = "kgo-single"
@@ -159,6 +162,80 @@ func TestKafkaFranzGo(t *testing.T) {
 	}
 	if p, err := leader.DescribePartition(single, 0); err != nil || p.HighWatermark == nil || *p.HighWatermark != 50 {
 		t.Fatalf("the leader's replica: %+v %v, want high watermark 50", p, err)
+	}
+}
+
+// checkLeaderEpochFencing sends Fetch, ListOffsets and OffsetForLeaderEpoch
+// for partition 0 of topic with a current_leader_epoch one above and one
+// below the one Metadata reports: Kafka answers UNKNOWN_LEADER_EPOCH and
+// FENCED_LEADER_EPOCH, and a client that acted on the answer of a newer or
+// an older leader would read the wrong log.
+func checkLeaderEpochFencing(ctx context.Context, t *testing.T, adm *kadm.Client, cl *kgo.Client, topic string) {
+	t.Helper()
+	meta, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := meta.Topics[topic].Partitions[0].LeaderEpoch
+	type epochCase struct {
+		current int32
+		want    error // nil: answered
+	}
+	cases := []epochCase{{epoch + 1, kerr.UnknownLeaderEpoch}, {epoch, nil}}
+	if epoch > 0 {
+		cases = append(cases, epochCase{epoch - 1, kerr.FencedLeaderEpoch})
+	} else {
+		t.Errorf("partition 0 of %s is at leader epoch %d: no older epoch to fence", topic, epoch)
+	}
+	for _, tc := range cases {
+		fetch := kmsg.NewPtrFetchRequest()
+		fetch.Version, fetch.ReplicaID, fetch.MaxBytes = 12, -1, 1<<20
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = topic
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.CurrentLeaderEpoch, fp.PartitionMaxBytes, fp.LogStartOffset = tc.current, 1<<20, -1
+		ft.Partitions = append(ft.Partitions, fp)
+		fetch.Topics = append(fetch.Topics, ft)
+
+		list := kmsg.NewPtrListOffsetsRequest()
+		list.ReplicaID = -1
+		lt := kmsg.NewListOffsetsRequestTopic()
+		lt.Topic = topic
+		lp := kmsg.NewListOffsetsRequestTopicPartition()
+		lp.CurrentLeaderEpoch, lp.Timestamp = tc.current, -1
+		lt.Partitions = append(lt.Partitions, lp)
+		list.Topics = append(list.Topics, lt)
+
+		epochs := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		epochs.ReplicaID = -1
+		et := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		et.Topic = topic
+		ep := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		ep.CurrentLeaderEpoch, ep.LeaderEpoch = tc.current, epoch
+		et.Partitions = append(et.Partitions, ep)
+		epochs.Topics = append(epochs.Topics, et)
+
+		codes := map[string]int16{}
+		if r, err := cl.Request(ctx, fetch); err != nil {
+			t.Fatalf("fetch: %v", err)
+		} else {
+			codes["Fetch"] = r.(*kmsg.FetchResponse).Topics[0].Partitions[0].ErrorCode
+		}
+		if r, err := cl.Request(ctx, list); err != nil {
+			t.Fatalf("list offsets: %v", err)
+		} else {
+			codes["ListOffsets"] = r.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0].ErrorCode
+		}
+		if r, err := cl.Request(ctx, epochs); err != nil {
+			t.Fatalf("offset for leader epoch: %v", err)
+		} else {
+			codes["OffsetForLeaderEpoch"] = r.(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0].ErrorCode
+		}
+		for api, code := range codes {
+			if err := kerr.ErrorForCode(code); !errors.Is(err, tc.want) {
+				t.Errorf("%s with current_leader_epoch %d (Metadata's %d): %v, want %v", api, tc.current, epoch, err, tc.want)
+			}
+		}
 	}
 }
 

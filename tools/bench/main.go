@@ -532,8 +532,13 @@ func (o *options) logagentConsume(ctx context.Context, res *results, c *logagent
 
 // consumeArgs replay what the 1 KiB RF 3 produce row wrote.
 func (o *options) consumeArgs(c *logagentCluster) []string {
+	return o.consumeArgsWith(c, consumeFetchBytes)
+}
+
+// consumeArgsWith replay it in fetches of at most maxBytes.
+func (o *options) consumeArgsWith(c *logagentCluster, maxBytes int) []string {
 	args := append([]string{"consume", "-addr", c.clientAddr}, c.clientFlags...)
-	return append(args, "-topic", produceRowFor("produce-r3", 1024).topic(), "-max-bytes", fmt.Sprint(consumeFetchBytes), "-repeat", "-duration", o.duration.String())
+	return append(args, "-topic", produceRowFor("produce-r3", 1024).topic(), "-max-bytes", fmt.Sprint(maxBytes), "-repeat", "-duration", o.duration.String())
 }
 
 // consumeFetchBytes is the max_bytes of logagent's replay fetches: 4 MiB,

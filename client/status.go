@@ -1,0 +1,38 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+)
+
+// AgentStatus is GET /v1/status: the answering agent and the agents whose
+// Consul checks pass. (The answer's partitions, this agent's replicas, are
+// left out: DescribeTopic gives them with the rest of each partition.)
+type AgentStatus struct {
+	NodeID string `json:"node_id"`
+	// State is starting, serving or stopping.
+	State         string `json:"state"`
+	ClientAddress string `json:"client_address"`
+	PeerAddress   string `json:"peer_address"`
+	// Agents are the agents whose Consul checks pass, this one included
+	// while it is registered; an agent that is down is not among them.
+	Agents        []AgentInfo `json:"agents"`
+	MetadataIndex uint64      `json:"metadata_index"`
+}
+
+// AgentInfo is one live agent of an AgentStatus.
+type AgentInfo struct {
+	NodeID        string `json:"node_id"`
+	ClientAddress string `json:"client_address"`
+	PeerAddress   string `json:"peer_address"`
+}
+
+// Status asks the agent about itself and the live agents.
+func (c *Client) Status(ctx context.Context) (*AgentStatus, error) {
+	var st AgentStatus
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	return &st, nil
+}
