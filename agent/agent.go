@@ -23,6 +23,7 @@ import (
 	"github.com/logagent/logagent/kafka"
 	"github.com/logagent/logagent/metrics"
 	"github.com/logagent/logagent/producer"
+	"github.com/logagent/logagent/reassign"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
@@ -64,6 +65,11 @@ type Coordinator interface {
 	CreateTopic(ctx context.Context, tc election.TopicConfig, assignment [][]string) error
 	// DeleteTopic removes a topic's keys.
 	DeleteTopic(ctx context.Context, name string) error
+	// StartReassign starts moving a partition's replicas to target
+	// (docs/design.md §7.6); done says there is nothing to move.
+	StartReassign(ctx context.Context, topic string, partition int, target []string) (election.Reassignment, bool, error)
+	// CompleteReassign is the leader's last step of a move.
+	CompleteReassign(ctx context.Context, topic string, partition int, epoch int32, m election.Reassignment, replicasIndex, reassignIndex uint64, isr []string, elr []election.EligibleReplica) error
 	// Agents lists the agents whose checks pass.
 	Agents(ctx context.Context) ([]election.AgentInfo, error)
 	// Liveness is the latest word of Consul on which agents are dead (the
@@ -160,6 +166,9 @@ type Agent struct {
 	fs segstore.FS
 	// metrics are this agent's instruments, served at GET /metrics.
 	metrics *metrics.Metrics
+	// catchUp bounds the leaders' answers to replicas a reassignment adds
+	// (replication.reassign_max_bytes_per_second); nil is no bound.
+	catchUp *reassign.Throttle
 }
 
 // New prepares an agent; Run starts it. coord is normally an
@@ -167,6 +176,7 @@ type Agent struct {
 func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 	a := &Agent{cfg: cfg, log: log, coord: coord, now: time.Now, stopping: make(chan struct{}), fs: segstore.OSFS{}}
 	a.waitingFor.Store("opening the data directory")
+	a.catchUp = reassign.NewThrottle(cfg.Replication.ReassignMaxBytesPerSecond, a.now())
 	if cfg.Peer.TLS != nil {
 		a.peerTLS = certs.NewStore()
 	}
@@ -521,6 +531,8 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", a.handleProduce)
 	rt.add(fasthttp.MethodPost, "/v1/producers", a.handleInitProducer)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
+	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleStartReassign)
+	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleGetReassign)
 	rt.add(fasthttp.MethodGet, "/v1/groups", a.handleListGroups)
 	rt.add(fasthttp.MethodGet, "/v1/groups/{group}", a.handleGroupOp("describe"))
 	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members", a.handleGroupOp("join"))

@@ -81,7 +81,20 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	region, err := log.Read(f.FetchOffset, f.MaxBytes, math.MaxInt64)
+	maxBytes := f.MaxBytes
+	if out.Throttled {
+		// A replica a move adds, catching up: its answer waits until the
+		// agent's catch-up budget is paid, and takes a bounded share of
+		// it (docs/design.md §7.6). One still waiting at its max_wait
+		// goes out empty.
+		if !a.waitCatchUp(f.MaxWait) {
+			pos.Write(&ctx.Response.Header)
+			ctx.SetStatusCode(fasthttp.StatusOK)
+			return
+		}
+		maxBytes = a.catchUp.MaxBytes(maxBytes)
+	}
+	region, err := log.Read(f.FetchOffset, maxBytes, math.MaxInt64)
 	if err != nil {
 		writeAPIError(ctx, storageAPIError(err))
 		return
@@ -103,7 +116,31 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	pos.Write(&ctx.Response.Header)
 	ctx.SetContentType(wire.ContentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
+	if out.Throttled {
+		a.catchUp.Spend(a.now(), int(region.Len))
+		r.AddCatchUpBytes(f.ReplicaID, int(region.Len))
+	}
 	sendRegion(ctx, region)
+}
+
+// waitCatchUp holds a catch-up answer until the throttle's debt is paid:
+// false when that takes longer than maxWait or the agent stops.
+func (a *Agent) waitCatchUp(maxWait time.Duration) bool {
+	delay := a.catchUp.Delay(a.now())
+	if delay == 0 {
+		return true
+	}
+	if delay > maxWait {
+		delay = maxWait
+	}
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-a.stopping:
+		return false
+	}
+	return a.catchUp.Delay(a.now()) == 0
 }
 
 // handleEpochEndOffset answers a follower's epoch end offset request.

@@ -66,6 +66,9 @@ type partitionDescription struct {
 	LogStartOffset *int64   `json:"log_start_offset,omitempty"`
 	LogEndOffset   *int64   `json:"log_end_offset,omitempty"`
 	Role           string   `json:"role,omitempty"`
+	// Reassignment is the partition's move in flight (docs/design.md
+	// §7.6), with its progress when this agent leads.
+	Reassignment *reassignMove `json:"reassignment,omitempty"`
 }
 
 // handleCreateTopic serves POST /v1/topics.
@@ -244,6 +247,7 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 		if _, ok := a.replicas.Offline(name, pm.Partition); ok {
 			pd.Role = roleOffline
 		}
+		pd.Reassignment = a.moveStatus(name, pm)
 		if r := a.replicas.Get(name, pm.Partition); r != nil {
 			log := r.CurrentLog()
 			hw, lso, leo := log.HighWatermark(), log.LogStartOffset(), log.LogEndOffset()
@@ -486,6 +490,9 @@ type statusPartition struct {
 	// opened; OpenAttempts counts the tries so far.
 	OfflineReason string `json:"offline_reason,omitempty"`
 	OpenAttempts  int    `json:"open_attempts,omitempty"`
+	// Reassignment is the partition's move in flight (docs/design.md
+	// §7.6), with its progress when this agent leads.
+	Reassignment *reassignMove `json:"reassignment,omitempty"`
 }
 
 // roleOffline is the role of a replica the metadata assigns here whose log
@@ -534,7 +541,7 @@ func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 // has served (a.replicas exists).
 func (a *Agent) replicaStatus(topic string, pm election.PartitionMeta) (statusPartition, *partition.Replica, bool) {
 	sp := statusPartition{Topic: topic, Partition: pm.Partition,
-		Leader: pm.State.Leader, Epoch: pm.State.Epoch, ISR: pm.State.ISR}
+		Leader: pm.State.Leader, Epoch: pm.State.Epoch, ISR: pm.State.ISR, Reassignment: a.moveStatus(topic, pm)}
 	r := a.replicas.Get(topic, pm.Partition)
 	if r == nil {
 		f, ok := a.replicas.Offline(topic, pm.Partition)

@@ -170,6 +170,11 @@ replication {
   # leadership moves back to it, so that a flapping agent does not bounce
   # leaderships (1s to 24h).
   leader_rebalance_delay = "10s"
+  # The most bytes per second this agent's leaders send, summed, to the
+  # replicas a reassignment adds while they catch up (logagent partition
+  # move); the ISR's own fetches are never held back. "0" turns the bound
+  # off; else at least 1KiB.
+  reassign_max_bytes_per_second = "50MiB"
 }
 
 producer {

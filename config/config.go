@@ -116,6 +116,10 @@ type Replication struct {
 	// handover (Kafka's auto.leader.rebalance.enable).
 	AutoLeaderRebalance  bool
 	LeaderRebalanceDelay time.Duration
+	// ReassignMaxBytesPerSecond bounds the leader's answers to the fetches
+	// of replicas a reassignment adds (docs/design.md §7.6), summed over
+	// the agent's partitions; 0 is no bound.
+	ReassignMaxBytesPerSecond int64
 }
 
 // Producer configures how the sidecar coalesces produce requests, and how

@@ -59,6 +59,7 @@ func TestDefaults(t *testing.T) {
 		{"fetch_max_wait", cfg.Replication.FetchMaxWait, 500 * time.Millisecond},
 		{"auto_leader_rebalance", cfg.Replication.AutoLeaderRebalance, true},
 		{"leader_rebalance_delay", cfg.Replication.LeaderRebalanceDelay, 10 * time.Second},
+		{"reassign_max_bytes_per_second", cfg.Replication.ReassignMaxBytesPerSecond, int64(50 << 20)},
 		{"max_record_bytes", cfg.Limits.MaxRecordBytes, int64(1 << 20)},
 		{"max_request_bytes", cfg.Limits.MaxRequestBytes, int64(16 << 20)},
 		{"session_ttl", cfg.Consul.SessionTTL, 10 * time.Second},
@@ -207,6 +208,8 @@ func TestInvalid(t *testing.T) {
 		{"wrong type", "topic_defaults {\n  partitions = \"many\"\n}\n", 2, "Unsuitable value type"},
 		{"fetch wait above lag", "replication {\n  lag_time_max = \"1s\"\n  fetch_max_wait = \"2s\"\n}\n", 3, "must be below replication.lag_time_max"},
 		{"rebalance delay too short", "replication {\n  leader_rebalance_delay = \"100ms\"\n}\n", 2, "outside the allowed range 1s to 24h0m0s"},
+		{"reassign throttle below 1KiB", "replication {\n  reassign_max_bytes_per_second = \"100\"\n}\n", 2, "below the minimum 1KiB (0 turns the bound off)"},
+		{"reassign throttle not a size", "replication {\n  reassign_max_bytes_per_second = \"fast\"\n}\n", 2, `"fast" is not a size`},
 		{"rebalance switch not a bool", "replication {\n  auto_leader_rebalance = \"sometimes\"\n}\n", 2, "Unsuitable value type"},
 		{"record above request", "limits {\n  max_record_bytes = \"32MiB\"\n}\n", 2, "above limits.max_request_bytes"},
 		{"advertise unspecified", "peer {\n  advertise_address = \"0.0.0.0:7171\"\n}\n", 2, "must name a host"},
@@ -406,5 +409,16 @@ func TestKafkaAddresses(t *testing.T) {
 				t.Errorf("kafka %+v, want %+v", cfg.Kafka, c.want)
 			}
 		})
+	}
+}
+
+func TestReassignThrottleOff(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "agent.hcl", "replication {\n  reassign_max_bytes_per_second = \"0\"\n}\n")
+	cfg, err := LoadWith(testEnv(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Replication.ReassignMaxBytesPerSecond != 0 {
+		t.Fatalf("reassign_max_bytes_per_second = %d, want 0 (no bound)", cfg.Replication.ReassignMaxBytesPerSecond)
 	}
 }

@@ -42,6 +42,7 @@ replication {
   fetch_max_bytes        = "8MiB"
   auto_leader_rebalance  = true
   leader_rebalance_delay = "10s"
+  reassign_max_bytes_per_second = "50MiB"
 }
 
 producer {

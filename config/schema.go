@@ -83,6 +83,7 @@ type fileReplication struct {
 	// AutoLeaderRebalance is a pointer so that its default can be true.
 	AutoLeaderRebalance  *bool   `hcl:"auto_leader_rebalance,optional"`
 	LeaderRebalanceDelay *string `hcl:"leader_rebalance_delay,optional"`
+	ReassignMaxBytesPerS *string `hcl:"reassign_max_bytes_per_second,optional"`
 }
 
 type fileProducer struct {

@@ -556,7 +556,8 @@ func (c *Client) ProposeISR(ctx context.Context, topic string, partition int, ep
 	if l == nil || l.epoch != epoch || l.ctx.Err() != nil {
 		return fmt.Errorf("%w: %s/%d epoch %d", ErrNotLeader, topic, partition, epoch)
 	}
-	if err := c.validateISR(topic, partition, isr); err != nil {
+	pm, known := c.snapshot.Load().Partition(topic, partition)
+	if err := validateISR(pm, known, c.cfg.NodeID, topic, partition, isr); err != nil {
 		return err
 	}
 	for _, e := range elr {
@@ -567,15 +568,16 @@ func (c *Client) ProposeISR(ctx context.Context, topic string, partition int, ep
 	l.mu.Lock()
 	base := l.stateIndex
 	l.mu.Unlock()
-	err := c.casState(ctx, l, base, PartitionState{Leader: c.cfg.NodeID, Epoch: epoch, ISR: slices.Clone(isr), ELR: slices.Clone(elr)})
+	err := c.casStateWith(ctx, l, base, PartitionState{Leader: c.cfg.NodeID, Epoch: epoch, ISR: slices.Clone(isr), ELR: slices.Clone(elr)}, c.replicasGuard(pm, known))
 	if err == nil {
 		c.log.Info("isr changed", "topic", topic, "partition", partition, "epoch", epoch, "isr", isr, "elr", elr)
 	}
 	return err
 }
 
-func (c *Client) validateISR(topic string, partition int, isr []string) error {
-	pm, known := c.snapshot.Load().Partition(topic, partition)
+// validateISR checks isr against the replicas of pm, the snapshot's
+// partition (when known): no repeats, no stranger, the leader self in it.
+func validateISR(pm PartitionMeta, known bool, self, topic string, partition int, isr []string) error {
 	seen := map[string]bool{}
 	for _, node := range isr {
 		if seen[node] || (known && !slices.Contains(pm.Replicas, node)) {
@@ -583,22 +585,41 @@ func (c *Client) validateISR(topic string, partition int, isr []string) error {
 		}
 		seen[node] = true
 	}
-	if !seen[c.cfg.NodeID] {
-		return fmt.Errorf("%w: isr %v of %s/%d must contain the leader %s", ErrInvalidTopic, isr, topic, partition, c.cfg.NodeID)
+	if !seen[self] {
+		return fmt.Errorf("%w: isr %v of %s/%d must contain the leader %s", ErrInvalidTopic, isr, topic, partition, self)
 	}
 	return nil
+}
+
+// replicasGuard is the check-index of the replicas key an ISR change was
+// validated against: a reassignment may have changed the replicas since
+// the snapshot (docs/design.md §7.6), and an ISR naming a replica the move
+// removed must not be written beside replicas that lack it.
+func (c *Client) replicasGuard(pm PartitionMeta, known bool) api.TxnOps {
+	if !known || pm.ReplicasIndex == 0 {
+		return nil
+	}
+	return api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: c.keys.replicas(pm.Topic, pm.Partition), Index: pm.ReplicasIndex}}}
 }
 
 // casState writes newState with the guarded transaction and keeps the
 // leadership's view in step with Consul.
 func (c *Client) casState(ctx context.Context, l *Leadership, base uint64, newState PartitionState) error {
+	return c.casStateWith(ctx, l, base, newState, nil)
+}
+
+// casStateWith is casState with more operations in the same transaction,
+// after the two guards (a reassignment's completion writes the replicas and
+// deletes the move with them). A refusal of any of them is handled as a
+// refused cas of the state: re-read, ErrNotLeader or ErrConflict.
+func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, newState PartitionState, extra api.TxnOps) error {
 	stateKey := c.keys.state(l.topic, l.partition)
 	leaderKey := c.keys.leader(l.topic, l.partition)
 	rule := keyRule(c.keys.prefix)
-	ops := api.TxnOps{
+	ops := append(api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: leaderKey, Session: l.session}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: base, Value: encodeJSON(newState)}},
-	}
+	}, extra...)
 	ok, resp, err := c.txn(ctx, ops, "write "+stateKey, rule)
 	if err != nil {
 		return err

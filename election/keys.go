@@ -20,6 +20,9 @@ import (
 //	                                       "elr":[{"node":"n3","log_end_offset":1200}]}  (elr only when set)
 //	<prefix>topics/<topic>/<p>/leader    {"node":"n1","epoch":7}  lock key; its
 //	                                     Session field is the leader's session
+//	<prefix>topics/<topic>/<p>/reassign  {"target":["n1","n2","n4"],"adding":["n4"],
+//	                                      "removing":["n3"]}  a move in flight
+//	                                     (reassign.go); replicas is then the union
 //	<prefix>topics/~deleted/<topic id>   {"topic":"orders"}  tombstone written by
 //	                                     DeleteTopic in the same txn that deletes
 //	                                     the topic; '~' is not allowed in topic
@@ -35,9 +38,13 @@ import (
 //	          writer                          guard
 //	config    CreateTopic / DeleteTopic       cas 0 / delete-tree in one txn
 //	replicas  CreateTopic                     cas 0
+//	          StartReassign := union          check-index config, cas replicas, cas reassign 0
+//	          CompleteReassign := target      the ISR change txn + cas replicas, delete-cas reassign
+//	reassign  StartReassign / CompleteReassign (above)
 //	state     CreateTopic (epoch 0, leader ""), then only the leader:
 //	          election   txn [lock leader (own session), cas state (read index)]
-//	          ISR change txn [check-session leader (own session), cas state]
+//	          ISR change txn [check-session leader (own session), cas state,
+//	                          check-index replicas (the snapshot's)]
 //	leader    the election txn (lock verb), released by Resign and Close
 //	~deleted  DeleteTopic                     check-index config, delete-tree, set
 //	producer_ids     ProducerIDs.Allocate, 1000 ids a write   cas (read index)
@@ -71,7 +78,10 @@ func (k keyspace) config(topic string) string    { return k.topicRoot(topic) + "
 func (k keyspace) replicas(topic string, p int) string {
 	return k.partitionRoot(topic, p) + "replicas"
 }
-func (k keyspace) state(topic string, p int) string  { return k.partitionRoot(topic, p) + "state" }
+func (k keyspace) state(topic string, p int) string { return k.partitionRoot(topic, p) + "state" }
+func (k keyspace) reassign(topic string, p int) string {
+	return k.partitionRoot(topic, p) + "reassign"
+}
 func (k keyspace) leader(topic string, p int) string { return k.partitionRoot(topic, p) + "leader" }
 func (k keyspace) partitionRoot(topic string, p int) string {
 	return k.topicRoot(topic) + strconv.Itoa(p) + "/"
@@ -94,6 +104,7 @@ const (
 	kindReplicas
 	kindState
 	kindLeader
+	kindReassign
 	// kindTombstone's "topic" is the deleted incarnation's topic ID.
 	kindTombstone
 )
@@ -124,6 +135,8 @@ func (k keyspace) parse(key string) (topic string, partition int, kind keyKind) 
 			return parts[0], p, kindState
 		case "leader":
 			return parts[0], p, kindLeader
+		case "reassign":
+			return parts[0], p, kindReassign
 		}
 	}
 	return "", 0, kindUnknown

@@ -42,6 +42,12 @@ type PartitionMeta struct {
 	State     PartitionState
 	// StateIndex is the ModifyIndex of the state key.
 	StateIndex uint64
+	// ReplicasIndex is the ModifyIndex of the replicas key.
+	ReplicasIndex uint64
+	// Reassign is the move in flight (docs/design.md §7.6), nil when there
+	// is none; ReassignIndex is its key's ModifyIndex.
+	Reassign      *Reassignment
+	ReassignIndex uint64
 	// LeaderSession is the session holding the leader key, "" when no one
 	// holds it (no leader, or leader lost and not yet replaced).
 	LeaderSession string
@@ -88,7 +94,7 @@ func (s *Snapshot) Partition(topic string, partition int) (PartitionMeta, bool) 
 // the error instead of failing the whole snapshot.
 func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 	type partitionKeys struct {
-		replicas, state, leader *api.KVPair
+		replicas, state, leader, reassign *api.KVPair
 	}
 	configs := map[string]*api.KVPair{}
 	parts := map[string]map[int]*partitionKeys{}
@@ -121,6 +127,8 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 			pk.state = pair
 		case kindLeader:
 			pk.leader = pair
+		case kindReassign:
+			pk.reassign = pair
 		}
 	}
 
@@ -147,6 +155,15 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 			if pk != nil && pk.replicas != nil {
 				if pm.Replicas, err = decodeReplicas(pk.replicas.Key, pk.replicas.Value); err != nil {
 					tm.Err = err
+				}
+				pm.ReplicasIndex = pk.replicas.ModifyIndex
+			}
+			if pk != nil && pk.reassign != nil {
+				m, err := decodeReassignment(pk.reassign.Key, pk.reassign.Value, pm.Replicas)
+				if err != nil {
+					tm.Err = err
+				} else {
+					pm.Reassign, pm.ReassignIndex = &m, pk.reassign.ModifyIndex
 				}
 			}
 			if pk != nil && pk.state != nil {

@@ -58,6 +58,10 @@ type ISRProposal struct {
 	// ELR are the eligible leader replicas the change leaves, written with
 	// the ISR.
 	ELR []EligibleReplica
+	// Replicas, when not nil, ends a reassignment (ProposeReassignment):
+	// the same transaction sets the replica set to it. After ISRCommitted
+	// the caller hands the committed replica set to SetReplicas.
+	Replicas []string
 }
 
 // EligibleReplica is a replica outside the ISR that still holds every
@@ -134,6 +138,8 @@ type isrChange struct {
 	// added is the follower an expansion adds; it counts toward the HW
 	// before the change commits. Empty for a shrink.
 	added string
+	// replicas is the replica set a reassignment's completion sets.
+	replicas []string
 }
 
 // Leader is the leader's replication state for one partition: it validates
@@ -663,7 +669,92 @@ func (l *Leader) lostData(p *replicaProgress) bool {
 func (l *Leader) propose(c *isrChange) {
 	c.elr = l.eligibleAfter(c.isr)
 	l.inFlight = c
-	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr)}
+	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr), Replicas: slices.Clone(c.replicas)}
+}
+
+// Replicas is the replica set this leader accepts follower requests from.
+func (l *Leader) Replicas() []string { return slices.Clone(l.replicas) }
+
+// InFlight says an ISR change (or a reassignment's completion) is waiting
+// for its outcome.
+func (l *Leader) InFlight() bool { return l.inFlight != nil }
+
+// SetReplicas replaces the replica set (docs/design.md §7.6): a replica it
+// adds is a follower outside the ISR with an unknown log end, which joins
+// the ISR by the join rule like any other; a replica it drops is forgotten.
+// It refuses (ErrInvalidInput) a set that lacks the leader, a member of the
+// committed ISR, of the change in flight or of the ELR, or is smaller than
+// min_insync_replicas: replicas leave only through a committed change that
+// took them out of the ISR first.
+func (l *Leader) SetReplicas(replicas []string) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if err := checkMembers("replicas", replicas, nil); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+	}
+	needed := append(slices.Clone(l.isr), l.self)
+	if l.inFlight != nil {
+		needed = append(needed, l.inFlight.isr...)
+	}
+	for _, e := range l.elr {
+		needed = append(needed, e.ID)
+	}
+	for _, id := range needed {
+		if !slices.Contains(replicas, id) {
+			return fmt.Errorf("%w: replicas %v lack %q, the leader or a member of the ISR, of a change in flight or of the ELR", ErrInvalidInput, replicas, id)
+		}
+	}
+	if len(replicas) < l.minISR {
+		return fmt.Errorf("%w: replicas %v are fewer than min insync replicas %d", ErrInvalidInput, replicas, l.minISR)
+	}
+	for _, id := range replicas {
+		if _, ok := l.followers[id]; !ok && id != l.self {
+			l.followers[id] = &replicaProgress{logEnd: unknownOffset, lastFetchLeaderLogEnd: l.logEnd}
+		}
+	}
+	for id := range l.followers {
+		if !slices.Contains(replicas, id) {
+			delete(l.followers, id)
+			delete(l.dead, id)
+		}
+	}
+	l.replicas = slices.Clone(replicas)
+	l.isr = l.inReplicaOrder(l.isr)
+	return nil
+}
+
+// ProposeReassignment proposes the last step of a reassignment to target
+// (docs/design.md §7.6): the replica set becomes target and the ISR loses
+// every replica outside it, in one change. It refuses (ErrInvalidInput)
+// unless no ISR change is in flight, the leader is in target, target is
+// within the replica set and every target replica is in the committed ISR:
+// the ISR the change leaves is then exactly target, every member of which
+// this leader admitted, so it holds the committed log, and it is at least
+// min_insync_replicas, so it leaves no eligible replicas.
+func (l *Leader) ProposeReassignment(target []string) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if l.inFlight != nil {
+		return fmt.Errorf("%w: an ISR change is in flight", ErrInvalidInput)
+	}
+	if err := checkMembers("target", target, l.replicas); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+	}
+	if !slices.Contains(target, l.self) {
+		return fmt.Errorf("%w: target %v lacks the leader %q", ErrInvalidInput, target, l.self)
+	}
+	if len(target) < l.minISR {
+		return fmt.Errorf("%w: target %v is smaller than min insync replicas %d", ErrInvalidInput, target, l.minISR)
+	}
+	for _, id := range target {
+		if !slices.Contains(l.isr, id) {
+			return fmt.Errorf("%w: target replica %q is not in the ISR %v", ErrInvalidInput, id, l.isr)
+		}
+	}
+	l.propose(&isrChange{isr: l.inReplicaOrder(target), replicas: slices.Clone(target)})
+	return nil
 }
 
 // eligibleAfter is the ELR once isr replaces the committed ISR: empty when

@@ -52,6 +52,9 @@ const (
 	CodeCoordinatorNotAvailable   = "coordinator_not_available"
 	CodeInternalTopic             = "internal_topic"
 
+	// Reassignments (docs/api.md, "Moving a partition's replicas").
+	CodeReassignmentInProgress = "reassignment_in_progress"
+
 	// Peer API only.
 	CodeUnauthorized       = "unauthorized"
 	CodeFencedLeaderEpoch  = "fenced_leader_epoch"

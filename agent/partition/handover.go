@@ -67,10 +67,16 @@ const (
 
 // handover is one in progress; the loop owns it.
 type handover struct {
-	// retiring says the agent stops; else this is a move to target, the
-	// partition's preferred replica, and no other successor will do.
+	// retiring says the agent stops; else this is a move to one of
+	// targets (the partition's preferred replica, or a reassignment's
+	// target replicas, in the order they are preferred), and no other
+	// successor will do.
 	retiring bool
-	target   string
+	targets  []string
+	// reassign says the move takes the leadership off a replica that a
+	// reassignment removes (reassign.go): one that did not come together
+	// is tried again after reassignRetry, not leader_rebalance_delay.
+	reassign bool
 	phase    handoverPhase
 	// epoch is the leadership handed over.
 	epoch int32
@@ -104,10 +110,12 @@ const (
 // steps down at once.
 func decideHandover(h *handover, now time.Time, pending int, successors []string, followers int) (handoverStep, string) {
 	successor := ""
-	for _, id := range successors {
-		if h.retiring || id == h.target {
+	if h.retiring && len(successors) > 0 {
+		successor = successors[0]
+	}
+	for _, id := range h.targets {
+		if successor == "" && slices.Contains(successors, id) {
 			successor = id
-			break
 		}
 	}
 	expired := !now.Before(h.drainBy)
@@ -160,7 +168,7 @@ func (r *Replica) onHandoverRequest(ev handoverRequest) {
 func (r *Replica) startHandover(h *handover) {
 	h.epoch, h.done = r.leader.Epoch(), make(chan struct{})
 	r.handover = h
-	r.log.Info("handing the leadership over", "epoch", h.epoch, "retiring", h.retiring, "target", h.target,
+	r.log.Info("handing the leadership over", "epoch", h.epoch, "retiring", h.retiring, "targets", h.targets, "reassign", h.reassign,
 		"log_end_offset", r.leader.LogEndOffset(), "high_watermark", r.leader.HighWatermark(), "pending_acks", len(r.acks))
 }
 
@@ -189,8 +197,12 @@ func (r *Replica) driveHandover(now time.Time) {
 			r.stepDown(errors.New("agent stopping"), false)
 			r.finishHandover("stepped down")
 		case stepAbort:
-			r.log.Info("preferred replica did not catch up: leading on", "epoch", h.epoch, "target", h.target)
-			r.moveRetryAt = now.Add(r.deps.Config.Replication.LeaderRebalanceDelay)
+			r.log.Info("no target replica caught up: leading on", "epoch", h.epoch, "targets", h.targets, "reassign", h.reassign)
+			if h.reassign {
+				r.reassignRetryAt = now.Add(reassignRetry)
+			} else {
+				r.moveRetryAt = now.Add(r.deps.Config.Replication.LeaderRebalanceDelay)
+			}
 			r.finishHandover("aborted")
 		}
 	case phaseConfirming:
@@ -307,7 +319,7 @@ func (r *Replica) maybeMoveToPreferred(now time.Time) {
 	if !r.deps.moves.take(now) {
 		return
 	}
-	r.startHandover(&handover{target: r.meta.pm.Replicas[0], drainBy: now.Add(moveDrain)})
+	r.startHandover(&handover{targets: []string{r.meta.pm.Replicas[0]}, drainBy: now.Add(moveDrain)})
 }
 
 // handoverWake is when the handover in progress must be decided again

@@ -18,7 +18,8 @@ import (
 func TestDecideHandover(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	retire := &handover{retiring: true, drainBy: t0.Add(retireDrain)}
-	move := &handover{target: "n3", drainBy: t0.Add(moveDrain)}
+	move := &handover{targets: []string{"n3"}, drainBy: t0.Add(moveDrain)}
+	offRemoved := &handover{targets: []string{"n4", "n2"}, reassign: true, drainBy: t0.Add(moveDrain)}
 	for _, tc := range []struct {
 		name       string
 		h          *handover
@@ -39,6 +40,10 @@ func TestDecideHandover(t *testing.T) {
 		{"move: only another follower caught up", move, t0, 0, []string{"n2"}, 2, stepWait, ""},
 		{"move: the target not caught up by the drain's end", move, t0.Add(moveDrain), 0, []string{"n2"}, 2, stepAbort, ""},
 		{"move: acks pending", move, t0, 1, []string{"n3"}, 2, stepWait, ""},
+		{"reassign: the first target in the move's order", offRemoved, t0, 0, []string{"n2", "n3", "n4"}, 3, stepRelease, "n4"},
+		{"reassign: another target caught up", offRemoved, t0, 0, []string{"n2", "n3"}, 3, stepRelease, "n2"},
+		{"reassign: only a removed replica caught up", offRemoved, t0, 0, []string{"n3"}, 3, stepWait, ""},
+		{"reassign: no target by the drain's end", offRemoved, t0.Add(moveDrain), 0, []string{"n3"}, 3, stepAbort, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			step, successor := decideHandover(tc.h, tc.at, tc.pending, tc.successors, tc.followers)

@@ -123,6 +123,17 @@ type Replica struct {
 	preferredSince time.Time
 	preferredEpoch int32
 	moveRetryAt    time.Time
+	// reassignRetryAt holds back the next step of a reassignment, and
+	// reassignIndexes are the indexes its completion in flight decided
+	// from (reassign.go).
+	reassignRetryAt time.Time
+	reassignIndexes reassignIndexes
+	// replicasFloor is the replicas key's index this leadership's
+	// completion of a move replaced: metadata at or below it is older
+	// than the replica set the leader follows.
+	replicasFloor uint64
+	// catchUp counts the bytes sent to replicas being added.
+	catchUp catchUp
 	// yielded is set once this replica has held back its first campaign
 	// for the partition's preferred replica (see ensureCampaign).
 	yielded bool
@@ -172,6 +183,10 @@ type Coordinator interface {
 	// ProposeISR writes an ISR change, and the eligible leader replicas it
 	// leaves, with the guarded transaction.
 	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string, elr []election.EligibleReplica) error
+	// CompleteReassign writes a reassignment's completion: the ISR change
+	// with the replicas set to the target and the move deleted, guarded
+	// by the indexes of the snapshot it was decided from.
+	CompleteReassign(ctx context.Context, topic string, partition int, epoch int32, m election.Reassignment, replicasIndex, reassignIndex uint64, isr []string, elr []election.EligibleReplica) error
 	// Liveness is the latest word of Consul on which agents are dead (the
 	// watch starts on first use): leaders drop dead replicas from the ISR.
 	Liveness() *election.Liveness
@@ -463,6 +478,7 @@ func (r *Replica) reconcile() {
 			r.isrRetry = nil
 			r.propose(*p)
 		}
+		r.driveReassign(now)
 		r.maybeMoveToPreferred(now)
 	}
 	if r.handover != nil {
@@ -485,7 +501,7 @@ func (r *Replica) reconcile() {
 // armWake sets the wake timer to the earliest pending retry.
 func (r *Replica) armWake(now time.Time) {
 	var next time.Time
-	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake()} {
+	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt} {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}

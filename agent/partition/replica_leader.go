@@ -59,6 +59,7 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 	}
 	r.gen++
 	r.role, r.leader, r.leadership, r.leaderISR = RoleLeader, leader, l, leader.ISR()
+	r.replicasFloor = 0
 	r.leaderTicker = time.NewTicker(leaderTick)
 	r.isrRetry = nil
 	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
@@ -122,11 +123,16 @@ func (r *Replica) processLeaderReady() {
 
 // propose writes an ISR change with the guarded transaction, off the loop.
 func (r *Replica) propose(p replicate.ISRProposal) {
-	gen := r.gen
+	gen, idx := r.gen, r.reassignIndexes
 	r.tasks.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
 		defer cancel()
-		err := r.deps.Coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR, electionELR(p.ELR))
+		var err error
+		if p.Replicas != nil {
+			err = r.deps.Coord.CompleteReassign(ctx, r.topic, r.partition, p.Epoch, idx.m, idx.replicas, idx.move, p.ISR, electionELR(p.ELR))
+		} else {
+			err = r.deps.Coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR, electionELR(p.ELR))
+		}
 		r.send(isrResult{gen: gen, proposal: p, err: err})
 	})
 }
@@ -153,6 +159,13 @@ func (r *Replica) onISRResult(ev isrResult) {
 	switch {
 	case ev.err == nil:
 		err = r.leader.ISRCommitted(ev.proposal.ISR, ev.proposal.ELR, r.deps.Now())
+		if err == nil && ev.proposal.Replicas != nil {
+			// The completion of a move: the removed replicas are out of
+			// the ISR, so the state machine forgets them.
+			err = r.leader.SetReplicas(ev.proposal.Replicas)
+			r.replicasFloor = r.reassignIndexes.replicas
+			r.log.Info("reassignment complete", "epoch", ev.proposal.Epoch, "replicas", ev.proposal.Replicas)
+		}
 		r.log.Info("isr changed", "epoch", ev.proposal.Epoch, "isr", ev.proposal.ISR)
 		r.deps.Hooks.isrChanged()
 	case errors.Is(ev.err, election.ErrNotLeader):
@@ -165,6 +178,12 @@ func (r *Replica) onISRResult(ev isrResult) {
 			return
 		}
 		err = r.leader.ISRCommitted(st.ISR, replicateELR(st.ELR), r.deps.Now())
+		if ev.proposal.Replicas != nil {
+			// A completion decided from a snapshot that has moved on (or
+			// one that committed on an earlier try whose answer was
+			// lost): decide again once the metadata caught up.
+			r.reassignRetryAt = r.deps.Now().Add(reassignRetry)
+		}
 	case errors.Is(ev.err, context.Canceled):
 		return
 	case errors.Is(ev.err, election.ErrPermissionDenied), errors.Is(ev.err, election.ErrInvalidTopic):
@@ -360,7 +379,10 @@ type leaderFetchRequest struct {
 type LeaderFetchOutcome struct {
 	Result         replicate.FetchResult
 	LogStartOffset int64
-	Err            error
+	// Throttled says the answer counts against the catch-up throttle: the
+	// fetch is from a replica a move adds, not yet in the ISR.
+	Throttled bool
+	Err       error
 }
 
 // OutOfRangeError refuses a fetch outside the leader's log.
@@ -386,7 +408,7 @@ func (r *Replica) onLeaderFetch(ev *leaderFetchRequest) {
 	if errors.Is(err, replicate.ErrOffsetOutOfRange) {
 		err = &OutOfRangeError{LogStartOffset: log.LogStartOffset(), LogEndOffset: log.LogEndOffset()}
 	}
-	ev.reply <- LeaderFetchOutcome{Result: result, LogStartOffset: log.LogStartOffset(), Err: err}
+	ev.reply <- LeaderFetchOutcome{Result: result, LogStartOffset: log.LogStartOffset(), Throttled: r.throttled(ev.req.ReplicaID), Err: err}
 	if errors.Is(err, replicate.ErrInconsistentLog) {
 		r.failLog(err)
 		return

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -18,15 +19,21 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	consulBin := fs.String("consul-bin", "", "the Consul binary to start (default: bin/consul, beside logagent, or on PATH)")
 	var extra stringList
 	fs.Var(&extra, "config", "more agent configuration (file or directory; repeatable), merged over the dev settings")
-	portOffset := fs.Int("port-offset", 0, "add this to every port (client 7070-7072, peer 7171-7173, Consul 18300-18302 and 18500)")
+	agents := fs.Int("agents", devcluster.DefaultAgents, fmt.Sprintf("how many agents to run (1 to %d)", devcluster.MaxAgents))
+	portOffset := fs.Int("port-offset", 0, "add this to every port (agent i from 0: client 7070+i, peer 7171+i, Kafka 9092+i; Consul 18300-18302 and 18500)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	// Refused before anything starts, as bad usage: the ports follow from
+	// the flags alone.
+	if _, err := devcluster.Ports(*agents, *portOffset, *consulAddr == ""); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	opts := devcluster.Options{Logagent: exe, ConsulAddr: *consulAddr, ConsulBin: *consulBin, PortOffset: *portOffset, Out: stdout}
+	opts := devcluster.Options{Logagent: exe, Agents: *agents, ConsulAddr: *consulAddr, ConsulBin: *consulBin, PortOffset: *portOffset, Out: stdout}
 	for _, p := range extra {
 		abs, err := filepath.Abs(p)
 		if err != nil {

@@ -33,12 +33,13 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"agent", "run the agent daemon", runAgent},
-		{"dev", "run a local cluster: Consul and three agents", runDev},
+		{"dev", "run a local cluster: Consul and three agents (-agents N)", runDev},
 		{"validate", "check configuration files", runValidate},
 		{"topic", "create, list, describe or delete topics", runTopic},
 		{"produce", "write records from stdin, one per line", runProduce},
 		{"consume", "print the records of a topic, a partition, or what a consumer group gives", runConsume},
 		{"group", "list or describe consumer groups, reset their offsets", runGroup},
+		{"partition", "move a partition's replicas to other agents", runPartition},
 		{"status", "show topics and partitions: leaders, epochs, ISR, high watermarks", runStatus},
 		{"bench", "load generator: produce, consume, e2e latency, machine limits", runBench},
 		{"version", "print the version", runVersion},

@@ -21,13 +21,13 @@ import (
 	"github.com/logagent/logagent/client"
 )
 
-// startDev runs `logagent dev` on shifted ports (so that it does not clash
+// startDev runs `logagent dev` (with extra flags) on shifted ports (so that it does not clash
 // with a developer's own `make dev`) and returns once its banner says the
 // cluster is up. The shifted ports share their range with the ports that
 // tests of other packages, running at the same time, take from freeport:
 // when dev finds one of its ports taken (it checks them all before it
 // starts anything), another offset is tried.
-func startDev(t *testing.T) (p *proc, dir string, offset int) {
+func startDev(t *testing.T, extra ...string) (p *proc, dir string, offset int) {
 	t.Helper()
 	consulBin := os.Getenv("LOGAGENT_CONSUL_BIN")
 	if consulBin == "" {
@@ -42,7 +42,7 @@ func startDev(t *testing.T) (p *proc, dir string, offset int) {
 		offset = 1000 + rng.Intn(90)*100 // ports stay below the ephemeral range
 		t.Logf("port offset %d (seed %d)", offset, seed)
 		dir = filepath.Join(t.TempDir(), "dev")
-		p = startProc(t, nil, "dev", "-dir", dir, "-port-offset", strconv.Itoa(offset), "-consul-bin", consulBin)
+		p = startProc(t, nil, append([]string{"dev", "-dir", dir, "-port-offset", strconv.Itoa(offset), "-consul-bin", consulBin}, extra...)...)
 		var portsTaken bool
 		waitUntil(t, 90*time.Second, "the banner", func() bool {
 			if !p.running() {

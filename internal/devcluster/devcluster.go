@@ -30,8 +30,17 @@ const (
 	consulServerPort = 18300
 	consulSerfLAN    = 18301
 	consulSerfWAN    = 18302
-	agentCount       = 3
+	// DefaultAgents is how many agents a dev cluster runs unless told.
+	DefaultAgents = 3
+	// MaxAgents is the most agents whose ports stay apart: agent i's client
+	// port is 7070+i and agent 0's peer port 7171, so a 102nd agent's client
+	// API would take the first peer port.
+	MaxAgents = firstPeerPort - firstClientPort
 )
+
+// ErrBadAgents refuses an agent count or port offset whose ports would
+// collide or leave the valid range.
+var ErrBadAgents = errors.New("devcluster: bad agent count or port offset")
 
 // Options configure a dev cluster.
 type Options struct {
@@ -49,6 +58,8 @@ type Options struct {
 	// PortOffset shifts every port of the cluster, so two clusters (or a
 	// test and a developer's cluster) can run side by side.
 	PortOffset int
+	// Agents is how many agents to run, DefaultAgents when 0.
+	Agents int
 	// StartTimeout bounds how long the cluster may take to come up.
 	StartTimeout time.Duration
 	// Out receives the banner and progress.
@@ -74,21 +85,22 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 	defer func() { stopAll(children, kill, o.Out) }()
 
 	consulAddr := o.ConsulAddr
-	off := o.PortOffset
-	wantPorts := []int{}
-	if consulAddr == "" {
-		wantPorts = append(wantPorts, consulHTTPPort+off, consulServerPort+off, consulSerfLAN+off, consulSerfWAN+off)
+	if o.Agents == 0 {
+		o.Agents = DefaultAgents
 	}
-	specs := make([]agentSpec, agentCount)
+	wantPorts, err := Ports(o.Agents, o.PortOffset, consulAddr == "")
+	if err != nil {
+		return err
+	}
+	specs := make([]agentSpec, o.Agents)
 	for i := range specs {
 		specs[i] = agentSpec{
 			nodeID:     fmt.Sprintf("n%d", i+1),
-			clientAddr: fmt.Sprintf("127.0.0.1:%d", firstClientPort+off+i),
-			peerAddr:   fmt.Sprintf("127.0.0.1:%d", firstPeerPort+off+i),
-			kafkaAddr:  fmt.Sprintf("127.0.0.1:%d", firstKafkaPort+off+i),
+			clientAddr: fmt.Sprintf("127.0.0.1:%d", firstClientPort+o.PortOffset+i),
+			peerAddr:   fmt.Sprintf("127.0.0.1:%d", firstPeerPort+o.PortOffset+i),
+			kafkaAddr:  fmt.Sprintf("127.0.0.1:%d", firstKafkaPort+o.PortOffset+i),
 			dir:        filepath.Join(o.Dir, fmt.Sprintf("n%d", i+1)),
 		}
-		wantPorts = append(wantPorts, firstClientPort+off+i, firstPeerPort+off+i, firstKafkaPort+off+i)
 	}
 	if err := checkPortsFree(wantPorts); err != nil {
 		return err
@@ -98,8 +110,8 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 	}
 
 	if consulAddr == "" {
-		consulAddr = fmt.Sprintf("127.0.0.1:%d", consulHTTPPort+off)
-		c, err := startChild("consul", filepath.Join(o.Dir, "consul.log"), o.ConsulBin, consulArgs(off)...)
+		consulAddr = fmt.Sprintf("127.0.0.1:%d", consulHTTPPort+o.PortOffset)
+		c, err := startChild("consul", filepath.Join(o.Dir, "consul.log"), o.ConsulBin, consulArgs(o.PortOffset)...)
 		if err != nil {
 			return err
 		}
@@ -133,7 +145,7 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 		return err
 	}
 	for i, s := range specs {
-		c := children[len(children)-agentCount+i]
+		c := children[len(children)-len(specs)+i]
 		if err := waitFor(ctx, o.StartTimeout, c, probe, scheme+"://"+s.clientAddr+"/v1/health", nil); err != nil {
 			return fmt.Errorf("devcluster: agent %s did not become healthy (see %s): %w", s.nodeID, filepath.Join(o.Dir, s.nodeID+".log"), err)
 		}
@@ -159,6 +171,35 @@ func Run(ctx context.Context, kill <-chan struct{}, o Options) error {
 			}
 		}
 	}
+}
+
+// Ports lists every port a dev cluster of n agents at offset off listens
+// on (Consul's only when withConsul): agent i (from 0) has client 7070+i,
+// peer 7171+i and Kafka 9092+i, Consul HTTP 18500 and server and serf
+// 18300-18302, each plus off. An n or off that would give two of them the
+// same port, or one outside 1-65535, is ErrBadAgents.
+func Ports(n, off int, withConsul bool) ([]int, error) {
+	if n < 1 || n > MaxAgents {
+		return nil, fmt.Errorf("%w: %d agents: between 1 and %d (agent %d's client port would be agent n1's peer port)", ErrBadAgents, n, MaxAgents, MaxAgents+1)
+	}
+	var ports []int
+	if withConsul {
+		ports = append(ports, consulHTTPPort+off, consulServerPort+off, consulSerfLAN+off, consulSerfWAN+off)
+	}
+	for i := range n {
+		ports = append(ports, firstClientPort+off+i, firstPeerPort+off+i, firstKafkaPort+off+i)
+	}
+	seen := make(map[int]bool, len(ports))
+	for _, p := range ports {
+		switch {
+		case p < 1 || p > 65535:
+			return nil, fmt.Errorf("%w: %d agents at port offset %d need port %d, outside 1-65535", ErrBadAgents, n, off, p)
+		case seen[p]:
+			return nil, fmt.Errorf("%w: %d agents at port offset %d use port %d twice", ErrBadAgents, n, off, p)
+		}
+		seen[p] = true
+	}
+	return ports, nil
 }
 
 func consulArgs(off int) []string {

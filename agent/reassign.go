@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/wire"
+)
+
+// reassignRequest is the body of POST
+// /v1/topics/{topic}/partitions/{partition}/reassignment.
+type reassignRequest struct {
+	Replicas []string `json:"replicas"`
+}
+
+// reassignment is a partition's move as the API shows it (docs/design.md
+// §7.6): the partition's replicas and ISR, and the move in flight, nil when
+// there is none.
+type reassignment struct {
+	Topic     string   `json:"topic"`
+	Partition int      `json:"partition"`
+	Replicas  []string `json:"replicas"`
+	// ISR and Leader are absent from the answer to a POST.
+	ISR    []string `json:"isr,omitempty"`
+	Leader string   `json:"leader,omitempty"`
+	// LeaderAddress is the leader's client API, where the move's progress
+	// is read when this agent does not lead.
+	LeaderAddress string        `json:"leader_address,omitempty"`
+	Move          *reassignMove `json:"reassignment"`
+}
+
+// reassignMove is a move in flight, as the API, /v1/status and the
+// describe show it.
+type reassignMove struct {
+	Target   []string `json:"target"`
+	Adding   []string `json:"adding"`
+	Removing []string `json:"removing"`
+	// Progress is every added replica's catch-up, present when this agent
+	// leads the partition.
+	Progress []reassignProgress `json:"progress,omitempty"`
+}
+
+// reassignProgress is one added replica as its leader sees it.
+type reassignProgress struct {
+	Node string `json:"node"`
+	// LogEndOffset is the replica's last fetch offset, -1 before its first
+	// fetch of this leadership; Lag is the leader's log end less it.
+	LogEndOffset int64 `json:"log_end_offset"`
+	Lag          int64 `json:"lag"`
+	InSync       bool  `json:"in_sync"`
+	// CatchUpBytes is what this leader has sent it while it caught up.
+	CatchUpBytes int64 `json:"catch_up_bytes"`
+}
+
+// handleStartReassign serves POST
+// /v1/topics/{topic}/partitions/{partition}/reassignment: it checks that
+// every replica named is a live agent and writes the move; the partition's
+// leader carries it out. 202 with the move, 200 when there is nothing to
+// move.
+func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	topic, p, err := a.partitionParams(ctx)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	var req reassignRequest
+	if err := decodeOneObject(ctx.PostBody(), &req); err != nil || len(req.Replicas) == 0 {
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(`the body must be {"replicas":["n1","n2",...]}: %v`, err), false)
+		return
+	}
+	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	defer cancel()
+	agents, err := a.coord.Agents(callCtx)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		return
+	}
+	for _, node := range req.Replicas {
+		if !slices.ContainsFunc(agents, func(ag election.AgentInfo) bool { return ag.NodeID == node }) {
+			writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+				fmt.Sprintf("replica %q is not a live agent (Consul's passing logagent services)", node), false)
+			return
+		}
+	}
+	m, done, err := a.coord.StartReassign(callCtx, topic, p, req.Replicas)
+	switch {
+	case errors.Is(err, election.ErrReassignInProgress):
+		writeError(ctx, fasthttp.StatusConflict, wire.CodeReassignmentInProgress, err.Error(), false)
+		return
+	case errors.Is(err, election.ErrInvalidTopic):
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		return
+	case errors.Is(err, election.ErrConflict):
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, err.Error(), true)
+		return
+	case err != nil:
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot start the move: "+err.Error(), true)
+		return
+	}
+	out := reassignment{Topic: topic, Partition: p, Replicas: m.Union()}
+	if done {
+		writeJSON(ctx, fasthttp.StatusOK, out)
+		return
+	}
+	out.Move = &reassignMove{Target: m.Target, Adding: m.Adding, Removing: m.Removing}
+	// Answer once this agent's metadata shows the move, so that a GET
+	// that follows sees it.
+	a.waitMetadata(callCtx, func(snap *election.Snapshot) bool {
+		pm, ok := snap.Partition(topic, p)
+		return ok && pm.Reassign != nil
+	})
+	writeJSON(ctx, fasthttp.StatusAccepted, out)
+}
+
+// handleGetReassign serves GET
+// /v1/topics/{topic}/partitions/{partition}/reassignment: the move in
+// flight, if any, from this agent's metadata, with its progress when this
+// agent leads.
+func (a *Agent) handleGetReassign(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	topic, p, err := a.partitionParams(ctx)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	pm, _ := a.coord.Metadata().Partition(topic, p)
+	writeJSON(ctx, fasthttp.StatusOK, a.describeReassign(topic, pm))
+}
+
+// describeReassign is pm's move as the API shows it.
+func (a *Agent) describeReassign(topic string, pm election.PartitionMeta) reassignment {
+	out := reassignment{Topic: topic, Partition: pm.Partition, Replicas: pm.Replicas, ISR: pm.State.ISR}
+	if pm.LeaderSession != "" {
+		out.Leader = pm.State.Leader
+		if info, ok := a.agents.lookup(out.Leader); ok {
+			out.LeaderAddress = info.ClientAddr
+		}
+	}
+	if r := a.replicas.Get(topic, pm.Partition); r != nil {
+		if v := r.CurrentView(); v.Role == roleLeader {
+			out.Leader, out.ISR = a.cfg.NodeID, v.ISR
+		}
+	}
+	out.Move = a.moveStatus(topic, pm)
+	return out
+}
+
+// moveStatus is pm's move in flight, nil when there is none, with each
+// added replica's progress when this agent leads the partition.
+func (a *Agent) moveStatus(topic string, pm election.PartitionMeta) *reassignMove {
+	if pm.Reassign == nil {
+		return nil
+	}
+	m := &reassignMove{Target: pm.Reassign.Target, Adding: pm.Reassign.Adding, Removing: pm.Reassign.Removing}
+	r := a.replicas.Get(topic, pm.Partition)
+	if r == nil || r.CurrentView().Role != roleLeader {
+		return m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	progress := r.Progress(ctx)
+	sent := r.CatchUpBytes()
+	var leaderEnd int64
+	for _, s := range progress {
+		if s.ID == a.cfg.NodeID {
+			leaderEnd = s.LogEndOffset
+		}
+	}
+	for _, s := range progress {
+		if !slices.Contains(pm.Reassign.Adding, s.ID) {
+			continue
+		}
+		lag := leaderEnd - max(s.LogEndOffset, 0)
+		m.Progress = append(m.Progress, reassignProgress{Node: s.ID, LogEndOffset: s.LogEndOffset, Lag: lag, InSync: s.InSync, CatchUpBytes: sent[s.ID]})
+	}
+	return m
+}
+
+// waitMetadata waits until this agent's metadata satisfies ok or ctx ends.
+func (a *Agent) waitMetadata(ctx context.Context, ok func(*election.Snapshot) bool) {
+	for {
+		snap := a.coord.Metadata()
+		if ok(snap) {
+			return
+		}
+		select {
+		case <-snap.Changed():
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package reassign
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Move is a partition's reassignment as stored: the target list, the
+// replicas it adds and the ones it removes.
+type Move struct {
+	Target   []string
+	Adding   []string
+	Removing []string
+}
+
+// Union is the replica list while the move is in flight: Target, then
+// Removing.
+func (m Move) Union() []string { return append(slices.Clone(m.Target), m.Removing...) }
+
+// State is what the leader knows when it decides.
+type State struct {
+	// Self is the leader.
+	Self string
+	Move Move
+	// Replicas is the replica set the leader's state machine follows
+	// (from the metadata); the move proceeds only once it is the union.
+	Replicas []string
+	// ISR is the committed ISR.
+	ISR []string
+	// InFlight says an ISR change is waiting for its outcome.
+	InFlight bool
+	// HandingOver says a handover of this leadership is under way.
+	HandingOver bool
+	// Successors are the followers that could take the leadership over
+	// holding the leader's whole log (replicate.Leader.Successors).
+	Successors []string
+}
+
+// Kind names a step.
+type Kind int
+
+const (
+	// Wait: nothing to do until the state changes (Step.Reason says why,
+	// Step.Waiting names the target replicas not yet in the ISR).
+	Wait Kind = iota
+	// HandOver: hand the leadership to the first of Step.To that is ready;
+	// the leader is a replica the move removes.
+	HandOver
+	// Complete: write the completion (replicas := Step.Target, the ISR
+	// less the removed replicas, the move deleted) as the one ISR change
+	// in flight.
+	Complete
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Wait:
+		return "wait"
+	case HandOver:
+		return "hand-over"
+	case Complete:
+		return "complete"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Step is Next's decision.
+type Step struct {
+	Kind    Kind
+	Reason  string
+	Waiting []string
+	To      []string
+	Target  []string
+}
+
+// Next is the leader's next step of a move. Its order is the safety
+// argument of docs/design.md §7.6: the added replicas must all be in the
+// committed ISR (they joined by the ISR-join rule, so they hold the
+// committed log) before anything is removed; the leader leaves only by a
+// handover to a target replica among its successors; and the completion,
+// which only removes, waits for any ISR change in flight, so that the ISR
+// it leaves is exactly the target.
+func Next(s State) Step {
+	if !slices.Equal(s.Replicas, s.Move.Union()) {
+		return Step{Kind: Wait, Reason: fmt.Sprintf("the leader follows replicas %v, not the move's union %v yet", s.Replicas, s.Move.Union())}
+	}
+	var waiting []string
+	for _, id := range s.Move.Target {
+		if !slices.Contains(s.ISR, id) {
+			waiting = append(waiting, id)
+		}
+	}
+	if len(waiting) > 0 {
+		return Step{Kind: Wait, Reason: "target replicas are catching up", Waiting: waiting}
+	}
+	if s.InFlight {
+		return Step{Kind: Wait, Reason: "an ISR change is in flight"}
+	}
+	if !slices.Contains(s.Move.Target, s.Self) {
+		if s.HandingOver {
+			return Step{Kind: Wait, Reason: "the leadership is being handed over"}
+		}
+		var to []string
+		for _, id := range s.Move.Target {
+			if slices.Contains(s.Successors, id) {
+				to = append(to, id)
+			}
+		}
+		if len(to) == 0 {
+			return Step{Kind: Wait, Reason: "no target replica holds the leader's whole log yet"}
+		}
+		return Step{Kind: HandOver, To: to}
+	}
+	return Step{Kind: Complete, Target: slices.Clone(s.Move.Target)}
+}

@@ -1,0 +1,93 @@
+package reassign
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestNext covers every state a leader can find a move in, including each
+// crash point of docs/design.md §7.6 as the next leader (or the restarted
+// one) sees it: the move's whole state is in Consul, so a crash point is a
+// State here.
+func TestNext(t *testing.T) {
+	move := Move{Target: []string{"n1", "n2", "n4"}, Adding: []string{"n4"}, Removing: []string{"n3"}}
+	union := []string{"n1", "n2", "n4", "n3"}
+	cases := []struct {
+		name string
+		s    State
+		want Step
+	}{
+		{"metadata not yet the union (the start txn not yet seen by this leader's state machine)",
+			State{Self: "n1", Move: move, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n1", "n2", "n3"}},
+			Step{Kind: Wait}},
+		{"adding: the new replica is catching up",
+			State{Self: "n1", Move: move, Replicas: union, ISR: []string{"n1", "n2", "n3"}},
+			Step{Kind: Wait, Waiting: []string{"n4"}}},
+		{"leader killed while adding: n2 leads, n4 not yet in the ISR",
+			State{Self: "n2", Move: move, Replicas: union, ISR: []string{"n2", "n3"}},
+			Step{Kind: Wait, Waiting: []string{"n1", "n4"}}},
+		{"new replica killed after it joined: it left the ISR again",
+			State{Self: "n1", Move: move, Replicas: union, ISR: []string{"n1", "n2", "n3"}, Successors: []string{"n2", "n3"}},
+			Step{Kind: Wait, Waiting: []string{"n4"}}},
+		{"everything in the ISR, an ISR change in flight",
+			State{Self: "n1", Move: move, Replicas: union, ISR: union, InFlight: true},
+			Step{Kind: Wait}},
+		{"complete: the leader stays",
+			State{Self: "n1", Move: move, Replicas: union, ISR: union},
+			Step{Kind: Complete, Target: move.Target}},
+		{"complete with the removed replica already out of the ISR (dead)",
+			State{Self: "n4", Move: move, Replicas: union, ISR: []string{"n1", "n2", "n4"}},
+			Step{Kind: Complete, Target: move.Target}},
+		{"Consul restarted, the added replica won the election",
+			State{Self: "n4", Move: move, Replicas: union, ISR: []string{"n4", "n1", "n2", "n3"}},
+			Step{Kind: Complete, Target: move.Target}},
+		{"the leader is removed: hand over to a target successor, target order",
+			State{Self: "n3", Move: move, Replicas: union, ISR: union, Successors: []string{"n4", "n2"}},
+			Step{Kind: HandOver, To: []string{"n2", "n4"}}},
+		{"the leader is removed: no target replica holds its whole log yet",
+			State{Self: "n3", Move: move, Replicas: union, ISR: union, Successors: nil},
+			Step{Kind: Wait}},
+		{"the leader is removed, a handover under way",
+			State{Self: "n3", Move: move, Replicas: union, ISR: union, Successors: []string{"n1"}, HandingOver: true},
+			Step{Kind: Wait}},
+		{"the leader is removed, not every target replica in the ISR: no handover yet",
+			State{Self: "n3", Move: move, Replicas: union, ISR: []string{"n1", "n2", "n3"}, Successors: []string{"n1", "n2"}},
+			Step{Kind: Wait, Waiting: []string{"n4"}}},
+		{"killed during the handover, the removed replica won again",
+			State{Self: "n3", Move: move, Replicas: union, ISR: union, Successors: []string{"n1", "n2", "n4"}},
+			Step{Kind: HandOver, To: []string{"n1", "n2", "n4"}}},
+		{"completion outcome unknown, committed: the state machine already follows the target",
+			State{Self: "n1", Move: move, Replicas: move.Target, ISR: move.Target},
+			Step{Kind: Wait}},
+		{"a move that only removes (RF 3 to 2)",
+			State{Self: "n1", Move: Move{Target: []string{"n1", "n2"}, Removing: []string{"n3"}}, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n1", "n2", "n3"}},
+			Step{Kind: Complete, Target: []string{"n1", "n2"}}},
+		{"a move to all new replicas, the old leader still leads",
+			State{Self: "n1", Move: Move{Target: []string{"n4", "n5"}, Adding: []string{"n4", "n5"}, Removing: []string{"n1", "n2"}},
+				Replicas: []string{"n4", "n5", "n1", "n2"}, ISR: []string{"n1", "n2", "n4"}, Successors: []string{"n2", "n4"}},
+			Step{Kind: Wait, Waiting: []string{"n5"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := Next(c.s)
+			if got.Kind != c.want.Kind || !slices.Equal(got.Waiting, c.want.Waiting) || !slices.Equal(got.To, c.want.To) || !slices.Equal(got.Target, c.want.Target) {
+				t.Fatalf("Next = %+v (%s), want %+v (%s)", got, got.Kind, c.want, c.want.Kind)
+			}
+			if got.Kind == Wait && got.Reason == "" {
+				t.Errorf("a wait without a reason")
+			}
+			// Safety: a completion only ever with the leader and every
+			// target replica in the committed ISR.
+			if got.Kind == Complete {
+				for _, id := range got.Target {
+					if !slices.Contains(c.s.ISR, id) {
+						t.Errorf("completion with %s outside the ISR %v", id, c.s.ISR)
+					}
+				}
+				if !slices.Contains(got.Target, c.s.Self) {
+					t.Errorf("completion that removes the leader %s", c.s.Self)
+				}
+			}
+		})
+	}
+}
