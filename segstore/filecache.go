@@ -1,7 +1,6 @@
 package segstore
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"os"
@@ -39,7 +38,7 @@ type FileCache struct {
 	cond *sync.Cond // signalled when a handle leaves the opening or closing state
 	// idle holds what may be closed: open handles without pins and pooled
 	// readers, the most recently used first.
-	idle list.List
+	idle lruList
 	// open counts the descriptors open through the cache (or about to be),
 	// closing those of them an eviction is closing now.
 	open, closing int
@@ -53,6 +52,7 @@ type FileCache struct {
 func NewFileCache(maxOpen int) *FileCache {
 	c := &FileCache{max: max(maxOpen, 1)}
 	c.cond = sync.NewCond(&c.mu)
+	c.idle.init()
 	return c
 }
 
@@ -78,21 +78,20 @@ func (c *FileCache) Reopens() int64 { return c.reopens.Load() }
 func (c *FileCache) evictLocked() []any {
 	var victims []any
 	for c.open-c.closing > c.max {
-		e := c.idle.Back()
+		e := c.idle.back()
 		if e == nil {
 			break
 		}
-		c.idle.Remove(e)
-		switch v := e.Value.(type) {
+		c.idle.remove(e)
+		switch v := e.v.(type) {
 		case *fileHandle:
-			v.elem = nil
 			v.state = handleClosing
 		case *pooledReader:
 			v.seg.dropPooled(v)
 		}
 		c.closing++
 		c.evictions.Add(1)
-		victims = append(victims, e.Value)
+		victims = append(victims, e.v)
 	}
 	return victims
 }
@@ -134,7 +133,7 @@ type fileHandle struct {
 	state  handleState
 	f      File
 	pins   int
-	elem   *list.Element // in the idle list
+	node   lruNode // in the idle list while open and unpinned
 	opened bool          // opened once: the file exists
 	// gone: the file was deleted or its segment closed for good; it is
 	// closed once unpinned and never reopened.
@@ -146,7 +145,9 @@ type fileHandle struct {
 }
 
 func newFileHandle(l *Log, path string, flag int) *fileHandle {
-	return &fileHandle{l: l, path: path, flag: flag}
+	h := &fileHandle{l: l, path: path, flag: flag}
+	h.node.v = h
+	return h
 }
 
 // adopt installs a descriptor the caller just opened (a created file).
@@ -155,7 +156,7 @@ func (h *fileHandle) adopt(f File) {
 	c.mu.Lock()
 	c.open++
 	h.f, h.state, h.opened = f, handleOpen, true
-	h.elem = c.idle.PushFront(h)
+	c.idle.pushFront(&h.node)
 	victims := c.evictLocked()
 	c.mu.Unlock()
 	c.closeVictims(victims)
@@ -171,9 +172,8 @@ func (h *fileHandle) pin() (File, error) {
 	}
 	if h.state == handleOpen {
 		h.pins++
-		if h.elem != nil {
-			c.idle.Remove(h.elem)
-			h.elem = nil
+		if h.node.linked() {
+			c.idle.remove(&h.node)
 		}
 		f := h.f
 		c.mu.Unlock()
@@ -227,7 +227,7 @@ func (h *fileHandle) unpin(wrote bool) {
 			c.closing++
 			victims = []any{h}
 		} else {
-			h.elem = c.idle.PushFront(h)
+			c.idle.pushFront(&h.node)
 			victims = c.evictLocked()
 		}
 	}
@@ -272,8 +272,7 @@ func (h *fileHandle) drop() {
 		c.mu.Unlock()
 		return
 	}
-	c.idle.Remove(h.elem)
-	h.elem = nil
+	c.idle.remove(&h.node)
 	h.state = handleClosing
 	c.closing++
 	c.mu.Unlock()
@@ -361,5 +360,38 @@ func (h *fileHandle) Size() (int64, error) {
 type pooledReader struct {
 	seg  *segment
 	f    *os.File
-	elem *list.Element
+	node lruNode
+}
+
+// lruList is an intrusive doubly linked list of what the cache may close,
+// so that pinning and unpinning (on every append and read) allocate
+// nothing. Guarded by the cache's mu.
+type lruList struct{ root lruNode }
+
+type lruNode struct {
+	prev, next *lruNode
+	v          any // the *fileHandle or *pooledReader holding the node
+}
+
+func (l *lruList) init() { l.root.prev, l.root.next = &l.root, &l.root }
+
+func (n *lruNode) linked() bool { return n.next != nil }
+
+func (l *lruList) pushFront(n *lruNode) {
+	n.prev, n.next = &l.root, l.root.next
+	l.root.next.prev = n
+	l.root.next = n
+}
+
+func (l *lruList) remove(n *lruNode) {
+	n.prev.next, n.next.prev = n.next, n.prev
+	n.prev, n.next = nil, nil
+}
+
+// back is the least recently used node, or nil.
+func (l *lruList) back() *lruNode {
+	if l.root.prev == &l.root {
+		return nil
+	}
+	return l.root.prev
 }

@@ -348,7 +348,8 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 	// opened now (EMFILE) refuses the append before anything is written,
 	// and the index file is open while its mapping is written, so the
 	// cache fsyncs it before it closes it.
-	if _, err := seg.log.pin(); err != nil {
+	logFile, err := seg.log.pin()
+	if err != nil {
 		return fmt.Errorf("segstore: append: %w", err)
 	}
 	defer seg.log.unpin(true)
@@ -365,7 +366,7 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 		}
 		return l.fail(err)
 	}
-	if _, err := seg.log.WriteAt(buf, start); err != nil {
+	if _, err := logFile.WriteAt(buf, start); err != nil {
 		err = fmt.Errorf("segstore: write %s: %w", seg.logPath, err)
 		if !isNoSpace(err) {
 			return l.fail(err)
@@ -373,7 +374,7 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 		// Out of space is not an I/O error: the file holds what it held,
 		// plus perhaps a part of this write, which must never be read or
 		// recovered as if it were whole. Cut it off; the log stays usable.
-		if terr := seg.log.Truncate(start); terr != nil {
+		if terr := logFile.Truncate(start); terr != nil {
 			return l.fail(fmt.Errorf("segstore: cut a write refused for space: %w (after %w)", terr, err))
 		}
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)

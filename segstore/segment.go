@@ -148,7 +148,7 @@ func (s *segment) reader() (*os.File, error) {
 	if n := len(s.readers); n > 0 {
 		p := s.readers[n-1]
 		s.readers = s.readers[:n-1]
-		c.idle.Remove(p.elem)
+		c.idle.remove(&p.node)
 		c.mu.Unlock()
 		return p.f, nil
 	}
@@ -172,7 +172,8 @@ func (s *segment) putReader(f *os.File) {
 	c.mu.Lock()
 	if !s.deleted && len(s.readers) < maxPooledReaders {
 		p := &pooledReader{seg: s, f: f}
-		p.elem = c.idle.PushFront(p)
+		p.node.v = p
+		c.idle.pushFront(&p.node)
 		s.readers = append(s.readers, p)
 		victims := c.evictLocked()
 		c.mu.Unlock()
@@ -199,7 +200,7 @@ func (s *segment) closePooled(deleted bool) {
 	s.deleted = s.deleted || deleted
 	idle := make([]any, 0, len(s.readers))
 	for _, p := range s.readers {
-		c.idle.Remove(p.elem)
+		c.idle.remove(&p.node)
 		idle = append(idle, p)
 	}
 	c.closing += len(idle)
