@@ -134,7 +134,7 @@ type fileHandle struct {
 	f      File
 	pins   int
 	node   lruNode // in the idle list while open and unpinned
-	opened bool          // opened once: the file exists
+	opened bool    // opened once: the file exists
 	// gone: the file was deleted or its segment closed for good; it is
 	// closed once unpinned and never reopened.
 	gone bool
