@@ -431,3 +431,17 @@ func appendBatch(l *Log, b []byte) error {
 	_, _, err := l.AppendLeader(b, 0)
 	return err
 }
+
+// BenchmarkFileCachePin is what the cache adds to every append and read of
+// an open file: a pin and an unpin.
+func BenchmarkFileCachePin(b *testing.B) {
+	l := openLog(b, OSFS{}, filepath.Join(b.TempDir(), "p"), Options{Files: NewFileCache(16)})
+	defer l.Close()
+	h := l.active.log
+	for b.Loop() {
+		if _, err := h.pin(); err != nil {
+			b.Fatal(err)
+		}
+		h.unpin(true)
+	}
+}
