@@ -120,6 +120,8 @@ type Agent struct {
 	coord Coordinator
 	now   func() time.Time
 	state atomic.Int32
+	// files bounds the descriptors of every partition log (segstore.FileCache).
+	files *segstore.FileCache
 
 	// waitingFor says what a starting agent is waiting for, for /v1/health.
 	waitingFor atomic.Value
@@ -204,6 +206,12 @@ func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 		return a.coord.Agents(ctx)
 	}, log.Named("agents"), a.now)
 	a.metrics = metrics.New(a.metricsSources())
+	// One cache for every log of the agent: the limit is per process.
+	soft, ok := partition.SoftFileLimit()
+	if !ok {
+		soft = 4 * segstore.DefaultMaxOpenFiles
+	}
+	a.files = segstore.NewFileCache(partition.FileCacheBound(soft))
 	return a
 }
 
@@ -258,6 +266,7 @@ func (a *Agent) logOptions() segstore.Options {
 		RetentionBytes:     a.cfg.Storage.RetentionBytes,
 		Now:                a.now,
 		OnSync:             a.metrics.ObserveFsync,
+		Files:              a.files,
 	}
 }
 
@@ -398,7 +407,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 			if err == nil {
 				// Before the opens, so that a warning comes ahead of
 				// their failures.
-				partition.CheckFileLimit(a.log, snap, a.cfg.NodeID, dir.Path)
+				partition.CheckFileLimit(a.log, snap, a.cfg.NodeID, dir.Path, a.files)
 			}
 			return snap, err
 		})

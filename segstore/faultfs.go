@@ -60,10 +60,13 @@ const (
 	OpRename
 	OpRemove
 	OpAllocate
+	// OpOpen is every OpenFile and OpenReader, creating or not. Opens do
+	// not count as operations for crash points (Ops, CrashAfter).
+	OpOpen
 )
 
 func (op FaultOp) String() string {
-	names := [...]string{"", "write", "sync", "syncdir", "truncate", "create", "rename", "remove", "allocate"}
+	names := [...]string{"", "write", "sync", "syncdir", "truncate", "create", "rename", "remove", "allocate", "open"}
 	if op <= 0 || int(op) >= len(names) {
 		return fmt.Sprintf("op(%d)", int(op))
 	}
@@ -215,6 +218,23 @@ func (f *FaultFS) crashLocked() {
 	}
 }
 
+// openFault returns the error of an OpOpen fault that matches path.
+// Caller holds mu.
+func (f *FaultFS) openFault(path string) error {
+	for i, ft := range f.faults {
+		if ft.Op != OpOpen || !strings.Contains(path, ft.Path) {
+			continue
+		}
+		if ft.Nth--; ft.Nth <= 0 {
+			if !ft.Sticky {
+				f.faults = slices.Delete(f.faults, i, i+1)
+			}
+			return &os.PathError{Op: "open", Path: path, Err: ft.Err}
+		}
+	}
+	return nil
+}
+
 // begin counts a mutating operation and decides whether it crashes or
 // fails. Caller holds mu.
 func (f *FaultFS) begin(op FaultOp, path string) (*Fault, error) {
@@ -257,6 +277,9 @@ func (f *FaultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	if f.crashed {
 		return nil, ErrCrashed
 	}
+	if err := f.openFault(name); err != nil {
+		return nil, err
+	}
 	n, exists := f.live[name]
 	switch {
 	case !exists && flag&os.O_CREATE != 0:
@@ -289,7 +312,12 @@ func (f *FaultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 
 // OpenReader implements FS.
 func (f *FaultFS) OpenReader(name string) (*os.File, error) {
-	if err := f.readable(); err != nil {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.crashed {
+		return nil, ErrCrashed
+	}
+	if err := f.openFault(name); err != nil {
 		return nil, err
 	}
 	return os.Open(name)

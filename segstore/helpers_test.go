@@ -114,9 +114,12 @@ func (c *fakeClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
 
 func newClock() *fakeClock { return &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
 
-// smallOptions keeps segments and indexes small so tests roll often.
+// smallOptions keeps segments and indexes small so tests roll often, and
+// the file cache tiny (SEGSTORE_TEST_MAX_OPEN_FILES, default 3) so that
+// every test also closes and reopens segment files all the time.
 func smallOptions(t testing.TB, clock *fakeClock) Options {
 	return Options{
+		Files:              NewFileCache(envInt(t, "SEGSTORE_TEST_MAX_OPEN_FILES", 3)),
 		SegmentBytes:       4096,
 		IndexIntervalBytes: 256,
 		IndexBytes:         512,

@@ -50,7 +50,7 @@ type indexEntry struct {
 
 type index struct {
 	path string
-	file File
+	file *fileHandle
 	data []byte // the mapping; nil when nothing is mapped
 	n    atomic.Int64
 	// reserved is how far the active index's file has disk blocks (see
@@ -63,12 +63,8 @@ type index struct {
 // interval.
 const reserveChunk = 64 << 10
 
-func openIndex(fsys FS, path string) (*index, error) {
-	f, err := fsys.OpenFile(path, osCreateRW, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("segstore: open index: %w", err)
-	}
-	return &index{path: path, file: f}, nil
+func newIndex(l *Log, path string) *index {
+	return &index{path: path, file: newFileHandle(l, path, osCreateRW)}
 }
 
 func (ix *index) entries() int { return int(ix.n.Load()) }
@@ -149,8 +145,13 @@ func (ix *index) append(e indexEntry) {
 }
 
 // truncateAtPosition removes the entries at or after pos. The index must be
-// mapped writable and readers excluded.
-func (ix *index) truncateAtPosition(pos int64) {
+// mapped writable and readers excluded. The file is pinned while the
+// mapping is written, so the cache syncs it before it closes it.
+func (ix *index) truncateAtPosition(pos int64) error {
+	if _, err := ix.file.pin(); err != nil {
+		return err
+	}
+	defer ix.file.unpin(true)
 	n := ix.entries()
 	i := n
 	for i > 0 && int64(ix.entry(i-1).pos) >= pos {
@@ -158,6 +159,7 @@ func (ix *index) truncateAtPosition(pos int64) {
 	}
 	clear(ix.data[i*indexEntrySize : n*indexEntrySize])
 	ix.n.Store(int64(i))
+	return nil
 }
 
 // activate maps the index read-write with room for capacity bytes. The file
@@ -271,7 +273,14 @@ func (ix *index) mapFile(size int, writable bool) error {
 	if writable {
 		prot |= syscall.PROT_WRITE
 	}
-	data, err := syscall.Mmap(int(ix.file.Fd()), 0, size, prot, syscall.MAP_SHARED)
+	// The mapping outlives the descriptor: the cache may close the file
+	// while its entries stay readable.
+	f, err := ix.file.pin()
+	if err != nil {
+		return err
+	}
+	defer ix.file.unpin(false)
+	data, err := syscall.Mmap(int(f.Fd()), 0, size, prot, syscall.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("segstore: mmap index %s: %w", ix.path, err)
 	}
@@ -299,10 +308,7 @@ func (ix *index) sync() error {
 }
 
 func (ix *index) close() error {
-	uerr := ix.unmap()
-	cerr := ix.file.Close()
-	if uerr != nil {
-		return uerr
-	}
-	return cerr
+	err := ix.unmap()
+	ix.file.drop()
+	return err
 }

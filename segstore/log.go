@@ -33,6 +33,7 @@ type Log struct {
 	dir    string
 	opts   Options
 	logger hclog.Logger
+	files  *FileCache
 
 	appendMu sync.Mutex
 	metaMu   sync.Mutex
@@ -343,6 +344,20 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 		return nil
 	}
 	start := seg.size.Load()
+	// Both files stay pinned for the run: a descriptor that cannot be
+	// opened now (EMFILE) refuses the append before anything is written,
+	// and the index file is open while its mapping is written, so the
+	// cache fsyncs it before it closes it.
+	logFile, err := seg.log.pin()
+	if err != nil {
+		return fmt.Errorf("segstore: append: %w", err)
+	}
+	defer seg.log.unpin(true)
+	if _, err := seg.index.file.pin(); err != nil {
+		return fmt.Errorf("segstore: append: %w", err)
+	}
+	indexWrote := false
+	defer func() { seg.index.file.unpin(indexWrote) }()
 	// At most one index entry per batch; reserved before anything is
 	// written, so a refusal leaves nothing to undo.
 	if err := seg.index.reserve(seg.index.entries() + len(infos)); err != nil {
@@ -351,7 +366,7 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 		}
 		return l.fail(err)
 	}
-	if _, err := seg.log.WriteAt(buf, start); err != nil {
+	if _, err := logFile.WriteAt(buf, start); err != nil {
 		err = fmt.Errorf("segstore: write %s: %w", seg.logPath, err)
 		if !isNoSpace(err) {
 			return l.fail(err)
@@ -359,7 +374,7 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 		// Out of space is not an I/O error: the file holds what it held,
 		// plus perhaps a part of this write, which must never be read or
 		// recovered as if it were whole. Cut it off; the log stays usable.
-		if terr := seg.log.Truncate(start); terr != nil {
+		if terr := logFile.Truncate(start); terr != nil {
 			return l.fail(fmt.Errorf("segstore: cut a write refused for space: %w (after %w)", terr, err))
 		}
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
@@ -371,6 +386,7 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 	interval := int64(l.opts.IndexIntervalBytes)
 	for _, info := range infos {
 		if pos > 0 && pos-seg.lastIndexedPos >= interval {
+			indexWrote = true
 			seg.index.append(indexEntry{rel: uint32(info.base - seg.base), pos: uint32(pos)})
 			seg.lastIndexedPos = pos
 		}
@@ -387,7 +403,7 @@ func (l *Log) writeRun(seg *segment, buf []byte, infos []batchInfo, now time.Tim
 // roll seals the active segment and starts a new one at base.
 func (l *Log) roll(base int64) error {
 	old := l.active
-	seg, err := createSegment(l.fs, l.dir, base, l.opts.IndexBytes)
+	seg, err := createSegment(l, base, l.opts.IndexBytes)
 	if err != nil {
 		if !isNoSpace(err) {
 			return l.fail(err)
@@ -595,7 +611,8 @@ func (l *Log) lastBoundary(seg *segment, first batchInfo, bound, size int64) (in
 }
 
 // locate finds the file region for a read and takes a reference on its
-// segment (and a descriptor when withReader). seg is nil for an empty read.
+// segment, and a descriptor when withReader, else a pin on its log file.
+// seg is nil for an empty read.
 func (l *Log) locate(offset, maxBytes, limit int64, withReader bool) (seg *segment, start, end int64, f *os.File, err error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -637,12 +654,15 @@ func (l *Log) locate(offset, maxBytes, limit int64, withReader bool) (seg *segme
 		}
 	}
 	seg.acquire()
+	// Under mu the file is not yet unlinked: deletion takes mu first.
 	if withReader {
-		// Under mu the file is not yet unlinked: deletion takes mu first.
-		if f, err = seg.reader(l.fs); err != nil {
-			seg.release()
-			return nil, 0, 0, nil, err
-		}
+		f, err = seg.reader()
+	} else {
+		_, err = seg.log.pin()
+	}
+	if err != nil {
+		seg.release()
+		return nil, 0, 0, nil, err
 	}
 	return seg, start, end, f, nil
 }
@@ -678,6 +698,7 @@ func (l *Log) ReadBytes(offset, maxBytes, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer seg.release()
+	defer seg.log.unpin(false)
 	buf := make([]byte, end-start)
 	if n, err := seg.log.ReadAt(buf, start); n < len(buf) {
 		return nil, fmt.Errorf("segstore: read %s at %d: %w", seg.logPath, start, err)
@@ -740,7 +761,7 @@ func (l *Log) truncate(offset int64) error {
 		err = target.index.activate(l.opts.IndexBytes)
 	}
 	if err == nil {
-		target.index.truncateAtPosition(cutAt.pos)
+		err = target.index.truncateAtPosition(cutAt.pos)
 	}
 	target.next.Store(cutAt.offset)
 	target.size.Store(cutAt.pos)
@@ -840,7 +861,7 @@ func (l *Log) truncateFully(newStart int64) error {
 		l.recoveryPoint = start
 		// The log is one empty segment at lso now, so newStart names no
 		// existing file.
-		seg, err := createSegment(l.fs, l.dir, newStart, l.opts.IndexBytes)
+		seg, err := createSegment(l, newStart, l.opts.IndexBytes)
 		if err != nil {
 			return l.fail(err)
 		}
@@ -886,8 +907,13 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 		deadline = l.opts.Now().UnixMilli() - l.opts.Retention.Milliseconds()
 		// Segments loaded without a scan learn their newest timestamp by a
 		// header walk, outside the writer's lock.
-		for _, s := range l.expiryCandidates(below) {
+		candidates, err := l.expiryCandidates(below)
+		if err != nil {
+			return 0, err
+		}
+		for _, s := range candidates {
 			err := l.computeMaxTimestamp(s)
+			s.log.unpin(false)
 			s.release()
 			if err != nil {
 				return 0, err
@@ -973,19 +999,27 @@ func (l *Log) deleteFrontLocked(segs []*segment, n int, why string) (int, error)
 	return n, nil
 }
 
-// expiryCandidates returns, with a reference each, the oldest non-active
-// segments below below whose newest timestamp is unknown.
-func (l *Log) expiryCandidates(below int64) []*segment {
+// expiryCandidates returns, with a reference and a pin on its log file
+// each (a deletion may unlink it meanwhile), the oldest non-active segments
+// below below whose newest timestamp is unknown.
+func (l *Log) expiryCandidates(below int64) ([]*segment, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	var out []*segment
 	for i := 0; i < len(l.segments)-1 && l.segments[i+1].base <= below; i++ {
 		if s := l.segments[i]; s.maxTimestamp.Load() == unknownTimestamp {
+			if _, err := s.log.pin(); err != nil {
+				for _, s := range out {
+					s.log.unpin(false)
+					s.release()
+				}
+				return nil, err
+			}
 			s.acquire()
 			out = append(out, s)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // computeMaxTimestamp walks a sealed segment's headers for its newest

@@ -52,6 +52,11 @@ type Options struct {
 	// Reopen's (which may be newer than the checkpoint), clamped to what
 	// Open kept.
 	Reopen *Log
+	// Files is the cache of open descriptors this log shares with the other
+	// logs of the process, whose bound is per process (docs/design.md §5,
+	// "Open files"). Default: a cache of this log's own, bounded at
+	// DefaultMaxOpenFiles.
+	Files *FileCache
 	// Logger receives recovery and retention events. Default: discard.
 	Logger hclog.Logger
 	// Now is the clock for segment age and retention, and for timing the

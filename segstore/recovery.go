@@ -67,6 +67,10 @@ func Open(fsys FS, dir string, opts Options) (*Log, error) {
 		dir:    dir,
 		opts:   opts,
 		logger: opts.Logger.Named("segstore").With("dir", dir),
+		files:  opts.Files,
+	}
+	if l.files == nil {
+		l.files = NewFileCache(DefaultMaxOpenFiles)
 	}
 	l.syncCond = sync.NewCond(&l.syncMu)
 	l.epochs.reset(nil)
@@ -168,11 +172,7 @@ func (r *recovery) run() error {
 		bases = bases[1:]
 	}
 	for _, base := range bases {
-		s, err := openSegment(l.fs, l.dir, base)
-		if err != nil {
-			return err
-		}
-		r.segs = append(r.segs, s)
+		r.segs = append(r.segs, openSegment(l, base))
 		r.state = append(r.state, segmentRecovery{})
 	}
 	if prev := l.opts.Reopen; prev != nil {
@@ -605,7 +605,7 @@ func (r *recovery) finish() error {
 		if r.lsoFound {
 			start = r.lsoCk
 		}
-		s, err := createSegment(l.fs, l.dir, start, l.opts.IndexBytes)
+		s, err := createSegment(l, start, l.opts.IndexBytes)
 		if err != nil {
 			return err
 		}

@@ -37,7 +37,7 @@ var errTorn = fmt.Errorf("segstore: batch cut short: %w", record.ErrShort)
 // walker reads the batches stored in [pos, end) of a segment file in order,
 // reading a buffer at a time rather than one pread per header.
 type walker struct {
-	f        File
+	f        io.ReaderAt
 	pos      int64
 	end      int64
 	maxBatch int

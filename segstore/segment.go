@@ -5,9 +5,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -42,13 +42,15 @@ const (
 
 // segment is one <base>.log file and its index. A segment is shared by the
 // log's segment list and by readers and in-flight syncs, each holding a
-// reference; its files close when the last reference is released, so a
-// deleted segment stays readable until its readers are done.
+// reference; its files close for good when the last reference is released,
+// so a deleted segment stays readable until its readers are done. Until
+// then the log's FileCache opens and closes their descriptors on demand.
 type segment struct {
+	l         *Log
 	base      int64
 	logPath   string
 	indexPath string
-	log       File
+	log       *fileHandle
 	index     *index
 
 	// size and next describe the whole batches published to readers. The
@@ -65,9 +67,9 @@ type segment struct {
 
 	refs atomic.Int32
 
-	readersMu sync.Mutex
-	readers   []*os.File
-	deleted   bool
+	// Guarded by the cache's mu.
+	readers []*pooledReader
+	deleted bool
 }
 
 func segmentFileName(base int64, suffix string) string {
@@ -90,12 +92,15 @@ func parseSegmentFileName(name string) (base int64, suffix string, ok bool) {
 	return 0, "", false
 }
 
-func newSegment(dir string, base int64) *segment {
+func newSegment(l *Log, base int64) *segment {
 	s := &segment{
+		l:         l,
 		base:      base,
-		logPath:   filepath.Join(dir, segmentFileName(base, logSuffix)),
-		indexPath: filepath.Join(dir, segmentFileName(base, indexSuffix)),
+		logPath:   filepath.Join(l.dir, segmentFileName(base, logSuffix)),
+		indexPath: filepath.Join(l.dir, segmentFileName(base, indexSuffix)),
 	}
+	s.log = newFileHandle(l, s.logPath, os.O_RDWR)
+	s.index = newIndex(l, s.indexPath)
 	s.next.Store(base)
 	s.maxTimestamp.Store(noTimestamp)
 	s.refs.Store(1)
@@ -104,17 +109,13 @@ func newSegment(dir string, base int64) *segment {
 
 // createSegment makes a new, empty, active segment. Its directory entries
 // become durable with the next directory fsync.
-func createSegment(fsys FS, dir string, base int64, indexBytes int) (*segment, error) {
-	s := newSegment(dir, base)
-	f, err := fsys.OpenFile(s.logPath, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+func createSegment(l *Log, base int64, indexBytes int) (*segment, error) {
+	s := newSegment(l, base)
+	f, err := l.fs.OpenFile(s.logPath, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("segstore: create segment: %w", err)
 	}
-	s.log = f
-	if s.index, err = openIndex(fsys, s.indexPath); err != nil {
-		f.Close()
-		return nil, err
-	}
+	s.log.adopt(f)
 	if err := s.index.activate(indexBytes); err != nil {
 		s.closeFiles()
 		return nil, err
@@ -122,20 +123,12 @@ func createSegment(fsys FS, dir string, base int64, indexBytes int) (*segment, e
 	return s, nil
 }
 
-// openSegment opens an existing segment's files without mapping its index.
-func openSegment(fsys FS, dir string, base int64) (*segment, error) {
-	s := newSegment(dir, base)
+// openSegment names an existing segment's files; the cache opens them when
+// they are first used (a missing index is created then).
+func openSegment(l *Log, base int64) *segment {
+	s := newSegment(l, base)
 	s.maxTimestamp.Store(unknownTimestamp)
-	f, err := fsys.OpenFile(s.logPath, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("segstore: open segment: %w", err)
-	}
-	s.log = f
-	if s.index, err = openIndex(fsys, s.indexPath); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return s, nil
+	return s
 }
 
 func (s *segment) acquire() { s.refs.Add(1) }
@@ -146,46 +139,83 @@ func (s *segment) release() {
 	}
 }
 
-// reader returns a read-only descriptor with its own file offset. The
-// caller must hold a reference and must know the file is not yet unlinked.
-func (s *segment) reader(fsys FS) (*os.File, error) {
-	s.readersMu.Lock()
+// reader returns a read-only descriptor with its own file offset, counted
+// by the cache until putReader. The caller must hold a reference and must
+// know the file is not yet unlinked.
+func (s *segment) reader() (*os.File, error) {
+	c := s.l.files
+	c.mu.Lock()
 	if n := len(s.readers); n > 0 {
-		f := s.readers[n-1]
+		p := s.readers[n-1]
 		s.readers = s.readers[:n-1]
-		s.readersMu.Unlock()
-		return f, nil
+		c.idle.remove(&p.node)
+		c.mu.Unlock()
+		return p.f, nil
 	}
-	s.readersMu.Unlock()
-	f, err := fsys.OpenReader(s.logPath)
+	c.open++
+	victims := c.evictLocked()
+	c.mu.Unlock()
+	c.closeVictims(victims)
+	f, err := s.l.fs.OpenReader(s.logPath)
 	if err != nil {
+		c.mu.Lock()
+		c.open--
+		c.mu.Unlock()
 		return nil, fmt.Errorf("segstore: open segment for reading: %w", err)
 	}
 	return f, nil
 }
 
+// putReader pools a descriptor reader returned, or closes it.
 func (s *segment) putReader(f *os.File) {
-	s.readersMu.Lock()
+	c := s.l.files
+	c.mu.Lock()
 	if !s.deleted && len(s.readers) < maxPooledReaders {
-		s.readers = append(s.readers, f)
-		s.readersMu.Unlock()
+		p := &pooledReader{seg: s, f: f}
+		p.node.v = p
+		c.idle.pushFront(&p.node)
+		s.readers = append(s.readers, p)
+		victims := c.evictLocked()
+		c.mu.Unlock()
+		c.closeVictims(victims)
 		return
 	}
-	s.readersMu.Unlock()
-	f.Close()
+	c.closing++
+	c.mu.Unlock()
+	c.closeVictims([]any{&pooledReader{seg: s, f: f}})
 }
 
-// remove unlinks the segment's files. Open descriptors stay valid; the
-// caller then releases the log's reference.
-func (s *segment) remove(fsys FS) error {
-	s.readersMu.Lock()
-	s.deleted = true
-	idle := s.readers
-	s.readers = nil
-	s.readersMu.Unlock()
-	for _, f := range idle {
-		f.Close()
+// dropPooled takes an evicted reader out of the pool. Caller holds the
+// cache's mu.
+func (s *segment) dropPooled(p *pooledReader) {
+	if i := slices.Index(s.readers, p); i >= 0 {
+		s.readers = slices.Delete(s.readers, i, i+1)
 	}
+}
+
+// closePooled closes the idle readers, for good when deleted.
+func (s *segment) closePooled(deleted bool) {
+	c := s.l.files
+	c.mu.Lock()
+	s.deleted = s.deleted || deleted
+	idle := make([]any, 0, len(s.readers))
+	for _, p := range s.readers {
+		c.idle.remove(&p.node)
+		idle = append(idle, p)
+	}
+	c.closing += len(idle)
+	s.readers = nil
+	c.mu.Unlock()
+	c.closeVictims(idle)
+}
+
+// remove unlinks the segment's files. Descriptors in use stay valid; idle
+// ones close, and none is opened again. The caller then releases the log's
+// reference.
+func (s *segment) remove(fsys FS) error {
+	s.closePooled(true)
+	s.log.drop()
+	s.index.file.drop()
 	err := fsys.Remove(s.logPath)
 	if ierr := fsys.Remove(s.indexPath); ierr != nil && !isNotExist(ierr) && err == nil {
 		err = ierr
@@ -197,19 +227,9 @@ func (s *segment) remove(fsys FS) error {
 }
 
 func (s *segment) closeFiles() {
-	s.readersMu.Lock()
-	idle := s.readers
-	s.readers = nil
-	s.readersMu.Unlock()
-	for _, f := range idle {
-		f.Close()
-	}
-	if s.index != nil {
-		s.index.close()
-	}
-	if s.log != nil {
-		s.log.Close()
-	}
+	s.closePooled(false)
+	s.index.close()
+	s.log.drop()
 }
 
 func (s *segment) syncLog() error {

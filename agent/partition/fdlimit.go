@@ -12,16 +12,18 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/segstore"
 )
 
 // What the start-up check of RLIMIT_NOFILE and the open budget count
-// (docs/operations.md, "Open files"). A replica keeps open, for as long as
-// it exists:
-//   - the .log and the .index of each of its segments;
-//   - one read descriptor: segments pool up to 4 once read, but mostly only
-//     the newest segment is read;
-//   - its replication connections: a leader has one from each follower, a
-//     follower one to its leader, so at most replication factor - 1.
+// (docs/operations.md, "Open files"). A replica's files, the .log and the
+// .index of each of its segments and its pooled read descriptors, are
+// opened and closed by the agent's segstore.FileCache, whose bound
+// (FileCacheBound) all replicas share: at most that many are open while
+// none is in use. Outside the bound, a replica has a read descriptor in
+// use while a Region of it is sent, and keeps its replication connections
+// open: a leader has one from each follower, a follower one to its leader,
+// so at most replication factor - 1.
 //
 // On top of the replicas, the agent itself holds its listeners, its Consul
 // connections, the data directory's lock, the runtime's poller and its
@@ -32,15 +34,48 @@ const (
 	fdsAgentBase       = 64
 )
 
-// replicaDescriptors estimates the descriptors one replica keeps open.
-func replicaDescriptors(segments, replicationFactor int) int {
-	return fdsPerSegment*max(segments, 1) + fdsPerReplicaReads + max(replicationFactor-1, 0)
+// FileCacheBound's share of the limit, and its least value.
+const (
+	minFileCache     = 16
+	fileCacheDivisor = 4
+)
+
+// FileCacheBound is the bound of the agent's file cache for the soft
+// RLIMIT_NOFILE limit: a quarter of it, at least 16. The rest is for
+// connections (replication, clients, Consul), files in use beyond the
+// bound (Regions being sent) and the descriptor reserve. At
+// LimitNOFILE=65536 that is 16,384 segment files: 8,000 partitions written
+// at once keep theirs open.
+func FileCacheBound(softLimit uint64) int {
+	return int(max(min(softLimit, math.MaxInt32)/fileCacheDivisor, minFileCache))
+}
+
+// SoftFileLimit is the soft RLIMIT_NOFILE, or ok false if unknown.
+func SoftFileLimit() (limit uint64, ok bool) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, false
+	}
+	return lim.Cur, true
+}
+
+// replicaFiles estimates the files of one replica with segments on disk
+// (a partition not created yet has one), which the file cache bounds.
+func replicaFiles(segments int) int {
+	return fdsPerSegment * max(segments, 1)
+}
+
+// replicaOutsideCache is what one replica holds outside the file cache: a
+// read descriptor in use and its replication connections.
+func replicaOutsideCache(replicationFactor int) int {
+	return fdsPerReplicaReads + max(replicationFactor-1, 0)
 }
 
 // descriptorEstimate is the agent's estimate for the replicas snap assigns
-// to self, counting segments on disk (a partition not created yet has
-// one).
-func descriptorEstimate(snap *election.Snapshot, self, dataDir string) (replicas, fds int) {
+// to self, counting segments on disk: their files up to the file cache's
+// bound, plus what each holds outside it.
+func descriptorEstimate(snap *election.Snapshot, self, dataDir string, cacheBound int) (replicas, fds int) {
+	files := 0
 	fds = fdsAgentBase
 	for _, name := range snap.Topics() {
 		tm, _ := snap.Topic(name)
@@ -52,10 +87,11 @@ func descriptorEstimate(snap *election.Snapshot, self, dataDir string) (replicas
 				continue
 			}
 			replicas++
-			fds += replicaDescriptors(countSegments(partitionDir(dataDir, name, pm.Partition)), len(pm.Replicas))
+			files += replicaFiles(countSegments(partitionDir(dataDir, name, pm.Partition)))
+			fds += replicaOutsideCache(len(pm.Replicas))
 		}
 	}
-	return replicas, fds
+	return replicas, fds + min(files, cacheBound)
 }
 
 // countSegments counts a partition directory's segment logs; a directory
@@ -76,19 +112,20 @@ func countSegments(dir string) int {
 
 // CheckFileLimit logs the RLIMIT_NOFILE the agent runs under and warns when
 // the replicas it holds need more than half of it: the other half is for
-// client connections, concurrent reads and new segments. The limit is not
+// client connections and files in use beyond the cache. The limit is not
 // raised here: since Go 1.19 the syscall package raises the soft limit to
 // the hard one (to one below it, to notice a later prlimit(1)) when the
 // process starts, so the hard limit, LimitNOFILE in the unit, is what
 // counts.
-func CheckFileLimit(log hclog.Logger, snap *election.Snapshot, self, dataDir string) {
+func CheckFileLimit(log hclog.Logger, snap *election.Snapshot, self, dataDir string, files *segstore.FileCache) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		log.Warn("cannot read the open files limit (RLIMIT_NOFILE)", "error", err)
 		return
 	}
-	replicas, need := descriptorEstimate(snap, self, dataDir)
-	log.Info("open files limit", "soft", lim.Cur, "hard", lim.Max, "replicas", replicas, "estimated_need", need)
+	bound := cacheBound(files)
+	replicas, need := descriptorEstimate(snap, self, dataDir, bound)
+	log.Info("open files limit", "soft", lim.Cur, "hard", lim.Max, "replicas", replicas, "estimated_need", need, "file_cache", bound)
 	if uint64(need) > lim.Cur/2 {
 		log.Warn("the open files limit is low for the partitions this agent holds: some may stay offline and new connections wait; raise LimitNOFILE",
 			"soft", lim.Cur, "hard", lim.Max, "replicas", replicas, "estimated_need", need, "suggested_limit", 2*need)
@@ -123,9 +160,10 @@ type fdBudget struct {
 }
 
 // measureFDBudget reads the limit and the descriptors in use now (Linux:
-// /proc/self/fd); elsewhere, or if either is unknown, opens are not held
-// back.
-func measureFDBudget() fdBudget {
+// /proc/self/fd), the file cache's open files among them, and keeps what
+// the cache may still open for it; elsewhere, or if either is unknown,
+// opens are not held back.
+func measureFDBudget(files *segstore.FileCache) fdBudget {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > math.MaxInt32 {
 		return fdBudget{}
@@ -134,12 +172,26 @@ func measureFDBudget() fdBudget {
 	if err != nil {
 		return fdBudget{}
 	}
-	return newFDBudget(int(lim.Cur), len(entries)-1) // less the listing's own descriptor
+	// Less the listing's own descriptor.
+	headroom := 0
+	if files != nil {
+		headroom = max(files.Max()-files.Open(), 0)
+	}
+	return newFDBudget(int(lim.Cur), len(entries)-1, headroom)
 }
 
-func newFDBudget(limit, inUse int) fdBudget {
+// cacheBound is the bound of files, or segstore's default for the logs
+// that then have a cache each (tests).
+func cacheBound(files *segstore.FileCache) int {
+	if files == nil {
+		return segstore.DefaultMaxOpenFiles
+	}
+	return files.Max()
+}
+
+func newFDBudget(limit, inUse, cacheHeadroom int) fdBudget {
 	reserved := descriptorReserve(limit)
-	return fdBudget{known: true, left: limit - inUse - reserved, limit: limit, inUse: inUse, reserved: reserved}
+	return fdBudget{known: true, left: limit - inUse - reserved - cacheHeadroom, limit: limit, inUse: inUse + cacheHeadroom, reserved: reserved}
 }
 
 // take counts need descriptors against the budget, or says why they are

@@ -9,16 +9,37 @@ import (
 
 func TestReplicaDescriptors(t *testing.T) {
 	cases := []struct {
-		segments, rf, want int
+		segments, rf, wantFiles, wantOutside int
 	}{
-		{segments: 0, rf: 1, want: 3}, // not created yet: one segment
-		{segments: 1, rf: 1, want: 3},
-		{segments: 1, rf: 3, want: 5},
-		{segments: 4, rf: 3, want: 11},
+		{segments: 0, rf: 1, wantFiles: 2, wantOutside: 1}, // not created yet: one segment
+		{segments: 1, rf: 1, wantFiles: 2, wantOutside: 1},
+		{segments: 1, rf: 3, wantFiles: 2, wantOutside: 3},
+		{segments: 4, rf: 3, wantFiles: 8, wantOutside: 3},
 	}
 	for _, c := range cases {
-		if got := replicaDescriptors(c.segments, c.rf); got != c.want {
-			t.Errorf("replicaDescriptors(%d, %d) = %d, want %d", c.segments, c.rf, got, c.want)
+		if got := replicaFiles(c.segments); got != c.wantFiles {
+			t.Errorf("replicaFiles(%d) = %d, want %d", c.segments, got, c.wantFiles)
+		}
+		if got := replicaOutsideCache(c.rf); got != c.wantOutside {
+			t.Errorf("replicaOutsideCache(%d) = %d, want %d", c.rf, got, c.wantOutside)
+		}
+	}
+}
+
+func TestFileCacheBound(t *testing.T) {
+	cases := []struct {
+		soft uint64
+		want int
+	}{
+		{soft: 40, want: 16},
+		{soft: 100, want: 25},
+		{soft: 20000, want: 5000},
+		{soft: 65535, want: 16383},
+		{soft: 1 << 62, want: (1<<31 - 1) / 4},
+	}
+	for _, c := range cases {
+		if got := FileCacheBound(c.soft); got != c.want {
+			t.Errorf("FileCacheBound(%d) = %d, want %d", c.soft, got, c.want)
 		}
 	}
 }
@@ -62,9 +83,11 @@ func TestFDBudgetTake(t *testing.T) {
 		wantLeftOver int
 	}{
 		// 100 - 40 in use - 32 reserved = 28 to give.
-		{name: "within", budget: newFDBudget(100, 40), needs: []int{5, 5, 18}, wantRefused: []bool{false, false, false}, wantLeftOver: 0},
-		{name: "over", budget: newFDBudget(100, 40), needs: []int{20, 5, 5, 3}, wantRefused: []bool{false, false, true, false}, wantLeftOver: 0},
-		{name: "in use past the reserve", budget: newFDBudget(100, 90), needs: []int{1}, wantRefused: []bool{true}, wantLeftOver: -22},
+		{name: "within", budget: newFDBudget(100, 40, 0), needs: []int{5, 5, 18}, wantRefused: []bool{false, false, false}, wantLeftOver: 0},
+		{name: "over", budget: newFDBudget(100, 40, 0), needs: []int{20, 5, 5, 3}, wantRefused: []bool{false, false, true, false}, wantLeftOver: 0},
+		{name: "in use past the reserve", budget: newFDBudget(100, 90, 0), needs: []int{1}, wantRefused: []bool{true}, wantLeftOver: -22},
+		// The file cache may still open 10: 18 to give.
+		{name: "cache headroom held back", budget: newFDBudget(100, 40, 10), needs: []int{10, 9}, wantRefused: []bool{false, true}, wantLeftOver: 8},
 		{name: "unknown limit", budget: fdBudget{}, needs: []int{1 << 20}, wantRefused: []bool{false}, wantLeftOver: 0},
 	}
 	for _, c := range cases {
@@ -85,7 +108,7 @@ func TestFDBudgetTake(t *testing.T) {
 
 // TestMeasureFDBudget: on Linux the budget is known.
 func TestMeasureFDBudget(t *testing.T) {
-	b := measureFDBudget()
+	b := measureFDBudget(nil)
 	if !b.known || b.inUse < 3 || b.limit < b.inUse || b.reserved != descriptorReserve(b.limit) {
 		t.Fatalf("measured %+v", b)
 	}

@@ -389,11 +389,12 @@ func (m *Manager) apply(snap *election.Snapshot) {
 				continue
 			}
 			if budget == nil {
-				b := measureFDBudget()
+				b := measureFDBudget(m.deps.LogOptions.Files)
 				budget = &b
 			}
-			segments := countSegments(partitionDir(m.dataDir, key.topic, key.partition))
-			if err := budget.take(replicaDescriptors(segments, len(meta.pm.Replicas))); err != nil {
+			// Its files come out of the file cache's bound, which the
+			// budget holds back whole.
+			if err := budget.take(replicaOutsideCache(len(meta.pm.Replicas))); err != nil {
 				m.openFailed(key, meta.tc.ID, f, err, now)
 				continue
 			}

@@ -104,9 +104,11 @@ func logHas(t *testing.T, a *Agent, s string) bool {
 // descriptors are free.
 func TestDescriptorExhaustion(t *testing.T) {
 	const served, starved = "served", "starved"
-	// The agent keeps 32 descriptors free (the least reserve): 24 more are
-	// for the starved topic's partitions, 3 each with a replication factor
-	// of 1, so about 8 of its 32 open.
+	// The agent keeps 32 descriptors free (the least reserve) and holds back
+	// what its file cache (a quarter of the limit) may still open. An idle
+	// replica of the starved topic holds nothing outside the cache (a
+	// replication factor of 1: no connections), so to starve it for good
+	// the test holds 24 client connections (the headroom) while it opens.
 	const servedPartitions, starvedPartitions, reserve, headroom = 4, 32, 32, 24
 	c := Start(t, Options{Agents: 1})
 	a := c.Agents[0]
@@ -135,6 +137,26 @@ func TestDescriptorExhaustion(t *testing.T) {
 	for p := range servedPartitions {
 		c.WaitLeader(served, p, 20*time.Second)
 	}
+	if _, _, err := cl.send(http.MethodGet, "/v1/health", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	before := openFiles(t, a.PID())
+	var starving []net.Conn
+	defer func() {
+		for _, conn := range starving {
+			conn.Close()
+		}
+	}()
+	for range headroom {
+		conn, err := net.DialTimeout("tcp", a.ClientAddr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", len(starving), err)
+		}
+		starving = append(starving, conn)
+	}
+	c.WaitFor(10*time.Second, "the connections accepted", func() bool {
+		return openFiles(t, a.PID()) >= before+headroom
+	})
 	// Over the client's connection, opened while descriptors are free.
 	if code, b, err := cl.send(http.MethodPost, "/v1/topics", "application/json",
 		fmt.Appendf(nil, `{"name":%q,"partitions":%d,"replication_factor":1,"min_insync_replicas":1}`, starved, starvedPartitions)); err != nil || code != http.StatusCreated {
@@ -166,8 +188,8 @@ func TestDescriptorExhaustion(t *testing.T) {
 		}
 		return leading == servedPartitions && settled == starvedPartitions && len(offline) > 0
 	})
-	inUse := openFiles(t, a.PID())
-	t.Logf("limit %d: %d of %d starved partitions offline, %d descriptors in use", limit, len(offline), starvedPartitions, inUse)
+	inUse := openFiles(t, a.PID()) - len(starving)
+	t.Logf("limit %d: %d of %d starved partitions offline, %d descriptors in use besides %d connections", limit, len(offline), starvedPartitions, inUse, len(starving))
 	if inUse > int(limit)-reserve/2 {
 		t.Errorf("%d descriptors in use of %d: the opens did not keep the reserve of %d", inUse, limit, reserve)
 	}
@@ -179,9 +201,7 @@ func TestDescriptorExhaustion(t *testing.T) {
 			t.Errorf("produce to %s/%d while short of descriptors: %d %s %v", served, p, code, b, err)
 		}
 	}
-	// The last: retries open partitions in order, each round a few more
-	// while descriptors are left (the estimate counts a read descriptor
-	// that a new replica does not hold yet).
+	// The last stays offline while the connections are held.
 	last := offline[len(offline)-1]
 	code, b, err := cl.produce(starved, last, "x")
 	if err != nil {
@@ -198,6 +218,24 @@ func TestDescriptorExhaustion(t *testing.T) {
 	if code, b, err := newExhaustClient(t, a.ClientAddr).send(http.MethodGet, "/v1/health", "", nil); err != nil || code != http.StatusOK {
 		t.Errorf("a new connection while partitions are offline: %d %s %v", code, b, err)
 	}
+	// The connections gone, the partitions open.
+	for _, conn := range starving {
+		conn.Close()
+	}
+	starving = nil
+	c.WaitFor(30*time.Second, "the starved partitions open", func() bool {
+		st, err := cl.status()
+		if err != nil {
+			return false
+		}
+		leading := 0
+		for _, p := range st.Partitions {
+			if p.Topic == starved && p.Role == "leader" {
+				leading++
+			}
+		}
+		return leading == starvedPartitions
+	})
 
 	// Deleting the starved topic frees its descriptors; the agent may
 	// need a few tries to reach Consul meanwhile.
