@@ -58,6 +58,7 @@ const (
 	CodeUnauthorized                 = wire.CodeUnauthorized
 	CodeFencedLeaderEpoch            = wire.CodeFencedLeaderEpoch
 	CodeUnknownLeaderEpoch           = wire.CodeUnknownLeaderEpoch
+	CodeReassignmentInProgress       = wire.CodeReassignmentInProgress
 	CodeNotReplica                   = wire.CodeNotReplica
 )
 
@@ -140,6 +141,9 @@ var (
 	ErrFencedLeaderEpoch  = errors.New("client: fenced leader epoch")
 	ErrUnknownLeaderEpoch = errors.New("client: unknown leader epoch")
 	ErrNotReplica         = errors.New("client: not a replica of the partition")
+	// ErrReassignmentInProgress: a move of the partition's replicas is
+	// under way; another can start once it completed.
+	ErrReassignmentInProgress = errors.New("client: a reassignment of the partition is in progress")
 )
 
 var codeSentinels = map[string]error{
@@ -186,6 +190,8 @@ var codeSentinels = map[string]error{
 	CodeFencedLeaderEpoch:  ErrFencedLeaderEpoch,
 	CodeUnknownLeaderEpoch: ErrUnknownLeaderEpoch,
 	CodeNotReplica:         ErrNotReplica,
+
+	CodeReassignmentInProgress: ErrReassignmentInProgress,
 }
 
 // ErrOutcomeUnknown is matched by the error of a write that may or may not
