@@ -179,6 +179,10 @@ type Deps struct {
 	// moves spaces the moves to preferred replicas of every replica of
 	// the agent; NewManager sets it, and without it no replica moves.
 	moves *moveLimiter
+	// heals lets one replica of the agent at a time start a move that
+	// re-places replicas (heal.go); NewManager sets it, and without it no
+	// replica starts one.
+	heals *healLimiter
 	// Hooks hear of elections and ISR changes.
 	Hooks Hooks
 }
