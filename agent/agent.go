@@ -539,6 +539,7 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodPost, "/v1/nodes/{node}/drain", a.handleDrain(true))
 	rt.add(fasthttp.MethodDelete, "/v1/nodes/{node}/drain", a.handleDrain(false))
 	rt.add(fasthttp.MethodGet, "/v1/nodes/{node}/drain", a.handleGetDrain)
+	rt.add(fasthttp.MethodGet, "/v1/rebalance", a.handleRebalancePlan)
 	rt.add(fasthttp.MethodGet, "/v1/groups", a.handleListGroups)
 	rt.add(fasthttp.MethodGet, "/v1/groups/{group}", a.handleGroupOp("describe"))
 	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members", a.handleGroupOp("join"))

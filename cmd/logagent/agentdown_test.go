@@ -42,6 +42,8 @@ func TestEveryCommandWithTheAgentDown(t *testing.T) {
 		{"partition move", []string{"partition", "move", "-topic", "t", "-partition", "0", "-replicas", "n1,n2", "-timeout", timeout}, 2 * time.Second},
 		{"node drain", []string{"node", "drain", "n2", "-timeout", timeout}, 2 * time.Second},
 		{"node drain -cancel", []string{"node", "drain", "n2", "-cancel", "-timeout", timeout}, 2 * time.Second},
+		{"rebalance", []string{"rebalance", "-timeout", timeout}, 2 * time.Second},
+		{"rebalance -execute", []string{"rebalance", "-execute", "-timeout", timeout}, 2 * time.Second},
 		{"bench produce", []string{"bench", "produce", "-topic", "t", "-duration", "1s"}, reachTimeout},
 		{"bench e2e", []string{"bench", "e2e", "-topic", "t", "-rate", "10", "-duration", "1s"}, reachTimeout},
 		{"bench consume", []string{"bench", "consume", "-topic", "t", "-duration", "1s"}, reachTimeout},

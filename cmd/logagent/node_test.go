@@ -79,3 +79,18 @@ func TestNodeDrainWaits(t *testing.T) {
 		t.Errorf("-cancel: requests %v, stdout %q", methods, stdout.String())
 	}
 }
+
+// TestRebalanceUsage: what rebalance refuses before asking an agent.
+func TestRebalanceUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"rebalance", "extra"},
+		{"rebalance", "-interval", "0s"},
+		{"rebalance", "-execute=maybe"},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(append(args, "-addr", "http://127.0.0.1:1"), &stdout, &stderr)
+		if code != exitUsage {
+			t.Errorf("%v: exit %d (stderr %q), want %d", args, code, stderr.String(), exitUsage)
+		}
+	}
+}
