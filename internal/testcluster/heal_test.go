@@ -67,6 +67,28 @@ func (l *topicLoad) gap(partitions []int, from, until time.Time) time.Duration {
 	return (&ackLoad{at: at}).longestGap(from, until)
 }
 
+// gapStart is when the longest stretch from from to until without an
+// acknowledged write to any partition began, as an offset from from.
+func (l *topicLoad) gapStart(from, until time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var at []time.Time
+	for p := range l.at {
+		at = append(at, l.at[p]...)
+	}
+	slices.SortFunc(at, time.Time.Compare)
+	prev, gap, start := from, time.Duration(0), from
+	for _, t := range at {
+		if t.After(from) && !t.After(until) && t.Sub(prev) > gap {
+			gap, start = t.Sub(prev), prev
+		}
+		if !t.After(until) {
+			prev = t
+		}
+	}
+	return start.Sub(from)
+}
+
 // checkAcked reads every partition back from its leader: each
 // acknowledged value is at its offset.
 func (l *topicLoad) checkAcked(t *testing.T, c *Cluster, topic string) int {
@@ -170,8 +192,8 @@ cluster {
 	for _, p := range holding {
 		healGap = max(healGap, load.gap([]int{p}, killed.Add(replaceAfter), done))
 	}
-	t.Logf("%d writes acknowledged, %d not; longest stretch without an acknowledged write: %s in the topic from the kill on, %s in a partition being re-placed (from replace_dead_after on)",
-		n, load.fails, topicGap.Round(time.Millisecond), healGap.Round(time.Millisecond))
+	t.Logf("%d writes acknowledged, %d not; longest stretch without an acknowledged write: %s in the topic from the kill on (from %s after it), %s in a partition being re-placed (from replace_dead_after on)",
+		n, load.fails, topicGap.Round(time.Millisecond), load.gapStart(killed, done).Round(time.Millisecond), healGap.Round(time.Millisecond))
 	if topicGap > time.Second || healGap > time.Second {
 		t.Errorf("a stretch without an acknowledged write above 1 s: topic %s, partition being re-placed %s", topicGap, healGap)
 	}
