@@ -58,6 +58,7 @@ const (
 	CodeUnauthorized                 = wire.CodeUnauthorized
 	CodeFencedLeaderEpoch            = wire.CodeFencedLeaderEpoch
 	CodeUnknownLeaderEpoch           = wire.CodeUnknownLeaderEpoch
+	CodeReassignmentInProgress       = wire.CodeReassignmentInProgress
 	CodeNotReplica                   = wire.CodeNotReplica
 )
 
@@ -131,6 +132,10 @@ var (
 	ErrCoordinatorNotAvailable   = errors.New("client: group coordinator not available")
 	ErrInternalTopic             = errors.New("client: internal topic")
 
+	// ErrReassignmentInProgress: the partition's replicas are being moved
+	// already; a second move waits until the first is done.
+	ErrReassignmentInProgress = errors.New("client: reassignment in progress")
+
 	// ErrUnauthorized: the agent's client API wants a token (WithToken)
 	// and the request carried none, or another.
 	ErrUnauthorized = errors.New("client: unauthorized: missing or wrong token")
@@ -181,6 +186,7 @@ var codeSentinels = map[string]error{
 	CodeGroupNotEmpty:             ErrGroupNotEmpty,
 	CodeCoordinatorNotAvailable:   ErrCoordinatorNotAvailable,
 	CodeInternalTopic:             ErrInternalTopic,
+	CodeReassignmentInProgress:    ErrReassignmentInProgress,
 
 	CodeUnauthorized:       ErrUnauthorized,
 	CodeFencedLeaderEpoch:  ErrFencedLeaderEpoch,
