@@ -70,6 +70,9 @@ type Coordinator interface {
 	StartReassign(ctx context.Context, topic string, partition int, target []string) (election.Reassignment, bool, error)
 	// CompleteReassign is the leader's last step of a move.
 	CompleteReassign(ctx context.Context, topic string, partition int, epoch int32, m election.Reassignment, replicasIndex, reassignIndex uint64, isr []string, elr []election.EligibleReplica) error
+	// SetDraining marks an agent as being drained, or no longer
+	// (docs/design.md §7.7).
+	SetDraining(ctx context.Context, node string, on bool) error
 	// Agents lists the agents whose checks pass.
 	Agents(ctx context.Context) ([]election.AgentInfo, error)
 	// Liveness is the latest word of Consul on which agents are dead (the
@@ -542,6 +545,10 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
 	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleStartReassign)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleGetReassign)
+	rt.add(fasthttp.MethodPost, "/v1/nodes/{node}/drain", a.handleDrain(true))
+	rt.add(fasthttp.MethodDelete, "/v1/nodes/{node}/drain", a.handleDrain(false))
+	rt.add(fasthttp.MethodGet, "/v1/nodes/{node}/drain", a.handleGetDrain)
+	rt.add(fasthttp.MethodGet, "/v1/rebalance", a.handleRebalancePlan)
 	rt.add(fasthttp.MethodGet, "/v1/groups", a.handleListGroups)
 	rt.add(fasthttp.MethodGet, "/v1/groups/{group}", a.handleGroupOp("describe"))
 	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members", a.handleGroupOp("join"))

@@ -132,6 +132,10 @@ var (
 	ErrCoordinatorNotAvailable   = errors.New("client: group coordinator not available")
 	ErrInternalTopic             = errors.New("client: internal topic")
 
+	// ErrReassignmentInProgress: the partition's replicas are being moved
+	// already; a second move waits until the first is done.
+	ErrReassignmentInProgress = errors.New("client: reassignment in progress")
+
 	// ErrUnauthorized: the agent's client API wants a token (WithToken)
 	// and the request carried none, or another.
 	ErrUnauthorized = errors.New("client: unauthorized: missing or wrong token")
@@ -141,9 +145,6 @@ var (
 	ErrFencedLeaderEpoch  = errors.New("client: fenced leader epoch")
 	ErrUnknownLeaderEpoch = errors.New("client: unknown leader epoch")
 	ErrNotReplica         = errors.New("client: not a replica of the partition")
-	// ErrReassignmentInProgress: a move of the partition's replicas is
-	// under way; another can start once it completed.
-	ErrReassignmentInProgress = errors.New("client: a reassignment of the partition is in progress")
 )
 
 var codeSentinels = map[string]error{
@@ -185,13 +186,12 @@ var codeSentinels = map[string]error{
 	CodeGroupNotEmpty:             ErrGroupNotEmpty,
 	CodeCoordinatorNotAvailable:   ErrCoordinatorNotAvailable,
 	CodeInternalTopic:             ErrInternalTopic,
+	CodeReassignmentInProgress:    ErrReassignmentInProgress,
 
 	CodeUnauthorized:       ErrUnauthorized,
 	CodeFencedLeaderEpoch:  ErrFencedLeaderEpoch,
 	CodeUnknownLeaderEpoch: ErrUnknownLeaderEpoch,
 	CodeNotReplica:         ErrNotReplica,
-
-	CodeReassignmentInProgress: ErrReassignmentInProgress,
 }
 
 // ErrOutcomeUnknown is matched by the error of a write that may or may not

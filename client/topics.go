@@ -61,6 +61,19 @@ type PartitionInfo struct {
 	// Role is that replica's: "leader" or "follower"; empty when the
 	// agent has no replica of the partition.
 	Role string `json:"role,omitempty"`
+	// Reassignment is the move of the partition's replicas in flight
+	// (logagent partition move, node drain, rebalance, self-healing), nil
+	// when there is none; Replicas then holds the target, then the
+	// replicas it removes.
+	Reassignment *Reassignment `json:"reassignment,omitempty"`
+}
+
+// Reassignment is a partition's move in flight: to Target, adding and
+// removing the replicas named.
+type Reassignment struct {
+	Target   []string `json:"target"`
+	Adding   []string `json:"adding"`
+	Removing []string `json:"removing"`
 }
 
 // UnmarshalJSON decodes a partition, the positions it leaves out as -1.

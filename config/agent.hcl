@@ -218,6 +218,19 @@ groups {
   offsets_replication_factor = 3
 }
 
+# What the agents do for the cluster as a whole.
+cluster {
+  # Self-healing: once an agent has been dead this long (its Consul check
+  # critical, or its registration gone), the leader of each partition it
+  # holds a replica of moves that replica to a live agent that holds none of
+  # the partition (the fewest replicas first), with the same reassignment as
+  # logagent partition move; every partition returns to its replication
+  # factor without an operator. Longer than a reboot or an upgrade, so that
+  # maintenance does not copy whole partitions; short enough that a second
+  # failure within it is unlikely. "0s" turns it off; else 1s to 168h.
+  replace_dead_after = "10m"
+}
+
 # Settings for topics created without them. A topic created with defaults has
 # its replication_factor and min_insync_replicas capped by the number of
 # agents at creation; a value named in the request is never capped.

@@ -24,6 +24,7 @@ type Config struct {
 	Groups        Groups
 	Limits        Limits
 	TopicDefaults TopicDefaults
+	Cluster       Cluster
 
 	// Sources lists the files merged to make this configuration, in order.
 	Sources []string
@@ -131,6 +132,15 @@ type Producer struct {
 	// SidecarIdempotence sends plain acks=all requests with the sidecar's
 	// own producer ids, so that one whose outcome is unknown is resent.
 	SidecarIdempotence bool
+}
+
+// Cluster holds what the agents do for the cluster as a whole.
+type Cluster struct {
+	// ReplaceDeadAfter is how long an agent must have been dead (its
+	// Consul check critical or its registration gone) before the leaders
+	// of the partitions it holds move its replicas to live agents
+	// (docs/design.md §7.7); 0 turns self-healing off.
+	ReplaceDeadAfter time.Duration
 }
 
 // Groups configures the consumer groups' offsets topic, created on the

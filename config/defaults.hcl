@@ -62,6 +62,10 @@ groups {
   offsets_replication_factor = 3
 }
 
+cluster {
+  replace_dead_after = "10m"
+}
+
 topic_defaults {
   partitions              = 3
   replication_factor      = 3

@@ -20,6 +20,11 @@ type fileRoot struct {
 	Limits        *fileLimits        `hcl:"limits,block"`
 	TopicDefaults *fileTopicDefaults `hcl:"topic_defaults,block"`
 	Groups        *fileGroups        `hcl:"groups,block"`
+	Cluster       *fileCluster       `hcl:"cluster,block"`
+}
+
+type fileCluster struct {
+	ReplaceDeadAfter *string `hcl:"replace_dead_after,optional"`
 }
 
 type fileGroups struct {

@@ -227,6 +227,10 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	}
 
 	c.TopicDefaults = v.topicDefaults(f.TopicDefaults)
+	c.Cluster.ReplaceDeadAfter = v.duration("cluster.replace_dead_after", f.Cluster.ReplaceDeadAfter, 0, 7*24*time.Hour)
+	if d := c.Cluster.ReplaceDeadAfter; d > 0 && d < time.Second {
+		v.errorf("cluster.replace_dead_after", "%s is below the minimum 1s (\"0s\" turns self-healing off)", d)
+	}
 	c.Groups = Groups{OffsetsPartitions: intOr(f.Groups.OffsetsPartitions), OffsetsReplicationFactor: intOr(f.Groups.OffsetsReplicationFactor)}
 	if n := c.Groups.OffsetsPartitions; n < 1 || n > 1000 {
 		v.errorf("groups.offsets_partitions", "%d is outside the allowed range 1 to 1000", n)

@@ -27,6 +27,10 @@ import (
 //	                                     DeleteTopic in the same txn that deletes
 //	                                     the topic; '~' is not allowed in topic
 //	                                     names, so it cannot clash with a topic
+//	<prefix>topics/~draining/<node id>   {"node":"n2"}  the agent is being
+//	                                     drained (drain.go): partition leaders
+//	                                     move its replicas away, and no move
+//	                                     picks it as a target
 //	<prefix>producer_ids                 1796123288216059  the next unreserved
 //	                                     idempotent-producer id (producer.go)
 //	<prefix>producer_epochs/<id>         3  the last epoch handed out for id;
@@ -47,6 +51,7 @@ import (
 //	                          check-index replicas (the snapshot's)]
 //	leader    the election txn (lock verb), released by Resign and Close
 //	~deleted  DeleteTopic                     check-index config, delete-tree, set
+//	~draining SetDraining                     set / delete (a flag; each move it causes is guarded)
 //	producer_ids     ProducerIDs.Allocate, 1000 ids a write   cas (read index)
 //	producer_epochs  ProducerIDs.Bump                         cas (read index)
 //	groups           the group's coordinator                  cas (last index)
@@ -66,12 +71,19 @@ type keyspace struct {
 	prefix string
 }
 
-// deletedDir is the path segment under topicsRoot that holds tombstones.
-const deletedDir = "~deleted"
+// deletedDir is the path segment under topicsRoot that holds tombstones,
+// drainingDir the one that holds the agents being drained.
+const (
+	deletedDir  = "~deleted"
+	drainingDir = "~draining"
+)
 
 func (k keyspace) topicsRoot() string { return k.prefix + "topics/" }
 func (k keyspace) tombstone(topicID string) string {
 	return k.topicsRoot() + deletedDir + "/" + topicID
+}
+func (k keyspace) draining(node string) string {
+	return k.topicsRoot() + drainingDir + "/" + node
 }
 func (k keyspace) topicRoot(topic string) string { return k.topicsRoot() + topic + "/" }
 func (k keyspace) config(topic string) string    { return k.topicRoot(topic) + "config" }
@@ -107,6 +119,8 @@ const (
 	kindReassign
 	// kindTombstone's "topic" is the deleted incarnation's topic ID.
 	kindTombstone
+	// kindDraining's "topic" is the node id of an agent being drained.
+	kindDraining
 )
 
 // parse splits a full key into topic, partition and kind; kindUnknown for a
@@ -121,6 +135,8 @@ func (k keyspace) parse(key string) (topic string, partition int, kind keyKind) 
 	switch {
 	case len(parts) == 2 && parts[0] == deletedDir && parts[1] != "":
 		return parts[1], 0, kindTombstone
+	case len(parts) == 2 && parts[0] == drainingDir && nodeIDPattern.MatchString(parts[1]):
+		return parts[1], 0, kindDraining
 	case len(parts) == 2 && parts[1] == "config":
 		return parts[0], 0, kindConfig
 	case len(parts) == 3:

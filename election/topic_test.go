@@ -248,3 +248,29 @@ func TestKeyspaceParsesTombstones(t *testing.T) {
 		t.Fatalf("an empty tombstone id parsed as %v", kind)
 	}
 }
+
+// TestSnapshotHasDrainingAgents: a drain key is in the watched prefix, so
+// the snapshot carries it; it never clashes with a topic, and a key that
+// names no valid node is ignored, not taken for a topic.
+func TestSnapshotHasDrainingAgents(t *testing.T) {
+	k := keyspace{prefix: "logagent/"}
+	if ValidTopicName(drainingDir) {
+		t.Fatalf("%q must not be a valid topic name, or a topic could clash with the drain keys", drainingDir)
+	}
+	pairs := api.KVPairs{
+		{Key: k.draining("n2"), Value: []byte(`{"node":"n2"}`), ModifyIndex: 3},
+		{Key: k.draining("n4"), Value: []byte(`{"node":"n4"}`), ModifyIndex: 4},
+		{Key: "logagent/topics/~draining/bad id", Value: []byte(`{}`), ModifyIndex: 5},
+		{Key: "logagent/topics/~draining/", Value: []byte(`{}`), ModifyIndex: 6},
+	}
+	snap := buildSnapshot(k, 9, pairs)
+	if got := snap.Draining(); !slices.Equal(got, []string{"n2", "n4"}) {
+		t.Fatalf("Draining() = %v, want [n2 n4]", got)
+	}
+	if !snap.IsDraining("n2") || snap.IsDraining("n1") {
+		t.Fatalf("IsDraining(n2), IsDraining(n1) = %v, %v", snap.IsDraining("n2"), snap.IsDraining("n1"))
+	}
+	if got := snap.Topics(); len(got) != 0 {
+		t.Fatalf("drain keys taken for topics: %v", got)
+	}
+}

@@ -17,7 +17,9 @@ type Snapshot struct {
 	Index   uint64
 	topics  map[string]*TopicMeta
 	deleted map[string]bool // topic IDs with a tombstone
-	changed chan struct{}
+	// draining holds the node ids of the agents being drained (drain.go).
+	draining map[string]bool
+	changed  chan struct{}
 }
 
 // Deleted reports whether the topic incarnation with this ID was deleted
@@ -98,10 +100,14 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 	}
 	configs := map[string]*api.KVPair{}
 	parts := map[string]map[int]*partitionKeys{}
-	deleted := map[string]bool{}
+	deleted, draining := map[string]bool{}, map[string]bool{}
 	for _, pair := range pairs {
 		topic, p, kind := keys.parse(pair.Key)
 		if kind == kindUnknown {
+			continue
+		}
+		if kind == kindDraining {
+			draining[topic] = true
 			continue
 		}
 		if kind == kindTombstone {
@@ -132,7 +138,7 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 		}
 	}
 
-	snap := &Snapshot{Index: index, topics: make(map[string]*TopicMeta, len(configs)), deleted: deleted, changed: make(chan struct{})}
+	snap := &Snapshot{Index: index, topics: make(map[string]*TopicMeta, len(configs)), deleted: deleted, draining: draining, changed: make(chan struct{})}
 	for name, configPair := range configs {
 		tm := &TopicMeta{}
 		snap.topics[name] = tm

@@ -1,6 +1,11 @@
 package partition
 
-import "slices"
+import (
+	"slices"
+	"time"
+
+	"github.com/logagent/logagent/reassign"
+)
 
 // A leader's replica loop hears from Consul which agents are dead (their
 // check is critical or their registration gone) and hands the dead
@@ -22,6 +27,13 @@ func (r *Replica) applyLiveness() {
 		r.log.Warn("removing replicas from the ISR: consul reports agent dead", "dead", inISR, "isr", r.leaderISR, "epoch", r.leader.Epoch())
 	}
 	r.deadReplicas = dead
+	if r.deadSince == nil {
+		r.deadSince = reassign.DeadSince{}
+	}
+	r.deadSince.Observe(dead, r.deps.Now())
+	// An agent that came (or came back) may be the one a waiting
+	// re-placing needs.
+	r.healRetryAt = time.Time{}
 	if err := r.leader.SetDeadFollowers(dead, r.deps.Now()); err != nil {
 		r.log.Debug("dead followers refused", "error", err)
 	}
@@ -39,5 +51,6 @@ func (r *Replica) livenessChanged() <-chan struct{} {
 
 // stopLiveness forgets the liveness when the leadership ends.
 func (r *Replica) stopLiveness() {
-	r.liveness, r.deadReplicas = nil, nil
+	r.liveness, r.deadReplicas, r.deadSince = nil, nil, nil
+	r.healing, r.healWaitLogged, r.healRetryAt, r.healBusyIndex = false, false, time.Time{}, 0
 }

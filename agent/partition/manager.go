@@ -197,6 +197,7 @@ type Manager struct {
 // NewManager returns the manager of the partitions under dataDir.
 func NewManager(deps *Deps, dataDir string) *Manager {
 	deps.moves = &moveLimiter{interval: moveInterval}
+	deps.heals = &healLimiter{}
 	return &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
 		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{}}
 }

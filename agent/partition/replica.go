@@ -15,6 +15,7 @@ import (
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/producer"
+	"github.com/logagent/logagent/reassign"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 )
@@ -93,6 +94,17 @@ type Replica struct {
 	// the partition's replicas it says are dead (see applyLiveness).
 	liveness     *election.Liveness
 	deadReplicas []string
+	// deadSince is since when this leadership has seen each dead replica
+	// dead; healing says a start of a move re-placing them is out, and
+	// healRetryAt holds back the next attempt, healBusyIndex is the
+	// metadata index at which reassign.MaxHealing moves were in flight
+	// (nothing to try before a newer one), healWaitLogged says the lack of
+	// an agent to re-place them on was logged (heal.go).
+	deadSince      reassign.DeadSince
+	healing        bool
+	healWaitLogged bool
+	healRetryAt    time.Time
+	healBusyIndex  uint64
 
 	// producers is the partition's idempotent-producer state, as of the
 	// log end (producers.go); producersDirty says it changed since the
@@ -167,6 +179,10 @@ type Deps struct {
 	// moves spaces the moves to preferred replicas of every replica of
 	// the agent; NewManager sets it, and without it no replica moves.
 	moves *moveLimiter
+	// heals lets one replica of the agent at a time start a move that
+	// re-places replicas (heal.go); NewManager sets it, and without it no
+	// replica starts one.
+	heals *healLimiter
 	// Hooks hear of elections and ISR changes.
 	Hooks Hooks
 }
@@ -187,6 +203,9 @@ type Coordinator interface {
 	// with the replicas set to the target and the move deleted, guarded
 	// by the indexes of the snapshot it was decided from.
 	CompleteReassign(ctx context.Context, topic string, partition int, epoch int32, m election.Reassignment, replicasIndex, reassignIndex uint64, isr []string, elr []election.EligibleReplica) error
+	// StartReassign starts a move of the partition's replicas to target
+	// (self-healing's re-placing of dead replicas).
+	StartReassign(ctx context.Context, topic string, partition int, target []string) (election.Reassignment, bool, error)
 	// Liveness is the latest word of Consul on which agents are dead (the
 	// watch starts on first use): leaders drop dead replicas from the ISR.
 	Liveness() *election.Liveness
@@ -459,6 +478,8 @@ func (r *Replica) handle(ev any) {
 		r.onHandoverReleased(ev)
 	case progressRequest:
 		r.onProgress(ev)
+	case healResult:
+		r.onHealResult(ev)
 	default:
 		panic(fmt.Sprintf("agent: replica event of unknown type %T", ev))
 	}
@@ -479,6 +500,7 @@ func (r *Replica) reconcile() {
 			r.propose(*p)
 		}
 		r.driveReassign(now)
+		r.maybeHeal(now)
 		r.maybeMoveToPreferred(now)
 	}
 	if r.handover != nil {
@@ -501,7 +523,7 @@ func (r *Replica) reconcile() {
 // armWake sets the wake timer to the earliest pending retry.
 func (r *Replica) armWake(now time.Time) {
 	var next time.Time
-	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt} {
+	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake()} {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}

@@ -288,6 +288,8 @@ type partitionJSON struct {
 	// leader is not the preferred replica.
 	State        string `json:"state"`
 	NotPreferred bool   `json:"not_preferred"`
+	// Reassignment is the move in flight, absent when there is none.
+	Reassignment *client.Reassignment `json:"reassignment,omitempty"`
 }
 
 func toTopicJSON(t client.TopicInfo) topicJSON {
@@ -300,7 +302,7 @@ func toTopicJSON(t client.TopicInfo) topicJSON {
 		out.Partitions = append(out.Partitions, partitionJSON{
 			Partition: p.Partition, Leader: p.Leader, Epoch: p.Epoch, Replicas: orEmpty(p.Replicas), ISR: orEmpty(p.ISR),
 			HighWatermark: knownOffset(p.HighWatermark), LogStartOffset: knownOffset(p.LogStartOffset), LogEndOffset: p.LogEndOffset,
-			State: partitionState(p, minISR), NotPreferred: notPreferred(p),
+			State: partitionState(p, minISR), NotPreferred: notPreferred(p), Reassignment: p.Reassignment,
 		})
 	}
 	return out
@@ -346,15 +348,22 @@ func checkFormat(format string) error {
 // leadership moves back once that replica is in sync, unless
 // replication.auto_leader_rebalance is off.
 func stateColumn(p client.PartitionInfo, minISR int) string {
-	state := partitionState(p, minISR)
-	switch {
-	case !notPreferred(p):
-		return state
-	case state == "ok":
-		return "not-preferred"
-	default:
-		return state + ",not-preferred"
+	var marks []string
+	if state := partitionState(p, minISR); state != "ok" {
+		marks = append(marks, state)
 	}
+	if notPreferred(p) {
+		marks = append(marks, "not-preferred")
+	}
+	if p.Reassignment != nil {
+		// Its replicas are moving: the union is listed, and the ISR
+		// lacks the replicas being added until they catch up.
+		marks = append(marks, "moving")
+	}
+	if len(marks) == 0 {
+		return "ok"
+	}
+	return strings.Join(marks, ",")
 }
 
 // notPreferred says a partition has a leader other than its preferred

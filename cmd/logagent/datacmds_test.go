@@ -173,7 +173,8 @@ func TestStatusTable(t *testing.T) {
 		Partitions: []client.PartitionInfo{
 			{Partition: 0, Leader: "", Epoch: 4, Replicas: []string{"n1", "n2", "n3"}, ISR: nil, HighWatermark: 10},
 			{Partition: 1, Leader: "n3", Epoch: 9, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n3"}, HighWatermark: 5, LogStartOffset: 2},
-			{Partition: 2, Leader: "n1", Epoch: 2, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n1", "n2", "n3"}},
+			{Partition: 2, Leader: "n1", Epoch: 2, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n1", "n2", "n3"},
+				Reassignment: &client.Reassignment{Target: []string{"n1", "n2"}, Adding: []string{}, Removing: []string{"n3"}}},
 		}})
 	f.addTopic(client.TopicInfo{Name: "a", Partitions: []client.PartitionInfo{
 		{Partition: 0, Leader: "n1", Epoch: 3, Replicas: []string{"n1", "n2"}, ISR: []string{"n1", "n2"}, HighWatermark: 42, LogEndOffset: &logEnd},
@@ -196,10 +197,10 @@ a      1          n2      12     n2,n1     n2        1234567  0          -      
 a      2          n2      7      n2        n2        -        -          -            ok
 b      0          -       4      n1,n2,n3  -         10       0          -            offline
 b      1          n3      9      n1,n2,n3  n3        5        2          -            below-min-isr,not-preferred
-b      2          n1      2      n1,n2,n3  n1,n2,n3  0        0          -            ok
+b      2          n1      2      n1,n2,n3  n1,n2,n3  0        0          -            moving
 (HW, LOG-START, UNCOMMITTED: this agent's replica's; - where it holds none: -addr another agent for those)
 
-3 agent(s), 2 up, 1 DOWN; 2 topic(s), 6 partition(s), 1 offline, 1 below-min-isr, 1 under-replicated, 1 not led by their preferred replica
+3 agent(s), 2 up, 1 DOWN; 2 topic(s), 6 partition(s), 1 offline, 1 below-min-isr, 1 under-replicated, 1 not led by their preferred replica, 1 being moved
 `
 	if out.String() != want {
 		t.Fatalf("status printed:\n%s\nwant:\n%s", out.String(), want)

@@ -40,6 +40,8 @@ func commands() []command {
 		{"consume", "print the records of a topic, a partition, or what a consumer group gives", runConsume},
 		{"group", "list or describe consumer groups, reset their offsets", runGroup},
 		{"partition", "move a partition's replicas to other agents", runPartition},
+		{"node", "drain an agent: move its replicas and leaderships to others", runNode},
+		{"rebalance", "even out replicas and preferred leaders over the agents (dry run; -execute)", runRebalance},
 		{"status", "show topics and partitions: leaders, epochs, ISR, high watermarks", runStatus},
 		{"bench", "load generator: produce, consume, e2e latency, machine limits", runBench},
 		{"version", "print the version", runVersion},

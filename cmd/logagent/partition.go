@@ -91,7 +91,7 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 	body, _ := json.Marshal(map[string][]string{"replicas": target})
 	var started reassignment
 	if err := api.do(ctx, http.MethodPost, api.base, path, body, &started); err != nil {
-		return err
+		return explain(err, api.base, *timeout)
 	}
 	name := *topic + "/" + strconv.Itoa(*part)
 	if started.Move == nil {
@@ -109,7 +109,7 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 	for {
 		var now reassignment
 		if err := api.do(ctx, http.MethodGet, api.base, path, nil, &now); err != nil {
-			return err
+			return explain(err, api.base, *timeout)
 		}
 		if now.Move == nil {
 			fmt.Fprintf(stdout, "done: %s has replicas %s, ISR %s\n", name, strings.Join(now.Replicas, ","), joinOrDash(now.ISR))
@@ -201,7 +201,8 @@ func (a *rawAgent) do(ctx context.Context, method, base, path string, body []byt
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("no agent answers at %s (%v): is it running? -addr or $%s names another", base, err, client.AddrEnv)
+		// The caller explains it (explain.go), with its time limit.
+		return err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

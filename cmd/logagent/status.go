@@ -132,7 +132,7 @@ func (st *clusterStatus) write(w io.Writer) error {
 	if err := writePartitionTable(w, st.topics, true); err != nil {
 		return err
 	}
-	partitions, states, moved := 0, map[string]int{}, 0
+	partitions, states, moved, moving := 0, map[string]int{}, 0, 0
 	for _, t := range st.topics {
 		minISR := configInt(t.Config, "min_insync_replicas")
 		for _, p := range t.Partitions {
@@ -140,6 +140,9 @@ func (st *clusterStatus) write(w io.Writer) error {
 			states[partitionState(p, minISR)]++
 			if notPreferred(p) {
 				moved++
+			}
+			if p.Reassignment != nil {
+				moving++
 			}
 		}
 	}
@@ -155,6 +158,9 @@ func (st *clusterStatus) write(w io.Writer) error {
 	}
 	if moved > 0 {
 		summary += fmt.Sprintf(", %d not led by their preferred replica", moved)
+	}
+	if moving > 0 {
+		summary += fmt.Sprintf(", %d being moved", moving)
 	}
 	_, err := fmt.Fprintln(w, summary)
 	return err

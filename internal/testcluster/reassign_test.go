@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -283,6 +284,10 @@ replication {
 				return ok && sent >= 256<<10 && !inSync
 			})
 			sent, _, _ := catchUpOf(c, topic, 0, "n4")
+			// logagent status shows the move in flight.
+			if st := runCLI(t, "", "status", "-addr", "http://"+via[0].ClientAddr); !strings.Contains(st, "moving") || !strings.Contains(st, "1 being moved") {
+				t.Errorf("logagent status does not show the move:\n%s", st)
+			}
 			t.Logf("interrupting with %d bytes sent to n4", sent)
 			interrupted := time.Now()
 			tc.interrupt(c)

@@ -1,0 +1,183 @@
+package partition
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/reassign"
+)
+
+// Self-healing (cluster.replace_dead_after, docs/design.md §7.7): a
+// partition's leader moves the replicas of agents it has seen dead for
+// that long, and those of agents being drained (logagent node drain), to
+// live agents without a replica of the partition, with the reassignment of
+// §7.6. The leader decides for its own partition only:
+// there is one leader per partition, and a leader that lost its leadership
+// without knowing yet decided from metadata whose replicas index the start
+// transaction checks, so no two agents start conflicting moves (the start
+// also refuses a second move of a partition).
+
+// healRetry is how long a leader waits before it tries again to re-place a
+// dead replica after an attempt that did not start a move (no live agent to
+// take it, a refused or failed start).
+const healRetry = 5 * time.Second
+
+// healResult is the outcome of a start of a healing move.
+type healResult struct {
+	gen    uint64
+	target []string
+	err    error
+}
+
+// maybeHeal starts the move that re-places the partition's replicas dead
+// for cluster.replace_dead_after or on an agent being drained, if one is due
+// and the cluster has fewer than reassign.MaxHealing moves in flight.
+func (r *Replica) maybeHeal(now time.Time) {
+	after := r.deps.Config.Cluster.ReplaceDeadAfter
+	pm := r.meta.pm
+	if r.healing || r.retiring || !r.meta.usable || pm.Reassign != nil || r.liveness == nil || now.Before(r.healRetryAt) {
+		return
+	}
+	snap := r.deps.Coord.Metadata()
+	dead := r.deadSince.Due(pm.Replicas, after, now)
+	due := slices.Clone(dead)
+	for _, id := range pm.Replicas {
+		if snap.IsDraining(id) && !slices.Contains(due, id) {
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 || snap.Index == r.healBusyIndex {
+		return
+	}
+	load, moving := replicaLoad(snap)
+	if moving >= reassign.MaxHealing {
+		// Try again with the next snapshot: the one that shows a move
+		// done, not after a fixed delay.
+		r.healBusyIndex = snap.Index
+		return
+	}
+	// An agent being drained takes no replica.
+	alive := slices.DeleteFunc(r.liveness.Alive(), snap.IsDraining)
+	target, ok := reassign.Replace(pm.Replicas, due, alive, load)
+	if !ok {
+		if !r.healWaitLogged {
+			r.healWaitLogged = true
+			r.log.Warn("cannot re-place replicas: no live agent without a replica of the partition", "dead", dead, "draining", snap.Draining(), "replicas", pm.Replicas, "alive", alive)
+		}
+		r.healRetryAt = now.Add(healRetry)
+		return
+	}
+	replicasIndex := func(topic string, partition int) uint64 {
+		pm, _ := snap.Partition(topic, partition)
+		return pm.ReplicasIndex
+	}
+	if r.deps.heals == nil || !r.deps.heals.take(replicasIndex, r.topic, r.partition, pm.ReplicasIndex, now) {
+		// Another replica of this agent started one that the metadata
+		// does not show yet: its move must count before this one.
+		return
+	}
+	r.log.Info("re-placing replicas", "dead", dead, "draining", snap.Draining(), "replicas", pm.Replicas, "target", target, "replace_dead_after", after)
+	r.healing, r.healWaitLogged = true, false
+	gen := r.gen
+	r.tasks.Go(func() {
+		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
+		defer cancel()
+		_, _, err := r.deps.Coord.StartReassign(ctx, r.topic, r.partition, target)
+		r.send(healResult{gen: gen, target: target, err: err})
+	})
+}
+
+func (r *Replica) onHealResult(ev healResult) {
+	if ev.gen != r.gen {
+		return
+	}
+	r.healing = false
+	if ev.err != nil {
+		r.deps.heals.release(r.topic, r.partition)
+		r.log.Warn("re-placing replicas did not start", "target", ev.target, "error", ev.err)
+		r.healRetryAt = r.deps.Now().Add(healRetry)
+		return
+	}
+	r.log.Info("move started to re-place replicas", "target", ev.target)
+}
+
+// healWake is when maybeHeal should look again: its retry, or the next
+// dead replica becoming due; zero when neither.
+func (r *Replica) healWake() time.Time {
+	if r.role != RoleLeader {
+		return time.Time{}
+	}
+	next := r.healRetryAt
+	if after := r.deps.Config.Cluster.ReplaceDeadAfter; after > 0 {
+		for _, since := range r.deadSince {
+			if due := since.Add(after); next.IsZero() || due.Before(next) {
+				next = due
+			}
+		}
+	}
+	return next
+}
+
+// replicaLoad counts each agent's replicas in the snapshot, and the moves
+// in flight.
+func replicaLoad(s *election.Snapshot) (map[string]int, int) {
+	load, moving := map[string]int{}, 0
+	for _, name := range s.Topics() {
+		tm, _ := s.Topic(name)
+		for _, pm := range tm.Partitions {
+			for _, id := range pm.Replicas {
+				load[id]++
+			}
+			if pm.Reassign != nil {
+				moving++
+			}
+		}
+	}
+	return load, moving
+}
+
+// healHoldMax bounds how long a start holds the agent's turn when the
+// metadata does not show it (a start whose outcome was lost).
+const healHoldMax = 10 * time.Second
+
+// healLimiter lets one replica of an agent at a time start a move of
+// maybeHeal, until the metadata shows that move: the replicas of one agent
+// read the same snapshot, and without it each would count the moves in
+// flight before any of theirs, and all start at once. A start writes the
+// partition's replicas key, so the metadata shows it once that key's index
+// is past the one the start was decided from (the move may be over by
+// then: it still counted).
+type healLimiter struct {
+	mu        sync.Mutex
+	held      bool
+	topic     string
+	partition int
+	index     uint64
+	since     time.Time
+}
+
+// take says whether the replica of topic/partition, deciding from its
+// replicas key at index, may start a move now, and if so holds the turn;
+// replicasIndex is the metadata's index of a partition's replicas key (0
+// when it has no such partition).
+func (l *healLimiter) take(replicasIndex func(topic string, partition int) uint64, topic string, partition int, index uint64, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held && replicasIndex(l.topic, l.partition) == l.index && now.Sub(l.since) < healHoldMax {
+		return false
+	}
+	l.held, l.topic, l.partition, l.index, l.since = true, topic, partition, index, now
+	return true
+}
+
+// release gives the turn back after a start that failed.
+func (l *healLimiter) release(topic string, partition int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held && l.topic == topic && l.partition == partition {
+		l.held = false
+	}
+}

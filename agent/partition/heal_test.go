@@ -1,0 +1,45 @@
+package partition
+
+import (
+	"testing"
+	"time"
+)
+
+// TestHealLimiter: one replica of an agent at a time starts a healing
+// move, until the metadata shows it (the partition's replicas key past
+// the index the start decided from, even if the move is over by then),
+// its start failed, or healHoldMax passed.
+func TestHealLimiter(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	indexes := map[string]uint64{}
+	replicasIndex := func(topic string, _ int) uint64 { return indexes[topic] }
+	steps := []struct {
+		name    string
+		indexes map[string]uint64
+		topic   string
+		at      time.Duration
+		want    bool
+	}{
+		{"the first start takes the turn", map[string]uint64{"a": 10, "b": 11, "c": 12}, "a", 0, true},
+		{"a second one waits while the metadata does not show the first", map[string]uint64{"a": 10, "b": 11, "c": 12}, "b", time.Second, false},
+		{"it may once it does (the move already over)", map[string]uint64{"a": 30, "b": 11, "c": 12}, "b", 2 * time.Second, true},
+		{"then a third waits for b's", map[string]uint64{"a": 30, "b": 11, "c": 12}, "c", 3 * time.Second, false},
+		{"or for healHoldMax", map[string]uint64{"a": 30, "b": 11, "c": 12}, "c", 2*time.Second + healHoldMax, true},
+		{"b's topic deleted does not free c's turn", map[string]uint64{"a": 30, "c": 12}, "d", 3*time.Second + healHoldMax, false},
+	}
+	l := &healLimiter{}
+	for _, s := range steps {
+		indexes = s.indexes
+		if got := l.take(replicasIndex, s.topic, 0, indexes[s.topic], t0.Add(s.at)); got != s.want {
+			t.Fatalf("%s: take(%s) = %v, want %v", s.name, s.topic, got, s.want)
+		}
+	}
+	l.release("c", 0)
+	if !l.take(replicasIndex, "d", 0, 0, t0.Add(time.Minute)) {
+		t.Fatal("a start after the held one failed (released) must take the turn")
+	}
+	l.release("c", 0) // not the holder: no effect
+	if l.take(replicasIndex, "e", 0, 0, t0.Add(time.Minute+time.Second)) {
+		t.Fatal("a release by another partition than the holder freed the turn")
+	}
+}
