@@ -18,11 +18,7 @@ var groupSubcommands = []subcommand[func(args []string, stdout, stderr io.Writer
 }
 
 func runGroup(args []string, stdout, stderr io.Writer) error {
-	run, err := findSubcommand("group", groupSubcommands, args, stderr)
-	if err != nil {
-		return err
-	}
-	return run(args[1:], stdout, stderr)
+	return runSubcommand("group", groupSubcommands, args, stdout, stderr)
 }
 
 // groupError says what to do next about the errors a group command can

@@ -107,6 +107,16 @@ type subcommand[F any] struct {
 	run           F
 }
 
+// runSubcommand runs the subcommand of command that args name, with the
+// arguments after its name.
+func runSubcommand(command string, subs []subcommand[func(args []string, stdout, stderr io.Writer) error], args []string, stdout, stderr io.Writer) error {
+	run, err := findSubcommand(command, subs, args, stderr)
+	if err != nil {
+		return err
+	}
+	return run(args[1:], stdout, stderr)
+}
+
 // findSubcommand returns how to run the subcommand of command that args[0]
 // names. Without args, or with a help argument, it prints the subcommands
 // to stderr and returns a usage error or flag.ErrHelp.

@@ -13,11 +13,7 @@ var nodeSubcommands = []subcommand[func(args []string, stdout, stderr io.Writer)
 }
 
 func runNode(args []string, stdout, stderr io.Writer) error {
-	run, err := findSubcommand("node", nodeSubcommands, args, stderr)
-	if err != nil {
-		return err
-	}
-	return run(args[1:], stdout, stderr)
+	return runSubcommand("node", nodeSubcommands, args, stdout, stderr)
 }
 
 // drainState is the agent's answer about a drain (docs/api.md, "Draining

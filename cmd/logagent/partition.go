@@ -21,11 +21,7 @@ var partitionSubcommands = []subcommand[func(args []string, stdout, stderr io.Wr
 }
 
 func runPartition(args []string, stdout, stderr io.Writer) error {
-	run, err := findSubcommand("partition", partitionSubcommands, args, stderr)
-	if err != nil {
-		return err
-	}
-	return run(args[1:], stdout, stderr)
+	return runSubcommand("partition", partitionSubcommands, args, stdout, stderr)
 }
 
 // reassignment is the agent's answer about a partition's move

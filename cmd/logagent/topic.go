@@ -19,11 +19,7 @@ var topicSubcommands = []subcommand[func(args []string, stdout, stderr io.Writer
 }
 
 func runTopic(args []string, stdout, stderr io.Writer) error {
-	run, err := findSubcommand("topic", topicSubcommands, args, stderr)
-	if err != nil {
-		return err
-	}
-	return run(args[1:], stdout, stderr)
+	return runSubcommand("topic", topicSubcommands, args, stdout, stderr)
 }
 
 // shippedReplicationFactor is topic_defaults.replication_factor in
