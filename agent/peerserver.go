@@ -42,6 +42,7 @@ func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition in
 // the log here, after a long poll when the follower is caught up, and leave
 // through sendfile.
 func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
+	a.metrics.ReplicaFetchServed()
 	f, err := peer.ParseFetch(ctx.QueryArgs())
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)

@@ -48,6 +48,7 @@ type Metrics struct {
 	fsyncDuration   prometheus.Histogram
 	leaderElections prometheus.Counter
 	isrChanges      prometheus.Counter
+	replicaFetches  prometheus.Counter
 	errors          *prometheus.CounterVec
 }
 
@@ -95,6 +96,10 @@ func New(src Sources) *Metrics {
 			Name: "logagent_isr_changes_total",
 			Help: "ISR changes (shrinks and expansions) this agent proposed as a leader and Consul committed.",
 		}),
+		replicaFetches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "logagent_replica_fetch_requests_total",
+			Help: "Replica fetch requests of followers that this agent's peer API served as a leader, answered or refused: the replication traffic's request rate, which grows with the partitions followed.",
+		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "logagent_errors_total",
 			Help: "Error answers of this agent's client API, by error code.",
@@ -105,7 +110,7 @@ func New(src Sources) *Metrics {
 	m.produceNone = produceDuration.WithLabelValues(AcksNone)
 	m.registry.MustRegister(
 		m.produceRecords, m.produceBytes, produceDuration, m.fetchBytes, m.fetchDuration, m.fsyncDuration,
-		m.leaderElections, m.isrChanges, m.errors,
+		m.leaderElections, m.isrChanges, m.replicaFetches, m.errors,
 		newCollector(src),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -204,6 +209,10 @@ func (m *Metrics) LeaderElected() { m.leaderElections.Inc() }
 
 // ISRChanged counts an ISR change this agent committed as a leader.
 func (m *Metrics) ISRChanged() { m.isrChanges.Inc() }
+
+// ReplicaFetchServed counts a follower's replica fetch request that this
+// agent's peer API received.
+func (m *Metrics) ReplicaFetchServed() { m.replicaFetches.Inc() }
 
 // Error counts an error answer of the client API with its code.
 func (m *Metrics) Error(code string) { m.errors.WithLabelValues(code).Inc() }

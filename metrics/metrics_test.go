@@ -203,6 +203,9 @@ func TestInstruments(t *testing.T) {
 	m.LeaderElected()
 	m.LeaderElected()
 	m.ISRChanged()
+	m.ReplicaFetchServed()
+	m.ReplicaFetchServed()
+	m.ReplicaFetchServed()
 	m.Error("not_leader")
 	m.Error("not_leader")
 	m.Error("unknown_topic")
@@ -222,6 +225,7 @@ func TestInstruments(t *testing.T) {
 		{"logagent_fsync_duration_seconds", nil, 3},
 		{"logagent_leader_elections_total", nil, 2},
 		{"logagent_isr_changes_total", nil, 1},
+		{"logagent_replica_fetch_requests_total", nil, 3},
 		{"logagent_errors_total", []string{"code", "not_leader"}, 2},
 		{"logagent_errors_total", []string{"code", "unknown_topic"}, 1},
 	} {

@@ -145,6 +145,16 @@ func TestMetricsMove(t *testing.T) {
 	if got := s.must(t, "logagent_errors_total", "code", "unknown_topic"); got != 1 {
 		t.Fatalf("leader: logagent_errors_total{code=unknown_topic} %v, want 1", got)
 	}
+	// Two followers replicated the records: each fetched at least twice
+	// (the records, then the high watermark), from the leader only.
+	if got := s.must(t, "logagent_replica_fetch_requests_total"); got < 4 {
+		t.Fatalf("leader: logagent_replica_fetch_requests_total %v after two followers replicated, want at least 4", got)
+	}
+	for _, f := range followers {
+		if got := scrapeAgent(t, f).must(t, "logagent_replica_fetch_requests_total"); got != 0 {
+			t.Fatalf("follower %s: logagent_replica_fetch_requests_total %v, want 0: it leads nothing", f.NodeID, got)
+		}
+	}
 	// Caught up, a follower's lag is 0: its fetch offset is the log end.
 	c.WaitFor(10*time.Second, "both followers at lag 0", func() bool {
 		s := scrapeAgent(t, leader)
