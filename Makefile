@@ -68,6 +68,12 @@ bin/benchrun: $(wildcard tools/bench/*.go) tools/bench/go.mod tools/bench/go.sum
 bench: bin/logagent bin/consul bin/nats-server bin/benchrun ## logagent vs NATS JetStream and the machine's limits (~5 min); rewrites docs/benchmarks.md's bench region and docs/benchmarks.png (BENCH_FLAGS="-quick" for a smoke run)
 	bin/benchrun -bin bin -out docs $(BENCH_FLAGS)
 
+COST_FLAGS ?=
+
+.PHONY: bench-cost
+bench-cost: bin/logagent bin/consul bin/benchrun ## What partitions cost: idle CPU, RSS, descriptors, replica fetches, time to lead and failover at 100 to 10,000 partitions, produce at 1/30/300 (~20 min); rewrites docs/benchmarks.md's cost region and docs/benchmarks-cost.png (COST_FLAGS="-quick" for a smoke run)
+	bin/benchrun cost -bin bin -out docs $(COST_FLAGS)
+
 AB_ROUNDS ?= 10
 
 .PHONY: ab

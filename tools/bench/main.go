@@ -55,6 +55,9 @@ func main() {
 }
 
 func run(args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "cost" {
+		return runCost(args[1:], stdout)
+	}
 	fs := flag.NewFlagSet("benchrun", flag.ContinueOnError)
 	duration := fs.Duration("duration", 10*time.Second, "how long each row runs")
 	warmup := fs.Duration("warmup", 2*time.Second, "how long each produce and e2e workload runs, unmeasured, before its measured run (both systems)")

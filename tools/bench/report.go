@@ -242,14 +242,20 @@ const (
 	endMarker   = "<!-- bench:end -->"
 )
 
-// errMarkers is a document whose bench markers are not one begin followed
-// by one end.
-var errMarkers = errors.New("benchrun: bench markers out of order or repeated")
+// errMarkers is a document whose markers are not one begin followed by one
+// end.
+var errMarkers = errors.New("benchrun: markers out of order or repeated")
 
 // replaceRegion puts region between the bench markers of doc, leaving every
 // other byte as it was. Without markers, both are appended at the end.
 func replaceRegion(doc, region string) (string, error) {
-	begins, ends := strings.Count(doc, beginMarker), strings.Count(doc, endMarker)
+	return replaceBetween(doc, beginMarker, endMarker, region)
+}
+
+// replaceBetween puts region between the begin and end markers of doc;
+// without them, it appends both markers and the region at the end.
+func replaceBetween(doc, begin, end, region string) (string, error) {
+	begins, ends := strings.Count(doc, begin), strings.Count(doc, end)
 	if begins == 0 && ends == 0 {
 		if doc != "" && !strings.HasSuffix(doc, "\n") {
 			doc += "\n"
@@ -257,11 +263,11 @@ func replaceRegion(doc, region string) (string, error) {
 		if doc != "" {
 			doc += "\n"
 		}
-		return doc + beginMarker + "\n" + region + endMarker + "\n", nil
+		return doc + begin + "\n" + region + end + "\n", nil
 	}
-	i, j := strings.Index(doc, beginMarker), strings.Index(doc, endMarker)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
 	if begins != 1 || ends != 1 || j < i {
-		return "", fmt.Errorf("%w: %d begin, %d end", errMarkers, begins, ends)
+		return "", fmt.Errorf("%w: %d %s, %d %s", errMarkers, begins, begin, ends, end)
 	}
-	return doc[:i+len(beginMarker)] + "\n" + region + doc[j:], nil
+	return doc[:i+len(begin)] + "\n" + region + doc[j:], nil
 }

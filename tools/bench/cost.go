@@ -1,0 +1,558 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/logagent/logagent/internal/testcluster"
+)
+
+// `benchrun cost` (issue 19) measures what partitions cost: for each
+// partition count it starts Consul and three agents with the shipped
+// timing (testcluster.TimingShipped), creates one RF 3 topic of that many
+// partitions and measures
+//
+//	create → led   the time from the creation request until every partition has a leader
+//	idle           per agent, over -idle with no client traffic: CPU (utime+stime from
+//	               /proc/<pid>/stat), RSS (VmRSS), open descriptors (/proc/<pid>/fd), and the
+//	               cluster's replica fetch requests and Consul requests per second (the
+//	               agents' logagent_replica_fetch_requests_total and
+//	               logagent_consul_requests_total)
+//	failover       kill -9 of the agent leading the most partitions: the time until every
+//	               partition it led accepted an acks=all write through another agent
+//	               (probed by 64 workers, each partition until its first success), and the
+//	               surviving agents' Consul requests per second meanwhile
+//	429s           Consul's "too many concurrent connections" refusals in the agents' logs
+//
+// and then, on one more cluster, acks=all produce records/s (100 B records,
+// 4 workers of 100-record batches, as make bench's rows) into topics of 1,
+// 30 and 300 partitions. The agents run under RLIMIT_NOFILE -nofile
+// (20,000, the issue's bound), set on benchrun itself and inherited. The
+// figures go between the cost markers of docs/benchmarks.md, the curves
+// into docs/benchmarks-cost.png.
+const (
+	costBeginMarker = "<!-- cost:begin -->"
+	costEndMarker   = "<!-- cost:end -->"
+	costTopic       = "cost"
+	// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times:
+	// 100 on every architecture Go supports there.
+	clockTicks = 100
+	// probeWorkers is how many partitions the failover probe writes to at
+	// once.
+	probeWorkers = 64
+)
+
+// costHCL is every agent's configuration on top of the harness's: info
+// logs (debug logs of thousands of partitions would be the cost measured).
+const costHCL = "log_level = \"info\"\n"
+
+type costOptions struct {
+	partitions        []int
+	producePartitions []int
+	idle, settle      time.Duration
+	leadTimeout       time.Duration
+	produceDuration   time.Duration
+	nofile            uint64
+	bin               string
+	out               string
+	work              string
+	log               io.Writer
+}
+
+// agentCost is one agent's idle cost.
+type agentCost struct {
+	Node       string
+	CPUPercent float64
+	RSSBytes   int64
+	FDs        int
+}
+
+// costPoint is everything measured at one partition count.
+type costPoint struct {
+	Partitions int
+	Led        time.Duration
+	Agents     []agentCost
+	// FetchesPerSecond and ConsulPerSecond are the cluster's, idle.
+	FetchesPerSecond float64
+	ConsulPerSecond  float64
+	// KilledNode led FailedOver partitions; FailoverMax and FailoverMedian
+	// are from its kill to their first acknowledged write; Unrecovered
+	// did not accept one within the probe's bound.
+	KilledNode           string
+	FailedOver           int
+	FailoverMax          time.Duration
+	FailoverMedian       time.Duration
+	Unrecovered          int
+	FailoverConsulPerSec float64
+	Consul429            int
+	Err                  string
+}
+
+// produceCost is one produce row.
+type produceCost struct {
+	Partitions    int
+	RecordsPerSec float64
+	P99           time.Duration
+	Command       string
+	Err           string
+}
+
+func runCost(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("benchrun cost", flag.ContinueOnError)
+	parts := fs.String("partitions", "100,1000,3000,10000", "comma-separated partition counts of the idle and failover points")
+	produceParts := fs.String("produce-partitions", "1,30,300", "comma-separated partition counts of the produce rows")
+	idle := fs.Duration("idle", 30*time.Second, "how long each point's idle cost is measured")
+	settle := fs.Duration("settle", 20*time.Second, "wait after every partition is led, before the idle window (ISR joins, preferred leaders)")
+	leadTimeout := fs.Duration("lead-timeout", 10*time.Minute, "give up waiting for every partition to be led after this long")
+	produceDuration := fs.Duration("duration", 10*time.Second, "how long each produce row runs")
+	nofile := fs.Uint64("nofile", 20000, "RLIMIT_NOFILE of the agents")
+	out := fs.String("out", "docs", "directory holding benchmarks.md (rewritten between its cost markers) and benchmarks-cost.png")
+	bin := fs.String("bin", "bin", "directory holding logagent and consul")
+	quick := fs.Bool("quick", false, "a smoke run: 20 and 100 partitions, 5s idle, 2s settle, 2s produce rows of 1 and 3 partitions")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *quick {
+		*parts, *produceParts, *idle, *settle, *produceDuration = "20,100", "1,3", 5*time.Second, 2*time.Second, 2*time.Second
+	}
+	o := costOptions{idle: *idle, settle: *settle, leadTimeout: *leadTimeout, produceDuration: *produceDuration, nofile: *nofile, out: *out, log: stdout}
+	var err error
+	if o.partitions, err = parseCounts(*parts); err != nil {
+		return fmt.Errorf("benchrun cost: -partitions: %w", err)
+	}
+	if o.producePartitions, err = parseCounts(*produceParts); err != nil {
+		return fmt.Errorf("benchrun cost: -produce-partitions: %w", err)
+	}
+	if o.bin, err = filepath.Abs(*bin); err != nil {
+		return fmt.Errorf("benchrun cost: %w", err)
+	}
+	for _, env := range [][2]string{{"LOGAGENT_BIN", "logagent"}, {"LOGAGENT_CONSUL_BIN", "consul"}} {
+		if err := os.Setenv(env[0], filepath.Join(o.bin, env[1])); err != nil {
+			return fmt.Errorf("benchrun cost: %w", err)
+		}
+	}
+	limit := syscall.Rlimit{Cur: o.nofile, Max: o.nofile}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
+		return fmt.Errorf("benchrun cost: RLIMIT_NOFILE %d: %w", o.nofile, err)
+	}
+	if o.work, err = os.MkdirTemp("", "benchrun-cost-"); err != nil {
+		return fmt.Errorf("benchrun cost: %w", err)
+	}
+	defer os.RemoveAll(o.work)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	started := time.Now()
+	var points []costPoint
+	for _, n := range o.partitions {
+		p := o.measurePoint(ctx, n)
+		if p.Err != "" {
+			fmt.Fprintf(stdout, "cost: %d partitions: %s\n", n, p.Err)
+		}
+		points = append(points, p)
+	}
+	produce := o.measureProduce(ctx)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("benchrun cost: run stopped before the end, %s left as it was: %w", o.out, err)
+	}
+	command := strings.TrimSpace("bin/benchrun cost -bin bin -out docs " + strings.Join(args, " "))
+	region := renderCost(costReport{Date: time.Now(), Machine: machineFacts(), Command: command, Options: o, Points: points, Produce: produce, Took: time.Since(started)})
+	if err := writeCostOutputs(o.out, region, points); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(o.out, "benchmarks.md"), filepath.Join(o.out, "benchmarks-cost.png"))
+	return nil
+}
+
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// startCostCluster starts Consul and three agents with the shipped timing.
+func (o *costOptions) startCostCluster(name string) (*testcluster.Main, error) {
+	dir := filepath.Join(o.work, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("benchrun cost: %w", err)
+	}
+	m, err := testcluster.StartMain(testcluster.Options{Agents: 3, Timing: testcluster.TimingShipped, HCL: costHCL, Dir: dir})
+	if err != nil {
+		return nil, fmt.Errorf("benchrun cost: cluster for %s: %w", name, err)
+	}
+	return m, nil
+}
+
+func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
+	p.Partitions = n
+	fmt.Fprintf(o.log, "cost: %d partitions: starting the cluster\n", n)
+	m, err := o.startCostCluster(fmt.Sprintf("p%d", n))
+	if err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	defer func() {
+		if err := m.Stop(); err != nil && p.Err == "" {
+			p.Err = "stop: " + err.Error()
+		}
+	}()
+	c := m.Cluster
+	first := c.Agents[0]
+
+	start := time.Now()
+	if err := first.CreateTopic(testcluster.TopicSpec{Name: costTopic, Partitions: n, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
+		p.Err = "create: " + err.Error()
+		return p
+	}
+	leaders, err := waitAllLed(ctx, first, n, o.leadTimeout)
+	p.Led = time.Since(start)
+	if err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	fmt.Fprintf(o.log, "cost: %d partitions: all led after %s\n", n, p.Led.Round(time.Millisecond))
+	if !sleepCtx(ctx, o.settle) {
+		return p
+	}
+
+	before, err := sampleAgents(c.Agents)
+	if err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	if !sleepCtx(ctx, o.idle) {
+		return p
+	}
+	after, err := sampleAgents(c.Agents)
+	if err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	window := after[0].at.Sub(before[0].at).Seconds()
+	for i, a := range c.Agents {
+		cpu := float64(after[i].cpuTicks-before[i].cpuTicks) / clockTicks
+		p.Agents = append(p.Agents, agentCost{Node: a.NodeID, CPUPercent: 100 * cpu / window, RSSBytes: after[i].rss, FDs: after[i].fds})
+		p.FetchesPerSecond += (after[i].fetches - before[i].fetches) / window
+		p.ConsulPerSecond += (after[i].consul - before[i].consul) / window
+	}
+	fmt.Fprintf(o.log, "cost: %d partitions: idle %+v, %.0f replica fetches/s, %.0f Consul requests/s\n", n, p.Agents, p.FetchesPerSecond, p.ConsulPerSecond)
+
+	// Failover: the agent leading the most partitions dies.
+	leaders, err = currentLeaders(first, n)
+	if err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	victim, led := busiestLeader(c.Agents, leaders)
+	survivor := c.Agents[0]
+	if survivor == victim {
+		survivor = c.Agents[1]
+	}
+	var survivors []*testcluster.Agent
+	for _, a := range c.Agents {
+		if a != victim {
+			survivors = append(survivors, a)
+		}
+	}
+	consulBefore, err := sampleAgents(survivors)
+	if err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	p.KilledNode, p.FailedOver = victim.NodeID, len(led)
+	killed := time.Now()
+	victim.Kill()
+	times, unrecovered := probeFailover(ctx, survivor, led, killed, 2*time.Minute)
+	consulAfter, err := sampleAgents(survivors)
+	if err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	span := consulAfter[0].at.Sub(consulBefore[0].at).Seconds()
+	for i := range survivors {
+		p.FailoverConsulPerSec += (consulAfter[i].consul - consulBefore[i].consul) / span
+	}
+	p.Unrecovered = unrecovered
+	if len(times) > 0 {
+		slices.Sort(times)
+		p.FailoverMax, p.FailoverMedian = times[len(times)-1], times[len(times)/2]
+	}
+	for _, a := range c.Agents {
+		p.Consul429 += countInFile(a.LogPath(), "too many concurrent connections")
+	}
+	fmt.Fprintf(o.log, "cost: %d partitions: kill -9 of %s (led %d): all acks=all again after %s (median %s, %d never), %.0f Consul requests/s meanwhile, %d 429s\n",
+		n, p.KilledNode, p.FailedOver, p.FailoverMax.Round(time.Millisecond), p.FailoverMedian.Round(time.Millisecond), p.Unrecovered, p.FailoverConsulPerSec, p.Consul429)
+	return p
+}
+
+// waitAllLed polls a's description of the cost topic until every one of
+// its n partitions has a leader.
+func waitAllLed(ctx context.Context, a *testcluster.Agent, n int, limit time.Duration) (map[int]string, error) {
+	deadline := time.Now().Add(limit)
+	last := 0
+	for {
+		leaders, err := currentLeaders(a, n)
+		if err == nil && len(leaders) == n {
+			return leaders, nil
+		}
+		if err == nil {
+			last = len(leaders)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d partitions led after %s (last error %v)", last, n, limit, err)
+		}
+		if !sleepCtx(ctx, time.Second) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// currentLeaders maps each led partition of the cost topic to its leader.
+func currentLeaders(a *testcluster.Agent, n int) (map[int]string, error) {
+	t, err := a.Describe(costTopic)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Partitions) != n {
+		return nil, fmt.Errorf("topic %s has %d partitions, want %d", costTopic, len(t.Partitions), n)
+	}
+	out := map[int]string{}
+	for _, p := range t.Partitions {
+		if p.Leader != "" {
+			out[p.Partition] = p.Leader
+		}
+	}
+	return out, nil
+}
+
+func busiestLeader(agents []*testcluster.Agent, leaders map[int]string) (*testcluster.Agent, []int) {
+	byNode := map[string][]int{}
+	for p, node := range leaders {
+		byNode[node] = append(byNode[node], p)
+	}
+	best := agents[0]
+	for _, a := range agents {
+		if len(byNode[a.NodeID]) > len(byNode[best.NodeID]) {
+			best = a
+		}
+	}
+	led := byNode[best.NodeID]
+	sort.Ints(led)
+	return best, led
+}
+
+// probeFailover writes one acks=all record to each partition through a,
+// again and again until it succeeds or limit passes, and returns each
+// success's time since killed, and how many partitions never succeeded.
+func probeFailover(ctx context.Context, a *testcluster.Agent, partitions []int, killed time.Time, limit time.Duration) ([]time.Duration, int) {
+	work := make(chan int)
+	var (
+		mu    sync.Mutex
+		times []time.Duration
+		wg    sync.WaitGroup
+	)
+	deadline := killed.Add(limit)
+	for range probeWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				for time.Now().Before(deadline) && ctx.Err() == nil {
+					_, err := a.Produce(costTopic, p, testcluster.ContentTypeNDJSON, []byte("{\"probe\":1}\n"), "all", 2*time.Second)
+					if err == nil {
+						mu.Lock()
+						times = append(times, time.Since(killed))
+						mu.Unlock()
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	for _, p := range partitions {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	return times, len(partitions) - len(times)
+}
+
+// agentSample is one agent's counters at one moment.
+type agentSample struct {
+	at       time.Time
+	cpuTicks int64
+	rss      int64
+	fds      int
+	fetches  float64
+	consul   float64
+}
+
+func sampleAgents(agents []*testcluster.Agent) ([]agentSample, error) {
+	out := make([]agentSample, len(agents))
+	for i, a := range agents {
+		s, err := sampleAgent(a)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", a.NodeID, err)
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func sampleAgent(a *testcluster.Agent) (agentSample, error) {
+	s := agentSample{at: time.Now()}
+	pid := a.PID()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	if s.cpuTicks, err = cpuTicksOf(string(stat)); err != nil {
+		return s, err
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	if s.rss, err = rssOf(string(status)); err != nil {
+		return s, err
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return s, err
+	}
+	s.fds = len(fds)
+	code, body, err := a.Get("/metrics", "text/plain")
+	if err != nil {
+		return s, err
+	}
+	if code != http.StatusOK {
+		return s, fmt.Errorf("GET /metrics: %d", code)
+	}
+	s.fetches, _ = metricValue(body, "logagent_replica_fetch_requests_total")
+	s.consul, _ = metricValue(body, "logagent_consul_requests_total")
+	return s, nil
+}
+
+// cpuTicksOf is utime+stime of a /proc/<pid>/stat line. The command name
+// (field 2) may hold spaces and parentheses, so fields count from the last
+// ')'.
+func cpuTicksOf(stat string) (int64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("benchrun cost: malformed /proc stat")
+	}
+	f := strings.Fields(stat[i+1:])
+	// After ')': state is field 3, utime 14 and stime 15.
+	if len(f) < 13 {
+		return 0, errors.New("benchrun cost: short /proc stat")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("benchrun cost: /proc stat: %w", err)
+	}
+	return utime + stime, nil
+}
+
+// rssOf is VmRSS of a /proc/<pid>/status, in bytes.
+func rssOf(status string) (int64, error) {
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("benchrun cost: VmRSS %q: %w", v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("benchrun cost: no VmRSS")
+}
+
+// metricValue is the value of an unlabelled series in a Prometheus text
+// exposition.
+func metricValue(text []byte, name string) (float64, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+func countInFile(path, needle string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte(needle))
+}
+
+func (o *costOptions) measureProduce(ctx context.Context) []produceCost {
+	fmt.Fprintf(o.log, "cost: produce rows %v: starting the cluster\n", o.producePartitions)
+	m, err := o.startCostCluster("produce")
+	if err != nil {
+		return []produceCost{{Err: err.Error()}}
+	}
+	defer func() {
+		if err := m.Stop(); err != nil {
+			fmt.Fprintf(o.log, "cost: produce cluster stop: %v\n", err)
+		}
+	}()
+	addr := "http://" + m.Cluster.Agents[0].ClientAddr
+	var rows []produceCost
+	for _, n := range o.producePartitions {
+		if ctx.Err() != nil {
+			break
+		}
+		args := []string{"produce", "-addr", addr, "-topic", fmt.Sprintf("produce_%d", n), "-create", "-partitions", fmt.Sprint(n),
+			"-replication-factor", "3", "-min-insync-replicas", "2", "-acks", "all", "-size", "100",
+			"-batch", fmt.Sprint(batchRecords), "-concurrency", fmt.Sprint(workers), "-duration", o.produceDuration.String()}
+		row := produceCost{Partitions: n, Command: strings.Replace(commandLine(args...), addr, "ADDR", 1)}
+		var rep logagentReport
+		if _, err := runLogagentBench(ctx, filepath.Join(o.bin, "logagent"), o.produceDuration+5*time.Minute, &rep, args...); err != nil {
+			row.Err = err.Error()
+		}
+		row.RecordsPerSec = rep.RecordsPerSecond
+		row.P99 = micros(rep.Latency.P99)
+		fmt.Fprintf(o.log, "cost: produce %d partitions: %.0f records/s, p99 %s %s\n", n, row.RecordsPerSec, row.P99, row.Err)
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
