@@ -58,6 +58,8 @@ type PartitionMeta struct {
 	// other replicas hold back their campaigns for HandoverHold so that it
 	// takes over. "" when there is no such hint.
 	Successor string
+	// leaderIndex is the leader key's ModifyIndex, 0 when it is absent.
+	leaderIndex uint64
 }
 
 func emptySnapshot() *Snapshot {
@@ -95,8 +97,22 @@ func (s *Snapshot) Partition(topic string, partition int) (PartitionMeta, bool) 
 // once its config key does; a topic with a missing or corrupt key carries
 // the error instead of failing the whole snapshot.
 func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
-	type partitionKeys struct {
-		replicas, state, leader, reassign *api.KVPair
+	return buildSnapshotFrom(nil, keys, index, pairs)
+}
+
+// buildSnapshotFrom is buildSnapshot reusing prev's decoded partitions
+// whose keys did not change: a listing of thousands of partitions changes
+// in a few of them at a time, and decoding every key of every listing was
+// the watch's largest cost (docs/design.md §6). A partition is reused when
+// its topic is the same incarnation (config id), prev decoded that topic
+// without error, and each of its keys has the ModifyIndex (and, for the
+// leader key, the session) prev decoded: Consul bumps a key's ModifyIndex
+// on every write, a lock release included.
+func buildSnapshotFrom(prev *Snapshot, keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
+	if prev != nil && index < prev.Index {
+		// Consul's index went backwards (its state was reset or restored):
+		// equal indexes may now name other values.
+		prev = nil
 	}
 	configs := map[string]*api.KVPair{}
 	parts := map[string]map[int]*partitionKeys{}
@@ -149,9 +165,19 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 		}
 		tm.Config = tc
 		tm.Partitions = make([]PartitionMeta, tc.Partitions)
+		var reusable []PartitionMeta
+		if prev != nil {
+			if was, ok := prev.topics[name]; ok && was.Err == nil && was.Config.ID == tc.ID {
+				reusable = was.Partitions
+			}
+		}
 		for p := range tc.Partitions {
-			pm := PartitionMeta{Topic: name, Partition: p}
 			pk := parts[name][p]
+			if p < len(reusable) && pk.unchangedSince(reusable[p]) {
+				tm.Partitions[p] = reusable[p]
+				continue
+			}
+			pm := PartitionMeta{Topic: name, Partition: p}
 			switch {
 			case pk == nil || pk.replicas == nil:
 				tm.Err = corruptMissing(keys.replicas(name, p))
@@ -181,11 +207,34 @@ func buildSnapshot(keys keyspace, index uint64, pairs api.KVPairs) *Snapshot {
 			if pk != nil && pk.leader != nil {
 				pm.LeaderSession = pk.leader.Session
 				pm.Successor = successorHint(pk.leader.Session, pk.leader.Value, pm.State)
+				pm.leaderIndex = pk.leader.ModifyIndex
 			}
 			tm.Partitions[p] = pm
 		}
 	}
 	return snap
+}
+
+// partitionKeys are one partition's keys in a listing.
+type partitionKeys struct {
+	replicas, state, leader, reassign *api.KVPair
+}
+
+// unchangedSince reports whether every key is as pm was decoded from:
+// present with the same ModifyIndex (and leader session), or absent where
+// pm had none. A partition missing its replicas or state key never is.
+func (pk *partitionKeys) unchangedSince(pm PartitionMeta) bool {
+	if pk == nil || pk.replicas == nil || pk.state == nil ||
+		pk.replicas.ModifyIndex != pm.ReplicasIndex || pk.state.ModifyIndex != pm.StateIndex {
+		return false
+	}
+	if (pk.reassign == nil) != (pm.Reassign == nil) || (pk.reassign != nil && pk.reassign.ModifyIndex != pm.ReassignIndex) {
+		return false
+	}
+	if pk.leader == nil {
+		return pm.leaderIndex == 0
+	}
+	return pk.leader.ModifyIndex == pm.leaderIndex && pk.leader.Session == pm.LeaderSession
 }
 
 func corruptMissing(key string) error {
@@ -273,7 +322,7 @@ func (c *Client) watchLoop() {
 		if err != nil {
 			return 0, nil, err
 		}
-		return meta.LastIndex, func(index uint64) { c.publish(buildSnapshot(c.keys, index, pairs)) }, nil
+		return meta.LastIndex, func(index uint64) { c.publish(buildSnapshotFrom(c.snapshot.Load(), c.keys, index, pairs)) }, nil
 	})
 }
 
