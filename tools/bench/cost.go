@@ -101,7 +101,10 @@ type costPoint struct {
 	Unrecovered          int
 	FailoverConsulPerSec float64
 	Consul429            int
-	Err                  string
+	// LoadAverage is the machine's 1-minute load average at the end of
+	// the idle window: what else ran beside the agents.
+	LoadAverage float64
+	Err         string
 }
 
 // produceCost is one produce row.
@@ -250,6 +253,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 		p.Err = err.Error()
 		return p
 	}
+	p.LoadAverage = loadAverage()
 	window := after[0].at.Sub(before[0].at).Seconds()
 	for i, a := range c.Agents {
 		cpu := float64(after[i].cpuTicks-before[i].cpuTicks) / clockTicks
@@ -503,6 +507,19 @@ func metricValue(text []byte, name string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// loadAverage is the 1-minute load average, 0 when unreadable.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var v float64
+	if _, err := fmt.Sscanf(string(b), "%f", &v); err != nil {
+		return 0
+	}
+	return v
 }
 
 func countInFile(path, needle string) int {
