@@ -42,8 +42,12 @@ type reassignMove struct {
 	Adding   []string `json:"adding"`
 	Removing []string `json:"removing"`
 	// Progress is every added replica's catch-up, present when this agent
-	// leads the partition.
-	Progress []reassignProgress `json:"progress,omitempty"`
+	// leads the partition, with the leader's log start and end: an added
+	// replica fetches from the log start, so the share it holds is
+	// (its log end - start) / (end - start).
+	Progress             []reassignProgress `json:"progress,omitempty"`
+	LeaderLogStartOffset *int64             `json:"leader_log_start_offset,omitempty"`
+	LeaderLogEndOffset   *int64             `json:"leader_log_end_offset,omitempty"`
 }
 
 // reassignProgress is one added replica as its leader sees it.
@@ -171,6 +175,7 @@ func (a *Agent) moveStatus(topic string, pm election.PartitionMeta) *reassignMov
 	defer cancel()
 	progress := r.Progress(ctx)
 	sent := r.CatchUpBytes()
+	start := r.CurrentLog().LogStartOffset()
 	var leaderEnd int64
 	for _, s := range progress {
 		if s.ID == a.cfg.NodeID {
@@ -184,6 +189,7 @@ func (a *Agent) moveStatus(topic string, pm election.PartitionMeta) *reassignMov
 		lag := leaderEnd - max(s.LogEndOffset, 0)
 		m.Progress = append(m.Progress, reassignProgress{Node: s.ID, LogEndOffset: s.LogEndOffset, Lag: lag, InSync: s.InSync, CatchUpBytes: sent[s.ID]})
 	}
+	m.LeaderLogStartOffset, m.LeaderLogEndOffset = &start, &leaderEnd
 	return m
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -71,19 +72,23 @@ func runNodeDrain(args []string, stdout, stderr io.Writer) error {
 	}
 	ticker := time.NewTicker(*interval)
 	defer ticker.Stop()
-	last := ""
+	out := newProgressOut(stdout)
+	var eta etas
 	for {
 		if st.Replicas == 0 {
-			fmt.Fprintf(stdout, "done: %s holds no replica and leads nothing\n", node)
+			out.println(fmt.Sprintf("done: %s holds no replica and leads nothing", node))
 			return nil
 		}
 		if !st.Draining {
 			return fmt.Errorf("%s is no longer being drained (logagent node drain -cancel?): %d replicas left on it", node, st.Replicas)
 		}
-		if line := drainLine(st); line != last {
-			fmt.Fprintln(stdout, line)
-			last = line
+		var bars []moveBar
+		if out.tty {
+			// A bar per move in flight; a pipe gets the plain line only,
+			// so it costs no request per move.
+			bars = drainBars(ctx, api, st, &eta)
 		}
+		out.update(fmt.Sprintf("%d replicas, %d leaderships left on %s", st.Replicas, st.Leaderships, node), bars, drainLine(st))
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("stopped waiting (the drain goes on; logagent node drain %s shows it): %w", node, ctx.Err())
@@ -93,6 +98,25 @@ func runNodeDrain(args []string, stdout, stderr io.Writer) error {
 			return explain(err, api.base, *timeout)
 		}
 	}
+}
+
+// drainBars are the bars of the drain's moves in flight; a move whose
+// state cannot be read is left out until the next update.
+func drainBars(ctx context.Context, api *rawAgent, st drainState, eta *etas) []moveBar {
+	var bars []moveBar
+	for _, p := range st.Partitions {
+		if !p.Moving {
+			continue
+		}
+		r, err := moveWithProgress(ctx, api, p.Topic, p.Partition)
+		if err != nil || r.Move == nil {
+			continue
+		}
+		b := barOf(fmt.Sprintf("%s/%d", p.Topic, p.Partition), r)
+		eta.fill(&b, time.Now())
+		bars = append(bars, b)
+	}
+	return bars
 }
 
 // drainLine is one line of a drain's progress: what is left, and the

@@ -37,16 +37,20 @@ type reassignment struct {
 }
 
 type reassignMove struct {
-	Target   []string `json:"target"`
-	Adding   []string `json:"adding"`
-	Removing []string `json:"removing"`
-	Progress []struct {
-		Node         string `json:"node"`
-		LogEndOffset int64  `json:"log_end_offset"`
-		Lag          int64  `json:"lag"`
-		InSync       bool   `json:"in_sync"`
-		CatchUpBytes int64  `json:"catch_up_bytes"`
-	} `json:"progress"`
+	Target               []string        `json:"target"`
+	Adding               []string        `json:"adding"`
+	Removing             []string        `json:"removing"`
+	Progress             []progressEntry `json:"progress"`
+	LeaderLogStartOffset *int64          `json:"leader_log_start_offset"`
+	LeaderLogEndOffset   *int64          `json:"leader_log_end_offset"`
+}
+
+type progressEntry struct {
+	Node         string `json:"node"`
+	LogEndOffset int64  `json:"log_end_offset"`
+	Lag          int64  `json:"lag"`
+	InSync       bool   `json:"in_sync"`
+	CatchUpBytes int64  `json:"catch_up_bytes"`
 }
 
 func runPartitionMove(args []string, stdout, stderr io.Writer) error {
@@ -54,7 +58,7 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 	topic := fs.String("topic", "", "the topic")
 	part := fs.Int("partition", -1, "the partition")
 	replicas := fs.String("replicas", "", "the new replica list, comma-separated node ids; the first is the preferred leader")
-	noWait := fs.Bool("no-wait", false, "start the move and return; by default wait until it is done, showing progress")
+	noWait := fs.Bool("no-wait", false, "start the move and return; by default wait until it is done, showing progress (a bar on a terminal)")
 	interval := fs.Duration("interval", time.Second, "how often progress is shown while waiting")
 	addr := addrFlag(fs)
 	timeout := fs.Duration("timeout", time.Hour, "give up waiting after this long (the move goes on)")
@@ -83,7 +87,7 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := timedContext(*timeout)
 	defer cancel()
-	path := "/v1/topics/" + url.PathEscape(*topic) + "/partitions/" + strconv.Itoa(*part) + "/reassignment"
+	path := reassignPath(*topic, *part)
 	body, _ := json.Marshal(map[string][]string{"replicas": target})
 	var started reassignment
 	if err := api.do(ctx, http.MethodPost, api.base, path, body, &started); err != nil {
@@ -101,33 +105,49 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 	}
 	ticker := time.NewTicker(*interval)
 	defer ticker.Stop()
-	last := ""
+	out := newProgressOut(stdout)
+	var eta etas
 	for {
-		var now reassignment
-		if err := api.do(ctx, http.MethodGet, api.base, path, nil, &now); err != nil {
+		now, err := moveWithProgress(ctx, api, *topic, *part)
+		if err != nil {
 			return explain(err, api.base, *timeout)
 		}
 		if now.Move == nil {
-			fmt.Fprintf(stdout, "done: %s has replicas %s, ISR %s\n", name, strings.Join(now.Replicas, ","), joinOrDash(now.ISR))
+			out.println(fmt.Sprintf("done: %s has replicas %s, ISR %s", name, strings.Join(now.Replicas, ","), joinOrDash(now.ISR)))
 			return nil
 		}
-		if len(now.Move.Progress) == 0 && now.LeaderAddress != "" {
-			// Only the leader sees its followers' progress.
-			var fromLeader reassignment
-			if err := api.do(ctx, http.MethodGet, api.schemeOf(now.LeaderAddress), path, nil, &fromLeader); err == nil && fromLeader.Move != nil {
-				now.Move.Progress = fromLeader.Move.Progress
-			}
-		}
-		if line := progressLine(now); line != last {
-			fmt.Fprintln(stdout, line)
-			last = line
-		}
+		bar := barOf(name, now)
+		eta.fill(&bar, time.Now())
+		out.update("", []moveBar{bar}, progressLine(now))
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("stopped waiting (the move goes on; logagent status shows it): %w", ctx.Err())
 		case <-ticker.C:
 		}
 	}
+}
+
+// moveWithProgress is the partition's move as the agent answers, with its
+// progress from the partition's leader when the agent does not lead it:
+// only the leader sees its followers' progress.
+func moveWithProgress(ctx context.Context, api *rawAgent, topic string, partition int) (reassignment, error) {
+	path := reassignPath(topic, partition)
+	var now reassignment
+	if err := api.do(ctx, http.MethodGet, api.base, path, nil, &now); err != nil {
+		return now, err
+	}
+	if now.Move != nil && len(now.Move.Progress) == 0 && now.LeaderAddress != "" {
+		var fromLeader reassignment
+		if err := api.do(ctx, http.MethodGet, api.schemeOf(now.LeaderAddress), path, nil, &fromLeader); err == nil && fromLeader.Move != nil {
+			now.Move.Progress = fromLeader.Move.Progress
+			now.Move.LeaderLogStartOffset, now.Move.LeaderLogEndOffset = fromLeader.Move.LeaderLogStartOffset, fromLeader.Move.LeaderLogEndOffset
+		}
+	}
+	return now, nil
+}
+
+func reassignPath(topic string, partition int) string {
+	return "/v1/topics/" + url.PathEscape(topic) + "/partitions/" + strconv.Itoa(partition) + "/reassignment"
 }
 
 // progressLine is one line of a move's progress.

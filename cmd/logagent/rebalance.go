@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -74,26 +73,39 @@ func runRebalance(args []string, stdout, stderr io.Writer) error {
 	}
 	ticker := time.NewTicker(*interval)
 	defer ticker.Stop()
+	out := newProgressOut(stdout)
 	for i, m := range plan.Moves {
 		name := m.Topic + "/" + strconv.Itoa(m.Partition)
-		path := "/v1/topics/" + url.PathEscape(m.Topic) + "/partitions/" + strconv.Itoa(m.Partition) + "/reassignment"
+		path := reassignPath(m.Topic, m.Partition)
 		body, _ := json.Marshal(map[string][]string{"replicas": m.Target})
 		start := time.Now()
 		var r reassignment
 		if err := api.do(ctx, http.MethodPost, api.base, path, body, &r); err != nil {
 			return fmt.Errorf("[%d/%d] move of %s to %s: %w", i+1, len(plan.Moves), name, strings.Join(m.Target, ","), explain(err, api.base, *timeout))
 		}
+		var eta etas
+		var err error
 		for r.Move != nil {
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("stopped waiting for %s (its move goes on; run logagent rebalance again for the rest): %w", name, ctx.Err())
 			case <-ticker.C:
 			}
-			if err := api.do(ctx, http.MethodGet, api.base, path, nil, &r); err != nil {
+			if out.tty {
+				r, err = moveWithProgress(ctx, api, m.Topic, m.Partition)
+			} else {
+				err = api.do(ctx, http.MethodGet, api.base, path, nil, &r)
+			}
+			if err != nil {
 				return explain(err, api.base, *timeout)
 			}
+			if r.Move != nil {
+				b := barOf(name, r)
+				eta.fill(&b, time.Now())
+				out.update(fmt.Sprintf("[%d/%d]", i+1, len(plan.Moves)), []moveBar{b}, "")
+			}
 		}
-		fmt.Fprintf(stdout, "[%d/%d] %s now on %s (%s)\n", i+1, len(plan.Moves), name, strings.Join(r.Replicas, ","), time.Since(start).Round(time.Millisecond))
+		out.println(fmt.Sprintf("[%d/%d] %s now on %s (%s)", i+1, len(plan.Moves), name, strings.Join(r.Replicas, ","), time.Since(start).Round(time.Millisecond)))
 	}
 	fmt.Fprintln(stdout, "done; leaderships follow the preferred leaders after replication.leader_rebalance_delay")
 	return nil
