@@ -148,7 +148,7 @@ func uiMove(m *reassignMove) *ui.Move {
 	if m == nil {
 		return nil
 	}
-	out := &ui.Move{Target: m.Target, Adding: m.Adding, Removing: m.Removing}
+	out := &ui.Move{Target: m.Target, Adding: m.Adding, Removing: m.Removing, Cancelled: m.Cancelled}
 	for _, p := range m.Progress {
 		out.Progress = append(out.Progress, ui.MoveProgress{Node: p.Node, LogEndOffset: p.LogEndOffset, Lag: p.Lag, InSync: p.InSync, CatchUpBytes: p.CatchUpBytes})
 	}

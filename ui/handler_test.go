@@ -234,7 +234,7 @@ func TestStateJSON(t *testing.T) {
 		t.Errorf("partition 0 move %v, want null", p["move"])
 	}
 	move := topic["partitions"].([]any)[2].(map[string]any)["move"].(map[string]any)
-	if got, want := keys(move), "adding,phase,progress,removing,target"; got != want {
+	if got, want := keys(move), "adding,cancelled,phase,progress,removing,target"; got != want {
 		t.Errorf("move keys %s, want %s", got, want)
 	}
 	progress := move["progress"].([]any)[0].(map[string]any)
@@ -294,6 +294,9 @@ func TestDeriveMove(t *testing.T) {
 			Partition{Leader: "a", Replicas: []string{"b", "c", "d", "a"}, ISR: abc,
 				Move: &Move{Target: []string{"b", "c", "d"}, Adding: []string{"d"}, Removing: []string{"a"}, Progress: []MoveProgress{{Node: "d", LogEndOffset: 5}}}},
 			false, "adding", []*float64{nil}},
+		{"a cancel's way back", 3,
+			Partition{Leader: "a", Replicas: []string{"a", "b", "c", "d"}, ISR: abc,
+				Move: &Move{Target: abc, Removing: []string{"d"}, Cancelled: true}}, false, "cancelling", nil},
 		{"a reorder: nothing added or removed", 2,
 			Partition{Leader: "a", Replicas: []string{"b", "a"}, ISR: ab, Move: &Move{Target: []string{"b", "a"}}}, false, "completing", nil},
 	}

@@ -110,13 +110,17 @@ type Move struct {
 	Target   []string `json:"target"`
 	Adding   []string `json:"adding"`
 	Removing []string `json:"removing"`
+	// Cancelled marks a cancel's way back: Target is the list the
+	// cancelled move started from, Removing the replicas it had added.
+	Cancelled bool `json:"cancelled"`
 	// Progress is each added replica's catch-up; only the partition's
 	// leader knows it, so it is empty unless the answering agent leads.
 	Progress []MoveProgress `json:"progress"`
 	// Phase is the step the move waits for (derived, docs/design.md §7.6):
 	// "adding" while a target replica is not in the ISR, "leader-off" while
 	// the leader is a replica the move removes (it hands over first), then
-	// "completing" until the leader's completion transaction.
+	// "completing" until the leader's completion transaction; a cancel's
+	// way back is "cancelling" throughout.
 	Phase string `json:"phase"`
 }
 
@@ -217,11 +221,15 @@ func (s *State) derive() {
 }
 
 // underReplicated is the partition's replica set less the replicas a move
-// adds (its replicas before the move) against the ISR and the replication
-// factor.
+// adds (its replicas before the move; for a cancel's way back, less the
+// replicas it removes) against the ISR and the replication factor.
 func underReplicated(p *Partition, rf int) bool {
 	want := len(p.Replicas)
-	if p.Move != nil {
+	switch {
+	case p.Move != nil && p.Move.Cancelled:
+		// The way back removes what the cancelled move had added.
+		want -= len(p.Move.Removing)
+	case p.Move != nil:
 		want -= len(p.Move.Adding)
 	}
 	return len(p.ISR) < want || want < rf
@@ -240,6 +248,8 @@ func (m *Move) derive(p *Partition) {
 	}
 	allIn := !slices.ContainsFunc(m.Target, func(n string) bool { return !slices.Contains(p.ISR, n) })
 	switch {
+	case m.Cancelled:
+		m.Phase = "cancelling"
 	case !allIn:
 		m.Phase = "adding"
 	case slices.Contains(m.Removing, p.Leader):

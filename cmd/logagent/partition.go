@@ -17,7 +17,7 @@ import (
 )
 
 var partitionSubcommands = []subcommand[func(args []string, stdout, stderr io.Writer) error]{
-	{"move", "move a partition to a new replica list: partition move -topic T -partition P -replicas n1,n2,n4 [-no-wait]", runPartitionMove},
+	{"move", "move a partition to a new replica list: partition move -topic T -partition P -replicas n1,n2,n4 [-no-wait]; -cancel instead of -replicas cancels the move in flight", runPartitionMove},
 }
 
 func runPartition(args []string, stdout, stderr io.Writer) error {
@@ -43,6 +43,7 @@ type reassignMove struct {
 	Progress             []progressEntry `json:"progress"`
 	LeaderLogStartOffset *int64          `json:"leader_log_start_offset"`
 	LeaderLogEndOffset   *int64          `json:"leader_log_end_offset"`
+	Cancelled            bool            `json:"cancelled"`
 }
 
 type progressEntry struct {
@@ -58,7 +59,8 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 	topic := fs.String("topic", "", "the topic")
 	part := fs.Int("partition", -1, "the partition")
 	replicas := fs.String("replicas", "", "the new replica list, comma-separated node ids; the first is the preferred leader")
-	noWait := fs.Bool("no-wait", false, "start the move and return; by default wait until it is done, showing progress (a bar on a terminal)")
+	cancelMove := fs.Bool("cancel", false, "cancel the move in flight instead: the partition goes back to the replicas it had, the ones the move added delete their data")
+	noWait := fs.Bool("no-wait", false, "start the move (or the cancel) and return; by default wait until it is done, showing progress (a bar on a terminal)")
 	interval := fs.Duration("interval", time.Second, "how often progress is shown while waiting")
 	addr := addrFlag(fs)
 	timeout := fs.Duration("timeout", time.Hour, "give up waiting after this long (the move goes on)")
@@ -71,7 +73,9 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: name the topic: -topic T", errUsage)
 	case *part < 0:
 		return fmt.Errorf("%w: name the partition: -partition P (from 0)", errUsage)
-	case *replicas == "" || slices.Contains(target, ""):
+	case *cancelMove && *replicas != "":
+		return fmt.Errorf("%w: -cancel takes no -replicas: it goes back to the replicas the partition had", errUsage)
+	case !*cancelMove && (*replicas == "" || slices.Contains(target, "")):
 		return fmt.Errorf("%w: -replicas must list node ids separated by commas, such as n1,n2,n4", errUsage)
 	case *interval <= 0:
 		return fmt.Errorf("%w: -interval must be positive", errUsage)
@@ -88,18 +92,26 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := timedContext(*timeout)
 	defer cancel()
 	path := reassignPath(*topic, *part)
-	body, _ := json.Marshal(map[string][]string{"replicas": target})
-	var started reassignment
-	if err := api.do(ctx, http.MethodPost, api.base, path, body, &started); err != nil {
-		return explain(err, api.base, *timeout)
-	}
 	name := *topic + "/" + strconv.Itoa(*part)
-	if started.Move == nil {
-		fmt.Fprintf(stdout, "%s already has replicas %s: nothing to move\n", name, strings.Join(started.Replicas, ","))
-		return nil
+	if *cancelMove {
+		var back reassignment
+		if err := api.do(ctx, http.MethodDelete, api.base, path, nil, &back); err != nil {
+			return explain(err, api.base, *timeout)
+		}
+		fmt.Fprintf(stdout, "cancelling the move of %s: back to %s, removing %s\n", name, strings.Join(back.Move.Target, ","), joinOrDash(back.Move.Removing))
+	} else {
+		body, _ := json.Marshal(map[string][]string{"replicas": target})
+		var started reassignment
+		if err := api.do(ctx, http.MethodPost, api.base, path, body, &started); err != nil {
+			return explain(err, api.base, *timeout)
+		}
+		if started.Move == nil {
+			fmt.Fprintf(stdout, "%s already has replicas %s: nothing to move\n", name, strings.Join(started.Replicas, ","))
+			return nil
+		}
+		fmt.Fprintf(stdout, "moving %s to %s: adding %s, removing %s\n", name, strings.Join(started.Move.Target, ","),
+			joinOrDash(started.Move.Adding), joinOrDash(started.Move.Removing))
 	}
-	fmt.Fprintf(stdout, "moving %s to %s: adding %s, removing %s\n", name, strings.Join(started.Move.Target, ","),
-		joinOrDash(started.Move.Adding), joinOrDash(started.Move.Removing))
 	if *noWait {
 		return nil
 	}
@@ -121,7 +133,7 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 		out.update("", []moveBar{bar}, progressLine(now))
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("stopped waiting (the move goes on; logagent status shows it): %w", ctx.Err())
+			return fmt.Errorf("stopped waiting (the move or its cancel goes on; logagent status shows it): %w", ctx.Err())
 		case <-ticker.C:
 		}
 	}

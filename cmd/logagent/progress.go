@@ -29,6 +29,9 @@ type moveBar struct {
 	// ETA is the time left at the rate seen so far; negative when there is
 	// no rate yet.
 	ETA time.Duration
+	// Cancelling marks a cancel's way back: nothing to copy, only the
+	// leader's last transaction (and a handover first) to wait for.
+	Cancelling bool
 }
 
 // render is the bar's one line, such as
@@ -36,6 +39,10 @@ type moveBar struct {
 func (b moveBar) render() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%s [%s]→[%s]  ", b.Name, strings.Join(b.From, " "), strings.Join(b.To, " "))
+	if b.Cancelling {
+		sb.WriteString("cancelling: back to the original replicas")
+		return sb.String()
+	}
 	if b.Total <= 0 {
 		fmt.Fprintf(&sb, "[%s]   ?%%  %s sent", strings.Repeat("?", barWidth), formatBytes(b.Sent))
 		return sb.String()
@@ -53,7 +60,7 @@ func (b moveBar) render() string {
 // barOf is the bar of r's move; r.Move must not be nil.
 func barOf(name string, r reassignment) moveBar {
 	m := r.Move
-	b := moveBar{Name: name, To: m.Target, ETA: -1}
+	b := moveBar{Name: name, To: m.Target, ETA: -1, Cancelling: m.Cancelled}
 	for _, n := range r.Replicas {
 		if !slices.Contains(m.Adding, n) {
 			b.From = append(b.From, n)

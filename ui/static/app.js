@@ -144,7 +144,7 @@
     if (!m) return el('td', { class: 'move none', text: dash });
     const cell = el('td', { class: 'move', 'data-phase': m.phase, 'data-target': m.target.join(',') },
       el('span', { class: 'target', text: '→ ' + m.target.join(',') }),
-      el('span', { class: 'phase', title: 'adding: the new replicas catch up; leader-off: the leader hands over; completing: the last transaction', text: m.phase }));
+      el('span', { class: 'phase', title: 'adding: the new replicas catch up; leader-off: the leader hands over; completing: the last transaction; cancelling: back to the original replicas', text: m.phase }));
     for (const r of m.progress) {
       const pct = r.caught_up === null ? null : Math.floor(r.caught_up * 100);
       const bar = el('span', { class: 'bar', title: r.node + ': log end ' + r.log_end_offset + ', lag ' + r.lag + ', ' + fmtBytes(r.catch_up_bytes) + ' sent' },
