@@ -211,3 +211,59 @@ cluster {
 		return errors.Is(err, os.ErrNotExist)
 	})
 }
+
+// TestReassignCancelAddedLeader (issue 18): a move of [n1 n2 n3] to
+// [n4 n5 n2] whose added n5 is killed for good stays in flight; n4 catches
+// up, joins the ISR and, as the preferred replica (the target's first),
+// takes the leadership over. The cancel then has n4 hand the leadership
+// back to an original replica in the ISR before the way back completes:
+// replicas [n1 n2 n3] with a full ISR and one of them leading, n4's
+// directory deleted, nothing acknowledged lost under acks=all load.
+func TestReassignCancelAddedLeader(t *testing.T) {
+	const topic = "backlead"
+	original := []string{"n1", "n2", "n3"}
+	c := Start(t, Options{Agents: 5, HCL: `
+replication {
+  reassign_max_bytes_per_second = "512KiB"
+  leader_rebalance_delay        = "1s"
+}
+`})
+	leader, _ := createReplicatedTopic(t, c, topic)
+	preload(t, leader, topic, 1<<20)
+	via := agentsNamed(c, []string{"n2", "n3"})
+	load, stopLoad := runAckLoad(t, via, topic, 2)
+	if err := startMove(via[0], topic, 0, []string{"n4", "n5", "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	n4, n5 := agentsNamed(c, []string{"n4"})[0], agentsNamed(c, []string{"n5"})[0]
+	n5.Kill()
+	n4Dir := n4.PartitionDir(topic, 0)
+	c.WaitFor(60*time.Second, "n4, the added preferred replica, leading while the move waits for the dead n5", func() bool {
+		p, err := n4.DescribePartition(topic, 0)
+		return err == nil && p.Role == "leader"
+	})
+	if m, err := moveOf(n4, topic, 0); err != nil || m.Move == nil {
+		t.Fatalf("the move on n4: %+v, %v; want it in flight", m, err)
+	}
+	from := time.Now()
+	if err := cancelMove(via[1], topic, 0); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	waitMoveDone(t, c, topic, 0, original, 60*time.Second)
+	took := time.Since(from)
+	back, _ := c.WaitLeader(topic, 0, 30*time.Second)
+	if !slices.Contains(original, back.NodeID) {
+		t.Fatalf("leader %s after the cancel, want one of %v", back.NodeID, original)
+	}
+	c.WaitFor(30*time.Second, "n4's data deleted", func() bool {
+		_, err := os.Stat(n4Dir)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	time.Sleep(time.Second)
+	stopLoad()
+	t.Logf("cancelled with n4 leading: back to %v led by %s in %s; longest stretch without an acknowledged write %s; %d writes acknowledged, %d not",
+		original, back.NodeID, took.Round(time.Millisecond), load.longestGap(from, from.Add(took)).Round(time.Millisecond), len(load.acked), len(load.failed))
+	hw := waitTargetsAt(t, c, topic, 0, agentsNamed(c, original), 30*time.Second)
+	compareReplicas(t, agentsNamed(c, original), topic, 0, hw)
+	load.checkAcked(t, back, topic)
+}
