@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/logagent/logagent/client"
 )
 
 // barWidth is the number of cells of a move's progress bar.
@@ -57,9 +59,9 @@ func (b moveBar) render() string {
 	return sb.String()
 }
 
-// barOf is the bar of r's move; r.Move must not be nil.
-func barOf(name string, r reassignment) moveBar {
-	m := r.Move
+// barOf is the bar of r's move; r.Reassignment must not be nil.
+func barOf(name string, r *client.MoveStatus) moveBar {
+	m := r.Reassignment
 	b := moveBar{Name: name, To: m.Target, ETA: -1, Cancelling: m.Cancelled}
 	for _, n := range r.Replicas {
 		if !slices.Contains(m.Adding, n) {

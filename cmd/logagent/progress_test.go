@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/logagent/logagent/client"
 )
 
 // TestMoveBarRender: a bar at 0 %, 61 % and 100 %, with an ETA and
@@ -43,16 +45,16 @@ func TestMoveBarRender(t *testing.T) {
 // follower answered) is an unknown total.
 func TestBarOf(t *testing.T) {
 	i64 := func(v int64) *int64 { return &v }
-	r := reassignment{Replicas: []string{"n2", "n3", "n4", "n5", "n1"}, Move: &reassignMove{
+	r := &client.MoveStatus{Replicas: []string{"n2", "n3", "n4", "n5", "n1"}, Reassignment: &client.Reassignment{
 		Target: []string{"n2", "n3", "n4", "n5"}, Adding: []string{"n4", "n5"}, Removing: []string{"n1"},
 		LeaderLogStartOffset: i64(100), LeaderLogEndOffset: i64(300),
+		Progress: []client.ReassignmentProgress{{Node: "n4", LogEndOffset: 200, CatchUpBytes: 10}, {Node: "n5", LogEndOffset: 300, InSync: true, CatchUpBytes: 20}},
 	}}
-	r.Move.Progress = append(r.Move.Progress, progressEntry{Node: "n4", LogEndOffset: 200, CatchUpBytes: 10}, progressEntry{Node: "n5", LogEndOffset: 300, InSync: true, CatchUpBytes: 20})
 	b := barOf("t/0", r)
 	if got := fmt.Sprint(b.From, b.To, b.Done, b.Total, b.Sent); got != "[n2 n3 n1] [n2 n3 n4 n5] 300 400 30" {
 		t.Errorf("bar %s", got)
 	}
-	r.Move.Progress, r.Move.LeaderLogStartOffset, r.Move.LeaderLogEndOffset = nil, nil, nil
+	r.Reassignment.Progress, r.Reassignment.LeaderLogStartOffset, r.Reassignment.LeaderLogEndOffset = nil, nil, nil
 	if b := barOf("t/0", r); b.Total != 0 || b.ETA >= 0 {
 		t.Errorf("without progress: %+v, want an unknown total and ETA", b)
 	}
