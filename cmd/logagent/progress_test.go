@@ -30,6 +30,8 @@ func TestMoveBarRender(t *testing.T) {
 			"orders/3 [n1 n2 n3]→[n2 n3 n4]  [####################]  100%  500 of 500 offsets  512.0 MiB sent"},
 		{"unknown total", moveBar{Name: "t/0", From: []string{"n1"}, To: []string{"n2"}, Sent: 2048, ETA: -1},
 			"t/0 [n1]→[n2]  [????????????????????]   ?%  2.0 KiB sent"},
+		{"a cancel's way back", moveBar{Name: "t/0", From: []string{"n1", "n2", "n3"}, To: []string{"n1", "n2", "n3"}, ETA: -1, Cancelling: true},
+			"t/0 [n1 n2 n3]→[n1 n2 n3]  cancelling: back to the original replicas"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
