@@ -68,6 +68,9 @@ type Coordinator interface {
 	// StartReassign starts moving a partition's replicas to target
 	// (docs/design.md §7.6); done says there is nothing to move.
 	StartReassign(ctx context.Context, topic string, partition int, target []string) (election.Reassignment, bool, error)
+	// CancelReassign turns the move in flight into its way back to the
+	// original replicas (docs/design.md §7.6).
+	CancelReassign(ctx context.Context, topic string, partition int) (election.Reassignment, error)
 	// CompleteReassign is the leader's last step of a move.
 	CompleteReassign(ctx context.Context, topic string, partition int, epoch int32, m election.Reassignment, replicasIndex, reassignIndex uint64, isr []string, elr []election.EligibleReplica) error
 	// SetDraining marks an agent as being drained, or no longer
@@ -545,6 +548,7 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
 	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleStartReassign)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleGetReassign)
+	rt.add(fasthttp.MethodDelete, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleCancelReassign)
 	rt.add(fasthttp.MethodPost, "/v1/nodes/{node}/drain", a.handleDrain(true))
 	rt.add(fasthttp.MethodDelete, "/v1/nodes/{node}/drain", a.handleDrain(false))
 	rt.add(fasthttp.MethodGet, "/v1/nodes/{node}/drain", a.handleGetDrain)

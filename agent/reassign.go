@@ -41,9 +41,16 @@ type reassignMove struct {
 	Target   []string `json:"target"`
 	Adding   []string `json:"adding"`
 	Removing []string `json:"removing"`
+	// Cancelled marks a cancel's way back: Target is the list the
+	// cancelled move started from, Removing the replicas it had added.
+	Cancelled bool `json:"cancelled,omitempty"`
 	// Progress is every added replica's catch-up, present when this agent
-	// leads the partition.
-	Progress []reassignProgress `json:"progress,omitempty"`
+	// leads the partition, with the leader's log start and end: an added
+	// replica fetches from the log start, so the share it holds is
+	// (its log end - start) / (end - start).
+	Progress             []reassignProgress `json:"progress,omitempty"`
+	LeaderLogStartOffset *int64             `json:"leader_log_start_offset,omitempty"`
+	LeaderLogEndOffset   *int64             `json:"leader_log_end_offset,omitempty"`
 }
 
 // reassignProgress is one added replica as its leader sees it.
@@ -121,6 +128,64 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusAccepted, out)
 }
 
+// cancelConflictTries bounds how often a cancel re-reads the partition's
+// keys after they changed under it: a completion or another cancel that
+// committed first is seen on the next read and answered as such.
+const cancelConflictTries = 3
+
+// handleCancelReassign serves DELETE
+// /v1/topics/{topic}/partitions/{partition}/reassignment: the move in
+// flight goes back to its original replicas (docs/design.md §7.6). 202
+// with the way back, once this agent's metadata shows it; 409
+// no_reassignment_in_progress when there is no move (never started, or
+// completed first), 409 not_enough_replicas when no original replica is in
+// the ISR.
+func (a *Agent) handleCancelReassign(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	topic, p, err := a.partitionParams(ctx)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
+	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	defer cancel()
+	var back election.Reassignment
+	for range cancelConflictTries {
+		back, err = a.coord.CancelReassign(callCtx, topic, p)
+		if !errors.Is(err, election.ErrConflict) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, election.ErrNoReassignment):
+		writeError(ctx, fasthttp.StatusConflict, wire.CodeNoReassignmentInProgress, err.Error(), false)
+		return
+	case errors.Is(err, election.ErrCancelNotInSync):
+		writeError(ctx, fasthttp.StatusConflict, wire.CodeNotEnoughReplicas, err.Error(), true)
+		return
+	case errors.Is(err, election.ErrUnknownTopic):
+		writeError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownTopic, err.Error(), false)
+		return
+	case errors.Is(err, election.ErrUnknownPartition):
+		writeError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
+		return
+	case errors.Is(err, election.ErrInvalidTopic):
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		return
+	case err != nil:
+		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot cancel the move: "+err.Error(), true)
+		return
+	}
+	a.waitMetadata(callCtx, func(snap *election.Snapshot) bool {
+		pm, ok := snap.Partition(topic, p)
+		return ok && (pm.Reassign == nil || pm.Reassign.Cancelled)
+	})
+	writeJSON(ctx, fasthttp.StatusAccepted, reassignment{Topic: topic, Partition: p, Replicas: back.Union(),
+		Move: &reassignMove{Target: back.Target, Adding: back.Adding, Removing: back.Removing, Cancelled: true}})
+}
+
 // handleGetReassign serves GET
 // /v1/topics/{topic}/partitions/{partition}/reassignment: the move in
 // flight, if any, from this agent's metadata, with its progress when this
@@ -162,7 +227,7 @@ func (a *Agent) moveStatus(topic string, pm election.PartitionMeta) *reassignMov
 	if pm.Reassign == nil {
 		return nil
 	}
-	m := &reassignMove{Target: pm.Reassign.Target, Adding: pm.Reassign.Adding, Removing: pm.Reassign.Removing}
+	m := &reassignMove{Target: pm.Reassign.Target, Adding: pm.Reassign.Adding, Removing: pm.Reassign.Removing, Cancelled: pm.Reassign.Cancelled}
 	r := a.replicas.Get(topic, pm.Partition)
 	if r == nil || r.CurrentView().Role != roleLeader {
 		return m
@@ -171,6 +236,7 @@ func (a *Agent) moveStatus(topic string, pm election.PartitionMeta) *reassignMov
 	defer cancel()
 	progress := r.Progress(ctx)
 	sent := r.CatchUpBytes()
+	start := r.CurrentLog().LogStartOffset()
 	var leaderEnd int64
 	for _, s := range progress {
 		if s.ID == a.cfg.NodeID {
@@ -184,6 +250,7 @@ func (a *Agent) moveStatus(topic string, pm election.PartitionMeta) *reassignMov
 		lag := leaderEnd - max(s.LogEndOffset, 0)
 		m.Progress = append(m.Progress, reassignProgress{Node: s.ID, LogEndOffset: s.LogEndOffset, Lag: lag, InSync: s.InSync, CatchUpBytes: sent[s.ID]})
 	}
+	m.LeaderLogStartOffset, m.LeaderLogEndOffset = &start, &leaderEnd
 	return m
 }
 

@@ -61,6 +61,7 @@ func (s *uiSource) State(ctx context.Context) (ui.State, error) {
 			if current != stateStarting {
 				s.addReplica(&p, name)
 			}
+			p.Move = uiMove(a.moveStatus(name, pm))
 			t.Partitions = append(t.Partitions, p)
 		}
 		st.Topics = append(st.Topics, t)
@@ -137,7 +138,19 @@ func (s *uiSource) agents(ctx context.Context, snap *election.Snapshot) ([]ui.Ag
 	out := make([]ui.Agent, 0, len(known))
 	for _, id := range slices.Sorted(maps.Keys(known)) {
 		info := known[id]
-		out = append(out, ui.Agent{NodeID: id, ClientAddress: info.ClientAddr, PeerAddress: info.PeerAddr, Up: isUp(id)})
+		out = append(out, ui.Agent{NodeID: id, ClientAddress: info.ClientAddr, PeerAddress: info.PeerAddr, Up: isUp(id), Draining: snap.IsDraining(id)})
 	}
 	return out, warnings
+}
+
+// uiMove is a move in flight as the page shows it; nil for none.
+func uiMove(m *reassignMove) *ui.Move {
+	if m == nil {
+		return nil
+	}
+	out := &ui.Move{Target: m.Target, Adding: m.Adding, Removing: m.Removing, Cancelled: m.Cancelled}
+	for _, p := range m.Progress {
+		out.Progress = append(out.Progress, ui.MoveProgress{Node: p.Node, LogEndOffset: p.LogEndOffset, Lag: p.Lag, InSync: p.InSync, CatchUpBytes: p.CatchUpBytes})
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -91,6 +92,71 @@ func TestUIState(t *testing.T) {
 	for _, a := range n1.uiState().Agents {
 		if a.NodeID == "n2" && (a.ClientAddress != n2.client || a.PeerAddress == "") {
 			t.Errorf("n2 after its stop: %+v, want its addresses as last seen", a)
+		}
+	}
+}
+
+// TestUIStateMove: a move in flight is on the status page's state of every
+// agent, with its target and phase, and with the added replica's progress
+// on the leader only; an agent being drained is marked; the totals count
+// both. The move adds "n9", an agent that never runs (written past the
+// API, which would refuse it), so it stays in flight for the test.
+func TestUIStateMove(t *testing.T) {
+	c := startTestCluster(t, 2, "")
+	n1, n2 := c.agents[0], c.agents[1]
+	c.createTopic(n1, "t", 1, 2, 1)
+	c.waitLeader("t", 0, 2)
+	for i := range 4 {
+		n2.mustProduce("t", 0, fmt.Sprint("v", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := n1.coord.StartReassign(ctx, "t", 0, []string{"n1", "n2", "n9"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.coord.SetDraining(ctx, "n2", true); err != nil {
+		t.Fatal(err)
+	}
+	var leader, follower *testAgent
+	c.waitFor(10*time.Second, "the move and the drain on both agents' pages", func() bool {
+		for _, ta := range c.agents {
+			st := ta.uiState()
+			p := st.Topics[0].Partitions[0]
+			if p.Move == nil || st.Totals.Moving != 1 || st.Totals.AgentsDraining != 1 {
+				return false
+			}
+			if p.Role == "leader" {
+				leader = ta
+			} else {
+				follower = ta
+			}
+		}
+		return leader != nil && follower != nil
+	})
+	for _, ta := range []*testAgent{leader, follower} {
+		st := ta.uiState()
+		p := st.Topics[0].Partitions[0]
+		if got := fmt.Sprintf("%v %v %v %s", p.Move.Target, p.Move.Adding, p.Move.Removing, p.Move.Phase); got != "[n1 n2 n9] [n9] [] adding" {
+			t.Errorf("%s: move %s", ta.nodeID, got)
+		}
+		if p.UnderReplicated {
+			t.Errorf("%s: under-replicated for a move's added replica", ta.nodeID)
+		}
+		for _, a := range st.Agents {
+			if a.Draining != (a.NodeID == "n2") {
+				t.Errorf("%s: agent %s draining %v", ta.nodeID, a.NodeID, a.Draining)
+			}
+		}
+		wantProgress := "[]"
+		if ta == leader {
+			wantProgress = "[n9 -1 false 0]"
+		}
+		var got []string
+		for _, mp := range p.Move.Progress {
+			got = append(got, fmt.Sprintf("%s %d %v %v", mp.Node, mp.LogEndOffset, mp.InSync, *mp.CaughtUp))
+		}
+		if fmt.Sprint(got) != wantProgress {
+			t.Errorf("%s (%s): progress %v, want %s", ta.nodeID, p.Role, got, wantProgress)
 		}
 	}
 }

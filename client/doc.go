@@ -170,6 +170,16 @@
 // ListGroups, DescribeGroup, CommittedOffsets and ResetOffsets are the
 // group administration calls.
 //
+// # Moving replicas
+//
+// MovePartition, Reassignment and CancelMove start, follow and cancel the
+// move of a partition's replicas to a new list (docs/design.md §7.6; only
+// the partition's leader's agent reports the move's progress, at
+// MoveStatus.LeaderAddress); DrainNode, NodeDrain and CancelDrain drain an
+// agent of its replicas (§7.7); Rebalance is the plan that evens out the
+// agents (§7.8). logagent partition move, node drain and rebalance are
+// built on them.
+//
 // # Closing, stats
 //
 // Client.Close closes every Producer, MultiConsumer and GroupConsumer made

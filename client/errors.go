@@ -59,6 +59,7 @@ const (
 	CodeFencedLeaderEpoch            = wire.CodeFencedLeaderEpoch
 	CodeUnknownLeaderEpoch           = wire.CodeUnknownLeaderEpoch
 	CodeReassignmentInProgress       = wire.CodeReassignmentInProgress
+	CodeNoReassignmentInProgress     = wire.CodeNoReassignmentInProgress
 	CodeNotReplica                   = wire.CodeNotReplica
 )
 
@@ -135,6 +136,9 @@ var (
 	// ErrReassignmentInProgress: the partition's replicas are being moved
 	// already; a second move waits until the first is done.
 	ErrReassignmentInProgress = errors.New("client: reassignment in progress")
+	// ErrNoReassignmentInProgress: a cancel found no move of the partition
+	// in flight (none was started, or it completed first).
+	ErrNoReassignmentInProgress = errors.New("client: no reassignment in progress")
 
 	// ErrUnauthorized: the agent's client API wants a token (WithToken)
 	// and the request carried none, or another.
@@ -187,6 +191,7 @@ var codeSentinels = map[string]error{
 	CodeCoordinatorNotAvailable:   ErrCoordinatorNotAvailable,
 	CodeInternalTopic:             ErrInternalTopic,
 	CodeReassignmentInProgress:    ErrReassignmentInProgress,
+	CodeNoReassignmentInProgress:  ErrNoReassignmentInProgress,
 
 	CodeUnauthorized:       ErrUnauthorized,
 	CodeFencedLeaderEpoch:  ErrFencedLeaderEpoch,

@@ -74,6 +74,15 @@ type Reassignment struct {
 	Target   []string `json:"target"`
 	Adding   []string `json:"adding"`
 	Removing []string `json:"removing"`
+	// Cancelled marks a cancel's way back (CancelMove): Target is the list
+	// the cancelled move started from, Removing the replicas it had added.
+	Cancelled bool `json:"cancelled,omitempty"`
+	// Progress is each added replica's catch-up, with the leader's log
+	// start and end offsets (an added replica fetches from the log start):
+	// only in the answer of the agent that leads the partition.
+	Progress             []ReassignmentProgress `json:"progress,omitempty"`
+	LeaderLogStartOffset *int64                 `json:"leader_log_start_offset,omitempty"`
+	LeaderLogEndOffset   *int64                 `json:"leader_log_end_offset,omitempty"`
 }
 
 // UnmarshalJSON decodes a partition, the positions it leaves out as -1.

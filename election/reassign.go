@@ -14,6 +14,15 @@ import (
 // already being moved.
 var ErrReassignInProgress = errors.New("election: reassignment in progress")
 
+// ErrNoReassignment refuses the cancel of a partition that has no move in
+// flight: none was started, or its completion committed first.
+var ErrNoReassignment = errors.New("election: no reassignment in progress")
+
+// ErrCancelNotInSync refuses the cancel of a move when no replica of the
+// list it started from is in the ISR: none of them could lead once the
+// replicas it added are gone (docs/design.md §7.6).
+var ErrCancelNotInSync = errors.New("election: no original replica in the ISR")
+
 // Reassignment is the value of a partition's reassign key: the move of its
 // replicas to Target (docs/design.md §7.6). While it exists the replicas key
 // holds Union(): Target, then Removing in their old order.
@@ -21,11 +30,22 @@ type Reassignment struct {
 	Target   []string `json:"target"`
 	Adding   []string `json:"adding"`
 	Removing []string `json:"removing"`
+	// From is the replica list the move started from, in its order, for a
+	// cancel to go back to; absent from moves written before it was kept
+	// (Original then rebuilds the set).
+	From []string `json:"from,omitempty"`
+	// Cancelled marks the way back of a cancelled move (CancelReassign):
+	// Target is the list the cancelled move started from and Removing the
+	// replicas it had added. The leader completes it without waiting for
+	// every target replica to be in the ISR. An agent that predates the
+	// flag takes it for a move like any other, which waits for them: slower,
+	// never unsafe.
+	Cancelled bool `json:"cancelled,omitempty"`
 }
 
 // NewReassignment is the move from replicas to target.
 func NewReassignment(replicas, target []string) Reassignment {
-	m := Reassignment{Target: slices.Clone(target), Adding: []string{}, Removing: []string{}}
+	m := Reassignment{Target: slices.Clone(target), Adding: []string{}, Removing: []string{}, From: slices.Clone(replicas)}
 	for _, n := range target {
 		if !slices.Contains(replicas, n) {
 			m.Adding = append(m.Adding, n)
@@ -43,6 +63,21 @@ func NewReassignment(replicas, target []string) Reassignment {
 // leader is Target's first.
 func (m Reassignment) Union() []string {
 	return append(slices.Clone(m.Target), m.Removing...)
+}
+
+// Original is the replica list the move started from: From, or for a move
+// that did not keep it the union less the replicas it adds.
+func (m Reassignment) Original() []string {
+	if m.From != nil {
+		return slices.Clone(m.From)
+	}
+	return slices.DeleteFunc(m.Union(), func(n string) bool { return slices.Contains(m.Adding, n) })
+}
+
+// reverse is the way back of m: to its original list, removing what it
+// added. Its union holds the same replicas as m's.
+func (m Reassignment) reverse() Reassignment {
+	return Reassignment{Target: m.Original(), Adding: []string{}, Removing: slices.Clone(m.Adding), Cancelled: true}
 }
 
 // validate checks the move's own lists and that replicas, the replicas key
@@ -68,6 +103,18 @@ func (m Reassignment) validate(replicas []string) error {
 	}
 	if !slices.Equal(replicas, m.Union()) {
 		return fmt.Errorf("replicas %v are not the union %v", replicas, m.Union())
+	}
+	if m.From != nil {
+		if err := checkNodes(m.From); err != nil {
+			return err
+		}
+		before := slices.DeleteFunc(m.Union(), func(n string) bool { return slices.Contains(m.Adding, n) })
+		if len(m.From) != len(before) || slices.ContainsFunc(m.From, func(n string) bool { return !slices.Contains(before, n) }) {
+			return fmt.Errorf("from %v is not the union less adding %v", m.From, before)
+		}
+	}
+	if m.Cancelled && len(m.Adding) > 0 {
+		return fmt.Errorf("a cancel adds %v", m.Adding)
 	}
 	return nil
 }
@@ -213,4 +260,91 @@ func (c *Client) CompleteReassign(ctx context.Context, topic string, partition i
 		c.log.Info("reassignment complete", "topic", topic, "partition", partition, "epoch", epoch, "replicas", m.Target, "isr", isr)
 	}
 	return err
+}
+
+// CancelReassign cancels the move of a partition in flight (Kafka's
+// KIP-455 cancel): one transaction [cas replicas := the way back's union,
+// cas reassign := the way back] guarded by the ModifyIndexes of the keys it
+// read, the same two keys the completion guards, so of a cancel and a
+// completion racing exactly one commits (docs/design.md §7.6). The way back
+// (Reassignment.Cancelled) has the original list as its target and the
+// added replicas as its removing; the leader hands over first if it is an
+// added replica, then writes it like a completion, and the added replicas
+// delete their data. No move in flight is ErrNoReassignment; a move with
+// no replica of its original list in the ISR ErrCancelNotInSync; a move
+// already cancelled answers its way back (nothing written). A key that
+// changed between the read and the write is ErrConflict: read again.
+func (c *Client) CancelReassign(ctx context.Context, topic string, partition int) (Reassignment, error) {
+	if !ValidTopicName(topic) {
+		return Reassignment{}, fmt.Errorf("%w: name %q", ErrInvalidTopic, topic)
+	}
+	op, rule := fmt.Sprintf("cancel the reassignment of %s/%d", topic, partition), keyRule(c.keys.prefix)
+	replicasKey, reassignKey, stateKey := c.keys.replicas(topic, partition), c.keys.reassign(topic, partition), c.keys.state(topic, partition)
+	replicasPair, err := c.getConsistent(ctx, replicasKey, op, rule)
+	if err != nil {
+		return Reassignment{}, err
+	}
+	if replicasPair == nil {
+		configPair, err := c.getConsistent(ctx, c.keys.config(topic), op, rule)
+		if err != nil {
+			return Reassignment{}, err
+		}
+		if configPair == nil {
+			return Reassignment{}, fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+		}
+		return Reassignment{}, fmt.Errorf("%w: %s/%d", ErrUnknownPartition, topic, partition)
+	}
+	replicas, err := decodeReplicas(replicasKey, replicasPair.Value)
+	if err != nil {
+		return Reassignment{}, err
+	}
+	movePair, err := c.getConsistent(ctx, reassignKey, op, rule)
+	if err != nil {
+		return Reassignment{}, err
+	}
+	if movePair == nil {
+		return Reassignment{}, fmt.Errorf("%w: %s/%d has replicas %v", ErrNoReassignment, topic, partition, replicas)
+	}
+	m, err := decodeReassignment(reassignKey, movePair.Value, replicas)
+	if err != nil {
+		return Reassignment{}, err
+	}
+	if m.Cancelled {
+		return m, nil
+	}
+	back := m.reverse()
+	// Refused here rather than left to the leader: with no original
+	// replica in the ISR none could take the leadership over, and the way
+	// back would wait for one. The ISR may change after this read; the
+	// leader then waits (it hands over only to an in-sync original).
+	statePair, err := c.getConsistent(ctx, stateKey, op, rule)
+	if err != nil {
+		return Reassignment{}, err
+	}
+	var isr []string
+	if statePair != nil {
+		st, err := decodeState(stateKey, statePair.Value)
+		if err != nil {
+			return Reassignment{}, err
+		}
+		isr = st.ISR
+	}
+	if !slices.ContainsFunc(back.Target, func(n string) bool { return slices.Contains(isr, n) }) {
+		return Reassignment{}, fmt.Errorf("%w: %s/%d: ISR %v, original replicas %v: wait for one of them to catch up, or let the move finish",
+			ErrCancelNotInSync, topic, partition, isr, back.Target)
+	}
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: replicasKey, Index: replicasPair.ModifyIndex, Value: encodeJSON(back.Union())}},
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: reassignKey, Index: movePair.ModifyIndex, Value: encodeJSON(back)}},
+	}
+	ok, resp, err := c.txn(ctx, ops, op, rule)
+	if err != nil {
+		return Reassignment{}, err
+	}
+	if !ok {
+		return Reassignment{}, fmt.Errorf("%w: %s/%d changed while the cancel was written: %s", ErrConflict, topic, partition, txnErrors(resp))
+	}
+	c.log.Info("reassignment cancelled", "topic", topic, "partition", partition, "target", m.Target,
+		"back_to", back.Target, "removing", back.Removing)
+	return back, nil
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/logagent/logagent/internal/consultest"
+	"github.com/logagent/logagent/internal/testseed"
 )
 
 func TestReassignmentLists(t *testing.T) {
@@ -197,5 +199,213 @@ func waitPartition(t *testing.T, c *Client, topic string, partition int, ok func
 			t.Fatalf("%s/%d never reached the wanted metadata: %+v", topic, partition, pm)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// moveKey reads the partition's reassign key as stored, nil when absent.
+func moveKey(t *testing.T, admin *api.Client, topic string, partition int) *Reassignment {
+	t.Helper()
+	pair, _, err := admin.KV().Get(keyspace{prefix: testPrefix}.reassign(topic, partition), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pair == nil {
+		return nil
+	}
+	var m Reassignment
+	if err := json.Unmarshal(pair.Value, &m); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+// TestCancelReassign runs the cancel's transaction against a real Consul:
+// nothing in flight is ErrNoReassignment; a move of [a b c] to [a b d]
+// goes back to [a b c] in its order with d to remove (the replicas key its
+// union, the leader's completion of the way back then writes [a b c] and
+// the ISR less d); a second cancel answers the way back and writes
+// nothing; a move with no original replica in the ISR is
+// ErrCancelNotInSync; a move stored without "from" goes back to its union
+// less what it adds.
+func TestCancelReassign(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	createTopic(t, a, "cx", [][]string{{"a", "b", "c"}, {"a", "b", "c"}})
+	ctx := context.Background()
+	la := campaign(t, a, "cx", 0)
+
+	if _, err := a.CancelReassign(ctx, "cx", 0); !errors.Is(err, ErrNoReassignment) {
+		t.Fatalf("cancel with nothing in flight = %v, want ErrNoReassignment", err)
+	}
+	if _, err := a.CancelReassign(ctx, "cx", 5); !errors.Is(err, ErrUnknownPartition) {
+		t.Fatalf("cancel of partition 5 = %v, want ErrUnknownPartition", err)
+	}
+	if _, err := a.CancelReassign(ctx, "nope", 0); !errors.Is(err, ErrUnknownTopic) {
+		t.Fatalf("cancel of an unknown topic = %v, want ErrUnknownTopic", err)
+	}
+	m, _, err := a.StartReassign(ctx, "cx", 0, []string{"a", "b", "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.From, []string{"a", "b", "c"}) {
+		t.Fatalf("the move keeps from %v, want [a b c]", m.From)
+	}
+	pm := waitPartition(t, a, "cx", 0, func(pm PartitionMeta) bool { return pm.Reassign != nil })
+	if err := a.ProposeISR(ctx, "cx", 0, la.Epoch(), []string{"a", "b", "c", "d"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	back, err := a.CancelReassign(ctx, "cx", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Reassignment{Target: []string{"a", "b", "c"}, Adding: []string{}, Removing: []string{"d"}, Cancelled: true}
+	if got := moveKey(t, admin, "cx", 0); got == nil || !slices.Equal(got.Target, want.Target) || !slices.Equal(got.Removing, want.Removing) || len(got.Adding) != 0 || !got.Cancelled {
+		t.Fatalf("reassign key after the cancel = %+v, want %+v", got, want)
+	}
+	if got := consulReplicas(t, admin, "cx", 0); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+		t.Fatalf("replicas after the cancel = %v, want the way back's union", got)
+	}
+	if again, err := a.CancelReassign(ctx, "cx", 0); err != nil || !again.Cancelled || !slices.Equal(again.Target, back.Target) {
+		t.Fatalf("a second cancel = %+v, %v; want the way back", again, err)
+	}
+	// The completion decided from the move's snapshot is refused: the
+	// cancel changed both keys it guards.
+	if err := a.CompleteReassign(ctx, "cx", 0, la.Epoch(), *pm.Reassign, pm.ReplicasIndex, pm.ReassignIndex, []string{"a", "b", "d"}, nil); !errors.Is(err, ErrConflict) {
+		t.Fatalf("the move's completion after the cancel = %v, want ErrConflict", err)
+	}
+	pm = waitPartition(t, a, "cx", 0, func(pm PartitionMeta) bool { return pm.Reassign != nil && pm.Reassign.Cancelled })
+	if err := a.CompleteReassign(ctx, "cx", 0, la.Epoch(), *pm.Reassign, pm.ReplicasIndex, pm.ReassignIndex, []string{"a", "b", "c"}, nil); err != nil {
+		t.Fatalf("the way back's completion: %v", err)
+	}
+	if got := consulReplicas(t, admin, "cx", 0); !slices.Equal(got, []string{"a", "b", "c"}) || moveKey(t, admin, "cx", 0) != nil {
+		t.Fatalf("after the way back: replicas %v, move %+v", got, moveKey(t, admin, "cx", 0))
+	}
+	if st := consulState(t, admin, "cx", 0); !slices.Equal(st.ISR, []string{"a", "b", "c"}) {
+		t.Fatalf("ISR after the way back = %v", st.ISR)
+	}
+	if _, err := a.CancelReassign(ctx, "cx", 0); !errors.Is(err, ErrNoReassignment) {
+		t.Fatalf("cancel after the way back = %v, want ErrNoReassignment", err)
+	}
+
+	// Partition 1, [a b c] moving to [d e], with only the added d in the
+	// ISR (as a leader that crashed and an added replica that won would
+	// leave it): no original replica could lead.
+	campaign(t, a, "cx", 1)
+	if _, _, err := a.StartReassign(ctx, "cx", 1, []string{"d", "e"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPartition(t, a, "cx", 1, func(pm PartitionMeta) bool { return pm.Reassign != nil })
+	stateKey := keyspace{prefix: testPrefix}.state("cx", 1)
+	st := consulState(t, admin, "cx", 1)
+	st.ISR = []string{"d"}
+	if _, err := admin.KV().Put(&api.KVPair{Key: stateKey, Value: encodeJSON(st)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CancelReassign(ctx, "cx", 1); !errors.Is(err, ErrCancelNotInSync) {
+		t.Fatalf("cancel with no original replica in the ISR = %v, want ErrCancelNotInSync", err)
+	}
+	if got := moveKey(t, admin, "cx", 1); got == nil || got.Cancelled {
+		t.Fatalf("a refused cancel wrote %+v", got)
+	}
+
+	// A move stored without "from" (by an agent before it was kept).
+	reassignKey := keyspace{prefix: testPrefix}.reassign("cx", 1)
+	if _, err := admin.KV().Put(&api.KVPair{Key: reassignKey, Value: []byte(`{"target":["d","e"],"adding":["d","e"],"removing":["a","b","c"]}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st.ISR = []string{"b", "d"}
+	if _, err := admin.KV().Put(&api.KVPair{Key: stateKey, Value: encodeJSON(st)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := a.CancelReassign(ctx, "cx", 1); err != nil || !slices.Equal(back.Target, []string{"a", "b", "c"}) || !slices.Equal(back.Removing, []string{"d", "e"}) {
+		t.Fatalf("cancel of a move without from = %+v, %v; want back to [a b c] removing [d e]", back, err)
+	}
+}
+
+// TestCancelRacesCompletion: a cancel and the leader's completion of the
+// same move, sent at once, many times over (each round a new move of its
+// own partition): exactly one commits every time, and the keys are what
+// the winner wrote: replicas the target and no move (the completion), or
+// the way back's union and the way back (the cancel). The loser gets
+// ErrConflict; the cancel, read again, ErrNoReassignment when the
+// completion won. The cancel reads three keys before its transaction and
+// the completion writes at once, so the completion starts after a seeded
+// random delay within the time a cancel takes, for both to win some rounds.
+func TestCancelRacesCompletion(t *testing.T) {
+	t.Parallel()
+	const rounds = 24
+	rng := testseed.Rand(t)
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	assignment := make([][]string, rounds)
+	for i := range assignment {
+		assignment[i] = []string{"a", "b", "c"}
+	}
+	createTopic(t, a, "race", assignment)
+	ctx := context.Background()
+	// How long a cancel takes here, measured on one that finds nothing.
+	began := time.Now()
+	if _, err := a.CancelReassign(ctx, "race", 0); !errors.Is(err, ErrNoReassignment) {
+		t.Fatal(err)
+	}
+	cancelTakes := time.Since(began)
+	wins := map[string]int{}
+	for p := range rounds {
+		l := campaign(t, a, "race", p)
+		if _, _, err := a.StartReassign(ctx, "race", p, []string{"a", "b", "d"}); err != nil {
+			t.Fatal(err)
+		}
+		pm := waitPartition(t, a, "race", p, func(pm PartitionMeta) bool { return pm.Reassign != nil })
+		if err := a.ProposeISR(ctx, "race", p, l.Epoch(), []string{"a", "b", "c", "d"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		var cancelErr, completeErr error
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			_, cancelErr = a.CancelReassign(ctx, "race", p)
+		})
+		delay := time.Duration(rng.Int64N(int64(2 * cancelTakes)))
+		wg.Go(func() {
+			<-start
+			time.Sleep(delay)
+			completeErr = a.CompleteReassign(ctx, "race", p, l.Epoch(), *pm.Reassign, pm.ReplicasIndex, pm.ReassignIndex, []string{"a", "b", "d"}, nil)
+		})
+		close(start)
+		wg.Wait()
+		replicas, move := consulReplicas(t, admin, "race", p), moveKey(t, admin, "race", p)
+		switch {
+		case completeErr == nil && cancelErr != nil:
+			wins["completion"]++
+			if !errors.Is(cancelErr, ErrConflict) && !errors.Is(cancelErr, ErrNoReassignment) {
+				t.Errorf("round %d: the losing cancel = %v, want ErrConflict or ErrNoReassignment", p, cancelErr)
+			}
+			if !slices.Equal(replicas, []string{"a", "b", "d"}) || move != nil {
+				t.Errorf("round %d: the completion won, but replicas %v, move %+v", p, replicas, move)
+			}
+			if _, err := a.CancelReassign(ctx, "race", p); !errors.Is(err, ErrNoReassignment) {
+				t.Errorf("round %d: the cancel read again = %v, want ErrNoReassignment", p, err)
+			}
+		case cancelErr == nil && completeErr != nil:
+			wins["cancel"]++
+			if !errors.Is(completeErr, ErrConflict) {
+				t.Errorf("round %d: the losing completion = %v, want ErrConflict", p, completeErr)
+			}
+			if !slices.Equal(replicas, []string{"a", "b", "c", "d"}) || move == nil || !move.Cancelled || !slices.Equal(move.Target, []string{"a", "b", "c"}) {
+				t.Errorf("round %d: the cancel won, but replicas %v, move %+v", p, replicas, move)
+			}
+		default:
+			t.Errorf("round %d: cancel %v, completion %v: not exactly one winner (replicas %v, move %+v)", p, cancelErr, completeErr, replicas, move)
+		}
+	}
+	t.Logf("%d rounds (the completion up to %s after the cancel began): %v", rounds, 2*cancelTakes, wins)
+	if wins["cancel"] == 0 || wins["completion"] == 0 {
+		t.Errorf("one side won every round (%v): the race was not exercised", wins)
 	}
 }

@@ -11,6 +11,10 @@ type Move struct {
 	Target   []string
 	Adding   []string
 	Removing []string
+	// Cancel marks the way back of a cancelled move: Target is the list
+	// the move started from, Removing the replicas it had added, Adding
+	// empty.
+	Cancel bool
 }
 
 // Union is the replica list while the move is in flight: Target, then
@@ -80,9 +84,20 @@ type Step struct {
 // handover to a target replica among its successors; and the completion,
 // which only removes, waits for any ISR change in flight, so that the ISR
 // it leaves is exactly the target.
+//
+// A cancel's way back waits for no target replica: its target is the list
+// the partition had, whose members need not all be in the ISR (one may be
+// the dead replica a move was replacing); it removes only replicas the
+// cancelled move added, and the ISR it leaves is the committed ISR's
+// members in the target, which hold the committed log. The leader, if the
+// move had made an added replica the leader, hands over first to a target
+// replica among its successors, which are in the ISR.
 func Next(s State) Step {
 	if !slices.Equal(s.Replicas, s.Move.Union()) {
 		return Step{Kind: Wait, Reason: fmt.Sprintf("the leader follows replicas %v, not the move's union %v yet", s.Replicas, s.Move.Union())}
+	}
+	if s.Move.Cancel {
+		return handOverOrComplete(s)
 	}
 	var waiting []string
 	for _, id := range s.Move.Target {
@@ -93,6 +108,13 @@ func Next(s State) Step {
 	if len(waiting) > 0 {
 		return Step{Kind: Wait, Reason: "target replicas are catching up", Waiting: waiting}
 	}
+	return handOverOrComplete(s)
+}
+
+// handOverOrComplete is the end of a move once its target may take over:
+// wait for an ISR change in flight, hand over when the leader leaves, else
+// complete.
+func handOverOrComplete(s State) Step {
 	if s.InFlight {
 		return Step{Kind: Wait, Reason: "an ISR change is in flight"}
 	}

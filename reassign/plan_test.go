@@ -91,3 +91,57 @@ func TestNext(t *testing.T) {
 		})
 	}
 }
+
+// TestNextCancel: the way back of a cancelled move of [n1 n2 n3] to
+// [n4 n2 n3] (target the original list, removing the added n4) completes
+// without waiting for every original replica to be in the ISR, waits for an
+// ISR change in flight, and hands the leadership back to an original
+// replica first when the added one leads.
+func TestNextCancel(t *testing.T) {
+	back := Move{Target: []string{"n1", "n2", "n3"}, Removing: []string{"n4"}, Cancel: true}
+	union := []string{"n1", "n2", "n3", "n4"}
+	cases := []struct {
+		name string
+		s    State
+		want Step
+	}{
+		{"metadata not yet the way back's union",
+			State{Self: "n1", Move: back, Replicas: []string{"n4", "n2", "n3", "n1"}, ISR: []string{"n1", "n2", "n3"}},
+			Step{Kind: Wait}},
+		{"the added replica still catching up: complete at once",
+			State{Self: "n1", Move: back, Replicas: union, ISR: []string{"n1", "n2", "n3"}},
+			Step{Kind: Complete, Target: back.Target}},
+		{"the added replica dead, an original one dead too (the one a heal replaced): complete",
+			State{Self: "n2", Move: back, Replicas: union, ISR: []string{"n2", "n3"}},
+			Step{Kind: Complete, Target: back.Target}},
+		{"an ISR change in flight",
+			State{Self: "n1", Move: back, Replicas: union, ISR: union, InFlight: true},
+			Step{Kind: Wait}},
+		{"the added replica leads: hand back to an original successor",
+			State{Self: "n4", Move: back, Replicas: union, ISR: union, Successors: []string{"n3", "n2"}},
+			Step{Kind: HandOver, To: []string{"n2", "n3"}}},
+		{"the added replica leads, no original replica holds its whole log",
+			State{Self: "n4", Move: back, Replicas: union, ISR: []string{"n4", "n1"}, Successors: nil},
+			Step{Kind: Wait}},
+		{"the added replica leads, a handover under way",
+			State{Self: "n4", Move: back, Replicas: union, ISR: union, Successors: []string{"n1"}, HandingOver: true},
+			Step{Kind: Wait}},
+		{"a cancelled reorder: nothing to remove",
+			State{Self: "n1", Move: Move{Target: []string{"n1", "n2"}, Cancel: true}, Replicas: []string{"n1", "n2"}, ISR: []string{"n1"}},
+			Step{Kind: Complete, Target: []string{"n1", "n2"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := Next(c.s)
+			if got.Kind != c.want.Kind || !slices.Equal(got.Waiting, c.want.Waiting) || !slices.Equal(got.To, c.want.To) || !slices.Equal(got.Target, c.want.Target) {
+				t.Fatalf("Next = %+v (%s), want %+v (%s)", got, got.Kind, c.want, c.want.Kind)
+			}
+			if got.Kind == Wait && got.Reason == "" {
+				t.Errorf("a wait without a reason")
+			}
+			if got.Kind == Complete && !slices.Contains(got.Target, c.s.Self) {
+				t.Errorf("a way back that removes the leader %s", c.s.Self)
+			}
+		})
+	}
+}

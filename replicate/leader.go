@@ -757,6 +757,37 @@ func (l *Leader) ProposeReassignment(target []string) error {
 	return nil
 }
 
+// ProposeCancel proposes the last step of a cancelled reassignment's way
+// back to target, the list the move started from (docs/design.md §7.6):
+// the replica set becomes target and the ISR loses every replica outside
+// it, the ones the move added, in one change. Unlike ProposeReassignment it
+// does not need every target replica in the ISR (one may be the dead
+// replica a move was replacing): the ISR it leaves is the committed ISR's
+// members in target, which this leader admitted, so they hold the committed
+// log, and the ELR keeps only target replicas (the removed ones leave the
+// replica set). It refuses (ErrInvalidInput) unless no ISR change is in
+// flight, the leader is in target and target is within the replica set.
+func (l *Leader) ProposeCancel(target []string) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if l.inFlight != nil {
+		return fmt.Errorf("%w: an ISR change is in flight", ErrInvalidInput)
+	}
+	if err := checkMembers("target", target, l.replicas); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+	}
+	if !slices.Contains(target, l.self) {
+		return fmt.Errorf("%w: target %v lacks the leader %q", ErrInvalidInput, target, l.self)
+	}
+	isr := slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool { return !slices.Contains(target, id) })
+	c := &isrChange{isr: l.inReplicaOrder(isr), replicas: slices.Clone(target)}
+	c.elr = slices.DeleteFunc(l.eligibleAfter(c.isr), func(e EligibleReplica) bool { return !slices.Contains(target, e.ID) })
+	l.inFlight = c
+	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr), Replicas: slices.Clone(c.replicas)}
+	return nil
+}
+
 // eligibleAfter is the ELR once isr replaces the committed ISR: empty when
 // isr reaches min_insync_replicas (the HW may grow without the others
 // again); else the current ELR less any member back in the ISR, plus every

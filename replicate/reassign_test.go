@@ -130,3 +130,70 @@ func TestSetReplicasAndProposeReassignmentRefuse(t *testing.T) {
 		t.Fatalf("ProposeReassignment after resigning = %v", err)
 	}
 }
+
+// TestCancelThroughTheLeader: the way back of a cancelled move of L, F1, F2
+// to L, F1, N: with N in the ISR the change takes the ISR and the replica
+// set back to L, F1, F2, and N is a stranger after it; with N still
+// catching up and F2 out of the ISR it needs neither (the ISR left is L,
+// F1); and it refuses a target without the leader or outside the replicas,
+// and a change in flight.
+func TestCancelThroughTheLeader(t *testing.T) {
+	l, m := newTestLeader(t, leaderOpts{})
+	fetchOK(t, l, "F1", 8, t0)
+	fetchOK(t, l, "F2", 8, t0)
+	if err := l.SetReplicas([]string{"L", "F1", "N", "F2"}); err != nil {
+		t.Fatal(err)
+	}
+	fetchOK(t, l, "N", 8, t0)
+	rd := l.Ready()
+	if rd.ISRProposal == nil || !slices.Contains(rd.ISRProposal.ISR, "N") {
+		t.Fatalf("proposal after N caught up = %+v", rd.ISRProposal)
+	}
+	if err := l.ProposeCancel([]string{"L", "F1", "F2"}); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("cancel with a change in flight = %v, want ErrInvalidInput", err)
+	}
+	if err := l.ISRCommitted(rd.ISRProposal.ISR, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range [][]string{{"F1", "F2"}, {"L", "F1", "X"}} {
+		if err := l.ProposeCancel(target); !errors.Is(err, ErrInvalidInput) {
+			t.Errorf("cancel to %v = %v, want ErrInvalidInput", target, err)
+		}
+	}
+	if err := l.ProposeCancel([]string{"L", "F1", "F2"}); err != nil {
+		t.Fatal(err)
+	}
+	rd = l.Ready()
+	if p := rd.ISRProposal; p == nil || !slices.Equal(p.ISR, []string{"L", "F1", "F2"}) || len(p.ELR) != 0 || !slices.Equal(p.Replicas, []string{"L", "F1", "F2"}) {
+		t.Fatalf("cancel proposal = %+v", rd.ISRProposal)
+	}
+	if err := l.ISRCommitted(rd.ISRProposal.ISR, rd.ISRProposal.ELR, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetReplicas([]string{"L", "F1", "F2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Fetch(FetchRequest{ReplicaID: "N", FetchOffset: 8, CurrentLeaderEpoch: 4, LastFetchedEpoch: 4}, t0); !errors.Is(err, ErrNotReplica) {
+		t.Fatalf("fetch by the removed N = %v, want ErrNotReplica", err)
+	}
+
+	// N never caught up, and F2 is out of the ISR (dead): the way back
+	// still completes, leaving the ISR it had less nothing of the target.
+	l, m = newTestLeader(t, leaderOpts{})
+	fetchOK(t, l, "F1", 8, t0)
+	if err := l.SetReplicas([]string{"L", "F1", "N", "F2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ISRCommitted([]string{"L", "F1"}, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	fetchOK(t, l, "N", 0, t0)
+	appendTo(t, l, m, 1)
+	l.Ready()
+	if err := l.ProposeCancel([]string{"L", "F1", "F2"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := l.Ready().ISRProposal; p == nil || !slices.Equal(p.ISR, []string{"L", "F1"}) || !slices.Equal(p.Replicas, []string{"L", "F1", "F2"}) {
+		t.Fatalf("cancel proposal without N and F2 in the ISR = %+v", p)
+	}
+}

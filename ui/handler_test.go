@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -25,14 +26,16 @@ func i64(v int64) *int64 { return &v }
 
 // sampleState is a cluster of three agents, n3 down, with one topic whose
 // partition 0 is led by its preferred replica with everyone in sync and
-// partition 1 lost n3 from its ISR and is led by n2.
+// partition 1 lost n3 from its ISR and is led by n2; n2 is being
+// drained, and partition 2 is moving from n1,n2,n3 to n1,n3,n4 (n4 caught up
+// 30 of the 40 offsets of n1's log from 10).
 func sampleState() State {
 	return State{
 		TimeUnixMilli: 1700000000000,
 		Self:          Self{NodeID: "n1", State: "serving"},
 		Agents: []Agent{
 			{NodeID: "n1", ClientAddress: "127.0.0.1:7070", PeerAddress: "127.0.0.1:7171", Up: true},
-			{NodeID: "n2", ClientAddress: "127.0.0.1:7072", PeerAddress: "127.0.0.1:7173", Up: true},
+			{NodeID: "n2", ClientAddress: "127.0.0.1:7072", PeerAddress: "127.0.0.1:7173", Up: true, Draining: true},
 			{NodeID: "n3", Up: false},
 		},
 		Topics: []Topic{{
@@ -42,6 +45,10 @@ func sampleState() State {
 					Role: "leader", HighWatermark: i64(40), LogEndOffset: i64(42), LogStartOffset: i64(0)},
 				{Partition: 1, Leader: "n2", Epoch: 3, Replicas: []string{"n3", "n1", "n2"}, ISR: []string{"n1", "n2"},
 					Role: "follower", HighWatermark: i64(7), LogEndOffset: i64(7), LogStartOffset: i64(2)},
+				{Partition: 2, Leader: "n1", Epoch: 2, Replicas: []string{"n1", "n3", "n4", "n2"}, ISR: []string{"n1", "n2", "n3"},
+					Role: "leader", HighWatermark: i64(50), LogEndOffset: i64(50), LogStartOffset: i64(10),
+					Move: &Move{Target: []string{"n1", "n3", "n4"}, Adding: []string{"n4"}, Removing: []string{"n2"},
+						Progress: []MoveProgress{{Node: "n4", LogEndOffset: 40, Lag: 10, CatchUpBytes: 3 << 20}}}},
 			},
 		}},
 	}
@@ -208,7 +215,7 @@ func TestStateJSON(t *testing.T) {
 		t.Errorf("counters %v, want null when the source keeps none", doc["counters"])
 	}
 	agent := doc["agents"].([]any)[0].(map[string]any)
-	if got, want := keys(agent), "client_address,node_id,peer_address,up"; got != want {
+	if got, want := keys(agent), "client_address,draining,node_id,peer_address,up"; got != want {
 		t.Errorf("agent keys %s, want %s", got, want)
 	}
 	topic := doc["topics"].([]any)[0].(map[string]any)
@@ -216,14 +223,25 @@ func TestStateJSON(t *testing.T) {
 		t.Errorf("topic keys %s, want %s", got, want)
 	}
 	p := topic["partitions"].([]any)[0].(map[string]any)
-	if got, want := keys(p), "epoch,high_watermark,isr,lag,leader,leader_not_preferred,log_end_offset,log_start_offset,offline,partition,replicas,role,under_min_isr,under_replicated"; got != want {
+	if got, want := keys(p), "epoch,high_watermark,isr,lag,leader,leader_not_preferred,log_end_offset,log_start_offset,move,offline,partition,replicas,role,under_min_isr,under_replicated"; got != want {
 		t.Errorf("partition keys %s, want %s", got, want)
 	}
 	var st State
 	if err := json.Unmarshal(resp.Body(), &st); err != nil {
 		t.Fatal(err)
 	}
-	want := Totals{AgentsUp: 2, AgentsDown: 1, Topics: 1, Partitions: 2, UnderReplicated: 1, LeaderNotPreferred: 1}
+	if p["move"] != nil {
+		t.Errorf("partition 0 move %v, want null", p["move"])
+	}
+	move := topic["partitions"].([]any)[2].(map[string]any)["move"].(map[string]any)
+	if got, want := keys(move), "adding,cancelled,phase,progress,removing,target"; got != want {
+		t.Errorf("move keys %s, want %s", got, want)
+	}
+	progress := move["progress"].([]any)[0].(map[string]any)
+	if got, want := keys(progress), "catch_up_bytes,caught_up,in_sync,lag,log_end_offset,node"; got != want {
+		t.Errorf("move progress keys %s, want %s", got, want)
+	}
+	want := Totals{AgentsUp: 2, AgentsDown: 1, AgentsDraining: 1, Topics: 1, Partitions: 3, UnderReplicated: 1, LeaderNotPreferred: 1, Moving: 1}
 	if st.Totals != want {
 		t.Errorf("totals %+v, want %+v", st.Totals, want)
 	}
@@ -236,6 +254,87 @@ func TestStateJSON(t *testing.T) {
 		t.Errorf("partition 1 derived under %v underMin %v notPreferred %v offline %v, want true false true false",
 			p1.UnderReplicated, p1.UnderMinISR, p1.LeaderNotPreferred, p1.Offline)
 	}
+	p2 := st.Topics[0].Partitions[2]
+	if p2.UnderReplicated || p2.Move == nil || p2.Move.Phase != "adding" || p2.Move.Progress[0].CaughtUp == nil || *p2.Move.Progress[0].CaughtUp != 0.75 {
+		t.Errorf("partition 2 under %v move %+v, want not under-replicated, adding, n4 0.75 caught up", p2.UnderReplicated, p2.Move)
+	}
+}
+
+// TestDeriveMove: a move's phase follows the ISR and the leader (design.md
+// §7.6's states), its added replicas' share caught up the leader's
+// positions, and under-replication counts the replicas before the move and
+// the replication factor, not the replicas a move adds.
+func TestDeriveMove(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	ab, abc := []string{"a", "b"}, []string{"a", "b", "c"}
+	// A move of [a b c] to [b c d]: replicas are the union [b c d a].
+	bcd := func(leader string, isr []string, progress ...MoveProgress) Partition {
+		return Partition{Leader: leader, Replicas: []string{"b", "c", "d", "a"}, ISR: isr, LogStartOffset: i64(100), LogEndOffset: i64(300),
+			Move: &Move{Target: []string{"b", "c", "d"}, Adding: []string{"d"}, Removing: []string{"a"}, Progress: progress}}
+	}
+	tests := []struct {
+		name     string
+		rf       int
+		p        Partition
+		under    bool
+		phase    string
+		caughtUp []*float64
+	}{
+		{"healthy", 3, Partition{Leader: "a", Replicas: abc, ISR: abc}, false, "", nil},
+		{"fewer replicas than the replication factor", 3, Partition{Leader: "a", Replicas: ab, ISR: ab}, true, "", nil},
+		{"adding, before the first fetch", 3, bcd("a", abc, MoveProgress{Node: "d", LogEndOffset: -1, Lag: 300}), false, "adding", []*float64{f(0)}},
+		{"adding, at the log start", 3, bcd("a", abc, MoveProgress{Node: "d", LogEndOffset: 100, Lag: 200}), false, "adding", []*float64{f(0)}},
+		{"adding, 61 %", 3, bcd("a", abc, MoveProgress{Node: "d", LogEndOffset: 222, Lag: 78}), false, "adding", []*float64{f(0.61)}},
+		{"adding, at the log end but not in sync", 3, bcd("a", abc, MoveProgress{Node: "d", LogEndOffset: 300}), false, "adding", []*float64{f(1)}},
+		{"adding, an original replica out of the ISR", 3, bcd("a", []string{"a", "b"}), true, "adding", nil},
+		{"leader off: every target replica in the ISR, the leader removed", 3,
+			bcd("a", []string{"a", "b", "c", "d"}, MoveProgress{Node: "d", LogEndOffset: 300, InSync: true}), false, "leader-off", []*float64{f(1)}},
+		{"completing", 3, bcd("b", []string{"a", "b", "c", "d"}), false, "completing", nil},
+		{"progress from a follower without positions", 3,
+			Partition{Leader: "a", Replicas: []string{"b", "c", "d", "a"}, ISR: abc,
+				Move: &Move{Target: []string{"b", "c", "d"}, Adding: []string{"d"}, Removing: []string{"a"}, Progress: []MoveProgress{{Node: "d", LogEndOffset: 5}}}},
+			false, "adding", []*float64{nil}},
+		{"a cancel's way back", 3,
+			Partition{Leader: "a", Replicas: []string{"a", "b", "c", "d"}, ISR: abc,
+				Move: &Move{Target: abc, Removing: []string{"d"}, Cancelled: true}}, false, "cancelling", nil},
+		{"a reorder: nothing added or removed", 2,
+			Partition{Leader: "a", Replicas: []string{"b", "a"}, ISR: ab, Move: &Move{Target: []string{"b", "a"}}}, false, "completing", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := State{Agents: []Agent{{NodeID: "a", Up: true}}, Topics: []Topic{{Name: "t", ReplicationFactor: tc.rf, Partitions: []Partition{tc.p}}}}
+			st.derive()
+			got := st.Topics[0].Partitions[0]
+			if got.UnderReplicated != tc.under {
+				t.Errorf("under-replicated %v, want %v", got.UnderReplicated, tc.under)
+			}
+			if st.Totals.Moving != b2i(tc.phase != "") {
+				t.Errorf("totals moving %d", st.Totals.Moving)
+			}
+			if tc.phase == "" {
+				return
+			}
+			if got.Move.Phase != tc.phase {
+				t.Errorf("phase %q, want %q", got.Move.Phase, tc.phase)
+			}
+			if got.Move.Adding == nil || got.Move.Removing == nil || got.Move.Progress == nil {
+				t.Errorf("move has null lists: %+v", got.Move)
+			}
+			for i, want := range tc.caughtUp {
+				c := got.Move.Progress[i].CaughtUp
+				if (c == nil) != (want == nil) || c != nil && math.Abs(*c-*want) > 1e-9 {
+					t.Errorf("replica %s caught up %s, want %s", got.Move.Progress[i].Node, fmtF(c), fmtF(want))
+				}
+			}
+		})
+	}
+}
+
+func fmtF(p *float64) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
 }
 
 // TestStateUnavailable: a source that fails gives the API's retriable 503,

@@ -1,6 +1,9 @@
 package ui
 
-import "context"
+import (
+	"context"
+	"slices"
+)
 
 // Source is what the status page reads on every poll.
 type Source interface {
@@ -45,6 +48,9 @@ type Agent struct {
 	PeerAddress   string `json:"peer_address"`
 	// Up is true when the agent's Consul check passes.
 	Up bool `json:"up"`
+	// Draining is true while the agent is being drained (logagent node
+	// drain, docs/design.md §7.7): its replicas move away.
+	Draining bool `json:"draining"`
 }
 
 // Topic is one topic and its partitions.
@@ -75,13 +81,18 @@ type Partition struct {
 	HighWatermark  *int64 `json:"high_watermark"`
 	LogEndOffset   *int64 `json:"log_end_offset"`
 	LogStartOffset *int64 `json:"log_start_offset"`
+	// Move is the reassignment in flight (docs/design.md §7.6), null when
+	// there is none.
+	Move *Move `json:"move"`
 
 	// Lag is LEO - HW of this agent's replica (derived): on the leader,
 	// how far the slowest in-sync replica trails its log; null without
 	// positions.
 	Lag *int64 `json:"lag"`
-	// UnderReplicated is true when the ISR is smaller than the replica set
-	// (derived).
+	// UnderReplicated is true when the ISR is smaller than the replica set,
+	// or the replica set than the replication factor (derived). During a
+	// move the replicas it adds are not counted (Kafka's rule): a partition
+	// is not under-replicated just because a move is under way.
 	UnderReplicated bool `json:"under_replicated"`
 	// UnderMinISR is true when the ISR is smaller than the topic's
 	// min_insync_replicas: acks=all writes are refused (derived).
@@ -92,6 +103,41 @@ type Partition struct {
 	// Offline is true when no agent that is up leads the partition
 	// (derived).
 	Offline bool `json:"offline"`
+}
+
+// Move is a partition's reassignment in flight, as /v1/status shows it.
+type Move struct {
+	Target   []string `json:"target"`
+	Adding   []string `json:"adding"`
+	Removing []string `json:"removing"`
+	// Cancelled marks a cancel's way back: Target is the list the
+	// cancelled move started from, Removing the replicas it had added.
+	Cancelled bool `json:"cancelled"`
+	// Progress is each added replica's catch-up; only the partition's
+	// leader knows it, so it is empty unless the answering agent leads.
+	Progress []MoveProgress `json:"progress"`
+	// Phase is the step the move waits for (derived, docs/design.md §7.6):
+	// "adding" while a target replica is not in the ISR, "leader-off" while
+	// the leader is a replica the move removes (it hands over first), then
+	// "completing" until the leader's completion transaction; a cancel's
+	// way back is "cancelling" throughout.
+	Phase string `json:"phase"`
+}
+
+// MoveProgress is one replica a move adds, as the leader sees it.
+type MoveProgress struct {
+	Node string `json:"node"`
+	// LogEndOffset is the replica's last fetch offset, -1 before its first
+	// fetch from this leader; Lag is the leader's log end less it.
+	LogEndOffset int64 `json:"log_end_offset"`
+	Lag          int64 `json:"lag"`
+	InSync       bool  `json:"in_sync"`
+	// CatchUpBytes is what the leader has sent it while it caught up.
+	CatchUpBytes int64 `json:"catch_up_bytes"`
+	// CaughtUp is the part of the leader's log, from its log start to its
+	// log end, the replica holds, from 0 to 1 (1 once in sync); null when
+	// the leader's positions are not known (derived).
+	CaughtUp *float64 `json:"caught_up"`
 }
 
 // Counters are an agent's cumulative counts since it started.
@@ -105,12 +151,15 @@ type Counters struct {
 type Totals struct {
 	AgentsUp           int `json:"agents_up"`
 	AgentsDown         int `json:"agents_down"`
+	AgentsDraining     int `json:"agents_draining"`
 	Topics             int `json:"topics"`
 	Partitions         int `json:"partitions"`
 	UnderReplicated    int `json:"under_replicated"`
 	UnderMinISR        int `json:"under_min_isr"`
 	Offline            int `json:"offline"`
 	LeaderNotPreferred int `json:"leader_not_preferred"`
+	// Moving counts the partitions with a move in flight.
+	Moving int `json:"moving"`
 }
 
 // derive fills the derived fields and the totals, and turns nil slices into
@@ -128,6 +177,7 @@ func (s *State) derive() {
 		} else {
 			s.Totals.AgentsDown++
 		}
+		s.Totals.AgentsDraining += b2i(a.Draining)
 	}
 	if s.Topics == nil {
 		s.Topics = []Topic{}
@@ -153,7 +203,10 @@ func (s *State) derive() {
 				lag := *p.LogEndOffset - *p.HighWatermark
 				p.Lag = &lag
 			}
-			p.UnderReplicated = len(p.ISR) < len(p.Replicas)
+			p.UnderReplicated = underReplicated(p, t.ReplicationFactor)
+			if p.Move != nil {
+				p.Move.derive(p)
+			}
 			p.UnderMinISR = len(p.ISR) < t.MinInsyncReplicas
 			p.LeaderNotPreferred = p.Leader != "" && len(p.Replicas) > 0 && p.Leader != p.Replicas[0]
 			p.Offline = p.Leader == "" || !up[p.Leader]
@@ -162,8 +215,73 @@ func (s *State) derive() {
 			s.Totals.UnderMinISR += b2i(p.UnderMinISR)
 			s.Totals.Offline += b2i(p.Offline)
 			s.Totals.LeaderNotPreferred += b2i(p.LeaderNotPreferred)
+			s.Totals.Moving += b2i(p.Move != nil)
 		}
 	}
+}
+
+// underReplicated is the partition's replica set less the replicas a move
+// adds (its replicas before the move; for a cancel's way back, less the
+// replicas it removes) against the ISR and the replication factor.
+func underReplicated(p *Partition, rf int) bool {
+	want := len(p.Replicas)
+	switch {
+	case p.Move != nil && p.Move.Cancelled:
+		// The way back removes what the cancelled move had added.
+		want -= len(p.Move.Removing)
+	case p.Move != nil:
+		want -= len(p.Move.Adding)
+	}
+	return len(p.ISR) < want || want < rf
+}
+
+// derive fills the move's phase and its replicas' share caught up, from the
+// partition's ISR, leader and (on the leader) log positions.
+func (m *Move) derive(p *Partition) {
+	for _, l := range []*[]string{&m.Target, &m.Adding, &m.Removing} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if m.Progress == nil {
+		m.Progress = []MoveProgress{}
+	}
+	allIn := !slices.ContainsFunc(m.Target, func(n string) bool { return !slices.Contains(p.ISR, n) })
+	switch {
+	case m.Cancelled:
+		m.Phase = "cancelling"
+	case !allIn:
+		m.Phase = "adding"
+	case slices.Contains(m.Removing, p.Leader):
+		m.Phase = "leader-off"
+	default:
+		m.Phase = "completing"
+	}
+	for i := range m.Progress {
+		mp := &m.Progress[i]
+		mp.CaughtUp = caughtUp(*mp, p.LogStartOffset, p.LogEndOffset)
+	}
+}
+
+// caughtUp is the share of the leader's log [start, end) a replica at
+// mp.LogEndOffset holds. A replica added by a move starts from the
+// leader's log start, so that is where its count begins.
+func caughtUp(mp MoveProgress, start, end *int64) *float64 {
+	if mp.InSync {
+		one := 1.0
+		return &one
+	}
+	if start == nil || end == nil {
+		return nil
+	}
+	f := 0.0
+	switch {
+	case mp.LogEndOffset >= *end:
+		f = 1
+	case mp.LogEndOffset > *start:
+		f = float64(mp.LogEndOffset-*start) / float64(*end-*start)
+	}
+	return &f
 }
 
 func b2i(b bool) int {

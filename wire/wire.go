@@ -53,7 +53,8 @@ const (
 	CodeInternalTopic             = "internal_topic"
 
 	// Reassignments (docs/api.md, "Moving a partition's replicas").
-	CodeReassignmentInProgress = "reassignment_in_progress"
+	CodeReassignmentInProgress   = "reassignment_in_progress"
+	CodeNoReassignmentInProgress = "no_reassignment_in_progress"
 
 	// Peer API only.
 	CodeUnauthorized       = "unauthorized"

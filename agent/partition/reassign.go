@@ -41,8 +41,8 @@ func (r *Replica) syncReplicas() {
 	r.applyLiveness()
 }
 
-// driveReassign moves the partition's reassignment on (docs/design.md
-// §7.6); reconcile calls it while leading. reassign.Next decides; a
+// driveReassign moves the partition's reassignment, or a cancel's way
+// back, on (docs/design.md §7.6); reconcile calls it while leading. reassign.Next decides; a
 // completion goes out as the state machine's one ISR change in flight, a
 // handover as a move of the leadership to a target replica.
 func (r *Replica) driveReassign(now time.Time) {
@@ -53,7 +53,7 @@ func (r *Replica) driveReassign(now time.Time) {
 	}
 	step := reassign.Next(reassign.State{
 		Self:        r.deps.Self,
-		Move:        reassign.Move{Target: pm.Reassign.Target, Adding: pm.Reassign.Adding, Removing: pm.Reassign.Removing},
+		Move:        reassign.Move{Target: pm.Reassign.Target, Adding: pm.Reassign.Adding, Removing: pm.Reassign.Removing, Cancel: pm.Reassign.Cancelled},
 		Replicas:    r.leader.Replicas(),
 		ISR:         r.leaderISR,
 		InFlight:    r.leader.InFlight() || r.isrRetry != nil,
@@ -67,7 +67,13 @@ func (r *Replica) driveReassign(now time.Time) {
 		}
 		r.startHandover(&handover{targets: step.To, reassign: true, drainBy: now.Add(moveDrain)})
 	case reassign.Complete:
-		if err := r.leader.ProposeReassignment(step.Target); err != nil {
+		propose := r.leader.ProposeReassignment
+		if pm.Reassign.Cancelled {
+			// A cancel's way back: back to the original list, whose
+			// members need not all be in the ISR.
+			propose = r.leader.ProposeCancel
+		}
+		if err := propose(step.Target); err != nil {
 			r.log.Warn("reassignment completion refused by the leader state", "target", step.Target, "error", err)
 			r.reassignRetryAt = now.Add(reassignRetry)
 			return

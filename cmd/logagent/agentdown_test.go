@@ -40,6 +40,7 @@ func TestEveryCommandWithTheAgentDown(t *testing.T) {
 		{"consume -follow", []string{"consume", "-topic", "t", "-follow", "-timeout", timeout}, 2 * time.Second},
 		{"consume -group", []string{"consume", "-topic", "t", "-group", "g", "-timeout", timeout}, 2 * time.Second},
 		{"partition move", []string{"partition", "move", "-topic", "t", "-partition", "0", "-replicas", "n1,n2", "-timeout", timeout}, 2 * time.Second},
+		{"partition move -cancel", []string{"partition", "move", "-topic", "t", "-partition", "0", "-cancel", "-timeout", timeout}, 2 * time.Second},
 		{"node drain", []string{"node", "drain", "n2", "-timeout", timeout}, 2 * time.Second},
 		{"node drain -cancel", []string{"node", "drain", "n2", "-cancel", "-timeout", timeout}, 2 * time.Second},
 		{"rebalance", []string{"rebalance", "-timeout", timeout}, 2 * time.Second},

@@ -19,6 +19,8 @@ func TestPartitionMoveUsage(t *testing.T) {
 		{"-topic", "t", "-partition", "0", "-replicas", "n1,,n2"},
 		{"-topic", "t", "-partition", "0", "-replicas", "n1,n2,n1"},
 		{"-topic", "t", "-partition", "0", "-replicas", "n1,n2", "-interval", "0s"},
+		{"-topic", "t", "-partition", "0", "-replicas", "n1,n2", "-cancel"},
+		{"-partition", "0", "-cancel"},
 	} {
 		var stdout, stderr strings.Builder
 		// Nothing listens there: a command that got past its checks

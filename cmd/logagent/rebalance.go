@@ -1,55 +1,29 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 )
 
-// rebalancePlan is GET /v1/rebalance (docs/api.md, "Rebalancing").
-type rebalancePlan struct {
-	Agents []struct {
-		Node                  string `json:"node"`
-		Replicas              int    `json:"replicas"`
-		PreferredLeaders      int    `json:"preferred_leaders"`
-		ReplicasAfter         int    `json:"replicas_after"`
-		PreferredLeadersAfter int    `json:"preferred_leaders_after"`
-	} `json:"agents"`
-	Moves []struct {
-		Topic     string   `json:"topic"`
-		Partition int      `json:"partition"`
-		Replicas  []string `json:"replicas"`
-		Target    []string `json:"target"`
-	} `json:"moves"`
-}
-
 func runRebalance(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("rebalance", stderr)
 	execute := fs.Bool("execute", false, "start the planned moves, one partition at a time, waiting for each; by default only print the plan")
-	interval := fs.Duration("interval", 200*time.Millisecond, "how often a move in flight is checked")
-	addr := addrFlag(fs)
-	timeout := fs.Duration("timeout", time.Hour, "give up after this long (a move in flight goes on)")
+	wf := addWaitFlags(fs, 200*time.Millisecond, "how often a move in flight is checked", "give up after this long (a move in flight goes on)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *interval <= 0 {
-		return fmt.Errorf("%w: -interval must be positive", errUsage)
-	}
-	api, err := newRawAgent(addr)
+	m, stop, err := wf.start()
 	if err != nil {
 		return err
 	}
-	ctx, cancel := timedContext(*timeout)
-	defer cancel()
-	var plan rebalancePlan
-	if err := api.do(ctx, http.MethodGet, api.base, "/v1/rebalance", nil, &plan); err != nil {
-		return explain(err, api.base, *timeout)
+	defer stop()
+	plan, err := m.c.Rebalance(m.ctx)
+	if err != nil {
+		return m.fail(err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tREPLICAS\tPREFERRED LEADERS\tAFTER: REPLICAS\tPREFERRED LEADERS")
@@ -64,36 +38,42 @@ func runRebalance(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tREPLICAS\tTARGET")
-	for _, m := range plan.Moves {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.Topic, m.Partition, strings.Join(m.Replicas, ","), strings.Join(m.Target, ","))
+	for _, mv := range plan.Moves {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", mv.Topic, mv.Partition, strings.Join(mv.Replicas, ","), strings.Join(mv.Target, ","))
 	}
 	tw.Flush()
 	if !*execute {
 		fmt.Fprintf(stdout, "%d moves planned; logagent rebalance -execute starts them\n", len(plan.Moves))
 		return nil
 	}
-	ticker := time.NewTicker(*interval)
-	defer ticker.Stop()
-	for i, m := range plan.Moves {
-		name := m.Topic + "/" + strconv.Itoa(m.Partition)
-		path := "/v1/topics/" + url.PathEscape(m.Topic) + "/partitions/" + strconv.Itoa(m.Partition) + "/reassignment"
-		body, _ := json.Marshal(map[string][]string{"replicas": m.Target})
+	out := newProgressOut(stdout)
+	for i, mv := range plan.Moves {
+		name := mv.Topic + "/" + strconv.Itoa(mv.Partition)
 		start := time.Now()
-		var r reassignment
-		if err := api.do(ctx, http.MethodPost, api.base, path, body, &r); err != nil {
-			return fmt.Errorf("[%d/%d] move of %s to %s: %w", i+1, len(plan.Moves), name, strings.Join(m.Target, ","), explain(err, api.base, *timeout))
+		r, err := m.c.MovePartition(m.ctx, mv.Topic, mv.Partition, mv.Target)
+		if err != nil {
+			return fmt.Errorf("[%d/%d] move of %s to %s: %w", i+1, len(plan.Moves), name, strings.Join(mv.Target, ","), m.fail(err))
 		}
-		for r.Move != nil {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("stopped waiting for %s (its move goes on; run logagent rebalance again for the rest): %w", name, ctx.Err())
-			case <-ticker.C:
+		var eta etas
+		for r.Reassignment != nil {
+			if err := m.tick(); err != nil {
+				return fmt.Errorf("stopped waiting for %s (its move goes on; run logagent rebalance again for the rest): %w", name, err)
 			}
-			if err := api.do(ctx, http.MethodGet, api.base, path, nil, &r); err != nil {
-				return explain(err, api.base, *timeout)
+			if out.tty {
+				r, err = m.moveWithProgress(mv.Topic, mv.Partition)
+			} else {
+				r, err = m.c.Reassignment(m.ctx, mv.Topic, mv.Partition)
+			}
+			if err != nil {
+				return m.fail(err)
+			}
+			if r.Reassignment != nil {
+				b := barOf(name, r)
+				eta.fill(&b, time.Now())
+				out.update(fmt.Sprintf("[%d/%d]", i+1, len(plan.Moves)), []moveBar{b}, "")
 			}
 		}
-		fmt.Fprintf(stdout, "[%d/%d] %s now on %s (%s)\n", i+1, len(plan.Moves), name, strings.Join(r.Replicas, ","), time.Since(start).Round(time.Millisecond))
+		out.println(fmt.Sprintf("[%d/%d] %s now on %s (%s)", i+1, len(plan.Moves), name, strings.Join(r.Replicas, ","), time.Since(start).Round(time.Millisecond)))
 	}
 	fmt.Fprintln(stdout, "done; leaderships follow the preferred leaders after replication.leader_rebalance_delay")
 	return nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -301,8 +302,30 @@ type uiState struct {
 		NodeID        string `json:"node_id"`
 		ClientAddress string `json:"client_address"`
 		Up            bool   `json:"up"`
+		Draining      bool   `json:"draining"`
 	} `json:"agents"`
+	Topics []struct {
+		Name       string `json:"name"`
+		Partitions []struct {
+			Partition       int      `json:"partition"`
+			Replicas        []string `json:"replicas"`
+			UnderReplicated bool     `json:"under_replicated"`
+			Move            *struct {
+				Target   []string `json:"target"`
+				Phase    string   `json:"phase"`
+				Progress []struct {
+					Node         string   `json:"node"`
+					CatchUpBytes int64    `json:"catch_up_bytes"`
+					CaughtUp     *float64 `json:"caught_up"`
+				} `json:"progress"`
+			} `json:"move"`
+		} `json:"partitions"`
+	} `json:"topics"`
 	Warnings []string `json:"warnings"`
+	Totals   struct {
+		Moving         int `json:"moving"`
+		AgentsDraining int `json:"agents_draining"`
+	} `json:"totals"`
 }
 
 func readUIState(t *testing.T, a *Agent) (uiState, error) {
@@ -366,4 +389,85 @@ func TestStatusStateWithoutConsul(t *testing.T) {
 		st, err := readUIState(t, n1)
 		return err == nil && len(st.Warnings) == 0 && len(st.Agents) == 3
 	})
+}
+
+// TestStatusPageMove (issue 18): during a move whose catch-up is throttled
+// so that it takes seconds, the status page's state shows the move on
+// every agent (target, phase "adding"), the partition not under-replicated
+// for it, and on the leader the added replica's share caught up and bytes
+// sent growing; an agent being drained is marked, and both are counted in
+// the totals. Once the move is done the state shows none.
+func TestStatusPageMove(t *testing.T) {
+	const topic = "uimove"
+	c := Start(t, Options{Agents: 4, HCL: `
+replication {
+  reassign_max_bytes_per_second = "512KiB"
+}
+`})
+	leader, _ := createReplicatedTopic(t, c, topic)
+	if leader.NodeID != "n1" {
+		t.Fatalf("leader %s, want the preferred replica n1", leader.NodeID)
+	}
+	preload(t, leader, topic, 3<<20)
+	target := []string{"n1", "n2", "n4"}
+	if err := startMove(leader, topic, 0, target); err != nil {
+		t.Fatal(err)
+	}
+	// n3, which the move removes, is also being drained: the flag starts
+	// no second move of a partition already moving.
+	if err := leader.do(http.MethodPost, leader.url("/v1/nodes/n3/drain", nil), "", nil, nil); err != nil {
+		t.Fatalf("drain n3: %v", err)
+	}
+	type seen struct {
+		caughtUp float64
+		sent     int64
+	}
+	var first, last *seen
+	c.WaitFor(30*time.Second, "the leader's page showing n4 a third caught up", func() bool {
+		st, err := readUIState(t, leader)
+		if err != nil || len(st.Topics) != 1 || len(st.Topics[0].Partitions) != 1 {
+			return false
+		}
+		p := st.Topics[0].Partitions[0]
+		if p.Move == nil {
+			t.Fatalf("the leader's page shows no move (done before the catch-up was seen, or not shown)")
+		}
+		if !slices.Equal(p.Move.Target, target) || p.Move.Phase != "adding" || p.UnderReplicated ||
+			st.Totals.Moving != 1 || st.Totals.AgentsDraining != 1 {
+			t.Fatalf("the leader's state during the move: %+v, totals %+v", p, st.Totals)
+		}
+		for _, a := range st.Agents {
+			if a.Draining != (a.NodeID == "n3") {
+				t.Fatalf("agent %s draining %v", a.NodeID, a.Draining)
+			}
+		}
+		if len(p.Move.Progress) != 1 || p.Move.Progress[0].Node != "n4" || p.Move.Progress[0].CaughtUp == nil {
+			return false
+		}
+		s := &seen{*p.Move.Progress[0].CaughtUp, p.Move.Progress[0].CatchUpBytes}
+		if first == nil {
+			first = s
+		}
+		last = s
+		return s.caughtUp > 0.33 && s.caughtUp < 1
+	})
+	if !(last.caughtUp > first.caughtUp && last.sent > first.sent) {
+		t.Errorf("the catch-up did not grow on the page: first %+v, last %+v", *first, *last)
+	}
+	t.Logf("the leader's page showed n4 from %.2f (%d bytes sent) to %.2f (%d bytes) caught up", first.caughtUp, first.sent, last.caughtUp, last.sent)
+	st, err := readUIState(t, agentsNamed(c, []string{"n2"})[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := st.Topics[0].Partitions[0]; p.Move == nil || p.Move.Phase != "adding" || len(p.Move.Progress) != 0 || st.Totals.Moving != 1 {
+		t.Errorf("a follower's state during the move: %+v, totals %+v (want the move without progress)", p, st.Totals)
+	}
+	waitMoveDone(t, c, topic, 0, target, 60*time.Second)
+	c.WaitFor(10*time.Second, "the page showing no move", func() bool {
+		st, err := readUIState(t, leader)
+		return err == nil && st.Topics[0].Partitions[0].Move == nil && st.Totals.Moving == 0
+	})
+	if err := leader.do(http.MethodDelete, leader.url("/v1/nodes/n3/drain", nil), "", nil, nil); err != nil {
+		t.Fatalf("cancel the drain of n3: %v", err)
+	}
 }

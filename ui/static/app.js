@@ -56,6 +56,10 @@
     return (r < 10 && i > 0 ? r.toFixed(1) : Math.round(r).toString()) + ' ' + units[i];
   }
 
+  function fmtBytes(n) {
+    return n === null || n === undefined ? dash : fmtBytesRate(n).replace('/s', '');
+  }
+
   function fmtClock(ms) {
     return new Date(ms).toLocaleTimeString('en-GB');
   }
@@ -107,25 +111,56 @@
         if (p.replicas.includes(a.node_id)) holds++;
       }
     }
-    return el('div', { class: 'agent ' + (a.up ? 'up' : 'down'), 'data-node': a.node_id, 'data-up': String(a.up) },
+    return el('div', {
+      class: 'agent ' + (a.up ? 'up' : 'down') + (a.draining ? ' draining' : ''),
+      'data-node': a.node_id, 'data-up': String(a.up), 'data-draining': String(a.draining),
+    },
       el('div', { class: 'top' },
         el('span', { class: 'node' }, a.node_id,
           a.node_id === st.self.node_id ? el('span', { class: 'you', text: 'this agent' }) : null),
-        el('span', { class: 'badge', text: a.up ? 'UP' : 'DOWN' })),
+        el('span', {},
+          a.draining ? el('span', { class: 'badge drain', title: 'logagent node drain: its replicas move away', text: 'DRAINING' }) : null,
+          el('span', { class: 'badge', text: a.up ? 'UP' : 'DOWN' }))),
       el('div', { class: 'addr', text: 'client ' + (a.client_address || dash) + '  ·  peer ' + (a.peer_address || dash) }),
       el('div', { class: 'load', text: 'leads ' + leads + ' · replica of ' + holds }));
   }
 
-  function partitionStatus(p) {
+  function partitionStatus(t, p) {
     if (p.offline) return ['offline: no leader up', 'bad'];
     if (p.under_min_isr) return ['under min ISR', 'bad'];
-    if (p.under_replicated) return ['under-replicated', 'warn'];
+    if (p.under_replicated) {
+      const before = p.replicas.length - (p.move ? p.move.adding.length : 0);
+      return [before < t.replication_factor ? 'under-replicated: ' + before + ' of RF ' + t.replication_factor : 'under-replicated', 'warn'];
+    }
+    if (p.move) return ['moving', 'warn'];
     if (p.leader_not_preferred) return ['leader not preferred', 'warn'];
     return ['ok', 'ok'];
   }
 
+  // moveCell is a move in flight: its target, its phase (design.md §7.6)
+  // and each added replica's catch-up, which only the leader knows.
+  function moveCell(p) {
+    const m = p.move;
+    if (!m) return el('td', { class: 'move none', text: dash });
+    const cell = el('td', { class: 'move', 'data-phase': m.phase, 'data-target': m.target.join(',') },
+      el('span', { class: 'target', text: '→ ' + m.target.join(',') }),
+      el('span', { class: 'phase', title: 'adding: the new replicas catch up; leader-off: the leader hands over; completing: the last transaction; cancelling: back to the original replicas', text: m.phase }));
+    for (const r of m.progress) {
+      const pct = r.caught_up === null ? null : Math.floor(r.caught_up * 100);
+      const bar = el('span', { class: 'bar', title: r.node + ': log end ' + r.log_end_offset + ', lag ' + r.lag + ', ' + fmtBytes(r.catch_up_bytes) + ' sent' },
+        el('span', { class: 'fill' }));
+      bar.firstChild.style.width = (pct === null ? 0 : pct) + '%';
+      cell.append(el('span', { class: 'progress', 'data-node': r.node },
+        r.node + ' ', bar, ' ' + (r.in_sync ? 'in sync' : pct === null ? '?' : pct + '%') + ' · ' + fmtBytes(r.catch_up_bytes)));
+    }
+    if (m.progress.length === 0 && m.adding.length > 0) {
+      cell.append(el('span', { class: 'progress none', text: 'progress on the leader\'s page' }));
+    }
+    return cell;
+  }
+
   function partitionRow(t, p, up, r) {
-    const cls = p.offline ? 'offline' : p.under_min_isr ? 'minisr' : p.under_replicated ? 'under' : '';
+    const cls = p.offline ? 'offline' : p.under_min_isr ? 'minisr' : p.under_replicated ? 'under' : p.move ? 'moving' : '';
     const replicas = el('td', { class: 'replicas' });
     for (const n of p.replicas) {
       const inISR = p.isr.includes(n);
@@ -139,7 +174,7 @@
     const leader = p.leader === ''
       ? el('td', { class: 'leader none', text: 'none' })
       : el('td', { class: 'leader' + (up.get(p.leader) ? '' : ' leader-down'), text: p.leader + (up.get(p.leader) ? '' : ' (down)') });
-    const [status, statusClass] = partitionStatus(p);
+    const [status, statusClass] = partitionStatus(t, p);
     return el('tr', {
       class: cls, 'data-topic': t.name, 'data-partition': String(p.partition),
       'data-leader': p.leader, 'data-isr': p.isr.join(','),
@@ -153,22 +188,25 @@
     el('td', { class: 'num', text: fmtInt(p.log_start_offset) }),
     el('td', { class: 'num', text: fmtInt(p.lag) }),
     el('td', { class: 'num', text: fmtRate(r) }),
-    el('td', { class: 'status ' + statusClass, text: status }));
+    el('td', { class: 'status ' + statusClass, text: status }),
+    moveCell(p));
   }
 
   function topicSection(t, up, rs) {
     const under = t.partitions.filter((p) => p.under_replicated).length;
     const offline = t.partitions.filter((p) => p.offline).length;
+    const moving = t.partitions.filter((p) => p.move).length;
     const h = el('h2', {}, t.name,
       el('span', { class: 'meta', text: t.partitions.length + ' partitions · RF ' + t.replication_factor + ' · min ISR ' + t.min_insync_replicas }),
       under > 0 ? el('span', { class: 'flag', text: under + ' under-replicated' }) : null,
       offline > 0 ? el('span', { class: 'flag bad', text: offline + ' offline' }) : null,
+      moving > 0 ? el('span', { class: 'flag', text: moving + ' moving' }) : null,
       t.error ? el('span', { class: 'flag bad', text: 'corrupt metadata: ' + t.error }) : null);
     const head = el('tr', {},
       el('th', { class: 'num', text: 'Partition' }), el('th', { text: 'Leader' }), el('th', { class: 'num', text: 'Epoch' }),
       el('th', { text: 'Replicas (ISR)' }), el('th', { class: 'num', text: 'HW' }), el('th', { class: 'num', text: 'LEO' }),
       el('th', { class: 'num', text: 'Log start' }), el('th', { class: 'num', text: 'Lag' }),
-      el('th', { class: 'num', text: 'Records/s' }), el('th', { text: 'Status' }));
+      el('th', { class: 'num', text: 'Records/s' }), el('th', { text: 'Status' }), el('th', { text: 'Move' }));
     const body = el('tbody', {});
     for (const p of t.partitions) body.append(partitionRow(t, p, up, rs.partitions.get(partitionKey(t.name, p))));
     return el('section', { class: 'topic', 'data-topic': t.name }, h, el('table', {}, el('thead', {}, head), body));
@@ -188,6 +226,8 @@
     setText('t-under', fmtInt(tt.under_replicated), tt.under_replicated > 0);
     setText('t-minisr', fmtInt(tt.under_min_isr), tt.under_min_isr > 0);
     setText('t-offline', fmtInt(tt.offline), tt.offline > 0);
+    setText('t-moving', fmtInt(tt.moving));
+    setText('t-draining', fmtInt(tt.agents_draining));
     setText('t-produce', fmtRate(rs.produce) + ' rec/s');
     setText('t-produce-bytes', fmtBytesRate(rs.produceBytes));
     setText('t-fetch-bytes', fmtBytesRate(rs.fetchBytes));
