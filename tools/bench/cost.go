@@ -174,7 +174,7 @@ func runCost(args []string, stdout io.Writer) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("benchrun cost: run stopped before the end, %s left as it was: %w", o.out, err)
 	}
-	command := strings.TrimSpace("bin/benchrun cost -bin bin -out docs " + strings.Join(args, " "))
+	command := strings.TrimSpace("bin/benchrun cost " + strings.Join(args, " "))
 	region := renderCost(costReport{Date: time.Now(), Machine: machineFacts(), Command: command, Options: o, Points: points, Produce: produce, Took: time.Since(started)})
 	if err := writeCostOutputs(o.out, region, points); err != nil {
 		return err
@@ -229,7 +229,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 		p.Err = "create: " + err.Error()
 		return p
 	}
-	leaders, err := waitAllLed(ctx, first, n, o.leadTimeout)
+	leaders, err := waitAllLed(ctx, first, costTopic, n, o.leadTimeout)
 	p.Led = time.Since(start)
 	if err != nil {
 		p.Err = err.Error()
@@ -264,7 +264,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	fmt.Fprintf(o.log, "cost: %d partitions: idle %+v, %.0f replica fetches/s, %.0f Consul requests/s\n", n, p.Agents, p.FetchesPerSecond, p.ConsulPerSecond)
 
 	// Failover: the agent leading the most partitions dies.
-	leaders, err = currentLeaders(first, n)
+	leaders, err = currentLeaders(first, costTopic, n)
 	if err != nil {
 		p.Err = err.Error()
 		return p
@@ -311,13 +311,13 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	return p
 }
 
-// waitAllLed polls a's description of the cost topic until every one of
-// its n partitions has a leader.
-func waitAllLed(ctx context.Context, a *testcluster.Agent, n int, limit time.Duration) (map[int]string, error) {
+// waitAllLed polls a's description of topic until every one of its n
+// partitions has a leader.
+func waitAllLed(ctx context.Context, a *testcluster.Agent, topic string, n int, limit time.Duration) (map[int]string, error) {
 	deadline := time.Now().Add(limit)
 	last := 0
 	for {
-		leaders, err := currentLeaders(a, n)
+		leaders, err := currentLeaders(a, topic, n)
 		if err == nil && len(leaders) == n {
 			return leaders, nil
 		}
@@ -333,14 +333,14 @@ func waitAllLed(ctx context.Context, a *testcluster.Agent, n int, limit time.Dur
 	}
 }
 
-// currentLeaders maps each led partition of the cost topic to its leader.
-func currentLeaders(a *testcluster.Agent, n int) (map[int]string, error) {
-	t, err := a.Describe(costTopic)
+// currentLeaders maps each led partition of topic to its leader.
+func currentLeaders(a *testcluster.Agent, topic string, n int) (map[int]string, error) {
+	t, err := a.Describe(topic)
 	if err != nil {
 		return nil, err
 	}
 	if len(t.Partitions) != n {
-		return nil, fmt.Errorf("topic %s has %d partitions, want %d", costTopic, len(t.Partitions), n)
+		return nil, fmt.Errorf("topic %s has %d partitions, want %d", topic, len(t.Partitions), n)
 	}
 	out := map[int]string{}
 	for _, p := range t.Partitions {
@@ -547,10 +547,27 @@ func (o *costOptions) measureProduce(ctx context.Context) []produceCost {
 		if ctx.Err() != nil {
 			break
 		}
-		args := []string{"produce", "-addr", addr, "-topic", fmt.Sprintf("produce_%d", n), "-create", "-partitions", fmt.Sprint(n),
-			"-replication-factor", "3", "-min-insync-replicas", "2", "-acks", "all", "-size", "100",
+		topic := fmt.Sprintf("produce_%d", n)
+		args := []string{"produce", "-addr", addr, "-topic", topic, "-acks", "all", "-size", "100",
 			"-batch", fmt.Sprint(batchRecords), "-concurrency", fmt.Sprint(workers), "-duration", o.produceDuration.String()}
 		row := produceCost{Partitions: n, Command: strings.Replace(commandLine(args...), addr, "ADDR", 1)}
+		// Created and settled first, as the idle points are: leaderships
+		// that move back to their preferred replicas during the row would
+		// be what it measures.
+		first := m.Cluster.Agents[0]
+		if err := first.CreateTopic(testcluster.TopicSpec{Name: topic, Partitions: n, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
+			row.Err = "create: " + err.Error()
+			rows = append(rows, row)
+			continue
+		}
+		if _, err := waitAllLed(ctx, first, topic, n, o.leadTimeout); err != nil {
+			row.Err = err.Error()
+			rows = append(rows, row)
+			continue
+		}
+		if !sleepCtx(ctx, o.settle) {
+			break
+		}
 		var rep logagentReport
 		if _, err := runLogagentBench(ctx, filepath.Join(o.bin, "logagent"), o.produceDuration+5*time.Minute, &rep, args...); err != nil {
 			row.Err = err.Error()

@@ -64,6 +64,7 @@ func TestCostGoals(t *testing.T) {
 			[]string{"60s: met", "5 % per agent: met", "1 GiB: met (at most 900 MiB)", "10000 per agent: met (at most 9999)", "429: met (0)", "10s: met (9s)"}},
 		{"every bound missed", []costPoint{{Partitions: 10000, Led: 61 * time.Second, Agents: agents(5, 1<<30, 10000), FailoverMax: 11 * time.Second, Consul429: 3}},
 			[]string{"60s: **missed**", "5 % per agent: **missed**", "1 GiB: **missed**", "10000 per agent: **missed**", "429: **missed** (3)", "10s: **missed**"}},
+		{"a failed point misses", []costPoint{{Partitions: 10000, Err: "468 of 10000 partitions led after 10m0s"}}, []string{"**missed**, the point failed (468 of 10000"}},
 		{"unrecovered partitions miss the failover bound", []costPoint{{Partitions: 10000, Led: time.Second, Agents: agents(1, 1, 1), FailoverMax: time.Second, Unrecovered: 2}},
 			[]string{"10s: **missed** (1s, 2 never)"}},
 	} {
