@@ -381,33 +381,49 @@ func (m *Manager) apply(snap *election.Snapshot) {
 	// same partitions on every start.
 	keys := slices.SortedFunc(maps.Keys(want), comparePartitionKeys)
 	var budget *fdBudget // measured once there is something to open
+	// Opens run side by side, at most openConcurrency at once: each waits
+	// on its fsyncs, and one after another they made the creation of
+	// thousands of partitions take minutes (docs/design.md §5). The budget
+	// is still taken in key order, here.
+	opening := make(chan struct{}, openConcurrency)
+	var opens sync.WaitGroup
 	for _, key := range keys {
 		meta := want[key]
 		r := m.Get(key.topic, key.partition)
-		if r == nil {
-			f, failed := m.Offline(key.topic, key.partition)
-			if failed && now.Before(f.RetryAt) {
-				continue
-			}
-			if budget == nil {
-				b := measureFDBudget(m.deps.LogOptions.Files)
-				budget = &b
-			}
-			// Its files come out of the file cache's bound, which the
-			// budget holds back whole.
-			if err := budget.take(replicaOutsideCache(len(meta.pm.Replicas))); err != nil {
-				m.openFailed(key, meta.tc.ID, f, err, now)
-				continue
-			}
-			var err error
-			if r, err = m.open(key, meta.tc, meta.pm.State.Epoch); err != nil {
-				m.openFailed(key, meta.tc.ID, f, err, now)
-				continue
-			}
+		if r != nil {
+			r.setMeta(meta)
+			continue
 		}
-		r.setMeta(meta)
+		f, failed := m.Offline(key.topic, key.partition)
+		if failed && now.Before(f.RetryAt) {
+			continue
+		}
+		if budget == nil {
+			b := measureFDBudget(m.deps.LogOptions.Files)
+			budget = &b
+		}
+		// Its files come out of the file cache's bound, which the
+		// budget holds back whole.
+		if err := budget.take(replicaOutsideCache(len(meta.pm.Replicas))); err != nil {
+			m.openFailed(key, meta.tc.ID, f, err, now)
+			continue
+		}
+		opening <- struct{}{}
+		opens.Go(func() {
+			defer func() { <-opening }()
+			r, err := m.open(key, meta.tc, meta.pm.State.Epoch)
+			if err != nil {
+				m.openFailed(key, meta.tc.ID, f, err, now)
+				return
+			}
+			r.setMeta(meta)
+		})
 	}
+	opens.Wait()
 }
+
+// openConcurrency bounds the partitions a manager opens at once.
+const openConcurrency = 16
 
 // openFailed keeps a partition offline until its next try, logging the
 // first failure and any change of cause (every retry of thousands of
