@@ -384,6 +384,14 @@ func (m *Manager) apply(snap *election.Snapshot) {
 	for _, key := range keys {
 		meta := want[key]
 		r := m.Get(key.topic, key.partition)
+		if r != nil {
+			if _, err := LogOptionsFor(m.deps.LogOptions, meta.tc); err != nil {
+				// Settings changed to ones this agent cannot apply: offline,
+				// as a replica opened with them would be, not ignored.
+				m.takeOffline(key, r, meta.tc.ID, err, now)
+				continue
+			}
+		}
 		if r == nil {
 			f, failed := m.Offline(key.topic, key.partition)
 			if failed && now.Before(f.RetryAt) {
@@ -407,6 +415,18 @@ func (m *Manager) apply(snap *election.Snapshot) {
 		}
 		r.setMeta(meta)
 	}
+}
+
+// takeOffline stops an open replica and keeps its partition offline, its
+// files in place, as if its open had failed with err.
+func (m *Manager) takeOffline(key partitionKey, r *Replica, topicID string, err error, now time.Time) {
+	m.mu.Lock()
+	delete(m.replicas, key)
+	m.mu.Unlock()
+	if stopErr := r.Stop(); stopErr != nil {
+		m.log.Warn("closing a partition taken offline", "topic", key.topic, "partition", key.partition, "error", stopErr)
+	}
+	m.openFailed(key, topicID, OpenFailure{}, err, now)
 }
 
 // openFailed keeps a partition offline until its next try, logging the
