@@ -419,3 +419,63 @@ func mustDescribe(t *testing.T, a *Agent, topic string) Partition {
 	}
 	return pm
 }
+
+// TestUnknownStorageSettingTakesReplicasOffline (issue 18): storage
+// settings an agent does not know, written into a topic's config while its
+// replicas run (as a newer agent version could), take every replica
+// offline rather than being ignored; settings it knows again bring them
+// back, the log as it was.
+func TestUnknownStorageSettingTakesReplicasOffline(t *testing.T) {
+	const topic = "future"
+	c := Start(t, Options{})
+	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	leader, _ := c.WaitLeader(topic, 0, 30*time.Second)
+	res, err := leader.Produce(topic, 0, ContentTypeBatch, buildBatch(t, [][]byte{[]byte("kept")}), "all", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := c.Consul.Client().KV()
+	key := "logagent/topics/" + topic + "/config"
+	setStorage := func(storage string) {
+		t.Helper()
+		pair, _, err := kv.Get(key, nil)
+		if err != nil || pair == nil {
+			t.Fatalf("read %s: %v", key, err)
+		}
+		var config map[string]json.RawMessage
+		if err := json.Unmarshal(pair.Value, &config); err != nil {
+			t.Fatal(err)
+		}
+		delete(config, "storage")
+		if storage != "" {
+			config["storage"] = json.RawMessage(storage)
+		}
+		pair.Value, _ = json.Marshal(config)
+		if ok, _, err := kv.CAS(pair, nil); err != nil || !ok {
+			t.Fatalf("write %s: %v, %v", key, ok, err)
+		}
+	}
+	setStorage(`{"retention_bytes":4096,"compaction_lag_ms":1000}`)
+	c.WaitFor(30*time.Second, "every replica offline", func() bool {
+		for _, a := range c.Agents {
+			if pm, err := a.DescribePartition(topic, 0); err != nil || pm.Role != "offline" {
+				return false
+			}
+		}
+		return true
+	})
+	_, err = leader.Produce(topic, 0, ContentTypeBatch, buildBatch(t, [][]byte{[]byte("refused")}), "all", 500*time.Millisecond)
+	wantAPIError(t, "produce with every replica offline", err, http.StatusServiceUnavailable, "leader_not_available")
+
+	setStorage(`{"retention_bytes":4096}`)
+	leader, _ = c.WaitLeader(topic, 0, 30*time.Second)
+	f, err := leader.Fetch(topic, 0, *res.BaseOffset, 1<<20, 0)
+	if err != nil || string(decodeRecords(t, f.Batches)[*res.BaseOffset]) != "kept" {
+		t.Fatalf("read back the record written before: %v", err)
+	}
+	if _, err := leader.Produce(topic, 0, ContentTypeBatch, buildBatch(t, [][]byte{[]byte("again")}), "all", 5*time.Second); err != nil {
+		t.Fatalf("produce once the settings are known again: %v", err)
+	}
+}
