@@ -262,11 +262,11 @@ func decodeTopicStorage(tc election.TopicConfig) (partition.TopicStorage, error)
 // topicSettings are a topic's effective retention limits on this agent
 // (its own settings over this agent's storage block), for a describe.
 type topicSettings struct {
-	Retention      string `json:"retention"`
-	RetentionBytes int64  `json:"retention_bytes"`
-	// AgentDefaults names the settings that come from this agent's
+	retention      string
+	retentionBytes int64
+	// agentDefaults names the settings that come from this agent's
 	// storage block, the topic having none of its own.
-	AgentDefaults []string `json:"agent_defaults"`
+	agentDefaults []string
 }
 
 // describeSettings is tc's topicSettings on this agent.
@@ -279,12 +279,12 @@ func (a *Agent) describeSettings(tc election.TopicConfig) (topicSettings, error)
 	if err != nil {
 		return topicSettings{}, err
 	}
-	s := topicSettings{Retention: shortDuration(opts.Retention), RetentionBytes: opts.RetentionBytes, AgentDefaults: []string{}}
+	s := topicSettings{retention: shortDuration(opts.Retention), retentionBytes: opts.RetentionBytes, agentDefaults: []string{}}
 	if ts.RetentionMS == nil && !ts.NoRetention {
-		s.AgentDefaults = append(s.AgentDefaults, "retention")
+		s.agentDefaults = append(s.agentDefaults, "retention")
 	}
 	if ts.RetentionBytes == nil && !ts.NoRetention {
-		s.AgentDefaults = append(s.AgentDefaults, "retention_bytes")
+		s.agentDefaults = append(s.agentDefaults, "retention_bytes")
 	}
 	return s, nil
 }

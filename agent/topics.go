@@ -48,9 +48,12 @@ type topicConfigJSON struct {
 	ReplicationFactor     int    `json:"replication_factor"`
 	MinInsyncReplicas     int    `json:"min_insync_replicas"`
 	UncleanLeaderElection bool   `json:"unclean_leader_election"`
-	// The effective retention limits on this agent; absent when the
-	// topic's storage settings are ones this agent does not know.
-	*topicSettings
+	// The effective retention limits on this agent (describeSettings);
+	// absent when the topic's storage settings are ones this agent does
+	// not know.
+	Retention      string    `json:"retention,omitempty"`
+	RetentionBytes *int64    `json:"retention_bytes,omitempty"`
+	AgentDefaults  *[]string `json:"agent_defaults,omitempty"`
 }
 
 // partitionDescription is one partition: the leader and ISR from Consul
@@ -200,7 +203,7 @@ func (a *Agent) describeConfig(tc election.TopicConfig) topicConfigJSON {
 		UncleanLeaderElection: tc.UncleanLeaderElection,
 	}
 	if s, err := a.describeSettings(tc); err == nil {
-		c.topicSettings = &s
+		c.Retention, c.RetentionBytes, c.AgentDefaults = s.retention, &s.retentionBytes, &s.agentDefaults
 	}
 	return c
 }
