@@ -306,15 +306,17 @@ func (c *Client) AlterTopic(ctx context.Context, name string, change TopicChange
 	guard := &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: c.keys.config(name), Index: configIndex}}
 	txns := []api.TxnOps{{guard}}
 	for _, g := range groups {
-		// The last transaction needs one place for the config's cas,
-		// which is its guard.
-		if last := txns[len(txns)-1]; len(last)+len(g) > maxOpsPerTxn-1 {
+		// Each transaction is its guard and whole groups; the last one's
+		// guard becomes the config's cas, one operation too.
+		if last := txns[len(txns)-1]; len(last)+len(g) > maxOpsPerTxn {
 			txns = append(txns, api.TxnOps{guard})
 		}
 		txns[len(txns)-1] = append(txns[len(txns)-1], g...)
 	}
-	last := txns[len(txns)-1]
-	last[0] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: c.keys.config(name), Value: config, Index: configIndex}}
+	// The last transaction's guard is the config's own cas, its last
+	// operation: the topic grows only once every new partition is there.
+	last := &txns[len(txns)-1]
+	*last = append((*last)[1:], &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: c.keys.config(name), Value: config, Index: configIndex}})
 	for _, ops := range txns {
 		ok, resp, err := c.txn(ctx, ops, op, rule)
 		if err != nil {
