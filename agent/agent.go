@@ -63,6 +63,9 @@ type Coordinator interface {
 	ProposeISR(ctx context.Context, topic string, partition int, epoch int32, isr []string, elr []election.EligibleReplica) error
 	// CreateTopic stores a new topic.
 	CreateTopic(ctx context.Context, tc election.TopicConfig, assignment [][]string) error
+	// AlterTopic changes a topic's settings and adds partitions, guarded
+	// by the config's index as read.
+	AlterTopic(ctx context.Context, name string, change election.TopicChange) (election.TopicConfig, error)
 	// DeleteTopic removes a topic's keys.
 	DeleteTopic(ctx context.Context, name string) error
 	// StartReassign starts moving a partition's replicas to target
@@ -542,6 +545,7 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodPost, "/v1/topics", a.handleCreateTopic)
 	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}", a.handleDescribeTopic)
 	rt.add(fasthttp.MethodDelete, "/v1/topics/{topic}", a.handleDeleteTopic)
+	rt.add(fasthttp.MethodPatch, "/v1/topics/{topic}", a.handleAlterTopic)
 	rt.add(fasthttp.MethodGet, "/v1/status", a.handleStatus)
 	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", a.handleProduce)
 	rt.add(fasthttp.MethodPost, "/v1/producers", a.handleInitProducer)

@@ -299,6 +299,95 @@ func (b *kafkaBroker) DeleteTopic(ctx context.Context, name string) error {
 	}
 }
 
+// AddPartitions is CreatePartitions' entry: the topic API's alter of the
+// partition count.
+func (b *kafkaBroker) AddPartitions(ctx context.Context, topic string, count int32, validateOnly bool) error {
+	a := b.a
+	if err := a.kafkaServing(); err != nil {
+		return err
+	}
+	if topic == groupcoord.OffsetsTopic {
+		return newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
+	}
+	tm, ok := a.lookupTopic(topic)
+	if !ok {
+		return unknownTopic(topic)
+	}
+	if have := tm.Config.Partitions; int(count) <= have || int(count) > config.MaxTopicPartitions {
+		return &kafka.Error{Code: kerr.InvalidPartitions.Code, Message: fmt.Sprintf(
+			"topic %s has %d partitions, and partitions can only be added, up to %d: not %d", topic, have, config.MaxTopicPartitions, count)}
+	}
+	if validateOnly {
+		nodes, err := a.placementNodes(ctx)
+		if err == nil && len(nodes) < tm.Config.ReplicationFactor {
+			err = &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf(
+				"replication factor %d is above the %d agents that are live and not being drained", tm.Config.ReplicationFactor, len(nodes))}
+		}
+		return err
+	}
+	n := int(count)
+	return a.alterTopic(topic, topicChange{partitions: &n})
+}
+
+// AlterTopicConfigs is IncrementalAlterConfigs' entry: min.insync.replicas,
+// retention.ms and retention.bytes map to the topic API's alter; a delete
+// of a retention config is "default" (the agents' storage block), and
+// min.insync.replicas has no default to go back to.
+func (b *kafkaBroker) AlterTopicConfigs(ctx context.Context, topic string, changes []kafka.ConfigChange, validateOnly bool) error {
+	a := b.a
+	if err := a.kafkaServing(); err != nil {
+		return err
+	}
+	if topic == groupcoord.OffsetsTopic {
+		return newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
+	}
+	tm, ok := a.lookupTopic(topic)
+	if !ok {
+		return unknownTopic(topic)
+	}
+	var c topicChange
+	for _, ch := range changes {
+		if ch.Value == nil {
+			switch ch.Name {
+			case "retention.ms":
+				c.resetRetention = true
+			case "retention.bytes":
+				c.resetRetentionBytes = true
+			default:
+				return kafkaConfigError("config %s cannot be deleted: only retention.ms and retention.bytes have a default to go back to", ch.Name)
+			}
+			continue
+		}
+		n, err := strconv.ParseInt(*ch.Value, 10, 64)
+		switch ch.Name {
+		case "min.insync.replicas":
+			if err != nil || n < 1 || n > int64(tm.Config.ReplicationFactor) {
+				return kafkaConfigError("min.insync.replicas %q is outside 1 to the replication factor %d", *ch.Value, tm.Config.ReplicationFactor)
+			}
+			m := int(n)
+			c.minInsyncReplicas = &m
+		case "retention.ms":
+			if err != nil || n < -1 {
+				return kafkaConfigError("retention.ms %q is not an integer of at least -1", *ch.Value)
+			}
+			d := time.Duration(max(n, 0)) * time.Millisecond // Kafka's -1, no bound, is logagent's 0
+			c.retention = &d
+		case "retention.bytes":
+			if err != nil || n < -1 {
+				return kafkaConfigError("retention.bytes %q is not an integer of at least -1", *ch.Value)
+			}
+			n = max(n, 0)
+			c.retentionBytes = &n
+		default:
+			return kafkaConfigError("config %s cannot be altered: min.insync.replicas, retention.ms and retention.bytes can (docs/kafka.md)", ch.Name)
+		}
+	}
+	if validateOnly || c == (topicChange{}) {
+		return nil
+	}
+	return a.alterTopic(topic, c)
+}
+
 // TopicConfigs are a topic's settings under Kafka's names: its own storage
 // settings over this agent's storage block.
 func (b *kafkaBroker) TopicConfigs(name string) (map[string]string, error) {

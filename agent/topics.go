@@ -48,6 +48,12 @@ type topicConfigJSON struct {
 	ReplicationFactor     int    `json:"replication_factor"`
 	MinInsyncReplicas     int    `json:"min_insync_replicas"`
 	UncleanLeaderElection bool   `json:"unclean_leader_election"`
+	// The effective retention limits on this agent (describeSettings);
+	// absent when the topic's storage settings are ones this agent does
+	// not know.
+	Retention      string    `json:"retention,omitempty"`
+	RetentionBytes *int64    `json:"retention_bytes,omitempty"`
+	AgentDefaults  *[]string `json:"agent_defaults,omitempty"`
 }
 
 // partitionDescription is one partition: the leader and ISR from Consul
@@ -94,7 +100,7 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
-	desc := topicDescription{Name: tc.Name, Config: describeConfig(tc)}
+	desc := topicDescription{Name: tc.Name, Config: a.describeConfig(tc)}
 	for p, replicas := range assignment {
 		desc.Partitions = append(desc.Partitions, partitionDescription{Partition: p, Replicas: replicas, ISR: replicas})
 	}
@@ -188,14 +194,18 @@ func (a *Agent) waitTopic(ctx context.Context, name, id string) error {
 	}
 }
 
-func describeConfig(tc election.TopicConfig) topicConfigJSON {
-	return topicConfigJSON{
+func (a *Agent) describeConfig(tc election.TopicConfig) topicConfigJSON {
+	c := topicConfigJSON{
 		ID:                    tc.ID,
 		Partitions:            tc.Partitions,
 		ReplicationFactor:     tc.ReplicationFactor,
 		MinInsyncReplicas:     tc.MinInsyncReplicas,
 		UncleanLeaderElection: tc.UncleanLeaderElection,
 	}
+	if s, err := a.describeSettings(tc); err == nil {
+		c.Retention, c.RetentionBytes, c.AgentDefaults = s.retention, &s.retentionBytes, &s.agentDefaults
+	}
+	return c
 }
 
 // handleListTopics serves GET /v1/topics: the topic names.
@@ -230,7 +240,7 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, tm.Err.Error(), true)
 		return
 	}
-	desc := topicDescription{Name: name, Config: describeConfig(tm.Config)}
+	desc := topicDescription{Name: name, Config: a.describeConfig(tm.Config)}
 	for _, pm := range tm.Partitions {
 		pd := partitionDescription{
 			Partition: pm.Partition,

@@ -302,6 +302,38 @@ func ExampleClient_DescribeTopic() {
 	// true
 }
 
+func ExampleClient_AlterTopic() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.New("")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(ctx)
+	// signups has 2 partitions: two more, records kept three days; keyed
+	// records now hash over 4.
+	info, err := c.AlterTopic(ctx, "signups", client.TopicChanges{Partitions: 4, Retention: "72h"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(info.Partitions), "partitions, retention", string(info.Config["retention"]))
+
+	// Partitions are only ever added.
+	_, err = c.AlterTopic(ctx, "signups", client.TopicChanges{Partitions: 3})
+	fmt.Println(errors.Is(err, client.ErrInvalidRequest))
+
+	// Back to the agents' storage.retention.
+	info, err = c.AlterTopic(ctx, "signups", client.TopicChanges{Retention: client.AgentDefault})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("from the agents:", string(info.Config["agent_defaults"]))
+	// Output:
+	// 4 partitions, retention "72h"
+	// true
+	// from the agents: ["retention","retention_bytes"]
+}
+
 func ExamplePartitionForKey() {
 	fmt.Println(client.PartitionForKey([]byte("user-7"), 3))
 	// Output: 0

@@ -20,7 +20,7 @@ import (
 // exampleTopics are the topics the examples write, created before they
 // run, with their partition counts.
 var exampleTopics = map[string]int{
-	"events": 3, "payments": 1, "logs": 3, "metrics": 1, "audit": 1, "clicks": 3, "invoices": 2,
+	"events": 3, "payments": 1, "logs": 3, "metrics": 1, "audit": 1, "clicks": 3, "invoices": 2, "signups": 2,
 }
 
 // TestMain starts a cluster of real agents (bin/logagent, bin/consul) for

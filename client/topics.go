@@ -129,6 +129,62 @@ func (c *Client) DescribeTopic(ctx context.Context, name string) (*TopicInfo, er
 	return &info, nil
 }
 
+// AgentDefault, as TopicChanges.Retention or RetentionBytes, drops the
+// topic's own value for the agents' storage block.
+const AgentDefault = "default"
+
+// TopicChanges are the settings AlterTopic changes; zero fields stay as
+// they are.
+type TopicChanges struct {
+	// Partitions, when set, must be more than the topic has: partitions
+	// are only ever added. Records with a key may then go to another
+	// partition than before (the partitioner hashes over the new count).
+	Partitions int
+	// MinInsyncReplicas, when set, is within 1 and the replication factor.
+	MinInsyncReplicas int
+	// Retention is a duration ("72h"; "0s" for no bound) or AgentDefault.
+	Retention string
+	// RetentionBytes is a byte count or size ("10GiB"; "0" for no bound)
+	// or AgentDefault.
+	RetentionBytes string
+}
+
+// AlterTopic changes a topic's settings (PATCH /v1/topics/{t}) and
+// returns its new description. A partition count not above the topic's
+// fails with ErrInvalidRequest, an unknown topic with ErrUnknownTopic.
+func (c *Client) AlterTopic(ctx context.Context, name string, changes TopicChanges) (*TopicInfo, error) {
+	if err := ValidateTopicName(name); err != nil {
+		return nil, err
+	}
+	if changes.Partitions < 0 || changes.MinInsyncReplicas < 0 {
+		return nil, fmt.Errorf("alter topic %q: partitions and min in-sync replicas must not be negative", name)
+	}
+	body := map[string]any{}
+	if changes.Partitions > 0 {
+		body["partitions"] = changes.Partitions
+	}
+	if changes.MinInsyncReplicas > 0 {
+		body["min_insync_replicas"] = changes.MinInsyncReplicas
+	}
+	if changes.Retention != "" {
+		body["retention"] = changes.Retention
+	}
+	if changes.RetentionBytes != "" {
+		body["retention_bytes"] = changes.RetentionBytes
+	}
+	if len(body) == 0 {
+		return nil, fmt.Errorf("alter topic %q: nothing to change", name)
+	}
+	var info TopicInfo
+	if err := c.doJSON(ctx, http.MethodPatch, topicPath(name), body, &info); err != nil {
+		return nil, fmt.Errorf("alter topic %q: %w", name, err)
+	}
+	if info.Name != name {
+		return nil, fmt.Errorf("%w: alter topic %q answered topic %q", ErrProtocol, name, info.Name)
+	}
+	return &info, nil
+}
+
 // DeleteTopic deletes a topic and its records.
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 	if err := ValidateTopicName(name); err != nil {

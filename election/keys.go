@@ -41,11 +41,13 @@ import (
 //
 //	          writer                          guard
 //	config    CreateTopic / DeleteTopic       cas 0 / delete-tree in one txn
+//	          AlterTopic                      cas (read index), in the last txn
 //	replicas  CreateTopic                     cas 0
+//	          AlterTopic (new partitions)     check-index config, delete-tree, cas 0
 //	          StartReassign := union          check-index config, cas replicas, cas reassign 0
 //	          CompleteReassign := target      the ISR change txn + cas replicas, delete-cas reassign
 //	reassign  StartReassign / CompleteReassign (above)
-//	state     CreateTopic (epoch 0, leader ""), then only the leader:
+//	state     CreateTopic or AlterTopic (epoch 0, leader ""), then only the leader:
 //	          election   txn [lock leader (own session), cas state (read index)]
 //	          ISR change txn [check-session leader (own session), cas state,
 //	                          check-index replicas (the snapshot's)]

@@ -144,31 +144,68 @@ func (tc TopicConfig) validateAssignment(assignment [][]string) error {
 // replica, and the followers are placed at a shift from it that grows every
 // full round, so both leaders and follower pairs spread evenly.
 func AssignReplicas(nodes []string, partitions, replicationFactor int) ([][]string, error) {
+	sorted, err := assignableNodes(nodes, partitions, replicationFactor)
+	if err != nil {
+		return nil, err
+	}
+	return assignRange(sorted, 0, 0, partitions, replicationFactor), nil
+}
+
+// AssignAddedPartitions places the partitions that raising a topic from
+// len(existing) to partitions adds, as Kafka's CreatePartitions does: the
+// round of AssignReplicas goes on where the existing partitions left off,
+// starting from the agent that holds partition 0's first replica, so the
+// new preferred leaders continue the spread instead of piling onto the
+// first agents. Over the nodes the topic was created on, the result is the
+// tail of what AssignReplicas(nodes, partitions) gives.
+func AssignAddedPartitions(nodes []string, existing [][]string, partitions, replicationFactor int) ([][]string, error) {
+	if len(existing) == 0 || partitions <= len(existing) {
+		return nil, fmt.Errorf("%w: adding partitions to %d means going from %d", ErrInvalidTopic, len(existing), partitions)
+	}
+	sorted, err := assignableNodes(nodes, partitions, replicationFactor)
+	if err != nil {
+		return nil, err
+	}
+	start := 0
+	if len(existing[0]) > 0 {
+		// An agent gone since then leaves the round at its first place.
+		start = max(0, slices.Index(sorted, existing[0][0]))
+	}
+	return assignRange(sorted, start, len(existing), partitions, replicationFactor), nil
+}
+
+// assignableNodes is nodes sorted and without repeats, checked to hold
+// replicationFactor of them.
+func assignableNodes(nodes []string, partitions, replicationFactor int) ([]string, error) {
 	sorted := slices.Clone(nodes)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	n := len(sorted)
 	switch {
 	case partitions < 1 || replicationFactor < 1:
 		return nil, fmt.Errorf("%w: %d partitions, replication factor %d", ErrInvalidTopic, partitions, replicationFactor)
-	case replicationFactor > n:
-		return nil, fmt.Errorf("%w: replication factor %d, %d agents", ErrNotEnoughAgents, replicationFactor, n)
+	case replicationFactor > len(sorted):
+		return nil, fmt.Errorf("%w: replication factor %d, %d agents", ErrNotEnoughAgents, replicationFactor, len(sorted))
 	}
-	assignment := make([][]string, partitions)
-	shift := 0
-	for p := range partitions {
-		if p > 0 && p%n == 0 {
-			shift++
-		}
-		first := p % n
+	return sorted, nil
+}
+
+// assignRange is Kafka's rack-unaware placement of partitions [from, to):
+// partition p's first replica is sorted[(p+start) mod n], its followers at
+// a shift that grows every full round (p/n rounds have gone by).
+func assignRange(sorted []string, start, from, to, replicationFactor int) [][]string {
+	n := len(sorted)
+	assignment := make([][]string, 0, to-from)
+	for p := from; p < to; p++ {
+		shift := p / n
+		first := (p + start) % n
 		replicas := make([]string, 0, replicationFactor)
 		replicas = append(replicas, sorted[first])
 		for j := range replicationFactor - 1 {
 			replicas = append(replicas, sorted[(first+1+(shift+j)%(n-1))%n])
 		}
-		assignment[p] = replicas
+		assignment = append(assignment, replicas)
 	}
-	return assignment, nil
+	return assignment
 }
 
 // CreateTopic stores a topic's config and, for each partition, its replicas
@@ -214,6 +251,149 @@ func (c *Client) CreateTopic(ctx context.Context, tc TopicConfig, assignment [][
 	c.log.Info("created topic", "topic", tc.Name, "id", tc.ID, "partitions", tc.Partitions,
 		"replication_factor", tc.ReplicationFactor)
 	return nil
+}
+
+// TopicChange decides a topic's new settings from what AlterTopic read:
+// its config and each partition's replica list. It answers the new config
+// and, when that raises Partitions, the replica lists of the partitions
+// it adds (one per new partition, in order). Its error ends AlterTopic as
+// it is.
+type TopicChange func(tc TopicConfig, replicas [][]string) (TopicConfig, [][]string, error)
+
+// AlterTopic changes a topic's settings (min_insync_replicas, Storage) and
+// adds partitions, never removes them. It reads the config and the replica
+// lists consistently, asks change for the new ones, and writes them in
+// transactions of at most 64 operations, each guarded by the config's
+// index as read: every new partition's keys are created with cas index 0
+// (after a delete-tree of its directory, which clears what a crashed
+// earlier attempt may have left there), and the config, raised last, is
+// written with a cas at that index. So two alters cannot both win (the
+// loser gets ErrConflict), a topic deleted or re-created meanwhile is not
+// changed, and until the last transaction the topic stays as it was:
+// watchers ignore partition keys beyond its count.
+func (c *Client) AlterTopic(ctx context.Context, name string, change TopicChange) (TopicConfig, error) {
+	if !ValidTopicName(name) {
+		return TopicConfig{}, fmt.Errorf("%w: name %q", ErrInvalidTopic, name)
+	}
+	op, rule := fmt.Sprintf("alter topic %q", name), keyRule(c.keys.prefix)
+	old, configIndex, replicas, err := c.readTopic(ctx, name, op, rule)
+	if err != nil {
+		return TopicConfig{}, err
+	}
+	tc, added, err := change(old, replicas)
+	if err != nil {
+		return TopicConfig{}, err
+	}
+	if err := checkAlter(old, tc, added); err != nil {
+		return TopicConfig{}, fmt.Errorf("%w: %s: %v", ErrInvalidTopic, name, err)
+	}
+	config, err := tc.encode()
+	if err != nil {
+		return TopicConfig{}, err
+	}
+	// One group of operations per new partition, never split: a
+	// transaction either creates a partition whole or not at all.
+	var groups []api.TxnOps
+	for i, rs := range added {
+		p := old.Partitions + i
+		state := PartitionState{Leader: "", Epoch: 0, ISR: rs}
+		groups = append(groups, api.TxnOps{
+			{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: c.keys.partitionRoot(name, p)}},
+			{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: c.keys.replicas(name, p), Value: encodeJSON(rs)}},
+			{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: c.keys.state(name, p), Value: encodeJSON(state)}},
+		})
+	}
+	guard := &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: c.keys.config(name), Index: configIndex}}
+	txns := []api.TxnOps{{guard}}
+	for _, g := range groups {
+		// Each transaction is its guard and whole groups; the last one's
+		// guard becomes the config's cas, one operation too.
+		if last := txns[len(txns)-1]; len(last)+len(g) > maxOpsPerTxn {
+			txns = append(txns, api.TxnOps{guard})
+		}
+		txns[len(txns)-1] = append(txns[len(txns)-1], g...)
+	}
+	// The last transaction's guard is the config's own cas, its last
+	// operation: the topic grows only once every new partition is there.
+	last := &txns[len(txns)-1]
+	*last = append((*last)[1:], &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: c.keys.config(name), Value: config, Index: configIndex}})
+	for _, ops := range txns {
+		ok, resp, err := c.txn(ctx, ops, op, rule)
+		if err != nil {
+			return TopicConfig{}, err
+		}
+		if !ok {
+			return TopicConfig{}, fmt.Errorf("%w: topic %q changed while being altered: %s", ErrConflict, name, txnErrors(resp))
+		}
+	}
+	c.log.Info("altered topic", "topic", name, "id", tc.ID, "partitions", tc.Partitions, "partitions_were", old.Partitions,
+		"min_insync_replicas", tc.MinInsyncReplicas, "storage", string(tc.Storage))
+	return tc, nil
+}
+
+// readTopic reads a topic's config, its index and every partition's
+// replica list in one consistent listing.
+func (c *Client) readTopic(ctx context.Context, name, op, rule string) (TopicConfig, uint64, [][]string, error) {
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	pairs, _, err := c.api.KV().List(c.keys.topicRoot(name), (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	if err != nil {
+		return TopicConfig{}, 0, nil, consulError(err, op, rule)
+	}
+	var configPair *api.KVPair
+	found := map[int]*api.KVPair{}
+	for _, pair := range pairs {
+		topic, p, kind := c.keys.parse(pair.Key)
+		switch {
+		case topic != name:
+		case kind == kindConfig:
+			configPair = pair
+		case kind == kindReplicas:
+			found[p] = pair
+		}
+	}
+	if configPair == nil {
+		return TopicConfig{}, 0, nil, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	tc, err := decodeTopicConfig(configPair.Key, configPair.Value)
+	if err != nil {
+		return TopicConfig{}, 0, nil, err
+	}
+	replicas := make([][]string, tc.Partitions)
+	for p := range tc.Partitions {
+		pair := found[p]
+		if pair == nil {
+			return TopicConfig{}, 0, nil, corruptMissing(c.keys.replicas(name, p))
+		}
+		if replicas[p], err = decodeReplicas(pair.Key, pair.Value); err != nil {
+			return TopicConfig{}, 0, nil, err
+		}
+	}
+	return tc, configPair.ModifyIndex, replicas, nil
+}
+
+// checkAlter allows what AlterTopic may change: more partitions, with one
+// valid replica list for each new one, min_insync_replicas and Storage.
+func checkAlter(old, tc TopicConfig, added [][]string) error {
+	if err := tc.validate(); err != nil {
+		return err
+	}
+	if tc.ID != old.ID || tc.Name != old.Name || tc.ReplicationFactor != old.ReplicationFactor ||
+		tc.UncleanLeaderElection != old.UncleanLeaderElection || tc.UncleanDelay != old.UncleanDelay {
+		return fmt.Errorf("only partitions, min insync replicas and storage can change")
+	}
+	if tc.Partitions < old.Partitions {
+		return fmt.Errorf("partitions can only be added: %d is fewer than %d", tc.Partitions, old.Partitions)
+	}
+	grown := tc
+	grown.Partitions = tc.Partitions - old.Partitions
+	if grown.Partitions == 0 {
+		if len(added) > 0 {
+			return fmt.Errorf("%d replica lists for no new partition", len(added))
+		}
+		return nil
+	}
+	return grown.validateAssignment(added)
 }
 
 // DeleteTopic removes a topic's config and every key under it in one

@@ -36,6 +36,8 @@ var apis = []api{
 	{key: 22, min: 0, max: 4, handle: encodedBy((*Server).handleInitProducerID)},
 	{key: 23, min: 0, max: 4, handle: encodedBy((*Server).handleOffsetForLeaderEpoch)},
 	{key: 32, min: 0, max: 4, handle: encodedBy((*Server).handleDescribeConfigs)},
+	{key: 37, min: 0, max: 3, handle: encodedBy((*Server).handleCreatePartitions)},
+	{key: 44, min: 0, max: 1, handle: encodedBy((*Server).handleIncrementalAlterConfigs)},
 	{key: 8, min: 1, max: 9, handle: encodedBy((*Server).handleOffsetCommit), groups: true},
 	{key: 9, min: 1, max: 8, handle: encodedBy((*Server).handleOffsetFetch), groups: true},
 	{key: 11, min: 0, max: 9, handle: encodedBy((*Server).handleJoinGroup), groups: true},

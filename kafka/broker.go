@@ -23,6 +23,15 @@ type Broker interface {
 	// TopicConfigs are a topic's settings under Kafka's config names
 	// (retention.ms, min.insync.replicas, ...), for DescribeConfigs.
 	TopicConfigs(name string) (map[string]string, error)
+	// AddPartitions raises a topic's partition count to count (partitions
+	// are only ever added) and returns once this agent's metadata shows
+	// it; with validateOnly it only checks that it could.
+	AddPartitions(ctx context.Context, topic string, count int32, validateOnly bool) error
+	// AlterTopicConfigs changes a topic's settings under Kafka's config
+	// names, for IncrementalAlterConfigs: a nil Value drops the topic's
+	// own value for the cluster's default. All of them or none change;
+	// with validateOnly it only checks that they could.
+	AlterTopicConfigs(ctx context.Context, topic string, changes []ConfigChange, validateOnly bool) error
 
 	// Produce appends one Kafka RecordBatch v2 (magic 2, as the client
 	// encoded it; an idempotent producer's batch carries its producer id,
@@ -88,6 +97,13 @@ type TopicSpec struct {
 	ReplicationFactor int16
 	Configs           map[string]string
 	ValidateOnly      bool
+}
+
+// ConfigChange is one config set (Value) or deleted (Value nil) by
+// IncrementalAlterConfigs.
+type ConfigChange struct {
+	Name  string
+	Value *string
 }
 
 // ProduceRequest is one partition's batch of a Produce request.

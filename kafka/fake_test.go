@@ -106,6 +106,46 @@ func (b *fakeBroker) TopicConfigs(name string) (map[string]string, error) {
 	return t.configs, nil
 }
 
+func (b *fakeBroker) AddPartitions(_ context.Context, topic string, count int32, validateOnly bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.topics[topic]
+	switch {
+	case !ok:
+		return &Error{Code: kerr.UnknownTopicOrPartition.Code}
+	case int(count) <= len(t.partitions) || count > 1000:
+		return &Error{Code: kerr.InvalidPartitions.Code}
+	case !validateOnly:
+		t.partitions = append(t.partitions, make([][][]byte, int(count)-len(t.partitions))...)
+	}
+	return nil
+}
+
+// AlterTopicConfigs knows retention.ms only; a delete puts the default
+// back.
+func (b *fakeBroker) AlterTopicConfigs(_ context.Context, topic string, changes []ConfigChange, validateOnly bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.topics[topic]
+	if !ok {
+		return &Error{Code: kerr.UnknownTopicOrPartition.Code}
+	}
+	for _, c := range changes {
+		if c.Name != "retention.ms" {
+			return &Error{Code: kerr.InvalidConfig.Code, Message: c.Name}
+		}
+	}
+	for _, c := range changes {
+		if !validateOnly {
+			t.configs[c.Name] = "604800000"
+			if c.Value != nil {
+				t.configs[c.Name] = *c.Value
+			}
+		}
+	}
+	return nil
+}
+
 func (b *fakeBroker) partition(topic string, p int32) (*fakeTopic, error) {
 	t, ok := b.topics[topic]
 	if !ok || p < 0 || int(p) >= len(t.partitions) {

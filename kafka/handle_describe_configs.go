@@ -9,10 +9,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// alterableTopicConfigs are the topic configs IncrementalAlterConfigs
+// changes (docs/kafka.md): DescribeConfigs shows them writable.
+var alterableTopicConfigs = map[string]bool{"min.insync.replicas": true, "retention.ms": true, "retention.bytes": true}
+
 // handleDescribeConfigs answers a topic's settings (Broker.TopicConfigs,
 // under Kafka's names) and a few of the listener's own, as the broker
-// resource of its node id. Every value is read-only: AlterConfigs is not
-// implemented. Synonyms and documentation are not given.
+// resource of its node id. Only alterableTopicConfigs are not read-only
+// (IncrementalAlterConfigs; AlterConfigs, its older form, is not
+// implemented). Synonyms and documentation are not given.
 func (s *Server) handleDescribeConfigs(_ context.Context, req *kmsg.DescribeConfigsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
 	resp.Default()
@@ -50,7 +55,8 @@ func (s *Server) handleDescribeConfigs(_ context.Context, req *kmsg.DescribeConf
 			}
 			c := kmsg.NewDescribeConfigsResponseResourceConfig()
 			value := configs[name]
-			c.Name, c.Value, c.ReadOnly, c.Source = name, &value, true, source
+			readOnly := rr.ResourceType != kmsg.ConfigResourceTypeTopic || !alterableTopicConfigs[name]
+			c.Name, c.Value, c.ReadOnly, c.Source = name, &value, readOnly, source
 			r.Configs = append(r.Configs, c)
 		}
 		resp.Resources = append(resp.Resources, r)

@@ -483,6 +483,41 @@ func (l *Leader) Tick(now time.Time) {
 		return true
 	})
 	l.maybeShrinkISR(now)
+	l.maybeClearELR()
+}
+
+// MinInsyncReplicas is the min_insync_replicas the leader applies.
+func (l *Leader) MinInsyncReplicas() int { return l.minISR }
+
+// SetMinInsyncReplicas applies a topic's changed min_insync_replicas
+// (docs/design.md §7) at once: CanAppend and the HW rule use it from now
+// on. Raised above the ISR, the HW stops and the acks=all writes it has not
+// passed fail; lowered to the ISR or below, the HW may grow again, but
+// only once the eligible leader replicas are gone from Consul, since they
+// hold the committed log only while it cannot grow: the leader proposes
+// the ISR unchanged with no ELR (KIP-966 clears the ELR on a change of
+// min.insync.replicas for the same reason).
+func (l *Leader) SetMinInsyncReplicas(n int) error {
+	if l.resigned {
+		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
+	}
+	if n < 1 || n > len(l.replicas) {
+		return fmt.Errorf("%w: min insync replicas %d outside [1, %d]", ErrInvalidInput, n, len(l.replicas))
+	}
+	l.minISR = n
+	l.maybeClearELR()
+	l.updateHighWatermark()
+	return nil
+}
+
+// maybeClearELR proposes, with no ISR change in flight, writing the ISR
+// again without the eligible leader replicas once it reaches
+// min_insync_replicas (possible only after SetMinInsyncReplicas lowered
+// it: a change that brings the ISR there empties the ELR itself).
+func (l *Leader) maybeClearELR() {
+	if l.inFlight == nil && len(l.elr) > 0 && len(l.isr) >= l.minISR {
+		l.propose(&isrChange{isr: slices.Clone(l.isr)})
+	}
 }
 
 // SetDeadFollowers tells the leader which replicas Consul says are dead (the
@@ -813,11 +848,12 @@ func (l *Leader) eligibleAfter(isr []string) []EligibleReplica {
 
 // updateHighWatermark sets the HW to the minimum log end over the maximal ISR
 // (the committed ISR plus a pending addition) when that is higher, unless the
-// committed ISR is below min_insync_replicas (KAFKA-15583), then settles the
-// acks.
+// committed ISR is below min_insync_replicas (KAFKA-15583) or Consul still
+// names eligible leader replicas (which hold every committed record only
+// while the HW stands still), then settles the acks.
 func (l *Leader) updateHighWatermark() {
 	defer l.settleAcks()
-	if len(l.isr) < l.minISR {
+	if len(l.isr) < l.minISR || len(l.elr) > 0 {
 		return
 	}
 	candidate := l.durableEnd()

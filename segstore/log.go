@@ -67,6 +67,11 @@ type Log struct {
 	recoveryPoint  logPosition
 	checkpointedHW int64
 
+	// The retention limits ApplyRetention uses: Options.Retention and
+	// RetentionBytes until SetRetention changes them.
+	retention      atomic.Int64 // a time.Duration
+	retentionBytes atomic.Int64
+
 	failure  atomic.Pointer[FailedError]
 	closed   atomic.Bool
 	dataLoss *DataLossError
@@ -888,9 +893,18 @@ func (l *Log) truncateFully(newStart int64) error {
 	return nil
 }
 
+// SetRetention replaces the retention limits of Options (a topic's
+// settings changed at run time); the next ApplyRetention uses them. Zero
+// turns a limit off, as in Options; a negative value counts as zero.
+func (l *Log) SetRetention(retention time.Duration, bytes int64) {
+	l.retention.Store(int64(max(retention, 0)))
+	l.retentionBytes.Store(max(bytes, 0))
+}
+
 // ApplyRetention deletes the oldest segments that break the retention
-// limits: newest record older than Retention, or the log larger than
-// RetentionBytes. Only whole segments that are not active and lie entirely
+// limits (Options.Retention and RetentionBytes, or what SetRetention set):
+// newest record older than the time limit, or the log larger than the size
+// limit. Only whole segments that are not active and lie entirely
 // below below (the high watermark) go, oldest first, and the log start
 // offset moves to the first segment kept (checkpointed before any file is
 // deleted). Readers of a deleted segment keep their regions. It returns the
@@ -899,12 +913,13 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 	if err := l.usable(); err != nil {
 		return 0, err
 	}
-	if l.opts.Retention == 0 && l.opts.RetentionBytes == 0 {
+	retention, retentionBytes := time.Duration(l.retention.Load()), l.retentionBytes.Load()
+	if retention == 0 && retentionBytes == 0 {
 		return 0, nil
 	}
 	deadline := int64(math.MinInt64)
-	if l.opts.Retention > 0 {
-		deadline = l.opts.Now().UnixMilli() - l.opts.Retention.Milliseconds()
+	if retention > 0 {
+		deadline = l.opts.Now().UnixMilli() - retention.Milliseconds()
 		// Segments loaded without a scan learn their newest timestamp by a
 		// header walk, outside the writer's lock.
 		candidates, err := l.expiryCandidates(below)
@@ -935,8 +950,8 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 	for ; n < len(segs)-1 && segs[n+1].base <= below; n++ {
 		s := segs[n]
 		ts := s.maxTimestamp.Load()
-		expired := l.opts.Retention > 0 && ts != unknownTimestamp && ts < deadline
-		oversize := l.opts.RetentionBytes > 0 && total-s.size.Load() >= l.opts.RetentionBytes
+		expired := retention > 0 && ts != unknownTimestamp && ts < deadline
+		oversize := retentionBytes > 0 && total-s.size.Load() >= retentionBytes
 		if !expired && !oversize {
 			break
 		}

@@ -489,6 +489,48 @@ func TestRetention(t *testing.T) {
 	}
 }
 
+// TestSetRetention: limits changed on an open log (a topic's settings
+// altered at run time) take effect at the next ApplyRetention, in both
+// directions; zero turns a limit off.
+func TestSetRetention(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 7))
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	opts.SegmentBytes = 1000
+	l := openLog(t, OSFS{}, t.TempDir(), opts)
+	defer l.Close()
+	for range 40 {
+		b := makeBatch(rng, batchSpec{epoch: 1, payload: 150, timestamp: clock.Now().UnixMilli()})
+		if _, _, err := l.AppendLeader(b, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hw := l.LogEndOffset()
+	size := func() (total int64) {
+		for _, s := range l.segments {
+			total += s.size.Load()
+		}
+		return total
+	}
+	if n, err := l.ApplyRetention(hw); err != nil || n != 0 {
+		t.Fatalf("retention without limits: %d, %v", n, err)
+	}
+	before := size()
+	l.SetRetention(0, 3000)
+	if n, err := l.ApplyRetention(hw); err != nil || n == 0 || size() > 3000+1000 {
+		t.Fatalf("retention_bytes 3000 set on an open log of %d bytes: %d deleted, %v; %d bytes kept", before, n, err, size())
+	}
+	l.SetRetention(0, 0)
+	clock.Advance(time.Hour)
+	if n, err := l.ApplyRetention(hw); err != nil || n != 0 {
+		t.Fatalf("retention turned off: %d deleted, %v", n, err)
+	}
+	l.SetRetention(time.Minute, 0)
+	if _, err := l.ApplyRetention(hw); err != nil || len(l.segments) != 1 {
+		t.Fatalf("retention 1m an hour on: %d segments left, %v", len(l.segments), err)
+	}
+}
+
 // TestRetentionAgeOfLoadedSegments: a segment loaded without a scan learns
 // its newest timestamp from all its batches, not from its tail.
 func TestRetentionAgeOfLoadedSegments(t *testing.T) {

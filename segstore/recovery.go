@@ -69,6 +69,7 @@ func Open(fsys FS, dir string, opts Options) (*Log, error) {
 		logger: opts.Logger.Named("segstore").With("dir", dir),
 		files:  opts.Files,
 	}
+	l.SetRetention(opts.Retention, opts.RetentionBytes)
 	if l.files == nil {
 		l.files = NewFileCache(DefaultMaxOpenFiles)
 	}

@@ -391,6 +391,12 @@ func (m *Manager) apply(snap *election.Snapshot) {
 		meta := want[key]
 		r := m.Get(key.topic, key.partition)
 		if r != nil {
+			if _, err := LogOptionsFor(m.deps.LogOptions, meta.tc); err != nil {
+				// Settings changed to ones this agent cannot apply: offline,
+				// as a replica opened with them would be, not ignored.
+				m.takeOffline(key, r, meta.tc.ID, err, now)
+				continue
+			}
 			r.setMeta(meta)
 			continue
 		}
@@ -424,6 +430,18 @@ func (m *Manager) apply(snap *election.Snapshot) {
 
 // openConcurrency bounds the partitions a manager opens at once.
 const openConcurrency = 16
+
+// takeOffline stops an open replica and keeps its partition offline, its
+// files in place, as if its open had failed with err.
+func (m *Manager) takeOffline(key partitionKey, r *Replica, topicID string, err error, now time.Time) {
+	m.mu.Lock()
+	delete(m.replicas, key)
+	m.mu.Unlock()
+	if stopErr := r.Stop(); stopErr != nil {
+		m.log.Warn("closing a partition taken offline", "topic", key.topic, "partition", key.partition, "error", stopErr)
+	}
+	m.openFailed(key, topicID, OpenFailure{}, err, now)
+}
 
 // openFailed keeps a partition offline until its next try, logging the
 // first failure and any change of cause (every retry of thousands of

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -406,7 +407,11 @@ func (r *Replica) run() {
 			r.pendingMeta = nil
 			r.metaMu.Unlock()
 			if m != nil {
+				prev := r.meta.tc
 				r.meta = *m
+				if prev.ID != "" && !bytes.Equal(prev.Storage, m.tc.Storage) {
+					r.applyTopicStorage()
+				}
 			}
 		case <-leadershipDone:
 			r.stepDownIfLeadershipEnded()
@@ -499,6 +504,7 @@ func (r *Replica) reconcile() {
 			r.isrRetry = nil
 			r.propose(*p)
 		}
+		r.applyMinInsyncReplicas()
 		r.driveReassign(now)
 		r.maybeHeal(now)
 		r.maybeMoveToPreferred(now)
@@ -810,7 +816,14 @@ func (r *Replica) failLog(cause error) {
 // The reopened replica holds back its campaigns for failBackoff.
 func (r *Replica) reopen() {
 	failed := r.CurrentLog()
-	opts := r.deps.LogOptions
+	// The topic's own storage settings too: the consumer groups' offsets
+	// topic must not take the agent's retention after a failure.
+	opts, err := LogOptionsFor(r.deps.LogOptions, r.meta.tc)
+	if err != nil {
+		r.log.Error("cannot reopen the partition log; retrying", "error", err, "retry_in", reopenBackoff)
+		r.reopenAt = r.deps.Now().Add(reopenBackoff)
+		return
+	}
 	opts.Logger = r.deps.Log.Named("segstore")
 	opts.Reopen = failed
 	log, dataLoss, err := openPartitionLog(r.deps.FS, r.dir, opts, r.writeDataLossMark)

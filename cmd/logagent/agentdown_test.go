@@ -29,6 +29,7 @@ func TestEveryCommandWithTheAgentDown(t *testing.T) {
 		{"topic list", []string{"topic", "list", "-timeout", timeout}, 2 * time.Second},
 		{"topic describe", []string{"topic", "describe", "x", "-timeout", timeout}, 2 * time.Second},
 		{"topic delete", []string{"topic", "delete", "x", "-timeout", timeout}, 2 * time.Second},
+		{"topic alter", []string{"topic", "alter", "x", "-partitions", "4", "-timeout", timeout}, 2 * time.Second},
 		{"status", []string{"status", "-timeout", timeout}, 2 * time.Second},
 		{"group list", []string{"group", "list", "-timeout", timeout}, 2 * time.Second},
 		{"group describe", []string{"group", "describe", "g", "-timeout", timeout}, 2 * time.Second},

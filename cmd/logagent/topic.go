@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -9,12 +10,14 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/client"
+	"github.com/logagent/logagent/config"
 )
 
 var topicSubcommands = []subcommand[func(args []string, stdout, stderr io.Writer) error]{
 	{"create", "create a topic: topic create -name T [-partitions N -replication-factor R -min-insync-replicas M]", runTopicCreate},
 	{"list", "list the topics' names", runTopicList},
 	{"describe", "show a topic's configuration and partitions: topic describe T", runTopicDescribe},
+	{"alter", "add partitions, change settings: topic alter T [-partitions N -min-insync-replicas M -retention 72h|default -retention-bytes 10GiB|default]", runTopicAlter},
 	{"delete", "delete a topic and its records: topic delete T", runTopicDelete},
 }
 
@@ -72,7 +75,7 @@ func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 	if !*wait {
 		return nil
 	}
-	return fail(waitLeaders(ctx, c, info, stdout, stderr))
+	return fail(waitLeaders(ctx, c, info, "created", stdout, stderr))
 }
 
 // lowReplication warns when the topic got fewer replicas than asked, or,
@@ -100,7 +103,7 @@ func lowReplication(ctx context.Context, c *client.Client, asked, got int) strin
 
 // waitLeaders waits until every partition of info has a leader, saying on
 // stderr how many have one whenever that changes.
-func waitLeaders(ctx context.Context, c *client.Client, info *client.TopicInfo, stdout, stderr io.Writer) error {
+func waitLeaders(ctx context.Context, c *client.Client, info *client.TopicInfo, done string, stdout, stderr io.Writer) error {
 	led := func(t *client.TopicInfo) int {
 		n := 0
 		for _, p := range t.Partitions {
@@ -123,8 +126,8 @@ func waitLeaders(ctx context.Context, c *client.Client, info *client.TopicInfo, 
 		}
 		select {
 		case <-ctx.Done():
-			return &explained{line: fmt.Sprintf("topic %s is created, but %d of its %d partition(s) have no leader yet: 'logagent status' shows them",
-				info.Name, total-n, total), err: ctx.Err()}
+			return &explained{line: fmt.Sprintf("topic %s is %s, but %d of its %d partition(s) have no leader yet: 'logagent status' shows them",
+				info.Name, done, total-n, total), err: ctx.Err()}
 		case <-time.After(leaderPollInterval):
 		}
 		next, err := c.DescribeTopic(ctx, info.Name)
@@ -205,6 +208,84 @@ func runTopicDescribe(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "config: %s\n", strings.Join(settings, " "))
 	}
 	return writePartitionTable(stdout, []client.TopicInfo{*info}, false)
+}
+
+func runTopicAlter(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("topic alter", stderr)
+	name := fs.String("name", "", "the topic's name (or give it as the argument)")
+	partitions := fs.Int("partitions", 0, "raise the number of partitions to N (partitions are only ever added; keyed records may move partition)")
+	minISR := fs.Int("min-insync-replicas", 0, "in-sync replicas an acks=all write needs, 1 to the replication factor")
+	retention := fs.String("retention", "", "keep records this long (\"72h\"; \"0s\": no time bound; \"default\": the agents' storage.retention)")
+	retentionBytes := fs.String("retention-bytes", "", "keep at most this much per partition (\"10GiB\"; \"0\": no size bound; \"default\": the agents' storage.retention_bytes)")
+	wait := fs.Bool("wait", true, "wait, within -timeout, until every partition has a leader")
+	addr, timeout := addrFlag(fs), timeoutFlag(fs)
+	if err := parseFlagsWithName(fs, args, name); err != nil {
+		return err
+	}
+	changes := client.TopicChanges{Partitions: *partitions, MinInsyncReplicas: *minISR, Retention: *retention, RetentionBytes: *retentionBytes}
+	switch {
+	case *partitions < 0 || *minISR < 0:
+		return fmt.Errorf("%w: -partitions and -min-insync-replicas must not be negative", errUsage)
+	case changes == client.TopicChanges{}:
+		return fmt.Errorf("%w: nothing to change: give -partitions, -min-insync-replicas, -retention or -retention-bytes", errUsage)
+	}
+	c, ctx, cancel, err := agentCall(addr, *timeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	fail := func(err error) error { return explain(usageError(err), c.Addr(), *timeout) }
+	before, err := c.DescribeTopic(ctx, *name)
+	if err != nil {
+		return fail(err)
+	}
+	after, err := c.AlterTopic(ctx, *name, changes)
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "altered topic %s:\n", after.Name)
+	for _, line := range topicChangeLines(before, after) {
+		fmt.Fprintf(stdout, "  %s\n", line)
+	}
+	if !*wait || len(after.Partitions) == len(before.Partitions) {
+		return nil
+	}
+	return fail(waitLeaders(ctx, c, after, "altered", stdout, stderr))
+}
+
+// topicChangeLines says what an alter changed, old to new, a setting that
+// comes from the agents' storage block marked so; "nothing changed" when
+// it changed nothing.
+func topicChangeLines(before, after *client.TopicInfo) []string {
+	value := func(info *client.TopicInfo, key string) string {
+		v := string(info.Config[key])
+		if key == "partitions" {
+			v = fmt.Sprint(len(info.Partitions))
+		}
+		if key == "retention" {
+			v = strings.Trim(v, `"`)
+		}
+		if key == "retention_bytes" {
+			if n := configInt(info.Config, key); n > 0 {
+				v = config.FormatSize(int64(n))
+			}
+		}
+		var defaults []string
+		if json.Unmarshal(info.Config["agent_defaults"], &defaults) == nil && slices.Contains(defaults, key) {
+			v += " (agent default)"
+		}
+		return v
+	}
+	var lines []string
+	for _, key := range []string{"partitions", "min_insync_replicas", "retention", "retention_bytes"} {
+		if old, now := value(before, key), value(after, key); old != now {
+			lines = append(lines, fmt.Sprintf("%s: %s -> %s", key, old, now))
+		}
+	}
+	if len(lines) == 0 {
+		lines = append(lines, "nothing changed")
+	}
+	return lines
 }
 
 func runTopicDelete(args []string, stdout, stderr io.Writer) error {

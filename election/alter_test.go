@@ -1,0 +1,286 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/logagent/logagent/internal/consultest"
+	"github.com/logagent/logagent/internal/testseed"
+)
+
+func TestAssignAddedPartitions(t *testing.T) {
+	three := []string{"n1", "n2", "n3"}
+	tests := []struct {
+		name       string
+		nodes      []string
+		existing   [][]string
+		partitions int
+		rf         int
+		want       [][]string
+		wantErr    error
+	}{
+		{
+			name: "3 to 6 on the same agents continues the round", nodes: three,
+			existing:   [][]string{{"n1", "n2", "n3"}, {"n2", "n3", "n1"}, {"n3", "n1", "n2"}},
+			partitions: 6, rf: 3,
+			want: [][]string{{"n1", "n3", "n2"}, {"n2", "n1", "n3"}, {"n3", "n2", "n1"}},
+		},
+		{
+			name: "2 to 4 starts after partition 1", nodes: three,
+			existing:   [][]string{{"n1", "n2"}, {"n2", "n3"}},
+			partitions: 4, rf: 2,
+			want: [][]string{{"n3", "n1"}, {"n1", "n3"}},
+		},
+		{
+			name: "the round starts at partition 0's first replica", nodes: []string{"n1", "n2", "n3", "n4"},
+			existing:   [][]string{{"n3", "n4"}},
+			partitions: 3, rf: 2,
+			want: [][]string{{"n4", "n1"}, {"n1", "n2"}},
+		},
+		{
+			name: "partition 0's first replica gone: from the first agent", nodes: []string{"n2", "n3"},
+			existing:   [][]string{{"n1", "n2"}, {"n2", "n1"}},
+			partitions: 4, rf: 2,
+			want: [][]string{{"n2", "n3"}, {"n3", "n2"}},
+		},
+		{
+			name: "rf above the agents", nodes: []string{"n1"},
+			existing: [][]string{{"n1", "n2"}}, partitions: 2, rf: 2, wantErr: ErrNotEnoughAgents,
+		},
+		{
+			name: "no growth", nodes: three,
+			existing: [][]string{{"n1"}, {"n2"}}, partitions: 2, rf: 1, wantErr: ErrInvalidTopic,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := AssignAddedPartitions(tt.nodes, tt.existing, tt.partitions, tt.rf)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && fmt.Sprint(got) != fmt.Sprint(tt.want)) {
+				t.Fatalf("AssignAddedPartitions = %v, %v; want %v, %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+// On the agents a topic was created on, growing it places the new
+// partitions exactly where creating it at the larger count would have, so
+// the spread AssignReplicas guarantees holds after any number of alters.
+func TestAssignAddedPartitionsExtendsTheCreation(t *testing.T) {
+	rng := testseed.Rand(t)
+	for range 200 {
+		n := 1 + rng.IntN(9)
+		rf := 1 + rng.IntN(n)
+		nodes := make([]string, n)
+		for i := range nodes {
+			nodes[i] = fmt.Sprintf("n%02d", i)
+		}
+		total := 2 + rng.IntN(60)
+		before := 1 + rng.IntN(total-1)
+		existing, err := AssignReplicas(nodes, before, rf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		added, err := AssignAddedPartitions(nodes, existing, total, rf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := AssignReplicas(nodes, total, rf)
+		if got := append(existing, added...); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("n=%d rf=%d %d->%d: %v, want %v", n, rf, before, total, got, want)
+		}
+	}
+}
+
+func TestCheckAlter(t *testing.T) {
+	old := TopicConfig{ID: "x", Name: "t", Partitions: 2, ReplicationFactor: 2, MinInsyncReplicas: 1, UncleanDelay: time.Second}
+	with := func(f func(*TopicConfig)) TopicConfig {
+		tc := old
+		f(&tc)
+		return tc
+	}
+	tests := []struct {
+		name  string
+		tc    TopicConfig
+		added [][]string
+		ok    bool
+	}{
+		{"unchanged", old, nil, true},
+		{"min insync up", with(func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 }), nil, true},
+		{"min insync above rf", with(func(tc *TopicConfig) { tc.MinInsyncReplicas = 3 }), nil, false},
+		{"storage", with(func(tc *TopicConfig) { tc.Storage = []byte(`{"retention_bytes":1}`) }), nil, true},
+		{"grow", with(func(tc *TopicConfig) { tc.Partitions = 3 }), [][]string{{"a", "b"}}, true},
+		{"grow without replicas", with(func(tc *TopicConfig) { tc.Partitions = 3 }), nil, false},
+		{"grow with short replicas", with(func(tc *TopicConfig) { tc.Partitions = 3 }), [][]string{{"a"}}, false},
+		{"replicas without growth", old, [][]string{{"a", "b"}}, false},
+		{"shrink", with(func(tc *TopicConfig) { tc.Partitions = 1 }), nil, false},
+		{"rf", with(func(tc *TopicConfig) { tc.ReplicationFactor = 3 }), nil, false},
+		{"id", with(func(tc *TopicConfig) { tc.ID = "y" }), nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := checkAlter(old, tt.tc, tt.added); (err == nil) != tt.ok {
+				t.Fatalf("checkAlter = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// growTo is a TopicChange that adds partitions placed by
+// AssignAddedPartitions over nodes.
+func growTo(partitions int, nodes []string) TopicChange {
+	return func(tc TopicConfig, replicas [][]string) (TopicConfig, [][]string, error) {
+		added, err := AssignAddedPartitions(nodes, replicas, partitions, tc.ReplicationFactor)
+		tc.Partitions = partitions
+		return tc, added, err
+	}
+}
+
+// TestAlterTopic grows a topic over several transactions, changes its
+// settings, and shows the guard: an alter that read an older config, or a
+// topic re-created meanwhile, is refused without a change.
+func TestAlterTopic(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	ctx := context.Background()
+	nodes := []string{"a", "b", "c"}
+	first, _ := AssignReplicas(nodes, 3, 2)
+	createTopic(t, a, "grow", first)
+
+	// 3 to 40: 37 partitions of 3 operations are two transactions.
+	tc, err := a.AlterTopic(ctx, "grow", growTo(40, nodes))
+	if err != nil || tc.Partitions != 40 {
+		t.Fatalf("AlterTopic(40) = %+v, %v", tc, err)
+	}
+	want, _ := AssignReplicas(nodes, 40, 2)
+	waitFor(t, 5*time.Second, "40 partitions in the metadata", func() bool {
+		tm, ok := a.Metadata().Topic("grow")
+		return ok && tm.Err == nil && len(tm.Partitions) == 40
+	})
+	tm, _ := a.Metadata().Topic("grow")
+	for p, pm := range tm.Partitions {
+		if !slices.Equal(pm.Replicas, want[p]) || !slices.Equal(pm.State.ISR, want[p]) || pm.State.Epoch != 0 && p >= 3 {
+			t.Fatalf("partition %d: %+v, want replicas %v", p, pm, want[p])
+		}
+	}
+
+	tc, err = a.AlterTopic(ctx, "grow", func(tc TopicConfig, _ [][]string) (TopicConfig, [][]string, error) {
+		tc.MinInsyncReplicas, tc.Storage = 2, []byte(`{"retention_bytes":1024}`)
+		return tc, nil, nil
+	})
+	if err != nil || tc.MinInsyncReplicas != 2 {
+		t.Fatalf("AlterTopic(settings) = %+v, %v", tc, err)
+	}
+	waitFor(t, 5*time.Second, "the new settings in the metadata", func() bool {
+		tm, ok := a.Metadata().Topic("grow")
+		return ok && tm.Config.MinInsyncReplicas == 2 && string(tm.Config.Storage) == `{"retention_bytes":1024}`
+	})
+
+	// Another writer changes the config between the read and the write.
+	_, err = a.AlterTopic(ctx, "grow", func(tc TopicConfig, replicas [][]string) (TopicConfig, [][]string, error) {
+		if _, err := a.AlterTopic(ctx, "grow", growTo(41, nodes)); err != nil {
+			t.Errorf("the concurrent alter: %v", err)
+		}
+		return growTo(45, nodes)(tc, replicas)
+	})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("AlterTopic over a config changed meanwhile = %v, want ErrConflict", err)
+	}
+	// The topic deleted and re-created meanwhile is not grown.
+	_, err = a.AlterTopic(ctx, "grow", func(tc TopicConfig, replicas [][]string) (TopicConfig, [][]string, error) {
+		if err := a.DeleteTopic(ctx, "grow"); err != nil {
+			t.Errorf("delete: %v", err)
+		}
+		createTopic(t, a, "grow", first)
+		return growTo(44, nodes)(tc, replicas)
+	})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("AlterTopic over a re-created topic = %v, want ErrConflict", err)
+	}
+	pairs, _, err := a.api.KV().List(a.keys.topicRoot("grow"), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pair := range pairs {
+		if _, p, kind := a.keys.parse(pair.Key); kind != kindConfig && p >= 3 {
+			t.Fatalf("the refused alter wrote %s", pair.Key)
+		}
+	}
+
+	if _, err := a.AlterTopic(ctx, "grow", growTo(2, nodes)); !errors.Is(err, ErrInvalidTopic) {
+		t.Fatalf("AlterTopic(2) = %v, want ErrInvalidTopic (partitions can only be added)", err)
+	}
+	if _, err := a.AlterTopic(ctx, "none", growTo(2, nodes)); !errors.Is(err, ErrUnknownTopic) {
+		t.Fatalf("AlterTopic(unknown topic) = %v, want ErrUnknownTopic", err)
+	}
+}
+
+// TestAlterTopicAfterAHalfDoneAlter leaves what an alter that crashed
+// after its first transactions leaves, partition keys beyond the config's
+// count (here with a leader epoch and replica lists of their own): the
+// topic works at its old count, and a retry replaces them and succeeds.
+func TestAlterTopicAfterAHalfDoneAlter(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	ctx := context.Background()
+	nodes := []string{"a", "b"}
+	first, _ := AssignReplicas(nodes, 2, 2)
+	createTopic(t, a, "half", first)
+	for p := 2; p < 5; p++ {
+		for key, value := range map[string]string{
+			a.keys.replicas("half", p): `["b","a"]`,
+			a.keys.state("half", p):    `{"leader":"b","epoch":5,"isr":["b"]}`,
+			a.keys.reassign("half", p): `{"target":["b"],"adding":[],"removing":["a"]}`,
+		} {
+			if _, err := a.api.KV().Put(&api.KVPair{Key: key, Value: []byte(value)}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	snap, err := a.SyncMetadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, ok := snap.Topic("half")
+	if !ok || tm.Err != nil || len(tm.Partitions) != 2 {
+		t.Fatalf("with keys beyond the count the topic is %+v", tm)
+	}
+	if _, ok := snap.Partition("half", 2); ok {
+		t.Fatal("the snapshot has a partition beyond the config's count")
+	}
+	if l := campaign(t, a, "half", 1); l.Epoch() != 1 {
+		t.Fatalf("partition 1 led at epoch %d, want 1", l.Epoch())
+	}
+	if _, err := a.Campaign(ctx, "half", 2); !errors.Is(err, ErrUnknownPartition) {
+		t.Fatalf("Campaign(half/2) = %v, want ErrUnknownPartition", err)
+	}
+
+	// The retry, to fewer partitions than the crashed attempt wrote.
+	if _, err := a.AlterTopic(ctx, "half", growTo(4, nodes)); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	want, _ := AssignReplicas(nodes, 4, 2)
+	waitFor(t, 5*time.Second, "4 partitions", func() bool {
+		tm, ok := a.Metadata().Topic("half")
+		return ok && tm.Err == nil && len(tm.Partitions) == 4
+	})
+	for p := 2; p < 4; p++ {
+		pm, _ := a.Metadata().Partition("half", p)
+		if !slices.Equal(pm.Replicas, want[p]) || pm.State.Epoch != 0 || pm.State.Leader != "" || pm.Reassign != nil {
+			t.Fatalf("partition %d after the retry: %+v, want fresh with replicas %v", p, pm, want[p])
+		}
+	}
+	if l := campaign(t, a, "half", 3); l.Epoch() != 1 {
+		t.Fatalf("new partition 3 led at epoch %d, want 1", l.Epoch())
+	}
+}
