@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,6 +191,13 @@ type Manager struct {
 	// failed holds the assigned partitions that are not open.
 	failed map[partitionKey]OpenFailure
 
+	// handed is the metadata each open replica was last handed, configs
+	// each topic's config and appliedIndex the snapshot's index as of the
+	// last apply: the manager's goroutine's own (apply).
+	handed       map[partitionKey]replicaMeta
+	configs      map[string]election.TopicConfig
+	appliedIndex uint64
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -199,7 +207,8 @@ func NewManager(deps *Deps, dataDir string) *Manager {
 	deps.moves = &moveLimiter{interval: moveInterval}
 	deps.heals = &healLimiter{}
 	return &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
-		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{}}
+		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{},
+		handed: map[partitionKey]replicaMeta{}, configs: map[string]election.TopicConfig{}}
 }
 
 // Get returns this agent's replica of a partition, or nil.
@@ -329,11 +338,24 @@ func (m *Manager) RetireAll(ctx context.Context) {
 func (m *Manager) apply(snap *election.Snapshot) {
 	want := map[partitionKey]replicaMeta{}
 	corrupt := map[string]bool{}
+	// A replica whose partition and topic did not change since it was last
+	// handed them is not handed them again: with thousands of partitions,
+	// waking every replica loop on every snapshot (a few keys change at a
+	// time) starved the lease's own requests of CPU (docs/design.md §7).
+	// After Consul's index went back, equal indexes may name other values:
+	// everything is handed again.
+	reset := snap.Index < m.appliedIndex
+	m.appliedIndex = snap.Index
+	configChanged := map[string]bool{}
 	for _, name := range snap.Topics() {
 		tm, _ := snap.Topic(name)
 		if tm.Err != nil {
 			corrupt[name] = true
 			continue
+		}
+		if was, ok := m.configs[name]; reset || !ok || !reflect.DeepEqual(was, tm.Config) {
+			configChanged[name] = true
+			m.configs[name] = tm.Config
 		}
 		for _, pm := range tm.Partitions {
 			if slices.Contains(pm.Replicas, m.deps.Self) {
@@ -391,15 +413,22 @@ func (m *Manager) apply(snap *election.Snapshot) {
 		meta := want[key]
 		r := m.Get(key.topic, key.partition)
 		if r != nil {
+			if handed, ok := m.handed[key]; ok && !configChanged[key.topic] && sameMeta(handed, meta) {
+				continue
+			}
 			if _, err := LogOptionsFor(m.deps.LogOptions, meta.tc); err != nil {
 				// Settings changed to ones this agent cannot apply: offline,
 				// as a replica opened with them would be, not ignored.
+				delete(m.handed, key)
 				m.takeOffline(key, r, meta.tc.ID, err, now)
 				continue
 			}
+			m.handed[key] = meta
 			r.setMeta(meta)
 			continue
 		}
+		// Not open: handed whole by the next apply after its open.
+		delete(m.handed, key)
 		f, failed := m.Offline(key.topic, key.partition)
 		if failed && now.Before(f.RetryAt) {
 			continue
@@ -426,6 +455,27 @@ func (m *Manager) apply(snap *election.Snapshot) {
 		})
 	}
 	opens.Wait()
+	for key := range m.handed {
+		if _, ok := want[key]; !ok {
+			delete(m.handed, key)
+		}
+	}
+	for name := range m.configs {
+		if _, ok := snap.Topic(name); !ok {
+			delete(m.configs, name)
+		}
+	}
+}
+
+// sameMeta reports whether a partition's metadata is as it was handed: the
+// same keys at the same Consul indexes (a key's every write moves its
+// ModifyIndex), the same leader session and handover hint, and usable as
+// before. The topic's config is compared by apply, once per topic.
+func sameMeta(a, b replicaMeta) bool {
+	return a.usable == b.usable && a.tc.ID == b.tc.ID &&
+		a.pm.StateIndex == b.pm.StateIndex && a.pm.ReplicasIndex == b.pm.ReplicasIndex &&
+		a.pm.ReassignIndex == b.pm.ReassignIndex && (a.pm.Reassign == nil) == (b.pm.Reassign == nil) &&
+		a.pm.LeaderSession == b.pm.LeaderSession && a.pm.Successor == b.pm.Successor
 }
 
 // openConcurrency bounds the partitions a manager opens at once.
