@@ -486,6 +486,11 @@ func (l *Leader) Tick(now time.Time) {
 	l.maybeClearELR()
 }
 
+// AwaitingAcks reports whether a write waits for its acknowledgement: its
+// deadline needs Tick at a fine grain, while an idle leader's ticks only
+// time ISR lag, which lag_time_max measures in seconds.
+func (l *Leader) AwaitingAcks() bool { return len(l.acks) > 0 }
+
 // MinInsyncReplicas is the min_insync_replicas the leader applies.
 func (l *Leader) MinInsyncReplicas() int { return l.minISR }
 

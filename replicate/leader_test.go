@@ -913,3 +913,38 @@ func TestSuccessors(t *testing.T) {
 		})
 	}
 }
+
+// TestAwaitingAcks: a leader awaits acks from a write's WaitAck until the
+// HW passes it, or it times out, and not after.
+func TestAwaitingAcks(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		settle func(l *Leader, m *memLog, last int64)
+	}{
+		{"acknowledged", func(l *Leader, m *memLog, last int64) {
+			syncLeader(t, l, m)
+			fetchOK(t, l, "F1", last+1, t0)
+			fetchOK(t, l, "F2", last+1, t0)
+		}},
+		{"timed out", func(l *Leader, _ *memLog, last int64) { l.Tick(t0.Add(2 * time.Second)) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, m := newTestLeader(t, leaderOpts{})
+			if l.AwaitingAcks() {
+				t.Fatal("a new leader awaits acks")
+			}
+			last := appendTo(t, l, m, 1)
+			if err := l.WaitAck(1, last, AcksAll, t0.Add(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if !l.AwaitingAcks() {
+				t.Fatal("a write waits for its ack, but AwaitingAcks is false")
+			}
+			tt.settle(l, m, last)
+			l.Ready()
+			if l.AwaitingAcks() {
+				t.Fatal("still awaiting acks after the write was settled")
+			}
+		})
+	}
+}

@@ -153,8 +153,10 @@ type Replica struct {
 
 	wakeTimer *time.Timer
 	wakeAt    time.Time
-	// leaderTicker runs while leading: ack deadlines and ISR lag.
-	leaderTicker *time.Ticker
+	// leaderTicker runs while leading: ack deadlines and ISR lag, every
+	// leaderTickEvery (tickInterval).
+	leaderTicker    *time.Ticker
+	leaderTickEvery time.Duration
 }
 
 // Deps is what every replica shares with its agent.
@@ -273,6 +275,10 @@ type pendingProduce struct {
 // Intervals of the loop.
 const (
 	leaderTick = 50 * time.Millisecond
+	// idleLeaderTickMax bounds the tick of a leader no write waits on; it
+	// is also at most a tenth of lag_time_max, so a lagging follower
+	// leaves the ISR at most that late (docs/design.md §7).
+	idleLeaderTickMax = time.Second
 	// CheckpointInterval is how often a replica checkpoints its log: a
 	// full disk refuses those too.
 	CheckpointInterval = 5 * time.Second
@@ -524,6 +530,24 @@ func (r *Replica) reconcile() {
 	}
 	r.publish()
 	r.armWake(now)
+	r.adjustLeaderTick()
+}
+
+// adjustLeaderTick ticks a leader every leaderTick while a write waits for
+// its acknowledgement and slower otherwise: thousands of idle leaders
+// ticking 20 times a second were a cost that grew with partitions.
+func (r *Replica) adjustLeaderTick() {
+	if r.leader == nil || r.leaderTicker == nil {
+		return
+	}
+	every := leaderTick
+	if !r.leader.AwaitingAcks() {
+		every = max(leaderTick, min(idleLeaderTickMax, r.deps.Config.Replication.LagTimeMax/10))
+	}
+	if every != r.leaderTickEvery {
+		r.leaderTicker.Reset(every)
+		r.leaderTickEvery = every
+	}
 }
 
 // armWake sets the wake timer to the earliest pending retry.

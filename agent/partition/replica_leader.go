@@ -60,7 +60,7 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 	r.gen++
 	r.role, r.leader, r.leadership, r.leaderISR = RoleLeader, leader, l, leader.ISR()
 	r.replicasFloor = 0
-	r.leaderTicker = time.NewTicker(leaderTick)
+	r.leaderTicker, r.leaderTickEvery = time.NewTicker(leaderTick), leaderTick
 	r.isrRetry = nil
 	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
 	r.deps.Hooks.leaderElected()
