@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -111,7 +112,7 @@ func (c *Client) Liveness() *Liveness {
 func (c *Client) livenessLoop() {
 	const op = "watch agent health"
 	rule := serviceRule + " and " + nodeRule
-	c.blockingLoop("liveness", func(ctx context.Context, waitIndex uint64) (uint64, func(uint64), error) {
+	c.blockingLoop("liveness", func() time.Duration { return c.cfg.WatchMinGap }, func(ctx context.Context, waitIndex uint64) (uint64, func(uint64), error) {
 		q := (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: c.cfg.WatchWait, RequireConsistent: true}).WithContext(ctx)
 		entries, meta, err := c.api.Health().Service(serviceName, "", false, q)
 		switch {
