@@ -29,7 +29,6 @@ type Sessions struct {
 	clients   *Clients
 	self      string
 	heartbeat time.Duration
-	now       func() time.Time
 
 	mu     sync.Mutex
 	byAddr map[string]*session
@@ -66,9 +65,10 @@ func SessionDeadAfter(heartbeat time.Duration) time.Duration { return 3*heartbea
 // NewSessions returns the sessions of the follower agent self, which ping
 // a leader every heartbeat when they have sent nothing else (and ask the
 // leader to do the same). clients give the token, the TLS and the
-// per-partition fetch of the fallback.
-func NewSessions(clients *Clients, self string, heartbeat time.Duration, now func() time.Time) *Sessions {
-	return &Sessions{clients: clients, self: self, heartbeat: max(heartbeat, minHeartbeat), now: now,
+// per-partition fetch of the fallback. Its deadlines and timers are the
+// connections', on the system's clock, not the replicas'.
+func NewSessions(clients *Clients, self string, heartbeat time.Duration) *Sessions {
+	return &Sessions{clients: clients, self: self, heartbeat: max(heartbeat, minHeartbeat),
 		byAddr: map[string]*session{}, done: make(chan struct{})}
 }
 
@@ -212,9 +212,9 @@ func (ss *session) run() {
 				s.mu.Unlock()
 			}
 			continue
-		case s.now().Before(ss.legacyUntil):
+		case time.Now().Before(ss.legacyUntil):
 			ss.startLegacyFetches()
-			until := ss.legacyUntil.Sub(s.now())
+			until := ss.legacyUntil.Sub(time.Now())
 			s.mu.Unlock()
 			t := time.NewTimer(until)
 			select {
@@ -231,7 +231,7 @@ func (ss *session) run() {
 		conn, br, heartbeat, err := ss.open()
 		if errors.Is(err, errNoSessions) {
 			s.mu.Lock()
-			ss.legacyUntil = s.now().Add(legacyRetry)
+			ss.legacyUntil = time.Now().Add(legacyRetry)
 			s.mu.Unlock()
 			continue
 		}
@@ -319,7 +319,7 @@ func (ss *session) open() (net.Conn, *bufio.Reader, time.Duration, error) {
 		}
 		conn = tc
 	}
-	_ = conn.SetDeadline(s.now().Add(CallTimeout))
+	_ = conn.SetDeadline(time.Now().Add(CallTimeout))
 	req := "GET " + SessionPath + "?replica_id=" + s.self + "&heartbeat_ms=" + strconv.FormatInt(s.heartbeat.Milliseconds(), 10) +
 		" HTTP/1.1\r\nHost: " + ss.addr + "\r\nUser-Agent: logagent\r\n"
 	if s.clients.token != "" {
@@ -392,7 +392,7 @@ func (ss *session) stream(conn net.Conn, br *bufio.Reader, heartbeat time.Durati
 		ss.out = spare[:0]
 		idle := len(ss.pending) == 0
 		s.mu.Unlock()
-		switch now := s.now(); {
+		switch now := time.Now(); {
 		case !idle:
 			idleSince = time.Time{}
 		case idleSince.IsZero():
@@ -401,7 +401,7 @@ func (ss *session) stream(conn net.Conn, br *bufio.Reader, heartbeat time.Durati
 			return nil
 		}
 		if len(frames) > 0 {
-			_ = conn.SetWriteDeadline(s.now().Add(CallTimeout))
+			_ = conn.SetWriteDeadline(time.Now().Add(CallTimeout))
 			if _, err := conn.Write(frames); err != nil {
 				return fmt.Errorf("%w: session with %s: %v", errUnreachable, ss.addr, err)
 			}
@@ -430,7 +430,7 @@ func (ss *session) read(conn net.Conn, br *bufio.Reader, deadAfter time.Duration
 	maxLen := s.clients.maxBodySize + answerHeaderLen
 	var buf []byte
 	for {
-		_ = conn.SetReadDeadline(s.now().Add(deadAfter))
+		_ = conn.SetReadDeadline(time.Now().Add(deadAfter))
 		var typ byte
 		var body []byte
 		var err error

@@ -120,7 +120,7 @@ func testFetch(partition int, offset int64) Fetch {
 func TestSessionCarriesFetches(t *testing.T) {
 	leader := startFakeLeader(t, 50)
 	clients := NewClients("secret", 1<<20, false, nil)
-	s := NewSessions(clients, "n2", 50*time.Millisecond, time.Now)
+	s := NewSessions(clients, "n2", 50*time.Millisecond)
 	defer s.Close()
 	addr := leader.ln.Addr().String()
 
@@ -193,7 +193,7 @@ func TestSessionCarriesFetches(t *testing.T) {
 // replicas back off and fetch again), and the next fetch opens a new one.
 func TestSessionFailureFailsPending(t *testing.T) {
 	leader := startFakeLeader(t, 20)
-	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 20*time.Millisecond, time.Now)
+	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 20*time.Millisecond)
 	defer s.Close()
 	addr := leader.ln.Addr().String()
 
@@ -251,7 +251,7 @@ func TestSessionFallsBackTo404(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Shutdown()
 
-	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond, time.Now)
+	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond)
 	defer s.Close()
 	for p := range 3 {
 		d, got := collector()
