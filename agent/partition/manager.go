@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/segstore"
 )
@@ -198,6 +199,7 @@ type Manager struct {
 func NewManager(deps *Deps, dataDir string) *Manager {
 	deps.moves = &moveLimiter{interval: moveInterval}
 	deps.heals = &healLimiter{}
+	deps.sessions = peer.NewSessions(deps.Peers.WithMaxConns(peer.MaxConns), deps.Self, deps.Config.Replication.FetchMaxWait)
 	return &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
 		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{}}
 }
@@ -303,6 +305,8 @@ func (m *Manager) Stop() error {
 		})
 	}
 	wg.Wait()
+	// After the replicas: none sends a fetch any more.
+	m.deps.sessions.Close()
 	return errors.Join(errs...)
 }
 
