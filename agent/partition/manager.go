@@ -398,8 +398,9 @@ func (m *Manager) apply(snap *election.Snapshot) {
 				budget = &b
 			}
 			// Its files come out of the file cache's bound, which the
-			// budget holds back whole.
-			if err := budget.take(replicaOutsideCache(len(meta.pm.Replicas))); err != nil {
+			// budget holds back whole, and its replication out of its
+			// peers' fetch sessions: what it adds is a read in use.
+			if err := budget.take(fdsPerReplicaReads); err != nil {
 				m.openFailed(key, meta.tc.ID, f, err, now)
 				continue
 			}
