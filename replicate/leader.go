@@ -511,7 +511,8 @@ func (l *Leader) FollowerUnparked(id string, epoch int32, at time.Time) error {
 
 // Tick moves the leader's time: it fails acks past their deadline and, with
 // no ISR change in flight, proposes removing every ISR follower that has not
-// caught up within LagTimeMax or that Consul says is dead (SetDeadFollowers).
+// caught up within LagTimeMax or that Consul says is dead (SetDeadFollowers),
+// or else adding a parked follower that meets the ISR-join rule.
 // The HW keeps counting a removed follower until ISRCommitted confirms the
 // removal.
 func (l *Leader) Tick(now time.Time) {
@@ -526,6 +527,14 @@ func (l *Leader) Tick(now time.Time) {
 		return true
 	})
 	l.maybeShrinkISR(now)
+	// A follower outside the ISR whose fetch is parked sends no fetch that
+	// would propose adding it (one that came while another change was in
+	// flight proposed nothing): propose it here.
+	for _, id := range l.replicas {
+		if p := l.followers[id]; id != l.self && p.parked {
+			l.maybeExpandISR(id, p)
+		}
+	}
 }
 
 // SetDeadFollowers tells the leader which replicas Consul says are dead (the

@@ -132,3 +132,28 @@ func TestParkRules(t *testing.T) {
 		t.Errorf("dead parked follower: proposal %+v, want [L F1]", rd.ISRProposal)
 	}
 }
+
+// TestParkedFollowerRejoins: a follower whose fetch reached the log end
+// while a change was in flight (so that fetch proposed nothing) and then
+// parked sends no other fetch; the next tick after the change proposes
+// adding it, as its next fetch would have.
+func TestParkedFollowerRejoins(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	l, _ := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+	fetchOK(t, l, "F1", 8, at(1))
+	l.Ready()
+	// F2 never fetched: out at 11 s.
+	if isr := shrinkProposal(l, at(11)); !slices.Equal(isr, []string{"L", "F1"}) {
+		t.Fatalf("proposal %v, want F2 out", isr)
+	}
+	parkF2(t, l, at(12)) // with the shrink in flight: no proposal
+	if rd := l.Ready(); rd.ISRProposal != nil {
+		t.Fatalf("a proposal while one is in flight: %+v", rd.ISRProposal)
+	}
+	if err := l.ISRCommitted([]string{"L", "F1"}, nil, at(12)); err != nil {
+		t.Fatal(err)
+	}
+	if isr := shrinkProposal(l, at(12)); !slices.Equal(isr, []string{"L", "F1", "F2"}) {
+		t.Fatalf("proposal %v after the shrink, want F2 back", isr)
+	}
+}
