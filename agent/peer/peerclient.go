@@ -50,8 +50,10 @@ type Clients struct {
 	// tlsFor, when not nil, makes every connection TLS, configured for the
 	// address it dials.
 	tlsFor TLSConfig
-	// maxConns bounds the connections to one peer.
+	// maxConns bounds the connections to one peer, and connWait how long
+	// a request waits for one of them.
 	maxConns int
+	connWait time.Duration
 
 	mu      sync.Mutex
 	clients map[string]*fasthttp.HostClient
@@ -82,16 +84,16 @@ type TLSConfig func(addr string) *tls.Config
 // readers and the caller enforces maxBodySize (see MaxBodySize). With
 // tlsFor, requests go over TLS (https); without, over plain TCP (http).
 func NewClients(token string, maxBodySize int, stream bool, tlsFor TLSConfig) *Clients {
-	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, tlsFor: tlsFor, maxConns: MaxConns, clients: map[string]*fasthttp.HostClient{}}
+	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, tlsFor: tlsFor, maxConns: MaxConns, connWait: time.Second, clients: map[string]*fasthttp.HostClient{}}
 }
 
 // WithMaxConns returns clients with the same settings and a pool of their
 // own, holding at most n connections to one peer: requests beyond them
-// wait for one (up to a second). Short requests that many partitions send
-// at once (epoch queries as a thousand followers start) need few.
+// wait for one, up to CallTimeout. Short requests that many partitions
+// send at once (epoch queries as a thousand followers start) need few.
 func (p *Clients) WithMaxConns(n int) *Clients {
 	c := NewClients(p.token, p.maxBodySize, p.stream, p.tlsFor)
-	c.resendClosed, c.maxConns = p.resendClosed, n
+	c.resendClosed, c.maxConns, c.connWait = p.resendClosed, n, CallTimeout
 	return c
 }
 
@@ -127,7 +129,7 @@ func (p *Clients) Client(addr string) *fasthttp.HostClient {
 			Addr:                addr,
 			Name:                "logagent",
 			MaxConns:            p.maxConns,
-			MaxConnWaitTimeout:  time.Second,
+			MaxConnWaitTimeout:  p.connWait,
 			MaxIdleConnDuration: time.Minute,
 			ReadTimeout:         maxWait + CallTimeout,
 			WriteTimeout:        CallTimeout,
