@@ -138,6 +138,9 @@ type Agent struct {
 	// leaderships were handed over and the agent left Consul: held
 	// requests end.
 	stopping chan struct{}
+	// leaderSessions are the fetch sessions of the followers of the
+	// partitions this agent leads (peersession.go).
+	leaderSessions leaderSessions
 	// retriesUntil is set when the agent stops serving: produces in flight
 	// may retry on the new leaders until then (pauseBeforeRetry), so that
 	// one the handover refused is not answered with that refusal.
@@ -251,7 +254,7 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 		Self:            a.cfg.NodeID,
 		Config:          a.cfg,
 		Coord:           a.coord,
-		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor()),
+		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor()).WithMaxConns(partition.EpochQueryConns),
 		LookupAgent:     a.agents.lookup,
 		Log:             a.log,
 		Now:             a.now,
@@ -495,6 +498,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	}
 	shutdowns.Wait()
 	cancelShutdown()
+	// Fetch sessions are no listener's: they end here, before the
+	// partitions they hold fetches of.
+	a.leaderSessions.close()
 	wg.Wait()
 	kafkaBroker.polls.Wait()
 	// Each replica's stop waits for its goroutines, peer requests in
@@ -612,6 +618,7 @@ func (a *Agent) peerRoutes() *router {
 	// peer.tls still wants the probe's client certificate first.
 	rt.add(fasthttp.MethodGet, "/v1/health", a.handleHealth)
 	rt.add(fasthttp.MethodGet, peer.FetchPath, a.requirePeerToken(a.handleReplicaFetch))
+	rt.add(fasthttp.MethodGet, peer.SessionPath, a.requirePeerToken(a.handleReplicaSession))
 	rt.add(fasthttp.MethodGet, peer.EpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))
 	rt.add(fasthttp.MethodPost, peerGroupsPath, a.requirePeerToken(a.handlePeerGroupOp))
@@ -626,7 +633,9 @@ func (a *Agent) peerRoutes() *router {
 func (a *Agent) closeWhenStopping(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		h(ctx)
-		if a.state.Load() >= stateHandingOver {
+		// A fetch session opened during the handovers serves on: the
+		// successors catch up through it.
+		if a.state.Load() >= stateHandingOver && !ctx.Hijacked() {
 			ctx.SetConnectionClose()
 		}
 	}

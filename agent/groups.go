@@ -106,6 +106,7 @@ func (h groupHost) TrimOffsets(p int, offset int64) error {
 		return notLedHere(p)
 	}
 	_, err := r.CurrentLog().DeleteBefore(offset)
+	r.LogTrimmed()
 	return err
 }
 

@@ -98,7 +98,7 @@ func New(src Sources) *Metrics {
 		}),
 		replicaFetches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "logagent_replica_fetch_requests_total",
-			Help: "Replica fetch requests of followers that this agent's peer API served as a leader, answered or refused: the replication traffic's request rate, which grows with the partitions followed.",
+			Help: "Replica fetches of followers that this agent's peer API received as a leader (a fetch session's fetch frames and GET /v1/replica/fetch requests), answered or refused: the replication traffic's request rate.",
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "logagent_errors_total",
@@ -210,8 +210,8 @@ func (m *Metrics) LeaderElected() { m.leaderElections.Inc() }
 // ISRChanged counts an ISR change this agent committed as a leader.
 func (m *Metrics) ISRChanged() { m.isrChanges.Inc() }
 
-// ReplicaFetchServed counts a follower's replica fetch request that this
-// agent's peer API received.
+// ReplicaFetchServed counts a follower's replica fetch that this agent's
+// peer API received: a fetch frame of a session or a GET.
 func (m *Metrics) ReplicaFetchServed() { m.replicaFetches.Inc() }
 
 // Error counts an error answer of the client API with its code.

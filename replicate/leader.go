@@ -122,6 +122,10 @@ type replicaProgress struct {
 	dataLoss bool
 	// retiring is the Retiring flag of its latest fetch.
 	retiring bool
+	// parked says its latest fetch, at the leader's log end, is held in a
+	// live fetch session (FollowerParked): it counts as caught up until
+	// the fetch is answered or the session ends.
+	parked bool
 }
 
 type pendingAck struct {
@@ -440,6 +444,7 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	p.lastFetchLeaderLogEnd = l.logEnd
 	p.lastFetchTime = now
 	p.logEnd = req.FetchOffset
+	p.parked = false
 	p.dataLoss = req.DataLoss
 	p.retiring = req.Retiring
 
@@ -466,9 +471,48 @@ func (l *Leader) OffsetForEpoch(req EpochRequest) (EpochEndOffset, error) {
 	return l.endOffsetForEpoch(req.Epoch)
 }
 
+// FollowerParked reports that the follower's latest fetch, which Fetch has
+// just recorded at the leader's log end, is held in a live fetch session
+// (docs/design.md §7.9) instead of being asked again every fetch_max_wait:
+// until FollowerUnparked or its next Fetch the follower counts as caught
+// up, however long it waits, without an input per round. It refuses
+// (ErrInvalidInput) a fetch offset other than the log end, and fails like
+// Fetch for another epoch or a stranger.
+func (l *Leader) FollowerParked(id string, epoch int32, fetchOffset int64) error {
+	p, err := l.checkRequest(id, epoch)
+	if err != nil {
+		return err
+	}
+	if fetchOffset != l.logEnd || p.logEnd != l.logEnd {
+		return fmt.Errorf("%w: %q parked at %d (recorded %d), log end %d", ErrInvalidInput, id, fetchOffset, p.logEnd, l.logEnd)
+	}
+	p.parked = true
+	return nil
+}
+
+// FollowerUnparked reports that the follower's parked fetch ended at at:
+// answered (the log or the HW moved on), dropped, or its session ended, in
+// which case at is the session's last sign of life, so a follower whose
+// host vanished is removed lagTimeMax after it was last heard of, as if it
+// had stopped fetching then. It counts as caught up as of at, and from then
+// on by Kafka's rule again. A follower no longer parked (a later Fetch
+// came first) is left as it is.
+func (l *Leader) FollowerUnparked(id string, epoch int32, at time.Time) error {
+	p, err := l.checkRequest(id, epoch)
+	if err != nil {
+		return err
+	}
+	if p.parked {
+		p.parked = false
+		p.lastCaughtUp = maxTime(p.lastCaughtUp, at)
+	}
+	return nil
+}
+
 // Tick moves the leader's time: it fails acks past their deadline and, with
 // no ISR change in flight, proposes removing every ISR follower that has not
-// caught up within LagTimeMax or that Consul says is dead (SetDeadFollowers).
+// caught up within LagTimeMax or that Consul says is dead (SetDeadFollowers),
+// or else adding a parked follower that meets the ISR-join rule.
 // The HW keeps counting a removed follower until ISRCommitted confirms the
 // removal.
 func (l *Leader) Tick(now time.Time) {
@@ -484,6 +528,14 @@ func (l *Leader) Tick(now time.Time) {
 	})
 	l.maybeShrinkISR(now)
 	l.maybeClearELR()
+	// A follower outside the ISR whose fetch is parked sends no fetch that
+	// would propose adding it (one that came while another change was in
+	// flight proposed nothing): propose it here.
+	for _, id := range l.replicas {
+		if p := l.followers[id]; id != l.self && p.parked {
+			l.maybeExpandISR(id, p)
+		}
+	}
 }
 
 // AwaitingAcks reports whether a write waits for its acknowledgement: its
@@ -673,9 +725,10 @@ func (l *Leader) endOffsetForEpoch(epoch int32) (EpochEndOffset, error) {
 	return EpochEndOffset{Epoch: found, EndOffset: end}, nil
 }
 
-// caughtUp is Kafka's Replica.isCaughtUp.
+// caughtUp is Kafka's Replica.isCaughtUp, and a parked follower, which
+// reached the log end and waits in a live session for it to move.
 func (l *Leader) caughtUp(p *replicaProgress, now time.Time) bool {
-	return p.logEnd == l.logEnd || now.Sub(p.lastCaughtUp) <= l.lagTimeMax
+	return p.parked || p.logEnd == l.logEnd || now.Sub(p.lastCaughtUp) <= l.lagTimeMax
 }
 
 // maybeExpandISR proposes adding a follower outside the ISR whose log reached

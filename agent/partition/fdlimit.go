@@ -21,9 +21,11 @@ import (
 // opened and closed by the agent's segstore.FileCache, whose bound
 // (FileCacheBound) all replicas share: at most that many are open while
 // none is in use. Outside the bound, a replica has a read descriptor in
-// use while a Region of it is sent, and keeps its replication connections
-// open: a leader has one from each follower, a follower one to its leader,
-// so at most replication factor - 1.
+// use while a Region of it is sent. Replication connections are per peer
+// agent, not per replica (docs/design.md §7.9): a fetch session to each
+// agent this one follows partitions on and one from each agent following
+// partitions here, and the pooled connections of epoch queries and
+// forwarded produce requests, fdsPerPeer in all.
 //
 // On top of the replicas, the agent itself holds its listeners, its Consul
 // connections, the data directory's lock, the runtime's poller and its
@@ -32,6 +34,7 @@ const (
 	fdsPerSegment      = 2
 	fdsPerReplicaReads = 1
 	fdsAgentBase       = 64
+	fdsPerPeer         = 2 + EpochQueryConns
 )
 
 // FileCacheBound's share of the limit, and its least value.
@@ -65,33 +68,47 @@ func replicaFiles(segments int) int {
 	return fdsPerSegment * max(segments, 1)
 }
 
-// replicaOutsideCache is what one replica holds outside the file cache: a
-// read descriptor in use and its replication connections.
-func replicaOutsideCache(replicationFactor int) int {
-	return fdsPerReplicaReads + max(replicationFactor-1, 0)
-}
-
 // descriptorEstimate is the agent's estimate for the replicas snap assigns
-// to self, counting segments on disk: their files up to the file cache's
-// bound, plus what each holds outside it.
+// to self, counting segments on disk (estimateDescriptors).
 func descriptorEstimate(snap *election.Snapshot, self, dataDir string, cacheBound int) (replicas, fds int) {
-	files := 0
-	fds = fdsAgentBase
+	var held []heldReplica
 	for _, name := range snap.Topics() {
 		tm, _ := snap.Topic(name)
 		if tm.Err != nil {
 			continue
 		}
 		for _, pm := range tm.Partitions {
-			if !slices.Contains(pm.Replicas, self) {
-				continue
+			if slices.Contains(pm.Replicas, self) {
+				held = append(held, heldReplica{replicas: pm.Replicas, segments: countSegments(partitionDir(dataDir, name, pm.Partition))})
 			}
-			replicas++
-			files += replicaFiles(countSegments(partitionDir(dataDir, name, pm.Partition)))
-			fds += replicaOutsideCache(len(pm.Replicas))
 		}
 	}
-	return replicas, fds + min(files, cacheBound)
+	return len(held), estimateDescriptors(self, held, cacheBound)
+}
+
+// heldReplica is a replica self holds: its partition's replica set and its
+// segments on disk.
+type heldReplica struct {
+	replicas []string
+	segments int
+}
+
+// estimateDescriptors is the agent's base, the replicas' files up to the
+// file cache's bound, a read descriptor in use for each replica, and the
+// connections to each agent that shares a partition with self.
+func estimateDescriptors(self string, held []heldReplica, cacheBound int) int {
+	files, fds := 0, fdsAgentBase
+	peers := map[string]bool{}
+	for _, h := range held {
+		files += replicaFiles(h.segments)
+		fds += fdsPerReplicaReads
+		for _, id := range h.replicas {
+			if id != self {
+				peers[id] = true
+			}
+		}
+	}
+	return fds + fdsPerPeer*len(peers) + min(files, cacheBound)
 }
 
 // countSegments counts a partition directory's segment logs; a directory

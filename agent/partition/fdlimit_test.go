@@ -7,21 +7,40 @@ import (
 	"testing"
 )
 
-func TestReplicaDescriptors(t *testing.T) {
+func TestReplicaFiles(t *testing.T) {
+	for _, c := range []struct{ segments, want int }{{0, 2}, {1, 2}, {4, 8}} { // not created yet: one segment
+		if got := replicaFiles(c.segments); got != c.want {
+			t.Errorf("replicaFiles(%d) = %d, want %d", c.segments, got, c.want)
+		}
+	}
+}
+
+// TestEstimateDescriptors: replication connections are counted per peer
+// agent (fetch sessions), not per replica: 1,000 partitions of RF 3 on
+// three agents cost 2 peers' connections, not 2,000.
+func TestEstimateDescriptors(t *testing.T) {
+	many := func(n int, replicas ...string) []heldReplica {
+		out := make([]heldReplica, n)
+		for i := range out {
+			out[i] = heldReplica{replicas: replicas, segments: 1}
+		}
+		return out
+	}
 	cases := []struct {
-		segments, rf, wantFiles, wantOutside int
+		name  string
+		held  []heldReplica
+		bound int
+		want  int
 	}{
-		{segments: 0, rf: 1, wantFiles: 2, wantOutside: 1}, // not created yet: one segment
-		{segments: 1, rf: 1, wantFiles: 2, wantOutside: 1},
-		{segments: 1, rf: 3, wantFiles: 2, wantOutside: 3},
-		{segments: 4, rf: 3, wantFiles: 8, wantOutside: 3},
+		{"none", nil, 5000, fdsAgentBase},
+		{"one RF 1", many(1, "n1"), 5000, fdsAgentBase + 1 + 2},
+		{"1,000 RF 3 on 3 agents", many(1000, "n1", "n2", "n3"), 5000, fdsAgentBase + 1000 + 2*fdsPerPeer + 2000},
+		{"files past the cache bound", many(1000, "n1", "n2", "n3"), 500, fdsAgentBase + 1000 + 2*fdsPerPeer + 500},
+		{"peers counted once", append(many(10, "n1", "n2", "n3"), many(10, "n1", "n3", "n4")...), 5000, fdsAgentBase + 20 + 3*fdsPerPeer + 40},
 	}
 	for _, c := range cases {
-		if got := replicaFiles(c.segments); got != c.wantFiles {
-			t.Errorf("replicaFiles(%d) = %d, want %d", c.segments, got, c.wantFiles)
-		}
-		if got := replicaOutsideCache(c.rf); got != c.wantOutside {
-			t.Errorf("replicaOutsideCache(%d) = %d, want %d", c.rf, got, c.wantOutside)
+		if got := estimateDescriptors("n1", c.held, c.bound); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}
 }

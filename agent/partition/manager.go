@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/segstore"
 )
@@ -206,6 +207,7 @@ type Manager struct {
 func NewManager(deps *Deps, dataDir string) *Manager {
 	deps.moves = &moveLimiter{interval: moveInterval}
 	deps.heals = &healLimiter{}
+	deps.sessions = peer.NewSessions(deps.Peers.WithMaxConns(peer.MaxConns), deps.Self, deps.Config.Replication.FetchMaxWait)
 	return &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
 		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{},
 		handed: map[partitionKey]replicaMeta{}, configs: map[string]election.TopicConfig{}}
@@ -312,6 +314,8 @@ func (m *Manager) Stop() error {
 		})
 	}
 	wg.Wait()
+	// After the replicas: none sends a fetch any more.
+	m.deps.sessions.Close()
 	return errors.Join(errs...)
 }
 
@@ -438,8 +442,9 @@ func (m *Manager) apply(snap *election.Snapshot) {
 			budget = &b
 		}
 		// Its files come out of the file cache's bound, which the
-		// budget holds back whole.
-		if err := budget.take(replicaOutsideCache(len(meta.pm.Replicas))); err != nil {
+		// budget holds back whole, and its replication out of its
+		// peers' fetch sessions: what it adds is a read in use.
+		if err := budget.take(fdsPerReplicaReads); err != nil {
 			m.openFailed(key, meta.tc.ID, f, err, now)
 			continue
 		}

@@ -50,10 +50,16 @@ type Replica struct {
 	view    atomic.Pointer[View]
 	changed *broadcast
 
-	events      chan any
-	metaMu      sync.Mutex
-	pendingMeta *replicaMeta
-	metaSignal  chan struct{}
+	events chan any
+	// fetchAnswers are the answers the fetch sessions delivered, and
+	// fetchSignal tells the loop of them: a session never waits for a busy
+	// loop.
+	fetchMu      sync.Mutex
+	fetchAnswers []fetchAnswered
+	fetchSignal  chan struct{}
+	metaMu       sync.Mutex
+	pendingMeta  *replicaMeta
+	metaSignal   chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -114,8 +120,15 @@ type Replica struct {
 	producersDirty      bool
 	producerSnapshotEnd int64
 
-	follower      *replicate.Follower
-	following     followTarget
+	follower  *replicate.Follower
+	following followTarget
+	// fetchAddr is the leader the fetch in flight went to (empty for
+	// none), and fetchOut that fetch.
+	fetchAddr string
+	fetchOut  peer.Fetch
+	// leaderPos are the positions of the leader's last answer in this
+	// following, nil before the first.
+	leaderPos     *peer.FetchPositions
 	knownLeaderHW int64
 	followRetryAt time.Time
 	followBackoff backoffDelay
@@ -157,6 +170,11 @@ type Replica struct {
 	// leaderTickEvery (tickInterval).
 	leaderTicker    *time.Ticker
 	leaderTickEvery time.Duration
+	// parkedBy is the session that parked each follower's fetch in this
+	// leadership (docs/design.md §7.9); the loop writes it, sessions read
+	// it (HoldsPark), under parkMu.
+	parkMu   sync.Mutex
+	parkedBy map[string]uint64
 }
 
 // Deps is what every replica shares with its agent.
@@ -165,8 +183,14 @@ type Deps struct {
 	Self   string
 	Config *config.Config
 	Coord  Coordinator
-	// Peers sends the followers' requests to their leaders.
+	// Peers sends the followers' epoch requests to their leaders, on at
+	// most EpochQueryConns connections to each; the fetch sessions fetch
+	// from a leader without sessions with their own pool of its settings.
 	Peers *peer.Clients
+	// sessions carries the followers' fetches, one session per leader
+	// agent (docs/design.md §7.9); NewManager sets it and Manager.Stop
+	// closes it.
+	sessions *peer.Sessions
 	// LookupAgent finds a registered agent by node id; a miss may start a
 	// refresh, and the follower tries again after its backoff.
 	LookupAgent func(node string) (election.AgentInfo, bool)
@@ -189,6 +213,11 @@ type Deps struct {
 	// Hooks hear of elections and ISR changes.
 	Hooks Hooks
 }
+
+// EpochQueryConns bounds the connections of Deps.Peers to one leader
+// agent: a thousand followers starting at once each ask an epoch end
+// offset, and need not open a connection each.
+const EpochQueryConns = 4
 
 // Coordinator is what the partitions ask of Consul: the metadata, the
 // liveness watch, elections and ISR changes. election.Client implements
@@ -310,11 +339,13 @@ func newReplica(deps *Deps, topic string, partition int, topicID, dir string, lo
 		changed:       newBroadcast(),
 		events:        make(chan any, eventQueue),
 		metaSignal:    make(chan struct{}, 1),
+		fetchSignal:   make(chan struct{}, 1),
 		ctx:           ctx,
 		cancel:        cancel,
 		done:          make(chan struct{}),
 		dataLoss:      dataLoss,
 		acks:          map[replicate.AckID]pendingProduce{},
+		parkedBy:      map[string]uint64{},
 		followBackoff: backoffDelay{min: 50 * time.Millisecond, max: 2 * time.Second},
 		failBackoff:   backoffDelay{min: failBackoffMin, max: failBackoffMax},
 	}
@@ -333,10 +364,10 @@ func (r *Replica) start() {
 // not_leader), and the log is closed. It returns the log's Close error once
 // every goroutine of the replica has ended. Cancelling r.ctx ends the
 // campaign and an ISR proposal at once; what cannot be cancelled is
-// bounded: a resignation by peer.CallTimeout, an epoch query by
-// peer.CallTimeout and a follower's fetch by the leader's hold
-// (replication.fetch_max_wait), or fetch_max_wait + peer.CallTimeout if the
-// leader does not answer (fasthttp requests take no context).
+// bounded: a resignation by peer.CallTimeout and an epoch query by
+// peer.CallTimeout (fasthttp requests take no context). A follower's fetch
+// in flight belongs to the manager's fetch sessions, which drop it (Forget)
+// and whose Close waits for them.
 func (r *Replica) Stop() error {
 	r.cancel()
 	<-r.done
@@ -381,7 +412,11 @@ func (r *Replica) send(ev any) bool {
 }
 
 func (r *Replica) run() {
-	defer close(r.done)
+	defer func() {
+		close(r.done)
+		// Fetch sessions holding a fetch for this replica look at Done.
+		r.changed.notify()
+	}()
 	r.loadProducers()
 	checkpoint := time.NewTicker(CheckpointInterval)
 	defer checkpoint.Stop()
@@ -407,6 +442,10 @@ func (r *Replica) run() {
 			// produce could be appended and acknowledged after it.
 			r.stepDownIfLeadershipEnded()
 			r.handle(ev)
+		case <-r.fetchSignal:
+			for _, ev := range r.takeFetchAnswers() {
+				r.onFetchAnswered(ev)
+			}
 		case <-r.metaSignal:
 			r.metaMu.Lock()
 			m := r.pendingMeta
@@ -467,6 +506,8 @@ func (r *Replica) handle(ev any) {
 		r.onProduceGroup(ev)
 	case *leaderFetchRequest:
 		r.onLeaderFetch(ev)
+	case unparkRequest:
+		r.onUnpark(ev)
 	case *epochQueryRequest:
 		r.onEpochQuery(ev)
 	case campaignResult:
@@ -477,8 +518,6 @@ func (r *Replica) handle(ev any) {
 		r.onISRResult(ev)
 	case epochAnswered:
 		r.onEpochAnswered(ev)
-	case fetchAnswered:
-		r.onFetchAnswered(ev)
 	case retireRequest:
 		r.onRetire(ev)
 	case retireStepDown:
@@ -629,6 +668,7 @@ type retireRequest struct{ leading chan bool }
 
 func (r *Replica) onRetire(ev retireRequest) {
 	r.retiring = true
+	r.resendFlags()
 	r.cancelCampaign()
 	ev.leading <- r.role == RoleLeader
 }
@@ -801,6 +841,13 @@ func (r *Replica) onSyncResult(ev syncResult) {
 		if err := r.follower.Synced(ev.offset - 1); err != nil {
 			r.log.Debug("sync report refused", "error", err)
 		}
+		// The fsync may make the log durable up to the leader's last
+		// positions: the mark clears now, not at an answer that a fetch
+		// parked in a session would not get.
+		if r.leaderPos != nil {
+			r.maybeClearDataLoss(*r.leaderPos)
+			r.resendFlags()
+		}
 	}
 }
 
@@ -922,6 +969,7 @@ func (r *Replica) applyRetention() {
 		return
 	}
 	log := r.CurrentLog()
+	start := log.LogStartOffset()
 	if _, err := log.ApplyRetention(log.HighWatermark()); err != nil {
 		if errors.Is(err, segstore.ErrFailed) {
 			r.failLog(fmt.Errorf("retention: %w", err))
@@ -929,7 +977,15 @@ func (r *Replica) applyRetention() {
 		}
 		r.log.Warn("retention failed", "error", err)
 	}
+	if log.LogStartOffset() != start {
+		r.LogTrimmed()
+	}
 }
+
+// LogTrimmed tells the replica's waiters that its log start moved (the
+// log's segments below it were deleted): fetches parked in a session are
+// answered, so that followers delete theirs too.
+func (r *Replica) LogTrimmed() { r.changed.notify() }
 
 // shutdown ends the loop's work when the replica stops.
 func (r *Replica) shutdown() {

@@ -42,7 +42,7 @@ func (r *Replica) becomeFollower(target followTarget) {
 	}
 	r.gen++
 	r.role, r.follower = RoleFollower, f
-	r.knownLeaderHW = f.HighWatermark()
+	r.knownLeaderHW, r.leaderPos = f.HighWatermark(), nil
 	r.log.Info("following", "leader", target.node, "epoch", target.epoch, "log_end_offset", leo)
 	r.publish()
 }
@@ -51,6 +51,7 @@ func (r *Replica) becomeFollower(target followTarget) {
 // flight are dropped by their generation.
 func (r *Replica) stopFollowing() {
 	r.following = followTarget{}
+	r.forgetFetch()
 	if r.follower == nil {
 		return
 	}
@@ -175,20 +176,64 @@ func (r *Replica) onEpochAnswered(ev epochAnswered) {
 }
 
 func (r *Replica) fetch(addr string, req replicate.FetchRequest) {
-	gen := r.gen
 	req.DataLoss, req.Retiring = r.dataLoss, r.retiring
-	f := peer.Fetch{
+	r.sendFetch(addr, peer.Fetch{
 		Topic:              r.topic,
 		Partition:          r.partition,
 		FetchRequest:       req,
 		KnownHighWatermark: r.knownLeaderHW,
 		MaxBytes:           r.deps.Config.Replication.FetchMaxBytes,
 		MaxWait:            r.deps.Config.Replication.FetchMaxWait,
-	}
-	r.tasks.Go(func() {
-		answer, err := r.deps.Peers.Fetch(addr, f)
-		r.send(fetchAnswered{gen: gen, answer: answer, err: err})
 	})
+}
+
+// sendFetch hands the fetch to the session with the leader at addr
+// (docs/design.md §7.9); its answer comes back to the loop as a
+// fetchAnswered of this generation.
+func (r *Replica) sendFetch(addr string, f peer.Fetch) {
+	gen := r.gen
+	r.fetchAddr, r.fetchOut = addr, f
+	r.deps.sessions.Fetch(addr, f, func(answer peer.FetchAnswer, err error) {
+		r.fetchMu.Lock()
+		r.fetchAnswers = append(r.fetchAnswers, fetchAnswered{gen: gen, answer: answer, err: err})
+		r.fetchMu.Unlock()
+		select {
+		case r.fetchSignal <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// takeFetchAnswers returns the answers delivered since the last call.
+func (r *Replica) takeFetchAnswers() []fetchAnswered {
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	out := r.fetchAnswers
+	r.fetchAnswers = nil
+	return out
+}
+
+// forgetFetch drops the fetch this replica has waiting at a leader, so the
+// leader stops holding it for a replica that no longer follows it there.
+func (r *Replica) forgetFetch() {
+	if r.fetchAddr != "" {
+		r.deps.sessions.Forget(r.fetchAddr, r.topic, r.partition)
+		r.fetchAddr = ""
+	}
+}
+
+// resendFlags sends the fetch waiting at the leader again when the
+// replica's data_loss or retiring flag changed since it went: a fetch
+// parked in a session is not sent again by itself, and the leader must
+// neither hand a partition over to a stopping agent nor keep a repaired
+// replica out of the ISR.
+func (r *Replica) resendFlags() {
+	if r.fetchAddr == "" || r.follower == nil || (r.fetchOut.DataLoss == r.dataLoss && r.fetchOut.Retiring == r.retiring) {
+		return
+	}
+	f := r.fetchOut
+	f.DataLoss, f.Retiring = r.dataLoss, r.retiring
+	r.sendFetch(r.fetchAddr, f)
 }
 
 type fetchAnswered struct {
@@ -201,6 +246,7 @@ func (r *Replica) onFetchAnswered(ev fetchAnswered) {
 	if ev.gen != r.gen || r.follower == nil {
 		return
 	}
+	r.fetchAddr = ""
 	if ev.err != nil {
 		var pe *peer.Error
 		if errors.As(ev.err, &pe) && pe.Code == wire.CodeOffsetOutOfRange {
@@ -258,6 +304,7 @@ func (r *Replica) onFetchAnswered(ev fetchAnswered) {
 		return
 	}
 	r.followBackoff.reset()
+	r.leaderPos = &pos
 	r.maybeClearDataLoss(pos)
 	r.followLogStart(pos.LogStartOffset)
 }

@@ -59,6 +59,9 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 	}
 	r.gen++
 	r.role, r.leader, r.leadership, r.leaderISR = RoleLeader, leader, l, leader.ISR()
+	r.parkMu.Lock()
+	clear(r.parkedBy)
+	r.parkMu.Unlock()
 	r.replicasFloor = 0
 	r.leaderTicker, r.leaderTickEvery = time.NewTicker(leaderTick), leaderTick
 	r.isrRetry = nil
@@ -370,10 +373,13 @@ func (r *Replica) waitAck(req *produceRequest, base, last int64, epoch int32, du
 }
 
 // leaderFetchRequest is a follower's fetch as the peer handler hands it to
-// the leader's loop.
+// the leader's loop. A fetch from a session (session not 0) that finds
+// nothing to answer is parked (docs/design.md §7.9).
 type leaderFetchRequest struct {
-	req   replicate.FetchRequest
-	reply chan LeaderFetchOutcome
+	req     replicate.FetchRequest
+	session uint64
+	knownHW int64
+	reply   chan LeaderFetchOutcome
 }
 
 type LeaderFetchOutcome struct {
@@ -382,7 +388,11 @@ type LeaderFetchOutcome struct {
 	// Throttled says the answer counts against the catch-up throttle: the
 	// fetch is from a replica a move adds, not yet in the ISR.
 	Throttled bool
-	Err       error
+	// Parked says the session's fetch has nothing to answer (it is at the
+	// log end and knows the high watermark) and waits in the session, the
+	// follower counting as caught up until Unpark.
+	Parked bool
+	Err    error
 }
 
 // OutOfRangeError refuses a fetch outside the leader's log.
@@ -408,12 +418,60 @@ func (r *Replica) onLeaderFetch(ev *leaderFetchRequest) {
 	if errors.Is(err, replicate.ErrOffsetOutOfRange) {
 		err = &OutOfRangeError{LogStartOffset: log.LogStartOffset(), LogEndOffset: log.LogEndOffset()}
 	}
-	ev.reply <- LeaderFetchOutcome{Result: result, LogStartOffset: log.LogStartOffset(), Throttled: r.throttled(ev.req.ReplicaID), Err: err}
+	// Any fetch ends the follower's park; a session's with nothing to
+	// answer starts one.
+	r.parkMu.Lock()
+	prev, had := r.parkedBy[ev.req.ReplicaID]
+	delete(r.parkedBy, ev.req.ReplicaID)
+	parked := false
+	if err == nil && ev.session != 0 && result.Diverging == nil && ev.req.FetchOffset == r.leader.LogEndOffset() &&
+		r.leader.HighWatermark() <= ev.knownHW {
+		if perr := r.leader.FollowerParked(ev.req.ReplicaID, ev.req.CurrentLeaderEpoch, ev.req.FetchOffset); perr != nil {
+			r.log.Error("leader refused to park a fetch", "replica", ev.req.ReplicaID, "error", perr)
+		} else {
+			parked = true
+			r.parkedBy[ev.req.ReplicaID] = ev.session
+		}
+	}
+	r.parkMu.Unlock()
+	if had && prev != ev.session {
+		// Another fetch of the follower (another session's, or a GET)
+		// ended the park a session still holds: wake it, so that it
+		// answers its fetch and the follower fetches again there.
+		r.changed.notify()
+	}
+	ev.reply <- LeaderFetchOutcome{Result: result, LogStartOffset: log.LogStartOffset(), Throttled: r.throttled(ev.req.ReplicaID), Parked: parked, Err: err}
 	if errors.Is(err, replicate.ErrInconsistentLog) {
 		r.failLog(err)
 		return
 	}
 	r.processLeaderReady()
+}
+
+// unparkRequest ends the park of a follower's fetch that session started:
+// answered at at, forgotten, or the session's end (at is then its last sign
+// of life). An unpark from a session that no longer holds the park (the
+// follower fetched since, maybe on a newer session) changes nothing.
+type unparkRequest struct {
+	replicaID string
+	epoch     int32
+	session   uint64
+	at        time.Time
+}
+
+func (r *Replica) onUnpark(ev unparkRequest) {
+	r.parkMu.Lock()
+	held := r.parkedBy[ev.replicaID] == ev.session
+	if held {
+		delete(r.parkedBy, ev.replicaID)
+	}
+	r.parkMu.Unlock()
+	if r.leader == nil || !held {
+		return
+	}
+	if err := r.leader.FollowerUnparked(ev.replicaID, ev.epoch, ev.at); err != nil {
+		r.log.Debug("unpark refused", "replica", ev.replicaID, "error", err)
+	}
 }
 
 // epochQueryRequest is a follower's epoch end offset request.
@@ -525,6 +583,42 @@ func (r *Replica) LeaderFetch(req replicate.FetchRequest) LeaderFetchOutcome {
 		return LeaderFetchOutcome{Err: ErrReplicaStopped}
 	}
 }
+
+// SessionFetch is LeaderFetch for a fetch that arrived on session (not
+// 0): one with nothing to answer, at the log end and knowing the high
+// watermark knownHW, is parked (LeaderFetchOutcome.Parked), and the session
+// calls Unpark once it answers it or ends.
+func (r *Replica) SessionFetch(req replicate.FetchRequest, session uint64, knownHW int64) LeaderFetchOutcome {
+	ev := &leaderFetchRequest{req: req, session: session, knownHW: knownHW, reply: make(chan LeaderFetchOutcome, 1)}
+	if !r.send(ev) {
+		return LeaderFetchOutcome{Err: ErrReplicaStopped}
+	}
+	select {
+	case out := <-ev.reply:
+		return out
+	case <-r.done:
+		return LeaderFetchOutcome{Err: ErrReplicaStopped}
+	}
+}
+
+// Unpark ends the park of replicaID's fetch that session started in the
+// leadership of epoch, as of at.
+func (r *Replica) Unpark(replicaID string, epoch int32, session uint64, at time.Time) {
+	r.send(unparkRequest{replicaID: replicaID, epoch: epoch, session: session, at: at})
+}
+
+// HoldsPark says the loop holds the park session started for replicaID's
+// fetch: false once another fetch of the follower ended it.
+func (r *Replica) HoldsPark(replicaID string, session uint64) bool {
+	r.parkMu.Lock()
+	defer r.parkMu.Unlock()
+	return r.parkedBy[replicaID] == session
+}
+
+// OnChange calls fn after every change that Changed reports, and once the
+// replica has stopped, until the returned cancel is called; fn must not
+// block.
+func (r *Replica) OnChange(fn func()) (cancel func()) { return r.changed.subscribe(fn) }
 
 // EpochQuery hands a follower's epoch end offset request to the leader's
 // loop and returns its answer.

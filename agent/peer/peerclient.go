@@ -50,6 +50,10 @@ type Clients struct {
 	// tlsFor, when not nil, makes every connection TLS, configured for the
 	// address it dials.
 	tlsFor TLSConfig
+	// maxConns bounds the connections to one peer, and connWait how long
+	// a request waits for one of them.
+	maxConns int
+	connWait time.Duration
 
 	mu      sync.Mutex
 	clients map[string]*fasthttp.HostClient
@@ -59,9 +63,10 @@ const (
 	// CallTimeout bounds a peer request that is not held by a long
 	// poll.
 	CallTimeout = 5 * time.Second
-	// maxConns bounds the connections to one peer: one per partition
-	// followed there, plus epoch requests.
-	maxConns = 4096
+	// MaxConns bounds the connections to one peer by default: a
+	// follower of a leader without fetch sessions holds one per partition
+	// it follows there.
+	MaxConns = 4096
 )
 
 // TLSWriteBufferSize is the write buffer of a TLS connection, server or
@@ -79,7 +84,17 @@ type TLSConfig func(addr string) *tls.Config
 // readers and the caller enforces maxBodySize (see MaxBodySize). With
 // tlsFor, requests go over TLS (https); without, over plain TCP (http).
 func NewClients(token string, maxBodySize int, stream bool, tlsFor TLSConfig) *Clients {
-	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, tlsFor: tlsFor, clients: map[string]*fasthttp.HostClient{}}
+	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, tlsFor: tlsFor, maxConns: MaxConns, connWait: time.Second, clients: map[string]*fasthttp.HostClient{}}
+}
+
+// WithMaxConns returns clients with the same settings and a pool of their
+// own, holding at most n connections to one peer: requests beyond them
+// wait for one, up to CallTimeout. Short requests that many partitions
+// send at once (epoch queries as a thousand followers start) need few.
+func (p *Clients) WithMaxConns(n int) *Clients {
+	c := NewClients(p.token, p.maxBodySize, p.stream, p.tlsFor)
+	c.resendClosed, c.maxConns, c.connWait = p.resendClosed, n, CallTimeout
+	return c
 }
 
 // ResendClosed makes the clients send a request again, on a new
@@ -111,12 +126,10 @@ func (p *Clients) Client(addr string) *fasthttp.HostClient {
 	c := p.clients[addr]
 	if c == nil {
 		c = &fasthttp.HostClient{
-			Addr: addr,
-			Name: "logagent",
-			// Every partition this agent follows on the peer holds one
-			// connection in its long poll.
-			MaxConns:            maxConns,
-			MaxConnWaitTimeout:  time.Second,
+			Addr:                addr,
+			Name:                "logagent",
+			MaxConns:            p.maxConns,
+			MaxConnWaitTimeout:  p.connWait,
 			MaxIdleConnDuration: time.Minute,
 			ReadTimeout:         maxWait + CallTimeout,
 			WriteTimeout:        CallTimeout,

@@ -1,0 +1,264 @@
+package peer
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/replicate"
+)
+
+// fakeLeader is the leader side of one session at a time, driven by the
+// test: it checks the opening request and hands the test the frames.
+type fakeLeader struct {
+	t     *testing.T
+	ln    net.Listener
+	conns chan *leaderConn
+	done  chan struct{}
+}
+
+type leaderConn struct {
+	net.Conn
+	br  *bufio.Reader
+	req *http.Request
+}
+
+func startFakeLeader(t *testing.T, heartbeatMs int) *fakeLeader {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &fakeLeader{t: t, ln: ln, conns: make(chan *leaderConn, 4), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(conn)
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				conn.Close()
+				continue
+			}
+			fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\n%s: %d\r\nContent-Length: 0\r\n\r\n", HeaderSession, heartbeatMs)
+			l.conns <- &leaderConn{Conn: conn, br: br, req: req}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-l.done
+		close(l.conns)
+		for c := range l.conns {
+			c.Close()
+		}
+	})
+	return l
+}
+
+func (l *fakeLeader) accept() *leaderConn {
+	l.t.Helper()
+	select {
+	case c := <-l.conns:
+		l.t.Cleanup(func() { c.Close() })
+		return c
+	case <-time.After(5 * time.Second):
+		l.t.Fatal("no session opened")
+		return nil
+	}
+}
+
+func (c *leaderConn) next(t *testing.T) SessionRequest {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	req, _, err := ReadSessionRequest(c.br, nil, c.req.URL.Query().Get("replica_id"))
+	if err != nil {
+		t.Fatalf("read a follower frame: %v", err)
+	}
+	return req
+}
+
+type delivery struct {
+	answer FetchAnswer
+	err    error
+}
+
+func collector() (Deliver, chan delivery) {
+	ch := make(chan delivery, 16)
+	return func(a FetchAnswer, err error) { ch <- delivery{a, err} }, ch
+}
+
+func waitDelivery(t *testing.T, ch chan delivery) delivery {
+	t.Helper()
+	select {
+	case d := <-ch:
+		return d
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing delivered")
+		return delivery{}
+	}
+}
+
+func testFetch(partition int, offset int64) Fetch {
+	return Fetch{Topic: "t", Partition: partition, FetchRequest: replicate.FetchRequest{ReplicaID: "n2", FetchOffset: offset, CurrentLeaderEpoch: 3, LastFetchedEpoch: 3},
+		MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond}
+}
+
+// TestSessionCarriesFetches: the follower opens one session with its token
+// and replica id, its fetches and forgets travel as frames, each answer
+// reaches the fetch it answers, an answer to a fetch replaced since is
+// dropped, and an idle session pings.
+func TestSessionCarriesFetches(t *testing.T) {
+	leader := startFakeLeader(t, 50)
+	clients := NewClients("secret", 1<<20, false, nil)
+	s := NewSessions(clients, "n2", 50*time.Millisecond)
+	defer s.Close()
+	addr := leader.ln.Addr().String()
+
+	d0, got0 := collector()
+	d1, got1 := collector()
+	s.Fetch(addr, testFetch(0, 10), d0)
+	s.Fetch(addr, testFetch(1, 20), d1)
+	c := leader.accept()
+	if c.req.URL.Path != SessionPath || c.req.Header.Get("Authorization") != "Bearer secret" || c.req.URL.Query().Get("replica_id") != "n2" {
+		t.Fatalf("session request %s %v", c.req.URL, c.req.Header)
+	}
+	ids := map[int]uint32{}
+	for range 2 {
+		req := c.next(t)
+		if req.Kind != SessionFetch || req.Fetch.Topic != "t" {
+			t.Fatalf("frame %+v", req)
+		}
+		want := testFetch(req.Fetch.Partition, 10*int64(req.Fetch.Partition+1))
+		want.MaxWait = 0
+		if req.Fetch != want {
+			t.Fatalf("fetch %+v, want %+v", req.Fetch, want)
+		}
+		ids[req.Fetch.Partition] = req.ID
+	}
+
+	// Partition 1 fetches again before its first fetch is answered.
+	d1b, got1b := collector()
+	s.Fetch(addr, testFetch(1, 21), d1b)
+	req := c.next(t)
+	if req.Kind != SessionFetch || req.Fetch.FetchOffset != 21 {
+		t.Fatalf("replacing fetch %+v", req)
+	}
+	pos := FetchPositions{LeaderEpoch: 3, HighWatermark: 20, LogEndOffset: 30}
+	var frames []byte
+	frames = append(AppendAnswerHeader(frames, ids[1], pos, 3), "old"...)
+	frames = append(AppendAnswerHeader(frames, req.ID, pos, 3), "new"...)
+	frames = AppendRefusalFrame(frames, ids[0], &Error{Status: 409, Code: "not_leader", Message: "moved"})
+	if _, err := c.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	if d := waitDelivery(t, got1b); d.err != nil || string(d.answer.Batches) != "new" || d.answer.Positions.LogEndOffset != 30 {
+		t.Fatalf("answer %+v %v", d.answer, d.err)
+	}
+	var pe *Error
+	if d := waitDelivery(t, got0); !errors.As(d.err, &pe) || pe.Code != "not_leader" || pe.Status != 409 {
+		t.Fatalf("refusal delivered as %v", d.err)
+	}
+	select {
+	case d := <-got1:
+		t.Fatalf("the replaced fetch got %+v", d)
+	default:
+	}
+
+	// A forget reaches the leader; then the idle session pings.
+	s.Fetch(addr, testFetch(2, 5), func(FetchAnswer, error) {})
+	if req := c.next(t); req.Kind != SessionFetch {
+		t.Fatalf("frame %+v", req)
+	}
+	s.Forget(addr, "t", 2)
+	if req := c.next(t); req.Kind != SessionForget || req.Fetch.Partition != 2 {
+		t.Fatalf("forget frame %+v", req)
+	}
+	if req := c.next(t); req.Kind != SessionPing {
+		t.Fatalf("idle frame %+v", req)
+	}
+}
+
+// TestSessionFailureFailsPending: a session whose leader goes silent past
+// SessionDeadAfter, or closes it, fails every fetch pending on it (the
+// replicas back off and fetch again), and the next fetch opens a new one.
+func TestSessionFailureFailsPending(t *testing.T) {
+	leader := startFakeLeader(t, 20)
+	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 20*time.Millisecond)
+	defer s.Close()
+	addr := leader.ln.Addr().String()
+
+	d, got := collector()
+	start := time.Now()
+	s.Fetch(addr, testFetch(0, 1), d)
+	c := leader.accept()
+	c.next(t)
+	// The leader sends nothing, pings neither.
+	if del := waitDelivery(t, got); !errors.Is(del.err, errUnreachable) {
+		t.Fatalf("silent leader: %v", del.err)
+	}
+	if took, bound := time.Since(start), SessionDeadAfter(20*time.Millisecond); took < bound {
+		t.Fatalf("failed after %s, before the bound %s", took, bound)
+	}
+
+	s.Fetch(addr, testFetch(0, 1), d)
+	c = leader.accept()
+	c.next(t)
+	c.Close()
+	if del := waitDelivery(t, got); !errors.Is(del.err, errUnreachable) {
+		t.Fatalf("closed session: %v", del.err)
+	}
+
+	// Close fails what is pending.
+	s.Fetch(addr, testFetch(0, 1), d)
+	leader.accept().next(t)
+	s.Close()
+	if del := waitDelivery(t, got); !errors.Is(del.err, ErrSessionsClosed) {
+		t.Fatalf("at close: %v", del.err)
+	}
+}
+
+// TestSessionFallsBackTo404: a leader of an earlier version answers the
+// session request 404; its follower then fetches each partition with a
+// GET /v1/replica/fetch of its own.
+func TestSessionFallsBackTo404(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) != FetchPath {
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+			return
+		}
+		f, err := ParseFetch(ctx.QueryArgs())
+		if err != nil {
+			ctx.SetStatusCode(fasthttp.StatusBadRequest)
+			return
+		}
+		FetchPositions{LeaderEpoch: 3, LogEndOffset: f.FetchOffset + 1}.Write(&ctx.Response.Header)
+		ctx.SetBodyString("p" + strconv.Itoa(f.Partition))
+	}}
+	go srv.Serve(ln)
+	defer srv.Shutdown()
+
+	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond)
+	defer s.Close()
+	for p := range 3 {
+		d, got := collector()
+		s.Fetch(ln.Addr().String(), testFetch(p, int64(p)), d)
+		del := waitDelivery(t, got)
+		if del.err != nil || string(del.answer.Batches) != "p"+strconv.Itoa(p) || del.answer.Positions.LogEndOffset != int64(p)+1 {
+			t.Fatalf("partition %d through the fallback: %+v %v", p, del.answer, del.err)
+		}
+	}
+}

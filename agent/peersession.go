@@ -1,0 +1,522 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/peer"
+
+	"github.com/logagent/logagent/wire"
+)
+
+// The leader side of the fetch sessions (docs/design.md §7.9, the wire
+// format in agent/peer/sessionwire.go): a follower agent's session carries
+// its fetches of every partition this agent leads. Each fetch goes through
+// the partition's loop as a GET's does; one with nothing to answer is
+// parked there (the follower counts as caught up) and here, subscribed to
+// the replica's changes, until an append, a high watermark past the
+// follower's, a new log start, a change of role or the replica's stop; the session's writer
+// then answers it, sending the batches with sendfile(2). Nothing happens
+// per parked partition while nothing changes.
+
+const (
+	// sendfileMinBytes is the region size from which an answer's batches
+	// go out with sendfile(2): below it, pread and a copy into the
+	// session's buffer cost less, and share one write with other frames.
+	sendfileMinBytes = 64 << 10
+	// sessionWriteBuffer batches small frames into one write(2).
+	sessionWriteBuffer = 64 << 10
+	// minSessionHeartbeat bounds how often a follower may ask the session
+	// to ping.
+	minSessionHeartbeat = 10 * time.Millisecond
+)
+
+// leaderSessions are the sessions this agent serves as a leader, so that
+// the agent's stop ends them and waits for them.
+type leaderSessions struct {
+	mu     sync.Mutex
+	closed bool
+	nextID uint64
+	open   map[*leaderSession]struct{}
+	wg     sync.WaitGroup
+}
+
+// add registers s and gives it its id; false once the agent stops.
+func (ls *leaderSessions) add(s *leaderSession) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return false
+	}
+	if ls.open == nil {
+		ls.open = map[*leaderSession]struct{}{}
+	}
+	ls.nextID++
+	s.id = ls.nextID
+	ls.open[s] = struct{}{}
+	ls.wg.Add(1)
+	return true
+}
+
+func (ls *leaderSessions) remove(s *leaderSession) {
+	ls.mu.Lock()
+	delete(ls.open, s)
+	ls.mu.Unlock()
+	ls.wg.Done()
+}
+
+// close ends every session and waits until each has let go of its parked
+// fetches.
+func (ls *leaderSessions) close() {
+	ls.mu.Lock()
+	ls.closed = true
+	for s := range ls.open {
+		_ = s.raw.Close()
+	}
+	ls.mu.Unlock()
+	ls.wg.Wait()
+}
+
+// handleReplicaSession opens a follower agent's fetch session: the token
+// was checked by the route; the answer is 200 with the heartbeat the
+// session keeps, then the connection is this agent's.
+func (a *Agent) handleReplicaSession(ctx *fasthttp.RequestCtx) {
+	if !a.serving(ctx) {
+		return
+	}
+	replicaID := string(ctx.QueryArgs().Peek("replica_id"))
+	ms, err := strconv.ParseInt(string(ctx.QueryArgs().Peek("heartbeat_ms")), 10, 64)
+	if replicaID == "" || err != nil || ms < 1 || ms > 30_000 {
+		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "a session needs replica_id and heartbeat_ms in [1, 30000]", false)
+		return
+	}
+	// The session must be declared dead well within lag_time_max, so that
+	// a follower whose host vanished leaves the ISR as if it had stopped
+	// fetching when it was last heard of.
+	lag := a.cfg.Replication.LagTimeMax
+	heartbeat := max(min(time.Duration(ms)*time.Millisecond, lag/8), minSessionHeartbeat)
+	deadAfter := min(peer.SessionDeadAfter(heartbeat), lag/2)
+	ctx.Response.Header.Set(peer.HeaderSession, strconv.FormatInt(heartbeat.Milliseconds(), 10))
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Hijack(func(c net.Conn) { a.serveSession(c, replicaID, heartbeat, deadAfter) })
+}
+
+// leaderSession is one follower agent's session. Its reader (the hijacked
+// connection's goroutine) takes fetches to the loops; its writer answers
+// them.
+type leaderSession struct {
+	a  *Agent
+	id uint64
+	// raw is the connection itself (a *net.TCPConn, or a *tls.Conn with
+	// peer TLS): writes go to it, and tcp, when it is TCP, takes sendfile.
+	raw       net.Conn
+	tcp       *net.TCPConn
+	replicaID string
+	heartbeat time.Duration
+	deadAfter time.Duration
+	wake      chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+
+	mu       sync.Mutex
+	parts    map[sessionKey]*sessionPart
+	dirty    []*sessionPart
+	lastSeen time.Time
+}
+
+type sessionKey struct {
+	topic     string
+	partition int
+}
+
+// sessionPart is a partition's fetch waiting in the session. Its fields
+// from r on are set by the reader before the writer first sees it; those
+// under "guarded" by s.mu.
+type sessionPart struct {
+	key      sessionKey
+	id       uint32
+	f        peer.Fetch
+	r        *partition.Replica
+	out      partition.LeaderFetchOutcome
+	refusal  *apiError
+	holdTill time.Time
+
+	// Guarded by the session's mu.
+	parked bool
+	cancel func()
+	queued bool
+	gone   bool
+}
+
+func (a *Agent) serveSession(c net.Conn, replicaID string, heartbeat, deadAfter time.Duration) {
+	raw := c
+	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+		// fasthttp's wrapper reads through its buffer (bytes the follower
+		// sent right behind its request); writes go to the connection
+		// itself, which sendfile needs.
+		raw = u.UnsafeConn()
+	}
+	s := &leaderSession{a: a, raw: raw, replicaID: replicaID, heartbeat: heartbeat, deadAfter: deadAfter,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), parts: map[sessionKey]*sessionPart{}, lastSeen: a.now()}
+	s.tcp, _ = raw.(*net.TCPConn)
+	if !a.leaderSessions.add(s) {
+		return
+	}
+	defer a.leaderSessions.remove(s)
+	a.log.Debug("fetch session opened", "replica", replicaID, "heartbeat", heartbeat, "sendfile", s.tcp != nil)
+	var writer sync.WaitGroup
+	writer.Go(s.write)
+	err := s.read(bufio.NewReaderSize(c, 16<<10))
+	s.end()
+	writer.Wait()
+	s.release()
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		a.log.Debug("fetch session ended", "replica", replicaID, "error", err)
+	}
+}
+
+// end stops the writer and closes the connection, which ends the reader.
+func (s *leaderSession) end() {
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		_ = s.raw.Close()
+	})
+}
+
+func (s *leaderSession) read(br *bufio.Reader) error {
+	var buf []byte
+	for {
+		_ = s.raw.SetReadDeadline(time.Now().Add(s.deadAfter))
+		var req peer.SessionRequest
+		var err error
+		req, buf, err = peer.ReadSessionRequest(br, buf, s.replicaID)
+		if err != nil {
+			return err
+		}
+		now := s.a.now()
+		s.mu.Lock()
+		s.lastSeen = now
+		s.mu.Unlock()
+		switch req.Kind {
+		case peer.SessionFetch:
+			s.onFetch(req.ID, req.Fetch)
+		case peer.SessionForget:
+			s.mu.Lock()
+			p := s.parts[sessionKey{req.Fetch.Topic, req.Fetch.Partition}]
+			s.mu.Unlock()
+			if p != nil {
+				s.unpark(p, true, now)
+			}
+		}
+	}
+}
+
+// onFetch takes a fetch to its partition's loop, which answers it, refuses
+// it or parks it; it replaces the partition's earlier fetch.
+func (s *leaderSession) onFetch(id uint32, f peer.Fetch) {
+	s.a.metrics.ReplicaFetchServed()
+	key := sessionKey{f.Topic, f.Partition}
+	p := &sessionPart{key: key, id: id, f: f}
+	s.mu.Lock()
+	old := s.parts[key]
+	s.parts[key] = p
+	s.mu.Unlock()
+	if old != nil {
+		// This fetch ends the old one's park in the loop.
+		if cancel, _, _ := s.take(old, true); cancel != nil {
+			cancel()
+		}
+	}
+	p.r = s.a.replicas.Get(f.Topic, f.Partition)
+	if p.r == nil {
+		p.refusal = newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent has no replica of "+partitionName(f.Topic, f.Partition), true)
+		s.mark(p)
+		return
+	}
+	p.out = p.r.SessionFetch(f.FetchRequest, s.id, f.KnownHighWatermark)
+	if p.out.Err != nil {
+		p.refusal = peerAPIError(p.out.Err)
+		s.mark(p)
+		return
+	}
+	if !p.out.Parked {
+		s.mark(p)
+		return
+	}
+	s.mu.Lock()
+	p.parked = true
+	s.mu.Unlock()
+	cancel := p.r.OnChange(func() { s.mark(p) })
+	s.mu.Lock()
+	keep := !p.gone && p.parked
+	if keep {
+		p.cancel = cancel
+	}
+	s.mu.Unlock()
+	if !keep {
+		cancel()
+		return
+	}
+	// A change between the loop's answer and the subscription.
+	s.mark(p)
+}
+
+// mark queues p for the writer.
+func (s *leaderSession) mark(p *sessionPart) {
+	s.mu.Lock()
+	if !p.queued && !p.gone {
+		p.queued = true
+		s.dirty = append(s.dirty, p)
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take ends p's park (and with gone, p itself) and returns its
+// subscription's cancel and whether it was parked; ok is false if p was
+// gone already.
+func (s *leaderSession) take(p *sessionPart, gone bool) (cancel func(), parked, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.gone {
+		return nil, false, false
+	}
+	cancel, parked = p.cancel, p.parked
+	p.cancel, p.parked = nil, false
+	if gone {
+		p.gone = true
+		if s.parts[p.key] == p {
+			delete(s.parts, p.key)
+		}
+	}
+	return cancel, parked, true
+}
+
+// unpark ends p's park as of at, in the session and in the loop.
+func (s *leaderSession) unpark(p *sessionPart, gone bool, at time.Time) {
+	cancel, parked, _ := s.take(p, gone)
+	if cancel != nil {
+		cancel()
+	}
+	if parked {
+		p.r.Unpark(s.replicaID, p.f.CurrentLeaderEpoch, s.id, at)
+	}
+}
+
+// release lets go of every fetch of an ended session: the loops count the
+// parked ones' followers as caught up as of the session's last frame.
+func (s *leaderSession) release() {
+	s.mu.Lock()
+	parts := make([]*sessionPart, 0, len(s.parts))
+	for _, p := range s.parts {
+		parts = append(parts, p)
+	}
+	lastSeen := s.lastSeen
+	s.mu.Unlock()
+	for _, p := range parts {
+		s.unpark(p, true, lastSeen)
+	}
+}
+
+// write answers the fetches the reader and the replicas' changes queue,
+// and pings when it has written nothing for a heartbeat.
+func (s *leaderSession) write() {
+	bw := bufio.NewWriterSize(s.raw, sessionWriteBuffer)
+	ping := time.NewTimer(s.heartbeat)
+	defer ping.Stop()
+	later := time.NewTimer(time.Hour)
+	later.Stop()
+	defer later.Stop()
+	var batch, waiting []*sessionPart
+	var hdr []byte
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		case <-later.C:
+		case <-ping.C:
+			hdr = peer.AppendPingFrame(hdr[:0])
+			_, _ = bw.Write(hdr)
+		}
+		s.mu.Lock()
+		batch = append(batch[:0], s.dirty...)
+		clear(s.dirty)
+		s.dirty = s.dirty[:0]
+		for _, p := range batch {
+			p.queued = false
+		}
+		s.mu.Unlock()
+		batch = append(batch, waiting...)
+		waiting = waiting[:0]
+		var retryAt time.Time
+		for _, p := range batch {
+			var again time.Time
+			var err error
+			hdr, again, err = s.answer(bw, p, hdr)
+			if err != nil {
+				s.a.log.Debug("fetch session write failed", "replica", s.replicaID, "error", err)
+				s.end()
+				return
+			}
+			if !again.IsZero() {
+				waiting = append(waiting, p)
+				if retryAt.IsZero() || again.Before(retryAt) {
+					retryAt = again
+				}
+			}
+		}
+		clear(batch)
+		if bw.Buffered() > 0 {
+			_ = s.raw.SetWriteDeadline(time.Now().Add(peer.CallTimeout))
+			if err := bw.Flush(); err != nil {
+				s.end()
+				return
+			}
+			resetTimer(ping, s.heartbeat)
+		}
+		if !retryAt.IsZero() {
+			resetTimer(later, max(retryAt.Sub(s.a.now()), time.Millisecond))
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	t.Reset(d)
+}
+
+// answer writes p's answer, if it has one, into bw; a throttled catch-up
+// answer waiting for the budget returns when to look again instead.
+func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]byte, time.Time, error) {
+	s.mu.Lock()
+	gone, parked := p.gone, p.parked
+	s.mu.Unlock()
+	if gone {
+		return hdr, time.Time{}, nil
+	}
+	if p.refusal != nil {
+		s.take(p, true)
+		return hdr, time.Time{}, s.writeRefusal(bw, p, p.refusal)
+	}
+	f, r := p.f, p.r
+	now := s.a.now()
+	log := r.CurrentLog()
+	notLeader := func() bool {
+		v := r.CurrentView()
+		select {
+		case <-r.Done():
+			return true
+		default:
+		}
+		return v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch
+	}
+	if parked {
+		// The follower also learns of a log start that moved (retention,
+		// a restatement of the groups' offsets), whose segments it deletes.
+		// And a park the loop no longer holds (another fetch of the
+		// follower ended it) is answered, so that it fetches again here.
+		if !notLeader() && log.LogEndOffset() <= f.FetchOffset && log.HighWatermark() <= f.KnownHighWatermark &&
+			log.LogStartOffset() <= p.out.LogStartOffset && r.HoldsPark(s.replicaID, s.id) {
+			return hdr, time.Time{}, nil
+		}
+		// Before the answer goes out, so before the follower's next fetch
+		// reaches the loop.
+		s.unpark(p, false, now)
+		if notLeader() {
+			s.take(p, true)
+			return hdr, time.Time{}, s.writeRefusal(bw, p, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch waited", true))
+		}
+	}
+	pos := peer.FetchPositions{
+		LeaderEpoch:      p.out.Result.LeaderEpoch,
+		EpochStartOffset: p.out.Result.EpochStartOffset,
+		HighWatermark:    p.out.Result.HighWatermark,
+		LogEndOffset:     p.out.Result.LogEndOffset,
+		LogStartOffset:   p.out.LogStartOffset,
+		Diverging:        p.out.Result.Diverging,
+	}
+	if pos.Diverging != nil {
+		s.take(p, true)
+		hdr = peer.AppendAnswerHeader(hdr[:0], p.id, pos, 0)
+		_, err := bw.Write(hdr)
+		return hdr, time.Time{}, err
+	}
+	maxBytes := f.MaxBytes
+	if p.out.Throttled {
+		// A replica a move adds: its answer waits for the catch-up budget
+		// (docs/design.md §7.6), without holding back the session's
+		// other partitions, and goes out empty after a heartbeat.
+		if delay := s.a.catchUp.Delay(now); delay > 0 {
+			if p.holdTill.IsZero() {
+				p.holdTill = now.Add(s.heartbeat)
+			}
+			if now.Before(p.holdTill) {
+				return hdr, minTime(now.Add(delay), p.holdTill), nil
+			}
+			s.take(p, true)
+			hdr = peer.AppendAnswerHeader(hdr[:0], p.id, pos, 0)
+			_, err := bw.Write(hdr)
+			return hdr, time.Time{}, err
+		}
+		maxBytes = s.a.catchUp.MaxBytes(maxBytes)
+	}
+	if _, _, ok := s.take(p, true); !ok {
+		return hdr, time.Time{}, nil
+	}
+	region, err := log.Read(f.FetchOffset, maxBytes, math.MaxInt64)
+	if err != nil {
+		return hdr, time.Time{}, s.writeRefusal(bw, p, storageAPIError(err))
+	}
+	defer region.Close()
+	// As in handleReplicaFetch: a leader that stepped down during the
+	// read may hold a newer leader's batches.
+	if notLeader() {
+		return hdr, time.Time{}, s.writeRefusal(bw, p, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
+	}
+	pos.HighWatermark = max(pos.HighWatermark, log.HighWatermark())
+	pos.LogEndOffset = log.LogEndOffset()
+	pos.LogStartOffset = log.LogStartOffset()
+	if p.out.Throttled {
+		s.a.catchUp.Spend(now, int(region.Len))
+		r.AddCatchUpBytes(f.ReplicaID, int(region.Len))
+	}
+	hdr = peer.AppendAnswerHeader(hdr[:0], p.id, pos, region.Len)
+	if _, err := bw.Write(hdr); err != nil {
+		return hdr, time.Time{}, err
+	}
+	_ = s.raw.SetWriteDeadline(time.Now().Add(peer.CallTimeout))
+	if region.Len >= sendfileMinBytes && s.tcp != nil {
+		if err := bw.Flush(); err != nil {
+			return hdr, time.Time{}, err
+		}
+		_, err = region.WriteTo(s.tcp)
+	} else {
+		_, err = region.WriteTo(bw)
+	}
+	return hdr, time.Time{}, err
+}
+
+func (s *leaderSession) writeRefusal(bw *bufio.Writer, p *sessionPart, e *apiError) error {
+	pe := &peer.Error{Status: e.status, Code: e.Code, Message: e.Message}
+	if e.LogStartOffset != nil {
+		pe.LogStartOffset = *e.LogStartOffset
+	}
+	if e.LogEndOffset != nil {
+		pe.LogEndOffset = *e.LogEndOffset
+	}
+	_, err := bw.Write(peer.AppendRefusalFrame(nil, p.id, pe))
+	return err
+}

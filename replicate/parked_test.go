@@ -1,0 +1,159 @@
+package replicate
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// parkF2 records F2's fetch at the leader's log end and parks it.
+func parkF2(t *testing.T, l *Leader, now time.Time) {
+	t.Helper()
+	fetchOK(t, l, "F2", l.LogEndOffset(), now)
+	if err := l.FollowerParked("F2", l.Epoch(), l.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shrinkProposal ticks at now and returns the ISR the leader proposes, nil
+// for none.
+func shrinkProposal(l *Leader, now time.Time) []string {
+	l.Tick(now)
+	if rd := l.Ready(); rd.ISRProposal != nil {
+		return rd.ISRProposal.ISR
+	}
+	return nil
+}
+
+// TestParkedFollowerStaysInSync: a follower whose fetch waits in a session
+// at the leader's log end sends nothing while the partition is idle; when
+// the log moves on after longer than lag time max, it is still in sync
+// until its parked fetch has been answered and lag time max has passed
+// since, exactly as a follower that fetched at that moment.
+func TestParkedFollowerStaysInSync(t *testing.T) {
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	cases := []struct {
+		name string
+		park bool
+		// unparkAt is when the parked fetch ended (zero: never).
+		unparkAt float64
+		// tickAt is when the leader ticks, after an append at 60 s.
+		tickAt float64
+		out    bool
+	}{
+		{name: "not parked: lag from its last fetch", park: false, tickAt: 60.05, out: true},
+		{name: "parked, not yet answered", park: true, tickAt: 60.05, out: false},
+		{name: "parked, answered at 60: in sync until 70", park: true, unparkAt: 60, tickAt: 70, out: false},
+		{name: "parked, answered at 60: out after 70", park: true, unparkAt: 60, tickAt: 70.01, out: true},
+		{name: "session ended, last heard of at 58", park: true, unparkAt: 58, tickAt: 68.01, out: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l, m := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+			fetchOK(t, l, "F1", 8, at(1))
+			if c.park {
+				parkF2(t, l, at(1))
+			} else {
+				fetchOK(t, l, "F2", 8, at(1))
+			}
+			l.Ready()
+			// F1 keeps fetching; F2 sends nothing after its fetch at 1 s.
+			appendTo(t, l, m, 1)
+			fetchOK(t, l, "F1", 9, at(60))
+			if c.unparkAt != 0 {
+				if err := l.FollowerUnparked("F2", l.Epoch(), at(c.unparkAt)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fetchOK(t, l, "F1", 9, at(c.tickAt))
+			isr := shrinkProposal(l, at(c.tickAt))
+			if got := isr != nil && !slices.Contains(isr, "F2"); got != c.out {
+				t.Fatalf("F2 proposed for removal: %t (proposal %v), want %t", got, isr, c.out)
+			}
+		})
+	}
+}
+
+// TestParkRules: only a fetch at the leader's log end parks; the next fetch
+// ends a park, so an unpark after it changes nothing; a dead follower is
+// removed parked or not.
+func TestParkRules(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+	l, m := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+	fetchOK(t, l, "F2", 5, at(1))
+	for _, c := range []struct {
+		id     string
+		epoch  int32
+		offset int64
+		want   error
+	}{
+		{"F2", 4, 5, ErrInvalidInput}, // recorded at 5, the log ends at 8
+		{"F2", 4, 8, ErrInvalidInput}, // its recorded fetch is not at 8
+		{"F2", 3, 8, ErrFencedLeaderEpoch},
+		{"F2", 5, 8, ErrUnknownLeaderEpoch},
+		{"X", 4, 8, ErrNotReplica},
+	} {
+		if err := l.FollowerParked(c.id, c.epoch, c.offset); !errors.Is(err, c.want) {
+			t.Errorf("FollowerParked(%s, %d, %d) = %v, want %v", c.id, c.epoch, c.offset, err, c.want)
+		}
+	}
+	if err := l.FollowerUnparked("X", 4, at(1)); !errors.Is(err, ErrNotReplica) {
+		t.Errorf("FollowerUnparked(stranger) = %v", err)
+	}
+
+	// A fetch after the park ends it: the follower behind the log end counts
+	// by Kafka's rule again.
+	fetchOK(t, l, "F1", 8, at(1))
+	parkF2(t, l, at(1))
+	appendTo(t, l, m, 2)
+	fetchOK(t, l, "F2", 9, at(2)) // behind the log end (10)
+	if err := l.FollowerUnparked("F2", 4, at(30)); err != nil {
+		t.Fatal(err)
+	}
+	if got := progressOf(l, "F2").LastCaughtUp; !got.Equal(at(1)) {
+		t.Errorf("an unpark after the next fetch moved last caught up to %s", got.Sub(t0))
+	}
+	fetchOK(t, l, "F1", 10, at(12))
+	if isr := shrinkProposal(l, at(12)); !slices.Equal(isr, []string{"L", "F1"}) {
+		t.Errorf("proposal %v, want F2 out", isr)
+	}
+
+	// Consul's word wins over a park.
+	l, _ = newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+	fetchOK(t, l, "F1", 8, at(1))
+	parkF2(t, l, at(1))
+	l.Ready()
+	if err := l.SetDeadFollowers([]string{"F2"}, at(2)); err != nil {
+		t.Fatal(err)
+	}
+	if rd := l.Ready(); rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1"}) {
+		t.Errorf("dead parked follower: proposal %+v, want [L F1]", rd.ISRProposal)
+	}
+}
+
+// TestParkedFollowerRejoins: a follower whose fetch reached the log end
+// while a change was in flight (so that fetch proposed nothing) and then
+// parked sends no other fetch; the next tick after the change proposes
+// adding it, as its next fetch would have.
+func TestParkedFollowerRejoins(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	l, _ := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+	fetchOK(t, l, "F1", 8, at(1))
+	l.Ready()
+	// F2 never fetched: out at 11 s.
+	if isr := shrinkProposal(l, at(11)); !slices.Equal(isr, []string{"L", "F1"}) {
+		t.Fatalf("proposal %v, want F2 out", isr)
+	}
+	parkF2(t, l, at(12)) // with the shrink in flight: no proposal
+	if rd := l.Ready(); rd.ISRProposal != nil {
+		t.Fatalf("a proposal while one is in flight: %+v", rd.ISRProposal)
+	}
+	if err := l.ISRCommitted([]string{"L", "F1"}, nil, at(12)); err != nil {
+		t.Fatal(err)
+	}
+	if isr := shrinkProposal(l, at(12)); !slices.Equal(isr, []string{"L", "F1", "F2"}) {
+		t.Fatalf("proposal %v after the shrink, want F2 back", isr)
+	}
+}
