@@ -419,12 +419,15 @@ func (r *Replica) onLeaderFetch(ev *leaderFetchRequest) {
 		err = &OutOfRangeError{LogStartOffset: log.LogStartOffset(), LogEndOffset: log.LogEndOffset()}
 	}
 	// Any fetch ends the follower's park; a session's with nothing to
-	// answer starts one.
+	// answer starts one. One that says the follower lost data is answered:
+	// the follower clears its mark from the answer's positions (the HW and
+	// the epoch's start), which a park never sends while the partition is
+	// idle, and an added replica of an empty partition would never join.
 	r.parkMu.Lock()
 	prev, had := r.parkedBy[ev.req.ReplicaID]
 	delete(r.parkedBy, ev.req.ReplicaID)
 	parked := false
-	if err == nil && ev.session != 0 && result.Diverging == nil && ev.req.FetchOffset == r.leader.LogEndOffset() &&
+	if err == nil && ev.session != 0 && !ev.req.DataLoss && result.Diverging == nil && ev.req.FetchOffset == r.leader.LogEndOffset() &&
 		r.leader.HighWatermark() <= ev.knownHW {
 		if perr := r.leader.FollowerParked(ev.req.ReplicaID, ev.req.CurrentLeaderEpoch, ev.req.FetchOffset); perr != nil {
 			r.log.Error("leader refused to park a fetch", "replica", ev.req.ReplicaID, "error", perr)
