@@ -826,17 +826,8 @@ func (l *Leader) SetReplicas(replicas []string) error {
 // this leader admitted, so it holds the committed log, and it is at least
 // min_insync_replicas, so it leaves no eligible replicas.
 func (l *Leader) ProposeReassignment(target []string) error {
-	if l.resigned {
-		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
-	}
-	if l.inFlight != nil {
-		return fmt.Errorf("%w: an ISR change is in flight", ErrInvalidInput)
-	}
-	if err := checkMembers("target", target, l.replicas); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
-	}
-	if !slices.Contains(target, l.self) {
-		return fmt.Errorf("%w: target %v lacks the leader %q", ErrInvalidInput, target, l.self)
+	if err := l.checkLastMoveStep(target); err != nil {
+		return err
 	}
 	if len(target) < l.minISR {
 		return fmt.Errorf("%w: target %v is smaller than min insync replicas %d", ErrInvalidInput, target, l.minISR)
@@ -861,6 +852,21 @@ func (l *Leader) ProposeReassignment(target []string) error {
 // replica set). It refuses (ErrInvalidInput) unless no ISR change is in
 // flight, the leader is in target and target is within the replica set.
 func (l *Leader) ProposeCancel(target []string) error {
+	if err := l.checkLastMoveStep(target); err != nil {
+		return err
+	}
+	isr := slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool { return !slices.Contains(target, id) })
+	c := &isrChange{isr: l.inReplicaOrder(isr), replicas: slices.Clone(target)}
+	c.elr = slices.DeleteFunc(l.eligibleAfter(c.isr), func(e EligibleReplica) bool { return !slices.Contains(target, e.ID) })
+	l.inFlight = c
+	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr), Replicas: slices.Clone(c.replicas)}
+	return nil
+}
+
+// checkLastMoveStep is what the last step of a move and of a cancelled
+// move's way back both need: a leader that has not resigned, no ISR change
+// in flight, and a target within the replica set that keeps the leader.
+func (l *Leader) checkLastMoveStep(target []string) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
@@ -873,11 +879,6 @@ func (l *Leader) ProposeCancel(target []string) error {
 	if !slices.Contains(target, l.self) {
 		return fmt.Errorf("%w: target %v lacks the leader %q", ErrInvalidInput, target, l.self)
 	}
-	isr := slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool { return !slices.Contains(target, id) })
-	c := &isrChange{isr: l.inReplicaOrder(isr), replicas: slices.Clone(target)}
-	c.elr = slices.DeleteFunc(l.eligibleAfter(c.isr), func(e EligibleReplica) bool { return !slices.Contains(target, e.ID) })
-	l.inFlight = c
-	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr), Replicas: slices.Clone(c.replicas)}
 	return nil
 }
 
