@@ -576,15 +576,7 @@ func (r *Replica) await(req *produceRequest, expired <-chan time.Time) ProduceOu
 // validates it and records the follower's progress, and returns its answer.
 func (r *Replica) LeaderFetch(req replicate.FetchRequest) LeaderFetchOutcome {
 	ev := &leaderFetchRequest{req: req, reply: make(chan LeaderFetchOutcome, 1)}
-	if !r.send(ev) {
-		return LeaderFetchOutcome{Err: ErrReplicaStopped}
-	}
-	select {
-	case out := <-ev.reply:
-		return out
-	case <-r.done:
-		return LeaderFetchOutcome{Err: ErrReplicaStopped}
-	}
+	return ask(r, ev, ev.reply, LeaderFetchOutcome{Err: ErrReplicaStopped})
 }
 
 // SessionFetch is LeaderFetch for a fetch that arrived on session (not
@@ -593,14 +585,20 @@ func (r *Replica) LeaderFetch(req replicate.FetchRequest) LeaderFetchOutcome {
 // calls Unpark once it answers it or ends.
 func (r *Replica) SessionFetch(req replicate.FetchRequest, session uint64, knownHW int64) LeaderFetchOutcome {
 	ev := &leaderFetchRequest{req: req, session: session, knownHW: knownHW, reply: make(chan LeaderFetchOutcome, 1)}
+	return ask(r, ev, ev.reply, LeaderFetchOutcome{Err: ErrReplicaStopped})
+}
+
+// ask hands ev to the loop and waits for its answer on reply; stopped is
+// the answer when the replica stops first.
+func ask[T any](r *Replica, ev any, reply <-chan T, stopped T) T {
 	if !r.send(ev) {
-		return LeaderFetchOutcome{Err: ErrReplicaStopped}
+		return stopped
 	}
 	select {
-	case out := <-ev.reply:
+	case out := <-reply:
 		return out
 	case <-r.done:
-		return LeaderFetchOutcome{Err: ErrReplicaStopped}
+		return stopped
 	}
 }
 
@@ -627,13 +625,5 @@ func (r *Replica) OnChange(fn func()) (cancel func()) { return r.changed.subscri
 // loop and returns its answer.
 func (r *Replica) EpochQuery(req replicate.EpochRequest) EpochQueryOutcome {
 	ev := &epochQueryRequest{req: req, reply: make(chan EpochQueryOutcome, 1)}
-	if !r.send(ev) {
-		return EpochQueryOutcome{Err: ErrReplicaStopped}
-	}
-	select {
-	case out := <-ev.reply:
-		return out
-	case <-r.done:
-		return EpochQueryOutcome{Err: ErrReplicaStopped}
-	}
+	return ask(r, ev, ev.reply, EpochQueryOutcome{Err: ErrReplicaStopped})
 }
