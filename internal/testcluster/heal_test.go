@@ -3,6 +3,7 @@ package testcluster
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,17 @@ type topicLoad struct {
 	acked []map[string]int64 // per partition: value -> offset
 	at    [][]time.Time      // per partition: completions of acknowledged writes
 	fails int
+	sent  []loadRequest // every request, in the order they completed
+}
+
+// loadRequest is one produce request of a topicLoad, kept so that a long
+// stretch without an acknowledged write can be explained: which agent
+// each partition's writes were waiting on, and what they were answered.
+type loadRequest struct {
+	partition  int
+	via        string
+	start, end time.Time
+	err        error
 }
 
 func runTopicLoad(t *testing.T, via []*Agent, topic string, partitions int) (*topicLoad, func()) {
@@ -33,8 +45,10 @@ func runTopicLoad(t *testing.T, via []*Agent, topic string, partitions int) (*to
 				}
 				a := via[seq%len(via)]
 				value := fmt.Sprintf("p%d-%d", p, seq)
+				start := time.Now()
 				res, err := a.Produce(topic, p, ContentTypeBatch, buildBatch(t, [][]byte{[]byte(value)}), "all", 5*time.Second)
 				l.mu.Lock()
+				l.sent = append(l.sent, loadRequest{partition: p, via: a.NodeID, start: start, end: time.Now(), err: err})
 				if err == nil && res.BaseOffset != nil {
 					l.acked[p][value] = *res.BaseOffset
 					l.at[p] = append(l.at[p], time.Now())
@@ -89,6 +103,24 @@ func (l *topicLoad) gapStart(from, until time.Time) time.Duration {
 	return start.Sub(from)
 }
 
+// explain lists the requests that were in flight at any time in [from,
+// until], with when they were sent and answered relative to from, the
+// agent they went through and their error.
+func (l *topicLoad) explain(from, until time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, r := range l.sent {
+		if r.end.Before(from) || r.start.After(until) {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  partition %d via %s: sent %+v, answered %+v (%v): %v",
+			r.partition, r.via, r.start.Sub(from).Round(time.Millisecond), r.end.Sub(from).Round(time.Millisecond),
+			r.end.Sub(r.start).Round(time.Millisecond), r.err)
+	}
+	return b.String()
+}
+
 // checkAcked reads every partition back from its leader: each
 // acknowledged value is at its offset.
 func (l *topicLoad) checkAcked(t *testing.T, c *Cluster, topic string) int {
@@ -128,10 +160,14 @@ func (l *topicLoad) checkAcked(t *testing.T, c *Cluster, topic string) int {
 // nothing acknowledged is lost. The time from the kill to the last
 // partition healed, and the longest stretches without an acknowledged
 // write, are logged; the topic never goes 1 s without one, and no
-// partition does while its replica is being re-placed.
+// partition does while its replica is being re-placed. The agents run the
+// shipped detection timing (check_ttl, session_ttl, lock_delay), so the
+// times printed are what users get with replace_dead_after = "30s"; a
+// stretch over the bound is explained by the requests in flight then, the
+// agents' slow fsyncs and produce requests, and their logs around it.
 func TestSelfHealing(t *testing.T) {
 	const topic, partitions, replaceAfter = "heal", 6, 30 * time.Second
-	c := Start(t, Options{Agents: 4, HCL: fmt.Sprintf(`
+	c := Start(t, Options{Agents: 4, Timing: TimingShipped, HCL: fmt.Sprintf(`
 cluster {
   replace_dead_after = %q
 }
@@ -194,7 +230,28 @@ cluster {
 	}
 	t.Logf("%d writes acknowledged, %d not; longest stretch without an acknowledged write: %s in the topic from the kill on (from %s after it), %s in a partition being re-placed (from replace_dead_after on)",
 		n, load.fails, topicGap.Round(time.Millisecond), load.gapStart(killed, done).Round(time.Millisecond), healGap.Round(time.Millisecond))
+	for _, a := range survivors {
+		// A disk that stalled every fsync stalls every acks=all write.
+		// A stall the agents did not see was the harness's.
+		const slow = 0.2048 // a bound of both histograms
+		s := scrapeAgent(t, a)
+		syncs, allSyncs := s.countAbove("logagent_fsync_duration_seconds", slow)
+		produces, allProduces := s.countAbove("logagent_produce_request_duration_seconds", slow)
+		t.Logf("%s: over %v s: %d of %d fsyncs, %d of %d produce requests", a.NodeID, slow, syncs, allSyncs, produces, allProduces)
+		// Lapsed leases, failed check passes and the like say why writes
+		// stopped, when they did.
+		if lines, err := logLinesBetween(a.proc.logPath, killed, done, warning, 20); err != nil || lines != "" {
+			t.Logf("%s's warnings from the kill on (err %v):\n%s", a.NodeID, err, lines)
+		}
+	}
 	if topicGap > time.Second || healGap > time.Second {
+		gapFrom := killed.Add(load.gapStart(killed, done))
+		t.Logf("requests in flight during the topic's longest stretch (times from its start, %s):%s",
+			gapFrom.Format("15:04:05.000"), load.explain(gapFrom, gapFrom.Add(topicGap)))
+		for _, a := range survivors {
+			lines, err := logLinesBetween(a.proc.logPath, gapFrom.Add(-200*time.Millisecond), gapFrom.Add(topicGap+200*time.Millisecond), nil, 400)
+			t.Logf("%s's log around the stretch (err %v):\n%s", a.NodeID, err, lines)
+		}
 		t.Errorf("a stretch without an acknowledged write above 1 s: topic %s, partition being re-placed %s", topicGap, healGap)
 	}
 	for _, p := range holding {

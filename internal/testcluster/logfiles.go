@@ -1,12 +1,14 @@
 package testcluster
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/logagent/logagent/record"
 )
@@ -86,4 +88,39 @@ func segmentFiles(dir string) ([]string, error) {
 		paths[i] = s.path
 	}
 	return paths, nil
+}
+
+// logLinesBetween returns the lines of an agent's log (hclog's text
+// format) stamped from from to until that match (every line when match is
+// nil), at most limit of them.
+func logLinesBetween(path string, from, until time.Time, match func(string) bool, limit int) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var b strings.Builder
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() && n < limit {
+		line := sc.Text()
+		stamp, _, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", stamp)
+		if err != nil || at.Before(from) || at.After(until) || (match != nil && !match(line)) {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+		n++
+	}
+	return b.String(), sc.Err()
+}
+
+// warning matches an hclog line at WARN or ERROR.
+func warning(line string) bool {
+	return strings.Contains(line, " [WARN] ") || strings.Contains(line, " [ERROR] ")
 }

@@ -296,3 +296,18 @@ func TestMetricsGroupLag(t *testing.T) {
 	}
 	waitLag(map[int]float64{0: 0, 1: 5})
 }
+
+// countAbove is how many observations of the histogram family, over all
+// its series, were above the bucket bound le (one of its bounds).
+func (s scrape) countAbove(family string, le float64) (above, total uint64) {
+	for _, m := range s[family].GetMetric() {
+		h := m.GetHistogram()
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == le {
+				above += h.GetSampleCount() - b.GetCumulativeCount()
+				total += h.GetSampleCount()
+			}
+		}
+	}
+	return above, total
+}
