@@ -218,7 +218,9 @@ func (cp *campaigner) refused(now time.Time) {
 // leader for unclean_delay, with itself as the only ISR member. Winning is
 // one transaction [lock leader key with the session, cas state to
 // {leader: self, epoch: old+1, isr}] after a consistent read of the state,
-// so the epoch only grows and only the lock holder writes it. It returns
+// so the epoch only grows and only the lock holder writes it; both may
+// share a Consul request with other partitions' (txnBatcher), with the
+// same outcome as alone. It returns
 // ctx.Err(), ErrUnknownPartition, ErrNotReplica, ErrNotRegistered, ErrClosed
 // or a *PermissionError; other Consul errors are retried.
 func (c *Client) Campaign(ctx context.Context, topic string, partition int) (*Leadership, error) {
@@ -330,7 +332,7 @@ func (c *Client) partitionExists(ctx context.Context, topic string, partition in
 		return false, nil
 	}
 	key := c.keys.config(topic)
-	pair, err := c.getConsistent(ctx, key, "read "+key, keyReadRule(c.keys.prefix))
+	pair, err := c.readConsistent(ctx, key, "read "+key, keyReadRule(c.keys.prefix))
 	if err != nil {
 		return false, err
 	}
@@ -348,19 +350,14 @@ func (c *Client) partitionExists(ctx context.Context, topic string, partition in
 // and nil when refused (lock held or in lock delay, state moved, or this
 // replica not eligible under the fresh state).
 func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, kind electionKind, cand Candidate) (*Leadership, error) {
-	select {
-	case c.inflight <- struct{}{}:
-		defer func() { <-c.inflight }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 	self := c.cfg.NodeID
 	stateKey := c.keys.state(pm.Topic, pm.Partition)
 	leaderKey := c.keys.leader(pm.Topic, pm.Partition)
 	rule := keyRule(c.keys.prefix)
 
-	// Who may lead is decided on a consistent read, never on the watch.
-	pair, err := c.getConsistent(ctx, stateKey, "read "+stateKey, rule)
+	// Who may lead is decided on a consistent read, never on the watch:
+	// batched with other partitions' reads in a read-only transaction.
+	pair, err := c.readConsistent(ctx, stateKey, "read "+stateKey, rule)
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +399,9 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, 
 			Value: encodeJSON(leaderValue{Node: self, Epoch: newState.Epoch})}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: pair.ModifyIndex, Value: encodeJSON(newState)}},
 	}
-	ok, resp, err := c.txn(ctx, ops, "elect "+leaderKey, rule)
+	// Batched with other partitions' elections and ISR changes; the
+	// outcome is this election's own (txnBatcher).
+	ok, resp, err := c.batchedTxn(ctx, ops, "elect "+leaderKey, rule)
 	if err != nil {
 		return nil, err
 	}
@@ -611,7 +610,10 @@ func (c *Client) casState(ctx context.Context, l *Leadership, base uint64, newSt
 // casStateWith is casState with more operations in the same transaction,
 // after the two guards (a reassignment's completion writes the replicas and
 // deletes the move with them). A refusal of any of them is handled as a
-// refused cas of the state: re-read, ErrNotLeader or ErrConflict.
+// refused cas of the state: re-read, ErrNotLeader or ErrConflict. The
+// transaction and the re-read go through the batcher: other partitions'
+// ISR changes and elections may share the request, never this partition's
+// keys, and the refusal's op indexes are this transaction's own.
 func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, newState PartitionState, extra api.TxnOps) error {
 	stateKey := c.keys.state(l.topic, l.partition)
 	leaderKey := c.keys.leader(l.topic, l.partition)
@@ -620,7 +622,7 @@ func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, n
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: leaderKey, Session: l.session}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: base, Value: encodeJSON(newState)}},
 	}, extra...)
-	ok, resp, err := c.txn(ctx, ops, "write "+stateKey, rule)
+	ok, resp, err := c.batchedTxn(ctx, ops, "write "+stateKey, rule)
 	if err != nil {
 		return err
 	}
@@ -638,7 +640,7 @@ func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, n
 	}
 	// The state moved under us: re-read it to tell a lost epoch from a
 	// concurrent change at ours.
-	pair, err := c.getConsistent(ctx, stateKey, "read "+stateKey, rule)
+	pair, err := c.readConsistent(ctx, stateKey, "read "+stateKey, rule)
 	if err != nil {
 		return err
 	}

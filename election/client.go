@@ -27,8 +27,12 @@ type Client struct {
 	// once instead of leaving its locks held until the session TTL.
 	serviceID string
 	checkID   string
-	// inflight bounds concurrent election transactions.
-	inflight chan struct{}
+	// batcher packs the elections, ISR changes and consistent reads of
+	// many partitions into shared transactions (txnbatch.go); batcherOnce
+	// starts its goroutine at the first use.
+	batcher     *txnBatcher
+	batcherOnce sync.Once
+	batcherRuns bool
 	// renewNow asks the session loop to renew without waiting (buffered 1).
 	renewNow chan struct{}
 
@@ -123,7 +127,6 @@ func New(cfg Config) (*Client, error) {
 		keys:           keyspace{prefix: cfg.Prefix},
 		serviceID:      serviceName + "-" + cfg.NodeID,
 		checkID:        serviceName + "-" + cfg.NodeID + ":" + randomHex(4),
-		inflight:       make(chan struct{}, cfg.MaxInflight),
 		renewNow:       make(chan struct{}, 1),
 		ctx:            ctx,
 		cancel:         cancel,
@@ -134,6 +137,7 @@ func New(cfg Config) (*Client, error) {
 	c.snapshot.Store(emptySnapshot())
 	c.liveness.Store(emptyLiveness())
 	c.producerIDs = NewProducerIDs(c)
+	c.batcher = newTxnBatcher(c.sendTxn, cfg.MaxInflight)
 	return c, nil
 }
 
@@ -233,9 +237,22 @@ func (c *Client) writeOptions(ctx context.Context) *api.WriteOptions {
 // errors: Consul reports missing permissions inside a txn as a rollback,
 // which is returned as a *PermissionError instead.
 func (c *Client) txn(ctx context.Context, ops api.TxnOps, op, rule string) (bool, *api.TxnResponse, error) {
+	ok, resp, err := c.sendTxn(ctx, ops, false)
+	return txnResult(ok, resp, err, op, rule)
+}
+
+// sendTxn sends one transaction under the call timeout, a read-only one
+// with RequireConsistent (Consul answers a transaction without writes from
+// its read path, in the consistency mode asked for).
+func (c *Client) sendTxn(ctx context.Context, ops api.TxnOps, readOnly bool) (bool, *api.TxnResponse, error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{RequireConsistent: readOnly}).WithContext(ctx))
+	return ok, resp, err
+}
+
+// txnResult turns a transaction's outcome into txn's answer.
+func txnResult(ok bool, resp *api.TxnResponse, err error, op, rule string) (bool, *api.TxnResponse, error) {
 	if err != nil {
 		return false, nil, consulError(err, op, rule)
 	}
@@ -247,6 +264,62 @@ func (c *Client) txn(ctx context.Context, ops api.TxnOps, op, rule string) (bool
 		}
 	}
 	return ok, resp, nil
+}
+
+// batchedTxn is txn through the batcher: ops (at most maxOpsPerTxn, on keys
+// of one partition) may share a request with other partitions' (txnBatcher
+// says how the outcome stays each one's own). The call timeout bounds the
+// wait in the queue and the request.
+func (c *Client) batchedTxn(ctx context.Context, ops api.TxnOps, op, rule string) (bool, *api.TxnResponse, error) {
+	ok, resp, err := c.submitTxn(ctx, ops, false)
+	return txnResult(ok, resp, err, op, rule)
+}
+
+// readConsistent reads key consistently through the batcher, in a
+// read-only transaction of get-or-empty operations with RequireConsistent;
+// nil when the key does not exist. op and rule describe the read for
+// errors. A result Consul filtered out is a *PermissionError, as its 403 is
+// for a plain read.
+func (c *Client) readConsistent(ctx context.Context, key, op, rule string) (*api.KVPair, error) {
+	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: key}}}
+	ok, resp, err := c.submitTxn(ctx, ops, true)
+	switch {
+	case errors.Is(err, errTxnResultMissing):
+		return nil, &PermissionError{Op: op, Rule: rule, Consul: "the result was filtered out by ACLs"}
+	case err != nil:
+		return nil, consulError(err, op, rule)
+	case !ok:
+		if _, _, err := txnResult(false, resp, nil, op, rule); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("election: %s: %s", op, txnErrors(resp))
+	}
+	pair := resp.Results[0].KV
+	if pair.ModifyIndex == 0 {
+		// get-or-empty answers a missing key with an empty entry.
+		return nil, nil
+	}
+	return pair, nil
+}
+
+// submitTxn hands ops to the batcher, starting it at the first use.
+func (c *Client) submitTxn(ctx context.Context, ops api.TxnOps, readOnly bool) (bool, *api.TxnResponse, error) {
+	c.batcherOnce.Do(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		// Close waits for the goroutines only after setting closed: none
+		// may start after that.
+		if !c.closed {
+			c.batcherRuns = true
+			c.wg.Go(func() { c.batcher.run(c.ctx) })
+		}
+	})
+	if !c.batcherRuns {
+		return false, nil, ErrClosed
+	}
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	return c.batcher.do(ctx, ops, readOnly)
 }
 
 // waitChange waits until changed is closed: ctx.Err() when ctx ends first,

@@ -91,8 +91,10 @@ type Config struct {
 	// CallTimeout bounds every non-blocking Consul call, so a hung Consul
 	// cannot stall renewals.
 	CallTimeout time.Duration
-	// MaxInflight bounds concurrent election transactions, keeping many
-	// campaigns under Consul's per-client connection limit.
+	// MaxInflight bounds the batched transactions in flight: elections, ISR
+	// changes and the consistent reads before them, packed up to
+	// maxOpsPerTxn operations a request (txnBatcher). A lone one is sent at
+	// once; while MaxInflight are out, the rest queue and share the next.
 	MaxInflight int
 	// MaxConcurrentRequests bounds every Consul request in flight but the
 	// few that must never wait behind the others: blocking queries (one
