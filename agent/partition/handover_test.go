@@ -273,9 +273,10 @@ func TestMoveToPreferredReplica(t *testing.T) {
 	srv := consultest.Start(t)
 	n2 := startElectionOnly(t, srv, "n2")
 	m, coord := startManager(t, srv, "n1", "replication {\n  leader_rebalance_delay = \"1s\"\n}\n", time.Now)
-	// n2 is preferred but not campaigning yet: n1 takes the first epoch
-	// after the preferred replica's grace, so its leadership (from which
-	// n2 counts as in sync) starts at least that long after the creation.
+	// n2 is preferred, alive in Consul, but not campaigning yet: n1 takes
+	// the first epoch after preferredLeaderHold, so its leadership (from
+	// which n2 counts as in sync) starts at least that long after the
+	// creation.
 	created := time.Now()
 	createTopic(t, coord, "ho", [][]string{{"n2", "n1"}}, 1)
 	r := waitLeading(t, m, "ho")
@@ -299,10 +300,36 @@ func TestMoveToPreferredReplica(t *testing.T) {
 	}
 	took, sinceCreated := time.Since(start), time.Since(created)
 	t.Logf("moved to n2 at epoch %d %s after n1 was seen leading, %s after the topic's creation", l.Epoch(), took.Round(time.Millisecond), sinceCreated.Round(time.Millisecond))
-	if earliest := preferredLeaderGrace + time.Second; l.Epoch() != epoch+1 || sinceCreated < earliest {
-		t.Fatalf("n2 led at epoch %d %s after the creation; want epoch %d, not before the grace and the rebalance delay of 1s (%s)", l.Epoch(), sinceCreated, epoch+1, earliest)
+	if earliest := preferredLeaderHold + time.Second; l.Epoch() != epoch+1 || sinceCreated < earliest {
+		t.Fatalf("n2 led at epoch %d %s after the creation; want epoch %d, not before the hold for a live preferred replica and the rebalance delay of 1s (%s)", l.Epoch(), sinceCreated, epoch+1, earliest)
 	}
 	waitFor(t, func() bool { return r.CurrentView().Role != RoleLeader }, "n1 to stop leading")
+}
+
+// TestFirstCampaignDeadPreferredReplica: a new partition whose preferred
+// replica Consul reports dead (never registered) is led by another replica
+// after preferredLeaderGrace, not after the longer hold a live preferred
+// replica gets (TestMoveToPreferredReplica).
+func TestFirstCampaignDeadPreferredReplica(t *testing.T) {
+	srv := consultest.Start(t)
+	m, coord := startManager(t, srv, "n1", "", time.Now)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for !coord.Liveness().Dead("n2") {
+		// Dead only once the liveness watch has loaded: n2 never registers.
+		if ctx.Err() != nil {
+			t.Fatal("the liveness watch did not load within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	created := time.Now()
+	createTopic(t, coord, "deadpref", [][]string{{"n2", "n1"}}, 1)
+	waitLeading(t, m, "deadpref")
+	took := time.Since(created)
+	t.Logf("n1 led %s after the creation (grace %s, hold for a live preferred replica %s)", took.Round(time.Millisecond), preferredLeaderGrace, preferredLeaderHold)
+	if took < preferredLeaderGrace || took >= preferredLeaderHold {
+		t.Fatalf("n1 led %s after the creation; want from the grace %s on, well before the hold %s", took, preferredLeaderGrace, preferredLeaderHold)
+	}
 }
 
 // waitFor polls cond for up to 10s.

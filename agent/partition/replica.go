@@ -160,9 +160,9 @@ type Replica struct {
 	replicasFloor uint64
 	// catchUp counts the bytes sent to replicas being added.
 	catchUp catchUp
-	// yielded is set once this replica has held back its first campaign
-	// for the partition's preferred replica (see ensureCampaign).
-	yielded bool
+	// yieldedAt is when this replica first held back its campaign for the
+	// partition's preferred replica (see ensureCampaign); zero before.
+	yieldedAt time.Time
 
 	wakeTimer *time.Timer
 	wakeAt    time.Time
@@ -321,8 +321,15 @@ const (
 	// preferredLeaderGrace is how long a replica other than the first of
 	// its partition's replica list waits before campaigning for a partition
 	// that never had a leader, so that the preferred replica wins and a new
-	// topic's leaders spread over the agents as its assignment does.
+	// topic's leaders spread over the agents as its assignment does; and
+	// how often it looks again while it waits longer for a live one.
 	preferredLeaderGrace = 500 * time.Millisecond
+	// preferredLeaderHold is how long, in all, it waits while Consul
+	// reports the preferred replica alive: an agent opening thousands of
+	// new partitions reaches each a few seconds before or after the
+	// others, and every partition a non-preferred replica wins is a
+	// handover later, one every two seconds per agent (docs/design.md §6).
+	preferredLeaderHold = 10 * time.Second
 	// eventQueue bounds the events waiting for the loop; senders block.
 	eventQueue = 256
 )
@@ -630,9 +637,10 @@ func (r *Replica) publish() {
 //
 // A partition's first election goes to its preferred replica (the first of
 // its replica list, which the assignment rotates over the agents): the
-// others hold back preferredLeaderGrace, so that the leaders of a new topic
-// do not pile up on whichever agent saw it first. Later elections (epoch
-// above 0: a failover) do not wait.
+// others hold back preferredLeaderGrace, and up to preferredLeaderHold
+// while Consul reports the preferred replica alive, so that the leaders of
+// a new topic do not pile up on whichever agent saw it first. Later
+// elections (epoch above 0: a failover) do not wait.
 //
 // No campaign runs while a handover of this replica's own leadership is
 // under way: the election client would still hand back the leadership
@@ -641,10 +649,18 @@ func (r *Replica) ensureCampaign(now time.Time) {
 	if r.campaigning || r.dataLoss || r.retiring || r.handover != nil || now.Before(r.campaignRetryAt) {
 		return
 	}
-	if pm := r.meta.pm; !r.yielded && pm.State.Epoch == 0 && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.Self {
-		r.yielded = true
-		r.campaignRetryAt = now.Add(preferredLeaderGrace)
-		return
+	if pm := r.meta.pm; pm.State.Epoch == 0 && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.Self {
+		if r.yieldedAt.IsZero() {
+			r.yieldedAt = now
+		}
+		hold := preferredLeaderGrace
+		if !r.deps.Coord.Liveness().Dead(pm.Replicas[0]) {
+			hold = preferredLeaderHold
+		}
+		if until := r.yieldedAt.Add(hold); now.Before(until) {
+			r.campaignRetryAt = now.Add(min(until.Sub(now), preferredLeaderGrace))
+			return
+		}
 	}
 	cand := election.Candidate{LogEpoch: election.NoEpoch}
 	if e, ok := r.CurrentLog().LatestEpoch(); ok {
