@@ -138,7 +138,7 @@ func TestSetReplicasAndProposeReassignmentRefuse(t *testing.T) {
 // F1); and it refuses a target without the leader or outside the replicas,
 // and a change in flight.
 func TestCancelThroughTheLeader(t *testing.T) {
-	l, m := newTestLeader(t, leaderOpts{})
+	l, _ := newTestLeader(t, leaderOpts{})
 	fetchOK(t, l, "F1", 8, t0)
 	fetchOK(t, l, "F2", 8, t0)
 	if err := l.SetReplicas([]string{"L", "F1", "N", "F2"}); err != nil {
@@ -179,7 +179,7 @@ func TestCancelThroughTheLeader(t *testing.T) {
 
 	// N never caught up, and F2 is out of the ISR (dead): the way back
 	// still completes, leaving the ISR it had less nothing of the target.
-	l, m = newTestLeader(t, leaderOpts{})
+	l, m := newTestLeader(t, leaderOpts{})
 	fetchOK(t, l, "F1", 8, t0)
 	if err := l.SetReplicas([]string{"L", "F1", "N", "F2"}); err != nil {
 		t.Fatal(err)

@@ -214,7 +214,7 @@ func (ss *session) run() {
 			continue
 		case time.Now().Before(ss.legacyUntil):
 			ss.startLegacyFetches()
-			until := ss.legacyUntil.Sub(time.Now())
+			until := time.Until(ss.legacyUntil)
 			s.mu.Unlock()
 			t := time.NewTimer(until)
 			select {
