@@ -624,13 +624,16 @@ func TestTxnBatcherClose(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { b.run(ctx) })
 	errs := make(chan error, 2)
-	for i := range 2 {
+	submit := func(i int) {
 		go func() {
 			_, _, err := b.do(context.Background(), api.TxnOps{casOp(uint64(i+1), fmt.Sprint("k", i), 0)}, false)
 			errs <- err
 		}()
 	}
+	// One at a time: submitted together, both could share the request.
+	submit(0)
 	<-f.started
+	submit(1)
 	waitUntil(t, func() bool { return queued(b) == 1 })
 	cancel()
 	wg.Wait()
