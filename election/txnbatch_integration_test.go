@@ -157,15 +157,12 @@ func TestBatchedCampaigns(t *testing.T) {
 	}
 }
 
-// TestBatchedElectionOneRefused: one partition's leader key is held by
-// another session; the election refused for it shares requests with the
-// others, which still all win, and it never does.
-func TestBatchedElectionOneRefused(t *testing.T) {
-	t.Parallel()
-	rng := testseed.Rand(t)
+// startBatchedTopic starts a Consul server and agent a, registered, with
+// one batched request in flight at most and its requests observed, and
+// creates topic with replicas [a b] for each of its partitions.
+func startBatchedTopic(t *testing.T, topic string, partitions int) (*consultest.Server, *Client, *txnObserver) {
+	t.Helper()
 	srv := consultest.Start(t)
-	admin := srv.Client()
-	const topic, partitions = "refused", 40
 	a := newTestClient(t, srv, "a", func(cfg *Config) { cfg.MaxInflight = 1 })
 	obs := observeTxns(t, a)
 	register(t, a)
@@ -174,6 +171,18 @@ func TestBatchedElectionOneRefused(t *testing.T) {
 		assignment[p] = []string{"a", "b"}
 	}
 	createTopic(t, a, topic, assignment)
+	return srv, a, obs
+}
+
+// TestBatchedElectionOneRefused: one partition's leader key is held by
+// another session; the election refused for it shares requests with the
+// others, which still all win, and it never does.
+func TestBatchedElectionOneRefused(t *testing.T) {
+	t.Parallel()
+	rng := testseed.Rand(t)
+	const topic, partitions = "refused", 40
+	srv, a, obs := startBatchedTopic(t, topic, partitions)
+	admin := srv.Client()
 	held := rng.IntN(partitions)
 	t.Logf("partition %d's key is held by another session", held)
 	other, _, err := admin.Session().Create(&api.SessionEntry{Name: "other", TTL: "60s", LockDelay: time.Millisecond}, nil)
@@ -256,17 +265,9 @@ func TestBatchedElectionOneRefused(t *testing.T) {
 func TestBatchedISRChangeOneLost(t *testing.T) {
 	t.Parallel()
 	rng := testseed.Rand(t)
-	srv := consultest.Start(t)
-	admin := srv.Client()
 	const topic, partitions = "isrbatch", 30
-	a := newTestClient(t, srv, "a", func(cfg *Config) { cfg.MaxInflight = 1 })
-	obs := observeTxns(t, a)
-	register(t, a)
-	assignment := make([][]string, partitions)
-	for p := range assignment {
-		assignment[p] = []string{"a", "b"}
-	}
-	createTopic(t, a, topic, assignment)
+	srv, a, obs := startBatchedTopic(t, topic, partitions)
+	admin := srv.Client()
 	leaderships := make([]*Leadership, partitions)
 	for p := range partitions {
 		leaderships[p] = campaign(t, a, topic, p)

@@ -14,7 +14,6 @@ import (
 type topicLoad struct {
 	mu    sync.Mutex
 	acked []map[string]int64 // per partition: value -> offset
-	at    [][]time.Time      // per partition: completions of acknowledged writes
 	fails int
 	sent  []loadRequest // every request, in the order they completed
 }
@@ -27,11 +26,12 @@ type loadRequest struct {
 	via        string
 	start, end time.Time
 	err        error
+	acked      bool // answered with an offset
 }
 
 func runTopicLoad(t *testing.T, via []*Agent, topic string, partitions int) (*topicLoad, func()) {
 	t.Helper()
-	l := &topicLoad{acked: make([]map[string]int64, partitions), at: make([][]time.Time, partitions)}
+	l := &topicLoad{acked: make([]map[string]int64, partitions)}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for p := range partitions {
@@ -47,11 +47,11 @@ func runTopicLoad(t *testing.T, via []*Agent, topic string, partitions int) (*to
 				value := fmt.Sprintf("p%d-%d", p, seq)
 				start := time.Now()
 				res, err := a.Produce(topic, p, ContentTypeBatch, buildBatch(t, [][]byte{[]byte(value)}), "all", 5*time.Second)
+				r := loadRequest{partition: p, via: a.NodeID, start: start, end: time.Now(), err: err, acked: err == nil && res.BaseOffset != nil}
 				l.mu.Lock()
-				l.sent = append(l.sent, loadRequest{partition: p, via: a.NodeID, start: start, end: time.Now(), err: err})
-				if err == nil && res.BaseOffset != nil {
+				l.sent = append(l.sent, r)
+				if r.acked {
 					l.acked[p][value] = *res.BaseOffset
-					l.at[p] = append(l.at[p], time.Now())
 				} else {
 					l.fails++
 				}
@@ -70,26 +70,27 @@ func runTopicLoad(t *testing.T, via []*Agent, topic string, partitions int) (*to
 // gap is the longest stretch from from to until without an acknowledged
 // write to one of partitions (all of them when nil).
 func (l *topicLoad) gap(partitions []int, from, until time.Time) time.Duration {
+	return (&ackLoad{at: l.ackedAt(partitions)}).longestGap(from, until)
+}
+
+// ackedAt is when the acknowledged writes to partitions (all of them when
+// nil) were answered.
+func (l *topicLoad) ackedAt(partitions []int) []time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var at []time.Time
-	for p := range l.at {
-		if partitions == nil || slices.Contains(partitions, p) {
-			at = append(at, l.at[p]...)
+	for _, r := range l.sent {
+		if r.acked && (partitions == nil || slices.Contains(partitions, r.partition)) {
+			at = append(at, r.end)
 		}
 	}
-	return (&ackLoad{at: at}).longestGap(from, until)
+	return at
 }
 
 // gapStart is when the longest stretch from from to until without an
 // acknowledged write to any partition began, as an offset from from.
 func (l *topicLoad) gapStart(from, until time.Time) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var at []time.Time
-	for p := range l.at {
-		at = append(at, l.at[p]...)
-	}
+	at := l.ackedAt(nil)
 	slices.SortFunc(at, time.Time.Compare)
 	prev, gap, start := from, time.Duration(0), from
 	for _, t := range at {

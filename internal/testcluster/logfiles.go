@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/logagent/logagent/record"
 )
 
@@ -109,7 +111,7 @@ func logLinesBetween(path string, from, until time.Time, match func(string) bool
 		if !ok {
 			continue
 		}
-		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", stamp)
+		at, err := time.Parse(hclog.TimeFormat, stamp)
 		if err != nil || at.Before(from) || at.After(until) || (match != nil && !match(line)) {
 			continue
 		}
