@@ -261,7 +261,7 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 		FS:              a.fs,
 		Durability:      durability(a.cfg.Storage.Durability),
 		ProducerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
-		Hooks:           partition.Hooks{LeaderElected: a.metrics.LeaderElected, ISRChanged: a.metrics.ISRChanged},
+		Hooks:           partition.Hooks{LeaderElected: a.metrics.LeaderElected, ISRChanged: a.metrics.ISRChanged, LoopWoke: a.metrics.ReplicaLoopWoke},
 		LogOptions:      a.logOptions(),
 	}
 }

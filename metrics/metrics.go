@@ -48,6 +48,7 @@ type Metrics struct {
 	fsyncDuration   prometheus.Histogram
 	leaderElections prometheus.Counter
 	isrChanges      prometheus.Counter
+	replicaWakes    prometheus.Counter
 	replicaFetches  prometheus.Counter
 	errors          *prometheus.CounterVec
 }
@@ -96,6 +97,10 @@ func New(src Sources) *Metrics {
 			Name: "logagent_isr_changes_total",
 			Help: "ISR changes (shrinks and expansions) this agent proposed as a leader and Consul committed.",
 		}),
+		replicaWakes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "logagent_replica_loop_wakes_total",
+			Help: "Times a replica's loop woke to handle something (a request, a fetch answer, a metadata or liveness change, a timer that came due), a scrape's own reads of the followers' lag left out: an idle partition wakes none.",
+		}),
 		replicaFetches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "logagent_replica_fetch_requests_total",
 			Help: "Replica fetches of followers that this agent's peer API received as a leader (a fetch session's fetch frames and GET /v1/replica/fetch requests), answered or refused: the replication traffic's request rate.",
@@ -110,7 +115,7 @@ func New(src Sources) *Metrics {
 	m.produceNone = produceDuration.WithLabelValues(AcksNone)
 	m.registry.MustRegister(
 		m.produceRecords, m.produceBytes, produceDuration, m.fetchBytes, m.fetchDuration, m.fsyncDuration,
-		m.leaderElections, m.isrChanges, m.replicaFetches, m.errors,
+		m.leaderElections, m.isrChanges, m.replicaWakes, m.replicaFetches, m.errors,
 		newCollector(src),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -209,6 +214,9 @@ func (m *Metrics) LeaderElected() { m.leaderElections.Inc() }
 
 // ISRChanged counts an ISR change this agent committed as a leader.
 func (m *Metrics) ISRChanged() { m.isrChanges.Inc() }
+
+// ReplicaLoopWoke counts one wake of a replica's loop.
+func (m *Metrics) ReplicaLoopWoke() { m.replicaWakes.Inc() }
 
 // ReplicaFetchServed counts a follower's replica fetch that this agent's
 // peer API received: a fetch frame of a session or a GET.

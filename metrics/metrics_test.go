@@ -203,6 +203,8 @@ func TestInstruments(t *testing.T) {
 	m.LeaderElected()
 	m.LeaderElected()
 	m.ISRChanged()
+	m.ReplicaLoopWoke()
+	m.ReplicaLoopWoke()
 	m.ReplicaFetchServed()
 	m.ReplicaFetchServed()
 	m.ReplicaFetchServed()
@@ -225,6 +227,7 @@ func TestInstruments(t *testing.T) {
 		{"logagent_fsync_duration_seconds", nil, 3},
 		{"logagent_leader_elections_total", nil, 2},
 		{"logagent_isr_changes_total", nil, 1},
+		{"logagent_replica_loop_wakes_total", nil, 2},
 		{"logagent_replica_fetch_requests_total", nil, 3},
 		{"logagent_errors_total", []string{"code", "not_leader"}, 2},
 		{"logagent_errors_total", []string{"code", "unknown_topic"}, 1},

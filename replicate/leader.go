@@ -538,6 +538,44 @@ func (l *Leader) Tick(now time.Time) {
 	}
 }
 
+// TickNeeded reports whether a Tick, now or at any later time, could do
+// anything before another call changes the leader: a write waits for its
+// acknowledgement (its deadline), an ISR follower is dead, says it lost
+// data or is caught up only by the clock (lagging behind the log end and
+// not parked, so LagTimeMax may run out), a parked follower outside the ISR
+// meets the join rule, or the ELR can be cleared. False, the leader's state
+// does not depend on time: the agent stops ticking it, so thousands of idle
+// partitions cost no wakes (docs/design.md §7). An ISR change in flight
+// waits for ISRCommitted or ISRProposalFailed, calls both.
+func (l *Leader) TickNeeded() bool {
+	if l.resigned {
+		return false
+	}
+	if len(l.acks) > 0 {
+		return true
+	}
+	if l.inFlight != nil {
+		return false
+	}
+	if len(l.elr) > 0 && len(l.isr) >= l.minISR {
+		return true
+	}
+	// As maybeShrinkISR and then maybeExpandISR see them, with the clock
+	// left out of caughtUp.
+	for _, id := range l.isr {
+		if p := l.followers[id]; id != l.self && (l.dead[id] || l.lostData(p) || !(p.parked || p.logEnd == l.logEnd)) {
+			return true
+		}
+	}
+	for _, id := range l.replicas {
+		p := l.followers[id]
+		if id != l.self && p.parked && !l.dead[id] && !p.dataLoss && !slices.Contains(l.isr, id) && l.meetsJoinRule(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // AwaitingAcks reports whether a write waits for its acknowledgement: its
 // deadline needs Tick at a fine grain, while an idle leader's ticks only
 // time ISR lag, which lag_time_max measures in seconds.

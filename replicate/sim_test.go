@@ -263,6 +263,15 @@ func (s *sim) step() {
 	for _, n := range s.nodes {
 		if n.up && n.leader != nil && !n.leader.Resigned() {
 			s.must(n.leader.SetDeadFollowers(dead, s.now))
+			s.pumpLeader(n)
+			if !n.leader.TickNeeded() {
+				// The agent stops ticking such a leader: a Tick at
+				// any later time must find nothing to do.
+				n.leader.Tick(s.now.Add(time.Hour))
+				if n.leader.HasReady() {
+					s.fail("%s needed no tick at epoch %d, but a tick an hour later did something: %+v", n.id, n.leader.Epoch(), n.leader.Ready())
+				}
+			}
 			n.leader.Tick(s.now)
 			s.pumpLeader(n)
 		}

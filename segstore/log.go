@@ -901,6 +901,14 @@ func (l *Log) SetRetention(retention time.Duration, bytes int64) {
 	l.retentionBytes.Store(max(bytes, 0))
 }
 
+// HasSealedSegments says the log has a segment besides the active one:
+// only those can ApplyRetention or DeleteBefore delete.
+func (l *Log) HasSealedSegments() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.segments) > 1
+}
+
 // ApplyRetention deletes the oldest segments that break the retention
 // limits (Options.Retention and RetentionBytes, or what SetRetention set):
 // newest record older than the time limit, or the log larger than the size
@@ -1066,6 +1074,22 @@ func (l *Log) Checkpoint() error {
 	l.metaMu.Lock()
 	defer l.metaMu.Unlock()
 	return l.checkpointLocked()
+}
+
+// CheckpointPending says Checkpoint has something to write: the synced
+// position is past the recovery point, the epoch cache changed, or the high
+// watermark moved since the last checkpoint. An idle log has nothing, so
+// the agent arms no checkpoint timer for it.
+func (l *Log) CheckpointPending() bool {
+	if l.usable() != nil {
+		return false
+	}
+	l.metaMu.Lock()
+	defer l.metaMu.Unlock()
+	l.syncMu.Lock()
+	synced := l.synced
+	l.syncMu.Unlock()
+	return synced.offset > l.recoveryPoint.offset || l.epochs.dirty() || l.hw.Load() != l.checkpointedHW
 }
 
 // checkpointLocked keeps the recovery point invariant (see recovery.go):

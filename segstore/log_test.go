@@ -861,6 +861,48 @@ func TestCheckpointFiles(t *testing.T) {
 	}
 }
 
+// TestCheckpointPending: a log has a checkpoint pending after each change
+// Checkpoint writes (a sync, a new epoch, a new high watermark) and none
+// once it is written, so an idle replica arms no checkpoint timer.
+func TestCheckpointPending(t *testing.T) {
+	l := openLog(t, OSFS{}, t.TempDir(), smallOptions(t, newClock()))
+	defer l.Close()
+	checkpointed := func(step string) {
+		t.Helper()
+		if err := l.Checkpoint(); err != nil {
+			t.Fatalf("%s: checkpoint: %v", step, err)
+		}
+		if l.CheckpointPending() {
+			t.Fatalf("%s: a checkpoint is still pending after one", step)
+		}
+	}
+	pending := func(step string) {
+		t.Helper()
+		if !l.CheckpointPending() {
+			t.Fatalf("%s: no checkpoint pending", step)
+		}
+	}
+	checkpointed("open")
+	if err := l.AssignEpoch(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	pending("new epoch")
+	checkpointed("new epoch")
+	if _, _, err := l.AppendLeader(makeBatch(nil, batchSpec{base: 0, epoch: 1, payload: 20}), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	pending("sync")
+	checkpointed("sync")
+	if err := l.SetHighWatermark(1); err != nil {
+		t.Fatal(err)
+	}
+	pending("high watermark")
+	checkpointed("high watermark")
+}
+
 // TestFollowerAppendIntoANewSegmentKeepsOneSegment: a follower catching up
 // appends many batches at once into an empty segment; the segment-age rule
 // must not count a segment whose first batch is only being written (its age

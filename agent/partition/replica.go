@@ -73,14 +73,20 @@ type Replica struct {
 	tasks sync.WaitGroup
 
 	// Everything below is owned by the loop goroutine.
-	meta       replicaMeta
-	gen        uint64
-	role       Role
-	dataLoss   bool
-	logFailed  bool
-	reopenAt   time.Time
-	syncReq    chan struct{}
-	syncerStop chan struct{}
+	meta      replicaMeta
+	gen       uint64
+	role      Role
+	dataLoss  bool
+	logFailed bool
+	reopenAt  time.Time
+	// checkpointAt is when the log's pending checkpoint is due; zero
+	// while it has nothing to checkpoint (scheduleCheckpoint).
+	checkpointAt time.Time
+	// retentionAt is when retention and the producers' expiry are next
+	// due; zero while neither has anything to remove (scheduleRetention).
+	retentionAt time.Time
+	syncReq     chan struct{}
+	syncerStop  chan struct{}
 	// failBackoff is how long a reopened log waits before it campaigns:
 	// a replica whose disk keeps failing must not win elections over and
 	// over (each one a new epoch) only to fail again. It starts over once
@@ -167,7 +173,7 @@ type Replica struct {
 	wakeTimer *time.Timer
 	wakeAt    time.Time
 	// leaderTicker runs while leading: ack deadlines and ISR lag, every
-	// leaderTickEvery (tickInterval).
+	// leaderTickEvery (adjustLeaderTick), stopped while that is zero.
 	leaderTicker    *time.Ticker
 	leaderTickEvery time.Duration
 	// parkedBy is the session that parked each follower's fetch in this
@@ -308,8 +314,11 @@ const (
 	// is also at most a tenth of lag_time_max, so a lagging follower
 	// leaves the ISR at most that late (docs/design.md §7).
 	idleLeaderTickMax = time.Second
-	// CheckpointInterval is how often a replica checkpoints its log: a
-	// full disk refuses those too.
+	// CheckpointInterval is how long a replica's log waits, once it has
+	// something to checkpoint (segstore.Log.CheckpointPending), before the
+	// checkpoint; a full disk refuses those too, and the next is due as
+	// long again later. An idle log is not checkpointed, so its replica
+	// does not wake.
 	CheckpointInterval = 5 * time.Second
 	retentionInterval  = time.Minute
 	reopenBackoff      = 5 * time.Second
@@ -425,10 +434,6 @@ func (r *Replica) run() {
 		r.changed.notify()
 	}()
 	r.loadProducers()
-	checkpoint := time.NewTicker(CheckpointInterval)
-	defer checkpoint.Stop()
-	retention := time.NewTicker(retentionInterval)
-	defer retention.Stop()
 	r.wakeTimer = time.NewTimer(time.Hour)
 	r.wakeTimer.Stop()
 	defer r.wakeTimer.Stop()
@@ -436,6 +441,9 @@ func (r *Replica) run() {
 	for {
 		var leadershipDone <-chan struct{}
 		var tick <-chan time.Time
+		// observed: the wake was a metrics scrape's read of the
+		// followers' progress, which the wake count leaves out.
+		observed := false
 		if r.leadership != nil {
 			leadershipDone, tick = r.leadership.Done(), r.leaderTicker.C
 		}
@@ -449,6 +457,7 @@ func (r *Replica) run() {
 			// produce could be appended and acknowledged after it.
 			r.stepDownIfLeadershipEnded()
 			r.handle(ev)
+			_, observed = ev.(progressRequest)
 		case <-r.fetchSignal:
 			for _, ev := range r.takeFetchAnswers() {
 				r.onFetchAnswered(ev)
@@ -480,13 +489,11 @@ func (r *Replica) run() {
 			if r.leader != nil {
 				r.applyLiveness()
 			}
-		case <-checkpoint.C:
-			r.checkpoint()
-		case <-retention.C:
-			r.applyRetention()
-			r.maintainProducers()
 		case <-r.wakeTimer.C:
 			r.wakeAt = time.Time{}
+		}
+		if !observed {
+			r.deps.Hooks.loopWoke()
 		}
 		r.reconcile()
 	}
@@ -550,6 +557,8 @@ func (r *Replica) reconcile() {
 	if r.logFailed && !now.Before(r.reopenAt) {
 		r.reopen()
 	}
+	r.scheduleCheckpoint(now)
+	r.scheduleRetention(now)
 	if r.role == RoleLeader {
 		if r.isrRetry != nil && !now.Before(r.isrRetryAt) {
 			p := r.isrRetry
@@ -580,26 +589,37 @@ func (r *Replica) reconcile() {
 }
 
 // adjustLeaderTick ticks a leader every leaderTick while a write waits for
-// its acknowledgement and slower otherwise: thousands of idle leaders
-// ticking 20 times a second were a cost that grew with partitions.
+// its acknowledgement, slower while only ISR lag needs timing, and not at
+// all while a tick could do nothing (replicate.Leader.TickNeeded): thousands
+// of idle leaders ticking were a cost that grew with partitions. Every
+// change of the leader's state comes through the loop, which runs this
+// after it.
 func (r *Replica) adjustLeaderTick() {
 	if r.leader == nil || r.leaderTicker == nil {
 		return
 	}
-	every := leaderTick
-	if !r.leader.AwaitingAcks() {
+	var every time.Duration
+	switch {
+	case r.leader.AwaitingAcks():
+		every = leaderTick
+	case r.leader.TickNeeded():
 		every = max(leaderTick, min(idleLeaderTickMax, r.deps.Config.Replication.LagTimeMax/10))
 	}
-	if every != r.leaderTickEvery {
-		r.leaderTicker.Reset(every)
-		r.leaderTickEvery = every
+	if every == r.leaderTickEvery {
+		return
 	}
+	if every == 0 {
+		r.leaderTicker.Stop()
+	} else {
+		r.leaderTicker.Reset(every)
+	}
+	r.leaderTickEvery = every
 }
 
 // armWake sets the wake timer to the earliest pending retry.
 func (r *Replica) armWake(now time.Time) {
 	var next time.Time
-	for _, t := range []time.Time{r.reopenAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake()} {
+	for _, t := range []time.Time{r.reopenAt, r.checkpointAt, r.retentionAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake()} {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -961,6 +981,46 @@ func (r *Replica) setDataLoss(lost bool) {
 		r.log.Warn("replica lost acknowledged data: it will not lead until it has fetched it again")
 	} else {
 		r.log.Info("replica fetched back the data it had lost: it may lead again")
+	}
+}
+
+// scheduleCheckpoint checkpoints the log once its checkpoint is due, and
+// makes one due CheckpointInterval after the log has something to
+// checkpoint.
+func (r *Replica) scheduleCheckpoint(now time.Time) {
+	if r.logFailed {
+		return
+	}
+	if !r.checkpointAt.IsZero() && !now.Before(r.checkpointAt) {
+		r.checkpointAt = time.Time{}
+		r.checkpoint()
+		if r.logFailed {
+			return
+		}
+	}
+	if r.checkpointAt.IsZero() && r.CurrentLog().CheckpointPending() {
+		r.checkpointAt = now.Add(CheckpointInterval)
+	}
+}
+
+// scheduleRetention applies retention and expires producers once they are
+// due, and makes them due retentionInterval later while either has
+// something it could remove: a segment besides the active one, or
+// producer state.
+func (r *Replica) scheduleRetention(now time.Time) {
+	if r.logFailed {
+		return
+	}
+	if !r.retentionAt.IsZero() && !now.Before(r.retentionAt) {
+		r.retentionAt = time.Time{}
+		r.applyRetention()
+		r.maintainProducers()
+		if r.logFailed {
+			return
+		}
+	}
+	if r.retentionAt.IsZero() && (r.CurrentLog().HasSealedSegments() || (r.producers != nil && (r.producers.Len() > 0 || r.producersDirty))) {
+		r.retentionAt = now.Add(retentionInterval)
 	}
 }
 

@@ -14,11 +14,20 @@ type Hooks struct {
 	// ISRChanged: an ISR change the replica proposed as leader was
 	// committed.
 	ISRChanged func()
+	// LoopWoke: the replica's loop woke (docs/design.md §7: an idle
+	// replica does not).
+	LoopWoke func()
 }
 
 func (h Hooks) leaderElected() {
 	if h.LeaderElected != nil {
 		h.LeaderElected()
+	}
+}
+
+func (h Hooks) loopWoke() {
+	if h.LoopWoke != nil {
+		h.LoopWoke()
 	}
 }
 

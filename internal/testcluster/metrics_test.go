@@ -297,6 +297,59 @@ func TestMetricsGroupLag(t *testing.T) {
 	waitLag(map[int]float64{0: 0, 1: 5})
 }
 
+// TestIdlePartitionsDoNotWake (issue 19): once writes stop and the last
+// checkpoint is written, no replica loop wakes: an idle leader is not
+// ticked while every follower is parked at its log end, and a log with
+// nothing to checkpoint or to delete arms no timer. Before, each replica
+// woke every 5 s to checkpoint and each leader every lag_time_max/10, a
+// cost that grew with partitions (3,334 wakes a second per agent at
+// 10,000).
+func TestIdlePartitionsDoNotWake(t *testing.T) {
+	const topic, partitions = "idle", 12
+	c := Start(t, Options{})
+	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: partitions, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for p := range partitions {
+		leader := c.WaitISR(topic, p, []string{"n1", "n2", "n3"}, 30*time.Second)
+		produceRecords(t, leader, topic, p, 3)
+	}
+	wakes := func() (total float64) {
+		for _, a := range c.Agents {
+			total += scrapeAgent(t, a).must(t, "logagent_replica_loop_wakes_total")
+		}
+		return total
+	}
+	// The checkpoints come partition.CheckpointInterval (5 s) after the
+	// last change, so the loops settle within a few windows. (A scrape
+	// wakes each leader of the scraped agent to read its followers' lag;
+	// the count leaves those wakes out.) Before, the checkpoint ticker
+	// alone woke the 36 replicas 14 times per window, and the idle
+	// leaders' ticks (lag_time_max/10) 120 more.
+	const window, settle, quiet = 2 * time.Second, 40 * time.Second, 2
+	// Quiet must last longer than a checkpoint interval: a periodic
+	// timer would show within it.
+	const quietWindows = 5
+	var seen []float64
+	last, run := wakes(), 0
+	for start := time.Now(); ; {
+		time.Sleep(window)
+		now := wakes()
+		seen = append(seen, now-last)
+		if run++; now-last > quiet {
+			run = 0
+		}
+		if run == quietWindows {
+			t.Logf("%d replicas idle: %v wakes in the cluster per %s window", 3*partitions, seen, window)
+			return
+		}
+		if time.Since(start) > settle {
+			t.Fatalf("%d replicas woke %v times per %s window in the %s after the last write, want %d windows in a row of at most %d", 3*partitions, seen, window, settle, quietWindows, quiet)
+		}
+		last = now
+	}
+}
+
 // countAbove is how many observations of the histogram family, over all
 // its series, were above the bucket bound le (one of its bounds).
 func (s scrape) countAbove(family string, le float64) (above, total uint64) {

@@ -88,8 +88,10 @@ type costPoint struct {
 	Partitions int
 	Led        time.Duration
 	Agents     []agentCost
-	// FetchesPerSecond and ConsulPerSecond are the cluster's, idle.
+	// FetchesPerSecond, WakesPerSecond (the replica loops') and
+	// ConsulPerSecond are the cluster's, idle.
 	FetchesPerSecond float64
+	WakesPerSecond   float64
 	ConsulPerSecond  float64
 	// KilledNode led FailedOver partitions; FailoverMax and FailoverMedian
 	// are from its kill to their first acknowledged write; Unrecovered
@@ -259,9 +261,10 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 		cpu := float64(after[i].cpuTicks-before[i].cpuTicks) / clockTicks
 		p.Agents = append(p.Agents, agentCost{Node: a.NodeID, CPUPercent: 100 * cpu / window, RSSBytes: after[i].rss, FDs: after[i].fds})
 		p.FetchesPerSecond += (after[i].fetches - before[i].fetches) / window
+		p.WakesPerSecond += (after[i].wakes - before[i].wakes) / window
 		p.ConsulPerSecond += (after[i].consul - before[i].consul) / window
 	}
-	fmt.Fprintf(o.log, "cost: %d partitions: idle %+v, %.0f replica fetches/s, %.0f Consul requests/s\n", n, p.Agents, p.FetchesPerSecond, p.ConsulPerSecond)
+	fmt.Fprintf(o.log, "cost: %d partitions: idle %+v, %.0f replica fetches/s, %.0f replica loop wakes/s, %.0f Consul requests/s\n", n, p.Agents, p.FetchesPerSecond, p.WakesPerSecond, p.ConsulPerSecond)
 
 	// Failover: the agent leading the most partitions dies.
 	leaders, err = currentLeaders(first, costTopic, n)
@@ -411,6 +414,7 @@ type agentSample struct {
 	rss      int64
 	fds      int
 	fetches  float64
+	wakes    float64
 	consul   float64
 }
 
@@ -456,6 +460,7 @@ func sampleAgent(a *testcluster.Agent) (agentSample, error) {
 		return s, fmt.Errorf("GET /metrics: %d", code)
 	}
 	s.fetches, _ = metricValue(body, "logagent_replica_fetch_requests_total")
+	s.wakes, _ = metricValue(body, "logagent_replica_loop_wakes_total")
 	s.consul, _ = metricValue(body, "logagent_consul_requests_total")
 	return s, nil
 }

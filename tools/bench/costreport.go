@@ -56,11 +56,11 @@ func renderCost(r costReport) string {
 		"partitions is killed with SIGKILL and every partition it led is written to (acks=all, through another agent, %d at a time) "+
 		"until it accepts a write. The load average (1 minute, at the end of the idle window) says what else the machine ran: figures "+
 		"taken at a load well above the 3 agents' own are not the cluster's alone.\n\n", o.nofile, o.idle, o.settle, probeWorkers)
-	b.WriteString("| partitions | create → all led | idle CPU per agent (% of a core) | RSS per agent (MiB) | open descriptors per agent | replica fetches/s | Consul requests/s, idle | kill -9 of (partitions led) | all accept acks=all again after (median) | Consul requests/s during it | Consul 429s | load average |\n")
-	b.WriteString("|---:|---:|---|---|---|---:|---:|---|---:|---:|---:|---:|\n")
+	b.WriteString("| partitions | create → all led | idle CPU per agent (% of a core) | RSS per agent (MiB) | open descriptors per agent | replica fetches/s | replica loop wakes/s | Consul requests/s, idle | kill -9 of (partitions led) | all accept acks=all again after (median) | Consul requests/s during it | Consul 429s | load average |\n")
+	b.WriteString("|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, p := range r.Points {
 		if p.Err != "" && len(p.Agents) == 0 {
-			fmt.Fprintf(&b, "| %d | %s | failed: %s | | | | | | | | | |\n", p.Partitions, durationOrDash(p.Led), strings.ReplaceAll(p.Err, "|", "/"))
+			fmt.Fprintf(&b, "| %d | %s | failed: %s | | | | | | | | | | |\n", p.Partitions, durationOrDash(p.Led), strings.ReplaceAll(p.Err, "|", "/"))
 			continue
 		}
 		var cpu, rss, fds []string
@@ -73,11 +73,11 @@ func renderCost(r costReport) string {
 		if p.Unrecovered > 0 {
 			failover += fmt.Sprintf(", %d never", p.Unrecovered)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.0f | %.0f | %s (%d) | %s | %.0f | %d | %.1f |\n",
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s (%d) | %s | %.0f | %d | %.1f |\n",
 			p.Partitions, durationOrDash(p.Led), strings.Join(cpu, " / "), strings.Join(rss, " / "), strings.Join(fds, " / "),
-			p.FetchesPerSecond, p.ConsulPerSecond, p.KilledNode, p.FailedOver, failover, p.FailoverConsulPerSec, p.Consul429, p.LoadAverage)
+			p.FetchesPerSecond, p.WakesPerSecond, p.ConsulPerSecond, p.KilledNode, p.FailedOver, failover, p.FailoverConsulPerSec, p.Consul429, p.LoadAverage)
 		if p.Err != "" {
-			fmt.Fprintf(&b, "| | %d partitions: %s | | | | | | | | | | |\n", p.Partitions, strings.ReplaceAll(p.Err, "|", "/"))
+			fmt.Fprintf(&b, "| | %d partitions: %s | | | | | | | | | | | |\n", p.Partitions, strings.ReplaceAll(p.Err, "|", "/"))
 		}
 	}
 	b.WriteString("\n")
@@ -191,6 +191,8 @@ var costCurves = []costCurve{
 	},
 		func(v float64) string { return fmt.Sprintf("%.0f", v) }},
 	{"replica fetches/s, idle cluster", func(p costPoint) (float64, bool) { return p.FetchesPerSecond, len(p.Agents) > 0 },
+		func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+	{"replica loop wakes/s, idle cluster", func(p costPoint) (float64, bool) { return p.WakesPerSecond, len(p.Agents) > 0 },
 		func(v float64) string { return fmt.Sprintf("%.0f", v) }},
 	{"kill -9: all acks=all again (s)", func(p costPoint) (float64, bool) { return p.FailoverMax.Seconds(), p.FailoverMax > 0 },
 		func(v float64) string { return fmt.Sprintf("%.1f", v) }},
