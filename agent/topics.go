@@ -107,6 +107,24 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusCreated, desc)
 }
 
+// Bounds of a topic's creation, which writes two Consul keys per
+// partition in transactions of 64 operations (election.CreateTopic) and
+// then waits for this agent's metadata watch to list them: 10,000
+// partitions are 313 transactions one after the other, and a listing of
+// 20,000 keys more to decode, which a bound of peerCallTimeout alone did
+// not cover (the topic was created, and the request answered 503).
+const (
+	createTopicPerPartition = 3 * time.Millisecond
+	createTopicMaxTimeout   = 50 * time.Second
+)
+
+// createTopicTimeout bounds the creation of a topic of partitions: well
+// inside the minute that the client API's own timeouts and the clients'
+// leave a request.
+func createTopicTimeout(partitions int) time.Duration {
+	return min(createTopicMaxTimeout, peerCallTimeout+time.Duration(partitions)*createTopicPerPartition)
+}
+
 // createTopic creates a topic, for POST /v1/topics and Kafka's
 // CreateTopics, and returns once this agent's metadata shows it. storage,
 // when not nil, is the topic's own storage settings
@@ -121,7 +139,11 @@ func (a *Agent) createTopic(req createTopicRequest, storage []byte) (election.To
 	if !election.ValidTopicName(req.Name) {
 		return election.TopicConfig{}, nil, invalidTopicName(req.Name)
 	}
-	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	partitions := a.cfg.TopicDefaults.Partitions
+	if req.Partitions != nil {
+		partitions = *req.Partitions
+	}
+	callCtx, cancel := context.WithTimeout(context.Background(), createTopicTimeout(partitions))
 	defer cancel()
 	agents, err := a.coord.Agents(callCtx)
 	if err != nil {

@@ -80,10 +80,10 @@ type Replica struct {
 	logFailed bool
 	reopenAt  time.Time
 	// checkpointAt is when the log's pending checkpoint is due; zero
-	// while it has nothing to checkpoint (scheduleCheckpoint).
+	// while it has nothing to checkpoint (runWhenDue).
 	checkpointAt time.Time
 	// retentionAt is when retention and the producers' expiry are next
-	// due; zero while neither has anything to remove (scheduleRetention).
+	// due; zero while neither has anything to remove (runWhenDue).
 	retentionAt time.Time
 	syncReq     chan struct{}
 	syncerStop  chan struct{}
@@ -557,8 +557,14 @@ func (r *Replica) reconcile() {
 	if r.logFailed && !now.Before(r.reopenAt) {
 		r.reopen()
 	}
-	r.scheduleCheckpoint(now)
-	r.scheduleRetention(now)
+	// A checkpoint CheckpointInterval after the log has something to
+	// checkpoint; retention and producer expiry every retentionInterval
+	// while they could remove something.
+	r.runWhenDue(now, &r.checkpointAt, CheckpointInterval, r.checkpoint, r.CurrentLog().CheckpointPending)
+	r.runWhenDue(now, &r.retentionAt, retentionInterval, func() {
+		r.applyRetention()
+		r.maintainProducers()
+	}, r.retentionPending)
 	if r.role == RoleLeader {
 		if r.isrRetry != nil && !now.Before(r.isrRetryAt) {
 			p := r.isrRetry
@@ -984,44 +990,29 @@ func (r *Replica) setDataLoss(lost bool) {
 	}
 }
 
-// scheduleCheckpoint checkpoints the log once its checkpoint is due, and
-// makes one due CheckpointInterval after the log has something to
-// checkpoint.
-func (r *Replica) scheduleCheckpoint(now time.Time) {
+// runWhenDue runs work once *at has come, and sets *at to every from now
+// when pending says there is work again: a replica with nothing to do arms
+// no timer. A failed log does neither.
+func (r *Replica) runWhenDue(now time.Time, at *time.Time, every time.Duration, work func(), pending func() bool) {
 	if r.logFailed {
 		return
 	}
-	if !r.checkpointAt.IsZero() && !now.Before(r.checkpointAt) {
-		r.checkpointAt = time.Time{}
-		r.checkpoint()
+	if !at.IsZero() && !now.Before(*at) {
+		*at = time.Time{}
+		work()
 		if r.logFailed {
 			return
 		}
 	}
-	if r.checkpointAt.IsZero() && r.CurrentLog().CheckpointPending() {
-		r.checkpointAt = now.Add(CheckpointInterval)
+	if at.IsZero() && pending() {
+		*at = now.Add(every)
 	}
 }
 
-// scheduleRetention applies retention and expires producers once they are
-// due, and makes them due retentionInterval later while either has
-// something it could remove: a segment besides the active one, or
-// producer state.
-func (r *Replica) scheduleRetention(now time.Time) {
-	if r.logFailed {
-		return
-	}
-	if !r.retentionAt.IsZero() && !now.Before(r.retentionAt) {
-		r.retentionAt = time.Time{}
-		r.applyRetention()
-		r.maintainProducers()
-		if r.logFailed {
-			return
-		}
-	}
-	if r.retentionAt.IsZero() && (r.CurrentLog().HasSealedSegments() || (r.producers != nil && (r.producers.Len() > 0 || r.producersDirty))) {
-		r.retentionAt = now.Add(retentionInterval)
-	}
+// retentionPending says retention or the producers' expiry could remove
+// something: a segment besides the active one, or producer state.
+func (r *Replica) retentionPending() bool {
+	return r.CurrentLog().HasSealedSegments() || (r.producers != nil && (r.producers.Len() > 0 || r.producersDirty))
 }
 
 func (r *Replica) checkpoint() {

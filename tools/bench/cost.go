@@ -53,9 +53,10 @@ const (
 	// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times:
 	// 100 on every architecture Go supports there.
 	clockTicks = 100
-	// probeWorkers is how many partitions the failover probe writes to at
-	// once.
-	probeWorkers = 64
+	// probeConns is how many connections the failover probe's requests
+	// share, and probeRetry its pause between a partition's tries.
+	probeConns = 256
+	probeRetry = 100 * time.Millisecond
 )
 
 // costHCL is every agent's configuration on top of the harness's: info
@@ -81,6 +82,9 @@ type agentCost struct {
 	CPUPercent float64
 	RSSBytes   int64
 	FDs        int
+	// ScrapeCPU is what one GET /metrics cost the agent (at clockTicks'
+	// grain): a Prometheus scraping it pays that every interval.
+	ScrapeCPU time.Duration
 }
 
 // costPoint is everything measured at one partition count.
@@ -123,7 +127,7 @@ func runCost(args []string, stdout io.Writer) error {
 	parts := fs.String("partitions", "100,1000,3000,10000", "comma-separated partition counts of the idle and failover points")
 	produceParts := fs.String("produce-partitions", "1,30,300", "comma-separated partition counts of the produce rows")
 	idle := fs.Duration("idle", 30*time.Second, "how long each point's idle cost is measured")
-	settle := fs.Duration("settle", 20*time.Second, "wait after every partition is led, before the idle window (ISR joins, preferred leaders)")
+	settle := fs.Duration("settle", 60*time.Second, "wait after every partition is led, before the idle window (ISR joins, preferred leaders: at 10,000 partitions some dozens move back, one every 2 s per agent)")
 	leadTimeout := fs.Duration("lead-timeout", 10*time.Minute, "give up waiting for every partition to be led after this long")
 	produceDuration := fs.Duration("duration", 10*time.Second, "how long each produce row runs")
 	nofile := fs.Uint64("nofile", 20000, "RLIMIT_NOFILE of the agents")
@@ -242,7 +246,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 		return p
 	}
 
-	before, err := sampleAgents(c.Agents)
+	before, err := sampleAgents(c.Agents, false)
 	if err != nil {
 		p.Err = err.Error()
 		return p
@@ -250,7 +254,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	if !sleepCtx(ctx, o.idle) {
 		return p
 	}
-	after, err := sampleAgents(c.Agents)
+	after, err := sampleAgents(c.Agents, true)
 	if err != nil {
 		p.Err = err.Error()
 		return p
@@ -259,7 +263,8 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	window := after[0].at.Sub(before[0].at).Seconds()
 	for i, a := range c.Agents {
 		cpu := float64(after[i].cpuTicks-before[i].cpuTicks) / clockTicks
-		p.Agents = append(p.Agents, agentCost{Node: a.NodeID, CPUPercent: 100 * cpu / window, RSSBytes: after[i].rss, FDs: after[i].fds})
+		p.Agents = append(p.Agents, agentCost{Node: a.NodeID, CPUPercent: 100 * cpu / window, RSSBytes: after[i].rss, FDs: after[i].fds,
+			ScrapeCPU: time.Duration(after[i].scrapeTicks) * time.Second / clockTicks})
 		p.FetchesPerSecond += (after[i].fetches - before[i].fetches) / window
 		p.WakesPerSecond += (after[i].wakes - before[i].wakes) / window
 		p.ConsulPerSecond += (after[i].consul - before[i].consul) / window
@@ -283,7 +288,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 			survivors = append(survivors, a)
 		}
 	}
-	consulBefore, err := sampleAgents(survivors)
+	consulBefore, err := sampleAgents(survivors, false)
 	if err != nil {
 		p.Err = err.Error()
 		return p
@@ -292,7 +297,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	killed := time.Now()
 	victim.Kill()
 	times, unrecovered := probeFailover(ctx, survivor, led, killed, 2*time.Minute)
-	consulAfter, err := sampleAgents(survivors)
+	consulAfter, err := sampleAgents(survivors, true)
 	if err != nil {
 		p.Err = err.Error()
 		return p
@@ -371,40 +376,59 @@ func busiestLeader(agents []*testcluster.Agent, leaders map[int]string) (*testcl
 }
 
 // probeFailover writes one acks=all record to each partition through a,
-// again and again until it succeeds or limit passes, and returns each
-// success's time since killed, and how many partitions never succeeded.
+// every partition at once, each again and again until it succeeds or limit
+// passes, and returns each success's time since killed, and how many
+// partitions never succeeded. Requests share probeConns connections: a
+// client writing to all of them would have them all in flight, where a
+// queue of 64 partitions at a time (the first runs) measured the queue: a
+// partition was first tried only once the ones before it had succeeded.
 func probeFailover(ctx context.Context, a *testcluster.Agent, partitions []int, killed time.Time, limit time.Duration) ([]time.Duration, int) {
-	work := make(chan int)
+	transport := &http.Transport{MaxConnsPerHost: probeConns, MaxIdleConnsPerHost: probeConns}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
 	var (
 		mu    sync.Mutex
 		times []time.Duration
 		wg    sync.WaitGroup
 	)
 	deadline := killed.Add(limit)
-	for range probeWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				for time.Now().Before(deadline) && ctx.Err() == nil {
-					_, err := a.Produce(costTopic, p, testcluster.ContentTypeNDJSON, []byte("{\"probe\":1}\n"), "all", 2*time.Second)
-					if err == nil {
-						mu.Lock()
-						times = append(times, time.Since(killed))
-						mu.Unlock()
-						break
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-		}()
-	}
 	for _, p := range partitions {
-		work <- p
+		wg.Go(func() {
+			url := fmt.Sprintf("http://%s/v1/topics/%s/records?partition=%d&acks=all&timeout=2s", a.ClientAddr, costTopic, p)
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if probeOnce(ctx, client, url) == nil {
+					mu.Lock()
+					times = append(times, time.Since(killed))
+					mu.Unlock()
+					return
+				}
+				time.Sleep(probeRetry)
+			}
+		})
 	}
-	close(work)
 	wg.Wait()
 	return times, len(partitions) - len(times)
+}
+
+// probeOnce sends one record and says whether it was acknowledged.
+func probeOnce(ctx context.Context, client *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{\"probe\":1}\n"))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", testcluster.ContentTypeNDJSON)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("produce: %s", resp.Status)
+	}
+	return nil
 }
 
 // agentSample is one agent's counters at one moment.
@@ -413,15 +437,22 @@ type agentSample struct {
 	cpuTicks int64
 	rss      int64
 	fds      int
-	fetches  float64
-	wakes    float64
-	consul   float64
+	// scrapeTicks is the CPU of the sample's own GET /metrics, in a
+	// window's last sample.
+	scrapeTicks int64
+	fetches     float64
+	wakes       float64
+	consul      float64
 }
 
-func sampleAgents(agents []*testcluster.Agent) ([]agentSample, error) {
+// sampleAgents samples every agent. The window's first sample scrapes
+// /metrics before it reads /proc and the last after, so the CPU of its own
+// scrapes stays out of an idle window; the last records what its scrape
+// cost (scrapeTicks).
+func sampleAgents(agents []*testcluster.Agent, last bool) ([]agentSample, error) {
 	out := make([]agentSample, len(agents))
 	for i, a := range agents {
-		s, err := sampleAgent(a)
+		s, err := sampleAgent(a, last)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", a.NodeID, err)
 		}
@@ -430,14 +461,17 @@ func sampleAgents(agents []*testcluster.Agent) ([]agentSample, error) {
 	return out, nil
 }
 
-func sampleAgent(a *testcluster.Agent) (agentSample, error) {
-	s := agentSample{at: time.Now()}
+func sampleAgent(a *testcluster.Agent, last bool) (agentSample, error) {
+	var s agentSample
+	var err error
 	pid := a.PID()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return s, err
+	if !last {
+		if err := scrapeCounters(a, &s); err != nil {
+			return s, err
+		}
 	}
-	if s.cpuTicks, err = cpuTicksOf(string(stat)); err != nil {
+	s.at = time.Now()
+	if s.cpuTicks, err = cpuTicksOfPID(pid); err != nil {
 		return s, err
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -452,17 +486,40 @@ func sampleAgent(a *testcluster.Agent) (agentSample, error) {
 		return s, err
 	}
 	s.fds = len(fds)
+	if last {
+		if err := scrapeCounters(a, &s); err != nil {
+			return s, err
+		}
+		after, err := cpuTicksOfPID(pid)
+		if err != nil {
+			return s, err
+		}
+		s.scrapeTicks = after - s.cpuTicks
+	}
+	return s, nil
+}
+
+// scrapeCounters reads the agent's counters from GET /metrics into s.
+func scrapeCounters(a *testcluster.Agent, s *agentSample) error {
 	code, body, err := a.Get("/metrics", "text/plain")
 	if err != nil {
-		return s, err
+		return err
 	}
 	if code != http.StatusOK {
-		return s, fmt.Errorf("GET /metrics: %d", code)
+		return fmt.Errorf("GET /metrics: %d", code)
 	}
 	s.fetches, _ = metricValue(body, "logagent_replica_fetch_requests_total")
 	s.wakes, _ = metricValue(body, "logagent_replica_loop_wakes_total")
 	s.consul, _ = metricValue(body, "logagent_consul_requests_total")
-	return s, nil
+	return nil
+}
+
+func cpuTicksOfPID(pid int) (int64, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return cpuTicksOf(string(stat))
 }
 
 // cpuTicksOf is utime+stime of a /proc/<pid>/stat line. The command name

@@ -109,5 +109,5 @@ func TestCostRegionAndChart(t *testing.T) {
 }
 
 func agents3(cpu float64) []agentCost {
-	return []agentCost{{"n1", cpu, 1 << 20, 10}, {"n2", cpu, 1 << 20, 10}, {"n3", cpu, 1 << 20, 10}}
+	return []agentCost{{"n1", cpu, 1 << 20, 10, time.Second}, {"n2", cpu, 1 << 20, 10, time.Second}, {"n3", cpu, 1 << 20, 10, time.Second}}
 }

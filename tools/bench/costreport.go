@@ -52,32 +52,34 @@ func renderCost(r costReport) string {
 	fmt.Fprintf(&b, "Each point: a Consul server and three agents started afresh with the shipped timing (check_ttl 3s, session_ttl 10s, "+
 		"lock_delay 250ms, lag_time_max 10s, fetch_max_wait 500ms), `log_level = \"info\"`, `segment_bytes = \"64MiB\"`, under RLIMIT_NOFILE %d; "+
 		"one topic of that many partitions, RF 3, min_insync_replicas 2 (every agent holds a replica of every partition). "+
-		"Idle figures are taken over %s with no client traffic, %s after every partition had a leader; then the agent leading the most "+
-		"partitions is killed with SIGKILL and every partition it led is written to (acks=all, through another agent, %d at a time) "+
-		"until it accepts a write. The load average (1 minute, at the end of the idle window) says what else the machine ran: figures "+
-		"taken at a load well above the 3 agents' own are not the cluster's alone.\n\n", o.nofile, o.idle, o.settle, probeWorkers)
-	b.WriteString("| partitions | create → all led | idle CPU per agent (% of a core) | RSS per agent (MiB) | open descriptors per agent | replica fetches/s | replica loop wakes/s | Consul requests/s, idle | kill -9 of (partitions led) | all accept acks=all again after (median) | Consul requests/s during it | Consul 429s | load average |\n")
-	b.WriteString("|---:|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
+		"Idle figures are taken over %s with no client traffic (the measurement's own /metrics scrapes are outside the window; what one scrape cost "+
+		"is its own column), %s after every partition had a leader (leaderships won by a replica other than the preferred one move back meanwhile); then the agent leading the most "+
+		"partitions is killed with SIGKILL and every partition it led is written to (acks=all, through another agent, all partitions at once over %d connections, "+
+		"each retried %s after a failure) until it accepts a write. The load average (1 minute, at the end of the idle window) says what else the machine ran: figures "+
+		"taken at a load well above the 3 agents' own are not the cluster's alone.\n\n", o.nofile, o.idle, o.settle, probeConns, probeRetry)
+	b.WriteString("| partitions | create → all led | idle CPU per agent (% of a core) | RSS per agent (MiB) | open descriptors per agent | CPU per /metrics scrape | replica fetches/s | replica loop wakes/s | Consul requests/s, idle | kill -9 of (partitions led) | all accept acks=all again after (median) | Consul requests/s during it | Consul 429s | load average |\n")
+	b.WriteString("|---:|---:|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, p := range r.Points {
 		if p.Err != "" && len(p.Agents) == 0 {
-			fmt.Fprintf(&b, "| %d | %s | failed: %s | | | | | | | | | | |\n", p.Partitions, durationOrDash(p.Led), strings.ReplaceAll(p.Err, "|", "/"))
+			fmt.Fprintf(&b, "| %d | %s | failed: %s | | | | | | | | | | | |\n", p.Partitions, durationOrDash(p.Led), strings.ReplaceAll(p.Err, "|", "/"))
 			continue
 		}
-		var cpu, rss, fds []string
+		var cpu, rss, fds, scrape []string
 		for _, a := range p.Agents {
 			cpu = append(cpu, fmt.Sprintf("%.1f", a.CPUPercent))
 			rss = append(rss, fmt.Sprintf("%.0f", float64(a.RSSBytes)/(1<<20)))
 			fds = append(fds, fmt.Sprint(a.FDs))
+			scrape = append(scrape, a.ScrapeCPU.String())
 		}
 		failover := fmt.Sprintf("%s (%s)", durationOrDash(p.FailoverMax), durationOrDash(p.FailoverMedian))
 		if p.Unrecovered > 0 {
 			failover += fmt.Sprintf(", %d never", p.Unrecovered)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s (%d) | %s | %.0f | %d | %.1f |\n",
-			p.Partitions, durationOrDash(p.Led), strings.Join(cpu, " / "), strings.Join(rss, " / "), strings.Join(fds, " / "),
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s (%d) | %s | %.0f | %d | %.1f |\n",
+			p.Partitions, durationOrDash(p.Led), strings.Join(cpu, " / "), strings.Join(rss, " / "), strings.Join(fds, " / "), strings.Join(scrape, " / "),
 			p.FetchesPerSecond, p.WakesPerSecond, p.ConsulPerSecond, p.KilledNode, p.FailedOver, failover, p.FailoverConsulPerSec, p.Consul429, p.LoadAverage)
 		if p.Err != "" {
-			fmt.Fprintf(&b, "| | %d partitions: %s | | | | | | | | | | | |\n", p.Partitions, strings.ReplaceAll(p.Err, "|", "/"))
+			fmt.Fprintf(&b, "| | %d partitions: %s | | | | | | | | | | | | |\n", p.Partitions, strings.ReplaceAll(p.Err, "|", "/"))
 		}
 	}
 	b.WriteString("\n")
