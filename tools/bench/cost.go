@@ -53,10 +53,10 @@ const (
 	// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times:
 	// 100 on every architecture Go supports there.
 	clockTicks = 100
-	// probeConns is how many connections the failover probe's requests
-	// share, and probeRetry its pause between a partition's tries.
-	probeConns = 256
-	probeRetry = 100 * time.Millisecond
+	// probeWorkers is how many partitions the failover probe writes to at
+	// once: a partition is first tried once a worker is free, so the
+	// figure includes that queue (docs/benchmarks.md says how much).
+	probeWorkers = 64
 )
 
 // costHCL is every agent's configuration on top of the harness's: info
@@ -376,59 +376,40 @@ func busiestLeader(agents []*testcluster.Agent, leaders map[int]string) (*testcl
 }
 
 // probeFailover writes one acks=all record to each partition through a,
-// every partition at once, each again and again until it succeeds or limit
-// passes, and returns each success's time since killed, and how many
-// partitions never succeeded. Requests share probeConns connections: a
-// client writing to all of them would have them all in flight, where a
-// queue of 64 partitions at a time (the first runs) measured the queue: a
-// partition was first tried only once the ones before it had succeeded.
+// again and again until it succeeds or limit passes, and returns each
+// success's time since killed, and how many partitions never succeeded.
 func probeFailover(ctx context.Context, a *testcluster.Agent, partitions []int, killed time.Time, limit time.Duration) ([]time.Duration, int) {
-	transport := &http.Transport{MaxConnsPerHost: probeConns, MaxIdleConnsPerHost: probeConns}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
+	work := make(chan int)
 	var (
 		mu    sync.Mutex
 		times []time.Duration
 		wg    sync.WaitGroup
 	)
 	deadline := killed.Add(limit)
-	for _, p := range partitions {
-		wg.Go(func() {
-			url := fmt.Sprintf("http://%s/v1/topics/%s/records?partition=%d&acks=all&timeout=2s", a.ClientAddr, costTopic, p)
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				if probeOnce(ctx, client, url) == nil {
-					mu.Lock()
-					times = append(times, time.Since(killed))
-					mu.Unlock()
-					return
+	for range probeWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				for time.Now().Before(deadline) && ctx.Err() == nil {
+					_, err := a.Produce(costTopic, p, testcluster.ContentTypeNDJSON, []byte("{\"probe\":1}\n"), "all", 2*time.Second)
+					if err == nil {
+						mu.Lock()
+						times = append(times, time.Since(killed))
+						mu.Unlock()
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
 				}
-				time.Sleep(probeRetry)
 			}
-		})
+		}()
 	}
+	for _, p := range partitions {
+		work <- p
+	}
+	close(work)
 	wg.Wait()
 	return times, len(partitions) - len(times)
-}
-
-// probeOnce sends one record and says whether it was acknowledged.
-func probeOnce(ctx context.Context, client *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{\"probe\":1}\n"))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", testcluster.ContentTypeNDJSON)
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("produce: %s", resp.Status)
-	}
-	return nil
 }
 
 // agentSample is one agent's counters at one moment.
