@@ -882,6 +882,11 @@ func TestCheckpointPending(t *testing.T) {
 			t.Fatalf("%s: no checkpoint pending", step)
 		}
 	}
+	// A new log's HW is its log start, what it would be without the
+	// file: nothing to write until it moves.
+	if l.CheckpointPending() {
+		t.Fatal("a new log has a checkpoint pending")
+	}
 	checkpointed("open")
 	if err := l.AssignEpoch(1, 0); err != nil {
 		t.Fatal(err)

@@ -664,7 +664,10 @@ func (r *recovery) finish() error {
 	}
 	l.recoveryPoint = rp
 	l.synced = tail
-	l.checkpointedHW = -1
+	// Without the file, a reopen starts the HW at the log start: what a
+	// checkpoint of it would say, so a new log writes none (two fsyncs
+	// per partition of a new topic) until its HW moves.
+	l.checkpointedHW = lso
 	if r.hwFound {
 		l.checkpointedHW = r.hwCk
 	}

@@ -266,24 +266,32 @@ func TestRetireWithoutFollowerStepsDown(t *testing.T) {
 	}
 }
 
+// leadBesidePreferred has n1 lead topic "ho" of replicas [n2 n1], with
+// leader_rebalance_delay as given, and n2 (an election client alone, alive
+// in Consul) campaign for it from then on: the returned channel has its
+// leadership once n1 hands it over.
+func leadBesidePreferred(t *testing.T, delay string) (*Replica, int32, <-chan *election.Leadership) {
+	t.Helper()
+	srv := consultest.Start(t)
+	n2 := startElectionOnly(t, srv, "n2")
+	m, coord := startManager(t, srv, "n1", "replication {\n  leader_rebalance_delay = \""+delay+"\"\n}\n", time.Now)
+	createTopic(t, coord, "ho", [][]string{{"n2", "n1"}}, 1)
+	r := waitLeading(t, m, "ho")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return r, r.CurrentView().Epoch, contend(ctx, n2)
+}
+
 // TestMoveToPreferredReplica: a leader that is not its partition's
 // preferred replica hands the leadership to it once it has been in sync
 // for leader_rebalance_delay, with the same handover.
 func TestMoveToPreferredReplica(t *testing.T) {
-	srv := consultest.Start(t)
-	n2 := startElectionOnly(t, srv, "n2")
-	m, coord := startManager(t, srv, "n1", "replication {\n  leader_rebalance_delay = \"1s\"\n}\n", time.Now)
 	// n2 is preferred, alive in Consul, but not campaigning yet: n1 takes
 	// the first epoch after preferredLeaderHold, so its leadership (from
 	// which n2 counts as in sync) starts at least that long after the
 	// creation.
 	created := time.Now()
-	createTopic(t, coord, "ho", [][]string{{"n2", "n1"}}, 1)
-	r := waitLeading(t, m, "ho")
-	epoch := r.CurrentView().Epoch
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	won := contend(ctx, n2)
+	r, epoch, won := leadBesidePreferred(t, "1s")
 	start := time.Now()
 	var l *election.Leadership
 	for l == nil {
@@ -304,6 +312,29 @@ func TestMoveToPreferredReplica(t *testing.T) {
 		t.Fatalf("n2 led at epoch %d %s after the creation; want epoch %d, not before the hold for a live preferred replica and the rebalance delay of 1s (%s)", l.Epoch(), sinceCreated, epoch+1, earliest)
 	}
 	waitFor(t, func() bool { return r.CurrentView().Role != RoleLeader }, "n1 to stop leading")
+}
+
+// TestMoveToPreferredReplicaWhileIdle: the move back to the preferred
+// replica comes due with time alone (leader_rebalance_delay after it is in
+// sync), so a leader that nothing else wakes must still make it. The idle
+// leader is not ticked for its ISR (replicate.Leader.TickNeeded); a leader
+// that is not the preferred replica keeps its tick for the move (caught
+// by TestReassignCancelStuck's heal, which waited forever for a wake).
+func TestMoveToPreferredReplicaWhileIdle(t *testing.T) {
+	// The delay outlasts the loop's last wake of its own: the checkpoint,
+	// CheckpointInterval after the new epoch.
+	r, epoch, won := leadBesidePreferred(t, "8s")
+	// One fetch at the log end, then nothing more from n2.
+	r.LeaderFetch(replicate.FetchRequest{ReplicaID: "n2", FetchOffset: r.CurrentLog().LogEndOffset(), CurrentLeaderEpoch: epoch, LastFetchedEpoch: replicate.UndefinedEpoch})
+	select {
+	case l := <-won:
+		if l == nil {
+			t.Fatal("n2's campaign ended without the leadership")
+		}
+		t.Logf("moved to n2 at epoch %d with no event after its one fetch", l.Epoch())
+	case <-time.After(20 * time.Second):
+		t.Fatal("the leadership did not move to the in-sync preferred replica within 20s of its only fetch (leader_rebalance_delay 8s)")
+	}
 }
 
 // TestFirstCampaignDeadPreferredReplica: a new partition whose preferred

@@ -351,6 +351,7 @@ func (m *Manager) apply(snap *election.Snapshot) {
 	reset := snap.Index < m.appliedIndex
 	m.appliedIndex = snap.Index
 	configChanged := map[string]bool{}
+	anyDraining := len(snap.Draining()) > 0
 	for _, name := range snap.Topics() {
 		tm, _ := snap.Topic(name)
 		if tm.Err != nil {
@@ -363,7 +364,11 @@ func (m *Manager) apply(snap *election.Snapshot) {
 		}
 		for _, pm := range tm.Partitions {
 			if slices.Contains(pm.Replicas, m.deps.Self) {
-				want[partitionKey{name, pm.Partition}] = replicaMeta{pm: pm, tc: tm.Config, usable: true}
+				meta := replicaMeta{pm: pm, tc: tm.Config, usable: true}
+				if anyDraining {
+					meta.draining = slices.DeleteFunc(slices.Clone(pm.Replicas), func(id string) bool { return !snap.IsDraining(id) })
+				}
+				want[partitionKey{name, pm.Partition}] = meta
 			}
 		}
 	}
@@ -480,7 +485,8 @@ func sameMeta(a, b replicaMeta) bool {
 	return a.usable == b.usable && a.tc.ID == b.tc.ID &&
 		a.pm.StateIndex == b.pm.StateIndex && a.pm.ReplicasIndex == b.pm.ReplicasIndex &&
 		a.pm.ReassignIndex == b.pm.ReassignIndex && (a.pm.Reassign == nil) == (b.pm.Reassign == nil) &&
-		a.pm.LeaderSession == b.pm.LeaderSession && a.pm.Successor == b.pm.Successor
+		a.pm.LeaderSession == b.pm.LeaderSession && a.pm.Successor == b.pm.Successor &&
+		slices.Equal(a.draining, b.draining)
 }
 
 // openConcurrency bounds the partitions a manager opens at once.

@@ -293,6 +293,10 @@ type replicaMeta struct {
 	// usable is false for a topic whose metadata is corrupt: it is never
 	// led, and nothing is decided from it.
 	usable bool
+	// draining are the partition's replicas on agents being drained: a
+	// drain's start or end is a change of the replica's metadata, which
+	// wakes it (no timer does).
+	draining []string
 }
 
 type followTarget struct {
@@ -608,7 +612,7 @@ func (r *Replica) adjustLeaderTick() {
 	switch {
 	case r.leader.AwaitingAcks():
 		every = leaderTick
-	case r.leader.TickNeeded():
+	case r.leader.TickNeeded(), r.housekeepingPending():
 		every = max(leaderTick, min(idleLeaderTickMax, r.deps.Config.Replication.LagTimeMax/10))
 	}
 	if every == r.leaderTickEvery {
@@ -620,6 +624,19 @@ func (r *Replica) adjustLeaderTick() {
 		r.leaderTicker.Reset(every)
 	}
 	r.leaderTickEvery = every
+}
+
+// housekeepingPending says a leader has work that may come due without an
+// event, which its idle tick looks for again: a move back to the preferred
+// replica (due leader_rebalance_delay after it is in sync, and spaced by
+// the agent's move limiter), re-placing dead or drained replicas (which
+// waits for a healing slot, seen in the next metadata snapshot), a
+// reassignment in progress. A leader with none of these, the preferred
+// replica of a partition whose replicas all live, is not ticked.
+func (r *Replica) housekeepingPending() bool {
+	pm := r.meta.pm
+	return (r.deps.Config.Replication.AutoLeaderRebalance && len(pm.Replicas) > 0 && pm.Replicas[0] != r.deps.Self) ||
+		len(r.deadReplicas) > 0 || len(r.meta.draining) > 0 || pm.Reassign != nil
 }
 
 // armWake sets the wake timer to the earliest pending retry.
