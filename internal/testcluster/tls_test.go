@@ -77,19 +77,30 @@ func getWith(hc *http.Client, url, token string) (int, string, error) {
 // presents to a new connection.
 func servedSerial(t *testing.T, addr string, ca *pki.CA, cert *pki.Leaf) *big.Int {
 	t.Helper()
+	serial, err := tryServedSerial(addr, ca, cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serial
+}
+
+// tryServedSerial is servedSerial for a poll: until an agent has reloaded a
+// certificate of a new CA, the handshake that trusts only that CA fails,
+// and the poll looks again.
+func tryServedSerial(addr string, ca *pki.CA, cert *pki.Leaf) (*big.Int, error) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	pair, err := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
 		&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}})
 	if err != nil {
-		t.Fatalf("TLS handshake with %s: %v", addr, err)
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
 	}
 	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0].SerialNumber
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber, nil
 }
 
 // plaintextAnswer sends an HTTP request in the clear to addr and returns
@@ -278,7 +289,8 @@ func TestPeerTLS(t *testing.T) {
 		nextOperator := issue(t, next, "operator")
 		for _, a := range c.Agents {
 			c.WaitFor(10*time.Second, a.NodeID+" serving its certificate of the new CA", func() bool {
-				return servedSerial(t, a.PeerAddr, next, nextOperator).Cmp(serials[a]) == 0
+				serial, err := tryServedSerial(a.PeerAddr, next, nextOperator)
+				return err == nil && serial.Cmp(serials[a]) == 0
 			})
 		}
 		if _, _, err := getWith(tlsClient(next, operator), healthURL, token); err == nil {
