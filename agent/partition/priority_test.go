@@ -231,11 +231,15 @@ func TestLeadershipLossBeforeQueuedProduce(t *testing.T) {
 	const rounds = 20
 	for round := 0; round < rounds; {
 		r := waitLeading(t, m, "prio")
-		// The leader's tick (every 50ms) makes the loop ask the clock.
+		// A wake makes the loop ask the clock (its reconcile does): an
+		// idle leader is not ticked, so the test wakes it with a read of
+		// its progress.
 		paused, release := clock.arm()
+		go r.Progress(context.Background())
 		select {
 		case <-paused:
 		case <-time.After(5 * time.Second):
+			release()
 			t.Fatal("the clock was never asked")
 		}
 		// Whoever the clock holds, the loop must be the one: a queued
