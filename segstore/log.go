@@ -1086,10 +1086,7 @@ func (l *Log) CheckpointPending() bool {
 	}
 	l.metaMu.Lock()
 	defer l.metaMu.Unlock()
-	l.syncMu.Lock()
-	synced := l.synced
-	l.syncMu.Unlock()
-	return synced.offset > l.recoveryPoint.offset || l.epochs.dirty() || l.hw.Load() != l.checkpointedHW
+	return l.syncedPosition().offset > l.recoveryPoint.offset || l.epochs.dirty() || l.hw.Load() != l.checkpointedHW
 }
 
 // checkpointLocked keeps the recovery point invariant (see recovery.go):
@@ -1097,9 +1094,7 @@ func (l *Log) CheckpointPending() bool {
 // segment's index is fsynced (it holds every entry below the position), and
 // the epoch cache is written (it holds every entry that starts below it).
 func (l *Log) checkpointLocked() error {
-	l.syncMu.Lock()
-	synced := l.synced
-	l.syncMu.Unlock()
+	synced := l.syncedPosition()
 	advance := synced.offset > l.recoveryPoint.offset
 	if advance {
 		l.mu.RLock()
