@@ -116,46 +116,77 @@ func (c *Client) registerService(ctx context.Context) error {
 
 // heartbeatLoop passes the TTL check every CheckTTL/3, registering again if
 // Consul lost the check (a Consul agent restarted without its data).
+//
+// A pass does not wait for the one before it: each leaves on time and may
+// take up to CheckTTL, and the lease counts whichever succeed (from when
+// each was sent). One pass at a time would fall behind a Consul that
+// answers slowly, spacing the passes by their latency, and a pass cut off
+// at the interval would be lost even when Consul would have counted it:
+// under a failover's load, answers of 1-2 s took every leadership of a
+// 10,000-partition agent with its lease (docs/design.md §6, "Registration").
+// With the shipped timing (check_ttl 3s, lease margin 500ms) the lease
+// holds while passes are answered within 1.5 s of being sent.
 func (c *Client) heartbeatLoop(ctx context.Context) {
 	interval := c.cfg.CheckTTL / heartbeatsPerTTL
-	// Failed passes are retried sooner: the lease is running out.
+	// After a pass failed, the next one leaves sooner: the lease is
+	// running out.
 	retry := interval / 4
+	results := make(chan passResult, heartbeatsPerTTL)
+	var passes sync.WaitGroup
+	defer passes.Wait()
+	inFlight := 0
 	next := c.clock.Now().Add(interval)
 	for {
-		if !c.sleep(ctx, next.Sub(c.clock.Now())) {
-			return
+		var due <-chan time.Time
+		if inFlight < heartbeatsPerTTL {
+			due = c.clock.After(next.Sub(c.clock.Now()))
 		}
-		sent := c.clock.Now()
-		err := c.passCheck(ctx)
-		done := c.clock.Now()
-		switch {
-		case err == nil:
-			c.updateLease(func(l *lease) bool { return l.checkPassed(sent, done) })
-			next = sent.Add(interval)
-		case ctx.Err() != nil:
+		select {
+		case <-ctx.Done():
 			return
-		case unknownCheck(err):
-			c.log.Warn("health check missing in Consul; registering again", "check_id", c.checkID, "error", err)
-			c.resetWatches()
-			if err := c.registerService(ctx); err != nil && ctx.Err() == nil {
-				c.log.Error("register again failed", "error", err)
+		case <-due:
+			inFlight++
+			next = c.clock.Now().Add(interval)
+			passes.Go(func() { results <- c.pass(ctx) })
+		case r := <-results:
+			inFlight--
+			switch {
+			case r.err == nil:
+				c.updateLease(func(l *lease) bool { return l.checkPassed(r.sent, r.done) })
+			case ctx.Err() != nil:
+				return
+			case unknownCheck(r.err):
+				c.log.Warn("health check missing in Consul; registering again", "check_id", c.checkID, "error", r.err)
+				c.resetWatches()
+				if err := c.registerService(ctx); err != nil && ctx.Err() == nil {
+					c.log.Error("register again failed", "error", err)
+				}
+				next = earlier(next, c.clock.Now().Add(retry))
+			default:
+				c.logConsulError("health check pass failed", r.err)
+				next = earlier(next, r.done.Add(retry))
 			}
-			next = done.Add(retry)
-		default:
-			c.logConsulError("health check pass failed", err)
-			next = done.Add(retry)
 		}
 	}
 }
 
-func (c *Client) passCheck(ctx context.Context) error {
-	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CheckTTL/heartbeatsPerTTL)
+// passResult is one check pass: when it was sent, when its answer came.
+type passResult struct {
+	sent, done time.Time
+	err        error
+}
+
+// pass passes the check once. It gives up after CheckTTL: a pass answered
+// later proves nothing the lease could still use.
+func (c *Client) pass(ctx context.Context) passResult {
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CheckTTL)
 	defer cancel()
+	sent := c.clock.Now()
 	err := c.api.Agent().UpdateTTLOpts(c.checkID, "", api.HealthPassing, (&api.QueryOptions{}).WithContext(callCtx))
 	if err != nil {
-		return consulError(err, fmt.Sprintf("pass check %q", c.checkID), serviceRule)
+		err = consulError(err, fmt.Sprintf("pass check %q", c.checkID), serviceRule)
 	}
-	return nil
+	return passResult{sent: sent, done: c.clock.Now(), err: err}
 }
 
 // unknownCheck recognises the Consul agent not knowing the check.
