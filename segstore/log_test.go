@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -906,6 +907,62 @@ func TestCheckpointPending(t *testing.T) {
 	}
 	pending("high watermark")
 	checkpointed("high watermark")
+}
+
+// TestNewLogWritesNoCheckpoints: opening a new log creates its segment and
+// index and nothing else: a recovery point, high watermark or epoch file
+// there would say what their absence says (every new partition paid a file,
+// a rename and two fsyncs for the recovery point). After the first synced
+// append a checkpoint writes them, and a reopen without one (a crash before
+// the first checkpoint) recovers the appended batch all the same.
+func TestNewLogWritesNoCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	opts := smallOptions(t, newClock())
+	l := openLog(t, OSFS{}, dir, opts)
+	names := func() []string {
+		t.Helper()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	for _, name := range names() {
+		if !strings.HasSuffix(name, ".log") && !strings.HasSuffix(name, ".index") {
+			t.Errorf("a new log wrote %s", name)
+		}
+	}
+	if l.CheckpointPending() {
+		t.Fatal("a new log has a checkpoint pending")
+	}
+	if err := l.AssignEpoch(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.AppendLeader(makeBatch(nil, batchSpec{base: 0, epoch: 1, payload: 20}), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopen as after a crash: the open log is abandoned without Close.
+	again := openLog(t, OSFS{}, dir, opts)
+	if got := again.LogEndOffset(); got != 1 {
+		t.Fatalf("reopened without a recovery point: log end %d, want 1", got)
+	}
+	if e, ok := again.LatestEpoch(); !ok || e.Epoch != 1 {
+		t.Fatalf("reopened without a recovery point: latest epoch %v %v, want 1", e, ok)
+	}
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(names(), recoveryPointFile) {
+		t.Fatalf("closing a log holding a batch wrote no recovery point: %v", names())
+	}
+	l.Close()
 }
 
 // TestFollowerAppendIntoANewSegmentKeepsOneSegment: a follower catching up

@@ -31,7 +31,8 @@ import (
 // Sync gives 1 (and 2 for sealed segments); Checkpoint fsyncs R's segment's
 // index and writes the epoch cache before it writes R; Truncate lowers R on
 // disk before it cuts anything; Close and Open end by writing R at the log
-// end after syncing everything.
+// end after syncing everything (Open not for a log that holds nothing and
+// has no R: see checkpointTail).
 //
 // Open therefore:
 //   - trusts the log below R after checking its structure where damage is
@@ -553,7 +554,14 @@ func (r *recovery) walk(s *segment, fromPos, fromOffset int64, entries []indexEn
 // stays, provided nothing below it was cut (no repaired data loss) and it
 // is not past tail: it still promises only what holds, and the next
 // Checkpoint moves it. So a log opens on a full disk and serves its reads.
-func (r *recovery) checkpointTail(tail logPosition) (logPosition, error) {
+//
+// A log that holds nothing (tail at its start lso) and has no recovery
+// point gets none: one at or below the log start promises nothing, so the
+// file would say what its absence says, and a new partition's open is
+// spared a file, its rename and two fsyncs (about a tenth of an agent's
+// CPU while 2,000 partitions were created). The returned point is tail
+// all the same, as the next Checkpoint must compare with.
+func (r *recovery) checkpointTail(tail logPosition, lso int64) (logPosition, error) {
 	l := r.l
 	entries, version := l.epochs.snapshot()
 	var err error
@@ -562,7 +570,7 @@ func (r *recovery) checkpointTail(tail logPosition) (logPosition, error) {
 	}
 	if err == nil {
 		l.epochs.markSaved(version)
-		if r.rpFound && r.rp == tail {
+		if (r.rpFound && r.rp == tail) || (!r.rpFound && tail.offset <= lso) {
 			return tail, nil
 		}
 		if err = writeRecoveryPoint(l.fs, l.dir, tail); err == nil {
@@ -658,7 +666,7 @@ func (r *recovery) finish() error {
 	}
 
 	tail := logPosition{offset: leo, segmentBase: last.base, pos: last.size.Load()}
-	rp, err := r.checkpointTail(tail)
+	rp, err := r.checkpointTail(tail, lso)
 	if err != nil {
 		return err
 	}
