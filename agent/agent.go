@@ -17,6 +17,7 @@ import (
 	"github.com/logagent/logagent/agent/certs"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/groupcoord"
@@ -204,10 +205,10 @@ func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 	a.decoders.New = func() any { return record.NewDecoder(a.recordLimits) }
 	if cfg.Producer.Linger > 0 {
 		a.coalesce = newCoalescer(cfg.Producer.Linger, int(min(cfg.Producer.MaxBatchBytes, int64(maxBatchBytes(cfg)))), &a.decoders,
-			func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *apiError) {
+			func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *reply.APIError) {
 				return a.produceBatch(key.topic, key.partition, batch, count, key.acks, deadline)
 			})
-		a.coalesce.produceGroup = func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*apiError) {
+		a.coalesce.produceGroup = func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*reply.APIError) {
 			return a.produceIdempotentGroup(key.topic, key.partition, batches, counts, key.acks, deadline)
 		}
 	}
@@ -651,11 +652,11 @@ type healthResponse struct {
 func (a *Agent) handleHealth(ctx *fasthttp.RequestCtx) {
 	switch a.state.Load() {
 	case stateServing:
-		writeJSON(ctx, fasthttp.StatusOK, healthResponse{Status: "ok", NodeID: a.cfg.NodeID})
+		reply.WriteJSON(ctx, fasthttp.StatusOK, healthResponse{Status: "ok", NodeID: a.cfg.NodeID})
 	case stateStarting:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable,
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable,
 			"agent is starting: "+a.waitingFor.Load().(string), true)
 	default:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is stopping", true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is stopping", true)
 	}
 }

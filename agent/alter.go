@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/wire"
@@ -49,12 +50,12 @@ func (a *Agent) handleAlterTopic(ctx *fasthttp.RequestCtx) {
 	}
 	var req alterTopicRequest
 	if err := decodeOneObject(ctx.PostBody(), &req); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic change: "+err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic change: "+err.Error(), false)
 		return
 	}
 	change, err := parseAlter(req)
 	if err != nil {
-		writeAPIError(ctx, err)
+		reply.WriteAPIError(ctx, err)
 		return
 	}
 	if err := a.alterTopic(name, change); err != nil {
@@ -78,9 +79,9 @@ type topicChange struct {
 
 // parseAlter checks an alter request's values on their own; what depends
 // on the topic is checked against it in alterTopic.
-func parseAlter(req alterTopicRequest) (topicChange, *apiError) {
-	invalid := func(format string, args ...any) (topicChange, *apiError) {
-		return topicChange{}, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(format, args...), false)
+func parseAlter(req alterTopicRequest) (topicChange, *reply.APIError) {
+	invalid := func(format string, args ...any) (topicChange, *reply.APIError) {
+		return topicChange{}, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(format, args...), false)
 	}
 	c := topicChange{partitions: req.Partitions, minInsyncReplicas: req.MinInsyncReplicas}
 	if p := req.Partitions; p != nil && (*p < 1 || *p > config.MaxTopicPartitions) {
@@ -146,7 +147,7 @@ func (a *Agent) alterTopic(name string, c topicChange) error {
 			break
 		}
 	}
-	var apiErr *apiError
+	var apiErr *reply.APIError
 	switch {
 	case err == nil:
 	case errors.As(err, &apiErr):
@@ -154,9 +155,9 @@ func (a *Agent) alterTopic(name string, c topicChange) error {
 	case errors.Is(err, election.ErrUnknownTopic):
 		return unknownTopic(name)
 	case errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
-		return newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 	default:
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot alter topic: "+err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot alter topic: "+err.Error(), true)
 	}
 	// Answer once this agent's metadata has the change, so the describe
 	// that answers it, and a produce that follows, see it.
@@ -169,17 +170,17 @@ func (a *Agent) alterTopic(name string, c topicChange) error {
 		select {
 		case <-snap.Changed():
 		case <-callCtx.Done():
-			return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable,
+			return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable,
 				"topic "+name+" altered, but the metadata watch has not shown it yet", true)
 		}
 	}
 }
 
 // applyChange is the new config of a topic and the replica lists of the
-// partitions it adds; its refusals are *apiError.
+// partitions it adds; its refusals are *reply.APIError.
 func (a *Agent) applyChange(ctx context.Context, tc election.TopicConfig, replicas [][]string, c topicChange) (election.TopicConfig, [][]string, error) {
 	invalid := func(format string, args ...any) (election.TopicConfig, [][]string, error) {
-		return election.TopicConfig{}, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(format, args...), false)
+		return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(format, args...), false)
 	}
 	if m := c.minInsyncReplicas; m != nil {
 		if *m > tc.ReplicationFactor {
@@ -190,7 +191,7 @@ func (a *Agent) applyChange(ctx context.Context, tc election.TopicConfig, replic
 	if c.retention != nil || c.retentionBytes != nil || c.resetRetention || c.resetRetentionBytes {
 		ts, err := decodeTopicStorage(tc)
 		if err != nil {
-			return election.TopicConfig{}, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+			return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		}
 		switch {
 		case c.resetRetention:
@@ -232,7 +233,7 @@ func (a *Agent) applyChange(ctx context.Context, tc election.TopicConfig, replic
 func (a *Agent) placementNodes(ctx context.Context) ([]string, error) {
 	agents, err := a.coord.Agents(ctx)
 	if err != nil {
-		return nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
 	snap := a.coord.Metadata()
 	var nodes []string

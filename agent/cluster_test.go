@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/internal/consultest"
@@ -252,10 +253,10 @@ func (c *testCluster) callAddr(addr, method, path, contentType string, body []by
 }
 
 // errorCode decodes an error body's code.
-func errorCode(t *testing.T, body []byte) apiError {
+func errorCode(t *testing.T, body []byte) reply.APIError {
 	t.Helper()
 	var e struct {
-		Error apiError `json:"error"`
+		Error reply.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(body, &e); err != nil {
 		t.Fatalf("not an error body: %s", body)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 
@@ -33,10 +34,10 @@ type coalescer struct {
 	linger   time.Duration
 	maxBytes int
 	// produce sends one batch, combined or not (Agent.produceBatch).
-	produce func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *apiError)
+	produce func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *reply.APIError)
 	// produceGroup sends the batches of idempotent producers together,
 	// each as it is (Agent.produceIdempotentGroup).
-	produceGroup func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*apiError)
+	produceGroup func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*reply.APIError)
 	// decoders reads the batches to combine.
 	decoders *sync.Pool
 
@@ -77,18 +78,18 @@ type groupMember struct {
 	count int
 	done  chan struct{}
 	resp  produceResponse
-	err   *apiError
+	err   *reply.APIError
 }
 
 func newCoalescer(linger time.Duration, maxBytes int, decoders *sync.Pool,
-	produce func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *apiError)) *coalescer {
+	produce func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *reply.APIError)) *coalescer {
 	return &coalescer{linger: linger, maxBytes: maxBytes, produce: produce, decoders: decoders,
 		pending: map[groupKey]*produceGroup{}, inflight: map[groupKey]*inflight{}}
 }
 
 // submit sends one validated batch, alone or with others, and answers
 // with this caller's offsets.
-func (c *coalescer) submit(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *apiError) {
+func (c *coalescer) submit(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *reply.APIError) {
 	m := &groupMember{batch: batch, count: count, done: make(chan struct{})}
 	c.mu.Lock()
 	g := c.pending[key]
@@ -168,7 +169,7 @@ func (c *coalescer) send(g *produceGroup) {
 	if len(g.members) > 1 {
 		var err error
 		if batch, count, err = c.merge(g.members); err != nil {
-			e := newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+			e := reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 			for _, m := range g.members {
 				m.err = e
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/internal/testseed"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -21,7 +22,7 @@ import (
 // after a delay that keeps sends in flight, and remembers each batch.
 type fakeLog struct {
 	delay time.Duration
-	fail  *apiError
+	fail  *reply.APIError
 
 	mu      sync.Mutex
 	values  []string
@@ -29,7 +30,7 @@ type fakeLog struct {
 	sizes   []int
 }
 
-func (f *fakeLog) produce(_ groupKey, batch []byte, count int, _ time.Time) (produceResponse, *apiError) {
+func (f *fakeLog) produce(_ groupKey, batch []byte, count int, _ time.Time) (produceResponse, *reply.APIError) {
 	time.Sleep(f.delay)
 	if f.fail != nil {
 		return produceResponse{}, f.fail
@@ -37,7 +38,7 @@ func (f *fakeLog) produce(_ groupKey, batch []byte, count int, _ time.Time) (pro
 	d := record.NewDecoder(record.Limits{})
 	it, err := d.Records(batch)
 	if err != nil {
-		return produceResponse{}, newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
+		return produceResponse{}, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -46,7 +47,7 @@ func (f *fakeLog) produce(_ groupKey, batch []byte, count int, _ time.Time) (pro
 		f.values = append(f.values, string(it.Record().Value))
 	}
 	if err := it.Err(); err != nil || len(f.values)-int(base) != count {
-		return produceResponse{}, newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, fmt.Sprintf("count %d, err %v", count, err), false)
+		return produceResponse{}, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, fmt.Sprintf("count %d, err %v", count, err), false)
 	}
 	f.batches = append(f.batches, count)
 	f.sizes = append(f.sizes, len(batch))
@@ -92,7 +93,7 @@ func TestCoalescerGivesEachCallerItsOffsets(t *testing.T) {
 	type answer struct {
 		values []string
 		resp   produceResponse
-		err    *apiError
+		err    *reply.APIError
 	}
 	answers := make(chan answer, callers*rounds)
 	var wg sync.WaitGroup
@@ -163,7 +164,7 @@ func TestCoalescerBounds(t *testing.T) {
 		}
 	})
 	t.Run("failure reaches every caller", func(t *testing.T) {
-		f := &fakeLog{delay: 5 * time.Millisecond, fail: newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr", true)}
+		f := &fakeLog{delay: 5 * time.Millisecond, fail: reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr", true)}
 		c := newTestCoalescer(time.Second, 1<<20, f)
 		var wg sync.WaitGroup
 		for range 10 {
@@ -186,19 +187,19 @@ func TestCoalescerSendsIdempotentBatchesSideBySide(t *testing.T) {
 	c := newTestCoalescer(50*time.Millisecond, 1<<20, f)
 	var groupsMu sync.Mutex
 	var groups []int
-	refused := newAPIError(fasthttp.StatusConflict, wire.CodeOutOfOrderSequence, "refused", false)
+	refused := reply.NewAPIError(fasthttp.StatusConflict, wire.CodeOutOfOrderSequence, "refused", false)
 	// The leader refuses every 7th producer's batch.
-	c.produce = func(key groupKey, b []byte, count int, deadline time.Time) (produceResponse, *apiError) {
+	c.produce = func(key groupKey, b []byte, count int, deadline time.Time) (produceResponse, *reply.APIError) {
 		if record.Header(b).ProducerID()%7 == 0 {
 			return produceResponse{}, refused
 		}
 		return f.produce(key, b, count, deadline)
 	}
-	c.produceGroup = func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*apiError) {
+	c.produceGroup = func(key groupKey, batches [][]byte, counts []int, deadline time.Time) ([]produceResponse, []*reply.APIError) {
 		groupsMu.Lock()
 		groups = append(groups, len(batches))
 		groupsMu.Unlock()
-		resps, errs := make([]produceResponse, len(batches)), make([]*apiError, len(batches))
+		resps, errs := make([]produceResponse, len(batches)), make([]*reply.APIError, len(batches))
 		for i, b := range batches {
 			resps[i], errs[i] = c.produce(key, b, counts[i], deadline)
 		}

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"mime"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/segstore"
 
 	"github.com/logagent/logagent/wire"
@@ -33,7 +33,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	}
 	format, ok := fetchFormat(ctx.Request.Header.Peek(fasthttp.HeaderAccept))
 	if !ok {
-		writeError(ctx, fasthttp.StatusNotAcceptable, wire.CodeNotAcceptable, "records are served as "+wire.ContentTypeBatch+" or "+wire.ContentTypeNDJSON, false)
+		reply.WriteError(ctx, fasthttp.StatusNotAcceptable, wire.CodeNotAcceptable, "records are served as "+wire.ContentTypeBatch+" or "+wire.ContentTypeNDJSON, false)
 		return
 	}
 	topic, partition, err := a.partitionParams(ctx)
@@ -58,7 +58,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	r, refusal := a.fetchReplica(topic, partition)
 	if refusal != nil {
 		if !a.proxyFetch(ctx, topic, partition, wait) {
-			writeAPIError(ctx, refusal)
+			reply.WriteAPIError(ctx, refusal)
 		}
 		return
 	}
@@ -69,7 +69,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	}
 	region, pos, apiErr := a.readLocal(r, offset, maxBytes, wait)
 	if apiErr != nil {
-		writeAPIError(ctx, apiErr)
+		reply.WriteAPIError(ctx, apiErr)
 		return
 	}
 	hw, lso := pos.hw, pos.lso
@@ -78,7 +78,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	h.Set(wire.HeaderLogStartOffset, strconv.FormatInt(lso, 10))
 	if format == wire.ContentTypeNDJSON {
 		if err := a.writeNDJSON(ctx, region, offset); err != nil {
-			writeError(ctx, fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
+			reply.WriteError(ctx, fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
 			return
 		}
 		a.metrics.Fetched(topic, int64(len(ctx.Response.Body())))
@@ -87,14 +87,14 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType(wire.ContentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	a.metrics.Fetched(topic, region.Len)
-	sendRegion(ctx, region)
+	reply.SendRegion(ctx, region)
 }
 
 // fetchReplica is the serving decision of a consumer fetch, the HTTP
 // API's and Kafka's: the local replica when it leads the partition or
 // follows it in the ISR with its whole log, else the error to answer when
 // the fetch cannot go to the leader instead.
-func (a *Agent) fetchReplica(topic string, partition int) (*partition.Replica, *apiError) {
+func (a *Agent) fetchReplica(topic string, partition int) (*partition.Replica, *reply.APIError) {
 	r := a.replicas.Get(topic, partition)
 	if r == nil {
 		return nil, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition))
@@ -112,7 +112,7 @@ type logPositions struct{ hw, lso int64 }
 // at least one, below the high watermark of a replica fetchReplica chose,
 // after waiting up to wait for the high watermark to pass offset: the
 // region read of the HTTP and Kafka fetches. The region must be closed.
-func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait time.Duration) (*segstore.Region, logPositions, *apiError) {
+func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait time.Duration) (*segstore.Region, logPositions, *reply.APIError) {
 	log := r.CurrentLog()
 	if lso, leo := log.LogStartOffset(), log.LogEndOffset(); offset < lso || offset > leo {
 		return nil, logPositions{}, offsetOutOfRange(offset, lso, log.HighWatermark())
@@ -123,20 +123,9 @@ func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait tim
 	hw := log.HighWatermark()
 	region, err := log.Read(offset, maxBytes, hw)
 	if err != nil {
-		return nil, logPositions{}, storageAPIError(err)
+		return nil, logPositions{}, reply.StorageError(err)
 	}
 	return region, logPositions{hw: hw, lso: log.LogStartOffset()}, nil
-}
-
-// sendRegion makes a log region the response body with its exact size, so
-// fasthttp sends it with sendfile(2) and closes it (returning its
-// descriptor) when done.
-func sendRegion(ctx *fasthttp.RequestCtx, region *segstore.Region) {
-	if region.Len == 0 {
-		region.Close()
-		return
-	}
-	ctx.SetBodyStream(region, int(region.Len))
 }
 
 // resolveOffset reads the offset parameter: a number, "earliest" (the log
@@ -150,32 +139,17 @@ func resolveOffset(v []byte, log *segstore.Log) (int64, error) {
 	default:
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			return 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidOffset, "offset must be a non-negative integer, earliest or latest, not "+strconv.Quote(s), false)
+			return 0, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidOffset, "offset must be a non-negative integer, earliest or latest, not "+strconv.Quote(s), false)
 		}
 		return n, nil
 	}
 }
 
-func offsetOutOfRange(offset, lso, hw int64) *apiError {
-	e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange,
+func offsetOutOfRange(offset, lso, hw int64) *reply.APIError {
+	e := reply.NewAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange,
 		"offset "+strconv.FormatInt(offset, 10)+" is outside the log", false)
 	e.LogStartOffset, e.HighWatermark = &lso, &hw
 	return e
-}
-
-// storageAPIError maps a segstore error of a read.
-func storageAPIError(err error) *apiError {
-	var oor *segstore.OffsetOutOfRangeError
-	switch {
-	case errors.As(err, &oor):
-		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, err.Error(), false)
-		e.LogStartOffset, e.LogEndOffset = &oor.LogStartOffset, &oor.LogEndOffset
-		return e
-	case errors.Is(err, segstore.ErrClosed), errors.Is(err, segstore.ErrFailed), errors.Is(err, partition.ErrReplicaStopped):
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
-	default:
-		return newAPIError(fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
-	}
 }
 
 // acceptsBatches says whether an Accept header allows the binary batch

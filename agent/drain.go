@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/wire"
 )
@@ -68,18 +69,18 @@ func (a *Agent) handleDrain(on bool) fasthttp.RequestHandler {
 		defer cancel()
 		agents, err := a.coord.Agents(callCtx)
 		if err != nil {
-			writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+			reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 			return
 		}
 		known := slices.ContainsFunc(agents, func(ag election.AgentInfo) bool { return ag.NodeID == node }) ||
 			drainOf(a.coord.Metadata(), node).Replicas > 0 || a.coord.Metadata().IsDraining(node)
 		if !known {
-			writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+			reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 				fmt.Sprintf("node %q is neither a live agent nor holds a replica", node), false)
 			return
 		}
 		if err := a.coord.SetDraining(callCtx, node, on); err != nil {
-			writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot write the drain: "+err.Error(), true)
+			reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot write the drain: "+err.Error(), true)
 			return
 		}
 		a.waitMetadata(callCtx, func(snap *election.Snapshot) bool { return snap.IsDraining(node) == on })
@@ -87,7 +88,7 @@ func (a *Agent) handleDrain(on bool) fasthttp.RequestHandler {
 		if on {
 			status = fasthttp.StatusAccepted
 		}
-		writeJSON(ctx, status, drainOf(a.coord.Metadata(), node))
+		reply.WriteJSON(ctx, status, drainOf(a.coord.Metadata(), node))
 	}
 }
 
@@ -97,5 +98,5 @@ func (a *Agent) handleGetDrain(ctx *fasthttp.RequestCtx) {
 	if !a.serving(ctx) {
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, drainOf(a.coord.Metadata(), pathParam(ctx, "node")))
+	reply.WriteJSON(ctx, fasthttp.StatusOK, drainOf(a.coord.Metadata(), pathParam(ctx, "node")))
 }

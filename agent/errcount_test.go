@@ -7,6 +7,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
+
 	"github.com/logagent/logagent/wire"
 )
 
@@ -16,9 +18,9 @@ import (
 func TestRouterCountsErrorAnswers(t *testing.T) {
 	var codes []string
 	rt := &router{onError: func(code string) { codes = append(codes, code) }}
-	rt.add(fasthttp.MethodGet, "/ok", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, "fine") })
+	rt.add(fasthttp.MethodGet, "/ok", func(ctx *fasthttp.RequestCtx) { reply.WriteJSON(ctx, fasthttp.StatusOK, "fine") })
 	rt.add(fasthttp.MethodGet, "/refused", func(ctx *fasthttp.RequestCtx) {
-		writeAPIError(ctx, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr [n1]", true))
+		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr [n1]", true))
 	})
 	rt.add(fasthttp.MethodGet, "/failed", func(ctx *fasthttp.RequestCtx) { writeErr(ctx, errors.New("boom")) })
 	rt.add(fasthttp.MethodGet, "/relayed", func(ctx *fasthttp.RequestCtx) {
@@ -27,9 +29,9 @@ func TestRouterCountsErrorAnswers(t *testing.T) {
 		ctx.SetBodyString(`{"error":{"code":"offset_out_of_range"}}`)
 	})
 	rt.add(fasthttp.MethodGet, "/recovered", func(ctx *fasthttp.RequestCtx) {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "no leader", true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "no leader", true)
 		ctx.Response.Reset()
-		writeJSON(ctx, fasthttp.StatusOK, "fine after all")
+		reply.WriteJSON(ctx, fasthttp.StatusOK, "fine after all")
 	})
 	for _, tc := range []struct {
 		method, path string

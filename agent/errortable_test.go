@@ -35,7 +35,7 @@ var statusByName = map[string]int{
 }
 
 // TestErrorTableListsEveryAnswer: every status and error code the agent's
-// code pairs in one call (writeError, newAPIError and the like: a
+// code pairs in one call (reply.WriteError, reply.NewAPIError and the like: a
 // fasthttp.Status constant followed by a wire.Code constant, or a variable
 // the function sets to such constants, among the arguments) is in
 // docs/api.md's table of errors, under that status, so the
@@ -45,17 +45,17 @@ func TestErrorTableListsEveryAnswer(t *testing.T) {
 	codes := wireCodes(t, "../wire/wire.go")
 	documented := errorTable(t, "../docs/api.md")
 	fset := token.NewFileSet()
-	// The agent's handlers and the status page's, which the client API
+	// The agent's handlers, the answers they share with the peer API's
+	// server (agent/reply), and the status page's, which the client API
 	// serves.
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, pattern := range []string{"*.go", "reply/*.go", "../ui/*.go"} {
+		matched, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, matched...)
 	}
-	page, err := filepath.Glob("../ui/*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, page...)
 	pairs := 0
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/segstore"
 
@@ -62,10 +63,10 @@ func bytesField(name string, text, b64 *string) ([]byte, error) {
 func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 	var req jsonProduceBody
 	if err := decodeOneObject(body, &req); err != nil {
-		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
+		return nil, 0, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
 	}
 	if len(req.Records) == 0 {
-		return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "the body holds no records", false)
+		return nil, 0, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "the body holds no records", false)
 	}
 	var b record.Builder
 	ts := a.now().UnixMilli()
@@ -80,7 +81,7 @@ func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 			value, err = bytesField("value", r.Value, r.ValueBase64)
 		}
 		if err != nil {
-			return nil, 0, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
+			return nil, 0, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
 		}
 		if i == 0 {
 			firstKey = key
@@ -136,22 +137,22 @@ func (a *Agent) addRecord(b *record.Builder, ts int64, key, value []byte, header
 		size += len(h.Key) + len(h.Value)
 	}
 	if limit := a.recordLimits.MaxRecordBytes; limit > 0 && size > limit {
-		return newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge,
+		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge,
 			fmt.Sprintf("a record of %d bytes is over limits.max_record_bytes (%d)", size, limit), false)
 	}
 	if err := b.Add(ts, key, value, headers); err != nil {
-		return newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), false)
+		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), false)
 	}
 	return nil
 }
 
 func (a *Agent) finishBatch(b *record.Builder) ([]byte, error) {
 	if b.Len() == 0 {
-		return nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "the body holds no records", false)
+		return nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "the body holds no records", false)
 	}
 	batch, err := b.AppendTo(nil)
 	if err != nil {
-		return nil, newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), false)
+		return nil, reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), false)
 	}
 	return batch, nil
 }

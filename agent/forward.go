@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -80,7 +81,7 @@ func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int
 	}
 	var answer produceResponse
 	if err := json.Unmarshal(body, &answer); err != nil {
-		return produceResponse{}, newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
+		return produceResponse{}, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
 			"undecodable answer from the leader: "+err.Error()+": the outcome is unknown", false)
 	}
 	return answer, nil
@@ -97,22 +98,22 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	}
 	if pm.LeaderSession == "" || pm.State.Leader == "" {
 		return nil, fmt.Errorf("%w: %w", errForwardRefused,
-			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true))
+			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true))
 	}
 	if pm.State.Leader == a.cfg.NodeID {
 		// The metadata names this agent but its loop does not lead yet
 		// (or any more): wait for the two to agree.
 		return nil, fmt.Errorf("%w: %w", errForwardRefused,
-			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "this agent is taking or leaving the lead of "+partitionName(topic, partition), true))
+			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "this agent is taking or leaving the lead of "+partitionName(topic, partition), true))
 	}
 	info, ok := a.agents.lookup(pm.State.Leader)
 	if !ok {
 		return nil, fmt.Errorf("%w: %w", errForwardRefused,
-			newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true))
+			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true))
 	}
 	timeout := deadline.Sub(a.now())
 	if timeout <= 0 {
-		return nil, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, "the request's timeout passed before the write was forwarded", false)
+		return nil, reply.NewAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, "the request's timeout passed before the write was forwarded", false)
 	}
 	req := a.forwarder.NewRequest(info.PeerAddr, peerProducePath)
 	defer fasthttp.ReleaseRequest(req)
@@ -135,9 +136,9 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	if err := a.forwarder.Client(info.PeerAddr).DoTimeout(req, resp, timeout+produceGrace); err != nil {
 		if neverSent(err) {
 			return nil, fmt.Errorf("%w: %w", errForwardRefused,
-				newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
+				reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
 		}
-		return nil, newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout,
+		return nil, reply.NewAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout,
 			"forwarding to leader "+pm.State.Leader+" failed after sending: "+err.Error()+": the outcome is unknown", false)
 	}
 	if resp.StatusCode() == fasthttp.StatusOK {
@@ -155,27 +156,27 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 // clientFacing turns the peer-only refusals a retry could not cure in time
 // into the client API's: the client sees not_leader naming the leader
 // (whose address it may use) or leader_not_available.
-func (a *Agent) clientFacing(e *apiError, topic string, partition int) *apiError {
+func (a *Agent) clientFacing(e *reply.APIError, topic string, partition int) *reply.APIError {
 	switch e.Code {
 	case wire.CodeFencedLeaderEpoch, wire.CodeUnknownLeaderEpoch, wire.CodeNotLeader:
 		return a.notLeaderError(topic, partition, "leader changed while forwarding: "+e.Message)
 	case wire.CodeServiceUnavailable:
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "the leader's agent is not serving: "+e.Message, true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "the leader's agent is not serving: "+e.Message, true)
 	}
 	return e
 }
 
 // relayedError decodes a peer's JSON error, keeping its status and fields.
-func relayedError(resp *fasthttp.Response) *apiError {
+func relayedError(resp *fasthttp.Response) *reply.APIError {
 	var body struct {
-		Error apiError `json:"error"`
+		Error reply.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(resp.Body(), &body); err != nil || body.Error.Code == "" {
-		return newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
+		return reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
 			fmt.Sprintf("leader answered %d with %q", resp.StatusCode(), truncate(resp.Body(), 200)), false)
 	}
 	e := body.Error
-	e.status = resp.StatusCode()
+	e.Status = resp.StatusCode()
 	return &e
 }
 
@@ -218,7 +219,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	topic := string(args.Peek("topic"))
 	partition, err := intParam(args, "partition", -1, 0, 1<<31-1)
 	if err == nil && partition < 0 {
-		err = newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "partition is required", false)
+		err = reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "partition is required", false)
 	}
 	var acks replicate.Acks
 	if err == nil {
@@ -246,7 +247,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	// A cheap refusal before decoding; the loop checks role and epoch again
 	// when it appends.
 	if r.CurrentView().Role != roleLeader {
-		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
+		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
 		return
 	}
 	if batches > 1 {
@@ -260,10 +261,10 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	}
 	resp, apiErr := a.appendLocal(r, topic, int(partition), batch, count, acks, int32(epoch), time.Duration(timeoutMS)*time.Millisecond)
 	if apiErr != nil {
-		writeAPIError(ctx, apiErr)
+		reply.WriteAPIError(ctx, apiErr)
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, resp)
+	reply.WriteJSON(ctx, fasthttp.StatusOK, resp)
 }
 
 // proxyFetch serves a consumer fetch this agent cannot serve from a
@@ -292,7 +293,7 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	resp := fasthttp.AcquireResponse()
 	if err := a.fetchProxy.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		writeAPIError(ctx, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
+		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
 			"leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
 		return true
 	}
@@ -308,7 +309,7 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
 		if size > a.fetchProxy.MaxBodySize() {
-			writeError(ctx, fasthttp.StatusBadGateway, wire.CodeInternal, "the leader's answer is over the proxy's bound", true)
+			reply.WriteError(ctx, fasthttp.StatusBadGateway, wire.CodeInternal, "the leader's answer is over the proxy's bound", true)
 		}
 		return true
 	}

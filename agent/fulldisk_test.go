@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/segstore"
 
 	"github.com/logagent/logagent/wire"
@@ -49,7 +50,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	firstEpoch := pd.Epoch
 
 	acked := map[int64]string{}
-	produce := func(via *testAgent, value string) (int, apiError) {
+	produce := func(via *testAgent, value string) (int, reply.APIError) {
 		t.Helper()
 		status, body := via.produce(topic, 0, "acks=all", wire.ContentTypeNDJSON, []byte(value))
 		if status != 200 {
@@ -60,7 +61,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		acked[*r.BaseOffset] = value
-		return status, apiError{}
+		return status, reply.APIError{}
 	}
 	n := 0
 	for range 20 {

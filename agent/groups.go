@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/group"
 	"github.com/logagent/logagent/groupcoord"
@@ -56,7 +57,7 @@ func refuseInternalTopic(ctx *fasthttp.RequestCtx, topic, what string) bool {
 	if topic != groupcoord.OffsetsTopic {
 		return false
 	}
-	writeError(ctx, fasthttp.StatusForbidden, wire.CodeInternalTopic,
+	reply.WriteError(ctx, fasthttp.StatusForbidden, wire.CodeInternalTopic,
 		groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not "+what+" through the API: use the /v1/groups endpoints", false)
 	return true
 }
@@ -224,8 +225,8 @@ func decodeStrict(body []byte, v any) error {
 }
 
 // groupAPIError maps groupcoord's and group's errors to the API's.
-func groupAPIError(err error) *apiError {
-	var e *apiError
+func groupAPIError(err error) *reply.APIError {
+	var e *reply.APIError
 	if errors.As(err, &e) {
 		return e
 	}
@@ -252,12 +253,12 @@ func groupAPIError(err error) *apiError {
 	case groupcoord.IsRetriable(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		status, code, retriable = fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable, true
 	}
-	return newAPIError(status, code, err.Error(), retriable)
+	return reply.NewAPIError(status, code, err.Error(), retriable)
 }
 
 // runGroupOp sends op to the group's coordinator, wherever it is, until it
 // answers or groupRouteTimeout passes, and returns the answer's JSON.
-func (a *Agent) runGroupOp(op groupOp, wait time.Duration) ([]byte, *apiError) {
+func (a *Agent) runGroupOp(op groupOp, wait time.Duration) ([]byte, *reply.APIError) {
 	deadline := a.now().Add(groupRouteTimeout + wait)
 	for {
 		body, e := a.groupOpOnce(op, deadline)
@@ -272,7 +273,7 @@ func (a *Agent) runGroupOp(op groupOp, wait time.Duration) ([]byte, *apiError) {
 	}
 }
 
-func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *apiError) {
+func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *reply.APIError) {
 	p := groupcoord.PartitionFor(op.group, a.cfg.Groups.OffsetsPartitions)
 	snap := a.coord.Metadata()
 	if _, ok := snap.Topic(groupcoord.OffsetsTopic); !ok {
@@ -283,11 +284,11 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *apiError) 
 	}
 	pm, ok := snap.Partition(groupcoord.OffsetsTopic, p)
 	if !ok {
-		return nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
+		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			fmt.Sprintf("the offsets topic has no partition %d: groups.offsets_partitions must match the topic's %s", p, groupcoord.OffsetsTopic), true)
 	}
 	if pm.State.Leader == "" || pm.LeaderSession == "" {
-		return nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
+		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"no coordinator: "+a.noLeaderMessage(groupcoord.OffsetsTopic, p), true)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -299,13 +300,13 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *apiError) 
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
-			return nil, newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+			return nil, reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 		}
 		return b, nil
 	}
 	info, ok := a.agents.lookup(pm.State.Leader)
 	if !ok {
-		return nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
+		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"coordinator "+pm.State.Leader+" is not among the registered agents", true)
 	}
 	req := a.groupPeers.NewRequest(info.PeerAddr, peerGroupsPath)
@@ -325,7 +326,7 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *apiError) 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if err := a.groupPeers.Client(info.PeerAddr).DoDeadline(req, resp, deadline); err != nil {
-		return nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
+		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"coordinator "+pm.State.Leader+" unreachable: "+err.Error(), true)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
@@ -335,12 +336,12 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *apiError) 
 }
 
 // createOffsetsTopic creates the offsets topic on the first use of a group.
-func (a *Agent) createOffsetsTopic() *apiError {
+func (a *Agent) createOffsetsTopic() *reply.APIError {
 	ctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
 	defer cancel()
 	agents, err := a.coord.Agents(ctx)
 	if err != nil {
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable, "cannot list agents: "+err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable, "cannot list agents: "+err.Error(), true)
 	}
 	rf := a.cfg.Groups.OffsetsReplicationFactor
 	partitions := a.cfg.Groups.OffsetsPartitions
@@ -355,7 +356,7 @@ func (a *Agent) createOffsetsTopic() *apiError {
 	}
 	assignment, err := election.AssignReplicas(nodes, tc.Partitions, tc.ReplicationFactor)
 	if err != nil {
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			fmt.Sprintf("cannot create the offsets topic %s with groups.offsets_replication_factor %d: %v", groupcoord.OffsetsTopic, rf, err), true)
 	}
 	err = a.coord.CreateTopic(ctx, tc, assignment)
@@ -369,7 +370,7 @@ func (a *Agent) createOffsetsTopic() *apiError {
 		}
 	}
 	if err != nil {
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable, "cannot create the offsets topic: "+err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable, "cannot create the offsets topic: "+err.Error(), true)
 	}
 	return nil
 }
@@ -390,7 +391,7 @@ func (a *Agent) handleGroupOp(name string) fasthttp.RequestHandler {
 			// a lost answer is the same member joining again.
 			var req groupcoord.JoinRequest
 			if err := decodeStrict(op.body, &req); err != nil {
-				writeAPIError(ctx, groupAPIError(err))
+				reply.WriteAPIError(ctx, groupAPIError(err))
 				return
 			}
 			if req.MemberID == "" {
@@ -400,14 +401,14 @@ func (a *Agent) handleGroupOp(name string) fasthttp.RequestHandler {
 		case "heartbeat":
 			var req groupcoord.HeartbeatRequest
 			if err := decodeStrict(op.body, &req); err != nil {
-				writeAPIError(ctx, groupAPIError(err))
+				reply.WriteAPIError(ctx, groupAPIError(err))
 				return
 			}
 			wait = time.Duration(req.WaitMS) * time.Millisecond
 		}
 		body, e := a.runGroupOp(op, wait)
 		if e != nil {
-			writeAPIError(ctx, e)
+			reply.WriteAPIError(ctx, e)
 			return
 		}
 		ctx.SetStatusCode(fasthttp.StatusOK)
@@ -426,17 +427,17 @@ func (a *Agent) handlePeerGroupOp(ctx *fasthttp.RequestCtx) {
 	name := string(args.Peek("op"))
 	run, ok := groupOps[name]
 	if !ok {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "unknown group operation "+strconv.Quote(name), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "unknown group operation "+strconv.Quote(name), false)
 		return
 	}
 	op := groupOp{name: name, group: string(args.Peek("group")), member: string(args.Peek("member")),
 		topic: string(args.Peek("topic")), body: ctx.PostBody()}
 	v, err := run(a, context.Background(), op)
 	if err != nil {
-		writeAPIError(ctx, groupAPIError(err))
+		reply.WriteAPIError(ctx, groupAPIError(err))
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, v)
+	reply.WriteJSON(ctx, fasthttp.StatusOK, v)
 }
 
 // handleListGroups serves GET /v1/groups from Consul.
@@ -448,10 +449,10 @@ func (a *Agent) handleListGroups(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	list, err := groupcoord.List(cctx, a.coord)
 	if err != nil {
-		writeAPIError(ctx, groupAPIError(err))
+		reply.WriteAPIError(ctx, groupAPIError(err))
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, list)
+	reply.WriteJSON(ctx, fasthttp.StatusOK, list)
 }
 
 // groupFetch checks a fetch that names a group (the member must own the
@@ -463,24 +464,24 @@ func (a *Agent) groupFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	groupID := string(args.Peek("group"))
 	epoch, err := strconv.ParseInt(string(args.Peek("member_epoch")), 10, 32)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "a fetch for a group needs member_id and member_epoch", false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "a fetch for a group needs member_id and member_epoch", false)
 		return false
 	}
 	reset := string(args.Peek("reset"))
 	if reset != "" && reset != "earliest" && reset != "latest" {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "reset is earliest or latest, not "+strconv.Quote(reset), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "reset is earliest or latest, not "+strconv.Quote(reset), false)
 		return false
 	}
 	body, _ := json.Marshal(groupcoord.FetchRequest{MemberID: string(args.Peek("member_id")), MemberEpoch: int32(epoch),
 		Topic: topic, Partition: int32(partition)})
 	answer, e := a.runGroupOp(groupOp{name: "fetch", group: groupID, body: body}, 0)
 	if e != nil {
-		writeAPIError(ctx, e)
+		reply.WriteAPIError(ctx, e)
 		return false
 	}
 	var fr groupcoord.FetchResponse
 	if err := json.Unmarshal(answer, &fr); err != nil {
-		writeError(ctx, fasthttp.StatusBadGateway, wire.CodeInternal, "undecodable answer from the coordinator: "+err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusBadGateway, wire.CodeInternal, "undecodable answer from the coordinator: "+err.Error(), true)
 		return false
 	}
 	if len(args.Peek("offset")) == 0 {

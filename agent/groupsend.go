@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -39,7 +40,7 @@ const maxGroupBatches = 4096
 type batchResult struct {
 	Response *produceResponse `json:"response,omitempty"`
 	Status   int              `json:"status,omitempty"`
-	Error    *apiError        `json:"error,omitempty"`
+	Error    *reply.APIError  `json:"error,omitempty"`
 }
 
 type groupAnswer struct {
@@ -48,10 +49,10 @@ type groupAnswer struct {
 
 // produceGroup sends idempotent batches of one partition together and
 // answers each. A single batch goes as produceBatch sends it.
-func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]byte, counts []int, acks replicate.Acks, deadline time.Time) ([]produceResponse, []*apiError) {
+func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]byte, counts []int, acks replicate.Acks, deadline time.Time) ([]produceResponse, []*reply.APIError) {
 	n := len(batches)
-	resps, errs := make([]produceResponse, n), make([]*apiError, n)
-	unknown := make([]*apiError, n)
+	resps, errs := make([]produceResponse, n), make([]*reply.APIError, n)
+	unknown := make([]*reply.APIError, n)
 	pending := make([]int, n)
 	for i := range pending {
 		pending[i] = i
@@ -90,7 +91,7 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 			for _, i := range pending {
 				errs[i] = unknown[i]
 				if errs[i] == nil {
-					errs[i] = newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent stopping", true)
+					errs[i] = reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent stopping", true)
 				}
 			}
 			return resps, errs
@@ -103,7 +104,7 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 // of it was appended.
 type sendResult struct {
 	resp    produceResponse
-	err     *apiError
+	err     *reply.APIError
 	refused bool
 }
 
@@ -127,9 +128,9 @@ func (a *Agent) sendGroupOnce(topic string, partition int, batches [][]byte, cou
 	}
 	results, err := a.forwardGroupOnce(a.coord.Metadata(), topic, partition, sel, acks, attempt)
 	if err != nil {
-		var e *apiError
+		var e *reply.APIError
 		if !errors.As(err, &e) {
-			e = newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+			e = reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 		}
 		for k := range out {
 			out[k] = sendResult{err: e, refused: errors.Is(err, errForwardRefused)}
@@ -142,7 +143,7 @@ func (a *Agent) sendGroupOnce(topic string, partition int, batches [][]byte, cou
 			out[k] = sendResult{resp: *res.Response}
 		case res.Error != nil:
 			e := res.Error
-			e.status = res.Status
+			e.Status = res.Status
 			switch e.Code {
 			case wire.CodeNotLeader, wire.CodeFencedLeaderEpoch, wire.CodeUnknownLeaderEpoch, wire.CodeLeaderNotAvailable, wire.CodeServiceUnavailable:
 				out[k] = sendResult{err: a.clientFacing(e, topic, partition), refused: true}
@@ -150,7 +151,7 @@ func (a *Agent) sendGroupOnce(topic string, partition int, batches [][]byte, cou
 				out[k] = sendResult{err: e}
 			}
 		default:
-			out[k] = sendResult{err: newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "the leader's answer lacks batch "+strconv.Itoa(k)+": the outcome is unknown", false)}
+			out[k] = sendResult{err: reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "the leader's answer lacks batch "+strconv.Itoa(k)+": the outcome is unknown", false)}
 		}
 	}
 	return out
@@ -169,7 +170,7 @@ func (a *Agent) forwardGroupOnce(snap *election.Snapshot, topic string, partitio
 	}
 	var g groupAnswer
 	if json.Unmarshal(answer, &g) != nil || len(g.Results) != len(batches) {
-		return nil, newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
+		return nil, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
 			fmt.Sprintf("undecodable group answer from the leader: %q: the outcome is unknown", truncate(answer, 200)), false)
 	}
 	return g.Results, nil
@@ -185,9 +186,9 @@ func groupBytes(batches [][]byte) int {
 
 // appendLocalGroup hands batches to this agent's leader loop in one event
 // (appended in order in one loop turn) and waits for every answer.
-func (a *Agent) appendLocalGroup(r *partition.Replica, topic string, partition int, batches [][]byte, counts []int, acks replicate.Acks, epoch int32, timeout time.Duration) ([]produceResponse, []*apiError) {
+func (a *Agent) appendLocalGroup(r *partition.Replica, topic string, partition int, batches [][]byte, counts []int, acks replicate.Acks, epoch int32, timeout time.Duration) ([]produceResponse, []*reply.APIError) {
 	outs := r.ProduceGroup(batches, acks, epoch, a.now().Add(timeout), timeout+produceGrace)
-	resps, errs := make([]produceResponse, len(batches)), make([]*apiError, len(batches))
+	resps, errs := make([]produceResponse, len(batches)), make([]*reply.APIError, len(batches))
 	for i, out := range outs {
 		resps[i] = produceResponse{Topic: topic, Partition: partition, Count: counts[i]}
 		if out.Err != nil {
@@ -208,7 +209,7 @@ func (a *Agent) handleReplicaProduceGroup(ctx *fasthttp.RequestCtx, r *partition
 		err = fmt.Errorf("agent: the body holds %d batches, batches=%d", len(raw), n)
 	}
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
 		return
 	}
 	answer := groupAnswer{Results: make([]batchResult, n)}
@@ -216,9 +217,9 @@ func (a *Agent) handleReplicaProduceGroup(ctx *fasthttp.RequestCtx, r *partition
 	for i, b := range raw {
 		batch, count, err := a.decodeBatch(b)
 		if err != nil {
-			e := &apiError{Code: wire.CodeCorruptBatch, Message: err.Error(), status: fasthttp.StatusBadRequest}
+			e := &reply.APIError{Code: wire.CodeCorruptBatch, Message: err.Error(), Status: fasthttp.StatusBadRequest}
 			errors.As(err, &e)
-			answer.Results[i] = batchResult{Status: e.status, Error: e}
+			answer.Results[i] = batchResult{Status: e.Status, Error: e}
 			continue
 		}
 		batches, counts, valid = append(batches, batch), append(counts, count), append(valid, i)
@@ -226,10 +227,10 @@ func (a *Agent) handleReplicaProduceGroup(ctx *fasthttp.RequestCtx, r *partition
 	resps, errs := a.appendLocalGroup(r, topic, partition, batches, counts, acks, epoch, timeout)
 	for k, i := range valid {
 		if errs[k] != nil {
-			answer.Results[i] = batchResult{Status: errs[k].status, Error: errs[k]}
+			answer.Results[i] = batchResult{Status: errs[k].Status, Error: errs[k]}
 			continue
 		}
 		answer.Results[i] = batchResult{Response: &resps[k]}
 	}
-	writeJSON(ctx, fasthttp.StatusOK, answer)
+	reply.WriteJSON(ctx, fasthttp.StatusOK, answer)
 }

@@ -6,35 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
+
 	"github.com/logagent/logagent/wire"
 )
-
-// apiError is the error object of every error response. The optional
-// fields belong to the codes named in the comment on the codes.
-type apiError struct {
-	Code           string `json:"code"`
-	Message        string `json:"message"`
-	Retriable      bool   `json:"retriable"`
-	Leader         string `json:"leader,omitempty"`
-	LeaderAddress  string `json:"leader_address,omitempty"`
-	LogStartOffset *int64 `json:"log_start_offset,omitempty"`
-	HighWatermark  *int64 `json:"high_watermark,omitempty"`
-	LogEndOffset   *int64 `json:"log_end_offset,omitempty"`
-
-	status int
-}
-
-func (e *apiError) Error() string { return e.Code + ": " + e.Message }
-
-// WireCode is the API's error code, which the Kafka listener maps to
-// Kafka's (kafka.ErrorCode).
-func (e *apiError) WireCode() string { return e.Code }
 
 // decodeOneObject decodes a request body that must be exactly one JSON
 // value of v's type: a field v does not have is refused, so that a
@@ -53,52 +33,14 @@ func decodeOneObject(body []byte, v any) error {
 	return nil
 }
 
-func newAPIError(status int, code, message string, retriable bool) *apiError {
-	return &apiError{status: status, Code: code, Message: message, Retriable: retriable}
-}
-
-func writeError(ctx *fasthttp.RequestCtx, status int, code, message string, retriable bool) {
-	writeAPIError(ctx, newAPIError(status, code, message, retriable))
-}
-
-// errorCodeKey is the user value under which writeAPIError leaves the
-// code it answered with, for the router that counts error answers.
-type errorCodeKey struct{}
-
-// writeAPIError answers with e; a retriable 503 carries Retry-After.
-func writeAPIError(ctx *fasthttp.RequestCtx, e *apiError) {
-	body, _ := json.Marshal(struct {
-		Error *apiError `json:"error"`
-	}{e})
-	ctx.SetUserValue(errorCodeKey{}, e.Code)
-	ctx.Response.Reset()
-	ctx.SetStatusCode(e.status)
-	ctx.SetContentType("application/json")
-	if e.Retriable && e.status == fasthttp.StatusServiceUnavailable {
-		ctx.Response.Header.Set("Retry-After", strconv.Itoa(1))
-	}
-	ctx.SetBody(append(body, '\n'))
-}
-
-// writeErr answers with err when it is an *apiError, else with a 500.
+// writeErr answers with err when it is a *reply.APIError, else with a 500.
 func writeErr(ctx *fasthttp.RequestCtx, err error) {
-	var e *apiError
+	var e *reply.APIError
 	if errors.As(err, &e) {
-		writeAPIError(ctx, e)
+		reply.WriteAPIError(ctx, e)
 		return
 	}
-	writeError(ctx, fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
-}
-
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		writeError(ctx, fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
-		return
-	}
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(append(body, '\n'))
+	reply.WriteError(ctx, fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 }
 
 // route is one endpoint: a method, a path pattern and a handler.
@@ -149,7 +91,7 @@ func (rt *router) countError(ctx *fasthttp.RequestCtx) {
 	if rt.onError == nil || ctx.Response.StatusCode() < fasthttp.StatusBadRequest {
 		return
 	}
-	if code, ok := ctx.UserValue(errorCodeKey{}).(string); ok {
+	if code, ok := reply.Code(ctx); ok {
 		rt.onError(code)
 	}
 }
@@ -157,7 +99,7 @@ func (rt *router) countError(ctx *fasthttp.RequestCtx) {
 func (rt *router) dispatch(ctx *fasthttp.RequestCtx) {
 	segments, err := rawSegments(ctx)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	}
 	pathFound := false
@@ -177,10 +119,10 @@ func (rt *router) dispatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if pathFound {
-		writeError(ctx, fasthttp.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, string(ctx.Method())+" is not allowed on "+string(ctx.Path()), false)
+		reply.WriteError(ctx, fasthttp.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, string(ctx.Method())+" is not allowed on "+string(ctx.Path()), false)
 		return
 	}
-	writeError(ctx, fasthttp.StatusNotFound, wire.CodeNotFound, "no endpoint "+string(ctx.Path()), false)
+	reply.WriteError(ctx, fasthttp.StatusNotFound, wire.CodeNotFound, "no endpoint "+string(ctx.Path()), false)
 }
 
 // rawSegments splits the path as the client sent it and unescapes each
@@ -260,8 +202,8 @@ func newServer(rt *router, handler fasthttp.RequestHandler, maxBody int64, logge
 func (rt *router) serverError(ctx *fasthttp.RequestCtx, err error) {
 	defer rt.countError(ctx)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, "request body over limits.max_request_bytes", false)
+		reply.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, "request body over limits.max_request_bytes", false)
 		return
 	}
-	writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+	reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
+
 	"github.com/logagent/logagent/wire"
 )
 
@@ -55,7 +57,7 @@ func TestRouter(t *testing.T) {
 				return
 			}
 			var e struct {
-				Error apiError `json:"error"`
+				Error reply.APIError `json:"error"`
 			}
 			if err := json.Unmarshal(ctx.Response.Body(), &e); err != nil || e.Error.Code != tc.code {
 				t.Fatalf("body %s, want code %s (%v)", ctx.Response.Body(), tc.code, err)
@@ -66,10 +68,10 @@ func TestRouter(t *testing.T) {
 
 func TestErrorBodies(t *testing.T) {
 	lso, hw := int64(5), int64(42)
-	e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, "offset 99 is outside the log", false)
+	e := reply.NewAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, "offset 99 is outside the log", false)
 	e.LogStartOffset, e.HighWatermark = &lso, &hw
 	var ctx fasthttp.RequestCtx
-	writeAPIError(&ctx, e)
+	reply.WriteAPIError(&ctx, e)
 	want := `{"error":{"code":"offset_out_of_range","message":"offset 99 is outside the log","retriable":false,"log_start_offset":5,"high_watermark":42}}` + "\n"
 	if got := string(ctx.Response.Body()); got != want || ctx.Response.StatusCode() != 416 {
 		t.Fatalf("%d %s\nwant 416 %s", ctx.Response.StatusCode(), got, want)
@@ -79,7 +81,7 @@ func TestErrorBodies(t *testing.T) {
 	}
 
 	ctx.Response.Reset()
-	writeAPIError(&ctx, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr [n1]", true))
+	reply.WriteAPIError(&ctx, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr [n1]", true))
 	if h := string(ctx.Response.Header.Peek("Retry-After")); h != "1" {
 		t.Fatalf("retriable 503 without Retry-After: %q", h)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
@@ -49,7 +50,7 @@ func (a *Agent) handleInitProducer(ctx *fasthttp.RequestCtx) {
 	var req producerRequest
 	if body := bytes.TrimSpace(ctx.PostBody()); len(body) > 0 {
 		if err := decodeOneObject(body, &req); err != nil {
-			writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, `body is not {"producer_id": N} or {}: `+err.Error(), false)
+			reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, `body is not {"producer_id": N} or {}: `+err.Error(), false)
 			return
 		}
 	}
@@ -64,11 +65,11 @@ func (a *Agent) handleInitProducer(ctx *fasthttp.RequestCtx) {
 	}
 	switch {
 	case errors.Is(err, election.ErrUnknownProducerID):
-		writeError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownProducerID, err.Error()+": ask for a new one with an empty body", false)
+		reply.WriteError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownProducerID, err.Error()+": ask for a new one with an empty body", false)
 	case err != nil:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot reserve a producer id in Consul: "+err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot reserve a producer id in Consul: "+err.Error(), true)
 	default:
-		writeJSON(ctx, fasthttp.StatusCreated, resp)
+		reply.WriteJSON(ctx, fasthttp.StatusCreated, resp)
 	}
 }
 
@@ -106,8 +107,8 @@ func readProducerHeaders(h *fasthttp.RequestHeader) (producerHeaders, error) {
 	return p, nil
 }
 
-func badRequest(msg string) *apiError {
-	return newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, msg, false)
+func badRequest(msg string) *reply.APIError {
+	return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, msg, false)
 }
 
 // applyProducerHeaders makes batch the idempotent batch the request asks
@@ -141,22 +142,22 @@ func applyProducerHeaders(batch []byte, p producerHeaders, explicitPartition boo
 }
 
 // producerAPIError maps the leader's refusal of an idempotent batch.
-func producerAPIError(e *partition.ProducerError) *apiError {
+func producerAPIError(e *partition.ProducerError) *reply.APIError {
 	code := wire.CodeOutOfOrderSequence
 	if e.Decision.Verdict == producer.InvalidProducerEpoch {
 		code = wire.CodeInvalidProducerEpoch
 	}
-	return newAPIError(fasthttp.StatusConflict, code, e.Error(), false)
+	return reply.NewAPIError(fasthttp.StatusConflict, code, e.Error(), false)
 }
 
 // unknownOutcome says whether a failed produce may have been appended: only
 // then does an idempotent sender try again after it.
-func unknownOutcome(e *apiError) bool {
+func unknownOutcome(e *reply.APIError) bool {
 	switch e.Code {
 	case wire.CodeAckTimeout, wire.CodeNotLeaderAfterAppend, wire.CodeNotEnoughReplicasAfterAppend:
 		return true
 	}
-	return e.status == fasthttp.StatusBadGateway
+	return e.Status == fasthttp.StatusBadGateway
 }
 
 // lanes are the sidecar's own producer ids for plain produce requests. A
@@ -225,7 +226,7 @@ const laneAttempts = 3
 // plain acks=all batch given one of the sidecar's lanes) is sent again
 // after an unknown outcome until the deadline; a plain one only after
 // refusals that appended nothing.
-func (a *Agent) produceBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *apiError) {
+func (a *Agent) produceBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *reply.APIError) {
 	if record.Header(batch).ProducerID() >= 0 {
 		return a.sendBatch(topic, partition, batch, count, acks, true, deadline)
 	}
@@ -272,8 +273,8 @@ func (a *Agent) produceBatch(topic string, partition int, batch []byte, count in
 // (the leader answers a resend of what it appended as a duplicate); an
 // answer that follows an unknown outcome is never reported as "nothing
 // appended".
-func (a *Agent) sendBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, idempotent bool, deadline time.Time) (produceResponse, *apiError) {
-	var unknown *apiError
+func (a *Agent) sendBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, idempotent bool, deadline time.Time) (produceResponse, *reply.APIError) {
+	var unknown *reply.APIError
 	for {
 		attempt := deadline
 		if idempotent {
@@ -338,7 +339,7 @@ func (a *Agent) pauseBeforeRetry(remaining time.Duration) bool {
 // sendOnce makes one attempt, a forward bounded by attempt, a local append
 // by deadline; refused says the leader refused it before appending
 // anything (or it never reached a leader).
-func (a *Agent) sendOnce(topic string, partition int, batch []byte, count int, acks replicate.Acks, attempt, deadline time.Time) (produceResponse, *apiError, bool) {
+func (a *Agent) sendOnce(topic string, partition int, batch []byte, count int, acks replicate.Acks, attempt, deadline time.Time) (produceResponse, *reply.APIError, bool) {
 	if r := a.replicas.Get(topic, partition); r != nil && r.CurrentView().Role == roleLeader {
 		resp, e := a.appendLocal(r, topic, partition, batch, count, acks, anyEpoch, deadline.Sub(a.now()))
 		return resp, e, refusedLocally(e)
@@ -347,9 +348,9 @@ func (a *Agent) sendOnce(topic string, partition int, batch []byte, count int, a
 	if err == nil {
 		return resp, nil, false
 	}
-	var e *apiError
+	var e *reply.APIError
 	if !errors.As(err, &e) {
-		e = newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+		e = reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 	}
 	return produceResponse{}, e, errors.Is(err, errForwardRefused)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/groupcoord"
@@ -100,7 +101,7 @@ func (a *Agent) kafkaServing() error {
 	if s := a.state.Load(); s == stateServing || s == stateHandingOver {
 		return nil
 	}
-	return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
+	return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
 }
 
 // kafkaPartition checks a topic and partition against the metadata.
@@ -110,7 +111,7 @@ func (a *Agent) kafkaPartition(topic string, p int32) (*election.TopicMeta, int,
 		return nil, 0, unknownTopic(topic)
 	}
 	if p < 0 || int(p) >= len(tm.Partitions) {
-		return nil, 0, newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, "no partition "+partitionName(topic, int(p)), false)
+		return nil, 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, "no partition "+partitionName(topic, int(p)), false)
 	}
 	return tm, int(p), nil
 }
@@ -132,7 +133,7 @@ func (b *kafkaBroker) Topics() []kafka.Topic {
 		for _, pm := range tm.Partitions {
 			kp := kafka.Partition{Partition: int32(pm.Partition), LeaderEpoch: pm.State.Epoch, Replicas: len(pm.Replicas), ISR: len(pm.State.ISR)}
 			if tm.Err != nil || pm.LeaderSession == "" || pm.State.Leader == "" {
-				kp.Err = newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, b.a.noLeaderMessage(name, pm.Partition), true)
+				kp.Err = reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, b.a.noLeaderMessage(name, pm.Partition), true)
 			}
 			t.Partitions = append(t.Partitions, kp)
 		}
@@ -225,7 +226,7 @@ func (b *kafkaBroker) CreateTopic(ctx context.Context, spec kafka.TopicSpec) err
 		return err
 	}
 	if spec.Name == groupcoord.OffsetsTopic {
-		return newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is created by the consumer groups' coordinators", false)
+		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is created by the consumer groups' coordinators", false)
 	}
 	req, storage, err := a.topicSettings(spec)
 	if err != nil {
@@ -244,7 +245,7 @@ func (b *kafkaBroker) CreateTopic(ctx context.Context, spec kafka.TopicSpec) err
 	_, _, err = a.createTopic(req, storage)
 	switch {
 	case errors.Is(err, election.ErrTopicExists):
-		return newAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+spec.Name+" exists", false)
+		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+spec.Name+" exists", false)
 	case errors.Is(err, election.ErrNotEnoughAgents):
 		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: err.Error()}
 	case errors.Is(err, election.ErrInvalidTopic):
@@ -260,13 +261,13 @@ func (a *Agent) validateTopic(ctx context.Context, req createTopicRequest) error
 		return invalidTopicName(req.Name)
 	}
 	if _, ok := a.coord.Metadata().Topic(req.Name); ok {
-		return newAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
+		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
 	}
 	callCtx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()
 	agents, err := a.coord.Agents(callCtx)
 	if err != nil {
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
 	tc := a.topicConfig(req, len(agents))
 	if tc.ReplicationFactor > len(agents) {
@@ -285,7 +286,7 @@ func (b *kafkaBroker) DeleteTopic(ctx context.Context, name string) error {
 		return err
 	}
 	if name == groupcoord.OffsetsTopic {
-		return newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not deleted", false)
+		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not deleted", false)
 	}
 	switch err := a.deleteTopic(name); {
 	case err == nil:
@@ -295,7 +296,7 @@ func (b *kafkaBroker) DeleteTopic(ctx context.Context, name string) error {
 	case errors.Is(err, election.ErrInvalidTopic):
 		return invalidTopicName(name)
 	default:
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
 	}
 }
 
@@ -307,7 +308,7 @@ func (b *kafkaBroker) AddPartitions(ctx context.Context, topic string, count int
 		return err
 	}
 	if topic == groupcoord.OffsetsTopic {
-		return newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
+		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
 	}
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
@@ -339,7 +340,7 @@ func (b *kafkaBroker) AlterTopicConfigs(ctx context.Context, topic string, chang
 		return err
 	}
 	if topic == groupcoord.OffsetsTopic {
-		return newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
+		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
 	}
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
@@ -401,7 +402,7 @@ func (b *kafkaBroker) TopicConfigs(name string) (map[string]string, error) {
 	}
 	opts, err := partition.LogOptionsFor(a.logOptions(), tm.Config)
 	if err != nil {
-		return nil, newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+		return nil, reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 	}
 	return map[string]string{
 		"retention.ms":                   strconv.FormatInt(retentionValue(opts.Retention.Milliseconds()), 10),
@@ -432,7 +433,7 @@ func (b *kafkaBroker) Produce(ctx context.Context, req kafka.ProduceRequest) (ka
 		return failed, err
 	}
 	if req.Topic == groupcoord.OffsetsTopic {
-		return failed, newAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is written by the consumer groups' coordinators only", false)
+		return failed, reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is written by the consumer groups' coordinators only", false)
 	}
 	_, p, err := a.kafkaPartition(req.Topic, req.Partition)
 	if err != nil {
@@ -495,9 +496,9 @@ func (a *Agent) checkLeaderEpoch(topic string, p int, current int32) error {
 	}
 	switch err := replicate.CheckLeaderEpoch(current, pm.State.Epoch); {
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
-		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
-		return newAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
 	}
 	return nil
 }
@@ -581,7 +582,7 @@ func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if err := a.clientAPIs.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
-		return nil, logPositions{}, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true)
+		return nil, logPositions{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return nil, logPositions{}, relayedError(resp)
@@ -589,7 +590,7 @@ func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, 
 	hw, err1 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderHighWatermark)), 10, 64)
 	lso, err2 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderLogStartOffset)), 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return nil, logPositions{}, newAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+pm.State.Leader+" answered without positions: "+err.Error(), true)
+		return nil, logPositions{}, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+pm.State.Leader+" answered without positions: "+err.Error(), true)
 	}
 	return bytes.Clone(resp.Body()), logPositions{hw: hw, lso: lso}, nil
 }
@@ -808,11 +809,11 @@ func (b *kafkaBroker) EndOffsetForEpoch(ctx context.Context, topic string, parti
 		}
 	}
 	if pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
-		return -1, -1, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, p), true)
+		return -1, -1, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, p), true)
 	}
 	info, ok := a.agents.lookup(pm.State.Leader)
 	if !ok {
-		return -1, -1, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true)
+		return -1, -1, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true)
 	}
 	answer, err := a.forwarder.EpochEndOffset(info.PeerAddr, peer.EpochQuery{Topic: topic, Partition: p,
 		EpochRequest: replicate.EpochRequest{ReplicaID: a.cfg.NodeID, CurrentLeaderEpoch: pm.State.Epoch, Epoch: epoch}})
@@ -825,9 +826,9 @@ func (b *kafkaBroker) EndOffsetForEpoch(ctx context.Context, topic string, parti
 		// replica of the partition (docs/kafka.md).
 		return -1, -1, &kafka.Error{Code: kerr.NotLeaderForPartition.Code, Message: "this agent holds no replica of " + partitionName(topic, p) + " to ask its leader's epochs with: " + pe.Message}
 	case errors.As(err, &pe):
-		return -1, -1, newAPIError(pe.Status, pe.Code, pe.Message, true)
+		return -1, -1, reply.NewAPIError(pe.Status, pe.Code, pe.Message, true)
 	default:
-		return -1, -1, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, err.Error(), true)
+		return -1, -1, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, err.Error(), true)
 	}
 }
 
@@ -852,7 +853,7 @@ func (b *kafkaBroker) InitProducerID(ctx context.Context, producerID int64, _ in
 	}
 	switch {
 	case errors.Is(err, election.ErrUnknownProducerID):
-		return -1, -1, newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownProducerID, err.Error(), false)
+		return -1, -1, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownProducerID, err.Error(), false)
 	case err != nil:
 		// Retriable for Kafka clients, as a coordinator that is moving.
 		return -1, -1, &kafka.Error{Code: kerr.CoordinatorNotAvailable.Code, Message: "cannot reserve a producer id in Consul: " + err.Error()}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/group"
 	"github.com/logagent/logagent/groupcoord"
 	"github.com/logagent/logagent/kafka"
@@ -328,7 +329,7 @@ func (a *Agent) classicListAt(ctx context.Context, peerAddr string, out *[]group
 		deadline = d
 	}
 	if err := a.groupPeers.Client(peerAddr).DoDeadline(req, resp, deadline); err != nil {
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"agent "+peerAddr+" unreachable: "+err.Error(), true)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {

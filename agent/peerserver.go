@@ -9,6 +9,7 @@ import (
 
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/replicate"
 
 	"github.com/logagent/logagent/wire"
@@ -32,7 +33,7 @@ func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition in
 		if f, ok := a.replicas.Offline(topic, partition); ok {
 			msg = offlineMessage(topic, partition, f)
 		}
-		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, msg, true))
+		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, msg, true))
 	}
 	return r
 }
@@ -45,7 +46,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	a.metrics.ReplicaFetchServed()
 	f, err := peer.ParseFetch(ctx.QueryArgs())
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	}
 	r := a.peerReplica(ctx, f.Topic, f.Partition)
@@ -54,7 +55,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	}
 	out := r.LeaderFetch(f.FetchRequest)
 	if out.Err != nil {
-		writeAPIError(ctx, peerAPIError(out.Err))
+		reply.WriteAPIError(ctx, peerAPIError(out.Err))
 		return
 	}
 	pos := peer.FetchPositions{
@@ -78,7 +79,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 				v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch
 		})
 		if v := r.CurrentView(); v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch {
-			writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch waited", true))
+			reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch waited", true))
 			return
 		}
 	}
@@ -97,7 +98,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	}
 	region, err := log.Read(f.FetchOffset, maxBytes, math.MaxInt64)
 	if err != nil {
-		writeAPIError(ctx, storageAPIError(err))
+		reply.WriteAPIError(ctx, reply.StorageError(err))
 		return
 	}
 	// The read ran outside the loop: a leader that stepped down meanwhile
@@ -106,7 +107,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	// above the one it follows).
 	if v := r.CurrentView(); v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch {
 		_ = region.Close()
-		writeAPIError(ctx, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
+		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
 		return
 	}
 	// The loop answers before it publishes the high watermark this fetch
@@ -121,7 +122,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 		a.catchUp.Spend(a.now(), int(region.Len))
 		r.AddCatchUpBytes(f.ReplicaID, int(region.Len))
 	}
-	sendRegion(ctx, region)
+	reply.SendRegion(ctx, region)
 }
 
 // waitCatchUp holds a catch-up answer until the throttle's debt is paid:
@@ -148,7 +149,7 @@ func (a *Agent) waitCatchUp(maxWait time.Duration) bool {
 func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
 	q, err := peer.ParseEpochQuery(ctx.QueryArgs())
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	}
 	r := a.peerReplica(ctx, q.Topic, q.Partition)
@@ -157,10 +158,10 @@ func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
 	}
 	out := r.EpochQuery(q.EpochRequest)
 	if out.Err != nil {
-		writeAPIError(ctx, peerAPIError(out.Err))
+		reply.WriteAPIError(ctx, peerAPIError(out.Err))
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, peer.EpochEndOffsetJSON{Epoch: out.Answer.Epoch, EndOffset: out.Answer.EndOffset})
+	reply.WriteJSON(ctx, fasthttp.StatusOK, peer.EpochEndOffsetJSON{Epoch: out.Answer.Epoch, EndOffset: out.Answer.EndOffset})
 }
 
 // waitFor holds a request until cond holds, wait passes, done closes (nil
@@ -188,24 +189,24 @@ func (a *Agent) waitFor(r *partition.Replica, wait time.Duration, done <-chan st
 }
 
 // peerAPIError maps a refusal of the leader's loop to the peer API's codes.
-func peerAPIError(err error) *apiError {
+func peerAPIError(err error) *reply.APIError {
 	var oor *partition.OutOfRangeError
 	switch {
 	case errors.As(err, &oor):
-		e := newAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, err.Error(), false)
+		e := reply.NewAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, err.Error(), false)
 		e.LogStartOffset, e.LogEndOffset = &oor.LogStartOffset, &oor.LogEndOffset
 		return e
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
-		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
-		return newAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrNotReplica):
-		return newAPIError(fasthttp.StatusForbidden, wire.CodeNotReplica, err.Error(), false)
+		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeNotReplica, err.Error(), false)
 	case errors.Is(err, replicate.ErrInvalidRequest):
-		return newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 	case errors.Is(err, partition.ErrNotLeaderHere), errors.Is(err, replicate.ErrNotLeader), errors.Is(err, partition.ErrReplicaStopped):
-		return newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, err.Error(), true)
 	default:
-		return storageAPIError(err)
+		return reply.StorageError(err)
 	}
 }

@@ -28,8 +28,8 @@ func TestPeerAPIErrorCodes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		e := peerAPIError(tc.err)
-		if e.status != tc.status || e.Code != tc.code {
-			t.Errorf("%v: %d %s, want %d %s", tc.err, e.status, e.Code, tc.status, tc.code)
+		if e.Status != tc.status || e.Code != tc.code {
+			t.Errorf("%v: %d %s, want %d %s", tc.err, e.Status, e.Code, tc.status, tc.code)
 		}
 	}
 	e := peerAPIError(&partition.OutOfRangeError{LogStartOffset: 3, LogEndOffset: 9})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/agent/reply"
 
 	"github.com/logagent/logagent/wire"
 )
@@ -96,7 +97,7 @@ func (a *Agent) handleReplicaSession(ctx *fasthttp.RequestCtx) {
 	replicaID := string(ctx.QueryArgs().Peek("replica_id"))
 	ms, err := strconv.ParseInt(string(ctx.QueryArgs().Peek("heartbeat_ms")), 10, 64)
 	if replicaID == "" || err != nil || ms < 1 || ms > 30_000 {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "a session needs replica_id and heartbeat_ms in [1, 30000]", false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "a session needs replica_id and heartbeat_ms in [1, 30000]", false)
 		return
 	}
 	// The session must be declared dead well within lag_time_max, so that
@@ -147,7 +148,7 @@ type sessionPart struct {
 	f        peer.Fetch
 	r        *partition.Replica
 	out      partition.LeaderFetchOutcome
-	refusal  *apiError
+	refusal  *reply.APIError
 	holdTill time.Time
 
 	// Guarded by the session's mu.
@@ -238,7 +239,7 @@ func (s *leaderSession) onFetch(id uint32, f peer.Fetch) {
 	}
 	p.r = s.a.replicas.Get(f.Topic, f.Partition)
 	if p.r == nil {
-		p.refusal = newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent has no replica of "+partitionName(f.Topic, f.Partition), true)
+		p.refusal = reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent has no replica of "+partitionName(f.Topic, f.Partition), true)
 		s.mark(p)
 		return
 	}
@@ -437,7 +438,7 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 		s.unpark(p, false, now)
 		if notLeader() {
 			s.take(p, true)
-			return hdr, time.Time{}, s.writeRefusal(bw, p, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch waited", true))
+			return hdr, time.Time{}, s.writeRefusal(bw, p, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch waited", true))
 		}
 	}
 	pos := peer.FetchPositions{
@@ -478,13 +479,13 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 	}
 	region, err := log.Read(f.FetchOffset, maxBytes, math.MaxInt64)
 	if err != nil {
-		return hdr, time.Time{}, s.writeRefusal(bw, p, storageAPIError(err))
+		return hdr, time.Time{}, s.writeRefusal(bw, p, reply.StorageError(err))
 	}
 	defer region.Close()
 	// As in handleReplicaFetch: a leader that stepped down during the
 	// read may hold a newer leader's batches.
 	if notLeader() {
-		return hdr, time.Time{}, s.writeRefusal(bw, p, newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
+		return hdr, time.Time{}, s.writeRefusal(bw, p, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
 	}
 	pos.HighWatermark = max(pos.HighWatermark, log.HighWatermark())
 	pos.LogEndOffset = log.LogEndOffset()
@@ -509,8 +510,8 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 	return hdr, time.Time{}, err
 }
 
-func (s *leaderSession) writeRefusal(bw *bufio.Writer, p *sessionPart, e *apiError) error {
-	pe := &peer.Error{Status: e.status, Code: e.Code, Message: e.Message}
+func (s *leaderSession) writeRefusal(bw *bufio.Writer, p *sessionPart, e *reply.APIError) error {
+	pe := &peer.Error{Status: e.Status, Code: e.Code, Message: e.Message}
 	if e.LogStartOffset != nil {
 		pe.LogStartOffset = *e.LogStartOffset
 	}

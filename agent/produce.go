@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
@@ -56,7 +57,7 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	}
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
-		writeAPIError(ctx, unknownTopic(topic))
+		reply.WriteAPIError(ctx, unknownTopic(topic))
 		return
 	}
 	args := ctx.QueryArgs()
@@ -101,7 +102,7 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	}
 	deadline := a.now().Add(timeout)
 	var resp produceResponse
-	var apiErr *apiError
+	var apiErr *reply.APIError
 	// A combined batch has one producer header: idempotent producers'
 	// batches are grouped apart and sent side by side.
 	if a.coalesce != nil && acks != replicate.AcksNone && len(batch) < a.coalesce.maxBytes {
@@ -110,17 +111,17 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 		resp, apiErr = a.produceBatch(topic, partition, batch, count, acks, deadline)
 	}
 	if apiErr != nil {
-		writeAPIError(ctx, apiErr)
+		reply.WriteAPIError(ctx, apiErr)
 		return
 	}
 	a.metrics.Produced(topic, count, len(batch))
-	writeJSON(ctx, fasthttp.StatusOK, resp)
+	reply.WriteJSON(ctx, fasthttp.StatusOK, resp)
 }
 
 // appendLocal hands a batch to this agent's leader loop and waits for its
 // answer; acks=0 answers before the append (docs/design.md §7).
 // epoch is the leadership the write aims at (anyEpoch for any).
-func (a *Agent) appendLocal(r *partition.Replica, topic string, partition int, batch []byte, count int, acks replicate.Acks, epoch int32, timeout time.Duration) (produceResponse, *apiError) {
+func (a *Agent) appendLocal(r *partition.Replica, topic string, partition int, batch []byte, count int, acks replicate.Acks, epoch int32, timeout time.Duration) (produceResponse, *reply.APIError) {
 	deadline := a.now().Add(timeout)
 	resp := produceResponse{Topic: topic, Partition: partition, Count: count}
 	if acks == replicate.AcksNone {
@@ -140,51 +141,51 @@ func (a *Agent) appendLocal(r *partition.Replica, topic string, partition int, b
 }
 
 // produceError maps a failed produce to the API's codes (docs/design.md §7, §8).
-func (a *Agent) produceError(topic string, p int, out partition.ProduceOutcome) *apiError {
+func (a *Agent) produceError(topic string, p int, out partition.ProduceOutcome) *reply.APIError {
 	err := out.Err
 	var pe *partition.ProducerError
 	switch {
 	case errors.As(err, &pe):
 		return producerAPIError(pe)
 	case errors.Is(err, replicate.ErrNotEnoughReplicas):
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, err.Error(), true)
 	case errors.Is(err, replicate.ErrNotEnoughReplicasAfterAppend):
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicasAfterAppend,
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicasAfterAppend,
 			err.Error()+": the write is in the leader's log and may be committed; a retry may duplicate it", true)
 	case errors.Is(err, replicate.ErrAckTimeout):
-		return newAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, err.Error()+": the outcome is unknown", false)
+		return reply.NewAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, err.Error()+": the outcome is unknown", false)
 	case out.Appended && (errors.Is(err, replicate.ErrNotLeader) || errors.Is(err, partition.ErrReplicaStopped)):
 		e := a.notLeaderError(topic, p, "leadership ended before the write was acknowledged: its outcome is unknown, a retry may duplicate it")
-		e.status, e.Code = fasthttp.StatusServiceUnavailable, wire.CodeNotLeaderAfterAppend
+		e.Status, e.Code = fasthttp.StatusServiceUnavailable, wire.CodeNotLeaderAfterAppend
 		return e
 	case errors.Is(err, replicate.ErrNotLeader), errors.Is(err, partition.ErrNotLeaderHere), errors.Is(err, partition.ErrReplicaStopped):
 		return a.notLeaderError(topic, p, "this agent does not lead "+partitionName(topic, p))
 	case errors.Is(err, partition.ErrLeadershipMoving):
 		// The successor is not elected yet: nothing to name.
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
 			"the leadership of "+partitionName(topic, p)+" is being handed over to another replica: nothing was written; retry in a moment", true)
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
-		return newAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
-		return newAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusPreconditionFailed, wire.CodeUnknownLeaderEpoch, err.Error(), true)
 	case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrShort):
-		return newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
+		return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
 	case !out.Appended && errors.Is(err, segstore.ErrNoSpace):
 		// Retriable: the write was refused whole, and space may be freed
 		// (retention, an operator) without a restart.
-		return newAPIError(fasthttp.StatusInsufficientStorage, wire.CodeInsufficientStorage,
+		return reply.NewAPIError(fasthttp.StatusInsufficientStorage, wire.CodeInsufficientStorage,
 			"the disk of "+partitionName(topic, p)+" on "+a.cfg.NodeID+" is full: "+err.Error(), true)
 	case errors.Is(err, segstore.ErrFailed), errors.Is(err, segstore.ErrClosed):
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
 	default:
-		return newAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+		return reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 	}
 }
 
 // refusedLocally says a local append's error means nothing was appended
 // and the leadership is elsewhere or on its way: the sidecar tries again,
 // forwarding to the new leader.
-func refusedLocally(e *apiError) bool {
+func refusedLocally(e *reply.APIError) bool {
 	return e != nil && (e.Code == wire.CodeNotLeader || e.Code == wire.CodeLeaderNotAvailable)
 }
 
@@ -198,7 +199,7 @@ func parseAcks(v []byte) (replicate.Acks, error) {
 	case "0":
 		return replicate.AcksNone, nil
 	default:
-		return 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "acks must be all, 1 or 0, not "+strconv.Quote(string(v)), false)
+		return 0, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "acks must be all, 1 or 0, not "+strconv.Quote(string(v)), false)
 	}
 }
 
@@ -210,7 +211,7 @@ func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int)
 	if args.Has("partition") {
 		p, err := intParam(args, "partition", 0, 0, int64(partitions)-1)
 		if err != nil {
-			return 0, newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
+			return 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
 		}
 		return int(p), nil
 	}
@@ -238,7 +239,7 @@ func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int)
 func (a *Agent) decodeProduceBody(contentType, body, key []byte, placeByKey bool) ([]byte, int, []byte, error) {
 	mt, _, err := mime.ParseMediaType(string(contentType))
 	if err != nil && len(contentType) > 0 {
-		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, wire.CodeUnsupportedType, "bad Content-Type: "+err.Error(), false)
+		return nil, 0, nil, reply.NewAPIError(fasthttp.StatusUnsupportedMediaType, wire.CodeUnsupportedType, "bad Content-Type: "+err.Error(), false)
 	}
 	switch mt {
 	case wire.ContentTypeBatch:
@@ -257,7 +258,7 @@ func (a *Agent) decodeProduceBody(contentType, body, key []byte, placeByKey bool
 		batch, count, err := a.buildLines(body, key)
 		return batch, count, key, err
 	default:
-		return nil, 0, nil, newAPIError(fasthttp.StatusUnsupportedMediaType, wire.CodeUnsupportedType,
+		return nil, 0, nil, reply.NewAPIError(fasthttp.StatusUnsupportedMediaType, wire.CodeUnsupportedType,
 			fmt.Sprintf("Content-Type %q is not one of %s, %s, %s, %s, text/plain", mt, wire.ContentTypeBatch, wire.ContentTypeJSON, wire.ContentTypeOctetStream, wire.ContentTypeNDJSON), false)
 	}
 }
@@ -280,12 +281,12 @@ func (a *Agent) decodeBatch(body []byte) ([]byte, int, error) {
 	h, err := d.Validate(body)
 	switch {
 	case errors.Is(err, record.ErrTooLarge):
-		return nil, 0, newAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge, err.Error(), false)
+		return nil, 0, reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge, err.Error(), false)
 	case errors.Is(err, record.ErrUnsupported):
 		// A valid Kafka batch using what logagent does not implement.
-		return nil, 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeUnsupportedBatch, err.Error(), false)
+		return nil, 0, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeUnsupportedBatch, err.Error(), false)
 	case err != nil:
-		return nil, 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
+		return nil, 0, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeCorruptBatch, err.Error(), false)
 	}
 	// The loop stamps offsets and the epoch in place, after this request's
 	// buffer may have been reused.

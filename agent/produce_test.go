@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -109,7 +110,7 @@ func TestDecodeProduceBody(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			batch, count, _, err := a.decodeProduceBody([]byte(tc.contentType), tc.body, tc.key, false)
 			if tc.code != "" {
-				var e *apiError
+				var e *reply.APIError
 				if !errors.As(err, &e) || e.Code != tc.code {
 					t.Fatalf("error %v, want code %s", err, tc.code)
 				}
@@ -168,7 +169,7 @@ func TestChoosePartition(t *testing.T) {
 		t.Fatalf("partition=2: %d %v", p, err)
 	}
 	for _, q := range []string{"partition=3", "partition=-1", "partition=x"} {
-		var e *apiError
+		var e *reply.APIError
 		if _, err := a.choosePartition(args(q), nil, 3); !errors.As(err, &e) || e.Code != wire.CodeUnknownPartition {
 			t.Errorf("%s: %v, want unknown_partition", q, err)
 		}
@@ -206,8 +207,8 @@ func TestProduceErrorCodes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		e := a.produceError("t", 0, tc.out)
-		if e.status != tc.status || e.Code != tc.code {
-			t.Errorf("%v: %d %s, want %d %s", tc.out.Err, e.status, e.Code, tc.status, tc.code)
+		if e.Status != tc.status || e.Code != tc.code {
+			t.Errorf("%v: %d %s, want %d %s", tc.out.Err, e.Status, e.Code, tc.status, tc.code)
 		}
 		if tc.code == wire.CodeInsufficientStorage && (!e.Retriable || !strings.Contains(e.Message, "disk") || !strings.Contains(e.Message, "full")) {
 			t.Errorf("%v: %+v, want a retriable error naming the full disk", tc.out.Err, e)

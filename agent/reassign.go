@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/wire"
 )
@@ -81,19 +82,19 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 	}
 	var req reassignRequest
 	if err := decodeOneObject(ctx.PostBody(), &req); err != nil || len(req.Replicas) == 0 {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(`the body must be {"replicas":["n1","n2",...]}: %v`, err), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(`the body must be {"replicas":["n1","n2",...]}: %v`, err), false)
 		return
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
 	defer cancel()
 	agents, err := a.coord.Agents(callCtx)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 		return
 	}
 	for _, node := range req.Replicas {
 		if !slices.ContainsFunc(agents, func(ag election.AgentInfo) bool { return ag.NodeID == node }) {
-			writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+			reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 				fmt.Sprintf("replica %q is not a live agent (Consul's passing logagent services)", node), false)
 			return
 		}
@@ -101,21 +102,21 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 	m, done, err := a.coord.StartReassign(callCtx, topic, p, req.Replicas)
 	switch {
 	case errors.Is(err, election.ErrReassignInProgress):
-		writeError(ctx, fasthttp.StatusConflict, wire.CodeReassignmentInProgress, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusConflict, wire.CodeReassignmentInProgress, err.Error(), false)
 		return
 	case errors.Is(err, election.ErrInvalidTopic):
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	case errors.Is(err, election.ErrConflict):
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, err.Error(), true)
 		return
 	case err != nil:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot start the move: "+err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot start the move: "+err.Error(), true)
 		return
 	}
 	out := reassignment{Topic: topic, Partition: p, Replicas: m.Union()}
 	if done {
-		writeJSON(ctx, fasthttp.StatusOK, out)
+		reply.WriteJSON(ctx, fasthttp.StatusOK, out)
 		return
 	}
 	out.Move = &reassignMove{Target: m.Target, Adding: m.Adding, Removing: m.Removing}
@@ -125,7 +126,7 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 		pm, ok := snap.Partition(topic, p)
 		return ok && pm.Reassign != nil
 	})
-	writeJSON(ctx, fasthttp.StatusAccepted, out)
+	reply.WriteJSON(ctx, fasthttp.StatusAccepted, out)
 }
 
 // cancelConflictTries bounds how often a cancel re-reads the partition's
@@ -160,29 +161,29 @@ func (a *Agent) handleCancelReassign(ctx *fasthttp.RequestCtx) {
 	}
 	switch {
 	case errors.Is(err, election.ErrNoReassignment):
-		writeError(ctx, fasthttp.StatusConflict, wire.CodeNoReassignmentInProgress, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusConflict, wire.CodeNoReassignmentInProgress, err.Error(), false)
 		return
 	case errors.Is(err, election.ErrCancelNotInSync):
-		writeError(ctx, fasthttp.StatusConflict, wire.CodeNotEnoughReplicas, err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusConflict, wire.CodeNotEnoughReplicas, err.Error(), true)
 		return
 	case errors.Is(err, election.ErrUnknownTopic):
-		writeError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownTopic, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownTopic, err.Error(), false)
 		return
 	case errors.Is(err, election.ErrUnknownPartition):
-		writeError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
 		return
 	case errors.Is(err, election.ErrInvalidTopic):
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	case err != nil:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot cancel the move: "+err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot cancel the move: "+err.Error(), true)
 		return
 	}
 	a.waitMetadata(callCtx, func(snap *election.Snapshot) bool {
 		pm, ok := snap.Partition(topic, p)
 		return ok && (pm.Reassign == nil || pm.Reassign.Cancelled)
 	})
-	writeJSON(ctx, fasthttp.StatusAccepted, reassignment{Topic: topic, Partition: p, Replicas: back.Union(),
+	reply.WriteJSON(ctx, fasthttp.StatusAccepted, reassignment{Topic: topic, Partition: p, Replicas: back.Union(),
 		Move: &reassignMove{Target: back.Target, Adding: back.Adding, Removing: back.Removing, Cancelled: true}})
 }
 
@@ -200,7 +201,7 @@ func (a *Agent) handleGetReassign(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	pm, _ := a.coord.Metadata().Partition(topic, p)
-	writeJSON(ctx, fasthttp.StatusOK, a.describeReassign(topic, pm))
+	reply.WriteJSON(ctx, fasthttp.StatusOK, a.describeReassign(topic, pm))
 }
 
 // describeReassign is pm's move as the API shows it.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/reassign"
 	"github.com/logagent/logagent/wire"
@@ -45,7 +46,7 @@ func (a *Agent) handleRebalancePlan(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	live, err := a.coord.Agents(callCtx)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 		return
 	}
 	snap := a.coord.Metadata()
@@ -56,7 +57,7 @@ func (a *Agent) handleRebalancePlan(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	slices.Sort(agents)
-	writeJSON(ctx, fasthttp.StatusOK, planRebalance(snap, agents))
+	reply.WriteJSON(ctx, fasthttp.StatusOK, planRebalance(snap, agents))
 }
 
 func planRebalance(snap *election.Snapshot, agents []string) rebalancePlan {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/logagent/logagent/agent/certs"
 	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/wire"
 )
@@ -40,8 +41,8 @@ func requireToken(token []byte, realm, message string) func(fasthttp.RequestHand
 		return func(ctx *fasthttp.RequestCtx) {
 			got := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
 			if subtle.ConstantTimeCompare(got, want) != 1 {
-				// After writeError, which resets the response.
-				writeError(ctx, fasthttp.StatusUnauthorized, wire.CodeUnauthorized, message, false)
+				// After reply.WriteError, which resets the response.
+				reply.WriteError(ctx, fasthttp.StatusUnauthorized, wire.CodeUnauthorized, message, false)
 				ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, challenge)
 				return
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
 
@@ -84,17 +85,17 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 	}
 	var req createTopicRequest
 	if err := decodeOneObject(ctx.PostBody(), &req); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic: "+err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic: "+err.Error(), false)
 		return
 	}
 	tc, assignment, err := a.createTopic(req, nil)
 	switch {
 	case err == nil:
 	case errors.Is(err, election.ErrTopicExists):
-		writeError(ctx, fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
+		reply.WriteError(ctx, fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
 		return
 	case errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
-		writeError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	default:
 		writeErr(ctx, err)
@@ -104,7 +105,7 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 	for p, replicas := range assignment {
 		desc.Partitions = append(desc.Partitions, partitionDescription{Partition: p, Replicas: replicas, ISR: replicas})
 	}
-	writeJSON(ctx, fasthttp.StatusCreated, desc)
+	reply.WriteJSON(ctx, fasthttp.StatusCreated, desc)
 }
 
 // Bounds of a topic's creation, which writes two Consul keys per
@@ -128,12 +129,12 @@ func createTopicTimeout(partitions int) time.Duration {
 // createTopic creates a topic, for POST /v1/topics and Kafka's
 // CreateTopics, and returns once this agent's metadata shows it. storage,
 // when not nil, is the topic's own storage settings
-// (partition.TopicStorage). An invalid request is an *apiError; the
+// (partition.TopicStorage). An invalid request is a *reply.APIError; the
 // election package's ErrTopicExists, ErrNotEnoughAgents and ErrInvalidTopic
 // come as they are, for each API to answer in its own terms.
 func (a *Agent) createTopic(req createTopicRequest, storage []byte) (election.TopicConfig, [][]string, error) {
 	if p := req.Partitions; p != nil && (*p < 1 || *p > config.MaxTopicPartitions) {
-		return election.TopicConfig{}, nil, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+		return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 			fmt.Sprintf("partitions %d is outside 1 to %d", *p, config.MaxTopicPartitions), false)
 	}
 	if !election.ValidTopicName(req.Name) {
@@ -147,7 +148,7 @@ func (a *Agent) createTopic(req createTopicRequest, storage []byte) (election.To
 	defer cancel()
 	agents, err := a.coord.Agents(callCtx)
 	if err != nil {
-		return election.TopicConfig{}, nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
 	tc := a.topicConfig(req, len(agents))
 	tc.Storage = storage
@@ -170,7 +171,7 @@ func (a *Agent) createTopic(req createTopicRequest, storage []byte) (election.To
 	case errors.Is(err, election.ErrTopicExists), errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
 		return tc, nil, err
 	default:
-		return tc, nil, newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot create topic: "+err.Error(), true)
+		return tc, nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot create topic: "+err.Error(), true)
 	}
 }
 
@@ -239,7 +240,7 @@ func (a *Agent) handleListTopics(ctx *fasthttp.RequestCtx) {
 	if topics == nil {
 		topics = []string{} // [] rather than null: a list, even empty
 	}
-	writeJSON(ctx, fasthttp.StatusOK, struct {
+	reply.WriteJSON(ctx, fasthttp.StatusOK, struct {
 		Topics []string `json:"topics"`
 	}{topics})
 }
@@ -255,11 +256,11 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 	}
 	tm, ok := a.lookupTopic(name)
 	if !ok {
-		writeAPIError(ctx, unknownTopic(name))
+		reply.WriteAPIError(ctx, unknownTopic(name))
 		return
 	}
 	if tm.Err != nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, tm.Err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, tm.Err.Error(), true)
 		return
 	}
 	desc := topicDescription{Name: name, Config: a.describeConfig(tm.Config)}
@@ -293,7 +294,7 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 		}
 		desc.Partitions = append(desc.Partitions, pd)
 	}
-	writeJSON(ctx, fasthttp.StatusOK, desc)
+	reply.WriteJSON(ctx, fasthttp.StatusOK, desc)
 }
 
 // Helpers shared by the client API handlers.
@@ -304,7 +305,7 @@ func (a *Agent) serving(ctx *fasthttp.RequestCtx) bool {
 	if s := a.state.Load(); s == stateServing || s == stateHandingOver {
 		return true
 	}
-	writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
+	reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
 	return false
 }
 
@@ -321,7 +322,7 @@ func (a *Agent) partitionParams(ctx *fasthttp.RequestCtx) (string, int, error) {
 	}
 	p, err := strconv.Atoi(pathParam(ctx, "partition"))
 	if err != nil || p < 0 || p >= len(tm.Partitions) {
-		return "", 0, newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition,
+		return "", 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition,
 			fmt.Sprintf("topic %s has partitions 0 to %d, not %q", topic, len(tm.Partitions)-1, pathParam(ctx, "partition")), false)
 	}
 	return topic, p, nil
@@ -349,8 +350,8 @@ func (a *Agent) lookupTopic(name string) (*election.TopicMeta, bool) {
 	return snap.Topic(name)
 }
 
-func unknownTopic(name string) *apiError {
-	return newAPIError(fasthttp.StatusNotFound, wire.CodeUnknownTopic, "no topic "+strconv.Quote(name), false)
+func unknownTopic(name string) *reply.APIError {
+	return reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownTopic, "no topic "+strconv.Quote(name), false)
 }
 
 func partitionName(topic string, partition int) string {
@@ -360,15 +361,15 @@ func partitionName(topic string, partition int) string {
 // notLeaderError answers a request this agent cannot serve for a partition:
 // 409 not_leader naming the leader and its client address, or 503
 // leader_not_available when the partition has no leader.
-func (a *Agent) notLeaderError(topic string, partition int, message string) *apiError {
+func (a *Agent) notLeaderError(topic string, partition int, message string) *reply.APIError {
 	pm, ok := a.coord.Metadata().Partition(topic, partition)
 	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" {
-		return newAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true)
+		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true)
 	}
 	if f, ok := a.replicas.Offline(topic, partition); ok {
 		message = offlineMessage(topic, partition, f)
 	}
-	e := newAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, message, true)
+	e := reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, message, true)
 	e.Leader = pm.State.Leader
 	if info, ok := a.agents.lookup(pm.State.Leader); ok {
 		e.LeaderAddress = info.ClientAddr
@@ -399,7 +400,7 @@ func intParam(args *fasthttp.Args, name string, def, lo, hi int64) (int64, error
 	}
 	n, err := strconv.ParseInt(string(v), 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+		return 0, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 			fmt.Sprintf("%s=%q must be an integer in [%d, %d]", name, v, lo, hi), false)
 	}
 	return n, nil
@@ -414,7 +415,7 @@ func durationParam(args *fasthttp.Args, name string, def, most time.Duration) (t
 	}
 	d, err := time.ParseDuration(string(v))
 	if err != nil || d < 0 || d > most {
-		return 0, newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+		return 0, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 			fmt.Sprintf("%s=%q must be a duration between 0s and %s", name, v, most), false)
 	}
 	return d, nil
@@ -436,11 +437,11 @@ func (a *Agent) handleDeleteTopic(ctx *fasthttp.RequestCtx) {
 	case err == nil:
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	case errors.Is(err, election.ErrUnknownTopic):
-		writeAPIError(ctx, unknownTopic(name))
+		reply.WriteAPIError(ctx, unknownTopic(name))
 	case errors.Is(err, election.ErrInvalidTopic):
-		writeAPIError(ctx, invalidTopicName(name))
+		reply.WriteAPIError(ctx, invalidTopicName(name))
 	default:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
+		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
 	}
 }
 
@@ -476,14 +477,14 @@ func (a *Agent) waitTopicGone(ctx context.Context, name string) error {
 func (a *Agent) topicParam(ctx *fasthttp.RequestCtx) (string, bool) {
 	name := pathParam(ctx, "topic")
 	if !election.ValidTopicName(name) {
-		writeAPIError(ctx, invalidTopicName(name))
+		reply.WriteAPIError(ctx, invalidTopicName(name))
 		return "", false
 	}
 	return name, true
 }
 
-func invalidTopicName(name string) *apiError {
-	return newAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidTopicName,
+func invalidTopicName(name string) *reply.APIError {
+	return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidTopicName,
 		fmt.Sprintf("topic name %q must be 1 to 249 of [a-zA-Z0-9._-], and not . or ..", name), false)
 }
 
@@ -564,7 +565,7 @@ func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 			}
 		}
 	}
-	writeJSON(ctx, fasthttp.StatusOK, st)
+	reply.WriteJSON(ctx, fasthttp.StatusOK, st)
 }
 
 // replicaStatus is this agent's replica of pm as /v1/status and the

@@ -1,0 +1,110 @@
+package reply
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/segstore"
+
+	"github.com/logagent/logagent/wire"
+)
+
+// APIError is the error object of every error response. The optional
+// fields belong to the codes named in the comment on the codes.
+type APIError struct {
+	Code           string `json:"code"`
+	Message        string `json:"message"`
+	Retriable      bool   `json:"retriable"`
+	Leader         string `json:"leader,omitempty"`
+	LeaderAddress  string `json:"leader_address,omitempty"`
+	LogStartOffset *int64 `json:"log_start_offset,omitempty"`
+	HighWatermark  *int64 `json:"high_watermark,omitempty"`
+	LogEndOffset   *int64 `json:"log_end_offset,omitempty"`
+
+	// Status is the HTTP status of the answer, not part of the object.
+	Status int `json:"-"`
+}
+
+func (e *APIError) Error() string { return e.Code + ": " + e.Message }
+
+// WireCode is the API's error code, which the Kafka listener maps to
+// Kafka's (kafka.ErrorCode).
+func (e *APIError) WireCode() string { return e.Code }
+
+// NewAPIError is an error answer without the optional fields.
+func NewAPIError(status int, code, message string, retriable bool) *APIError {
+	return &APIError{Status: status, Code: code, Message: message, Retriable: retriable}
+}
+
+// WriteError answers with a new APIError.
+func WriteError(ctx *fasthttp.RequestCtx, status int, code, message string, retriable bool) {
+	WriteAPIError(ctx, NewAPIError(status, code, message, retriable))
+}
+
+// errorCodeKey is the user value under which WriteAPIError leaves the
+// code it answered with, for the router that counts error answers (Code).
+type errorCodeKey struct{}
+
+// WriteAPIError answers with e; a retriable 503 carries Retry-After.
+func WriteAPIError(ctx *fasthttp.RequestCtx, e *APIError) {
+	body, _ := json.Marshal(struct {
+		Error *APIError `json:"error"`
+	}{e})
+	ctx.SetUserValue(errorCodeKey{}, e.Code)
+	ctx.Response.Reset()
+	ctx.SetStatusCode(e.Status)
+	ctx.SetContentType("application/json")
+	if e.Retriable && e.Status == fasthttp.StatusServiceUnavailable {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(1))
+	}
+	ctx.SetBody(append(body, '\n'))
+}
+
+// Code is the code of the error answer WriteAPIError wrote in ctx, if it
+// wrote one.
+func Code(ctx *fasthttp.RequestCtx) (string, bool) {
+	code, ok := ctx.UserValue(errorCodeKey{}).(string)
+	return code, ok
+}
+
+// WriteJSON answers with v as a JSON body.
+func WriteJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		WriteError(ctx, fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(body, '\n'))
+}
+
+// SendRegion makes a log region the response body with its exact size, so
+// fasthttp sends it with sendfile(2) and closes it (returning its
+// descriptor) when done.
+func SendRegion(ctx *fasthttp.RequestCtx, region *segstore.Region) {
+	if region.Len == 0 {
+		region.Close()
+		return
+	}
+	ctx.SetBodyStream(region, int(region.Len))
+}
+
+// StorageError maps a segstore error of a read.
+func StorageError(err error) *APIError {
+	var oor *segstore.OffsetOutOfRangeError
+	switch {
+	case errors.As(err, &oor):
+		e := NewAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, err.Error(), false)
+		e.LogStartOffset, e.LogEndOffset = &oor.LogStartOffset, &oor.LogEndOffset
+		return e
+	case errors.Is(err, segstore.ErrClosed), errors.Is(err, segstore.ErrFailed), errors.Is(err, partition.ErrReplicaStopped):
+		return NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
+	default:
+		return NewAPIError(fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
+	}
+}
