@@ -118,7 +118,7 @@ func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait tim
 		return nil, logPositions{}, offsetOutOfRange(offset, lso, log.HighWatermark())
 	}
 	if wait > 0 && offset >= log.HighWatermark() {
-		a.waitFor(r, wait, nil, func() bool { return log.HighWatermark() > offset })
+		r.WaitFor(wait, a.stopping, nil, func() bool { return log.HighWatermark() > offset })
 	}
 	hw := log.HighWatermark()
 	region, err := log.Read(offset, maxBytes, hw)

@@ -629,7 +629,7 @@ func (b *kafkaBroker) WaitForData(ctx context.Context, positions []kafka.Positio
 				return nil
 			}
 			local.Go(func() {
-				a.waitFor(r, max, ctx.Done(), has)
+				r.WaitFor(max, a.stopping, ctx.Done(), has)
 				if has() {
 					signal()
 				}

@@ -73,7 +73,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	}
 	log := r.CurrentLog()
 	if f.MaxWait > 0 && f.FetchOffset >= pos.LogEndOffset && pos.HighWatermark <= f.KnownHighWatermark {
-		a.waitFor(r, f.MaxWait, nil, func() bool {
+		r.WaitFor(f.MaxWait, a.stopping, nil, func() bool {
 			v := r.CurrentView()
 			return log.LogEndOffset() > f.FetchOffset || log.HighWatermark() > f.KnownHighWatermark ||
 				v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch
@@ -162,30 +162,6 @@ func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	reply.WriteJSON(ctx, fasthttp.StatusOK, peer.EpochEndOffsetJSON{Epoch: out.Answer.Epoch, EndOffset: out.Answer.EndOffset})
-}
-
-// waitFor holds a request until cond holds, wait passes, done closes (nil
-// for never) or the agent stops, re-checking cond on every change of r.
-func (a *Agent) waitFor(r *partition.Replica, wait time.Duration, done <-chan struct{}, cond func() bool) {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		changed := r.Changed()
-		if cond() {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			return
-		case <-a.stopping:
-			return
-		case <-done:
-			return
-		case <-r.Done():
-			return
-		}
-	}
 }
 
 // peerAPIError maps a refusal of the leader's loop to the peer API's codes.

@@ -421,6 +421,33 @@ func (r *Replica) Changed() <-chan struct{} { return r.changed.wait() }
 // Done is closed once the loop has stopped.
 func (r *Replica) Done() <-chan struct{} { return r.done }
 
+// WaitFor holds a request until cond holds, wait passes, stop or done
+// closes (nil for never) or the replica stops, re-checking cond on every
+// change (Changed). The agent's long polls share it: a client's fetch, a
+// Kafka fetch and a follower's fetch, with stop closed when the agent
+// stops.
+func (r *Replica) WaitFor(wait time.Duration, stop, done <-chan struct{}, cond func() bool) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		changed := r.Changed()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return
+		case <-stop:
+			return
+		case <-done:
+			return
+		case <-r.Done():
+			return
+		}
+	}
+}
+
 // send delivers an event to the loop unless the replica stops first.
 func (r *Replica) send(ev any) bool {
 	select {
