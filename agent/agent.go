@@ -17,6 +17,7 @@ import (
 	"github.com/logagent/logagent/agent/certs"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/agent/peerapi"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/election"
@@ -139,9 +140,6 @@ type Agent struct {
 	// leaderships were handed over and the agent left Consul: held
 	// requests end.
 	stopping chan struct{}
-	// leaderSessions are the fetch sessions of the followers of the
-	// partitions this agent leads (peersession.go).
-	leaderSessions leaderSessions
 	// retriesUntil is set when the agent stops serving: produces in flight
 	// may retry on the new leaders until then (pauseBeforeRetry), so that
 	// one the handover refused is not answered with that refusal.
@@ -360,7 +358,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	}
 
 	httpLog := a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	clientRt, peerRt := a.clientRoutes(), a.peerRoutes()
+	peerAPI := a.newPeerAPI()
+	clientRt, peerRt := a.clientRoutes(), a.peerRoutes(peerAPI)
 	clientSrv := newServer(clientRt, a.closeWhenStopping(clientRt.handle), a.cfg.Limits.MaxRequestBytes, httpLog)
 	peerSrv := newServer(peerRt, a.closeWhenStopping(peerRt.handle), a.cfg.Limits.MaxRequestBytes, httpLog)
 	if a.clientTLS != nil {
@@ -501,7 +500,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	cancelShutdown()
 	// Fetch sessions are no listener's: they end here, before the
 	// partitions they hold fetches of.
-	a.leaderSessions.close()
+	peerAPI.Close()
 	wg.Wait()
 	kafkaBroker.polls.Wait()
 	// Each replica's stop waits for its goroutines, peer requests in
@@ -611,16 +610,16 @@ func enableContentionProfiles() (restore func()) {
 	}
 }
 
-func (a *Agent) peerRoutes() *router {
+func (a *Agent) peerRoutes(peerAPI *peerapi.Server) *router {
 	rt := &router{}
 	// Health is open, as on the client API: the peer address is the one a
 	// probe on another host can reach (the client API belongs on loopback),
 	// probes carry no secret, and it tells only the state and the node id.
 	// peer.tls still wants the probe's client certificate first.
 	rt.add(fasthttp.MethodGet, "/v1/health", a.handleHealth)
-	rt.add(fasthttp.MethodGet, peer.FetchPath, a.requirePeerToken(a.handleReplicaFetch))
-	rt.add(fasthttp.MethodGet, peer.SessionPath, a.requirePeerToken(a.handleReplicaSession))
-	rt.add(fasthttp.MethodGet, peer.EpochEndOffsetPath, a.requirePeerToken(a.handleEpochEndOffset))
+	rt.add(fasthttp.MethodGet, peer.FetchPath, a.requirePeerToken(peerAPI.HandleReplicaFetch))
+	rt.add(fasthttp.MethodGet, peer.SessionPath, a.requirePeerToken(peerAPI.HandleReplicaSession))
+	rt.add(fasthttp.MethodGet, peer.EpochEndOffsetPath, a.requirePeerToken(peerAPI.HandleEpochEndOffset))
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))
 	rt.add(fasthttp.MethodPost, peerGroupsPath, a.requirePeerToken(a.handlePeerGroupOp))
 	return rt

@@ -3,6 +3,8 @@
 // partition the metadata assigns to it (leading or following it, one loop
 // per replica), serves the client API (the sidecar applications use on
 // localhost: topics, produce, fetch) and the peer API (replica fetches
-// between agents) with fasthttp, and stops gracefully. It does the I/O; the
-// protocol decisions live in replicate, election and segstore.
+// between agents, served by agent/peerapi, and the sidecar's forwarded
+// produces and group operations) with fasthttp, and stops gracefully. It
+// does the I/O; the protocol decisions live in replicate, election and
+// segstore.
 package agent

@@ -45,11 +45,11 @@ func TestErrorTableListsEveryAnswer(t *testing.T) {
 	codes := wireCodes(t, "../wire/wire.go")
 	documented := errorTable(t, "../docs/api.md")
 	fset := token.NewFileSet()
-	// The agent's handlers, the answers they share with the peer API's
-	// server (agent/reply), and the status page's, which the client API
-	// serves.
+	// The agent's handlers, the peer API's server (agent/peerapi), the
+	// answers they share (agent/reply), and the status page's, which the
+	// client API serves.
 	var files []string
-	for _, pattern := range []string{"*.go", "reply/*.go", "../ui/*.go"} {
+	for _, pattern := range []string{"*.go", "peerapi/*.go", "reply/*.go", "../ui/*.go"} {
 		matched, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)

@@ -1,55 +1,97 @@
-package agent
+package peerapi
 
 import (
 	"errors"
 	"math"
+	"strconv"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/agent/reply"
+	"github.com/logagent/logagent/reassign"
 	"github.com/logagent/logagent/replicate"
 
 	"github.com/logagent/logagent/wire"
 )
 
-// requirePeerToken wraps a peer handler: when peer.token_file is set, a
-// request must carry "Authorization: Bearer <token>" (compared in constant
-// time), or it gets 401 unauthorized.
-func (a *Agent) requirePeerToken(h fasthttp.RequestHandler) fasthttp.RequestHandler {
-	return requireToken(a.peerToken, "logagent peer API", "peer API requests need the shared token (peer.token_file)")(h)
+// Host is what the server asks of the agent it serves in; the agent
+// implements it (peerHost in agent/peerhost.go).
+type Host interface {
+	// Serving answers 503 service_unavailable, and returns false, unless
+	// the agent serves (it does until its leaderships are handed over).
+	Serving(ctx *fasthttp.RequestCtx) bool
+	// Replica is this agent's replica of topic/partition, nil when it
+	// holds none.
+	Replica(topic string, partition int) *partition.Replica
+	// RequestReplica is the replica a peer request names, or nil once it
+	// answered for it: 503 unless the agent serves, 409 not_leader when it
+	// holds no replica (saying why when its replica is offline). The
+	// agent's forwarded produces find their replica the same way.
+	RequestReplica(ctx *fasthttp.RequestCtx, topic string, partition int) *partition.Replica
 }
 
-// peerReplica finds the replica a peer request names, or answers for it.
-func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition int) *partition.Replica {
-	if !a.serving(ctx) {
-		return nil
-	}
-	r := a.replicas.Get(topic, partition)
-	if r == nil {
-		msg := "this agent has no replica of " + partitionName(topic, partition)
-		if f, ok := a.replicas.Offline(topic, partition); ok {
-			msg = offlineMessage(topic, partition, f)
-		}
-		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, msg, true))
-	}
-	return r
+// Config is what New takes from the agent.
+type Config struct {
+	Host Host
+	// Stopping is closed when the agent is about to close its listeners:
+	// held fetches end.
+	Stopping <-chan struct{}
+	// LagTimeMax is replication.lag_time_max, which bounds a fetch
+	// session's heartbeat and how long it may stay silent.
+	LagTimeMax time.Duration
+	// CatchUp bounds the answers to replicas a reassignment adds
+	// (replication.reassign_max_bytes_per_second); nil is no bound.
+	CatchUp *reassign.Throttle
+	// FetchServed counts each follower fetch served, a GET's or a
+	// session's (metrics).
+	FetchServed func()
+	Now         func() time.Time
+	Logger      hclog.Logger
 }
 
-// handleReplicaFetch serves a follower's fetch: the leader's loop validates
+// Server serves the peer API's replication requests: a follower's fetch,
+// its fetch session and its epoch end offset query. The agent routes them
+// to its handlers behind the peer token; Close ends the fetch sessions.
+type Server struct {
+	cfg Config
+	// sessions are the fetch sessions of the followers of the partitions
+	// this agent leads (session.go).
+	sessions leaderSessions
+}
+
+// New returns a server; its handlers serve at once.
+func New(cfg Config) *Server {
+	return &Server{cfg: cfg}
+}
+
+// Close ends every fetch session and waits until each has let go of its
+// parked fetches; a session asked for afterwards ends at once. The
+// agent's stop calls it after its listeners closed (the sessions are no
+// listener's) and before it stops the partitions.
+func (srv *Server) Close() {
+	srv.sessions.close()
+}
+
+func partitionName(topic string, partition int) string {
+	return topic + "/" + strconv.Itoa(partition)
+}
+
+// HandleReplicaFetch serves a follower's fetch: the leader's loop validates
 // it and records the follower's progress, then the batches are read from
 // the log here, after a long poll when the follower is caught up, and leave
 // through sendfile.
-func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
-	a.metrics.ReplicaFetchServed()
+func (srv *Server) HandleReplicaFetch(ctx *fasthttp.RequestCtx) {
+	srv.cfg.FetchServed()
 	f, err := peer.ParseFetch(ctx.QueryArgs())
 	if err != nil {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	}
-	r := a.peerReplica(ctx, f.Topic, f.Partition)
+	r := srv.cfg.Host.RequestReplica(ctx, f.Topic, f.Partition)
 	if r == nil {
 		return
 	}
@@ -73,12 +115,12 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	}
 	log := r.CurrentLog()
 	if f.MaxWait > 0 && f.FetchOffset >= pos.LogEndOffset && pos.HighWatermark <= f.KnownHighWatermark {
-		r.WaitFor(f.MaxWait, a.stopping, nil, func() bool {
+		r.WaitFor(f.MaxWait, srv.cfg.Stopping, nil, func() bool {
 			v := r.CurrentView()
 			return log.LogEndOffset() > f.FetchOffset || log.HighWatermark() > f.KnownHighWatermark ||
-				v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch
+				v.Role != partition.RoleLeader || v.Epoch != f.CurrentLeaderEpoch
 		})
-		if v := r.CurrentView(); v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch {
+		if v := r.CurrentView(); v.Role != partition.RoleLeader || v.Epoch != f.CurrentLeaderEpoch {
 			reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch waited", true))
 			return
 		}
@@ -89,12 +131,12 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 		// agent's catch-up budget is paid, and takes a bounded share of
 		// it (docs/design.md §7.6). One still waiting at its max_wait
 		// goes out empty.
-		if !a.waitCatchUp(f.MaxWait) {
+		if !srv.waitCatchUp(f.MaxWait) {
 			pos.Write(&ctx.Response.Header)
 			ctx.SetStatusCode(fasthttp.StatusOK)
 			return
 		}
-		maxBytes = a.catchUp.MaxBytes(maxBytes)
+		maxBytes = srv.cfg.CatchUp.MaxBytes(maxBytes)
 	}
 	region, err := log.Read(f.FetchOffset, maxBytes, math.MaxInt64)
 	if err != nil {
@@ -105,7 +147,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	// may already hold a newer leader's batches. Refuse rather than label
 	// them with this epoch (the follower also refuses batches from an epoch
 	// above the one it follows).
-	if v := r.CurrentView(); v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch {
+	if v := r.CurrentView(); v.Role != partition.RoleLeader || v.Epoch != f.CurrentLeaderEpoch {
 		_ = region.Close()
 		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
 		return
@@ -119,7 +161,7 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType(wire.ContentTypeBatch)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	if out.Throttled {
-		a.catchUp.Spend(a.now(), int(region.Len))
+		srv.cfg.CatchUp.Spend(srv.cfg.Now(), int(region.Len))
 		r.AddCatchUpBytes(f.ReplicaID, int(region.Len))
 	}
 	reply.SendRegion(ctx, region)
@@ -127,8 +169,8 @@ func (a *Agent) handleReplicaFetch(ctx *fasthttp.RequestCtx) {
 
 // waitCatchUp holds a catch-up answer until the throttle's debt is paid:
 // false when that takes longer than maxWait or the agent stops.
-func (a *Agent) waitCatchUp(maxWait time.Duration) bool {
-	delay := a.catchUp.Delay(a.now())
+func (srv *Server) waitCatchUp(maxWait time.Duration) bool {
+	delay := srv.cfg.CatchUp.Delay(srv.cfg.Now())
 	if delay == 0 {
 		return true
 	}
@@ -139,20 +181,20 @@ func (a *Agent) waitCatchUp(maxWait time.Duration) bool {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-	case <-a.stopping:
+	case <-srv.cfg.Stopping:
 		return false
 	}
-	return a.catchUp.Delay(a.now()) == 0
+	return srv.cfg.CatchUp.Delay(srv.cfg.Now()) == 0
 }
 
-// handleEpochEndOffset answers a follower's epoch end offset request.
-func (a *Agent) handleEpochEndOffset(ctx *fasthttp.RequestCtx) {
+// HandleEpochEndOffset answers a follower's epoch end offset request.
+func (srv *Server) HandleEpochEndOffset(ctx *fasthttp.RequestCtx) {
 	q, err := peer.ParseEpochQuery(ctx.QueryArgs())
 	if err != nil {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		return
 	}
-	r := a.peerReplica(ctx, q.Topic, q.Partition)
+	r := srv.cfg.Host.RequestReplica(ctx, q.Topic, q.Partition)
 	if r == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package agent
+package peerapi
 
 import (
 	"bufio"
@@ -42,7 +42,7 @@ const (
 )
 
 // leaderSessions are the sessions this agent serves as a leader, so that
-// the agent's stop ends them and waits for them.
+// the agent's stop (Server.Close) ends them and waits for them.
 type leaderSessions struct {
 	mu     sync.Mutex
 	closed bool
@@ -87,11 +87,11 @@ func (ls *leaderSessions) close() {
 	ls.wg.Wait()
 }
 
-// handleReplicaSession opens a follower agent's fetch session: the token
+// HandleReplicaSession opens a follower agent's fetch session: the token
 // was checked by the route; the answer is 200 with the heartbeat the
 // session keeps, then the connection is this agent's.
-func (a *Agent) handleReplicaSession(ctx *fasthttp.RequestCtx) {
-	if !a.serving(ctx) {
+func (srv *Server) HandleReplicaSession(ctx *fasthttp.RequestCtx) {
+	if !srv.cfg.Host.Serving(ctx) {
 		return
 	}
 	replicaID := string(ctx.QueryArgs().Peek("replica_id"))
@@ -103,20 +103,20 @@ func (a *Agent) handleReplicaSession(ctx *fasthttp.RequestCtx) {
 	// The session must be declared dead well within lag_time_max, so that
 	// a follower whose host vanished leaves the ISR as if it had stopped
 	// fetching when it was last heard of.
-	lag := a.cfg.Replication.LagTimeMax
+	lag := srv.cfg.LagTimeMax
 	heartbeat := max(min(time.Duration(ms)*time.Millisecond, lag/8), minSessionHeartbeat)
 	deadAfter := min(peer.SessionDeadAfter(heartbeat), lag/2)
 	ctx.Response.Header.Set(peer.HeaderSession, strconv.FormatInt(heartbeat.Milliseconds(), 10))
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.Hijack(func(c net.Conn) { a.serveSession(c, replicaID, heartbeat, deadAfter) })
+	ctx.Hijack(func(c net.Conn) { srv.serveSession(c, replicaID, heartbeat, deadAfter) })
 }
 
 // leaderSession is one follower agent's session. Its reader (the hijacked
 // connection's goroutine) takes fetches to the loops; its writer answers
 // them.
 type leaderSession struct {
-	a  *Agent
-	id uint64
+	srv *Server
+	id  uint64
 	// raw is the connection itself (a *net.TCPConn, or a *tls.Conn with
 	// peer TLS): writes go to it, and tcp, when it is TCP, takes sendfile.
 	raw       net.Conn
@@ -158,7 +158,7 @@ type sessionPart struct {
 	gone   bool
 }
 
-func (a *Agent) serveSession(c net.Conn, replicaID string, heartbeat, deadAfter time.Duration) {
+func (srv *Server) serveSession(c net.Conn, replicaID string, heartbeat, deadAfter time.Duration) {
 	raw := c
 	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
 		// fasthttp's wrapper reads through its buffer (bytes the follower
@@ -166,14 +166,14 @@ func (a *Agent) serveSession(c net.Conn, replicaID string, heartbeat, deadAfter 
 		// itself, which sendfile needs.
 		raw = u.UnsafeConn()
 	}
-	s := &leaderSession{a: a, raw: raw, replicaID: replicaID, heartbeat: heartbeat, deadAfter: deadAfter,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), parts: map[sessionKey]*sessionPart{}, lastSeen: a.now()}
+	s := &leaderSession{srv: srv, raw: raw, replicaID: replicaID, heartbeat: heartbeat, deadAfter: deadAfter,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), parts: map[sessionKey]*sessionPart{}, lastSeen: srv.cfg.Now()}
 	s.tcp, _ = raw.(*net.TCPConn)
-	if !a.leaderSessions.add(s) {
+	if !srv.sessions.add(s) {
 		return
 	}
-	defer a.leaderSessions.remove(s)
-	a.log.Debug("fetch session opened", "replica", replicaID, "heartbeat", heartbeat, "sendfile", s.tcp != nil)
+	defer srv.sessions.remove(s)
+	srv.cfg.Logger.Debug("fetch session opened", "replica", replicaID, "heartbeat", heartbeat, "sendfile", s.tcp != nil)
 	var writer sync.WaitGroup
 	writer.Go(s.write)
 	err := s.read(bufio.NewReaderSize(c, 16<<10))
@@ -181,7 +181,7 @@ func (a *Agent) serveSession(c net.Conn, replicaID string, heartbeat, deadAfter 
 	writer.Wait()
 	s.release()
 	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		a.log.Debug("fetch session ended", "replica", replicaID, "error", err)
+		srv.cfg.Logger.Debug("fetch session ended", "replica", replicaID, "error", err)
 	}
 }
 
@@ -203,7 +203,7 @@ func (s *leaderSession) read(br *bufio.Reader) error {
 		if err != nil {
 			return err
 		}
-		now := s.a.now()
+		now := s.srv.cfg.Now()
 		s.mu.Lock()
 		s.lastSeen = now
 		s.mu.Unlock()
@@ -224,7 +224,7 @@ func (s *leaderSession) read(br *bufio.Reader) error {
 // onFetch takes a fetch to its partition's loop, which answers it, refuses
 // it or parks it; it replaces the partition's earlier fetch.
 func (s *leaderSession) onFetch(id uint32, f peer.Fetch) {
-	s.a.metrics.ReplicaFetchServed()
+	s.srv.cfg.FetchServed()
 	key := sessionKey{f.Topic, f.Partition}
 	p := &sessionPart{key: key, id: id, f: f}
 	s.mu.Lock()
@@ -237,7 +237,7 @@ func (s *leaderSession) onFetch(id uint32, f peer.Fetch) {
 			cancel()
 		}
 	}
-	p.r = s.a.replicas.Get(f.Topic, f.Partition)
+	p.r = s.srv.cfg.Host.Replica(f.Topic, f.Partition)
 	if p.r == nil {
 		p.refusal = reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent has no replica of "+partitionName(f.Topic, f.Partition), true)
 		s.mark(p)
@@ -368,7 +368,7 @@ func (s *leaderSession) write() {
 			var err error
 			hdr, again, err = s.answer(bw, p, hdr)
 			if err != nil {
-				s.a.log.Debug("fetch session write failed", "replica", s.replicaID, "error", err)
+				s.srv.cfg.Logger.Debug("fetch session write failed", "replica", s.replicaID, "error", err)
 				s.end()
 				return
 			}
@@ -389,7 +389,7 @@ func (s *leaderSession) write() {
 			resetTimer(ping, s.heartbeat)
 		}
 		if !retryAt.IsZero() {
-			resetTimer(later, max(retryAt.Sub(s.a.now()), time.Millisecond))
+			resetTimer(later, max(retryAt.Sub(s.srv.cfg.Now()), time.Millisecond))
 		}
 	}
 }
@@ -413,7 +413,7 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 		return hdr, time.Time{}, s.writeRefusal(bw, p, p.refusal)
 	}
 	f, r := p.f, p.r
-	now := s.a.now()
+	now := s.srv.cfg.Now()
 	log := r.CurrentLog()
 	notLeader := func() bool {
 		v := r.CurrentView()
@@ -422,7 +422,7 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 			return true
 		default:
 		}
-		return v.Role != roleLeader || v.Epoch != f.CurrentLeaderEpoch
+		return v.Role != partition.RoleLeader || v.Epoch != f.CurrentLeaderEpoch
 	}
 	if parked {
 		// The follower also learns of a log start that moved (retention,
@@ -460,19 +460,23 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 		// A replica a move adds: its answer waits for the catch-up budget
 		// (docs/design.md §7.6), without holding back the session's
 		// other partitions, and goes out empty after a heartbeat.
-		if delay := s.a.catchUp.Delay(now); delay > 0 {
+		if delay := s.srv.cfg.CatchUp.Delay(now); delay > 0 {
 			if p.holdTill.IsZero() {
 				p.holdTill = now.Add(s.heartbeat)
 			}
 			if now.Before(p.holdTill) {
-				return hdr, minTime(now.Add(delay), p.holdTill), nil
+				again := now.Add(delay)
+				if p.holdTill.Before(again) {
+					again = p.holdTill
+				}
+				return hdr, again, nil
 			}
 			s.take(p, true)
 			hdr = peer.AppendAnswerHeader(hdr[:0], p.id, pos, 0)
 			_, err := bw.Write(hdr)
 			return hdr, time.Time{}, err
 		}
-		maxBytes = s.a.catchUp.MaxBytes(maxBytes)
+		maxBytes = s.srv.cfg.CatchUp.MaxBytes(maxBytes)
 	}
 	if _, _, ok := s.take(p, true); !ok {
 		return hdr, time.Time{}, nil
@@ -482,7 +486,7 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 		return hdr, time.Time{}, s.writeRefusal(bw, p, reply.StorageError(err))
 	}
 	defer region.Close()
-	// As in handleReplicaFetch: a leader that stepped down during the
+	// As in HandleReplicaFetch: a leader that stepped down during the
 	// read may hold a newer leader's batches.
 	if notLeader() {
 		return hdr, time.Time{}, s.writeRefusal(bw, p, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "leadership changed while the fetch was read", true))
@@ -491,7 +495,7 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 	pos.LogEndOffset = log.LogEndOffset()
 	pos.LogStartOffset = log.LogStartOffset()
 	if p.out.Throttled {
-		s.a.catchUp.Spend(now, int(region.Len))
+		s.srv.cfg.CatchUp.Spend(now, int(region.Len))
 		r.AddCatchUpBytes(f.ReplicaID, int(region.Len))
 	}
 	hdr = peer.AppendAnswerHeader(hdr[:0], p.id, pos, region.Len)
