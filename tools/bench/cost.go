@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,7 +37,8 @@ import (
 //	               logagent_consul_requests_total)
 //	failover       kill -9 of the agent leading the most partitions: the time until every
 //	               partition it led accepted an acks=all write through another agent
-//	               (probed by 64 workers, each partition until its first success), and the
+//	               (every partition probed at once, each on a connection opened before the
+//	               kill, until its first success), and the
 //	               surviving agents' Consul requests per second meanwhile
 //	429s           Consul's "too many concurrent connections" refusals in the agents' logs
 //
@@ -53,10 +55,15 @@ const (
 	// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times:
 	// 100 on every architecture Go supports there.
 	clockTicks = 100
-	// probeWorkers is how many partitions the failover probe writes to at
-	// once: a partition is first tried once a worker is free, so the
-	// figure includes that queue (docs/benchmarks.md says how much).
-	probeWorkers = 64
+	// probeTimeout is the timeout of one failover probe write (the agent
+	// holds a write it cannot place yet up to that long), probeRetry the
+	// pause after a refused one.
+	probeTimeout = 2 * time.Second
+	probeRetry   = 100 * time.Millisecond
+	// probeQuiet is the pause between opening the probe's connections
+	// (a write to every partition) and the kill: the checkpoints those
+	// writes make due (5 s after) are done by then.
+	probeQuiet = 15 * time.Second
 )
 
 // costHCL is every agent's configuration on top of the harness's: info
@@ -235,7 +242,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 		p.Err = "create: " + err.Error()
 		return p
 	}
-	leaders, err := waitAllLed(ctx, first, costTopic, n, o.leadTimeout)
+	err = waitAllLed(ctx, first, costTopic, n, o.leadTimeout)
 	p.Led = time.Since(start)
 	if err != nil {
 		p.Err = err.Error()
@@ -272,7 +279,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	fmt.Fprintf(o.log, "cost: %d partitions: idle %+v, %.0f replica fetches/s, %.0f replica loop wakes/s, %.0f Consul requests/s\n", n, p.Agents, p.FetchesPerSecond, p.WakesPerSecond, p.ConsulPerSecond)
 
 	// Failover: the agent leading the most partitions dies.
-	leaders, err = currentLeaders(first, costTopic, n)
+	leaders, err := currentLeaders(first, costTopic, n)
 	if err != nil {
 		p.Err = err.Error()
 		return p
@@ -294,9 +301,18 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 		return p
 	}
 	p.KilledNode, p.FailedOver = victim.NodeID, len(led)
+	probe, err := newFailoverProbe(ctx, survivor, led)
+	if err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	defer probe.close()
+	if !sleepCtx(ctx, probeQuiet) {
+		return p
+	}
 	killed := time.Now()
 	victim.Kill()
-	times, unrecovered := probeFailover(ctx, survivor, led, killed, 2*time.Minute)
+	times, unrecovered := probe.run(ctx, killed, 2*time.Minute)
 	consulAfter, err := sampleAgents(survivors, true)
 	if err != nil {
 		p.Err = err.Error()
@@ -314,29 +330,29 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	for _, a := range c.Agents {
 		p.Consul429 += countInFile(a.LogPath(), "too many concurrent connections")
 	}
-	fmt.Fprintf(o.log, "cost: %d partitions: kill -9 of %s (led %d): all acks=all again after %s (median %s, %d never), %.0f Consul requests/s meanwhile, %d 429s\n",
-		n, p.KilledNode, p.FailedOver, p.FailoverMax.Round(time.Millisecond), p.FailoverMedian.Round(time.Millisecond), p.Unrecovered, p.FailoverConsulPerSec, p.Consul429)
+	fmt.Fprintf(o.log, "cost: %d partitions: kill -9 of %s (led %d): all acks=all again after %s (median %s, deciles %s, %d never), %.0f Consul requests/s meanwhile, %d 429s\n",
+		n, p.KilledNode, p.FailedOver, p.FailoverMax.Round(time.Millisecond), p.FailoverMedian.Round(time.Millisecond), deciles(times), p.Unrecovered, p.FailoverConsulPerSec, p.Consul429)
 	return p
 }
 
 // waitAllLed polls a's description of topic until every one of its n
 // partitions has a leader.
-func waitAllLed(ctx context.Context, a *testcluster.Agent, topic string, n int, limit time.Duration) (map[int]string, error) {
+func waitAllLed(ctx context.Context, a *testcluster.Agent, topic string, n int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	last := 0
 	for {
 		leaders, err := currentLeaders(a, topic, n)
 		if err == nil && len(leaders) == n {
-			return leaders, nil
+			return nil
 		}
 		if err == nil {
 			last = len(leaders)
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d partitions led after %s (last error %v)", last, n, limit, err)
+			return fmt.Errorf("%d of %d partitions led after %s (last error %v)", last, n, limit, err)
 		}
 		if !sleepCtx(ctx, time.Second) {
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
@@ -375,41 +391,100 @@ func busiestLeader(agents []*testcluster.Agent, leaders map[int]string) (*testcl
 	return best, led
 }
 
-// probeFailover writes one acks=all record to each partition through a,
-// again and again until it succeeds or limit passes, and returns each
-// success's time since killed, and how many partitions never succeeded.
-func probeFailover(ctx context.Context, a *testcluster.Agent, partitions []int, killed time.Time, limit time.Duration) ([]time.Duration, int) {
-	work := make(chan int)
+// failoverProbe writes acks=all records to partitions through one agent,
+// each partition on a connection of its own, as that many producers already
+// connected would.
+type failoverProbe struct {
+	tr         *http.Transport
+	hc         *http.Client
+	partitions []int
+	urls       []string
+}
+
+// newFailoverProbe opens the probe's connections with one acknowledged
+// write to each partition, all at once: before the kill every partition
+// must take writes, and after it no try waits for a connection or a
+// queue, so each partition's time is its own.
+func newFailoverProbe(ctx context.Context, a *testcluster.Agent, partitions []int) (*failoverProbe, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: len(partitions), DisableCompression: true, IdleConnTimeout: 10 * time.Minute}
+	fp := &failoverProbe{tr: tr, hc: &http.Client{Transport: tr, Timeout: probeTimeout + 5*time.Second}, partitions: partitions}
+	for _, p := range partitions {
+		fp.urls = append(fp.urls, fmt.Sprintf("http://%s/v1/topics/%s/records?partition=%d&acks=all&timeout=%s", a.ClientAddr, costTopic, p, probeTimeout))
+	}
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, u := range fp.urls {
+		wg.Go(func() {
+			if !fp.write(ctx, u) {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		fp.close()
+		return nil, fmt.Errorf("failover probe: %d of %d partitions refused a write before the kill", n, len(partitions))
+	}
+	return fp, nil
+}
+
+// run writes to every partition at once, again probeRetry after each
+// refusal, until each succeeds or limit passes, and returns each success's
+// time since killed, and how many partitions never succeeded. A try the
+// agent cannot place yet waits there up to probeTimeout for the metadata to
+// move.
+func (fp *failoverProbe) run(ctx context.Context, killed time.Time, limit time.Duration) ([]time.Duration, int) {
 	var (
 		mu    sync.Mutex
 		times []time.Duration
 		wg    sync.WaitGroup
 	)
 	deadline := killed.Add(limit)
-	for range probeWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				for time.Now().Before(deadline) && ctx.Err() == nil {
-					_, err := a.Produce(costTopic, p, testcluster.ContentTypeNDJSON, []byte("{\"probe\":1}\n"), "all", 2*time.Second)
-					if err == nil {
-						mu.Lock()
-						times = append(times, time.Since(killed))
-						mu.Unlock()
-						break
-					}
-					time.Sleep(50 * time.Millisecond)
+	for _, u := range fp.urls {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if fp.write(ctx, u) {
+					mu.Lock()
+					times = append(times, time.Since(killed))
+					mu.Unlock()
+					return
 				}
+				sleepCtx(ctx, probeRetry)
 			}
-		}()
+		})
 	}
-	for _, p := range partitions {
-		work <- p
-	}
-	close(work)
 	wg.Wait()
-	return times, len(partitions) - len(times)
+	return times, len(fp.urls) - len(times)
+}
+
+func (fp *failoverProbe) close() { fp.tr.CloseIdleConnections() }
+
+// write sends one probe record and reports whether it was acknowledged.
+func (fp *failoverProbe) write(ctx context.Context, u string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader("{\"probe\":1}\n"))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", testcluster.ContentTypeNDJSON)
+	resp, err := fp.hc.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == http.StatusOK
+}
+
+// deciles renders the 10th to 90th percentiles of sorted times.
+func deciles(sorted []time.Duration) string {
+	if len(sorted) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, 9)
+	for d := 1; d <= 9; d++ {
+		parts = append(parts, sorted[d*len(sorted)/10].Round(10*time.Millisecond).String())
+	}
+	return strings.Join(parts, " ")
 }
 
 // agentSample is one agent's counters at one moment.
@@ -603,7 +678,7 @@ func (o *costOptions) measureProduce(ctx context.Context) []produceCost {
 			rows = append(rows, row)
 			continue
 		}
-		if _, err := waitAllLed(ctx, first, topic, n, o.leadTimeout); err != nil {
+		if err := waitAllLed(ctx, first, topic, n, o.leadTimeout); err != nil {
 			row.Err = err.Error()
 			rows = append(rows, row)
 			continue
