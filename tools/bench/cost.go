@@ -106,16 +106,16 @@ type costPoint struct {
 	// KilledNode led FailedOver partitions; FailoverMax and FailoverMedian
 	// are from its kill to their first acknowledged write; Unrecovered
 	// did not accept one within the probe's bound.
-	KilledNode  string
-	FailedOver  int
-	FailoverMax time.Duration
-	// ProbeBaseline is how long the same probe took, with every agent
-	// alive, to have a write acknowledged by each of those partitions.
-	ProbeBaseline        time.Duration
+	KilledNode           string
+	FailedOver           int
+	FailoverMax          time.Duration
 	FailoverMedian       time.Duration
 	Unrecovered          int
 	FailoverConsulPerSec float64
-	Consul429            int
+	// ProbeBaseline is how long the same probe took, with every agent
+	// alive, to have a write acknowledged by each of those partitions.
+	ProbeBaseline time.Duration
+	Consul429     int
 	// LoadAverage is the machine's 1-minute load average at the end of
 	// the idle window: what else ran beside the agents.
 	LoadAverage float64
@@ -398,10 +398,9 @@ func busiestLeader(agents []*testcluster.Agent, leaders map[int]string) (*testcl
 // each partition on a connection of its own, as that many producers already
 // connected would.
 type failoverProbe struct {
-	tr         *http.Transport
-	hc         *http.Client
-	partitions []int
-	urls       []string
+	tr   *http.Transport
+	hc   *http.Client
+	urls []string
 }
 
 // newFailoverProbe opens the probe's connections with one acknowledged
@@ -413,7 +412,7 @@ type failoverProbe struct {
 // figure is to be read against.
 func newFailoverProbe(ctx context.Context, a *testcluster.Agent, partitions []int) (*failoverProbe, time.Duration, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: len(partitions), DisableCompression: true, IdleConnTimeout: 10 * time.Minute}
-	fp := &failoverProbe{tr: tr, hc: &http.Client{Transport: tr, Timeout: probeTimeout + 5*time.Second}, partitions: partitions}
+	fp := &failoverProbe{tr: tr, hc: &http.Client{Transport: tr, Timeout: probeTimeout + 5*time.Second}}
 	for _, p := range partitions {
 		fp.urls = append(fp.urls, fmt.Sprintf("http://%s/v1/topics/%s/records?partition=%d&acks=all&timeout=%s", a.ClientAddr, costTopic, p, probeTimeout))
 	}
@@ -427,22 +426,22 @@ func newFailoverProbe(ctx context.Context, a *testcluster.Agent, partitions []in
 
 // run writes to every partition at once, again probeRetry after each
 // refusal, until each succeeds or limit passes, and returns each success's
-// time since killed, and how many partitions never succeeded. A try the
-// agent cannot place yet waits there up to probeTimeout for the metadata to
-// move.
-func (fp *failoverProbe) run(ctx context.Context, killed time.Time, limit time.Duration) ([]time.Duration, int) {
+// time since since (the kill, or the probe's start), and how many
+// partitions never succeeded. A try the agent cannot place yet waits there
+// up to probeTimeout for the metadata to move.
+func (fp *failoverProbe) run(ctx context.Context, since time.Time, limit time.Duration) ([]time.Duration, int) {
 	var (
 		mu    sync.Mutex
 		times []time.Duration
 		wg    sync.WaitGroup
 	)
-	deadline := killed.Add(limit)
+	deadline := since.Add(limit)
 	for _, u := range fp.urls {
 		wg.Go(func() {
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				if fp.write(ctx, u) {
 					mu.Lock()
-					times = append(times, time.Since(killed))
+					times = append(times, time.Since(since))
 					mu.Unlock()
 					return
 				}
