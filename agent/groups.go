@@ -312,7 +312,7 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *reply.APIE
 	req := a.groupPeers.NewRequest(info.PeerAddr, peerGroupsPath)
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
+	req.Header.SetContentType(wire.ContentTypeJSON)
 	args := req.URI().QueryArgs()
 	args.Set("op", op.name)
 	args.Set("group", op.group)
@@ -412,7 +412,7 @@ func (a *Agent) handleGroupOp(name string) fasthttp.RequestHandler {
 			return
 		}
 		ctx.SetStatusCode(fasthttp.StatusOK)
-		ctx.SetContentType("application/json")
+		ctx.SetContentType(wire.ContentTypeJSON)
 		ctx.SetBody(append(body, '\n'))
 	}
 }

@@ -319,7 +319,7 @@ func (a *Agent) classicListAt(ctx context.Context, peerAddr string, out *[]group
 	req := a.groupPeers.NewRequest(peerAddr, peerGroupsPath)
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
+	req.Header.SetContentType(wire.ContentTypeJSON)
 	req.URI().QueryArgs().Set("op", "classic_list")
 	req.SetBodyString("{}")
 	resp := fasthttp.AcquireResponse()

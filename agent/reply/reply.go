@@ -57,7 +57,7 @@ func WriteAPIError(ctx *fasthttp.RequestCtx, e *APIError) {
 	ctx.SetUserValue(errorCodeKey{}, e.Code)
 	ctx.Response.Reset()
 	ctx.SetStatusCode(e.Status)
-	ctx.SetContentType("application/json")
+	ctx.SetContentType(wire.ContentTypeJSON)
 	if e.Retriable && e.Status == fasthttp.StatusServiceUnavailable {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(1))
 	}
@@ -79,7 +79,7 @@ func WriteJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 		return
 	}
 	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
+	ctx.SetContentType(wire.ContentTypeJSON)
 	ctx.SetBody(append(body, '\n'))
 }
 
