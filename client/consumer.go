@@ -265,6 +265,7 @@ func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
 		return out, nil
 	}
 	reset := false
+	var last error
 	for attempt := 0; ; {
 		records, err := c.fetch(ctx)
 		if err == nil {
@@ -272,6 +273,12 @@ func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
 		}
 		c.client.stats.fetchErrors.Add(1)
 		if ctx.Err() != nil {
+			// Time ran out during an attempt: the cause worth telling is
+			// the one that was being retried, as when it runs out between
+			// attempts.
+			if last != nil {
+				return nil, fmt.Errorf("%w (last attempt: %w)", err, last)
+			}
 			return nil, err
 		}
 		var e *Error
@@ -292,6 +299,7 @@ func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
 		if serr := sleep(ctx, c.clock, c.backoff.delay(attempt, retryAfter)); serr != nil {
 			return nil, fmt.Errorf("%w (last attempt: %w)", serr, err)
 		}
+		last = err
 		c.client.stats.fetchRetries.Add(1)
 		attempt++
 	}

@@ -349,6 +349,32 @@ func TestConsumerRetriesWhatMayPass(t *testing.T) {
 	}
 }
 
+// TestConsumerTimeoutDuringAnAttemptNamesTheRetriedCause: when the context
+// ends while a retry is in flight, Poll's error still carries the answer
+// that was being retried (a CLI says "gave up retrying: leader not
+// available", not "no answer from the agent"); TestConsumeSaysWhatItRetries
+// failed on that race in a fresh-clone CI.
+func TestConsumerTimeoutDuringAnAttemptNamesTheRetriedCause(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	hold := make(chan struct{})
+	defer close(hold)
+	f.onFetch = func(call int, _ url.Values) *fakeAnswer {
+		if call == 0 {
+			return &fakeAnswer{status: 503, code: CodeLeaderNotAvailable, retriable: true, retryAfter: "0"}
+		}
+		return &fakeAnswer{status: 503, code: CodeLeaderNotAvailable, retriable: true, release: hold}
+	}
+	cons := mustConsumer(t, f.newClient(WithClock(newFakeClock(true))), 0, WithFetchMaxWait(0))
+	ctx, cancel := context.WithTimeout(testContext(t), 300*time.Millisecond)
+	defer cancel()
+	_, err := cons.Poll(ctx)
+	var apiErr *Error
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &apiErr) || apiErr.Code != CodeLeaderNotAvailable {
+		t.Fatalf("Poll: %v; want the deadline with the retried %s underneath", err, CodeLeaderNotAvailable)
+	}
+}
+
 func TestConsumerCopiesCompressedRecords(t *testing.T) {
 	f := newFakeAgent(t)
 	f.addTopic("t", 1)
