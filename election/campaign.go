@@ -162,6 +162,11 @@ type decision struct {
 	// wakeAt is when to decide again without a change; zero means only a
 	// change of metadata or session.
 	wakeAt time.Time
+	// watchLiveness: the decision depends on whether the ISR is alive, so a
+	// change of the agents' liveness must wake the campaign too. Only an
+	// eligible leader replica's does; waking every campaign at each
+	// liveness change was a cost that grew with partitions.
+	watchLiveness bool
 }
 
 // next decides at now. session is the usable session ("" when none);
@@ -182,22 +187,24 @@ func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool,
 	eligibleAt := now
 	var kind electionKind
 	rank := pm.State.eligibleIndex(cp.self, pm.Replicas)
+	inISR := slices.Contains(pm.State.ISR, cp.self)
+	watchLiveness := !inISR && rank >= 0
 	switch {
-	case slices.Contains(pm.State.ISR, cp.self):
+	case inISR:
 		kind = electClean
 	case rank >= 0 && isrDead && !cp.freeSince.IsZero():
 		kind, eligibleAt = electEligible, cp.freeSince.Add(time.Duration(rank)*eligibleStagger)
 	case uncleanAllowed && !cp.freeSince.IsZero():
 		kind, eligibleAt = electUnclean, cp.freeSince.Add(uncleanDelay)
 	default:
-		return decision{}
+		return decision{watchLiveness: watchLiveness}
 	}
 	if pm.LeaderSession == "" && pm.Successor != "" && pm.Successor != cp.self {
 		eligibleAt = later(eligibleAt, cp.freeSince.Add(HandoverHold))
 	}
 	at := later(eligibleAt, cp.retryAt)
 	if now.Before(at) {
-		return decision{wakeAt: at}
+		return decision{wakeAt: at, watchLiveness: watchLiveness}
 	}
 	return decision{attempt: true, kind: kind}
 }
@@ -312,15 +319,27 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 		if !d.wakeAt.IsZero() {
 			timer = c.clock.After(d.wakeAt.Sub(c.clock.Now()))
 		}
+		var livenessChanged <-chan struct{}
+		if d.watchLiveness {
+			livenessChanged = live.Changed()
+		}
+		// Woken by a change of this partition's metadata, not by every new
+		// snapshot (metawait.go).
+		wait := c.waitPartitionChange(snap, pm)
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
 		case <-c.ctx.Done():
-			return nil, ErrClosed
-		case <-snap.Changed():
+		case <-wait.changed:
 		case <-sessionChanged:
-		case <-live.Changed():
+		case <-livenessChanged:
 		case <-timer:
+		}
+		c.stopWaiting(wait)
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case c.ctx.Err() != nil:
+			return nil, ErrClosed
 		}
 	}
 }

@@ -46,6 +46,8 @@ type Client struct {
 
 	watchOnce sync.Once
 	snapshot  atomic.Pointer[Snapshot]
+	// metaWaits are the campaigns waiting for their partition to change.
+	metaWaits metaWaits
 	// livenessOnce starts the liveness watch, which keeps liveness.
 	livenessOnce sync.Once
 	liveness     atomic.Pointer[Liveness]

@@ -459,6 +459,7 @@ func (c *Client) listTopics(ctx context.Context, index uint64) (api.KVPairs, *ap
 func (c *Client) publish(snap *Snapshot) {
 	old := c.snapshot.Swap(snap)
 	close(old.changed)
+	c.wakeChanged(old, snap)
 	for name, tm := range snap.topics {
 		if tm.Err == nil {
 			continue
