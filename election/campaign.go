@@ -461,21 +461,34 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, 
 
 // loseLocked ends one leadership.
 func (c *Client) loseLocked(l *Leadership, cause error) {
-	key := partitionKey{topic: l.topic, partition: l.partition}
-	if c.leaderships[key] == l {
-		delete(c.leaderships, key)
-	}
-	if l.ctx.Err() == nil {
-		l.cancel(cause)
+	if c.endLocked(l, cause) {
 		c.log.Info("stopped leading", "topic", l.topic, "partition", l.partition, "epoch", l.epoch, "cause", cause)
 	}
 }
 
-// loseAllLocked ends every leadership at once.
+// loseAllLocked ends every leadership at once. Each is logged at debug
+// level only: the caller logs the cause once and every replica its own
+// end, and a line per leadership, written while holding the mutex that
+// the lease's pass results wait for, held it for seconds with thousands.
 func (c *Client) loseAllLocked(cause error) {
 	for _, l := range c.leaderships {
-		c.loseLocked(l, cause)
+		if c.endLocked(l, cause) {
+			c.log.Debug("stopped leading", "topic", l.topic, "partition", l.partition, "epoch", l.epoch, "cause", cause)
+		}
 	}
+}
+
+// endLocked ends l, reporting whether it was still going.
+func (c *Client) endLocked(l *Leadership, cause error) bool {
+	key := partitionKey{topic: l.topic, partition: l.partition}
+	if c.leaderships[key] == l {
+		delete(c.leaderships, key)
+	}
+	if l.ctx.Err() != nil {
+		return false
+	}
+	l.cancel(cause)
+	return true
 }
 
 // checkLeaderships ends the leaderships that a snapshot shows lost.

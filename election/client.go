@@ -117,7 +117,7 @@ func New(cfg Config) (*Client, error) {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	counter := &countingTransport{next: newLimitTransport(next, cfg.MaxConcurrentRequests)}
+	counter := &countingTransport{next: &leaseRouter{lease: polledTransport(next), rest: newLimitTransport(next, cfg.MaxConcurrentRequests)}}
 	consulCfg.HttpClient.Transport = counter
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{

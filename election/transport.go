@@ -3,7 +3,6 @@ package election
 import (
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -87,11 +86,7 @@ func (t *limitTransport) release() {
 
 // limitExempt says whether req passes without a slot.
 func limitExempt(req *http.Request) bool {
-	if req.URL.Query().Has("index") {
-		return true
-	}
-	p := req.URL.Path
-	return strings.HasPrefix(p, "/v1/session/renew/") || strings.HasPrefix(p, "/v1/agent/check/")
+	return req.URL.Query().Has("index") || leaseRequest(req)
 }
 
 // releasingBody releases its slot once, at the end of the body or at the
