@@ -38,6 +38,9 @@ type Client struct {
 
 	// counter counts the requests api sends (ConsulRequests).
 	counter *countingTransport
+	// leaseTransport carries the check passes and session renewals
+	// (leaseconn.go); Close closes its connections.
+	leaseTransport http.RoundTripper
 
 	// ctx ends every goroutine; cancel is Close's last step.
 	ctx    context.Context
@@ -117,13 +120,15 @@ func New(cfg Config) (*Client, error) {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	counter := &countingTransport{next: &leaseRouter{lease: polledTransport(next), rest: newLimitTransport(next, cfg.MaxConcurrentRequests)}}
+	leaseTransport := polledTransport(next)
+	counter := &countingTransport{next: &leaseRouter{lease: leaseTransport, rest: newLimitTransport(next, cfg.MaxConcurrentRequests)}}
 	consulCfg.HttpClient.Transport = counter
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		cfg:            cfg,
 		api:            consul,
 		counter:        counter,
+		leaseTransport: leaseTransport,
 		log:            cfg.Logger,
 		clock:          cfg.Clock,
 		keys:           keyspace{prefix: cfg.Prefix},
@@ -192,6 +197,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+	c.closeLeaseConns()
 	return err
 }
 
@@ -205,6 +211,7 @@ func (c *Client) halt() {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+	c.closeLeaseConns()
 }
 
 // broadcastSessionLocked wakes everyone waiting on sessionChanged.

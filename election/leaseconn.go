@@ -53,8 +53,9 @@ func (t *leaseRouter) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // polledTransport returns a copy of next whose connections are polled, with
-// a pool of their own; a RoundTripper that is not an *http.Transport (a
-// test's) is returned as it is.
+// a pool of their own, which the Client closes when it closes; a
+// RoundTripper that is not an *http.Transport (a test's) is returned as it
+// is.
 func polledTransport(next http.RoundTripper) http.RoundTripper {
 	t, ok := next.(*http.Transport)
 	if !ok {
@@ -75,11 +76,16 @@ func polledTransport(next http.RoundTripper) http.RoundTripper {
 	return polled
 }
 
-// polledConn reads by polling (see above). Close, or a read deadline
-// passing, ends a read in progress at its next try.
+// polledConn reads by polling (see above). Close ends a read in progress
+// at once, a read deadline passing at its next try.
 type polledConn struct {
 	net.Conn
 	raw syscall.RawConn
+	// closed is closed by Close: a read's pause ends with it, so the
+	// transport's reading goroutine ends with the connection, not up to
+	// pollMax later.
+	closed    chan struct{}
+	closeOnce sync.Once
 
 	mu           sync.Mutex
 	readDeadline time.Time
@@ -96,7 +102,7 @@ func newPolledConn(conn net.Conn) net.Conn {
 	if err != nil {
 		return conn
 	}
-	return &polledConn{Conn: conn, raw: raw}
+	return &polledConn{Conn: conn, raw: raw, closed: make(chan struct{})}
 }
 
 func (c *polledConn) Read(p []byte) (int, error) {
@@ -119,9 +125,19 @@ func (c *polledConn) Read(p []byte) (int, error) {
 			}
 			pause = min(pause, left)
 		}
-		time.Sleep(pause)
+		timer := time.NewTimer(pause)
+		select {
+		case <-timer.C:
+		case <-c.closed:
+			timer.Stop()
+		}
 		pause = min(2*pause, pollMax)
 	}
+}
+
+func (c *polledConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
 
 // tryRead makes one read(2) of the non-blocking socket: EAGAIN when
@@ -163,4 +179,12 @@ func (c *polledConn) SetDeadline(t time.Time) error {
 		return err
 	}
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// closeLeaseConns closes the lease's idle connections, whose transport
+// goroutines would otherwise keep polling them after the client closed.
+func (c *Client) closeLeaseConns() {
+	if t, ok := c.leaseTransport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
 }
