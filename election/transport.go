@@ -44,10 +44,10 @@ func (c *Client) ConsulRequests() (requests, errors uint64) {
 // open more connections than Consul accepts from one address
 // (http_max_conns_per_client, 200 by default; beyond it Consul answers
 // 429 and closes the connection). Requests wait for a slot, or for their
-// context. Exempt are those an agent sends a fixed few of and that must
-// not queue behind the rest: blocking queries (an index parameter: each
-// watch holds one for up to its wait time, and would hold a slot as long)
-// and the session renewals and check heartbeats its leases depend on.
+// context. Exempt are blocking queries (an index parameter: each watch
+// holds one for up to its wait time, and would hold a slot as long). The
+// session renewals and check passes the lease depends on, which must not
+// queue behind the rest either, do not come here (leaseRouter).
 type limitTransport struct {
 	next  http.RoundTripper
 	slots chan struct{}
@@ -86,7 +86,7 @@ func (t *limitTransport) release() {
 
 // limitExempt says whether req passes without a slot.
 func limitExempt(req *http.Request) bool {
-	return req.URL.Query().Has("index") || leaseRequest(req)
+	return req.URL.Query().Has("index")
 }
 
 // releasingBody releases its slot once, at the end of the body or at the

@@ -124,12 +124,14 @@ func TestLimitTransport(t *testing.T) {
 	const limit, requests = 4, 40
 	gate := &gateTransport{open: make(chan struct{})}
 	lt := newLimitTransport(gate, limit)
+	// As New puts them together: the lease's requests beside the limit.
+	rt := &leaseRouter{lease: gate, rest: lt}
 	do := func(ctx context.Context, url string) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
-		resp, err := lt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
 		if err != nil {
 			return err
 		}
