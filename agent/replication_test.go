@@ -566,7 +566,10 @@ func TestStoppedFollowerLeavesTheISRAtOnce(t *testing.T) {
 
 	stopped.start()
 	c.waitCaughtUp("gone", 0, 2)
-	if p := leader.describe("gone").Partitions[0]; len(p.ISR) != 3 {
-		t.Fatalf("ISR %v after %s came back and caught up", p.ISR, stopped.nodeID)
-	}
+	// The follower's view can show the ISR change, read back from Consul,
+	// a moment before the leader's loop has taken the answer to its own
+	// write: the leader's view is waited for, not read once.
+	c.waitFor(5*time.Second, stopped.nodeID+" back in the leader's ISR", func() bool {
+		return len(leader.describe("gone").Partitions[0].ISR) == 3
+	})
 }
