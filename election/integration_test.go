@@ -346,6 +346,10 @@ func TestRegistrationPassesThenGoesCritical(t *testing.T) {
 		t.Fatalf("session = %+v; want lock delay 1s, ttl 10s, release, serfHealth + %s", info, c.checkID)
 	}
 
+	// The check goes critical a TTL after the last pass Consul took, and a
+	// pass already sent when the passes stop can reach it later than that on
+	// a loaded machine (a CI run saw 3.274 s with the TTL 3 s), so the bound
+	// is the TTL plus a second: a longer TTL, or passes that go on, fail it.
 	stopped := time.Now()
 	crash(c)
 	waitFor(t, DefaultCheckTTL+time.Second, "the check to go critical", func() bool {
@@ -358,9 +362,6 @@ func TestRegistrationPassesThenGoesCritical(t *testing.T) {
 		return err == nil && info == nil
 	})
 	t.Logf("check critical and session invalidated %v after passes stopped (check ttl %v)", critical.Round(time.Millisecond), DefaultCheckTTL)
-	if critical > DefaultCheckTTL+200*time.Millisecond {
-		t.Fatalf("check went critical %v after passes stopped, want within the TTL %v", critical, DefaultCheckTTL)
-	}
 }
 
 func TestDeregisterRemovesServiceAndSession(t *testing.T) {
