@@ -207,6 +207,7 @@ type Manager struct {
 func NewManager(deps *Deps, dataDir string) *Manager {
 	deps.moves = &moveLimiter{interval: moveInterval}
 	deps.heals = &healLimiter{}
+	deps.checkpoints = make(chan struct{}, checkpointConcurrency)
 	deps.sessions = peer.NewSessions(deps.Peers.WithMaxConns(peer.MaxConns), deps.Self, deps.Config.Replication.FetchMaxWait)
 	return &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
 		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{},

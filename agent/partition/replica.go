@@ -216,6 +216,10 @@ type Deps struct {
 	// re-places replicas (heal.go); NewManager sets it, and without it no
 	// replica starts one.
 	heals *healLimiter
+	// checkpoints holds a slot for each checkpoint being written
+	// (Replica.checkpoint); NewManager sets it, and without it checkpoints
+	// are not bounded.
+	checkpoints chan struct{}
 	// Hooks hear of elections and ISR changes.
 	Hooks Hooks
 }
@@ -1059,9 +1063,28 @@ func (r *Replica) retentionPending() bool {
 	return r.CurrentLog().HasSealedSegments() || (r.producers != nil && (r.producers.Len() > 0 || r.producersDirty))
 }
 
+// checkpointConcurrency bounds the checkpoints an agent's replicas write at
+// once. A failover gives one agent thousands of new leaderships whose
+// checkpoints (each up to three files, each written, fsynced, renamed and
+// its directory fsynced) come due within seconds of each other: 812 of one
+// agent's goroutines were in those file system calls at once, each holding
+// an OS thread, with the acknowledgements' own fsyncs queued behind them
+// (docs/design.md §5, "Checkpoint").
+const checkpointConcurrency = 8
+
 func (r *Replica) checkpoint() {
 	if r.logFailed {
 		return
+	}
+	if slots := r.deps.checkpoints; slots != nil {
+		// A replica waiting here waits for others' file system calls, not
+		// for CPU: a few milliseconds per checkpoint ahead of it.
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-r.ctx.Done():
+			return // Close checkpoints
+		}
 	}
 	err := r.CurrentLog().Checkpoint()
 	switch {
