@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,7 +121,7 @@ func New(cfg Config) (*Client, error) {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	leaseTransport := polledTransport(next)
+	leaseTransport := polledTransport(next, !strings.HasPrefix(cfg.Consul.Address, "unix://"))
 	counter := &countingTransport{next: &leaseRouter{lease: leaseTransport, rest: newLimitTransport(next, cfg.MaxConcurrentRequests)}}
 	consulCfg.HttpClient.Transport = counter
 	ctx, cancel := context.WithCancel(context.Background())

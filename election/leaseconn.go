@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -55,8 +56,11 @@ func (t *leaseRouter) RoundTrip(req *http.Request) (*http.Response, error) {
 // polledTransport returns a copy of next whose connections are polled, with
 // a pool of their own, which the Client closes when it closes; a
 // RoundTripper that is not an *http.Transport (a test's) is returned as it
-// is.
-func polledTransport(next http.RoundTripper) http.RoundTripper {
+// is. With pollDial its TCP connections are opened by polling too (a lease
+// request that needed a new connection, its pass still in flight on the
+// others, once waited on its dial in the poller); without it (Consul on a
+// unix socket, whose dial next's DialContext does) they are dialed by next.
+func polledTransport(next http.RoundTripper, pollDial bool) http.RoundTripper {
 	t, ok := next.(*http.Transport)
 	if !ok {
 		return next
@@ -67,6 +71,11 @@ func polledTransport(next http.RoundTripper) http.RoundTripper {
 		dial = (&net.Dialer{}).DialContext
 	}
 	polled.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if pollDial {
+			if conn, ok, err := dialPolled(ctx, network, addr); ok {
+				return conn, err
+			}
+		}
 		conn, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -74,6 +83,60 @@ func polledTransport(next http.RoundTripper) http.RoundTripper {
 		return newPolledConn(conn), nil
 	}
 	return polled
+}
+
+// dialPolled connects to a TCP address without waiting in the poller: a
+// non-blocking connect(2), then connect(2) again after each pause until it
+// says the connection is made (EISCONN) or failed. It declines (ok false)
+// an address that is not an IP and port, which the transport's own dial
+// resolves.
+func dialPolled(ctx context.Context, network, addr string) (conn net.Conn, ok bool, err error) {
+	ap, perr := netip.ParseAddrPort(addr)
+	if perr != nil || !strings.HasPrefix(network, "tcp") {
+		return nil, false, nil
+	}
+	family, sa := syscall.AF_INET, syscall.Sockaddr(nil)
+	if ip := ap.Addr().Unmap(); ip.Is4() {
+		sa = &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ip.As4()}
+	} else {
+		family = syscall.AF_INET6
+		sa = &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ip.As16()}
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, os.NewSyscallError("socket", err)
+	}
+	pause := pollFirst
+	for err = syscall.Connect(fd, sa); err == syscall.EINPROGRESS || err == syscall.EALREADY || err == syscall.EINTR; err = syscall.Connect(fd, sa) {
+		if err == syscall.EINTR {
+			continue
+		}
+		timer := time.NewTimer(pause)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			syscall.Close(fd)
+			return nil, true, &net.OpError{Op: "dial", Net: network, Addr: net.TCPAddrFromAddrPort(ap), Err: ctx.Err()}
+		}
+		pause = min(2*pause, pollMax)
+	}
+	if err != nil && err != syscall.EISCONN {
+		syscall.Close(fd)
+		return nil, true, &net.OpError{Op: "dial", Net: network, Addr: net.TCPAddrFromAddrPort(ap), Err: os.NewSyscallError("connect", err)}
+	}
+	f := os.NewFile(uintptr(fd), "consul-lease")
+	c, err := net.FileConn(f) // a duplicate of fd, in non-blocking mode
+	f.Close()
+	if err != nil {
+		return nil, true, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		// As the transport's own dialer does: a peer that vanished is
+		// noticed.
+		tc.SetKeepAlive(true)
+	}
+	return newPolledConn(c), true, nil
 }
 
 // polledConn reads by polling (see above). Close ends a read in progress

@@ -3,12 +3,15 @@ package election
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -103,11 +106,17 @@ func TestLeaseRequestsTakePolledConnections(t *testing.T) {
 		io.WriteString(w, r.URL.Path)
 	}))
 	defer srv.Close()
+	for _, pollDial := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pollDial=%v", pollDial), func(t *testing.T) { testLeaseRequestsTakePolledConnections(t, srv, pollDial) })
+	}
+}
+
+func testLeaseRequestsTakePolledConnections(t *testing.T, srv *httptest.Server, pollDial bool) {
 	var polledDials, plainDials atomic.Int64
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	dial := (&net.Dialer{}).DialContext
 	base.DialContext = dial
-	polled := polledTransport(base).(*http.Transport)
+	polled := polledTransport(base, pollDial).(*http.Transport)
 	polledDial := polled.DialContext
 	polled.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := polledDial(ctx, network, addr)
@@ -145,5 +154,99 @@ func TestLeaseRequestsTakePolledConnections(t *testing.T) {
 		if gotPolled := polledDials.Load() > polledBefore; gotPolled != tc.polled || (plainDials.Load() > plainBefore) == tc.polled {
 			t.Fatalf("GET %s went over a polled connection = %v, want %v", tc.path, gotPolled, tc.polled)
 		}
+	}
+}
+
+// TestDialPolled: a TCP connection opened by polling carries data both
+// ways over IPv4 and IPv6, a refused or cancelled dial fails with the
+// address in its error, and a host name is left to the transport's dial.
+func TestDialPolled(t *testing.T) {
+	echo := func(t *testing.T, network, addr string) string {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			t.Skipf("no %s listener on this machine: %v", network, err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { io.Copy(c, c); c.Close() }()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	for _, tc := range []struct{ network, listen string }{{"tcp4", "127.0.0.1:0"}, {"tcp6", "[::1]:0"}} {
+		t.Run(tc.network, func(t *testing.T) {
+			addr := echo(t, tc.network, tc.listen)
+			conn, ok, err := dialPolled(context.Background(), "tcp", addr)
+			if !ok || err != nil {
+				t.Fatalf("dialPolled(%s) = %v, %v", addr, ok, err)
+			}
+			defer conn.Close()
+			if _, isPolled := conn.(*polledConn); !isPolled {
+				t.Fatalf("dialPolled gave a %T, want a *polledConn", conn)
+			}
+			if conn.RemoteAddr().String() != addr {
+				t.Errorf("remote address %s, want %s", conn.RemoteAddr(), addr)
+			}
+			if _, err := io.WriteString(conn, "pass"); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "pass" {
+				t.Fatalf("read back %q, %v", buf, err)
+			}
+		})
+	}
+
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	if _, ok, err := dialPolled(context.Background(), "tcp", closed); !ok || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), closed) {
+		t.Errorf("dial of a closed port = %v, %v; want ECONNREFUSED naming %s", ok, err, closed)
+	}
+
+	// A listener with a backlog of 0 that never accepts: once its queue is
+	// full, the kernel drops the next connection's SYN and the dial waits,
+	// until its context ends.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	var waited error
+	for range 8 {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		conn, _, err := dialPolled(ctx, "tcp", full)
+		cancel()
+		if err != nil {
+			waited = err
+			break
+		}
+		defer conn.Close()
+	}
+	if !errors.Is(waited, context.DeadlineExceeded) || !strings.Contains(waited.Error(), full) {
+		t.Errorf("dial to a full backlog = %v; want it to wait until its context ends", waited)
+	}
+
+	if conn, ok, err := dialPolled(context.Background(), "tcp", "localhost:8500"); ok || conn != nil || err != nil {
+		t.Errorf("dialPolled of a host name = %v, %v, %v; want it declined", conn, ok, err)
 	}
 }
