@@ -82,6 +82,20 @@ func TestWipedReplicaDoesNotEraseCommittedData(t *testing.T) {
 		}
 		return false
 	})
+	// Each agent reads from its own replica once that replica leads or
+	// follows with every acknowledged record under its high watermark:
+	// the restarted agents may not yet have taken the new leader's epoch
+	// when the wiped replica is back in the ISR (a read then answered 503
+	// leader_not_available, 40 ms before the agent followed).
+	c.WaitFor(30*time.Second, "every replica leading or following, acknowledged records committed", func() bool {
+		for _, a := range c.Agents {
+			p, err := a.DescribePartition("wipe", 0)
+			if err != nil || (p.Role != "leader" && p.Role != "follower") || p.HighWatermark == nil || *p.HighWatermark < want {
+				return false
+			}
+		}
+		return true
+	})
 	for _, a := range c.Agents {
 		got := readValues(t, a, "wipe", want)
 		if len(got) != len(acked) {
