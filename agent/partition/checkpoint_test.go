@@ -3,7 +3,6 @@ package partition
 import (
 	"fmt"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,17 +65,91 @@ func TestCheckpointsBoundedPerAgent(t *testing.T) {
 	}
 	fsys.most.Store(0)
 
-	var wg sync.WaitGroup
 	for _, r := range all {
-		wg.Go(r.checkpoint)
+		r.checkpoint() // as each loop would: it returns at once
 	}
-	wg.Wait()
+	for _, r := range all {
+		r.onCheckpointResult(waitCheckpointResult(t, r))
+	}
 	if most := fsys.most.Load(); most > checkpointConcurrency || most < 2 {
 		t.Errorf("%d checkpoint files synced at once, want between 2 and %d", most, checkpointConcurrency)
 	}
 	for _, r := range all {
-		if r.logFailed || r.CurrentLog().CheckpointPending() {
-			t.Errorf("partition %d: checkpoint not written (log failed %v)", r.partition, r.logFailed)
+		if r.logFailed || r.checkpointing || r.CurrentLog().CheckpointPending() {
+			t.Errorf("partition %d: checkpoint not written (log failed %v, still checkpointing %v)", r.partition, r.logFailed, r.checkpointing)
 		}
 	}
+}
+
+// TestCheckpointWaitsOffTheLoop: a replica whose checkpoint waits for a
+// slot is not held up by it (the loop goes on serving), starts no second
+// one meanwhile, gets the result once a slot frees, and a stopped replica's
+// waiting checkpoint ends without one.
+func TestCheckpointWaitsOffTheLoop(t *testing.T) {
+	root := t.TempDir()
+	opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
+	slots := make(chan struct{}, 1)
+	deps := &Deps{Self: "n1", Log: hclog.NewNullLogger(), Now: time.Now, FS: segstore.OSFS{}, LogOptions: opts, checkpoints: slots}
+	replica := func(p int) *Replica {
+		dir := filepath.Join(root, fmt.Sprintf("t-%d", p))
+		log, _, err := openPartitionLog(deps.FS, dir, opts, func() error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { log.Close() })
+		appendLeader(t, log, 1, "a")
+		if err := log.SetHighWatermark(1); err != nil {
+			t.Fatal(err)
+		}
+		return newReplica(deps, "t", p, "id", dir, log, false)
+	}
+	r := replica(0)
+	slots <- struct{}{} // every slot taken
+	r.checkpoint()
+	if !r.checkpointing {
+		t.Fatal("no checkpoint under way")
+	}
+	r.checkpoint() // due again while the first waits
+	select {
+	case ev := <-r.events:
+		t.Fatalf("a result (%+v) while every slot was taken", ev)
+	case <-time.After(50 * time.Millisecond):
+	}
+	<-slots
+	r.onCheckpointResult(waitCheckpointResult(t, r))
+	if r.checkpointing || r.CurrentLog().CheckpointPending() {
+		t.Fatalf("checkpoint not written: checkpointing %v", r.checkpointing)
+	}
+	select {
+	case ev := <-r.events:
+		t.Fatalf("a second checkpoint ran: %+v", ev)
+	case <-time.After(50 * time.Millisecond):
+	}
+
+	stopped := replica(1)
+	slots <- struct{}{}
+	stopped.checkpoint()
+	stopped.cancel()
+	stopped.tasks.Wait()
+	<-slots
+	select {
+	case ev := <-stopped.events:
+		t.Fatalf("a stopped replica's checkpoint answered %+v", ev)
+	default:
+	}
+}
+
+func waitCheckpointResult(t *testing.T, r *Replica) checkpointResult {
+	t.Helper()
+	select {
+	case ev := <-r.events:
+		res, ok := ev.(checkpointResult)
+		if !ok {
+			t.Fatalf("partition %d: event %T, want a checkpointResult", r.partition, ev)
+		}
+		return res
+	case <-time.After(10 * time.Second):
+		t.Fatalf("partition %d: no checkpoint result", r.partition)
+	}
+	return checkpointResult{}
 }

@@ -82,6 +82,9 @@ type Replica struct {
 	// checkpointAt is when the log's pending checkpoint is due; zero
 	// while it has nothing to checkpoint (runWhenDue).
 	checkpointAt time.Time
+	// checkpointing says a checkpoint of the log is being written, off
+	// the loop (checkpoint); its checkpointResult clears it.
+	checkpointing bool
 	// retentionAt is when retention and the producers' expiry are next
 	// due; zero while neither has anything to remove (runWhenDue).
 	retentionAt time.Time
@@ -563,6 +566,8 @@ func (r *Replica) handle(ev any) {
 		r.onCampaignResult(ev)
 	case syncResult:
 		r.onSyncResult(ev)
+	case checkpointResult:
+		r.onCheckpointResult(ev)
 	case isrResult:
 		r.onISRResult(ev)
 	case epochAnswered:
@@ -1072,29 +1077,51 @@ func (r *Replica) retentionPending() bool {
 // (docs/design.md §5, "Checkpoint").
 const checkpointConcurrency = 8
 
+// checkpoint writes the log's checkpoint off the loop, which goes on
+// serving while the checkpoint waits for a slot (Deps.checkpoints) and is
+// written; the result comes back as a checkpointResult. The log is safe to
+// checkpoint beside the loop's own use of it, as it is to sync.
 func (r *Replica) checkpoint() {
-	if r.logFailed {
+	if r.logFailed || r.checkpointing {
 		return
 	}
-	if slots := r.deps.checkpoints; slots != nil {
-		// A replica waiting here waits for others' file system calls, not
-		// for CPU: a few milliseconds per checkpoint ahead of it.
-		select {
-		case slots <- struct{}{}:
-			defer func() { <-slots }()
-		case <-r.ctx.Done():
-			return // Close checkpoints
+	r.checkpointing = true
+	log := r.CurrentLog()
+	slots := r.deps.checkpoints
+	r.tasks.Go(func() {
+		if slots != nil {
+			select {
+			case slots <- struct{}{}:
+			case <-r.ctx.Done():
+				return // the log's Close writes the checkpoint
+			}
 		}
+		err := log.Checkpoint()
+		if slots != nil {
+			<-slots
+		}
+		r.send(checkpointResult{log: log, err: err})
+	})
+}
+
+type checkpointResult struct {
+	log *segstore.Log
+	err error
+}
+
+func (r *Replica) onCheckpointResult(ev checkpointResult) {
+	r.checkpointing = false
+	if ev.log != r.CurrentLog() {
+		return // a failed log, since reopened
 	}
-	err := r.CurrentLog().Checkpoint()
 	switch {
-	case err == nil:
-	case errors.Is(err, segstore.ErrNoSpace) && !errors.Is(err, segstore.ErrFailed):
-		// The checkpoints on disk are older but whole; the next tick tries
-		// again.
-		r.log.Warn("cannot checkpoint the partition log: its disk is full", "error", err)
+	case ev.err == nil:
+	case errors.Is(ev.err, segstore.ErrNoSpace) && !errors.Is(ev.err, segstore.ErrFailed):
+		// The checkpoints on disk are older but whole; the next one due
+		// tries again.
+		r.log.Warn("cannot checkpoint the partition log: its disk is full", "error", ev.err)
 	default:
-		r.failLog(fmt.Errorf("checkpoint: %w", err))
+		r.failLog(fmt.Errorf("checkpoint: %w", ev.err))
 	}
 }
 
