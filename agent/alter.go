@@ -153,7 +153,7 @@ func (a *Agent) alterTopic(name string, c topicChange) error {
 	case errors.As(err, &apiErr):
 		return err
 	case errors.Is(err, election.ErrUnknownTopic):
-		return unknownTopic(name)
+		return reply.UnknownTopic(name)
 	case errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
 		return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 	default:

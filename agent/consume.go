@@ -97,10 +97,10 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 func (a *Agent) fetchReplica(topic string, partition int) (*partition.Replica, *reply.APIError) {
 	r := a.replicas.Get(topic, partition)
 	if r == nil {
-		return nil, a.notLeaderError(topic, partition, "this agent has no replica of "+partitionName(topic, partition))
+		return nil, a.notLeaderError(topic, partition, "this agent has no replica of "+reply.PartitionName(topic, partition))
 	}
 	if v := r.CurrentView(); v.DataLoss || !(v.Role == roleLeader || (v.Role == roleFollower && v.InSync(a.cfg.NodeID))) {
-		return nil, a.notLeaderError(topic, partition, "this agent's replica of "+partitionName(topic, partition)+" is not in sync")
+		return nil, a.notLeaderError(topic, partition, "this agent's replica of "+reply.PartitionName(topic, partition)+" is not in sync")
 	}
 	return r, nil
 }

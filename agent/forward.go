@@ -94,7 +94,7 @@ func (a *Agent) forwardOnce(snap *election.Snapshot, topic string, partition int
 func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int, body []byte, n int, acks replicate.Acks, deadline time.Time) ([]byte, error) {
 	pm, ok := snap.Partition(topic, partition)
 	if !ok {
-		return nil, unknownTopic(topic)
+		return nil, reply.UnknownTopic(topic)
 	}
 	if pm.LeaderSession == "" || pm.State.Leader == "" {
 		return nil, fmt.Errorf("%w: %w", errForwardRefused,
@@ -104,7 +104,7 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 		// The metadata names this agent but its loop does not lead yet
 		// (or any more): wait for the two to agree.
 		return nil, fmt.Errorf("%w: %w", errForwardRefused,
-			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "this agent is taking or leaving the lead of "+partitionName(topic, partition), true))
+			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "this agent is taking or leaving the lead of "+reply.PartitionName(topic, partition), true))
 	}
 	info, ok := a.agents.lookup(pm.State.Leader)
 	if !ok {
@@ -247,7 +247,7 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	// A cheap refusal before decoding; the loop checks role and epoch again
 	// when it appends.
 	if r.CurrentView().Role != roleLeader {
-		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent does not lead "+partitionName(topic, int(partition)), true))
+		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent does not lead "+reply.PartitionName(topic, int(partition)), true))
 		return
 	}
 	if batches > 1 {

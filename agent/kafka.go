@@ -108,10 +108,10 @@ func (a *Agent) kafkaServing() error {
 func (a *Agent) kafkaPartition(topic string, p int32) (*election.TopicMeta, int, error) {
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
-		return nil, 0, unknownTopic(topic)
+		return nil, 0, reply.UnknownTopic(topic)
 	}
 	if p < 0 || int(p) >= len(tm.Partitions) {
-		return nil, 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, "no partition "+partitionName(topic, int(p)), false)
+		return nil, 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, "no partition "+reply.PartitionName(topic, int(p)), false)
 	}
 	return tm, int(p), nil
 }
@@ -258,7 +258,7 @@ func (b *kafkaBroker) CreateTopic(ctx context.Context, spec kafka.TopicSpec) err
 // creation makes before it writes.
 func (a *Agent) validateTopic(ctx context.Context, req createTopicRequest) error {
 	if !election.ValidTopicName(req.Name) {
-		return invalidTopicName(req.Name)
+		return reply.InvalidTopicName(req.Name)
 	}
 	if _, ok := a.coord.Metadata().Topic(req.Name); ok {
 		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
@@ -292,9 +292,9 @@ func (b *kafkaBroker) DeleteTopic(ctx context.Context, name string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, election.ErrUnknownTopic):
-		return unknownTopic(name)
+		return reply.UnknownTopic(name)
 	case errors.Is(err, election.ErrInvalidTopic):
-		return invalidTopicName(name)
+		return reply.InvalidTopicName(name)
 	default:
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
 	}
@@ -312,7 +312,7 @@ func (b *kafkaBroker) AddPartitions(ctx context.Context, topic string, count int
 	}
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
-		return unknownTopic(topic)
+		return reply.UnknownTopic(topic)
 	}
 	if have := tm.Config.Partitions; int(count) <= have || int(count) > config.MaxTopicPartitions {
 		return &kafka.Error{Code: kerr.InvalidPartitions.Code, Message: fmt.Sprintf(
@@ -344,7 +344,7 @@ func (b *kafkaBroker) AlterTopicConfigs(ctx context.Context, topic string, chang
 	}
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
-		return unknownTopic(topic)
+		return reply.UnknownTopic(topic)
 	}
 	var c topicChange
 	for _, ch := range changes {
@@ -398,7 +398,7 @@ func (b *kafkaBroker) TopicConfigs(name string) (map[string]string, error) {
 	}
 	tm, ok := a.lookupTopic(name)
 	if !ok {
-		return nil, unknownTopic(name)
+		return nil, reply.UnknownTopic(name)
 	}
 	opts, err := partition.LogOptionsFor(a.logOptions(), tm.Config)
 	if err != nil {
@@ -492,7 +492,7 @@ func (a *Agent) checkLeaderEpoch(topic string, p int, current int32) error {
 	}
 	pm, ok := a.coord.Metadata().Partition(topic, p)
 	if !ok {
-		return unknownTopic(topic)
+		return reply.UnknownTopic(topic)
 	}
 	switch err := replicate.CheckLeaderEpoch(current, pm.State.Epoch); {
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
@@ -824,7 +824,7 @@ func (b *kafkaBroker) EndOffsetForEpoch(ctx context.Context, topic string, parti
 	case errors.As(err, &pe) && pe.Code == wire.CodeNotReplica:
 		// The leader answers its followers only: this agent holds no
 		// replica of the partition (docs/kafka.md).
-		return -1, -1, &kafka.Error{Code: kerr.NotLeaderForPartition.Code, Message: "this agent holds no replica of " + partitionName(topic, p) + " to ask its leader's epochs with: " + pe.Message}
+		return -1, -1, &kafka.Error{Code: kerr.NotLeaderForPartition.Code, Message: "this agent holds no replica of " + reply.PartitionName(topic, p) + " to ask its leader's epochs with: " + pe.Message}
 	case errors.As(err, &pe):
 		return -1, -1, reply.NewAPIError(pe.Status, pe.Code, pe.Message, true)
 	default:

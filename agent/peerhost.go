@@ -55,7 +55,7 @@ func (a *Agent) peerReplica(ctx *fasthttp.RequestCtx, topic string, partition in
 	}
 	r := a.replicas.Get(topic, partition)
 	if r == nil {
-		msg := "this agent has no replica of " + partitionName(topic, partition)
+		msg := "this agent has no replica of " + reply.PartitionName(topic, partition)
 		if f, ok := a.replicas.Offline(topic, partition); ok {
 			msg = offlineMessage(topic, partition, f)
 		}

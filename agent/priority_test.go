@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"testing"
+
+	"github.com/logagent/logagent/agent/reply"
 )
 
 // stopOrderCoordinator records, when the agent's graceful stop closes the
@@ -21,7 +23,7 @@ func (c *stopOrderCoordinator) Close(ctx context.Context) error {
 		tm, _ := snap.Topic(topic)
 		for _, pm := range tm.Partitions {
 			if r := c.agent.replicas.Get(topic, pm.Partition); r != nil && r.CurrentView().Role == roleLeader {
-				c.leadingAtEnd = append(c.leadingAtEnd, partitionName(topic, pm.Partition))
+				c.leadingAtEnd = append(c.leadingAtEnd, reply.PartitionName(topic, pm.Partition))
 			}
 		}
 	}

@@ -57,7 +57,7 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	}
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
-		reply.WriteAPIError(ctx, unknownTopic(topic))
+		reply.WriteAPIError(ctx, reply.UnknownTopic(topic))
 		return
 	}
 	args := ctx.QueryArgs()
@@ -159,11 +159,11 @@ func (a *Agent) produceError(topic string, p int, out partition.ProduceOutcome) 
 		e.Status, e.Code = fasthttp.StatusServiceUnavailable, wire.CodeNotLeaderAfterAppend
 		return e
 	case errors.Is(err, replicate.ErrNotLeader), errors.Is(err, partition.ErrNotLeaderHere), errors.Is(err, partition.ErrReplicaStopped):
-		return a.notLeaderError(topic, p, "this agent does not lead "+partitionName(topic, p))
+		return a.notLeaderError(topic, p, "this agent does not lead "+reply.PartitionName(topic, p))
 	case errors.Is(err, partition.ErrLeadershipMoving):
 		// The successor is not elected yet: nothing to name.
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
-			"the leadership of "+partitionName(topic, p)+" is being handed over to another replica: nothing was written; retry in a moment", true)
+			"the leadership of "+reply.PartitionName(topic, p)+" is being handed over to another replica: nothing was written; retry in a moment", true)
 	case errors.Is(err, replicate.ErrFencedLeaderEpoch):
 		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeFencedLeaderEpoch, err.Error(), true)
 	case errors.Is(err, replicate.ErrUnknownLeaderEpoch):
@@ -174,7 +174,7 @@ func (a *Agent) produceError(topic string, p int, out partition.ProduceOutcome) 
 		// Retriable: the write was refused whole, and space may be freed
 		// (retention, an operator) without a restart.
 		return reply.NewAPIError(fasthttp.StatusInsufficientStorage, wire.CodeInsufficientStorage,
-			"the disk of "+partitionName(topic, p)+" on "+a.cfg.NodeID+" is full: "+err.Error(), true)
+			"the disk of "+reply.PartitionName(topic, p)+" on "+a.cfg.NodeID+" is full: "+err.Error(), true)
 	case errors.Is(err, segstore.ErrFailed), errors.Is(err, segstore.ErrClosed):
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
 	default:

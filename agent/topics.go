@@ -138,7 +138,7 @@ func (a *Agent) createTopic(req createTopicRequest, storage []byte) (election.To
 			fmt.Sprintf("partitions %d is outside 1 to %d", *p, config.MaxTopicPartitions), false)
 	}
 	if !election.ValidTopicName(req.Name) {
-		return election.TopicConfig{}, nil, invalidTopicName(req.Name)
+		return election.TopicConfig{}, nil, reply.InvalidTopicName(req.Name)
 	}
 	partitions := a.cfg.TopicDefaults.Partitions
 	if req.Partitions != nil {
@@ -256,7 +256,7 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 	}
 	tm, ok := a.lookupTopic(name)
 	if !ok {
-		reply.WriteAPIError(ctx, unknownTopic(name))
+		reply.WriteAPIError(ctx, reply.UnknownTopic(name))
 		return
 	}
 	if tm.Err != nil {
@@ -314,11 +314,11 @@ func (a *Agent) serving(ctx *fasthttp.RequestCtx) bool {
 func (a *Agent) partitionParams(ctx *fasthttp.RequestCtx) (string, int, error) {
 	topic := pathParam(ctx, "topic")
 	if !election.ValidTopicName(topic) {
-		return "", 0, invalidTopicName(topic)
+		return "", 0, reply.InvalidTopicName(topic)
 	}
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
-		return "", 0, unknownTopic(topic)
+		return "", 0, reply.UnknownTopic(topic)
 	}
 	p, err := strconv.Atoi(pathParam(ctx, "partition"))
 	if err != nil || p < 0 || p >= len(tm.Partitions) {
@@ -350,14 +350,6 @@ func (a *Agent) lookupTopic(name string) (*election.TopicMeta, bool) {
 	return snap.Topic(name)
 }
 
-func unknownTopic(name string) *reply.APIError {
-	return reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownTopic, "no topic "+strconv.Quote(name), false)
-}
-
-func partitionName(topic string, partition int) string {
-	return topic + "/" + strconv.Itoa(partition)
-}
-
 // notLeaderError answers a request this agent cannot serve for a partition:
 // 409 not_leader naming the leader and its client address, or 503
 // leader_not_available when the partition has no leader.
@@ -380,7 +372,7 @@ func (a *Agent) notLeaderError(topic string, partition int, message string) *rep
 // noLeaderMessage says that a partition has no leader, and why this
 // agent's replica cannot take the lead when it is offline.
 func (a *Agent) noLeaderMessage(topic string, partition int) string {
-	msg := partitionName(topic, partition) + " has no leader now"
+	msg := reply.PartitionName(topic, partition) + " has no leader now"
 	if f, ok := a.replicas.Offline(topic, partition); ok {
 		msg += "; " + offlineMessage(topic, partition, f)
 	}
@@ -389,7 +381,7 @@ func (a *Agent) noLeaderMessage(topic string, partition int) string {
 
 func offlineMessage(topic string, partition int, f partition.OpenFailure) string {
 	return fmt.Sprintf("this agent's replica of %s is offline, its log could not be opened (%d attempts, tried again at %s): %v",
-		partitionName(topic, partition), f.Attempts, f.RetryAt.UTC().Format(time.RFC3339), f.Err)
+		reply.PartitionName(topic, partition), f.Attempts, f.RetryAt.UTC().Format(time.RFC3339), f.Err)
 }
 
 // intParam reads an optional integer query parameter within [lo, hi].
@@ -437,9 +429,9 @@ func (a *Agent) handleDeleteTopic(ctx *fasthttp.RequestCtx) {
 	case err == nil:
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 	case errors.Is(err, election.ErrUnknownTopic):
-		reply.WriteAPIError(ctx, unknownTopic(name))
+		reply.WriteAPIError(ctx, reply.UnknownTopic(name))
 	case errors.Is(err, election.ErrInvalidTopic):
-		reply.WriteAPIError(ctx, invalidTopicName(name))
+		reply.WriteAPIError(ctx, reply.InvalidTopicName(name))
 	default:
 		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "delete topic: "+err.Error(), true)
 	}
@@ -477,15 +469,10 @@ func (a *Agent) waitTopicGone(ctx context.Context, name string) error {
 func (a *Agent) topicParam(ctx *fasthttp.RequestCtx) (string, bool) {
 	name := pathParam(ctx, "topic")
 	if !election.ValidTopicName(name) {
-		reply.WriteAPIError(ctx, invalidTopicName(name))
+		reply.WriteAPIError(ctx, reply.InvalidTopicName(name))
 		return "", false
 	}
 	return name, true
-}
-
-func invalidTopicName(name string) *reply.APIError {
-	return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidTopicName,
-		fmt.Sprintf("topic name %q must be 1 to 249 of [a-zA-Z0-9._-], and not . or ..", name), false)
 }
 
 // statusResponse is GET /v1/status: this agent, the agents it sees and its

@@ -3,7 +3,6 @@ package peerapi
 import (
 	"errors"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -74,10 +73,6 @@ func New(cfg Config) *Server {
 // listener's) and before it stops the partitions.
 func (srv *Server) Close() {
 	srv.sessions.close()
-}
-
-func partitionName(topic string, partition int) string {
-	return topic + "/" + strconv.Itoa(partition)
 }
 
 // HandleReplicaFetch serves a follower's fetch: the leader's loop validates

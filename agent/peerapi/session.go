@@ -239,7 +239,7 @@ func (s *leaderSession) onFetch(id uint32, f peer.Fetch) {
 	}
 	p.r = s.srv.cfg.Host.Replica(f.Topic, f.Partition)
 	if p.r == nil {
-		p.refusal = reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent has no replica of "+partitionName(f.Topic, f.Partition), true)
+		p.refusal = reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent has no replica of "+reply.PartitionName(f.Topic, f.Partition), true)
 		s.mark(p)
 		return
 	}

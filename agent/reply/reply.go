@@ -3,6 +3,7 @@ package reply
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -107,4 +108,22 @@ func StorageError(err error) *APIError {
 	default:
 		return NewAPIError(fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
 	}
+}
+
+// UnknownTopic is the answer to a request for a topic the metadata does
+// not have.
+func UnknownTopic(name string) *APIError {
+	return NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownTopic, "no topic "+strconv.Quote(name), false)
+}
+
+// InvalidTopicName is the answer to a topic name election.ValidTopicName
+// refuses.
+func InvalidTopicName(name string) *APIError {
+	return NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidTopicName,
+		fmt.Sprintf("topic name %q must be 1 to 249 of [a-zA-Z0-9._-], and not . or ..", name), false)
+}
+
+// PartitionName is a partition as the answers name it: topic/partition.
+func PartitionName(topic string, partition int) string {
+	return topic + "/" + strconv.Itoa(partition)
 }
