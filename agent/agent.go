@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/logagent/logagent/agent/certs"
+	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/agent/peerapi"
@@ -341,7 +342,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 
 	// The Kafka listener opens with the others, so a port in use fails the
 	// start; its requests are refused until the agent serves.
-	kafkaBroker := &kafkaBroker{a: a}
+	kafkaBroker := a.newKafkaBroker()
 	var kafkaLn net.Listener
 	var kafkaSrv *kafka.Server
 	if a.cfg.Kafka.Address != "" {
@@ -388,7 +389,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 				serveErr <- fmt.Errorf("agent: Kafka listener stopped: %w", err)
 			}
 		})
-		a.log.Info("Kafka listener", "address", kafkaLn.Addr().String(), "advertise", a.cfg.Kafka.AdvertiseAddress, "broker_id", kafkaNodeID(a.cfg.NodeID))
+		a.log.Info("Kafka listener", "address", kafkaLn.Addr().String(), "advertise", a.cfg.Kafka.AdvertiseAddress, "broker_id", kafkabroker.NodeID(a.cfg.NodeID))
 	}
 	a.log.Info("listening", "client", clientLn.Addr().String(), "peer", peerLn.Addr().String(),
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress, "client_tls", a.clientTLS != nil, "peer_tls", a.peerTLS != nil,
@@ -502,7 +503,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	// partitions they hold fetches of.
 	peerAPI.Close()
 	wg.Wait()
-	kafkaBroker.polls.Wait()
+	kafkaBroker.Wait()
 	// Each replica's stop waits for its goroutines, peer requests in
 	// flight included (see partition.Replica.Stop for the bound). The
 	// directory goes after them: their loops look agents up until they end.

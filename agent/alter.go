@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
@@ -65,25 +66,13 @@ func (a *Agent) handleAlterTopic(ctx *fasthttp.RequestCtx) {
 	a.handleDescribeTopic(ctx)
 }
 
-// topicChange is an alter request checked and decoded: nil fields stay.
-type topicChange struct {
-	partitions        *int
-	minInsyncReplicas *int
-	// retention and retentionBytes set the topic's own value, or, when
-	// resetRetention / resetRetentionBytes, drop it for the agent's.
-	retention           *time.Duration
-	retentionBytes      *int64
-	resetRetention      bool
-	resetRetentionBytes bool
-}
-
 // parseAlter checks an alter request's values on their own; what depends
 // on the topic is checked against it in alterTopic.
-func parseAlter(req alterTopicRequest) (topicChange, *reply.APIError) {
-	invalid := func(format string, args ...any) (topicChange, *reply.APIError) {
-		return topicChange{}, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(format, args...), false)
+func parseAlter(req alterTopicRequest) (kafkabroker.TopicChange, *reply.APIError) {
+	invalid := func(format string, args ...any) (kafkabroker.TopicChange, *reply.APIError) {
+		return kafkabroker.TopicChange{}, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(format, args...), false)
 	}
-	c := topicChange{partitions: req.Partitions, minInsyncReplicas: req.MinInsyncReplicas}
+	c := kafkabroker.TopicChange{Partitions: req.Partitions, MinInsyncReplicas: req.MinInsyncReplicas}
 	if p := req.Partitions; p != nil && (*p < 1 || *p > config.MaxTopicPartitions) {
 		return invalid("partitions %d is outside 1 to %d", *p, config.MaxTopicPartitions)
 	}
@@ -92,13 +81,13 @@ func parseAlter(req alterTopicRequest) (topicChange, *reply.APIError) {
 	}
 	if r := req.Retention; r != nil {
 		if *r == defaultSetting {
-			c.resetRetention = true
+			c.ResetRetention = true
 		} else {
 			d, err := time.ParseDuration(*r)
 			if err != nil || d < 0 || d%time.Millisecond != 0 {
 				return invalid("retention %q must be a duration such as \"72h\" (whole milliseconds, 0s for no bound) or %q", *r, defaultSetting)
 			}
-			c.retention = &d
+			c.Retention = &d
 		}
 	}
 	if raw := bytes.TrimSpace(req.RetentionBytes); len(raw) > 0 {
@@ -107,7 +96,7 @@ func parseAlter(req alterTopicRequest) (topicChange, *reply.APIError) {
 		switch {
 		case json.Unmarshal(raw, &n) == nil:
 		case json.Unmarshal(raw, &s) == nil && s == defaultSetting:
-			c.resetRetentionBytes = true
+			c.ResetRetentionBytes = true
 		case json.Unmarshal(raw, &s) == nil:
 			var err error
 			if n, err = config.ParseSize(s); err != nil {
@@ -119,11 +108,11 @@ func parseAlter(req alterTopicRequest) (topicChange, *reply.APIError) {
 		if n < 0 {
 			return invalid("retention_bytes %d must not be negative (0 for no bound)", n)
 		}
-		if !c.resetRetentionBytes {
-			c.retentionBytes = &n
+		if !c.ResetRetentionBytes {
+			c.RetentionBytes = &n
 		}
 	}
-	if c == (topicChange{}) {
+	if c == (kafkabroker.TopicChange{}) {
 		return invalid("nothing to change: give partitions, min_insync_replicas, retention or retention_bytes")
 	}
 	return c, nil
@@ -134,7 +123,7 @@ func parseAlter(req alterTopicRequest) (topicChange, *reply.APIError) {
 // placed over the live agents that are not being drained, continuing the
 // topic's round (election.AssignAddedPartitions). A concurrent change of
 // the same topic makes it read again, up to alterRetries times.
-func (a *Agent) alterTopic(name string, c topicChange) error {
+func (a *Agent) alterTopic(name string, c kafkabroker.TopicChange) error {
 	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
 	defer cancel()
 	var tc election.TopicConfig
@@ -178,33 +167,33 @@ func (a *Agent) alterTopic(name string, c topicChange) error {
 
 // applyChange is the new config of a topic and the replica lists of the
 // partitions it adds; its refusals are *reply.APIError.
-func (a *Agent) applyChange(ctx context.Context, tc election.TopicConfig, replicas [][]string, c topicChange) (election.TopicConfig, [][]string, error) {
+func (a *Agent) applyChange(ctx context.Context, tc election.TopicConfig, replicas [][]string, c kafkabroker.TopicChange) (election.TopicConfig, [][]string, error) {
 	invalid := func(format string, args ...any) (election.TopicConfig, [][]string, error) {
 		return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(format, args...), false)
 	}
-	if m := c.minInsyncReplicas; m != nil {
+	if m := c.MinInsyncReplicas; m != nil {
 		if *m > tc.ReplicationFactor {
 			return invalid("min_insync_replicas %d is above the replication factor %d of topic %s", *m, tc.ReplicationFactor, tc.Name)
 		}
 		tc.MinInsyncReplicas = *m
 	}
-	if c.retention != nil || c.retentionBytes != nil || c.resetRetention || c.resetRetentionBytes {
+	if c.Retention != nil || c.RetentionBytes != nil || c.ResetRetention || c.ResetRetentionBytes {
 		ts, err := decodeTopicStorage(tc)
 		if err != nil {
 			return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 		}
 		switch {
-		case c.resetRetention:
+		case c.ResetRetention:
 			ts.RetentionMS = nil
-		case c.retention != nil:
-			ms := c.retention.Milliseconds()
+		case c.Retention != nil:
+			ms := c.Retention.Milliseconds()
 			ts.RetentionMS = &ms
 		}
 		switch {
-		case c.resetRetentionBytes:
+		case c.ResetRetentionBytes:
 			ts.RetentionBytes = nil
-		case c.retentionBytes != nil:
-			ts.RetentionBytes = c.retentionBytes
+		case c.RetentionBytes != nil:
+			ts.RetentionBytes = c.RetentionBytes
 		}
 		tc.Storage = nil
 		if ts != (partition.TopicStorage{}) {
@@ -212,7 +201,7 @@ func (a *Agent) applyChange(ctx context.Context, tc election.TopicConfig, replic
 		}
 	}
 	var added [][]string
-	if p := c.partitions; p != nil {
+	if p := c.Partitions; p != nil {
 		if *p <= tc.Partitions {
 			return invalid("topic %s has %d partitions, and partitions can only be added: ask for more than %d", tc.Name, tc.Partitions, tc.Partitions)
 		}

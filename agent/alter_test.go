@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/wire"
 )
@@ -15,16 +16,16 @@ func TestParseAlter(t *testing.T) {
 	i := func(i int) *int { return &i }
 	tests := []struct {
 		body string
-		want topicChange
+		want kafkabroker.TopicChange
 		code string // the refusal's, "" when accepted
 	}{
-		{body: `{"partitions":6}`, want: topicChange{partitions: i(6)}},
-		{body: `{"min_insync_replicas":2}`, want: topicChange{minInsyncReplicas: i(2)}},
-		{body: `{"retention":"72h","retention_bytes":"10GiB"}`, want: topicChange{retention: d(72 * time.Hour), retentionBytes: n(10 << 30)}},
-		{body: `{"retention":"0s","retention_bytes":0}`, want: topicChange{retention: d(0), retentionBytes: n(0)}},
-		{body: `{"retention_bytes":1048576}`, want: topicChange{retentionBytes: n(1 << 20)}},
-		{body: `{"retention_bytes":"4096"}`, want: topicChange{retentionBytes: n(4096)}},
-		{body: `{"retention":"default","retention_bytes":"default"}`, want: topicChange{resetRetention: true, resetRetentionBytes: true}},
+		{body: `{"partitions":6}`, want: kafkabroker.TopicChange{Partitions: i(6)}},
+		{body: `{"min_insync_replicas":2}`, want: kafkabroker.TopicChange{MinInsyncReplicas: i(2)}},
+		{body: `{"retention":"72h","retention_bytes":"10GiB"}`, want: kafkabroker.TopicChange{Retention: d(72 * time.Hour), RetentionBytes: n(10 << 30)}},
+		{body: `{"retention":"0s","retention_bytes":0}`, want: kafkabroker.TopicChange{Retention: d(0), RetentionBytes: n(0)}},
+		{body: `{"retention_bytes":1048576}`, want: kafkabroker.TopicChange{RetentionBytes: n(1 << 20)}},
+		{body: `{"retention_bytes":"4096"}`, want: kafkabroker.TopicChange{RetentionBytes: n(4096)}},
+		{body: `{"retention":"default","retention_bytes":"default"}`, want: kafkabroker.TopicChange{ResetRetention: true, ResetRetentionBytes: true}},
 		{body: `{}`, code: wire.CodeInvalidRequest},
 		{body: `{"partitions":0}`, code: wire.CodeInvalidRequest},
 		{body: `{"partitions":10001}`, code: wire.CodeInvalidRequest},
@@ -60,12 +61,12 @@ func TestParseAlter(t *testing.T) {
 	}
 }
 
-// describeChange prints a topicChange's values, not its pointers.
-func describeChange(c topicChange) string {
+// describeChange prints a kafkabroker.TopicChange's values, not its pointers.
+func describeChange(c kafkabroker.TopicChange) string {
 	b, _ := json.Marshal(map[string]any{
-		"partitions": c.partitions, "min_insync_replicas": c.minInsyncReplicas,
-		"retention": c.retention, "retention_bytes": c.retentionBytes,
-		"reset_retention": c.resetRetention, "reset_retention_bytes": c.resetRetentionBytes,
+		"partitions": c.Partitions, "min_insync_replicas": c.MinInsyncReplicas,
+		"retention": c.Retention, "retention_bytes": c.RetentionBytes,
+		"reset_retention": c.ResetRetention, "reset_retention_bytes": c.ResetRetentionBytes,
 	})
 	return string(b)
 }
@@ -79,15 +80,15 @@ func TestApplyChangeStorage(t *testing.T) {
 	n := func(n int64) *int64 { return &n }
 	tests := []struct {
 		name, storage string
-		change        topicChange
+		change        kafkabroker.TopicChange
 		want          string // "" for none
 		refused       bool
 	}{
-		{name: "set both", change: topicChange{retention: ms(time.Hour), retentionBytes: n(1024)}, want: `{"retention_ms":3600000,"retention_bytes":1024}`},
-		{name: "keeps segment_bytes", storage: `{"segment_bytes":4096,"retention_bytes":5}`, change: topicChange{retention: ms(0)}, want: `{"segment_bytes":4096,"retention_ms":0,"retention_bytes":5}`},
-		{name: "back to the agent's", storage: `{"retention_ms":5,"retention_bytes":5}`, change: topicChange{resetRetention: true, resetRetentionBytes: true}, want: ""},
-		{name: "one back", storage: `{"retention_ms":5,"retention_bytes":5}`, change: topicChange{resetRetentionBytes: true}, want: `{"retention_ms":5}`},
-		{name: "unknown setting", storage: `{"compaction":true}`, change: topicChange{retentionBytes: n(1)}, refused: true},
+		{name: "set both", change: kafkabroker.TopicChange{Retention: ms(time.Hour), RetentionBytes: n(1024)}, want: `{"retention_ms":3600000,"retention_bytes":1024}`},
+		{name: "keeps segment_bytes", storage: `{"segment_bytes":4096,"retention_bytes":5}`, change: kafkabroker.TopicChange{Retention: ms(0)}, want: `{"segment_bytes":4096,"retention_ms":0,"retention_bytes":5}`},
+		{name: "back to the agent's", storage: `{"retention_ms":5,"retention_bytes":5}`, change: kafkabroker.TopicChange{ResetRetention: true, ResetRetentionBytes: true}, want: ""},
+		{name: "one back", storage: `{"retention_ms":5,"retention_bytes":5}`, change: kafkabroker.TopicChange{ResetRetentionBytes: true}, want: `{"retention_ms":5}`},
+		{name: "unknown setting", storage: `{"compaction":true}`, change: kafkabroker.TopicChange{RetentionBytes: n(1)}, refused: true},
 	}
 	a := &Agent{}
 	for _, tt := range tests {

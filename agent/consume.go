@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/segstore"
@@ -72,7 +73,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		reply.WriteAPIError(ctx, apiErr)
 		return
 	}
-	hw, lso := pos.hw, pos.lso
+	hw, lso := pos.HW, pos.LSO
 	h := &ctx.Response.Header
 	h.Set(wire.HeaderHighWatermark, strconv.FormatInt(hw, 10))
 	h.Set(wire.HeaderLogStartOffset, strconv.FormatInt(lso, 10))
@@ -105,17 +106,14 @@ func (a *Agent) fetchReplica(topic string, partition int) (*partition.Replica, *
 	return r, nil
 }
 
-// logPositions are a partition's positions as a fetch answers them.
-type logPositions struct{ hw, lso int64 }
-
 // readLocal reads whole batches from offset, at most maxBytes of them but
 // at least one, below the high watermark of a replica fetchReplica chose,
 // after waiting up to wait for the high watermark to pass offset: the
 // region read of the HTTP and Kafka fetches. The region must be closed.
-func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait time.Duration) (*segstore.Region, logPositions, *reply.APIError) {
+func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait time.Duration) (*segstore.Region, kafkabroker.LogPositions, *reply.APIError) {
 	log := r.CurrentLog()
 	if lso, leo := log.LogStartOffset(), log.LogEndOffset(); offset < lso || offset > leo {
-		return nil, logPositions{}, offsetOutOfRange(offset, lso, log.HighWatermark())
+		return nil, kafkabroker.LogPositions{}, offsetOutOfRange(offset, lso, log.HighWatermark())
 	}
 	if wait > 0 && offset >= log.HighWatermark() {
 		r.WaitFor(wait, a.stopping, nil, func() bool { return log.HighWatermark() > offset })
@@ -123,9 +121,9 @@ func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait tim
 	hw := log.HighWatermark()
 	region, err := log.Read(offset, maxBytes, hw)
 	if err != nil {
-		return nil, logPositions{}, reply.StorageError(err)
+		return nil, kafkabroker.LogPositions{}, reply.StorageError(err)
 	}
-	return region, logPositions{hw: hw, lso: log.LogStartOffset()}, nil
+	return region, kafkabroker.LogPositions{HW: hw, LSO: log.LogStartOffset()}, nil
 }
 
 // resolveOffset reads the offset parameter: a number, "earliest" (the log

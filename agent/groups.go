@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
@@ -345,7 +346,7 @@ func (a *Agent) createOffsetsTopic() *reply.APIError {
 	}
 	rf := a.cfg.Groups.OffsetsReplicationFactor
 	partitions := a.cfg.Groups.OffsetsPartitions
-	tc := a.topicConfig(createTopicRequest{Name: groupcoord.OffsetsTopic, Partitions: &partitions, ReplicationFactor: &rf}, len(agents))
+	tc := a.topicConfig(kafkabroker.CreateTopicRequest{Name: groupcoord.OffsetsTopic, Partitions: &partitions, ReplicationFactor: &rf}, len(agents))
 	// Small segments and no retention: the coordinators' restatements
 	// delete what is superseded, segment by segment, and nothing else may
 	// (retention could take the only record of an offset still committed).

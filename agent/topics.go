@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/config"
@@ -24,17 +25,6 @@ import (
 // leader before a replica outside the ISR may take it, for topics that
 // allow unclean election.
 const defaultUncleanDelay = 30 * time.Second
-
-// createTopicRequest is the body of POST /v1/topics. Absent settings take
-// topic_defaults; replication_factor and min_insync_replicas taken from the
-// defaults are capped by the number of agents, named ones never are.
-type createTopicRequest struct {
-	Name                  string `json:"name"`
-	Partitions            *int   `json:"partitions"`
-	ReplicationFactor     *int   `json:"replication_factor"`
-	MinInsyncReplicas     *int   `json:"min_insync_replicas"`
-	UncleanLeaderElection *bool  `json:"unclean_leader_election"`
-}
 
 // topicDescription is a topic as GET /v1/topics/{topic} shows it.
 type topicDescription struct {
@@ -83,7 +73,7 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 	if !a.serving(ctx) {
 		return
 	}
-	var req createTopicRequest
+	var req kafkabroker.CreateTopicRequest
 	if err := decodeOneObject(ctx.PostBody(), &req); err != nil {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic: "+err.Error(), false)
 		return
@@ -132,7 +122,7 @@ func createTopicTimeout(partitions int) time.Duration {
 // (partition.TopicStorage). An invalid request is a *reply.APIError; the
 // election package's ErrTopicExists, ErrNotEnoughAgents and ErrInvalidTopic
 // come as they are, for each API to answer in its own terms.
-func (a *Agent) createTopic(req createTopicRequest, storage []byte) (election.TopicConfig, [][]string, error) {
+func (a *Agent) createTopic(req kafkabroker.CreateTopicRequest, storage []byte) (election.TopicConfig, [][]string, error) {
 	if p := req.Partitions; p != nil && (*p < 1 || *p > config.MaxTopicPartitions) {
 		return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
 			fmt.Sprintf("partitions %d is outside 1 to %d", *p, config.MaxTopicPartitions), false)
@@ -176,7 +166,7 @@ func (a *Agent) createTopic(req createTopicRequest, storage []byte) (election.To
 }
 
 // topicConfig fills a create request in from topic_defaults.
-func (a *Agent) topicConfig(req createTopicRequest, agents int) election.TopicConfig {
+func (a *Agent) topicConfig(req kafkabroker.CreateTopicRequest, agents int) election.TopicConfig {
 	d := a.cfg.TopicDefaults
 	tc := election.TopicConfig{
 		ID:                    rand.Text(),

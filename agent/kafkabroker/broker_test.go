@@ -1,4 +1,4 @@
-package agent
+package kafkabroker
 
 import (
 	"encoding/json"
@@ -31,10 +31,9 @@ func TestKafkaTopicSettings(t *testing.T) {
 		{"bad min isr", map[string]string{"min.insync.replicas": "0"}, 0, nil, kerr.InvalidConfig.Code},
 		{"bad retention", map[string]string{"retention.ms": "-2"}, 0, nil, kerr.InvalidConfig.Code},
 	}
-	a := &Agent{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, storage, err := a.topicSettings(kafka.TopicSpec{Name: "t", Partitions: 3, Configs: tt.configs})
+			req, storage, err := topicSettings(kafka.TopicSpec{Name: "t", Partitions: 3, Configs: tt.configs})
 			if code := kafka.ErrorCode(err); code != tt.code {
 				t.Fatalf("code %d (%v), want %d", code, err, tt.code)
 			}
@@ -61,8 +60,8 @@ func TestKafkaTopicSettings(t *testing.T) {
 func TestKafkaNodeIDIsStableAndPositive(t *testing.T) {
 	seen := map[int32]string{}
 	for _, n := range []string{"n1", "n2", "n3", "host-1", "a"} {
-		id := kafkaNodeID(n)
-		if id < 0 || id != kafkaNodeID(n) {
+		id := NodeID(n)
+		if id < 0 || id != NodeID(n) {
 			t.Errorf("%s: id %d", n, id)
 		}
 		if o, ok := seen[id]; ok {

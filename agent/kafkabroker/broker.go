@@ -1,4 +1,4 @@
-package agent
+package kafkabroker
 
 import (
 	"bytes"
@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,12 +29,12 @@ import (
 	"github.com/logagent/logagent/wire"
 )
 
-// The sidecar's side of the Kafka listener (docs/kafka.md): kafkaBroker is
-// kafka.Broker on the functions the HTTP handlers call, so a Kafka request
-// and an HTTP request for the same thing run the same code below their
-// decoding (docs/design.md §2.1): produceBatch (forwarding, lanes,
-// idempotence), fetchReplica and readLocal (the serving decision and the
-// region read), createTopic and deleteTopic.
+// The sidecar's side of the Kafka listener (docs/kafka.md): Broker is
+// kafka.Broker on the functions the HTTP handlers call, which the Sidecar
+// gives it, so a Kafka request and an HTTP request for the same thing run
+// the same code below their decoding (docs/design.md §2.1): ProduceBatch
+// (forwarding, lanes, idempotence), FetchReplica and ReadLocal (the
+// serving decision and the region read), CreateTopic and DeleteTopic.
 
 // Bounds of the Kafka paths.
 const (
@@ -53,60 +51,41 @@ const (
 	timestampScanBytes = 1 << 20
 )
 
-// kafkaBroker implements kafka.Broker.
-type kafkaBroker struct {
-	a *Agent
+// Broker implements kafka.Broker.
+type Broker struct {
+	s     Sidecar
+	coord Coordinator
+	cfg   Config
 	// polls are the long polls sent to leaders for WaitForData; each ends
 	// within leaderWaitSlice of its fetch, and the agent's stop waits for
-	// them.
+	// them (Wait).
 	polls sync.WaitGroup
 }
 
-var _ kafka.Broker = (*kafkaBroker)(nil)
+var _ kafka.Broker = (*Broker)(nil)
 
-// kafkaNodeID is the broker id this agent presents: FNV-1a of its node id,
+// New returns the broker of cfg.
+func New(cfg Config) *Broker {
+	return &Broker{s: cfg.Sidecar, coord: cfg.Coordinator, cfg: cfg}
+}
+
+// Wait waits for the long polls WaitForData sent to leaders; the agent's
+// stop calls it once the listener has closed.
+func (b *Broker) Wait() {
+	b.polls.Wait()
+}
+
+// NodeID is the broker id this agent presents: FNV-1a of its node id,
 // positive, so it is the same on every start and for every client.
-func kafkaNodeID(nodeID string) int32 {
+func NodeID(nodeID string) int32 {
 	h := fnv.New32a()
 	h.Write([]byte(nodeID))
 	return int32(h.Sum32() & 0x7fffffff)
 }
 
-// kafkaConfig is the listener's configuration: it advertises
-// kafka.advertise_address and names the cluster by its Consul prefix.
-func (a *Agent) kafkaConfig(b *kafkaBroker) (kafka.Config, error) {
-	host, port, err := net.SplitHostPort(a.cfg.Kafka.AdvertiseAddress)
-	if err != nil {
-		return kafka.Config{}, fmt.Errorf("agent: kafka.advertise_address: %w", err)
-	}
-	p, err := strconv.ParseInt(port, 10, 32)
-	if err != nil {
-		return kafka.Config{}, fmt.Errorf("agent: kafka.advertise_address port: %w", err)
-	}
-	return kafka.Config{
-		Broker:          b,
-		Groups:          kafkaGroups{a},
-		Logger:          a.log, // the server names its own sub-logger "kafka"
-		MaxRequestBytes: int32(min(a.cfg.Limits.MaxRequestBytes, 1<<30)),
-		NodeID:          kafkaNodeID(a.cfg.NodeID),
-		Host:            host,
-		Port:            int32(p),
-		ClusterID:       strings.TrimSuffix(a.cfg.Consul.Prefix, "/"),
-	}, nil
-}
-
-// kafkaServing is what the listener answers while the agent starts or
-// stops: retriable, so clients try again or another broker.
-func (a *Agent) kafkaServing() error {
-	if s := a.state.Load(); s == stateServing || s == stateHandingOver {
-		return nil
-	}
-	return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
-}
-
 // kafkaPartition checks a topic and partition against the metadata.
-func (a *Agent) kafkaPartition(topic string, p int32) (*election.TopicMeta, int, error) {
-	tm, ok := a.lookupTopic(topic)
+func (b *Broker) kafkaPartition(topic string, p int32) (*election.TopicMeta, int, error) {
+	tm, ok := b.s.LookupTopic(topic)
 	if !ok {
 		return nil, 0, reply.UnknownTopic(topic)
 	}
@@ -118,11 +97,11 @@ func (a *Agent) kafkaPartition(topic string, p int32) (*election.TopicMeta, int,
 
 // Topics is every topic of this agent's metadata; none while it does not
 // serve (its partitions are not open yet).
-func (b *kafkaBroker) Topics() []kafka.Topic {
-	if b.a.kafkaServing() != nil {
+func (b *Broker) Topics() []kafka.Topic {
+	if b.s.Serving() != nil {
 		return nil
 	}
-	snap := b.a.coord.Metadata()
+	snap := b.coord.Metadata()
 	var topics []kafka.Topic
 	for _, name := range snap.Topics() {
 		tm, ok := snap.Topic(name)
@@ -133,7 +112,7 @@ func (b *kafkaBroker) Topics() []kafka.Topic {
 		for _, pm := range tm.Partitions {
 			kp := kafka.Partition{Partition: int32(pm.Partition), LeaderEpoch: pm.State.Epoch, Replicas: len(pm.Replicas), ISR: len(pm.State.ISR)}
 			if tm.Err != nil || pm.LeaderSession == "" || pm.State.Leader == "" {
-				kp.Err = reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, b.a.noLeaderMessage(name, pm.Partition), true)
+				kp.Err = reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, b.s.NoLeaderMessage(name, pm.Partition), true)
 			}
 			t.Partitions = append(t.Partitions, kp)
 		}
@@ -161,8 +140,8 @@ func kafkaConfigError(format string, args ...any) error {
 
 // topicSettings maps a CreateTopics entry's Kafka configs to the topic API's
 // settings and the topic's own storage settings (partition.TopicStorage).
-func (a *Agent) topicSettings(spec kafka.TopicSpec) (createTopicRequest, []byte, error) {
-	req := createTopicRequest{Name: spec.Name}
+func topicSettings(spec kafka.TopicSpec) (CreateTopicRequest, []byte, error) {
+	req := CreateTopicRequest{Name: spec.Name}
 	if spec.Partitions > 0 {
 		n := int(spec.Partitions)
 		req.Partitions = &n
@@ -220,15 +199,14 @@ func (a *Agent) topicSettings(spec kafka.TopicSpec) (createTopicRequest, []byte,
 }
 
 // CreateTopic is CreateTopics' entry: the topic API's creation.
-func (b *kafkaBroker) CreateTopic(ctx context.Context, spec kafka.TopicSpec) error {
-	a := b.a
-	if err := a.kafkaServing(); err != nil {
+func (b *Broker) CreateTopic(ctx context.Context, spec kafka.TopicSpec) error {
+	if err := b.s.Serving(); err != nil {
 		return err
 	}
 	if spec.Name == groupcoord.OffsetsTopic {
 		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is created by the consumer groups' coordinators", false)
 	}
-	req, storage, err := a.topicSettings(spec)
+	req, storage, err := topicSettings(spec)
 	if err != nil {
 		return err
 	}
@@ -240,9 +218,9 @@ func (b *kafkaBroker) CreateTopic(ctx context.Context, spec kafka.TopicSpec) err
 		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf("replication factor %d is not positive", rf)}
 	}
 	if spec.ValidateOnly {
-		return a.validateTopic(ctx, req)
+		return b.validateTopic(ctx, req)
 	}
-	_, _, err = a.createTopic(req, storage)
+	err = b.s.CreateTopic(req, storage)
 	switch {
 	case errors.Is(err, election.ErrTopicExists):
 		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+spec.Name+" exists", false)
@@ -256,20 +234,20 @@ func (b *kafkaBroker) CreateTopic(ctx context.Context, spec kafka.TopicSpec) err
 
 // validateTopic is a CreateTopics with validate_only: the checks a
 // creation makes before it writes.
-func (a *Agent) validateTopic(ctx context.Context, req createTopicRequest) error {
+func (b *Broker) validateTopic(ctx context.Context, req CreateTopicRequest) error {
 	if !election.ValidTopicName(req.Name) {
 		return reply.InvalidTopicName(req.Name)
 	}
-	if _, ok := a.coord.Metadata().Topic(req.Name); ok {
+	if _, ok := b.coord.Metadata().Topic(req.Name); ok {
 		return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeTopicExists, "topic "+req.Name+" exists", false)
 	}
-	callCtx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, peer.CallTimeout)
 	defer cancel()
-	agents, err := a.coord.Agents(callCtx)
+	agents, err := b.coord.Agents(callCtx)
 	if err != nil {
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
-	tc := a.topicConfig(req, len(agents))
+	tc := b.s.TopicConfig(req, len(agents))
 	if tc.ReplicationFactor > len(agents) {
 		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf("replication factor %d is above the %d agents", tc.ReplicationFactor, len(agents))}
 	}
@@ -280,15 +258,14 @@ func (a *Agent) validateTopic(ctx context.Context, req createTopicRequest) error
 }
 
 // DeleteTopic is DeleteTopics' entry: the topic API's deletion.
-func (b *kafkaBroker) DeleteTopic(ctx context.Context, name string) error {
-	a := b.a
-	if err := a.kafkaServing(); err != nil {
+func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+	if err := b.s.Serving(); err != nil {
 		return err
 	}
 	if name == groupcoord.OffsetsTopic {
 		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not deleted", false)
 	}
-	switch err := a.deleteTopic(name); {
+	switch err := b.s.DeleteTopic(name); {
 	case err == nil:
 		return nil
 	case errors.Is(err, election.ErrUnknownTopic):
@@ -302,15 +279,14 @@ func (b *kafkaBroker) DeleteTopic(ctx context.Context, name string) error {
 
 // AddPartitions is CreatePartitions' entry: the topic API's alter of the
 // partition count.
-func (b *kafkaBroker) AddPartitions(ctx context.Context, topic string, count int32, validateOnly bool) error {
-	a := b.a
-	if err := a.kafkaServing(); err != nil {
+func (b *Broker) AddPartitions(ctx context.Context, topic string, count int32, validateOnly bool) error {
+	if err := b.s.Serving(); err != nil {
 		return err
 	}
 	if topic == groupcoord.OffsetsTopic {
 		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
 	}
-	tm, ok := a.lookupTopic(topic)
+	tm, ok := b.s.LookupTopic(topic)
 	if !ok {
 		return reply.UnknownTopic(topic)
 	}
@@ -319,7 +295,7 @@ func (b *kafkaBroker) AddPartitions(ctx context.Context, topic string, count int
 			"topic %s has %d partitions, and partitions can only be added, up to %d: not %d", topic, have, config.MaxTopicPartitions, count)}
 	}
 	if validateOnly {
-		nodes, err := a.placementNodes(ctx)
+		nodes, err := b.s.PlacementNodes(ctx)
 		if err == nil && len(nodes) < tm.Config.ReplicationFactor {
 			err = &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf(
 				"replication factor %d is above the %d agents that are live and not being drained", tm.Config.ReplicationFactor, len(nodes))}
@@ -327,33 +303,32 @@ func (b *kafkaBroker) AddPartitions(ctx context.Context, topic string, count int
 		return err
 	}
 	n := int(count)
-	return a.alterTopic(topic, topicChange{partitions: &n})
+	return b.s.AlterTopic(topic, TopicChange{Partitions: &n})
 }
 
 // AlterTopicConfigs is IncrementalAlterConfigs' entry: min.insync.replicas,
 // retention.ms and retention.bytes map to the topic API's alter; a delete
 // of a retention config is "default" (the agents' storage block), and
 // min.insync.replicas has no default to go back to.
-func (b *kafkaBroker) AlterTopicConfigs(ctx context.Context, topic string, changes []kafka.ConfigChange, validateOnly bool) error {
-	a := b.a
-	if err := a.kafkaServing(); err != nil {
+func (b *Broker) AlterTopicConfigs(ctx context.Context, topic string, changes []kafka.ConfigChange, validateOnly bool) error {
+	if err := b.s.Serving(); err != nil {
 		return err
 	}
 	if topic == groupcoord.OffsetsTopic {
 		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
 	}
-	tm, ok := a.lookupTopic(topic)
+	tm, ok := b.s.LookupTopic(topic)
 	if !ok {
 		return reply.UnknownTopic(topic)
 	}
-	var c topicChange
+	var c TopicChange
 	for _, ch := range changes {
 		if ch.Value == nil {
 			switch ch.Name {
 			case "retention.ms":
-				c.resetRetention = true
+				c.ResetRetention = true
 			case "retention.bytes":
-				c.resetRetentionBytes = true
+				c.ResetRetentionBytes = true
 			default:
 				return kafkaConfigError("config %s cannot be deleted: only retention.ms and retention.bytes have a default to go back to", ch.Name)
 			}
@@ -366,41 +341,40 @@ func (b *kafkaBroker) AlterTopicConfigs(ctx context.Context, topic string, chang
 				return kafkaConfigError("min.insync.replicas %q is outside 1 to the replication factor %d", *ch.Value, tm.Config.ReplicationFactor)
 			}
 			m := int(n)
-			c.minInsyncReplicas = &m
+			c.MinInsyncReplicas = &m
 		case "retention.ms":
 			if err != nil || n < -1 {
 				return kafkaConfigError("retention.ms %q is not an integer of at least -1", *ch.Value)
 			}
 			d := time.Duration(max(n, 0)) * time.Millisecond // Kafka's -1, no bound, is logagent's 0
-			c.retention = &d
+			c.Retention = &d
 		case "retention.bytes":
 			if err != nil || n < -1 {
 				return kafkaConfigError("retention.bytes %q is not an integer of at least -1", *ch.Value)
 			}
 			n = max(n, 0)
-			c.retentionBytes = &n
+			c.RetentionBytes = &n
 		default:
 			return kafkaConfigError("config %s cannot be altered: min.insync.replicas, retention.ms and retention.bytes can (docs/kafka.md)", ch.Name)
 		}
 	}
-	if validateOnly || c == (topicChange{}) {
+	if validateOnly || c == (TopicChange{}) {
 		return nil
 	}
-	return a.alterTopic(topic, c)
+	return b.s.AlterTopic(topic, c)
 }
 
 // TopicConfigs are a topic's settings under Kafka's names: its own storage
 // settings over this agent's storage block.
-func (b *kafkaBroker) TopicConfigs(name string) (map[string]string, error) {
-	a := b.a
-	if err := a.kafkaServing(); err != nil {
+func (b *Broker) TopicConfigs(name string) (map[string]string, error) {
+	if err := b.s.Serving(); err != nil {
 		return nil, err
 	}
-	tm, ok := a.lookupTopic(name)
+	tm, ok := b.s.LookupTopic(name)
 	if !ok {
 		return nil, reply.UnknownTopic(name)
 	}
-	opts, err := partition.LogOptionsFor(a.logOptions(), tm.Config)
+	opts, err := partition.LogOptionsFor(b.s.LogOptions(), tm.Config)
 	if err != nil {
 		return nil, reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 	}
@@ -422,20 +396,19 @@ func retentionValue(v int64) int64 {
 	return v
 }
 
-// Produce appends one client batch through produceBatch, as an HTTP
+// Produce appends one client batch through ProduceBatch, as an HTTP
 // produce of a binary batch does, idempotent batches and the sidecar's
 // lanes included.
-func (b *kafkaBroker) Produce(ctx context.Context, req kafka.ProduceRequest) (kafka.ProduceResult, error) {
-	a := b.a
-	start := a.now()
+func (b *Broker) Produce(ctx context.Context, req kafka.ProduceRequest) (kafka.ProduceResult, error) {
+	start := b.cfg.Now()
 	failed := kafka.ProduceResult{BaseOffset: -1, LogStartOffset: -1}
-	if err := a.kafkaServing(); err != nil {
+	if err := b.s.Serving(); err != nil {
 		return failed, err
 	}
 	if req.Topic == groupcoord.OffsetsTopic {
 		return failed, reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is written by the consumer groups' coordinators only", false)
 	}
-	_, p, err := a.kafkaPartition(req.Topic, req.Partition)
+	_, p, err := b.kafkaPartition(req.Topic, req.Partition)
 	if err != nil {
 		return failed, err
 	}
@@ -450,34 +423,31 @@ func (b *kafkaBroker) Produce(ctx context.Context, req kafka.ProduceRequest) (ka
 	default:
 		return failed, &kafka.Error{Code: kerr.InvalidRequiredAcks.Code, Message: fmt.Sprintf("acks %d is not -1, 0 or 1", req.Acks)}
 	}
-	defer func() { a.metrics.ObserveProduce(acksParam(acks), a.now().Sub(start)) }()
+	defer func() { b.cfg.ObserveProduce(acks, b.cfg.Now().Sub(start)) }()
 	// Validated again, as every batch that reaches the log is, and copied:
 	// the loop stamps offsets into its own copy, after an acks=0 answer.
-	batch, count, err := a.decodeBatch(req.Batch)
+	batch, count, err := b.s.DecodeBatch(req.Batch, acks)
 	if err != nil {
-		return failed, err
-	}
-	if _, err := applyProducerHeaders(batch, producerHeaders{}, true, acks); err != nil {
 		return failed, err
 	}
 	timeout := req.Timeout
 	if timeout <= 0 {
-		timeout = defaultProduceTimeout
+		timeout = b.cfg.ProduceTimeout
 	}
-	deadline := a.now().Add(min(timeout, maxProduceTimeout))
+	deadline := b.cfg.Now().Add(min(timeout, b.cfg.MaxProduceTimeout))
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	resp, apiErr := a.produceBatch(req.Topic, p, batch, count, acks, deadline)
+	baseOffset, duplicate, apiErr := b.s.ProduceBatch(req.Topic, p, batch, count, acks, deadline)
 	if apiErr != nil {
 		return failed, apiErr
 	}
-	a.metrics.Produced(req.Topic, count, len(batch))
-	out := kafka.ProduceResult{BaseOffset: -1, LogStartOffset: -1, Duplicate: resp.Duplicate}
-	if resp.BaseOffset != nil {
-		out.BaseOffset = *resp.BaseOffset
+	b.cfg.Produced(req.Topic, count, len(batch))
+	out := kafka.ProduceResult{BaseOffset: -1, LogStartOffset: -1, Duplicate: duplicate}
+	if baseOffset != nil {
+		out.BaseOffset = *baseOffset
 	}
-	if r := a.replicas.Get(req.Topic, p); r != nil {
+	if r := b.s.Replica(req.Topic, p); r != nil {
 		out.LogStartOffset = r.CurrentLog().LogStartOffset()
 	}
 	return out, nil
@@ -486,11 +456,11 @@ func (b *kafkaBroker) Produce(ctx context.Context, req kafka.ProduceRequest) (ka
 // checkLeaderEpoch is Kafka's current_leader_epoch check against the
 // epoch this agent's Metadata answers report: FENCED_LEADER_EPOCH when
 // the client's is older, UNKNOWN_LEADER_EPOCH when newer.
-func (a *Agent) checkLeaderEpoch(topic string, p int, current int32) error {
+func (b *Broker) checkLeaderEpoch(topic string, p int, current int32) error {
 	if current < 0 {
 		return nil
 	}
-	pm, ok := a.coord.Metadata().Partition(topic, p)
+	pm, ok := b.coord.Metadata().Partition(topic, p)
 	if !ok {
 		return reply.UnknownTopic(topic)
 	}
@@ -503,41 +473,40 @@ func (a *Agent) checkLeaderEpoch(topic string, p int, current int32) error {
 	return nil
 }
 
-// Fetch reads from the local replica when fetchReplica chooses it (the
+// Fetch reads from the local replica when FetchReplica chooses it (the
 // region leaves with sendfile), else from the leader's client API.
-func (b *kafkaBroker) Fetch(ctx context.Context, req kafka.FetchRequest) (kafka.FetchResult, error) {
-	a := b.a
-	start := a.now()
-	defer func() { a.metrics.ObserveFetch(a.now().Sub(start)) }()
-	if err := a.kafkaServing(); err != nil {
+func (b *Broker) Fetch(ctx context.Context, req kafka.FetchRequest) (kafka.FetchResult, error) {
+	start := b.cfg.Now()
+	defer func() { b.cfg.ObserveFetch(b.cfg.Now().Sub(start)) }()
+	if err := b.s.Serving(); err != nil {
 		return kafka.FetchResult{}, err
 	}
-	_, p, err := a.kafkaPartition(req.Topic, req.Partition)
+	_, p, err := b.kafkaPartition(req.Topic, req.Partition)
 	if err != nil {
 		return kafka.FetchResult{}, err
 	}
-	if err := a.checkLeaderEpoch(req.Topic, p, req.CurrentLeaderEpoch); err != nil {
+	if err := b.checkLeaderEpoch(req.Topic, p, req.CurrentLeaderEpoch); err != nil {
 		return kafka.FetchResult{}, err
 	}
 	maxBytes := max(int64(req.MaxBytes), 1)
-	r, refusal := a.fetchReplica(req.Topic, p)
+	r, refusal := b.s.FetchReplica(req.Topic, p)
 	if refusal == nil {
-		region, pos, e := a.readLocal(r, req.Offset, maxBytes, 0)
+		region, pos, e := b.s.ReadLocal(r, req.Offset, maxBytes)
 		if e != nil {
 			return kafka.FetchResult{}, e
 		}
-		a.metrics.Fetched(req.Topic, region.Len)
-		return kafka.FetchResult{HighWatermark: pos.hw, LogStartOffset: pos.lso, Records: regionRecords{region}}, nil
+		b.cfg.Fetched(req.Topic, region.Len)
+		return kafka.FetchResult{HighWatermark: pos.HW, LogStartOffset: pos.LSO, Records: regionRecords{region}}, nil
 	}
-	body, pos, e := a.leaderFetch(req.Topic, p, strconv.FormatInt(req.Offset, 10), maxBytes, 0)
-	if errors.Is(e, errNoLeaderToAsk) {
+	body, pos, e := b.s.LeaderFetch(req.Topic, p, strconv.FormatInt(req.Offset, 10), maxBytes, 0)
+	if errors.Is(e, ErrNoLeaderToAsk) {
 		return kafka.FetchResult{}, refusal
 	}
 	if e != nil {
 		return kafka.FetchResult{}, e
 	}
-	a.metrics.Fetched(req.Topic, int64(len(body)))
-	return kafka.FetchResult{HighWatermark: pos.hw, LogStartOffset: pos.lso, Records: &bytesRecords{Reader: bytes.NewReader(body)}}, nil
+	b.cfg.Fetched(req.Topic, int64(len(body)))
+	return kafka.FetchResult{HighWatermark: pos.HW, LogStartOffset: pos.LSO, Records: &bytesRecords{Reader: bytes.NewReader(body)}}, nil
 }
 
 // regionRecords are a fetch's batches in a segment file: WriteTo sends
@@ -554,55 +523,13 @@ type bytesRecords struct{ *bytes.Reader }
 func (r *bytesRecords) Len() int64   { return r.Size() }
 func (r *bytesRecords) Close() error { return nil }
 
-// errNoLeaderToAsk says a fetch cannot go to the leader: there is none
-// known, this agent is it, or it is not in the directory.
-var errNoLeaderToAsk = errors.New("agent: no leader to ask")
-
-// leaderFetch sends a consumer fetch this agent cannot serve to the
-// partition's leader's client API, as proxyFetch does for HTTP, and reads
-// the answer into memory (at most fetchBodyLimit).
-func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, logPositions, error) {
-	pm, ok := a.coord.Metadata().Partition(topic, p)
-	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
-		return nil, logPositions{}, errNoLeaderToAsk
-	}
-	info, ok := a.agents.lookup(pm.State.Leader)
-	if !ok || info.ClientAddr == "" {
-		return nil, logPositions{}, errNoLeaderToAsk
-	}
-	uri := "/v1/topics/" + topic + "/partitions/" + strconv.Itoa(p) + "/records?offset=" + offset + "&max_bytes=" + strconv.FormatInt(min(maxBytes, 1<<31-1), 10)
-	if wait > 0 {
-		uri += "&wait=" + wait.String()
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	a.clientAPIs.Address(req, info.ClientAddr, uri)
-	req.Header.Set(fasthttp.HeaderAccept, wire.ContentTypeBatch)
-	req.Header.Set(wire.HeaderProxied, a.cfg.NodeID)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	if err := a.clientAPIs.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
-		return nil, logPositions{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true)
-	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, logPositions{}, relayedError(resp)
-	}
-	hw, err1 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderHighWatermark)), 10, 64)
-	lso, err2 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderLogStartOffset)), 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, logPositions{}, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+pm.State.Leader+" answered without positions: "+err.Error(), true)
-	}
-	return bytes.Clone(resp.Body()), logPositions{hw: hw, lso: lso}, nil
-}
-
 // WaitForData is a fetch's long poll: one goroutine per partition (at most
 // maxKafkaWaiters), on the local replica's changes or, for a partition
 // served by its leader, the leader's own long poll in slices of
 // leaderWaitSlice. It returns when one has data, max passed, ctx ended or
 // the agent stops; the local waits have ended by then, the leader polls
 // end within a slice.
-func (b *kafkaBroker) WaitForData(ctx context.Context, positions []kafka.Position, max time.Duration) error {
-	a := b.a
+func (b *Broker) WaitForData(ctx context.Context, positions []kafka.Position, max time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, max)
 	ready := make(chan struct{}, 1)
 	signal := func() {
@@ -618,18 +545,18 @@ func (b *kafkaBroker) WaitForData(ctx context.Context, positions []kafka.Positio
 		if i == maxKafkaWaiters {
 			break
 		}
-		_, p, err := a.kafkaPartition(pos.Topic, pos.Partition)
+		_, p, err := b.kafkaPartition(pos.Topic, pos.Partition)
 		if err != nil {
 			return nil // the fetch answers the error at once
 		}
-		if r, refusal := a.fetchReplica(pos.Topic, p); refusal == nil {
+		if r, refusal := b.s.FetchReplica(pos.Topic, p); refusal == nil {
 			log := r.CurrentLog()
 			has := func() bool { return log.HighWatermark() > pos.Offset }
 			if has() {
 				return nil
 			}
 			local.Go(func() {
-				r.WaitFor(max, a.stopping, ctx.Done(), has)
+				r.WaitFor(max, b.cfg.Stopping, ctx.Done(), has)
 				if has() {
 					signal()
 				}
@@ -637,7 +564,7 @@ func (b *kafkaBroker) WaitForData(ctx context.Context, positions []kafka.Positio
 			continue
 		}
 		b.polls.Go(func() {
-			if a.leaderWait(ctx, pos.Topic, p, pos.Offset) {
+			if b.leaderWait(ctx, pos.Topic, p, pos.Offset) {
 				signal()
 			}
 		})
@@ -645,7 +572,7 @@ func (b *kafkaBroker) WaitForData(ctx context.Context, positions []kafka.Positio
 	select {
 	case <-ready:
 	case <-ctx.Done():
-	case <-a.stopping:
+	case <-b.cfg.Stopping:
 	}
 	return nil
 }
@@ -653,49 +580,49 @@ func (b *kafkaBroker) WaitForData(ctx context.Context, positions []kafka.Positio
 // leaderWait long-polls the partition's leader until its high watermark
 // passes offset (true), a poll fails (true: the fetch answers the
 // failure), or ctx ends (false).
-func (a *Agent) leaderWait(ctx context.Context, topic string, p int, offset int64) bool {
+func (b *Broker) leaderWait(ctx context.Context, topic string, p int, offset int64) bool {
 	for {
 		deadline, _ := ctx.Deadline()
 		wait := min(time.Until(deadline), leaderWaitSlice)
 		if ctx.Err() != nil || wait <= 0 {
 			return false
 		}
-		body, pos, err := a.leaderFetch(topic, p, strconv.FormatInt(offset, 10), 1, wait)
-		if err != nil || pos.hw > offset || len(body) > 0 {
+		body, pos, err := b.s.LeaderFetch(topic, p, strconv.FormatInt(offset, 10), 1, wait)
+		if err != nil || pos.HW > offset || len(body) > 0 {
 			return ctx.Err() == nil
 		}
 	}
 }
 
 // positions are a partition's log start offset and high watermark: the
-// local replica's when fetchReplica chooses it, else the leader's.
-func (a *Agent) positions(topic string, p int) (logPositions, error) {
-	r, refusal := a.fetchReplica(topic, p)
+// local replica's when FetchReplica chooses it, else the leader's.
+func (b *Broker) positions(topic string, p int) (LogPositions, error) {
+	r, refusal := b.s.FetchReplica(topic, p)
 	if refusal == nil {
 		log := r.CurrentLog()
-		return logPositions{hw: log.HighWatermark(), lso: log.LogStartOffset()}, nil
+		return LogPositions{HW: log.HighWatermark(), LSO: log.LogStartOffset()}, nil
 	}
-	_, pos, err := a.leaderFetch(topic, p, "latest", 1, 0)
-	if errors.Is(err, errNoLeaderToAsk) {
-		return logPositions{}, refusal
+	_, pos, err := b.s.LeaderFetch(topic, p, "latest", 1, 0)
+	if errors.Is(err, ErrNoLeaderToAsk) {
+		return LogPositions{}, refusal
 	}
 	return pos, err
 }
 
 // readBatches reads whole batches from offset into memory, locally or from
 // the leader, below the high watermark.
-func (a *Agent) readBatches(topic string, p int, offset, maxBytes int64) ([]byte, error) {
-	r, refusal := a.fetchReplica(topic, p)
+func (b *Broker) readBatches(topic string, p int, offset, maxBytes int64) ([]byte, error) {
+	r, refusal := b.s.FetchReplica(topic, p)
 	if refusal == nil {
-		region, _, e := a.readLocal(r, offset, maxBytes, 0)
+		region, _, e := b.s.ReadLocal(r, offset, maxBytes)
 		if e != nil {
 			return nil, e
 		}
 		defer region.Close()
 		return io.ReadAll(region)
 	}
-	body, _, err := a.leaderFetch(topic, p, strconv.FormatInt(offset, 10), maxBytes, 0)
-	if errors.Is(err, errNoLeaderToAsk) {
+	body, _, err := b.s.LeaderFetch(topic, p, strconv.FormatInt(offset, 10), maxBytes, 0)
+	if errors.Is(err, ErrNoLeaderToAsk) {
 		return nil, refusal
 	}
 	return body, err
@@ -707,36 +634,35 @@ func (a *Agent) readBatches(topic string, p int, offset, maxBytes int64) ([]byte
 // batch's records: the cost grows with the log (there is no time index),
 // one read of the partition's committed bytes at worst, from the leader
 // when this agent does not serve the partition.
-func (b *kafkaBroker) ListOffset(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (kafka.OffsetAt, error) {
-	a := b.a
+func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (kafka.OffsetAt, error) {
 	none := kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
-	if err := a.kafkaServing(); err != nil {
+	if err := b.s.Serving(); err != nil {
 		return none, err
 	}
-	_, p, err := a.kafkaPartition(topic, partition)
+	_, p, err := b.kafkaPartition(topic, partition)
 	if err != nil {
 		return none, err
 	}
-	if err := a.checkLeaderEpoch(topic, p, currentLeaderEpoch); err != nil {
+	if err := b.checkLeaderEpoch(topic, p, currentLeaderEpoch); err != nil {
 		return none, err
 	}
-	pos, err := a.positions(topic, p)
+	pos, err := b.positions(topic, p)
 	if err != nil {
 		return none, err
 	}
 	switch {
 	case timestamp == -2:
-		return kafka.OffsetAt{Offset: pos.lso, Timestamp: -1, LeaderEpoch: -1}, nil
+		return kafka.OffsetAt{Offset: pos.LSO, Timestamp: -1, LeaderEpoch: -1}, nil
 	case timestamp == -1:
-		return kafka.OffsetAt{Offset: pos.hw, Timestamp: -1, LeaderEpoch: -1}, nil
+		return kafka.OffsetAt{Offset: pos.HW, Timestamp: -1, LeaderEpoch: -1}, nil
 	case timestamp < 0:
 		return none, &kafka.Error{Code: kerr.InvalidRequest.Code, Message: fmt.Sprintf("timestamp %d is not -2, -1 or a time", timestamp)}
 	}
-	for offset := pos.lso; offset < pos.hw; {
+	for offset := pos.LSO; offset < pos.HW; {
 		if err := ctx.Err(); err != nil {
 			return none, err
 		}
-		data, err := a.readBatches(topic, p, offset, timestampScanBytes)
+		data, err := b.readBatches(topic, p, offset, timestampScanBytes)
 		if err != nil {
 			return none, err
 		}
@@ -748,7 +674,7 @@ func (b *kafkaBroker) ListOffset(ctx context.Context, topic string, partition in
 				break // a length this read cannot hold whole: read from here
 			}
 			if h.MaxTimestamp() >= timestamp {
-				return a.firstAtOrAfter(data[:size], timestamp), nil
+				return b.firstAtOrAfter(data[:size], timestamp), nil
 			}
 			next = h.NextOffset()
 			data = data[size:]
@@ -764,11 +690,11 @@ func (b *kafkaBroker) ListOffset(ctx context.Context, topic string, partition in
 // firstAtOrAfter is the first record of a batch whose timestamp is at or
 // after ts; the batch's first offset and max timestamp when its records
 // cannot be read.
-func (a *Agent) firstAtOrAfter(batch []byte, ts int64) kafka.OffsetAt {
+func (b *Broker) firstAtOrAfter(batch []byte, ts int64) kafka.OffsetAt {
 	h := record.Header(batch)
 	found := kafka.OffsetAt{Offset: h.BaseOffset(), Timestamp: h.MaxTimestamp(), LeaderEpoch: h.LeaderEpoch()}
-	d := a.decoders.Get().(*record.Decoder)
-	defer a.decoders.Put(d)
+	d := b.cfg.Decoders.Get().(*record.Decoder)
+	defer b.cfg.Decoders.Put(d)
 	it, err := d.Records(batch)
 	if err != nil {
 		return found
@@ -785,38 +711,37 @@ func (a *Agent) firstAtOrAfter(batch []byte, ts int64) kafka.OffsetAt {
 // EndOffsetForEpoch asks the leader's epoch cache: this agent's log when it
 // leads, else the leader's through the peer epoch query its followers
 // send.
-func (b *kafkaBroker) EndOffsetForEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, epoch int32) (int32, int64, error) {
-	a := b.a
-	if err := a.kafkaServing(); err != nil {
+func (b *Broker) EndOffsetForEpoch(ctx context.Context, topic string, part int32, currentLeaderEpoch, epoch int32) (int32, int64, error) {
+	if err := b.s.Serving(); err != nil {
 		return -1, -1, err
 	}
-	_, p, err := a.kafkaPartition(topic, partition)
+	_, p, err := b.kafkaPartition(topic, part)
 	if err != nil {
 		return -1, -1, err
 	}
-	if err := a.checkLeaderEpoch(topic, p, currentLeaderEpoch); err != nil {
+	if err := b.checkLeaderEpoch(topic, p, currentLeaderEpoch); err != nil {
 		return -1, -1, err
 	}
-	pm, _ := a.coord.Metadata().Partition(topic, p)
+	pm, _ := b.coord.Metadata().Partition(topic, p)
 	if epoch > pm.State.Epoch {
 		// Kafka answers an epoch above every known one as undefined.
 		return segstore.UndefinedEpoch, segstore.UndefinedOffset, nil
 	}
-	if r := a.replicas.Get(topic, p); r != nil {
-		if v := r.CurrentView(); v.Role == roleLeader && !v.DataLoss {
+	if r := b.s.Replica(topic, p); r != nil {
+		if v := r.CurrentView(); v.Role == partition.RoleLeader && !v.DataLoss {
 			found, end := r.CurrentLog().EndOffsetForEpoch(epoch)
 			return found, end, nil
 		}
 	}
-	if pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
-		return -1, -1, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, p), true)
+	if pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == b.cfg.NodeID {
+		return -1, -1, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, b.s.NoLeaderMessage(topic, p), true)
 	}
-	info, ok := a.agents.lookup(pm.State.Leader)
+	info, ok := b.s.LookupAgent(pm.State.Leader)
 	if !ok {
 		return -1, -1, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true)
 	}
-	answer, err := a.forwarder.EpochEndOffset(info.PeerAddr, peer.EpochQuery{Topic: topic, Partition: p,
-		EpochRequest: replicate.EpochRequest{ReplicaID: a.cfg.NodeID, CurrentLeaderEpoch: pm.State.Epoch, Epoch: epoch}})
+	answer, err := b.s.EpochEndOffset(info.PeerAddr, peer.EpochQuery{Topic: topic, Partition: p,
+		EpochRequest: replicate.EpochRequest{ReplicaID: b.cfg.NodeID, CurrentLeaderEpoch: pm.State.Epoch, Epoch: epoch}})
 	var pe *peer.Error
 	switch {
 	case err == nil:
@@ -836,20 +761,19 @@ func (b *kafkaBroker) EndOffsetForEpoch(ctx context.Context, topic string, parti
 // POST /v1/producers does. The epoch a client sends with its id (KIP-360)
 // is not compared with the current one: the allocator bumps whatever epoch
 // the id has, as the HTTP API's does (docs/kafka.md).
-func (b *kafkaBroker) InitProducerID(ctx context.Context, producerID int64, _ int16) (int64, int16, error) {
-	a := b.a
-	if err := a.kafkaServing(); err != nil {
+func (b *Broker) InitProducerID(ctx context.Context, producerID int64, _ int16) (int64, int16, error) {
+	if err := b.s.Serving(); err != nil {
 		return -1, -1, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, peer.CallTimeout)
 	defer cancel()
 	var id int64
 	var epoch int16
 	var err error
 	if producerID < 0 {
-		id, epoch, err = a.coord.AllocateProducerID(callCtx)
+		id, epoch, err = b.coord.AllocateProducerID(callCtx)
 	} else {
-		id, epoch, err = a.coord.BumpProducerEpoch(callCtx, producerID)
+		id, epoch, err = b.coord.BumpProducerEpoch(callCtx, producerID)
 	}
 	switch {
 	case errors.Is(err, election.ErrUnknownProducerID):

@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/agent/kafkabroker"
+	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/peer"
+	"github.com/logagent/logagent/agent/reply"
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/kafka"
+	"github.com/logagent/logagent/replicate"
+	"github.com/logagent/logagent/segstore"
+	"github.com/logagent/logagent/wire"
+)
+
+// What the agent gives the Kafka listener's broker (agent/kafkabroker):
+// the sidecar service's operations, which the HTTP handlers call too.
+
+// newKafkaBroker returns the broker of the Kafka listener; Run waits for
+// its long polls when it stops.
+func (a *Agent) newKafkaBroker() *kafkabroker.Broker {
+	return kafkabroker.New(kafkabroker.Config{
+		Sidecar:           kafkaSidecar{a},
+		Coordinator:       a.coord,
+		NodeID:            a.cfg.NodeID,
+		Stopping:          a.stopping,
+		Decoders:          &a.decoders,
+		ProduceTimeout:    defaultProduceTimeout,
+		MaxProduceTimeout: maxProduceTimeout,
+		// acksParam's names are the metric's acks label values.
+		ObserveProduce: func(acks replicate.Acks, d time.Duration) { a.metrics.ObserveProduce(acksParam(acks), d) },
+		Produced:       a.metrics.Produced,
+		ObserveFetch:   a.metrics.ObserveFetch,
+		Fetched:        a.metrics.Fetched,
+		Now:            a.now,
+	})
+}
+
+// kafkaConfig is the listener's configuration: it advertises
+// kafka.advertise_address and names the cluster by its Consul prefix.
+func (a *Agent) kafkaConfig(b *kafkabroker.Broker) (kafka.Config, error) {
+	host, port, err := net.SplitHostPort(a.cfg.Kafka.AdvertiseAddress)
+	if err != nil {
+		return kafka.Config{}, fmt.Errorf("agent: kafka.advertise_address: %w", err)
+	}
+	p, err := strconv.ParseInt(port, 10, 32)
+	if err != nil {
+		return kafka.Config{}, fmt.Errorf("agent: kafka.advertise_address port: %w", err)
+	}
+	return kafka.Config{
+		Broker:          b,
+		Groups:          kafkaGroups{a},
+		Logger:          a.log, // the server names its own sub-logger "kafka"
+		MaxRequestBytes: int32(min(a.cfg.Limits.MaxRequestBytes, 1<<30)),
+		NodeID:          kafkabroker.NodeID(a.cfg.NodeID),
+		Host:            host,
+		Port:            int32(p),
+		ClusterID:       strings.TrimSuffix(a.cfg.Consul.Prefix, "/"),
+	}, nil
+}
+
+// kafkaSidecar is the agent's kafkabroker.Sidecar. It reads the agent's
+// replicas, peer clients and coordinators at each call: Run makes them
+// after the listeners open.
+type kafkaSidecar struct{ a *Agent }
+
+var _ kafkabroker.Sidecar = kafkaSidecar{}
+
+// Serving is what the listener answers while the agent starts or stops:
+// retriable, so clients try again or another broker.
+func (s kafkaSidecar) Serving() error {
+	if st := s.a.state.Load(); st == stateServing || st == stateHandingOver {
+		return nil
+	}
+	return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
+}
+
+func (s kafkaSidecar) LookupTopic(name string) (*election.TopicMeta, bool) {
+	return s.a.lookupTopic(name)
+}
+
+func (s kafkaSidecar) NoLeaderMessage(topic string, p int) string {
+	return s.a.noLeaderMessage(topic, p)
+}
+
+func (s kafkaSidecar) Replica(topic string, p int) *partition.Replica {
+	return s.a.replicas.Get(topic, p)
+}
+
+func (s kafkaSidecar) LookupAgent(node string) (election.AgentInfo, bool) {
+	return s.a.agents.lookup(node)
+}
+
+func (s kafkaSidecar) TopicConfig(req kafkabroker.CreateTopicRequest, agents int) election.TopicConfig {
+	return s.a.topicConfig(req, agents)
+}
+
+func (s kafkaSidecar) CreateTopic(req kafkabroker.CreateTopicRequest, storage []byte) error {
+	_, _, err := s.a.createTopic(req, storage)
+	return err
+}
+
+func (s kafkaSidecar) DeleteTopic(name string) error { return s.a.deleteTopic(name) }
+
+func (s kafkaSidecar) AlterTopic(name string, c kafkabroker.TopicChange) error {
+	return s.a.alterTopic(name, c)
+}
+
+func (s kafkaSidecar) PlacementNodes(ctx context.Context) ([]string, error) {
+	return s.a.placementNodes(ctx)
+}
+
+func (s kafkaSidecar) LogOptions() segstore.Options { return s.a.logOptions() }
+
+func (s kafkaSidecar) DecodeBatch(body []byte, acks replicate.Acks) ([]byte, int, error) {
+	batch, count, err := s.a.decodeBatch(body)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := applyProducerHeaders(batch, producerHeaders{}, true, acks); err != nil {
+		return nil, 0, err
+	}
+	return batch, count, nil
+}
+
+func (s kafkaSidecar) ProduceBatch(topic string, p int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (*int64, bool, *reply.APIError) {
+	resp, apiErr := s.a.produceBatch(topic, p, batch, count, acks, deadline)
+	return resp.BaseOffset, resp.Duplicate, apiErr
+}
+
+func (s kafkaSidecar) FetchReplica(topic string, p int) (*partition.Replica, *reply.APIError) {
+	return s.a.fetchReplica(topic, p)
+}
+
+func (s kafkaSidecar) ReadLocal(r *partition.Replica, offset, maxBytes int64) (*segstore.Region, kafkabroker.LogPositions, *reply.APIError) {
+	return s.a.readLocal(r, offset, maxBytes, 0)
+}
+
+func (s kafkaSidecar) LeaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
+	return s.a.leaderFetch(topic, p, offset, maxBytes, wait)
+}
+
+func (s kafkaSidecar) EpochEndOffset(peerAddr string, q peer.EpochQuery) (replicate.EpochEndOffset, error) {
+	return s.a.forwarder.EpochEndOffset(peerAddr, q)
+}
+
+// leaderFetch sends a consumer fetch this agent cannot serve to the
+// partition's leader's client API, as proxyFetch does for HTTP, and reads
+// the answer into memory (at most fetchBodyLimit).
+func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
+	pm, ok := a.coord.Metadata().Partition(topic, p)
+	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
+		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
+	}
+	info, ok := a.agents.lookup(pm.State.Leader)
+	if !ok || info.ClientAddr == "" {
+		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
+	}
+	uri := "/v1/topics/" + topic + "/partitions/" + strconv.Itoa(p) + "/records?offset=" + offset + "&max_bytes=" + strconv.FormatInt(min(maxBytes, 1<<31-1), 10)
+	if wait > 0 {
+		uri += "&wait=" + wait.String()
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	a.clientAPIs.Address(req, info.ClientAddr, uri)
+	req.Header.Set(fasthttp.HeaderAccept, wire.ContentTypeBatch)
+	req.Header.Set(wire.HeaderProxied, a.cfg.NodeID)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	if err := a.clientAPIs.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
+		return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true)
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return nil, kafkabroker.LogPositions{}, relayedError(resp)
+	}
+	hw, err1 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderHighWatermark)), 10, 64)
+	lso, err2 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderLogStartOffset)), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+pm.State.Leader+" answered without positions: "+err.Error(), true)
+	}
+	return bytes.Clone(resp.Body()), kafkabroker.LogPositions{HW: hw, LSO: lso}, nil
+}
