@@ -17,6 +17,7 @@ import (
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/groupcoord"
 	"github.com/logagent/logagent/kafka"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
@@ -43,6 +44,7 @@ func (a *Agent) newKafkaBroker() *kafkabroker.Broker {
 		ObserveFetch:   a.metrics.ObserveFetch,
 		Fetched:        a.metrics.Fetched,
 		Now:            a.now,
+		Logger:         a.log,
 	})
 }
 
@@ -59,7 +61,7 @@ func (a *Agent) kafkaConfig(b *kafkabroker.Broker) (kafka.Config, error) {
 	}
 	return kafka.Config{
 		Broker:          b,
-		Groups:          kafkaGroups{a},
+		Groups:          b.Groups(),
 		Logger:          a.log, // the server names its own sub-logger "kafka"
 		MaxRequestBytes: int32(min(a.cfg.Limits.MaxRequestBytes, 1<<30)),
 		NodeID:          kafkabroker.NodeID(a.cfg.NodeID),
@@ -152,6 +154,18 @@ func (s kafkaSidecar) LeaderFetch(topic string, p int, offset string, maxBytes i
 
 func (s kafkaSidecar) EpochEndOffset(peerAddr string, q peer.EpochQuery) (replicate.EpochEndOffset, error) {
 	return s.a.forwarder.EpochEndOffset(peerAddr, q)
+}
+
+func (s kafkaSidecar) RunGroupOp(name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError) {
+	return s.a.runGroupOp(groupOp{name: name, group: group, body: body}, wait)
+}
+
+func (s kafkaSidecar) KnownAgents() []election.AgentInfo { return s.a.agents.all() }
+
+func (s kafkaSidecar) ClassicList() []groupcoord.ClassicSummary { return s.a.groups.ClassicList() }
+
+func (s kafkaSidecar) ClassicListAt(ctx context.Context, peerAddr string, out *[]groupcoord.ClassicSummary) error {
+	return s.a.classicListAt(ctx, peerAddr, out)
 }
 
 // leaderFetch sends a consumer fetch this agent cannot serve to the

@@ -6,10 +6,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/groupcoord"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 )
@@ -81,6 +84,19 @@ type Sidecar interface {
 	// EpochEndOffset asks the leader at peerAddr where an epoch ends in
 	// its log, as its followers do.
 	EpochEndOffset(peerAddr string, q peer.EpochQuery) (replicate.EpochEndOffset, error)
+
+	// RunGroupOp sends a group operation (its name and JSON body) to the
+	// group's coordinator, wherever it is, until it answers or the
+	// sidecar's group route timeout (plus wait, what the coordinator may
+	// hold it) passes, and returns the answer's JSON.
+	RunGroupOp(name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError)
+	// KnownAgents are the agents of the agent's directory.
+	KnownAgents() []election.AgentInfo
+	// ClassicList is this agent's coordinator's list of its classic groups
+	// and the groups whose offsets it serves.
+	ClassicList() []groupcoord.ClassicSummary
+	// ClassicListAt asks the agent at peerAddr for its coordinator's list.
+	ClassicListAt(ctx context.Context, peerAddr string, out *[]groupcoord.ClassicSummary) error
 }
 
 // Coordinator is the part of the agent's Consul client (agent.Coordinator)
@@ -95,6 +111,8 @@ type Coordinator interface {
 	AllocateProducerID(ctx context.Context) (int64, int16, error)
 	// BumpProducerEpoch hands out the next epoch of an allocated id.
 	BumpProducerEpoch(ctx context.Context, id int64) (int64, int16, error)
+	// The consumer groups' stored states, which ListGroups lists.
+	groupcoord.Store
 }
 
 // Config is what a Broker is made of.
@@ -117,6 +135,7 @@ type Config struct {
 	ObserveFetch   func(d time.Duration)
 	Fetched        func(topic string, bytes int64)
 	Now            func() time.Time
+	Logger         hclog.Logger
 }
 
 // CreateTopicRequest is a topic's creation: the body of POST /v1/topics,
