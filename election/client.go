@@ -122,7 +122,7 @@ func New(cfg Config) (*Client, error) {
 		next = http.DefaultTransport
 	}
 	leaseTransport := polledTransport(next, !strings.HasPrefix(cfg.Consul.Address, "unix://"))
-	counter := &countingTransport{next: &leaseRouter{lease: leaseTransport, rest: newLimitTransport(keepIdleConns(next, cfg.MaxConcurrentRequests), cfg.MaxConcurrentRequests)}}
+	counter := &countingTransport{next: &leaseRouter{lease: leaseTransport, rest: newLimitTransport(next, cfg.MaxConcurrentRequests)}}
 	consulCfg.HttpClient.Transport = counter
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{

@@ -55,26 +55,6 @@ type limitTransport struct {
 	inFlight atomic.Int64
 }
 
-// keepIdleConns returns a copy of next that keeps up to limit idle
-// connections to Consul, as many as the limit lets requests hold; a
-// RoundTripper that is not an *http.Transport is returned as it is.
-// Consul's client keeps GOMAXPROCS+1, so under load every connection
-// beyond them was closed when its request ended and the next request
-// dialed anew: a goroutine dump of an agent under a 10,000-partition
-// burst had 13 of its Consul transactions waiting on dials.
-func keepIdleConns(next http.RoundTripper, limit int) http.RoundTripper {
-	t, ok := next.(*http.Transport)
-	if !ok {
-		return next
-	}
-	t = t.Clone()
-	t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, limit)
-	if t.MaxIdleConns > 0 {
-		t.MaxIdleConns = max(t.MaxIdleConns, limit)
-	}
-	return t
-}
-
 func newLimitTransport(next http.RoundTripper, limit int) *limitTransport {
 	return &limitTransport{next: next, slots: make(chan struct{}, limit)}
 }

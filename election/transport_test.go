@@ -5,16 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/consul/api"
 
 	"github.com/logagent/logagent/internal/consultest"
 )
@@ -187,74 +182,5 @@ func TestLimitTransport(t *testing.T) {
 	if gate.maxHeld != limit+3 || lt.inFlight.Load() != 0 || len(lt.slots) != 0 {
 		t.Errorf("at most %d requests held at once (want %d: the limit and the 3 exempt ones), %d in flight and %d slots taken at the end (want 0)",
 			gate.maxHeld, limit+3, lt.inFlight.Load(), len(lt.slots))
-	}
-}
-
-// TestLimitTransportKeepsItsConnections: requests that fill the limit
-// twice over open connections only the first time, where the transport
-// Consul's client builds (GOMAXPROCS+1 idle connections) closed all but
-// a few after the first wave and dialed them again for the second.
-func TestLimitTransportKeepsItsConnections(t *testing.T) {
-	var mu sync.Mutex
-	release := make(chan struct{})
-	var arrived sync.WaitGroup
-	var newConns atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		wave := release
-		mu.Unlock()
-		arrived.Done()
-		<-wave
-		io.WriteString(w, "ok")
-	}))
-	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
-		if state == http.StateNew {
-			newConns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
-	consul := api.DefaultConfig() // the transport New starts from
-	consul.Address = srv.Listener.Addr().String()
-	base := consul.Transport
-	limit := 2*base.MaxIdleConnsPerHost + 8 // more than it keeps, on any machine
-	for _, tc := range []struct {
-		name string
-		rt   http.RoundTripper
-		want int
-	}{
-		{"kept", newLimitTransport(keepIdleConns(base, limit), limit), limit},
-		{"Consul's own", newLimitTransport(base.Clone(), limit), 2*limit - base.MaxIdleConnsPerHost},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			newConns.Store(0)
-			client := &http.Client{Transport: tc.rt}
-			for range 2 {
-				mu.Lock()
-				release = make(chan struct{})
-				wave := release
-				mu.Unlock()
-				arrived.Add(limit)
-				var wg sync.WaitGroup
-				for range limit {
-					wg.Go(func() {
-						resp, err := client.Get(srv.URL + "/v1/txn")
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-					})
-				}
-				arrived.Wait() // every request holds a connection at once
-				close(wave)
-				wg.Wait()
-			}
-			if got := int(newConns.Load()); got != tc.want {
-				t.Errorf("%d connections opened for two waves of %d requests, want %d", got, limit, tc.want)
-			}
-			tc.rt.(*limitTransport).next.(*http.Transport).CloseIdleConnections()
-		})
 	}
 }
