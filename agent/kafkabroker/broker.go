@@ -84,15 +84,15 @@ func NodeID(nodeID string) int32 {
 }
 
 // kafkaPartition checks a topic and partition against the metadata.
-func (b *Broker) kafkaPartition(topic string, p int32) (*election.TopicMeta, int, error) {
+func (b *Broker) kafkaPartition(topic string, p int32) (int, error) {
 	tm, ok := b.s.LookupTopic(topic)
 	if !ok {
-		return nil, 0, reply.UnknownTopic(topic)
+		return 0, reply.UnknownTopic(topic)
 	}
 	if p < 0 || int(p) >= len(tm.Partitions) {
-		return nil, 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, "no partition "+reply.PartitionName(topic, int(p)), false)
+		return 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, "no partition "+reply.PartitionName(topic, int(p)), false)
 	}
-	return tm, int(p), nil
+	return int(p), nil
 }
 
 // Topics is every topic of this agent's metadata; none while it does not
@@ -277,18 +277,28 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	}
 }
 
-// AddPartitions is CreatePartitions' entry: the topic API's alter of the
-// partition count.
-func (b *Broker) AddPartitions(ctx context.Context, topic string, count int32, validateOnly bool) error {
+// alterableTopic is the topic an alter names, or the error to answer: the
+// agent is not serving, the topic is the offsets topic, or unknown.
+func (b *Broker) alterableTopic(topic string) (*election.TopicMeta, error) {
 	if err := b.s.Serving(); err != nil {
-		return err
+		return nil, err
 	}
 	if topic == groupcoord.OffsetsTopic {
-		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
+		return nil, reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
 	}
 	tm, ok := b.s.LookupTopic(topic)
 	if !ok {
-		return reply.UnknownTopic(topic)
+		return nil, reply.UnknownTopic(topic)
+	}
+	return tm, nil
+}
+
+// AddPartitions is CreatePartitions' entry: the topic API's alter of the
+// partition count.
+func (b *Broker) AddPartitions(ctx context.Context, topic string, count int32, validateOnly bool) error {
+	tm, err := b.alterableTopic(topic)
+	if err != nil {
+		return err
 	}
 	if have := tm.Config.Partitions; int(count) <= have || int(count) > config.MaxTopicPartitions {
 		return &kafka.Error{Code: kerr.InvalidPartitions.Code, Message: fmt.Sprintf(
@@ -311,15 +321,9 @@ func (b *Broker) AddPartitions(ctx context.Context, topic string, count int32, v
 // of a retention config is "default" (the agents' storage block), and
 // min.insync.replicas has no default to go back to.
 func (b *Broker) AlterTopicConfigs(ctx context.Context, topic string, changes []kafka.ConfigChange, validateOnly bool) error {
-	if err := b.s.Serving(); err != nil {
+	tm, err := b.alterableTopic(topic)
+	if err != nil {
 		return err
-	}
-	if topic == groupcoord.OffsetsTopic {
-		return reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" holds the consumer groups' offsets and is not altered", false)
-	}
-	tm, ok := b.s.LookupTopic(topic)
-	if !ok {
-		return reply.UnknownTopic(topic)
 	}
 	var c TopicChange
 	for _, ch := range changes {
@@ -408,7 +412,7 @@ func (b *Broker) Produce(ctx context.Context, req kafka.ProduceRequest) (kafka.P
 	if req.Topic == groupcoord.OffsetsTopic {
 		return failed, reply.NewAPIError(fasthttp.StatusForbidden, wire.CodeInternalTopic, groupcoord.OffsetsTopic+" is written by the consumer groups' coordinators only", false)
 	}
-	_, p, err := b.kafkaPartition(req.Topic, req.Partition)
+	p, err := b.kafkaPartition(req.Topic, req.Partition)
 	if err != nil {
 		return failed, err
 	}
@@ -481,7 +485,7 @@ func (b *Broker) Fetch(ctx context.Context, req kafka.FetchRequest) (kafka.Fetch
 	if err := b.s.Serving(); err != nil {
 		return kafka.FetchResult{}, err
 	}
-	_, p, err := b.kafkaPartition(req.Topic, req.Partition)
+	p, err := b.kafkaPartition(req.Topic, req.Partition)
 	if err != nil {
 		return kafka.FetchResult{}, err
 	}
@@ -545,7 +549,7 @@ func (b *Broker) WaitForData(ctx context.Context, positions []kafka.Position, ma
 		if i == maxKafkaWaiters {
 			break
 		}
-		_, p, err := b.kafkaPartition(pos.Topic, pos.Partition)
+		p, err := b.kafkaPartition(pos.Topic, pos.Partition)
 		if err != nil {
 			return nil // the fetch answers the error at once
 		}
@@ -639,7 +643,7 @@ func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, 
 	if err := b.s.Serving(); err != nil {
 		return none, err
 	}
-	_, p, err := b.kafkaPartition(topic, partition)
+	p, err := b.kafkaPartition(topic, partition)
 	if err != nil {
 		return none, err
 	}
@@ -715,7 +719,7 @@ func (b *Broker) EndOffsetForEpoch(ctx context.Context, topic string, part int32
 	if err := b.s.Serving(); err != nil {
 		return -1, -1, err
 	}
-	_, p, err := b.kafkaPartition(topic, part)
+	p, err := b.kafkaPartition(topic, part)
 	if err != nil {
 		return -1, -1, err
 	}
