@@ -500,10 +500,16 @@ func TestGroupJoinDoesNotPauseStayingPartitions(t *testing.T) {
 	}
 	// A stop-the-world rebalance holds the staying partitions' records
 	// until the group settles (about a second); without one they arrive as
-	// fast as before the join. The bound is 100 ms, or half again what the
-	// same run measured before the join when the machine is slower than
-	// that (a loaded CI host: 564 ms once).
-	bound := max(100*time.Millisecond, baseDelay+baseDelay/2)
+	// fast as before the join. The bound is 100 ms, or twice what the same
+	// run measured before the join when the machine is slower than that:
+	// on a loaded CI host the baseline was 564 ms once, and once 67 ms with
+	// a single record at 102 ms after the join, against a group that
+	// settled in 263 ms; a pause would have held every staying partition's
+	// records for those 263 ms.
+	bound := max(100*time.Millisecond, 2*baseDelay)
+	if pause := settled.Sub(joined); bound >= pause {
+		t.Logf("this run cannot tell a pause from the noise: the bound %v is not below the %v the group took to settle", bound, pause)
+	}
 	if delay > bound {
 		t.Errorf("a record of a staying partition was delivered %v after it was acknowledged during the rebalance, over %v (before the join: %v)",
 			delay, bound, baseDelay)

@@ -225,23 +225,36 @@ func waitCommitted(t *testing.T, c *Cluster, topic, groupID string, partitions i
 	adm := kadm.NewClient(kgoClient(t, c.Agents[0]))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// What the last look saw, so that a timeout says whether the commits
+	// fell short, the lookups failed or a partition's end moved.
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last look at the group's commits: %s", last)
+		}
+	}()
 	c.WaitFor(30*time.Second, "the group commits the end of every partition", func() bool {
 		ends, err := adm.ListEndOffsets(ctx, topic)
 		if err != nil {
+			last = fmt.Sprintf("ListEndOffsets: %v", err)
 			return false
 		}
 		committed, err := adm.FetchOffsets(ctx, groupID)
 		if err != nil {
+			last = fmt.Sprintf("FetchOffsets: %v", err)
 			return false
 		}
+		last = ""
+		done := true
 		for p := range partitions {
 			end, _ := ends.Lookup(topic, p)
 			got, ok := committed.Lookup(topic, p)
+			last += fmt.Sprintf("partition %d: end %d (err %v), committed %d (found %t, err %v); ", p, end.Offset, end.Err, got.At, ok, got.Err)
 			if !ok || got.At != end.Offset {
-				return false
+				done = false
 			}
 		}
-		return true
+		return done
 	})
 }
 
