@@ -59,11 +59,13 @@ func (a *Agent) handleAlterTopic(ctx *fasthttp.RequestCtx) {
 		reply.WriteAPIError(ctx, err)
 		return
 	}
-	if err := a.alterTopic(name, change); err != nil {
-		writeErr(ctx, err)
+	previous, alterErr := a.alterTopic(name, change)
+	if alterErr != nil {
+		writeErr(ctx, alterErr)
 		return
 	}
-	a.handleDescribeTopic(ctx)
+	prev := a.describeConfig(previous)
+	a.writeTopicDescription(ctx, name, &prev)
 }
 
 // parseAlter checks an alter request's values on their own; what depends
@@ -119,17 +121,20 @@ func parseAlter(req alterTopicRequest) (kafkabroker.TopicChange, *reply.APIError
 }
 
 // alterTopic applies a change to a topic, for PATCH /v1/topics/{topic},
-// and returns once this agent's metadata shows it. New partitions are
-// placed over the live agents that are not being drained, continuing the
-// topic's round (election.AssignAddedPartitions). A concurrent change of
-// the same topic makes it read again, up to alterRetries times.
-func (a *Agent) alterTopic(name string, c kafkabroker.TopicChange) error {
+// and returns once this agent's metadata shows it, with the config the
+// change replaced as the alter read it from Consul (this agent's metadata
+// may not have shown an alter made through another agent yet, so it cannot
+// say what changed). New partitions are placed over the live agents that
+// are not being drained, continuing the topic's round
+// (election.AssignAddedPartitions). A concurrent change of the same topic
+// makes it read again, up to alterRetries times.
+func (a *Agent) alterTopic(name string, c kafkabroker.TopicChange) (previous election.TopicConfig, err error) {
 	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
 	defer cancel()
 	var tc election.TopicConfig
-	var err error
 	for range alterRetries {
 		tc, err = a.coord.AlterTopic(callCtx, name, func(old election.TopicConfig, replicas [][]string) (election.TopicConfig, [][]string, error) {
+			previous = old
 			return a.applyChange(callCtx, old, replicas, c)
 		})
 		if !errors.Is(err, election.ErrConflict) {
@@ -140,13 +145,13 @@ func (a *Agent) alterTopic(name string, c kafkabroker.TopicChange) error {
 	switch {
 	case err == nil:
 	case errors.As(err, &apiErr):
-		return err
+		return election.TopicConfig{}, err
 	case errors.Is(err, election.ErrUnknownTopic):
-		return reply.UnknownTopic(name)
+		return election.TopicConfig{}, reply.UnknownTopic(name)
 	case errors.Is(err, election.ErrNotEnoughAgents), errors.Is(err, election.ErrInvalidTopic):
-		return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		return election.TopicConfig{}, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
 	default:
-		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot alter topic: "+err.Error(), true)
+		return election.TopicConfig{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot alter topic: "+err.Error(), true)
 	}
 	// Answer once this agent's metadata has the change, so the describe
 	// that answers it, and a produce that follows, see it.
@@ -154,12 +159,12 @@ func (a *Agent) alterTopic(name string, c kafkabroker.TopicChange) error {
 		snap := a.coord.Metadata()
 		if tm, ok := snap.Topic(name); ok && tm.Config.ID == tc.ID && tm.Config.Partitions == tc.Partitions &&
 			tm.Config.MinInsyncReplicas == tc.MinInsyncReplicas && bytes.Equal(tm.Config.Storage, tc.Storage) {
-			return nil
+			return previous, nil
 		}
 		select {
 		case <-snap.Changed():
 		case <-callCtx.Done():
-			return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable,
+			return election.TopicConfig{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable,
 				"topic "+name+" altered, but the metadata watch has not shown it yet", true)
 		}
 	}

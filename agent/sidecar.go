@@ -115,7 +115,8 @@ func (s kafkaSidecar) CreateTopic(req kafkabroker.CreateTopicRequest, storage []
 func (s kafkaSidecar) DeleteTopic(name string) error { return s.a.deleteTopic(name) }
 
 func (s kafkaSidecar) AlterTopic(name string, c kafkabroker.TopicChange) error {
-	return s.a.alterTopic(name, c)
+	_, err := s.a.alterTopic(name, c)
+	return err
 }
 
 func (s kafkaSidecar) PlacementNodes(ctx context.Context) ([]string, error) {

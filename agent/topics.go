@@ -28,9 +28,12 @@ const defaultUncleanDelay = 30 * time.Second
 
 // topicDescription is a topic as GET /v1/topics/{topic} shows it.
 type topicDescription struct {
-	Name       string                 `json:"name"`
-	Config     topicConfigJSON        `json:"config"`
-	Partitions []partitionDescription `json:"partitions"`
+	Name   string          `json:"name"`
+	Config topicConfigJSON `json:"config"`
+	// PreviousConfig is, in an alter's answer, the config the alter
+	// replaced, as it read it from Consul.
+	PreviousConfig *topicConfigJSON       `json:"previous_config,omitempty"`
+	Partitions     []partitionDescription `json:"partitions"`
 }
 
 type topicConfigJSON struct {
@@ -244,6 +247,12 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
+	a.writeTopicDescription(ctx, name, nil)
+}
+
+// writeTopicDescription answers with the topic's description, with the
+// config an alter replaced when previous is not nil.
+func (a *Agent) writeTopicDescription(ctx *fasthttp.RequestCtx, name string, previous *topicConfigJSON) {
 	tm, ok := a.lookupTopic(name)
 	if !ok {
 		reply.WriteAPIError(ctx, reply.UnknownTopic(name))
@@ -253,7 +262,7 @@ func (a *Agent) handleDescribeTopic(ctx *fasthttp.RequestCtx) {
 		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, tm.Err.Error(), true)
 		return
 	}
-	desc := topicDescription{Name: name, Config: a.describeConfig(tm.Config)}
+	desc := topicDescription{Name: name, Config: a.describeConfig(tm.Config), PreviousConfig: previous}
 	for _, pm := range tm.Partitions {
 		pd := partitionDescription{
 			Partition: pm.Partition,

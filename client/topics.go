@@ -37,8 +37,12 @@ type TopicInfo struct {
 	Name string `json:"name"`
 	// Config is the topic's configuration as the agent reports it, each
 	// value as raw JSON, so that no field is lost or rounded.
-	Config     map[string]json.RawMessage `json:"config,omitempty"`
-	Partitions []PartitionInfo            `json:"partitions"`
+	Config map[string]json.RawMessage `json:"config,omitempty"`
+	// PreviousConfig is set in AlterTopic's answer: the config the alter
+	// replaced, as the agent read it with the change (its Config before
+	// the alter may not have shown a change made through another agent).
+	PreviousConfig map[string]json.RawMessage `json:"previous_config,omitempty"`
+	Partitions     []PartitionInfo            `json:"partitions"`
 }
 
 // PartitionInfo is one partition of a TopicInfo.

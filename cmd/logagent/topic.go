@@ -235,43 +235,40 @@ func runTopicAlter(args []string, stdout, stderr io.Writer) error {
 	}
 	defer cancel()
 	fail := func(err error) error { return explain(usageError(err), c.Addr(), *timeout) }
-	before, err := c.DescribeTopic(ctx, *name)
-	if err != nil {
-		return fail(err)
-	}
 	after, err := c.AlterTopic(ctx, *name, changes)
 	if err != nil {
 		return fail(err)
 	}
 	fmt.Fprintf(stdout, "altered topic %s:\n", after.Name)
-	for _, line := range topicChangeLines(before, after) {
+	lines := []string{"(the agent's answer does not say what the topic had before: an older agent)"}
+	if after.PreviousConfig != nil {
+		lines = topicChangeLines(after.PreviousConfig, after.Config)
+	}
+	for _, line := range lines {
 		fmt.Fprintf(stdout, "  %s\n", line)
 	}
-	if !*wait || len(after.Partitions) == len(before.Partitions) {
+	if !*wait || (after.PreviousConfig != nil && configInt(after.Config, "partitions") == configInt(after.PreviousConfig, "partitions")) {
 		return nil
 	}
 	return fail(waitLeaders(ctx, c, after, "altered", stdout, stderr))
 }
 
-// topicChangeLines says what an alter changed, old to new, a setting that
-// comes from the agents' storage block marked so; "nothing changed" when
-// it changed nothing.
-func topicChangeLines(before, after *client.TopicInfo) []string {
-	value := func(info *client.TopicInfo, key string) string {
-		v := string(info.Config[key])
-		if key == "partitions" {
-			v = fmt.Sprint(len(info.Partitions))
-		}
+// topicChangeLines says what an alter changed, from the config it
+// replaced to the new one, a setting that comes from the agents' storage
+// block marked so; "nothing changed" when it changed nothing.
+func topicChangeLines(before, after map[string]json.RawMessage) []string {
+	value := func(cfg map[string]json.RawMessage, key string) string {
+		v := string(cfg[key])
 		if key == "retention" {
 			v = strings.Trim(v, `"`)
 		}
 		if key == "retention_bytes" {
-			if n := configInt(info.Config, key); n > 0 {
+			if n := configInt(cfg, key); n > 0 {
 				v = config.FormatSize(int64(n))
 			}
 		}
 		var defaults []string
-		if json.Unmarshal(info.Config["agent_defaults"], &defaults) == nil && slices.Contains(defaults, key) {
+		if json.Unmarshal(cfg["agent_defaults"], &defaults) == nil && slices.Contains(defaults, key) {
 			v += " (agent default)"
 		}
 		return v
