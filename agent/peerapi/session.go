@@ -3,6 +3,7 @@ package peerapi
 import (
 	"bufio"
 	"errors"
+	"hash/fnv"
 	"io"
 	"math"
 	"net"
@@ -39,6 +40,18 @@ const (
 	// minSessionHeartbeat bounds how often a follower may ask the session
 	// to ping.
 	minSessionHeartbeat = 10 * time.Millisecond
+	// sessionWorkers is how many of a session's partitions go to their
+	// loops at once. A fetch waits for its partition's loop, behind the
+	// produces queued there: one reader taking every fetch to its loop in
+	// turn made a round of the session as long as the sum of those waits,
+	// and under a burst of writes to 3,334 partitions led by one agent its
+	// followers' rounds outlasted lag_time_max, so the ISRs shrank and
+	// grew again over and over (docs/design.md §7.9). A partition's
+	// requests all go to the same worker, in the order they came.
+	sessionWorkers = 16
+	// sessionWorkQueue bounds the requests waiting for each worker; the
+	// reader waits when one is full.
+	sessionWorkQueue = 256
 )
 
 // leaderSessions are the sessions this agent serves as a leader, so that
@@ -127,6 +140,9 @@ type leaderSession struct {
 	wake      chan struct{}
 	stop      chan struct{}
 	stopOnce  sync.Once
+	// work are the workers' queues of the follower's requests, a
+	// partition's always on the same one (shard).
+	work []chan sessionRequest
 
 	mu       sync.Mutex
 	parts    map[sessionKey]*sessionPart
@@ -174,10 +190,22 @@ func (srv *Server) serveSession(c net.Conn, replicaID string, heartbeat, deadAft
 	}
 	defer srv.sessions.remove(s)
 	srv.cfg.Logger.Debug("fetch session opened", "replica", replicaID, "heartbeat", heartbeat, "sendfile", s.tcp != nil)
-	var writer sync.WaitGroup
+	var writer, workers sync.WaitGroup
 	writer.Go(s.write)
+	s.work = make([]chan sessionRequest, sessionWorkers)
+	for i := range s.work {
+		queue := make(chan sessionRequest, sessionWorkQueue)
+		s.work[i] = queue
+		workers.Go(func() { s.serveRequests(queue) })
+	}
 	err := s.read(bufio.NewReaderSize(c, 16<<10))
 	s.end()
+	for _, queue := range s.work {
+		close(queue)
+	}
+	// Every fetch taken to a loop has its outcome in s.parts before the
+	// release lets go of them.
+	workers.Wait()
 	writer.Wait()
 	s.release()
 	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -208,6 +236,36 @@ func (s *leaderSession) read(br *bufio.Reader) error {
 		s.lastSeen = now
 		s.mu.Unlock()
 		switch req.Kind {
+		case peer.SessionFetch, peer.SessionForget:
+			s.work[shard(req.Fetch.Topic, req.Fetch.Partition, len(s.work))] <- sessionRequest{req, now}
+		}
+	}
+}
+
+// sessionRequest is a follower's request and when it arrived.
+type sessionRequest struct {
+	peer.SessionRequest
+	at time.Time
+}
+
+// shard is the worker of a partition's requests.
+func shard(topic string, partition, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(topic))
+	return int((h.Sum32() + uint32(partition)) % uint32(n))
+}
+
+// serveRequests takes the requests of its partitions to their loops, in
+// order, until its queue closes; once the session ends it drops what is
+// left (the release lets go of the partitions' fetches).
+func (s *leaderSession) serveRequests(queue <-chan sessionRequest) {
+	for req := range queue {
+		select {
+		case <-s.stop:
+			continue
+		default:
+		}
+		switch req.Kind {
 		case peer.SessionFetch:
 			s.onFetch(req.ID, req.Fetch)
 		case peer.SessionForget:
@@ -215,7 +273,7 @@ func (s *leaderSession) read(br *bufio.Reader) error {
 			p := s.parts[sessionKey{req.Fetch.Topic, req.Fetch.Partition}]
 			s.mu.Unlock()
 			if p != nil {
-				s.unpark(p, true, now)
+				s.unpark(p, true, req.at)
 			}
 		}
 	}
