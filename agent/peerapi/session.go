@@ -190,22 +190,14 @@ func (srv *Server) serveSession(c net.Conn, replicaID string, heartbeat, deadAft
 	}
 	defer srv.sessions.remove(s)
 	srv.cfg.Logger.Debug("fetch session opened", "replica", replicaID, "heartbeat", heartbeat, "sendfile", s.tcp != nil)
-	var writer, workers sync.WaitGroup
+	var writer sync.WaitGroup
 	writer.Go(s.write)
-	s.work = make([]chan sessionRequest, sessionWorkers)
-	for i := range s.work {
-		queue := make(chan sessionRequest, sessionWorkQueue)
-		s.work[i] = queue
-		workers.Go(func() { s.serveRequests(queue) })
-	}
+	stopWorkers := s.startWorkers()
 	err := s.read(bufio.NewReaderSize(c, 16<<10))
 	s.end()
-	for _, queue := range s.work {
-		close(queue)
-	}
 	// Every fetch taken to a loop has its outcome in s.parts before the
 	// release lets go of them.
-	workers.Wait()
+	stopWorkers()
 	writer.Wait()
 	s.release()
 	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -239,6 +231,24 @@ func (s *leaderSession) read(br *bufio.Reader) error {
 		case peer.SessionFetch, peer.SessionForget:
 			s.work[shard(req.Fetch.Topic, req.Fetch.Partition, len(s.work))] <- sessionRequest{req, now}
 		}
+	}
+}
+
+// startWorkers starts the session's workers; the returned stop closes
+// their queues and waits until they have taken or dropped what is queued.
+func (s *leaderSession) startWorkers() (stop func()) {
+	var workers sync.WaitGroup
+	s.work = make([]chan sessionRequest, sessionWorkers)
+	for i := range s.work {
+		queue := make(chan sessionRequest, sessionWorkQueue)
+		s.work[i] = queue
+		workers.Go(func() { s.serveRequests(queue) })
+	}
+	return func() {
+		for _, queue := range s.work {
+			close(queue)
+		}
+		workers.Wait()
 	}
 }
 

@@ -46,12 +46,7 @@ func TestSessionFetchesDoNotWaitForOtherPartitions(t *testing.T) {
 	srv := &Server{cfg: Config{Host: host, Now: time.Now, Logger: hclog.NewNullLogger(), FetchServed: func() {}}}
 	s := &leaderSession{srv: srv, replicaID: "n2", wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		parts: map[sessionKey]*sessionPart{}}
-	s.work = make([]chan sessionRequest, sessionWorkers)
-	var workers sync.WaitGroup
-	for i := range s.work {
-		s.work[i] = make(chan sessionRequest, sessionWorkQueue)
-		workers.Go(func() { s.serveRequests(s.work[i]) })
-	}
+	stopWorkers := s.startWorkers()
 	stuckShard := shard("t", host.stuck, sessionWorkers)
 	var behind, others int
 	for p := range partitions {
@@ -83,10 +78,7 @@ func TestSessionFetchesDoNotWaitForOtherPartitions(t *testing.T) {
 	}
 
 	close(host.release)
-	for _, q := range s.work {
-		close(q)
-	}
-	workers.Wait()
+	stopWorkers()
 	if n := answered(); n != partitions {
 		t.Fatalf("%d of %d partitions answered once the stuck loop went on", n, partitions)
 	}
