@@ -50,7 +50,7 @@ func (a *Agent) handleAlterTopic(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req alterTopicRequest
-	if err := decodeOneObject(ctx.PostBody(), &req); err != nil {
+	if err := reply.DecodeOneObject(ctx.PostBody(), &req); err != nil {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic change: "+err.Error(), false)
 		return
 	}

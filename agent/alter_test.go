@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/agent/kafkabroker"
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/wire"
 )
@@ -41,7 +42,7 @@ func TestParseAlter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.body, func(t *testing.T) {
 			var req alterTopicRequest
-			if err := decodeOneObject([]byte(tt.body), &req); err != nil {
+			if err := reply.DecodeOneObject([]byte(tt.body), &req); err != nil {
 				t.Fatal(err)
 			}
 			got, err := parseAlter(req)
@@ -56,7 +57,7 @@ func TestParseAlter(t *testing.T) {
 		})
 	}
 	var req alterTopicRequest
-	if err := decodeOneObject([]byte(`{"partitions":6,"replication_factor":2}`), &req); err == nil {
+	if err := reply.DecodeOneObject([]byte(`{"partitions":6,"replication_factor":2}`), &req); err == nil {
 		t.Fatal("a field an alter cannot change was accepted")
 	}
 }

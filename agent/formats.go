@@ -62,7 +62,7 @@ func bytesField(name string, text, b64 *string) ([]byte, error) {
 // none.
 func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 	var req jsonProduceBody
-	if err := decodeOneObject(body, &req); err != nil {
+	if err := reply.DecodeOneObject(body, &req); err != nil {
 		return nil, 0, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
 	}
 	if len(req.Records) == 0 {

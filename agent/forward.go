@@ -144,7 +144,7 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	if resp.StatusCode() == fasthttp.StatusOK {
 		return append([]byte(nil), resp.Body()...), nil
 	}
-	e := relayedError(resp)
+	e := reply.RelayedError(resp)
 	switch e.Code {
 	case wire.CodeNotLeader, wire.CodeFencedLeaderEpoch, wire.CodeUnknownLeaderEpoch, wire.CodeLeaderNotAvailable,
 		wire.CodeServiceUnavailable: // the leader's agent is starting or stopping
@@ -164,27 +164,6 @@ func (a *Agent) clientFacing(e *reply.APIError, topic string, partition int) *re
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "the leader's agent is not serving: "+e.Message, true)
 	}
 	return e
-}
-
-// relayedError decodes a peer's JSON error, keeping its status and fields.
-func relayedError(resp *fasthttp.Response) *reply.APIError {
-	var body struct {
-		Error reply.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Body(), &body); err != nil || body.Error.Code == "" {
-		return reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
-			fmt.Sprintf("leader answered %d with %q", resp.StatusCode(), truncate(resp.Body(), 200)), false)
-	}
-	e := body.Error
-	e.Status = resp.StatusCode()
-	return &e
-}
-
-func truncate(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[:n]
-	}
-	return b
 }
 
 // neverSent says whether a forward failed before any byte of it could

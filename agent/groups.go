@@ -158,7 +158,7 @@ func (h groupHost) Positions(ctx context.Context, tp group.TopicPartition) (int6
 		return 0, 0, fmt.Errorf("leader %s of %v unreachable: %w", pm.State.Leader, tp, err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return 0, 0, relayedError(resp)
+		return 0, 0, reply.RelayedError(resp)
 	}
 	hw, err1 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderHighWatermark)), 10, 64)
 	lso, err2 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderLogStartOffset)), 10, 64)
@@ -219,7 +219,7 @@ var groupOps = map[string]func(a *Agent, ctx context.Context, op groupOp) (any, 
 // decodeStrict decodes a group request's body (decodeOneObject) as
 // groupcoord's invalid request when it is not one.
 func decodeStrict(body []byte, v any) error {
-	if err := decodeOneObject(body, v); err != nil {
+	if err := reply.DecodeOneObject(body, v); err != nil {
 		return fmt.Errorf("%w: body: %v", groupcoord.ErrInvalidRequest, err)
 	}
 	return nil
@@ -331,7 +331,7 @@ func (a *Agent) groupOpOnce(op groupOp, deadline time.Time) ([]byte, *reply.APIE
 			"coordinator "+pm.State.Leader+" unreachable: "+err.Error(), true)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, relayedError(resp)
+		return nil, reply.RelayedError(resp)
 	}
 	return append([]byte(nil), resp.Body()...), nil
 }

@@ -171,7 +171,7 @@ func (a *Agent) forwardGroupOnce(snap *election.Snapshot, topic string, partitio
 	var g groupAnswer
 	if json.Unmarshal(answer, &g) != nil || len(g.Results) != len(batches) {
 		return nil, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
-			fmt.Sprintf("undecodable group answer from the leader: %q: the outcome is unknown", truncate(answer, 200)), false)
+			fmt.Sprintf("undecodable group answer from the leader: %q: the outcome is unknown", reply.Truncate(answer, 200)), false)
 	}
 	return g.Results, nil
 }

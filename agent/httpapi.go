@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -15,23 +13,6 @@ import (
 
 	"github.com/logagent/logagent/wire"
 )
-
-// decodeOneObject decodes a request body that must be exactly one JSON
-// value of v's type: a field v does not have is refused, so that a
-// misspelt setting ("replicationFactor") never quietly becomes a default,
-// and so is anything after the value. Every JSON body of the client API is
-// read with it.
-func decodeOneObject(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("data after the JSON value")
-	}
-	return nil
-}
 
 // writeErr answers with err when it is a *reply.APIError, else with a 500.
 func writeErr(ctx *fasthttp.RequestCtx, err error) {

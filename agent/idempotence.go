@@ -49,7 +49,7 @@ func (a *Agent) handleInitProducer(ctx *fasthttp.RequestCtx) {
 	}
 	var req producerRequest
 	if body := bytes.TrimSpace(ctx.PostBody()); len(body) > 0 {
-		if err := decodeOneObject(body, &req); err != nil {
+		if err := reply.DecodeOneObject(body, &req); err != nil {
 			reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, `body is not {"producer_id": N} or {}: `+err.Error(), false)
 			return
 		}

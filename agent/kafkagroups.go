@@ -124,7 +124,7 @@ func (a *Agent) classicListAt(ctx context.Context, peerAddr string, out *[]group
 			"agent "+peerAddr+" unreachable: "+err.Error(), true)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return relayedError(resp)
+		return reply.RelayedError(resp)
 	}
 	var ans kafkabroker.ClassicAnswer
 	if err := json.Unmarshal(resp.Body(), &ans); err != nil {

@@ -81,7 +81,7 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req reassignRequest
-	if err := decodeOneObject(ctx.PostBody(), &req); err != nil || len(req.Replicas) == 0 {
+	if err := reply.DecodeOneObject(ctx.PostBody(), &req); err != nil || len(req.Replicas) == 0 {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(`the body must be {"replicas":["n1","n2",...]}: %v`, err), false)
 		return
 	}

@@ -196,7 +196,7 @@ func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, 
 		return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, kafkabroker.LogPositions{}, relayedError(resp)
+		return nil, kafkabroker.LogPositions{}, reply.RelayedError(resp)
 	}
 	hw, err1 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderHighWatermark)), 10, 64)
 	lso, err2 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderLogStartOffset)), 10, 64)

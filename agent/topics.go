@@ -77,7 +77,7 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req kafkabroker.CreateTopicRequest
-	if err := decodeOneObject(ctx.PostBody(), &req); err != nil {
+	if err := reply.DecodeOneObject(ctx.PostBody(), &req); err != nil {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic: "+err.Error(), false)
 		return
 	}

@@ -1,6 +1,7 @@
 package reply
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,4 +127,43 @@ func InvalidTopicName(name string) *APIError {
 // PartitionName is a partition as the answers name it: topic/partition.
 func PartitionName(topic string, partition int) string {
 	return topic + "/" + strconv.Itoa(partition)
+}
+
+// DecodeOneObject decodes a request body that must be exactly one JSON
+// value of v's type: a field v does not have is refused, so that a
+// misspelt setting ("replicationFactor") never quietly becomes a default,
+// and so is anything after the value. Every JSON body of the client API is
+// read with it.
+func DecodeOneObject(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
+// RelayedError decodes a peer's JSON error, keeping its status and fields.
+func RelayedError(resp *fasthttp.Response) *APIError {
+	var body struct {
+		Error APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Body(), &body); err != nil || body.Error.Code == "" {
+		return NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal,
+			fmt.Sprintf("leader answered %d with %q", resp.StatusCode(), Truncate(resp.Body(), 200)), false)
+	}
+	e := body.Error
+	e.Status = resp.StatusCode()
+	return &e
+}
+
+// Truncate is b cut to n bytes, for quoting a body in an error message.
+func Truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
 }
