@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/logagent/logagent/agent/certs"
+	"github.com/logagent/logagent/agent/groups"
 	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
@@ -171,10 +172,10 @@ type Agent struct {
 	// nil without producer.sidecar_idempotence.
 	lanes *lanes
 	// groups coordinates the consumer groups of the offsets partitions
-	// this agent leads; groupPeers sends group operations to other agents'
-	// coordinators.
-	groups     *groupcoord.Coordinator
-	groupPeers *peer.Clients
+	// this agent leads; groupRouter sends group operations to their
+	// coordinators, here or on other agents, and is its Host.
+	groups      *groupcoord.Coordinator
+	groupRouter *groups.Router
 	// fs does the partitions' file I/O: the operating system's files, or in
 	// tests segstore's FaultFS.
 	fs segstore.FS
@@ -399,10 +400,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	a.forwarder = newForwarder(a.peerToken, a.peerTLSFor())
 	a.fetchProxy = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), true, a.clientAPITLSFor())
 	a.clientAPIs = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), false, a.clientAPITLSFor())
-	a.groupPeers = peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor())
+	a.groupRouter = a.newGroupRouter(peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor()))
 	a.groups = groupcoord.New(groupcoord.Config{
 		Partitions: a.cfg.Groups.OffsetsPartitions,
-		Host:       groupHost{a},
+		Host:       a.groupRouter.Host(),
 		Store:      a.coord,
 		Now:        a.now,
 		Logger:     a.log.Named("groups"),
@@ -622,7 +623,7 @@ func (a *Agent) peerRoutes(peerAPI *peerapi.Server) *router {
 	rt.add(fasthttp.MethodGet, peer.SessionPath, a.requirePeerToken(peerAPI.HandleReplicaSession))
 	rt.add(fasthttp.MethodGet, peer.EpochEndOffsetPath, a.requirePeerToken(peerAPI.HandleEpochEndOffset))
 	rt.add(fasthttp.MethodPost, peerProducePath, a.requirePeerToken(a.handleReplicaProduce))
-	rt.add(fasthttp.MethodPost, peerGroupsPath, a.requirePeerToken(a.handlePeerGroupOp))
+	rt.add(fasthttp.MethodPost, groups.PeerPath, a.requirePeerToken(a.handlePeerGroupOp))
 	return rt
 }
 

@@ -46,11 +46,12 @@ func TestErrorTableListsEveryAnswer(t *testing.T) {
 	documented := errorTable(t, "../docs/api.md")
 	fset := token.NewFileSet()
 	// The agent's handlers, the peer API's server (agent/peerapi), the
-	// answers they share (agent/reply), the Kafka listener's broker
+	// answers they share (agent/reply), the group routing (agent/groups),
+	// whose answers the handlers write, the Kafka listener's broker
 	// (agent/kafkabroker), which answers the same errors, and the status
 	// page's, which the client API serves.
 	var files []string
-	for _, pattern := range []string{"*.go", "peerapi/*.go", "reply/*.go", "kafkabroker/*.go", "../ui/*.go"} {
+	for _, pattern := range []string{"*.go", "peerapi/*.go", "reply/*.go", "groups/*.go", "kafkabroker/*.go", "../ui/*.go"} {
 		matched, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)

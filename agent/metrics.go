@@ -135,6 +135,6 @@ func (a *Agent) highWatermark(ctx context.Context, tp group.TopicPartition) (int
 	if ctx.Err() != nil {
 		return 0, false
 	}
-	_, hw, err := groupHost{a}.Positions(ctx, tp)
+	_, hw, err := a.groupRouter.Host().Positions(ctx, tp)
 	return hw, err == nil
 }

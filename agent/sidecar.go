@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/groups"
 	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
@@ -158,7 +159,7 @@ func (s kafkaSidecar) EpochEndOffset(peerAddr string, q peer.EpochQuery) (replic
 }
 
 func (s kafkaSidecar) RunGroupOp(name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError) {
-	return s.a.runGroupOp(groupOp{name: name, group: group, body: body}, wait)
+	return s.a.groupRouter.Run(groups.Op{Name: name, Group: group, Body: body}, wait)
 }
 
 func (s kafkaSidecar) KnownAgents() []election.AgentInfo { return s.a.agents.all() }
@@ -166,7 +167,7 @@ func (s kafkaSidecar) KnownAgents() []election.AgentInfo { return s.a.agents.all
 func (s kafkaSidecar) ClassicList() []groupcoord.ClassicSummary { return s.a.groups.ClassicList() }
 
 func (s kafkaSidecar) ClassicListAt(ctx context.Context, peerAddr string, out *[]groupcoord.ClassicSummary) error {
-	return s.a.classicListAt(ctx, peerAddr, out)
+	return s.a.groupRouter.ClassicListAt(ctx, peerAddr, out)
 }
 
 // leaderFetch sends a consumer fetch this agent cannot serve to the

@@ -1,4 +1,4 @@
-package agent
+package groups
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/kafkabroker"
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/group"
 	"github.com/logagent/logagent/groupcoord"
@@ -19,7 +20,7 @@ import (
 // The coordinator's side of Kafka's classic consumer groups
 // (docs/design.md §7.5, docs/kafka.md "Consumer groups"): the classic_*
 // group operations, which the Kafka listener's groups (agent/kafkabroker)
-// send to the group's coordinator through runGroupOp. The coordinator
+// send to the group's coordinator through Run. The coordinator
 // answers the protocol's outcomes as a Kafka error code inside a 200
 // answer (kafkabroker.ClassicAnswer), so that they cross the peer hop
 // unchanged; only a coordinator that is not there (or not ready) answers
@@ -27,9 +28,9 @@ import (
 
 // classicOp makes a classic group operation: the protocol's errors go in
 // the answer, a retriable one is the coordinator's error (503).
-func classicOp[T any](run func(a *Agent, ctx context.Context, op groupOp, req T) (any, error)) func(*Agent, context.Context, groupOp) (any, error) {
-	return withBody(func(a *Agent, ctx context.Context, op groupOp, req T) (any, error) {
-		v, err := run(a, ctx, op, req)
+func classicOp[T any](run func(r *Router, ctx context.Context, op Op, req T) (any, error)) func(*Router, context.Context, Op) (any, error) {
+	return withBody(func(r *Router, ctx context.Context, op Op, req T) (any, error) {
+		v, err := run(r, ctx, op, req)
 		if err != nil && (groupcoord.IsRetriable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			return nil, err
 		}
@@ -74,40 +75,40 @@ func classicCode(err error) int16 {
 	return kerr.UnknownServerError.Code
 }
 
-// classicOps are the coordinator's classic operations, added to groupOps.
-var classicOps = map[string]func(a *Agent, ctx context.Context, op groupOp) (any, error){
-	"classic_join": classicOp(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.ClassicJoinRequest) (any, error) {
-		return a.groups.ClassicJoin(ctx, op.group, req)
+// classicOps are the coordinator's classic operations, added to ops.
+var classicOps = map[string]func(r *Router, ctx context.Context, op Op) (any, error){
+	"classic_join": classicOp(func(r *Router, ctx context.Context, op Op, req groupcoord.ClassicJoinRequest) (any, error) {
+		return r.s.Coordinator().ClassicJoin(ctx, op.Group, req)
 	}),
-	"classic_sync": classicOp(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.ClassicSyncRequest) (any, error) {
-		return a.groups.ClassicSync(ctx, op.group, req)
+	"classic_sync": classicOp(func(r *Router, ctx context.Context, op Op, req groupcoord.ClassicSyncRequest) (any, error) {
+		return r.s.Coordinator().ClassicSync(ctx, op.Group, req)
 	}),
-	"classic_heartbeat": classicOp(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.ClassicHeartbeatRequest) (any, error) {
-		return nil, a.groups.ClassicHeartbeat(ctx, op.group, req)
+	"classic_heartbeat": classicOp(func(r *Router, ctx context.Context, op Op, req groupcoord.ClassicHeartbeatRequest) (any, error) {
+		return nil, r.s.Coordinator().ClassicHeartbeat(ctx, op.Group, req)
 	}),
-	"classic_leave": classicOp(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.ClassicLeaveRequest) (any, error) {
-		return a.groups.ClassicLeave(ctx, op.group, req)
+	"classic_leave": classicOp(func(r *Router, ctx context.Context, op Op, req groupcoord.ClassicLeaveRequest) (any, error) {
+		return r.s.Coordinator().ClassicLeave(ctx, op.Group, req)
 	}),
-	"classic_commit": classicOp(func(a *Agent, ctx context.Context, op groupOp, req groupcoord.ClassicCommitRequest) (any, error) {
-		return nil, a.groups.ClassicCommit(ctx, op.group, req)
+	"classic_commit": classicOp(func(r *Router, ctx context.Context, op Op, req groupcoord.ClassicCommitRequest) (any, error) {
+		return nil, r.s.Coordinator().ClassicCommit(ctx, op.Group, req)
 	}),
-	"classic_describe": classicOp(func(a *Agent, ctx context.Context, op groupOp, _ struct{}) (any, error) {
-		return a.groups.ClassicDescribe(ctx, op.group)
+	"classic_describe": classicOp(func(r *Router, ctx context.Context, op Op, _ struct{}) (any, error) {
+		return r.s.Coordinator().ClassicDescribe(ctx, op.Group)
 	}),
-	"classic_list": classicOp(func(a *Agent, _ context.Context, _ groupOp, _ struct{}) (any, error) {
-		return a.groups.ClassicList(), nil
+	"classic_list": classicOp(func(r *Router, _ context.Context, _ Op, _ struct{}) (any, error) {
+		return r.s.Coordinator().ClassicList(), nil
 	}),
 }
 
 func init() {
 	for name, op := range classicOps {
-		groupOps[name] = op
+		ops[name] = op
 	}
 }
 
-// classicListAt asks the agent at peerAddr for its coordinator's list.
-func (a *Agent) classicListAt(ctx context.Context, peerAddr string, out *[]groupcoord.ClassicSummary) error {
-	req := a.groupPeers.NewRequest(peerAddr, peerGroupsPath)
+// ClassicListAt asks the agent at peerAddr for its coordinator's list.
+func (r *Router) ClassicListAt(ctx context.Context, peerAddr string, out *[]groupcoord.ClassicSummary) error {
+	req := r.cfg.Peers.NewRequest(peerAddr, PeerPath)
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType(wire.ContentTypeJSON)
@@ -115,11 +116,11 @@ func (a *Agent) classicListAt(ctx context.Context, peerAddr string, out *[]group
 	req.SetBodyString("{}")
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	deadline := a.now().Add(peerCallTimeout)
+	deadline := r.cfg.Now().Add(peer.CallTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := a.groupPeers.Client(peerAddr).DoDeadline(req, resp, deadline); err != nil {
+	if err := r.cfg.Peers.Client(peerAddr).DoDeadline(req, resp, deadline); err != nil {
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"agent "+peerAddr+" unreachable: "+err.Error(), true)
 	}
@@ -128,7 +129,7 @@ func (a *Agent) classicListAt(ctx context.Context, peerAddr string, out *[]group
 	}
 	var ans kafkabroker.ClassicAnswer
 	if err := json.Unmarshal(resp.Body(), &ans); err != nil {
-		return fmt.Errorf("agent: undecodable list of %s: %w", peerAddr, err)
+		return fmt.Errorf("groups: undecodable list of %s: %w", peerAddr, err)
 	}
 	return json.Unmarshal(ans.Result, out)
 }
