@@ -28,11 +28,13 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	output := newLogOutput(stderr)
+	defer output.Close()
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name:       "logagent",
 		Level:      hclog.LevelFromString(cfg.LogLevel),
 		JSONFormat: cfg.LogJSON,
-		Output:     stderr,
+		Output:     output,
 	})
 	logger.Info("starting", "version", version, "node_id", cfg.NodeID, "config", cfg.Sources)
 
@@ -51,7 +53,9 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	// during the graceful stop still exits at once.
 	var handler sync.WaitGroup
 	handlerDone := make(chan struct{})
-	handler.Go(func() { handleSignals(signals, handlerDone, cancel, func() { reload(paths, logger, a) }, logger) })
+	handler.Go(func() {
+		handleSignals(signals, handlerDone, cancel, func() { reload(paths, logger, a) }, logger, output.Close)
+	})
 	defer handler.Wait()
 	defer close(handlerDone)
 
@@ -65,9 +69,9 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 }
 
 // handleSignals turns the first SIGINT or SIGTERM into a graceful stop and a
-// second one into an immediate exit; SIGHUP calls reload. It returns once
-// done is closed.
-func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.CancelFunc, reload func(), logger hclog.Logger) {
+// second one into an immediate exit, after closeLog has written out the
+// log; SIGHUP calls reload. It returns once done is closed.
+func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.CancelFunc, reload func(), logger hclog.Logger, closeLog func()) {
 	stopping := false
 	for {
 		var sig os.Signal
@@ -82,6 +86,7 @@ func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.
 		}
 		if stopping {
 			logger.Warn("second signal: exiting at once", "signal", sig.String())
+			closeLog()
 			os.Exit(exitFailure)
 		}
 		stopping = true
