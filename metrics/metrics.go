@@ -117,7 +117,10 @@ func New(src Sources) *Metrics {
 		m.produceRecords, m.produceBytes, produceDuration, m.fetchBytes, m.fetchDuration, m.fsyncDuration,
 		m.leaderElections, m.isrChanges, m.replicaWakes, m.replicaFetches, m.errors,
 		newCollector(src),
-		collectors.NewGoCollector(),
+		// The scheduler's latencies (go_sched_latencies_seconds): how long
+		// runnable goroutines waited to run. The lease's check passes wait
+		// like the rest (docs/operations.md, "Alerts").
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m

@@ -142,7 +142,7 @@ func TestCollectorReadsSourcesAtEveryScrape(t *testing.T) {
 	if n := len(got["logagent_follower_lag_records"].GetMetric()); n != 2 {
 		t.Errorf("%d follower lag series, want 2 (partition 1 is not led here, partition 2 has no follower that fetched)", n)
 	}
-	for _, family := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+	for _, family := range []string{"go_goroutines", "go_sched_latencies_seconds", "process_cpu_seconds_total"} {
 		if _, ok := got[family]; !ok {
 			t.Errorf("no %s: the Go and process collectors are not registered", family)
 		}
