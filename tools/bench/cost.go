@@ -55,9 +55,13 @@ const (
 	// 100 on every architecture Go supports there.
 	clockTicks = 100
 	// probeTimeout is the timeout of one failover probe write (the agent
-	// holds a write it cannot place yet up to that long), probeRetry the
-	// pause after a refused one.
-	probeTimeout = 2 * time.Second
+	// holds a write it cannot place yet up to that long): the client API's
+	// default, what a producer that sets none gets. Shorter (it was 2 s),
+	// a burst that outran it had every write retried while its first copy
+	// was still being replicated, and the burst collapsed under its own
+	// retries (docs/benchmarks.md). probeRetry is the pause after a
+	// refused write.
+	probeTimeout = 5 * time.Second
 	probeRetry   = 100 * time.Millisecond
 	// probeQuiet is the pause between opening the probe's connections
 	// (a write to every partition) and the kill: the checkpoints those

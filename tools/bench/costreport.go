@@ -55,9 +55,9 @@ func renderCost(r costReport) string {
 		"Idle figures are taken over %s with no client traffic (the measurement's own /metrics scrapes are outside the window; what one scrape cost "+
 		"is its own column), %s after every partition had a leader (leaderships won by a replica other than the preferred one move back meanwhile); then the agent leading the most "+
 		"partitions is killed with SIGKILL and every partition it led is written to (acks=all, through another agent, all at once, each on a "+
-		"connection of its own that a write before the kill opened, %s before it, as producers already connected; retried %s after each refusal) until it accepts a write. \"None killed\" is how long those opening writes took, with every agent alive, for the last partition: the probe's own time (each write fsynced on three replicas, every partition at once), to read the failover against. "+
+		"connection of its own that a write before the kill opened, %s before it, as producers already connected; each write with a timeout of %s, the API's default; retried %s after each refusal) until it accepts a write. \"None killed\" is how long those opening writes took, with every agent alive, for the last partition: the probe's own time (each write fsynced on three replicas, every partition at once), to read the failover against. "+
 		"The load average (1 minute, at the end of the idle window) says what else the machine ran: figures "+
-		"taken at a load well above the 3 agents' own are not the cluster's alone.\n\n", o.nofile, o.idle, o.settle, probeQuiet, probeRetry)
+		"taken at a load well above the 3 agents' own are not the cluster's alone.\n\n", o.nofile, o.idle, o.settle, probeQuiet, probeTimeout, probeRetry)
 	b.WriteString("| partitions | create → all led | idle CPU per agent (% of a core) | RSS per agent (MiB) | open descriptors per agent | CPU per /metrics scrape | replica fetches/s | replica loop wakes/s | Consul requests/s, idle | kill -9 of (partitions led) | all accept acks=all again after (median; the same writes with none killed) | Consul requests/s during it | Consul 429s | load average |\n")
 	b.WriteString("|---:|---:|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, p := range r.Points {
