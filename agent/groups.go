@@ -9,11 +9,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/groups"
-	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/agent/reply"
-	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/groupcoord"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/wire"
@@ -159,7 +157,7 @@ func (a *Agent) groupFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 // sends its group operations to other agents' coordinators.
 func (a *Agent) newGroupRouter(peers *peer.Clients) *groups.Router {
 	return groups.New(groups.Config{
-		Sidecar:                  groupSidecar{a},
+		Sidecar:                  sidecarService{a},
 		Coordinator:              a.coord,
 		NodeID:                   a.cfg.NodeID,
 		OffsetsPartitions:        a.cfg.Groups.OffsetsPartitions,
@@ -172,36 +170,15 @@ func (a *Agent) newGroupRouter(peers *peer.Clients) *groups.Router {
 	})
 }
 
-// groupSidecar is the agent's groups.Sidecar. It reads the agent's
-// replicas and group coordinator at each call: the coordinator is made
-// with the router's Host.
-type groupSidecar struct{ a *Agent }
+// The methods of groups.Sidecar that kafkabroker.Sidecar does not ask for.
 
-var _ groups.Sidecar = groupSidecar{}
+func (s sidecarService) Coordinator() *groupcoord.Coordinator { return s.a.groups }
 
-func (s groupSidecar) Coordinator() *groupcoord.Coordinator { return s.a.groups }
-
-func (s groupSidecar) Replica(topic string, p int) *partition.Replica {
-	return s.a.replicas.Get(topic, p)
-}
-
-func (s groupSidecar) AppendLocal(r *partition.Replica, topic string, p int, batch []byte, count int, acks replicate.Acks, epoch int32, timeout time.Duration) (*int64, *reply.APIError) {
+func (s sidecarService) AppendLocal(r *partition.Replica, topic string, p int, batch []byte, count int, acks replicate.Acks, epoch int32, timeout time.Duration) (*int64, *reply.APIError) {
 	resp, apiErr := s.a.appendLocal(r, topic, p, batch, count, acks, epoch, timeout)
 	return resp.BaseOffset, apiErr
 }
 
-func (s groupSidecar) NoLeaderMessage(topic string, p int) string {
-	return s.a.noLeaderMessage(topic, p)
-}
-
-func (s groupSidecar) LookupAgent(node string) (election.AgentInfo, bool) {
-	return s.a.agents.lookup(node)
-}
-
-func (s groupSidecar) TopicConfig(req kafkabroker.CreateTopicRequest, agents int) election.TopicConfig {
-	return s.a.topicConfig(req, agents)
-}
-
-func (s groupSidecar) WaitTopic(ctx context.Context, name, id string) error {
+func (s sidecarService) WaitTopic(ctx context.Context, name, id string) error {
 	return s.a.waitTopic(ctx, name, id)
 }

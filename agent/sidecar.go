@@ -32,7 +32,7 @@ import (
 // its long polls when it stops.
 func (a *Agent) newKafkaBroker() *kafkabroker.Broker {
 	return kafkabroker.New(kafkabroker.Config{
-		Sidecar:           kafkaSidecar{a},
+		Sidecar:           sidecarService{a},
 		Coordinator:       a.coord,
 		NodeID:            a.cfg.NodeID,
 		Stopping:          a.stopping,
@@ -72,61 +72,66 @@ func (a *Agent) kafkaConfig(b *kafkabroker.Broker) (kafka.Config, error) {
 	}, nil
 }
 
-// kafkaSidecar is the agent's kafkabroker.Sidecar. It reads the agent's
-// replicas, peer clients and coordinators at each call: Run makes them
-// after the listeners open.
-type kafkaSidecar struct{ a *Agent }
+// sidecarService is the agent as the Kafka listener's kafkabroker.Sidecar
+// and the group routing's groups.Sidecar (agent/groups.go has the methods
+// only the latter asks for). It reads the agent's replicas, peer clients
+// and coordinators at each call: Run makes them after the listeners open,
+// and the group coordinator with the router's Host.
+type sidecarService struct{ a *Agent }
 
-var _ kafkabroker.Sidecar = kafkaSidecar{}
+var (
+	_ kafkabroker.Sidecar = sidecarService{}
+	_ groups.Sidecar      = sidecarService{}
+)
 
 // Serving is what the listener answers while the agent starts or stops:
 // retriable, so clients try again or another broker.
-func (s kafkaSidecar) Serving() error {
+func (s sidecarService) Serving() error {
 	if st := s.a.state.Load(); st == stateServing || st == stateHandingOver {
 		return nil
 	}
 	return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent is not serving", true)
 }
 
-func (s kafkaSidecar) LookupTopic(name string) (*election.TopicMeta, bool) {
+func (s sidecarService) LookupTopic(name string) (*election.TopicMeta, bool) {
 	return s.a.lookupTopic(name)
 }
 
-func (s kafkaSidecar) NoLeaderMessage(topic string, p int) string {
+func (s sidecarService) NoLeaderMessage(topic string, p int) string {
 	return s.a.noLeaderMessage(topic, p)
 }
 
-func (s kafkaSidecar) Replica(topic string, p int) *partition.Replica {
+func (s sidecarService) Replica(topic string, p int) *partition.Replica {
 	return s.a.replicas.Get(topic, p)
 }
 
-func (s kafkaSidecar) LookupAgent(node string) (election.AgentInfo, bool) {
+func (s sidecarService) LookupAgent(node string) (election.AgentInfo, bool) {
 	return s.a.agents.lookup(node)
 }
 
-func (s kafkaSidecar) TopicConfig(req kafkabroker.CreateTopicRequest, agents int) election.TopicConfig {
+func (s sidecarService) TopicConfig(req kafkabroker.CreateTopicRequest, agents int) election.TopicConfig {
 	return s.a.topicConfig(req, agents)
 }
 
-func (s kafkaSidecar) CreateTopic(req kafkabroker.CreateTopicRequest, storage []byte) error {
+func (s sidecarService) CreateTopic(req kafkabroker.CreateTopicRequest, storage []byte) error {
 	_, _, err := s.a.createTopic(req, storage)
 	return err
 }
 
-func (s kafkaSidecar) DeleteTopic(name string) error { return s.a.deleteTopic(name) }
+func (s sidecarService) DeleteTopic(name string) error { return s.a.deleteTopic(name) }
 
-func (s kafkaSidecar) AlterTopic(name string, c kafkabroker.TopicChange) error {
+func (s sidecarService) AlterTopic(name string, c kafkabroker.TopicChange) error {
 	_, err := s.a.alterTopic(name, c)
 	return err
 }
 
-func (s kafkaSidecar) PlacementNodes(ctx context.Context) ([]string, error) {
+func (s sidecarService) PlacementNodes(ctx context.Context) ([]string, error) {
 	return s.a.placementNodes(ctx)
 }
 
-func (s kafkaSidecar) LogOptions() segstore.Options { return s.a.logOptions() }
+func (s sidecarService) LogOptions() segstore.Options { return s.a.logOptions() }
 
-func (s kafkaSidecar) DecodeBatch(body []byte, acks replicate.Acks) ([]byte, int, error) {
+func (s sidecarService) DecodeBatch(body []byte, acks replicate.Acks) ([]byte, int, error) {
 	batch, count, err := s.a.decodeBatch(body)
 	if err != nil {
 		return nil, 0, err
@@ -137,36 +142,36 @@ func (s kafkaSidecar) DecodeBatch(body []byte, acks replicate.Acks) ([]byte, int
 	return batch, count, nil
 }
 
-func (s kafkaSidecar) ProduceBatch(topic string, p int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (*int64, bool, *reply.APIError) {
+func (s sidecarService) ProduceBatch(topic string, p int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (*int64, bool, *reply.APIError) {
 	resp, apiErr := s.a.produceBatch(topic, p, batch, count, acks, deadline)
 	return resp.BaseOffset, resp.Duplicate, apiErr
 }
 
-func (s kafkaSidecar) FetchReplica(topic string, p int) (*partition.Replica, *reply.APIError) {
+func (s sidecarService) FetchReplica(topic string, p int) (*partition.Replica, *reply.APIError) {
 	return s.a.fetchReplica(topic, p)
 }
 
-func (s kafkaSidecar) ReadLocal(r *partition.Replica, offset, maxBytes int64) (*segstore.Region, kafkabroker.LogPositions, *reply.APIError) {
+func (s sidecarService) ReadLocal(r *partition.Replica, offset, maxBytes int64) (*segstore.Region, kafkabroker.LogPositions, *reply.APIError) {
 	return s.a.readLocal(r, offset, maxBytes, 0)
 }
 
-func (s kafkaSidecar) LeaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
+func (s sidecarService) LeaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
 	return s.a.leaderFetch(topic, p, offset, maxBytes, wait)
 }
 
-func (s kafkaSidecar) EpochEndOffset(peerAddr string, q peer.EpochQuery) (replicate.EpochEndOffset, error) {
+func (s sidecarService) EpochEndOffset(peerAddr string, q peer.EpochQuery) (replicate.EpochEndOffset, error) {
 	return s.a.forwarder.EpochEndOffset(peerAddr, q)
 }
 
-func (s kafkaSidecar) RunGroupOp(name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError) {
+func (s sidecarService) RunGroupOp(name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError) {
 	return s.a.groupRouter.Run(groups.Op{Name: name, Group: group, Body: body}, wait)
 }
 
-func (s kafkaSidecar) KnownAgents() []election.AgentInfo { return s.a.agents.all() }
+func (s sidecarService) KnownAgents() []election.AgentInfo { return s.a.agents.all() }
 
-func (s kafkaSidecar) ClassicList() []groupcoord.ClassicSummary { return s.a.groups.ClassicList() }
+func (s sidecarService) ClassicList() []groupcoord.ClassicSummary { return s.a.groups.ClassicList() }
 
-func (s kafkaSidecar) ClassicListAt(ctx context.Context, peerAddr string, out *[]groupcoord.ClassicSummary) error {
+func (s sidecarService) ClassicListAt(ctx context.Context, peerAddr string, out *[]groupcoord.ClassicSummary) error {
 	return s.a.groupRouter.ClassicListAt(ctx, peerAddr, out)
 }
 
