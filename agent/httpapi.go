@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -179,8 +180,19 @@ func newServer(rt *router, handler fasthttp.RequestHandler, maxBody int64, logge
 }
 
 // serverError answers requests fasthttp refuses before a handler runs, in
-// the API's JSON error format.
+// the API's JSON error format. A read that timed out closes the connection
+// without an answer, as Go's net/http server does: fasthttp hands here the
+// timeout of a connection's first request even when nothing of it arrived,
+// and a 400 written then is unsolicited, or, if the client sent its first
+// request on the connection at that moment, taken as the answer to a
+// request the agent never read (Go's client dials connections it may not
+// use at once: under load they idle in its pool past the timeout).
 func (rt *router) serverError(ctx *fasthttp.RequestCtx, err error) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		_ = ctx.Conn().Close()
+		return
+	}
 	defer rt.countError(ctx)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		reply.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, "request body over limits.max_request_bytes", false)

@@ -2,7 +2,15 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -84,5 +92,62 @@ func TestErrorBodies(t *testing.T) {
 	reply.WriteAPIError(&ctx, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, "isr [n1]", true))
 	if h := string(ctx.Response.Header.Peek("Retry-After")); h != "1" {
 		t.Fatalf("retriable 503 without Retry-After: %q", h)
+	}
+}
+
+// TestUnusedConnectionClosedWithoutAnswer: a connection on which no request
+// arrives within the read timeout is closed without the unsolicited 400 a
+// client sending its first request at that moment would take for the answer
+// to it, and so is one whose request stalls in its headers; a malformed
+// request still gets its 400, and one that arrives in time its answer.
+func TestUnusedConnectionClosedWithoutAnswer(t *testing.T) {
+	var codes []string
+	rt := &router{onError: func(code string) { codes = append(codes, code) }}
+	rt.add(fasthttp.MethodGet, "/v1/topics", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
+	srv := newServer(rt, rt.handle, 1<<20, log.New(io.Discard, "", 0))
+	srv.ReadTimeout = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ln) })
+	defer func() {
+		_ = srv.Shutdown()
+		wg.Wait()
+	}()
+	answer := func(send string) string {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if send != "" {
+			if _, err := io.WriteString(c, send); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(c)
+		if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("reading the answer to %q: %v", send, err)
+		}
+		return string(got)
+	}
+	if got := answer(""); got != "" {
+		t.Fatalf("an unused connection got %q, want nothing", got)
+	}
+	if got := answer("GET /v1/topics HTTP/1.1\r\nHo"); got != "" {
+		t.Fatalf("a request stalled in its headers got %q, want nothing", got)
+	}
+	if got := answer("GET /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 400") {
+		t.Fatalf("a malformed request got %q, want a 400", got)
+	}
+	if got := answer("GET /v1/topics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200") || !strings.HasSuffix(got, "ok") {
+		t.Fatalf("a request in time got %q", got)
+	}
+	if len(codes) != 1 || codes[0] != wire.CodeInvalidRequest {
+		t.Fatalf("error answers counted %v, want the malformed request's only", codes)
 	}
 }
