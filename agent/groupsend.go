@@ -57,6 +57,7 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 	for i := range pending {
 		pending[i] = i
 	}
+	last := make([]*reply.APIError, len(batches))
 	for len(pending) > 0 {
 		results := a.sendGroupOnce(topic, partition, batches, counts, pending, acks, a.attemptDeadline(deadline), deadline)
 		var again []int
@@ -67,6 +68,7 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 				resps[i], errs[i] = res.resp, nil
 				continue
 			}
+			last[i] = res.err
 			refused := res.refused
 			if unknownOutcome(res.err) {
 				unknown[i], refused = res.err, true
@@ -92,6 +94,18 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 				errs[i] = unknown[i]
 				if errs[i] == nil {
 					errs[i] = reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "agent stopping", true)
+				}
+			}
+			return resps, errs
+		}
+		if !a.now().Before(deadline) {
+			// The pause used up the time: each batch keeps its last
+			// refusal, which says why nothing was written, rather than
+			// an attempt that could only say the timeout passed.
+			for _, i := range pending {
+				errs[i] = last[i]
+				if unknown[i] != nil && !unknownOutcome(last[i]) {
+					errs[i] = unknown[i]
 				}
 			}
 			return resps, errs

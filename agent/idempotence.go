@@ -295,7 +295,10 @@ func (a *Agent) sendBatch(topic string, partition int, batch []byte, count int, 
 			batch = bytes.Clone(batch)
 		}
 		retry := refused || (unknown != nil && e.Retriable)
-		if remaining := deadline.Sub(a.now()); !retry || remaining <= 0 || !a.pauseBeforeRetry(remaining) {
+		// A pause that used up the time ends it too: the next attempt
+		// could only answer that the timeout passed, where this one says
+		// why nothing was written (no leader, a leader moving).
+		if remaining := deadline.Sub(a.now()); !retry || remaining <= 0 || !a.pauseBeforeRetry(remaining) || !a.now().Before(deadline) {
 			// A refusal that follows an unknown outcome does not say
 			// nothing was written.
 			if unknown != nil && !unknownOutcome(e) {
