@@ -89,7 +89,8 @@ func NewClients(token string, maxBodySize int, stream bool, tlsFor TLSConfig) *C
 
 // WithMaxConns returns clients with the same settings and a pool of their
 // own, holding at most n connections to one peer: requests beyond them
-// wait for one, up to CallTimeout.
+// wait for one, up to CallTimeout. Short requests that many partitions
+// send at once (epoch queries as a thousand followers start) need few.
 func (p *Clients) WithMaxConns(n int) *Clients {
 	c := NewClients(p.token, p.maxBodySize, p.stream, p.tlsFor)
 	c.resendClosed, c.maxConns, c.connWait = p.resendClosed, n, CallTimeout
