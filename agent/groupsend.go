@@ -57,7 +57,6 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 	for i := range pending {
 		pending[i] = i
 	}
-	last := make([]*reply.APIError, len(batches))
 	for len(pending) > 0 {
 		results := a.sendGroupOnce(topic, partition, batches, counts, pending, acks, a.attemptDeadline(deadline), deadline)
 		var again []int
@@ -68,7 +67,6 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 				resps[i], errs[i] = res.resp, nil
 				continue
 			}
-			last[i] = res.err
 			refused := res.refused
 			if unknownOutcome(res.err) {
 				unknown[i], refused = res.err, true
@@ -76,13 +74,14 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 				// copy in place; the resend gets its own.
 				batches[i] = append([]byte(nil), batches[i]...)
 			}
-			if remaining > 0 && (refused || (unknown[i] != nil && res.err.Retriable)) {
-				again = append(again, i)
-				continue
-			}
+			// The batch's answer should it go no further; a retry's
+			// outcome replaces it.
 			errs[i] = res.err
 			if unknown[i] != nil && !unknownOutcome(res.err) {
 				errs[i] = unknown[i]
+			}
+			if remaining > 0 && (refused || (unknown[i] != nil && res.err.Retriable)) {
+				again = append(again, i)
 			}
 		}
 		pending = again
@@ -99,15 +98,9 @@ func (a *Agent) produceIdempotentGroup(topic string, partition int, batches [][]
 			return resps, errs
 		}
 		if !a.now().Before(deadline) {
-			// The pause used up the time: each batch keeps its last
-			// refusal, which says why nothing was written, rather than
-			// an attempt that could only say the timeout passed.
-			for _, i := range pending {
-				errs[i] = last[i]
-				if unknown[i] != nil && !unknownOutcome(last[i]) {
-					errs[i] = unknown[i]
-				}
-			}
+			// The pause used up the time: each batch keeps the answer of
+			// its last attempt, which says why nothing was written, rather
+			// than one more that could only say the timeout passed.
 			return resps, errs
 		}
 	}

@@ -101,8 +101,14 @@ func TestErrorBodies(t *testing.T) {
 // to it, and so is one whose request stalls in its headers; a malformed
 // request still gets its 400, and one that arrives in time its answer.
 func TestUnusedConnectionClosedWithoutAnswer(t *testing.T) {
+	// The server's goroutines count the errors; the test reads them.
+	var mu sync.Mutex
 	var codes []string
-	rt := &router{onError: func(code string) { codes = append(codes, code) }}
+	rt := &router{onError: func(code string) {
+		mu.Lock()
+		codes = append(codes, code)
+		mu.Unlock()
+	}}
 	rt.add(fasthttp.MethodGet, "/v1/topics", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
 	srv := newServer(rt, rt.handle, 1<<20, log.New(io.Discard, "", 0))
 	srv.ReadTimeout = 200 * time.Millisecond
@@ -147,6 +153,8 @@ func TestUnusedConnectionClosedWithoutAnswer(t *testing.T) {
 	if got := answer("GET /v1/topics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200") || !strings.HasSuffix(got, "ok") {
 		t.Fatalf("a request in time got %q", got)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(codes) != 1 || codes[0] != wire.CodeInvalidRequest {
 		t.Fatalf("error answers counted %v, want the malformed request's only", codes)
 	}
