@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,10 +60,15 @@ func TestWipedReplicaDoesNotEraseCommittedData(t *testing.T) {
 	}
 	// Until the wiped replica has caught up, a leader of a newer epoch may
 	// list it in the ISR only as inherited from the old state, before it
-	// took it out: once out, it may come back only caught up.
+	// takes it out: once out, it may come back only caught up. The ISR
+	// change out and back can both land within 30 ms, before the first
+	// poll here (a fresh-clone CI run saw the ISR [n1 n3] for 24 ms), so
+	// the polls check what they see and the new leader's log, which
+	// records each committed ISR change in order, shows the way out.
 	want := int64(len(acked))
 	sawOut := false
-	c.WaitFor(60*time.Second, "the wiped replica back in the ISR, caught up", func() bool {
+	var newLeader *Agent
+	c.WaitFor(60*time.Second, "the wiped replica back in the ISR of a new leader, caught up", func() bool {
 		for _, a := range c.Agents {
 			p, err := a.DescribePartition("wipe", 0)
 			if err != nil || p.Role != "leader" || p.Epoch <= epoch {
@@ -76,11 +84,16 @@ func TestWipedReplicaDoesNotEraseCommittedData(t *testing.T) {
 				sawOut = true
 			case sawOut && *w.LogEndOffset < want:
 				t.Fatalf("the wiped replica rejoined the ISR at log end %d of %d", *w.LogEndOffset, want)
-			case sawOut:
-				return len(p.ISR) == 3
+			case *w.LogEndOffset >= want && len(p.ISR) == 3:
+				newLeader = a
+				return true
 			}
 		}
 		return false
+	})
+	c.WaitFor(10*time.Second, "the new leader's log showing the wiped replica taken out of the ISR and back", func() bool {
+		logged, err := os.ReadFile(newLeader.LogPath())
+		return err == nil && tookOutOfISRAndBack(logged, "wipe", epoch, wiped.NodeID)
 	})
 	// Each agent reads from its own replica once that replica leads or
 	// follows with every acknowledged record under its high watermark:
@@ -109,6 +122,31 @@ func TestWipedReplicaDoesNotEraseCommittedData(t *testing.T) {
 	}
 }
 
+// isrChangeLine matches the line a leader's replica logs for each ISR
+// change Consul committed: `isr changed: partition=0 topic=wipe epoch=2
+// isr=["n1", "n3"]`.
+var isrChangeLine = regexp.MustCompile(`isr changed: partition=0 topic=(\S+) epoch=(\d+) isr=\[([^\]]*)\]`)
+
+// tookOutOfISRAndBack reports whether an agent's log shows, for topic's
+// partition 0 at an epoch after afterEpoch, an ISR change without node
+// followed by one with it.
+func tookOutOfISRAndBack(logged []byte, topic string, afterEpoch int32, node string) bool {
+	out := false
+	for _, m := range isrChangeLine.FindAllSubmatch(logged, -1) {
+		e, err := strconv.ParseInt(string(m[2]), 10, 32)
+		if string(m[1]) != topic || err != nil || int32(e) <= afterEpoch {
+			continue
+		}
+		in := bytes.Contains(m[3], []byte(strconv.Quote(node)))
+		if !in {
+			out = true
+		} else if out {
+			return true
+		}
+	}
+	return false
+}
+
 // readValues reads a partition's record values from offset 0 to end on an
 // agent's replica.
 func readValues(t *testing.T, a *Agent, topic string, end int64) [][]byte {
@@ -133,4 +171,27 @@ func readValues(t *testing.T, a *Agent, topic string, end int64) [][]byte {
 		}
 	}
 	return out
+}
+
+func TestTookOutOfISRAndBack(t *testing.T) {
+	const (
+		out  = `2026-12-03T13:48:50.103Z [INFO]  logagent.agent.replica: isr changed: partition=0 topic=wipe epoch=2 isr=["n1", "n3"]` + "\n"
+		back = `2026-12-03T13:48:50.127Z [INFO]  logagent.agent.replica: isr changed: partition=0 topic=wipe epoch=2 isr=["n1", "n2", "n3"]` + "\n"
+		old  = `2026-12-03T13:48:40.000Z [INFO]  logagent.agent.replica: isr changed: partition=0 topic=wipe epoch=1 isr=["n1", "n3"]` + "\n"
+	)
+	for _, tc := range []struct {
+		name, logged string
+		want         bool
+	}{
+		{"out then back", out + back, true},
+		{"back only", back, false},
+		{"out only", out, false},
+		{"back then out", back + out, false},
+		{"out at the old epoch", old + back, false},
+		{"another topic", strings.ReplaceAll(out+back, "topic=wipe", "topic=other"), false},
+	} {
+		if got := tookOutOfISRAndBack([]byte(tc.logged), "wipe", 1, "n2"); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
