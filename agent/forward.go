@@ -50,15 +50,10 @@ const (
 	forwardRetryPause = 50 * time.Millisecond
 )
 
-// newForwarder returns the clients of forwarded produces. One that went out
-// on a pooled connection the leader had closed (it restarted since: a
-// rolling restart) is sent again at once on a new connection when its
-// batches are idempotent, which the leader answers as a duplicate if it did
-// append them; a plain one stays an unknown outcome.
+// newForwarder returns the clients of forwarded produces (sendForward
+// sends them).
 func newForwarder(token []byte, tlsFor peer.TLSConfig) *peer.Clients {
-	c := peer.NewClients(string(token), 64<<10, false, tlsFor)
-	c.ResendClosed(idempotentForward)
-	return c
+	return peer.NewClients(string(token), 64<<10, false, tlsFor)
 }
 
 // idempotentForward says a forward's batches carry a producer id: a group
@@ -133,8 +128,8 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	defer fasthttp.ReleaseResponse(resp)
 	// The leader answers ack_timeout itself at the deadline; the margin
 	// lets its answer arrive.
-	if err := a.forwarder.Client(info.PeerAddr).DoTimeout(req, resp, timeout+produceGrace); err != nil {
-		if neverSent(err) {
+	if unsent, err := sendForward(a.forwarder.Client(info.PeerAddr), req, resp, deadline.Add(produceGrace), a.now); err != nil {
+		if unsent {
 			return nil, fmt.Errorf("%w: %w", errForwardRefused,
 				reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
 		}
@@ -164,6 +159,32 @@ func (a *Agent) clientFacing(e *reply.APIError, topic string, partition int) *re
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "the leader's agent is not serving: "+e.Message, true)
 	}
 	return e
+}
+
+// sendForward sends a forward to the leader until the time until. One that
+// went out on a connection the leader closed before any byte of an answer
+// (a pooled connection the leader closed as it restarted, as in a rolling
+// restart; or the leader read it and died) is sent again at once, on a new
+// connection, when its batches are idempotent: the leader answers a
+// duplicate if it did append them. unsent says, when err is not nil, that
+// no byte of the request can have reached the leader: only then is nothing
+// appended. After a resend it is always false, whatever ended the resend
+// (a refused dial as the leader is gone): the first send may have been
+// read and appended, and a sidecar that took it as refused would give the
+// batch's producer sequence to another batch, which the leader would then
+// answer as a duplicate of the first, unwritten.
+func sendForward(c *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, until time.Time, now func() time.Time) (unsent bool, err error) {
+	err = c.DoTimeout(req, resp, until.Sub(now()))
+	if err == nil || neverSent(err) {
+		return err != nil, err
+	}
+	left := until.Sub(now())
+	if !peer.ClosedUnder(err) || !idempotentForward(req) || left <= 0 {
+		return false, err
+	}
+	// The peer's other idle connections most likely closed with this one.
+	c.CloseIdleConnections()
+	return false, c.DoTimeout(req, resp, left)
 }
 
 // neverSent says whether a forward failed before any byte of it could

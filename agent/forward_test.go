@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -42,9 +46,10 @@ func TestNeverSent(t *testing.T) {
 	}
 }
 
-// TestIdempotentForward: only a forward whose batches carry a producer id
-// may be sent again after its connection closed under it.
-func TestIdempotentForward(t *testing.T) {
+// plainAndIdempotentBatch returns a one-record batch without a producer id
+// and the same batch with one.
+func plainAndIdempotentBatch(t *testing.T) (plain, idempotent []byte) {
+	t.Helper()
 	var b record.Builder
 	if err := b.Add(1, nil, []byte("v"), nil); err != nil {
 		t.Fatal(err)
@@ -53,8 +58,15 @@ func TestIdempotentForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stamped := append([]byte(nil), plain...)
-	record.StampProducer(stamped, 42, 0, 7)
+	idempotent = append([]byte(nil), plain...)
+	record.StampProducer(idempotent, 42, 0, 7)
+	return plain, idempotent
+}
+
+// TestIdempotentForward: only a forward whose batches carry a producer id
+// may be sent again after its connection closed under it.
+func TestIdempotentForward(t *testing.T) {
+	plain, stamped := plainAndIdempotentBatch(t)
 	for _, tc := range []struct {
 		name string
 		body []byte
@@ -71,6 +83,128 @@ func TestIdempotentForward(t *testing.T) {
 			t.Errorf("%s: idempotentForward = %t, want %t", tc.name, got, tc.want)
 		}
 		fasthttp.ReleaseRequest(req)
+	}
+}
+
+// fakeLeader is a peer that reads each request whole and then does what
+// onRequest says: answer 200 and close the connection (an agent that
+// restarted since, or closed its idle connections as it stopped, leaves
+// its peers' pooled connections so), or die before answering: close the
+// connection and its listener, so the resend's dial is refused.
+type fakeLeader struct {
+	ln       net.Listener
+	dieAfter int32 // the request after which it dies, 0 for never
+	requests atomic.Int32
+	wg       sync.WaitGroup
+}
+
+func startFakeLeader(t *testing.T, dieAfter int32) *fakeLeader {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &fakeLeader{ln: ln, dieAfter: dieAfter}
+	l.wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.wg.Go(func() {
+				defer conn.Close()
+				req, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				if l.requests.Add(1) == l.dieAfter {
+					ln.Close()
+					return
+				}
+				fmt.Fprint(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		l.wg.Wait()
+	})
+	return l
+}
+
+// TestSendForward: a forward that finds its pooled connection closed by
+// the leader is sent again on a new connection when its batches are
+// idempotent, and fails as an unknown outcome when they are not; a
+// forward the leader read before it died is an unknown outcome even when
+// the resend's dial is refused (the jepsen dead-agent run with seed
+// 1796303720586899991 had it as refused: the sidecar gave its producer
+// sequence to the next batch, which the new leader answered as a
+// duplicate, unwritten); only a forward no byte of which left is unsent.
+func TestSendForward(t *testing.T) {
+	plain, idempotent := plainAndIdempotentBatch(t)
+	clients := newForwarder(nil, nil)
+	send := func(addr string, body []byte) (bool, error) {
+		req := clients.NewRequest(addr, peerProducePath)
+		defer fasthttp.ReleaseRequest(req)
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetBodyRaw(body)
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseResponse(resp)
+		unsent, err := sendForward(clients.Client(addr), req, resp, time.Now().Add(5*time.Second), time.Now)
+		if err == nil && resp.StatusCode() != fasthttp.StatusOK {
+			err = fmt.Errorf("status %d", resp.StatusCode())
+		}
+		return unsent, err
+	}
+	// waitClosed lets the leader's close of the connection it answered on
+	// reach the client before the next request reuses it.
+	waitClosed := func() { time.Sleep(50 * time.Millisecond) }
+
+	restarted := startFakeLeader(t, 0)
+	addr := restarted.ln.Addr().String()
+	if _, err := send(addr, plain); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed()
+	if _, err := send(addr, idempotent); err != nil {
+		t.Fatalf("an idempotent forward on a connection the leader closed: %v, want it sent again and answered", err)
+	}
+	if n := restarted.requests.Load(); n != 2 {
+		t.Fatalf("the leader carried out %d requests, want 2 (the resend, once)", n)
+	}
+	waitClosed()
+	unsent, err := send(addr, plain)
+	if !errors.Is(err, fasthttp.ErrConnectionClosed) || unsent {
+		t.Fatalf("a plain forward on a connection the leader closed: unsent %t, %v; want an unknown outcome, ErrConnectionClosed (not sent again)", unsent, err)
+	}
+	if n := restarted.requests.Load(); n != 2 {
+		t.Fatalf("the leader carried out %d requests, want still 2", n)
+	}
+	// The closed connection was dropped with the pool's idle ones: the
+	// next forward dials afresh.
+	if _, err := send(addr, plain); err != nil {
+		t.Fatalf("the next forward after a closed connection: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{{"idempotent", idempotent}, {"plain", plain}} {
+		died := startFakeLeader(t, 1)
+		unsent, err := send(died.ln.Addr().String(), tc.body)
+		if err == nil || unsent {
+			t.Errorf("%s forward the leader read before it died: unsent %t, %v; want an unknown outcome", tc.name, unsent, err)
+		}
+		if n := died.requests.Load(); n != 1 {
+			t.Errorf("%s forward: the leader read %d requests, want 1", tc.name, n)
+		}
+	}
+
+	gone := startFakeLeader(t, 0)
+	gone.ln.Close()
+	if unsent, err := send(gone.ln.Addr().String(), idempotent); err == nil || !unsent {
+		t.Fatalf("a forward to a leader not listening: unsent %t, %v; want unsent", unsent, err)
 	}
 }
 

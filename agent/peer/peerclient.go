@@ -44,9 +44,6 @@ type Clients struct {
 	// stream makes response bodies readers (proxied fetches) rather than
 	// buffers; maxBodySize is then enforced by the caller.
 	stream bool
-	// resendClosed, when set, says which requests may be sent again after
-	// their pooled connection turned out closed (ResendClosed).
-	resendClosed func(*fasthttp.Request) bool
 	// tlsFor, when not nil, makes every connection TLS, configured for the
 	// address it dials.
 	tlsFor TLSConfig
@@ -93,25 +90,16 @@ func NewClients(token string, maxBodySize int, stream bool, tlsFor TLSConfig) *C
 // send at once (epoch queries as a thousand followers start) need few.
 func (p *Clients) WithMaxConns(n int) *Clients {
 	c := NewClients(p.token, p.maxBodySize, p.stream, p.tlsFor)
-	c.resendClosed, c.maxConns, c.connWait = p.resendClosed, n, CallTimeout
+	c.maxConns, c.connWait = n, CallTimeout
 	return c
 }
 
-// ResendClosed makes the clients send a request again, on a new
-// connection, when the pooled connection it went out on was closed by the
-// peer before any byte of an answer (the peer restarted since, or closed
-// its idle connections as it stopped) and may says the request may be sent
-// twice; the peer's other idle connections are dropped either way, being
-// most likely closed too. A POST is otherwise never resent: the peer may
-// have carried it out before the connection closed. Call it before any
-// request.
-func (p *Clients) ResendClosed(may func(*fasthttp.Request) bool) { p.resendClosed = may }
-
-// closedUnder says a request failed because its connection had been closed
+// ClosedUnder says a request failed because its connection had been closed
 // by the peer: fasthttp reports a connection that ended before the
-// answer's first byte as io.EOF to RetryIfErr (ErrConnectionClosed to the
-// caller), and a write to one the peer had reset as EPIPE or ECONNRESET.
-func closedUnder(err error) bool {
+// answer's first byte as ErrConnectionClosed (io.EOF inside), and a write
+// to one the peer had reset as EPIPE or ECONNRESET. The peer may have read
+// the request before it closed.
+func ClosedUnder(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
@@ -138,15 +126,6 @@ func (p *Clients) Client(addr string) *fasthttp.HostClient {
 			// A refused or reset connection is retried once by fasthttp for
 			// these GETs; anything else surfaces to the replica loop.
 			MaxIdemponentCallAttempts: 2,
-		}
-		if may := p.resendClosed; may != nil {
-			c.RetryIfErr = func(req *fasthttp.Request, _ int, err error) (bool, bool) {
-				if !closedUnder(err) {
-					return false, false
-				}
-				c.CloseIdleConnections()
-				return false, may(req)
-			}
 		}
 		if p.tlsFor != nil {
 			c.IsTLS, c.TLSConfig = true, p.tlsFor(addr)
