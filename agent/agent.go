@@ -255,7 +255,7 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 		Self:            a.cfg.NodeID,
 		Config:          a.cfg,
 		Coord:           a.coord,
-		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor()).WithMaxConns(partition.EpochQueryConns),
+		Peers:           peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor()),
 		LookupAgent:     a.agents.lookup,
 		Log:             a.log,
 		Now:             a.now,
@@ -396,7 +396,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		"peer_advertise", a.cfg.Peer.AdvertiseAddress, "client_tls", a.clientTLS != nil, "peer_tls", a.peerTLS != nil,
 		"client_token", len(a.clientToken) > 0, "peer_token", len(a.peerToken) > 0)
 
-	a.replicas = partition.NewManager(a.replicaDeps(dir.Path), dir.Path)
+	deps := a.replicaDeps(dir.Path)
+	deps.AnnounceLeadership = peerAPI.AnnounceLeadership
+	a.replicas = partition.NewManager(deps, dir.Path)
 	a.forwarder = newForwarder(a.peerToken, a.peerTLSFor())
 	a.fetchProxy = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), true, a.clientAPITLSFor())
 	a.clientAPIs = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), false, a.clientAPITLSFor())

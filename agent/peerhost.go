@@ -14,8 +14,8 @@ import (
 // own peer handlers (the forwarded produce, the group operations) share
 // with it.
 
-// newPeerAPI returns the server of the followers' fetches, fetch sessions
-// and epoch queries; Run closes it.
+// newPeerAPI returns the server of the followers' fetches and fetch
+// sessions, and of epoch queries; Run closes it.
 func (a *Agent) newPeerAPI() *peerapi.Server {
 	return peerapi.New(peerapi.Config{
 		Host:        peerHost{a},

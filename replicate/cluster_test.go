@@ -178,7 +178,7 @@ func (c *cluster) drainLeader() {
 }
 
 // step lets follower id do what its Ready asks, answering from the leader:
-// one epoch exchange, one truncation or one fetch (of up to 100 records,
+// one truncation or one fetch (of up to 100 records,
 // fsynced at once when syncAfterFetch). It reports whether the follower had
 // anything to do.
 func (c *cluster) step(id string, syncAfterFetch bool) bool {
@@ -190,14 +190,6 @@ func (c *cluster) step(id string, syncAfterFetch bool) bool {
 		n.log.hw = rd.HighWatermark
 	}
 	switch {
-	case rd.EpochRequest != nil:
-		answer, err := ln.leader.OffsetForEpoch(*rd.EpochRequest)
-		if err != nil {
-			c.t.Fatalf("%s asks %+v: %v", id, *rd.EpochRequest, err)
-		}
-		if err := f.EpochAnswered(answer); err != nil {
-			c.t.Fatal(err)
-		}
 	case rd.Truncate != nil:
 		n.log.truncate(rd.Truncate.Offset)
 		if err := f.Truncated(n.log.logEnd()); err != nil {

@@ -5,8 +5,8 @@
 // loop) feeds them inputs one at a time, with the time as a value, and
 // carries out what they decide. Kafka's semantics are copied on purpose:
 // the high watermark over the maximal ISR (KAFKA-15583), lastCaughtUpTime,
-// epoch-based truncation (KIP-101, KIP-279) and diverging epochs in fetch
-// answers (KIP-320).
+// epoch-based truncation (KIP-101, KIP-279) done on the diverging epochs of
+// fetch answers (KIP-320, as Kafka's followers truncate since 2.7).
 //
 // # Leader
 //
@@ -35,21 +35,22 @@
 //
 // # Follower
 //
-//	NewFollower ──► ask ─── EpochRequest ───► leader: OffsetForEpoch
-//	                 ▲            │ EpochAnswered
-//	                 │            ▼
-//	   epoch unknown └──────── truncate ─── Truncate ───► log; Truncated
-//	   to the leader              │
-//	                              ▼
-//	          ┌────────────────► fetch ─── Fetch ───► leader: Fetch
-//	          │                   │ Appended, Synced, then FetchResponded,
-//	          └───────────────────┘ FetchOutOfRange or FetchFailed
-//	    (a diverging epoch or an out-of-range answer goes back to truncate)
+//	NewFollower ──► fetch ─── Fetch ───► leader: Fetch
+//	          ┌───►   │ Appended, Synced, then FetchResponded,
+//	          │       │ FetchOutOfRange or FetchFailed
+//	          │       ▼ a diverging epoch or an out-of-range answer
+//	          └─── truncate ─── Truncate ───► log; Truncated
 //
-// A new follower never truncates to its own HW: it asks the leader where
-// its latest epoch ends and truncates to min(leader's end, own end) for the
-// epoch the leader answered; if it never had that epoch, it cuts after its
-// own largest epoch below it and asks again. The follower's HW is
+// A new follower never truncates to its own HW. Its every fetch names the
+// latest epoch of its log (last fetched epoch) with its log end as the fetch
+// offset; the leader, before it counts the offset, answers with where that
+// epoch (or its largest one below) ends in its own log when the follower's
+// log cannot be a prefix of its own. The follower truncates to min(leader's
+// end, own end) for the epoch the leader answered; if it never had that
+// epoch, it cuts after its own largest epoch below it, and its next fetch
+// names that one. Leader.OffsetForEpoch still answers the same question on
+// its own (Kafka's OffsetsForLeaderEpoch) for Kafka clients and for
+// followers of older agents. The follower's HW is
 // min(leader HW, own log end), counting only fsynced records in fsync mode;
 // in that mode the next fetch waits for the fsync, so the fetch offset the
 // leader counts is always durable. Unlike Kafka's, a follower's HW does not
@@ -63,8 +64,7 @@
 // ErrInconsistentLog, after which the state machine must be dropped) or
 // changes the state and may queue output. The caller drains Ready after
 // each input, carries the output out and reports back: Truncated after a
-// truncation, EpochAnswered or EpochRequestFailed after an epoch request,
-// FetchResponded (or FetchOutOfRange, FetchFailed) after a fetch,
+// truncation, FetchResponded (or FetchOutOfRange, FetchFailed) after a fetch,
 // ISRCommitted or ISRProposalFailed after a proposal. A HW checkpoint need
 // not be written before acks are answered: an acknowledged record is safe
 // because it is on every ISR member, not because of the checkpoint.

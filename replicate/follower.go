@@ -33,15 +33,12 @@ type Truncation struct {
 }
 
 // FollowerReady is the output the caller drains from a Follower with Ready.
-// At most one of EpochRequest, Truncate and Fetch is set.
+// At most one of Truncate and Fetch is set.
 type FollowerReady struct {
 	// HighWatermarkChanged says HighWatermark changed since the last Ready:
 	// checkpoint it and publish it to local readers.
 	HighWatermarkChanged bool
 	HighWatermark        int64
-	// EpochRequest, when not nil, is to send to the leader; answer with
-	// EpochAnswered or EpochRequestFailed.
-	EpochRequest *EpochRequest
 	// Truncate, when not nil, is to apply to the log; answer with Truncated.
 	Truncate *Truncation
 	// Fetch, when not nil, is to send to the leader. Append the records of
@@ -50,21 +47,22 @@ type FollowerReady struct {
 	Fetch *FetchRequest
 }
 
-// followerPhase is where a follower is in its cycle: reconcile its log with
-// the leader's by epoch (ask, truncate, maybe ask again), then fetch.
+// followerPhase is where a follower is in its cycle: fetch, and truncate
+// when the leader's answer says the logs diverged.
 type followerPhase uint8
 
 const (
-	phaseAskEpoch followerPhase = iota
-	phaseTruncate
+	phaseTruncate followerPhase = iota
 	phaseFetch
 )
 
 // Follower is a follower's replication state for one partition and one
-// leader epoch: on creation it reconciles its log with the leader's by epoch
-// (KIP-101, KIP-279), never by its own HW, then fetches, truncating again
-// whenever the leader says its log diverged (KIP-320). It does no I/O and is
-// not safe for concurrent use.
+// leader epoch: it fetches from its own log end with its log's latest epoch
+// as the last fetched one, and truncates whenever the leader answers that
+// the logs diverged (KIP-320's truncation on fetch, as Kafka's followers do
+// since 2.7): the reconciliation by epoch of KIP-101 and KIP-279, never by
+// its own HW, without a round trip of its own before the first fetch. It
+// does no I/O and is not safe for concurrent use.
 //
 // In fsync mode the follower sends its next fetch only once every record it
 // appended is fsynced, so the fetch offset the leader counts toward the HW
@@ -80,22 +78,22 @@ type Follower struct {
 	leaderHW  int64
 
 	phase followerPhase
-	// sent says the current phase's request or truncation is out and its
+	// sent says the current phase's fetch or truncation is out and its
 	// answer is awaited.
-	sent bool
-	// askedEpoch is the epoch of the EpochRequest of phaseAskEpoch.
-	askedEpoch int32
+	sent       bool
 	truncation Truncation
 	// reconciled says the truncation of phaseTruncate ends the
-	// reconciliation; otherwise the follower asks again about the epoch
-	// that remains its latest, keptEpoch or below.
+	// reconciliation; otherwise the epoch that remains the log's latest
+	// must be keptEpoch or below, and the next fetch names it for the
+	// leader to check again.
 	reconciled bool
 	keptEpoch  int32
 }
 
 // NewFollower returns the state of a replica that starts following the
-// leader of cfg.LeaderEpoch. Its first output is an EpochRequest, or a fetch
-// when its log has no epoch to reconcile.
+// leader of cfg.LeaderEpoch. Its first output is a fetch (in fsync mode once
+// its log is fsynced to its end): the leader checks the fetch's last
+// fetched epoch against its own log before it counts the fetch offset.
 func NewFollower(cfg FollowerConfig) (*Follower, error) {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("%w: follower: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
@@ -122,15 +120,10 @@ func NewFollower(cfg FollowerConfig) (*Follower, error) {
 		cache:       cfg.EpochCache,
 		ownLog:      ownLog{durability: cfg.Durability, logEnd: cfg.LogEndOffset, syncedEnd: cfg.SyncedEndOffset},
 		hw:          cfg.HighWatermark,
+		phase:       phaseFetch,
 	}
-	latest, ok := f.cache.LatestEpoch()
-	switch {
-	case !ok:
-		f.phase = phaseFetch
-	case latest > cfg.LeaderEpoch:
+	if latest, ok := f.cache.LatestEpoch(); ok && latest > cfg.LeaderEpoch {
 		return nil, invalid("the log has epoch %d, above leader epoch %d: stale leader metadata", latest, cfg.LeaderEpoch)
-	default:
-		f.phase, f.askedEpoch = phaseAskEpoch, latest
 	}
 	return f, nil
 }
@@ -145,31 +138,6 @@ func (f *Follower) HighWatermark() int64 { return f.hw }
 
 // LogEndOffset is the follower's log end offset, fsynced or not.
 func (f *Follower) LogEndOffset() int64 { return f.logEnd }
-
-// EpochAnswered gives the leader's answer to the EpochRequest sent. The
-// follower truncates to the end of the answered epoch in both logs: to
-// min(leader's end, own end) when it has that epoch too; when it does not,
-// to the end of its own largest epoch below it, and then asks again about
-// that one (KIP-279).
-func (f *Follower) EpochAnswered(answer EpochEndOffset) error {
-	if f.phase != phaseAskEpoch || !f.sent {
-		return fmt.Errorf("%w: epoch answer %+v without an epoch request in flight", ErrInvalidInput, answer)
-	}
-	if answer.Epoch > f.askedEpoch {
-		return fmt.Errorf("%w: leader answered epoch %d when asked about %d", ErrInvalidInput, answer.Epoch, f.askedEpoch)
-	}
-	return f.reconcile(answer)
-}
-
-// EpochRequestFailed says the EpochRequest got no answer (an error or a
-// timeout); the next Ready sends it again, after a back-off of the caller's.
-func (f *Follower) EpochRequestFailed() error {
-	if f.phase != phaseAskEpoch || !f.sent {
-		return fmt.Errorf("%w: epoch request failure without a request in flight", ErrInvalidInput)
-	}
-	f.sent = false
-	return nil
-}
 
 // Truncated confirms the truncation from Ready, with the log end it left,
 // at most the truncation's offset (exactly it for a restart).
@@ -198,15 +166,10 @@ func (f *Follower) Truncated(logEndOffset int64) error {
 	}
 
 	f.sent = false
-	latest, ok := f.cache.LatestEpoch()
-	switch {
-	case f.reconciled || !ok:
-		f.phase = phaseFetch
-	case latest > f.keptEpoch:
+	if latest, ok := f.cache.LatestEpoch(); !f.reconciled && ok && latest > f.keptEpoch {
 		return fmt.Errorf("%w: truncation to %d kept epoch %d, above epoch %d", ErrInconsistentLog, logEndOffset, latest, f.keptEpoch)
-	default:
-		f.phase, f.askedEpoch = phaseAskEpoch, latest
 	}
+	f.phase = phaseFetch
 	return nil
 }
 
@@ -234,8 +197,12 @@ func (f *Follower) Synced(lastOffset int64) error {
 }
 
 // FetchResponded gives the leader's answer to the fetch in flight, after its
-// records were appended. A diverging answer starts a truncation exactly as an
-// EpochAnswered does; otherwise the follower's HW moves to min(leader HW, own
+// records were appended. A diverging answer (the leader's largest epoch at or
+// below the fetch's last fetched epoch, and where it ends) starts a
+// truncation to the end of that epoch in both logs: to min(leader's end, own
+// end) when this log has that epoch too; when it does not, to the end of its
+// own largest epoch below it, which the next fetch names (KIP-279);
+// otherwise the follower's HW moves to min(leader HW, own
 // durable log end).
 func (f *Follower) FetchResponded(result FetchResult) error {
 	if f.phase != phaseFetch || !f.sent {
@@ -300,8 +267,6 @@ func (f *Follower) Ready() FollowerReady {
 		return rd
 	}
 	switch f.phase {
-	case phaseAskEpoch:
-		rd.EpochRequest = &EpochRequest{ReplicaID: f.self, CurrentLeaderEpoch: f.leaderEpoch, Epoch: f.askedEpoch}
 	case phaseTruncate:
 		t := f.truncation
 		rd.Truncate = &t
@@ -337,8 +302,8 @@ func (f *Follower) reconcile(leader EpochEndOffset) error {
 		f.startTruncation(Truncation{Offset: min(ownEnd, leader.EndOffset, f.logEnd)}, true, 0)
 	default:
 		// The leader's epoch is unknown here, so nothing after this log's
-		// own largest epoch below it can match the leader: cut there and
-		// ask about that epoch.
+		// own largest epoch below it can match the leader: cut there, and
+		// the next fetch names that epoch for the leader to check.
 		f.startTruncation(Truncation{Offset: min(ownEnd, f.logEnd)}, false, own)
 	}
 	return nil

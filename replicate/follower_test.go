@@ -50,8 +50,9 @@ func TestFollowerReconcilesByEpoch(t *testing.T) {
 		followerHW  int64
 		// truncations is every Truncation offset, in order.
 		truncations []int64
-		// asked is the epoch of every EpochRequest, in order.
-		asked []int32
+		// diverged is the last fetched epoch of every fetch the leader
+		// answered with a diverging epoch, in order.
+		diverged []int32
 	}{
 		{
 			name:        "empty follower fetches at once",
@@ -64,15 +65,13 @@ func TestFollowerReconcilesByEpoch(t *testing.T) {
 			leaderEpoch: 2,
 			leader:      logOf(recordsOf(1, "a", "b", "c")),
 			follower:    logOf(recordsOf(1, "a", "b", "c")),
-			asked:       []int32{1},
-			truncations: []int64{3},
 		},
 		{
 			name:        "uncommitted tail of the same epoch",
 			leaderEpoch: 2,
 			leader:      logOf(recordsOf(1, "a", "b")),
 			follower:    logOf(recordsOf(1, "a", "b", "c", "d")),
-			asked:       []int32{1},
+			diverged:    []int32{1},
 			truncations: []int64{2},
 		},
 		{
@@ -80,25 +79,24 @@ func TestFollowerReconcilesByEpoch(t *testing.T) {
 			leaderEpoch: 2,
 			leader:      logOf(recordsOf(1, "a", "b", "c", "d")),
 			follower:    logOf(recordsOf(1, "a", "b")),
-			asked:       []int32{1},
-			truncations: []int64{2},
 		},
 		{
 			name:        "an epoch the leader never had",
 			leaderEpoch: 4,
 			leader:      logOf(recordsOf(1, "a", "b"), recordsOf(3, "c")),
 			follower:    logOf(recordsOf(1, "a", "b"), recordsOf(2, "x", "y")),
-			asked:       []int32{2},
+			diverged:    []int32{2},
 			truncations: []int64{2},
 		},
 		{
 			// KIP-279: the leader answers epoch 2, which the follower never
-			// had; it cuts after its own epoch 1 and asks again.
+			// had; it cuts after its own epoch 1 and names that one in its
+			// next fetch.
 			name:        "an epoch each side never had",
 			leaderEpoch: 4,
 			leader:      logOf(recordsOf(1, "a", "b"), recordsOf(2, "c", "d")),
 			follower:    logOf(recordsOf(1, "a", "b", "x"), recordsOf(3, "y")),
-			asked:       []int32{3, 1},
+			diverged:    []int32{3, 1},
 			truncations: []int64{3, 2},
 		},
 		{
@@ -109,8 +107,6 @@ func TestFollowerReconcilesByEpoch(t *testing.T) {
 			leader:      logOf(recordsOf(1, "a", "b", "c")),
 			follower:    logOf(recordsOf(1, "a", "b", "c")),
 			followerHW:  1,
-			asked:       []int32{1},
-			truncations: []int64{3},
 		},
 	}
 	for _, tt := range tests {
@@ -122,7 +118,7 @@ func TestFollowerReconcilesByEpoch(t *testing.T) {
 			c.elect("L")
 			f := c.follow("F")
 
-			var asked []int32
+			var diverged []int32
 			var truncations []int64
 			for {
 				rd := f.Ready()
@@ -130,21 +126,23 @@ func TestFollowerReconcilesByEpoch(t *testing.T) {
 					if f.LogEndOffset() > 0 && rd.Fetch.LastFetchedEpoch == UndefinedEpoch {
 						t.Errorf("fetch %+v from a non-empty log without an epoch", *rd.Fetch)
 					}
-					if err := f.FetchFailed(); err != nil { // give it back to the cluster
-						t.Fatal(err)
-					}
-					break
-				}
-				switch {
-				case rd.EpochRequest != nil:
-					asked = append(asked, rd.EpochRequest.Epoch)
-					answer, err := c.leader().leader.OffsetForEpoch(*rd.EpochRequest)
+					res, err := c.leader().leader.Fetch(*rd.Fetch, c.now)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if err := f.EpochAnswered(answer); err != nil {
+					if res.Diverging == nil {
+						if err := f.FetchFailed(); err != nil { // give it back to the cluster
+							t.Fatal(err)
+						}
+						break
+					}
+					diverged = append(diverged, rd.Fetch.LastFetchedEpoch)
+					if err := f.FetchResponded(res); err != nil {
 						t.Fatal(err)
 					}
+					continue
+				}
+				switch {
 				case rd.Truncate != nil:
 					truncations = append(truncations, rd.Truncate.Offset)
 					tt.follower.truncate(rd.Truncate.Offset)
@@ -154,12 +152,12 @@ func TestFollowerReconcilesByEpoch(t *testing.T) {
 				default:
 					t.Fatalf("follower stuck: %+v", rd)
 				}
-				if len(asked) > 10 {
-					t.Fatalf("follower keeps asking: %v", asked)
+				if len(diverged) > 10 {
+					t.Fatalf("the logs keep diverging: %v", diverged)
 				}
 			}
-			if !slices.Equal(asked, tt.asked) || !slices.Equal(truncations, tt.truncations) {
-				t.Fatalf("asked %v and truncated to %v; want %v and %v", asked, truncations, tt.asked, tt.truncations)
+			if !slices.Equal(diverged, tt.diverged) || !slices.Equal(truncations, tt.truncations) {
+				t.Fatalf("diverged at %v and truncated to %v; want %v and %v", diverged, truncations, tt.diverged, tt.truncations)
 			}
 			if tt.follower.hw > tt.follower.logEnd() {
 				t.Fatalf("follower HW %d above its log end %d", tt.follower.hw, tt.follower.logEnd())
@@ -363,7 +361,9 @@ func TestFollowerFetchOutOfRange(t *testing.T) {
 }
 
 func TestFollowerRejectsMisuse(t *testing.T) {
-	asking := func(t *testing.T) (*Follower, *memLog) {
+	// started is a follower of epoch 2 over a log of epoch 1; its first
+	// Ready is the fetch.
+	started := func(t *testing.T) (*Follower, *memLog) {
 		m := logOf(recordsOf(1, "a", "b"))
 		f, err := NewFollower(FollowerConfig{Self: "F", LeaderEpoch: 2, LogEndOffset: 2, SyncedEndOffset: 2, EpochCache: m})
 		if err != nil {
@@ -375,49 +375,50 @@ func TestFollowerRejectsMisuse(t *testing.T) {
 		name string
 		do   func(*testing.T) error
 	}{
-		{"answer before the request is out", func(t *testing.T) error {
-			f, _ := asking(t)
-			return f.EpochAnswered(EpochEndOffset{1, 2})
+		{"diverging answer before the fetch is out", func(t *testing.T) error {
+			f, _ := started(t)
+			return f.FetchResponded(FetchResult{LeaderEpoch: 2, Diverging: &EpochEndOffset{1, 2}})
 		}},
-		{"answer about a later epoch", func(t *testing.T) error {
-			f, _ := asking(t)
+		{"diverging at an epoch after the last fetched", func(t *testing.T) error {
+			f, _ := started(t)
 			f.Ready()
-			return f.EpochAnswered(EpochEndOffset{2, 2})
+			return f.FetchResponded(FetchResult{LeaderEpoch: 2, Diverging: &EpochEndOffset{2, 2}})
 		}},
-		{"negative answer", func(t *testing.T) error {
-			f, _ := asking(t)
+		{"diverging at a negative offset", func(t *testing.T) error {
+			f, _ := started(t)
 			f.Ready()
-			return f.EpochAnswered(EpochEndOffset{1, -1})
+			return f.FetchResponded(FetchResult{LeaderEpoch: 2, Diverging: &EpochEndOffset{1, -1}})
 		}},
 		{"truncated without a truncation", func(t *testing.T) error {
-			f, _ := asking(t)
+			f, _ := started(t)
 			return f.Truncated(2)
 		}},
 		{"truncated beyond the asked offset", func(t *testing.T) error {
-			f, _ := asking(t)
+			f, _ := started(t)
 			f.Ready()
-			if err := f.EpochAnswered(EpochEndOffset{1, 1}); err != nil {
+			if err := f.FetchResponded(FetchResult{LeaderEpoch: 2, Diverging: &EpochEndOffset{1, 1}}); err != nil {
 				t.Fatal(err)
 			}
 			f.Ready()
 			return f.Truncated(2)
 		}},
-		{"append while reconciling", func(t *testing.T) error {
-			f, _ := asking(t)
+		{"append before the fetch is out", func(t *testing.T) error {
+			f, _ := started(t)
 			return f.Appended(2)
 		}},
-		{"fetch answer while reconciling", func(t *testing.T) error {
-			f, _ := asking(t)
+		{"fetch answer while truncating", func(t *testing.T) error {
+			f, _ := started(t)
+			f.Ready()
+			if err := f.FetchResponded(FetchResult{LeaderEpoch: 2, Diverging: &EpochEndOffset{1, 1}}); err != nil {
+				t.Fatal(err)
+			}
+			f.Ready()
 			return f.FetchResponded(FetchResult{LeaderEpoch: 2})
 		}},
 		{"fetch failure without a fetch", func(t *testing.T) error {
 			f, _ := fetchingFollower(t, DurabilityFsync)
 			receive(t, f, logOf(), 0, 0)
 			return f.FetchFailed()
-		}},
-		{"epoch request failure without a request", func(t *testing.T) error {
-			f, _ := asking(t)
-			return f.EpochRequestFailed()
 		}},
 		{"fetch answer from another epoch", func(t *testing.T) error {
 			f, _ := fetchingFollower(t, DurabilityFsync)
@@ -434,7 +435,7 @@ func TestFollowerRejectsMisuse(t *testing.T) {
 			return f.Appended(0)
 		}},
 		{"sync beyond the log end", func(t *testing.T) error {
-			f, _ := asking(t)
+			f, _ := started(t)
 			return f.Synced(2)
 		}},
 	}
@@ -454,7 +455,7 @@ func TestFollowerDetectsInconsistentEpochCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Ready()
-	if err := f.EpochAnswered(EpochEndOffset{1, 2}); !errors.Is(err, ErrInconsistentLog) {
+	if err := f.FetchResponded(FetchResult{LeaderEpoch: 2, Diverging: &EpochEndOffset{1, 2}}); !errors.Is(err, ErrInconsistentLog) {
 		t.Fatalf("own epoch ending beyond the log end: %v, want ErrInconsistentLog", err)
 	}
 }
@@ -467,8 +468,8 @@ func TestFollowerDetectsTruncationThatKeptAnEpoch(t *testing.T) {
 	}
 	f.Ready()
 	// The leader has no epoch 3; its epoch 2 is unknown here, so the
-	// follower cuts after its epoch 1 and will ask about it.
-	if err := f.EpochAnswered(EpochEndOffset{2, 4}); err != nil {
+	// follower cuts after its epoch 1 and will name it in its next fetch.
+	if err := f.FetchResponded(FetchResult{LeaderEpoch: 4, Diverging: &EpochEndOffset{2, 4}}); err != nil {
 		t.Fatal(err)
 	}
 	if rd := f.Ready(); rd.Truncate == nil || *rd.Truncate != (Truncation{Offset: 3}) {

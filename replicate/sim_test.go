@@ -65,8 +65,6 @@ type simMessageKind uint8
 const (
 	msgFetch simMessageKind = iota
 	msgFetchResponse
-	msgEpochRequest
-	msgEpochResponse
 	msgTimeout
 	msgMetadata
 	msgISRTxn
@@ -86,18 +84,15 @@ type simMessage struct {
 	gen   int
 	reqID int
 
-	fetch      FetchRequest
-	epochReq   EpochRequest
-	result     FetchResult
-	records    []memRecord
-	leaderEnd  int64
-	answer     EpochEndOffset
-	err        error
-	timeoutFor simMessageKind
-	view       simView
-	isr        []string
-	epoch      int32
-	committed  bool
+	fetch     FetchRequest
+	result    FetchResult
+	records   []memRecord
+	leaderEnd int64
+	err       error
+	view      simView
+	isr       []string
+	epoch     int32
+	committed bool
 }
 
 // simView is Consul's partition state, as the controller has it and as each
@@ -333,17 +328,14 @@ func (s *sim) sendAfter(m *simMessage, extra time.Duration) {
 
 // timeout tells a request's sender, later, that it got no answer.
 func (s *sim) timeout(m *simMessage) {
-	requester, kind := m.from, m.kind
-	switch m.kind {
-	case msgFetchResponse:
-		requester, kind = m.to, msgFetch
-	case msgEpochResponse:
-		requester, kind = m.to, msgEpochRequest
+	requester := m.from
+	if m.kind == msgFetchResponse {
+		requester = m.to
 	}
 	s.seq++
 	s.queue = append(s.queue, &simMessage{
 		at: s.now.Add(50 * time.Millisecond), seq: s.seq, kind: msgTimeout,
-		to: requester, gen: m.gen, reqID: m.reqID, timeoutFor: kind,
+		to: requester, gen: m.gen, reqID: m.reqID,
 	})
 }
 
@@ -370,10 +362,6 @@ func (s *sim) describe(m *simMessage) string {
 		return fmt.Sprintf("fetch %s->%s %+v", m.from, m.to, m.fetch)
 	case msgFetchResponse:
 		return fmt.Sprintf("fetch answer %s->%s %d records, err %v, diverging %v, hw %d", m.from, m.to, len(m.records), m.err, m.result.Diverging, m.result.HighWatermark)
-	case msgEpochRequest:
-		return fmt.Sprintf("epoch request %s->%s %+v", m.from, m.to, m.epochReq)
-	case msgEpochResponse:
-		return fmt.Sprintf("epoch answer %s->%s %+v err %v", m.from, m.to, m.answer, m.err)
 	case msgTimeout:
 		return fmt.Sprintf("timeout of %s's request %d", m.to, m.reqID)
 	case msgMetadata:
@@ -392,7 +380,7 @@ func (s *sim) deliver(m *simMessage) {
 	}
 	n := s.node(m.to)
 	if !n.up {
-		if m.kind == msgFetch || m.kind == msgEpochRequest {
+		if m.kind == msgFetch {
 			s.timeout(m)
 		}
 		return
@@ -400,8 +388,6 @@ func (s *sim) deliver(m *simMessage) {
 	switch m.kind {
 	case msgFetch:
 		s.serveFetch(n, m)
-	case msgEpochRequest:
-		s.serveEpochRequest(n, m)
 	case msgMetadata:
 		s.learn(n, m.view)
 	case msgISRTxnResult:
@@ -424,20 +410,9 @@ func (s *sim) deliver(m *simMessage) {
 		switch m.kind {
 		case msgFetchResponse:
 			s.handleFetchResponse(n, m)
-		case msgEpochResponse:
-			if m.err != nil {
-				n.backoff = true
-				s.must(n.follower.EpochRequestFailed())
-			} else {
-				s.must(n.follower.EpochAnswered(m.answer))
-			}
 		case msgTimeout:
 			n.backoff = true
-			if m.timeoutFor == msgFetch {
-				s.must(n.follower.FetchFailed())
-			} else {
-				s.must(n.follower.EpochRequestFailed())
-			}
+			s.must(n.follower.FetchFailed())
 		}
 		s.pumpFollower(n)
 	}
@@ -458,16 +433,6 @@ func (s *sim) serveFetch(n *simNode, m *simMessage) {
 	}
 	s.send(reply)
 	s.pumpLeader(n)
-}
-
-func (s *sim) serveEpochRequest(n *simNode, m *simMessage) {
-	reply := &simMessage{kind: msgEpochResponse, from: n.id, to: m.from, gen: m.gen, reqID: m.reqID}
-	if n.leader == nil || n.leader.Resigned() {
-		reply.err = fmt.Errorf("%w: %s does not lead", ErrNotLeader, n.id)
-	} else {
-		reply.answer, reply.err = n.leader.OffsetForEpoch(m.epochReq)
-	}
-	s.send(reply)
 }
 
 func (s *sim) handleFetchResponse(n *simNode, m *simMessage) {
@@ -510,8 +475,6 @@ func (s *sim) pumpFollower(n *simNode) {
 		switch {
 		case rd.Truncate != nil:
 			s.truncate(n, *rd.Truncate)
-		case rd.EpochRequest != nil:
-			s.sendRequest(n, &simMessage{kind: msgEpochRequest, epochReq: *rd.EpochRequest})
 		case rd.Fetch != nil:
 			s.sendRequest(n, &simMessage{kind: msgFetch, fetch: *rd.Fetch})
 		}

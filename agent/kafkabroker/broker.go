@@ -713,8 +713,8 @@ func (b *Broker) firstAtOrAfter(batch []byte, ts int64) kafka.OffsetAt {
 }
 
 // EndOffsetForEpoch asks the leader's epoch cache: this agent's log when it
-// leads, else the leader's through the peer epoch query its followers
-// send.
+// leads, else the leader's through the peer epoch query, which answers
+// the partition's replicas.
 func (b *Broker) EndOffsetForEpoch(ctx context.Context, topic string, part int32, currentLeaderEpoch, epoch int32) (int32, int64, error) {
 	if err := b.s.Serving(); err != nil {
 		return -1, -1, err

@@ -24,8 +24,8 @@ import (
 // use while a Region of it is sent. Replication connections are per peer
 // agent, not per replica (docs/design.md §7.9): a fetch session to each
 // agent this one follows partitions on and one from each agent following
-// partitions here, and the pooled connections of epoch queries and
-// forwarded produce requests, fdsPerPeer in all.
+// partitions here, and a few pooled connections of forwarded produce
+// requests and other peer calls, fdsPerPeer in all.
 //
 // On top of the replicas, the agent itself holds its listeners, its Consul
 // connections, the data directory's lock, the runtime's poller and its
@@ -34,7 +34,7 @@ const (
 	fdsPerSegment      = 2
 	fdsPerReplicaReads = 1
 	fdsAgentBase       = 64
-	fdsPerPeer         = 2 + EpochQueryConns
+	fdsPerPeer         = 6
 )
 
 // FileCacheBound's share of the limit, and its least value.

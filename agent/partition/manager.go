@@ -208,10 +208,19 @@ func NewManager(deps *Deps, dataDir string) *Manager {
 	deps.moves = &moveLimiter{interval: moveInterval}
 	deps.heals = &healLimiter{}
 	deps.checkpoints = make(chan struct{}, checkpointConcurrency)
-	deps.sessions = peer.NewSessions(deps.Peers.WithMaxConns(peer.MaxConns), deps.Self, deps.Config.Replication.FetchMaxWait)
-	return &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
+	m := &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
 		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{},
 		handed: map[partitionKey]replicaMeta{}, configs: map[string]election.TopicConfig{}}
+	deps.sessions = peer.NewSessions(deps.Peers.WithMaxConns(peer.MaxConns), deps.Self, deps.Config.Replication.FetchMaxWait, m.leaderAnnounced)
+	return m
+}
+
+// leaderAnnounced hands a leader agent's leading frame, from its fetch
+// session, to the partition's replica here.
+func (m *Manager) leaderAnnounced(l peer.Leading) {
+	if r := m.Get(l.Topic, l.Partition); r != nil {
+		r.leaderAnnounced(followTarget{node: l.Leader, epoch: l.Epoch})
+	}
 }
 
 // Get returns this agent's replica of a partition, or nil.

@@ -29,7 +29,7 @@ import (
 //	HTTP handlers ── produce, leader fetch, epoch query ──┐
 //	campaign goroutine ── leadership won ─────────────────┤
 //	syncer goroutine ── fsync done (group commit) ────────┼──► loop ──► segstore.Log (append, truncate)
-//	follower requests ── epoch answer, fetch answer ──────┤         ──► state machine inputs, Ready
+//	fetch sessions ── fetch answer ───────────────────────┤         ──► state machine inputs, Ready
 //	ISR proposals ── committed / failed ──────────────────┤         ──► replies, notifications
 //	manager ── metadata (latest value) ───────────────────┘
 //
@@ -59,7 +59,10 @@ type Replica struct {
 	fetchSignal  chan struct{}
 	metaMu       sync.Mutex
 	pendingMeta  *replicaMeta
-	metaSignal   chan struct{}
+	// pendingAnnounced is the newest leader announced over a fetch
+	// session (leaderAnnounced) that the loop has not taken yet.
+	pendingAnnounced followTarget
+	metaSignal       chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -73,7 +76,10 @@ type Replica struct {
 	tasks sync.WaitGroup
 
 	// Everything below is owned by the loop goroutine.
-	meta      replicaMeta
+	meta replicaMeta
+	// announced is the newest leader that announced itself over its fetch
+	// session; it is followed while its epoch is above the metadata's.
+	announced followTarget
 	gen       uint64
 	role      Role
 	dataLoss  bool
@@ -192,9 +198,9 @@ type Deps struct {
 	Self   string
 	Config *config.Config
 	Coord  Coordinator
-	// Peers sends the followers' epoch requests to their leaders, on at
-	// most EpochQueryConns connections to each; the fetch sessions fetch
-	// from a leader without sessions with their own pool of its settings.
+	// Peers are the settings (token, body limit, TLS) of the fetch
+	// sessions' connections, and of the fetches they send to a leader
+	// without sessions.
 	Peers *peer.Clients
 	// sessions carries the followers' fetches, one session per leader
 	// agent (docs/design.md §7.9); NewManager sets it and Manager.Stop
@@ -225,12 +231,11 @@ type Deps struct {
 	checkpoints chan struct{}
 	// Hooks hear of elections and ISR changes.
 	Hooks Hooks
+	// AnnounceLeadership, when not nil, tells the agents of the other
+	// replicas, over their fetch sessions, of a leadership just won
+	// (peerapi.Server.AnnounceLeadership); it must not block.
+	AnnounceLeadership func(l peer.Leading, replicas []string)
 }
-
-// EpochQueryConns bounds the connections of Deps.Peers to one leader
-// agent: a thousand followers starting at once each ask an epoch end
-// offset, and need not open a connection each.
-const EpochQueryConns = 4
 
 // Coordinator is what the partitions ask of Consul: the metadata, the
 // liveness watch, elections and ISR changes. election.Client implements
@@ -391,8 +396,8 @@ func (r *Replica) start() {
 // not_leader), and the log is closed. It returns the log's Close error once
 // every goroutine of the replica has ended. Cancelling r.ctx ends the
 // campaign and an ISR proposal at once; what cannot be cancelled is
-// bounded: a resignation by peer.CallTimeout and an epoch query by
-// peer.CallTimeout (fasthttp requests take no context). A follower's fetch
+// bounded: a resignation by peer.CallTimeout (fasthttp requests take no
+// context). A follower's fetch
 // in flight belongs to the manager's fetch sessions, which drop it (Forget)
 // and whose Close waits for them.
 func (r *Replica) Stop() error {
@@ -407,6 +412,22 @@ func (r *Replica) Stop() error {
 func (r *Replica) setMeta(m replicaMeta) {
 	r.metaMu.Lock()
 	r.pendingMeta = &m
+	r.metaMu.Unlock()
+	select {
+	case r.metaSignal <- struct{}{}:
+	default:
+	}
+}
+
+// leaderAnnounced hands the loop a leader's own word that it leads the
+// partition at an epoch (a leading frame of its fetch session, docs/design.md
+// §7.9); only the newest is kept, and the caller never waits for a busy
+// loop.
+func (r *Replica) leaderAnnounced(t followTarget) {
+	r.metaMu.Lock()
+	if t.epoch > r.pendingAnnounced.epoch {
+		r.pendingAnnounced = t
+	}
 	r.metaMu.Unlock()
 	select {
 	case r.metaSignal <- struct{}{}:
@@ -504,6 +525,9 @@ func (r *Replica) run() {
 			r.metaMu.Lock()
 			m := r.pendingMeta
 			r.pendingMeta = nil
+			if a := r.pendingAnnounced; a.epoch > r.announced.epoch {
+				r.announced = a
+			}
 			r.metaMu.Unlock()
 			if m != nil {
 				prev := r.meta.tc
@@ -570,8 +594,6 @@ func (r *Replica) handle(ev any) {
 		r.onCheckpointResult(ev)
 	case isrResult:
 		r.onISRResult(ev)
-	case epochAnswered:
-		r.onEpochAnswered(ev)
 	case retireRequest:
 		r.onRetire(ev)
 	case retireStepDown:
@@ -621,9 +643,7 @@ func (r *Replica) reconcile() {
 	}
 	if r.role != RoleLeader && !r.logFailed && r.meta.usable {
 		r.ensureCampaign(now)
-		pm := r.meta.pm
-		target := followTarget{node: pm.State.Leader, epoch: pm.State.Epoch}
-		led := target.node != "" && target.node != r.deps.Self && pm.LeaderSession != ""
+		target, led := r.leaderToFollow()
 		if led && (target != r.following || (r.follower == nil && !now.Before(r.followRetryAt))) {
 			r.becomeFollower(target)
 		}
@@ -632,6 +652,21 @@ func (r *Replica) reconcile() {
 	r.publish()
 	r.armWake(now)
 	r.adjustLeaderTick()
+}
+
+// leaderToFollow is the leader this replica should follow, and false when
+// there is none: the metadata's, or one that announced itself over its
+// fetch session at a newer epoch (docs/design.md §7.9), ahead of the
+// metadata watch. Following it needs no more trust than following the
+// metadata: every fetch is fenced by the leader's epoch.
+func (r *Replica) leaderToFollow() (followTarget, bool) {
+	pm := r.meta.pm
+	target := followTarget{node: pm.State.Leader, epoch: pm.State.Epoch}
+	led := target.node != "" && target.node != r.deps.Self && pm.LeaderSession != ""
+	if a := r.announced; a.epoch > target.epoch && a.node != r.deps.Self {
+		return a, true
+	}
+	return target, led
 }
 
 // adjustLeaderTick ticks a leader every leaderTick while a write waits for

@@ -13,8 +13,8 @@ import (
 )
 
 // becomeFollower starts following the leader of target's epoch: the
-// follower state machine first reconciles the log with the leader's by
-// epoch, then fetches.
+// follower state machine fetches at once, and the leader's answer says
+// where the logs diverge, if they do (docs/design.md §7).
 func (r *Replica) becomeFollower(target followTarget) {
 	if target != r.following {
 		r.followBackoff.reset()
@@ -43,6 +43,12 @@ func (r *Replica) becomeFollower(target followTarget) {
 	r.gen++
 	r.role, r.follower = RoleFollower, f
 	r.knownLeaderHW, r.leaderPos = f.HighWatermark(), nil
+	if r.deps.Durability == replicate.DurabilityFsync && log.SyncedOffset() < leo {
+		// In fsync mode the first fetch waits for the log to be durable to
+		// its end (a leader deposed before its group commit leaves a tail
+		// not yet fsynced); nothing else would ask for the sync.
+		r.requestSync()
+	}
 	r.log.Info("following", "leader", target.node, "epoch", target.epoch, "log_end_offset", leo)
 	r.publish()
 }
@@ -63,8 +69,8 @@ func (r *Replica) stopFollowing() {
 }
 
 // driveFollower carries out the follower's output until it waits for an
-// answer: epoch requests and fetches go out on their own goroutines,
-// truncations are done here (they are the log's writer side).
+// answer: fetches go to the fetch session, truncations are done here (they
+// are the log's writer side).
 func (r *Replica) driveFollower() {
 	for r.follower != nil && r.follower.HasReady() {
 		if r.deps.Now().Before(r.followRetryAt) {
@@ -80,8 +86,6 @@ func (r *Replica) driveFollower() {
 			r.setFollowerHighWatermark(rd.HighWatermark)
 		}
 		switch {
-		case rd.EpochRequest != nil:
-			r.askEpoch(agent.PeerAddr, *rd.EpochRequest)
 		case rd.Truncate != nil:
 			if !r.truncate(*rd.Truncate) {
 				return
@@ -140,39 +144,6 @@ func (r *Replica) truncate(t replicate.Truncation) bool {
 	}
 	r.changed.notify()
 	return true
-}
-
-func (r *Replica) askEpoch(addr string, req replicate.EpochRequest) {
-	gen := r.gen
-	q := peer.EpochQuery{Topic: r.topic, Partition: r.partition, EpochRequest: req}
-	r.tasks.Go(func() {
-		answer, err := r.deps.Peers.EpochEndOffset(addr, q)
-		r.send(epochAnswered{gen: gen, answer: answer, err: err})
-	})
-}
-
-type epochAnswered struct {
-	gen    uint64
-	answer replicate.EpochEndOffset
-	err    error
-}
-
-func (r *Replica) onEpochAnswered(ev epochAnswered) {
-	if ev.gen != r.gen || r.follower == nil {
-		return
-	}
-	if ev.err != nil {
-		r.followerRequestFailed("epoch end offset", ev.err)
-		if err := r.follower.EpochRequestFailed(); err != nil {
-			r.log.Error("follower refused the epoch request failure", "error", err)
-		}
-		return
-	}
-	if err := r.follower.EpochAnswered(ev.answer); err != nil {
-		r.followerBroken(err)
-		return
-	}
-	r.followBackoff.reset()
 }
 
 func (r *Replica) fetch(addr string, req replicate.FetchRequest) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
@@ -67,6 +68,9 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 	r.isrRetry = nil
 	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
 	r.deps.Hooks.leaderElected()
+	if r.deps.AnnounceLeadership != nil {
+		r.deps.AnnounceLeadership(peer.Leading{Topic: r.topic, Partition: r.partition, Epoch: l.Epoch(), Leader: r.deps.Self}, r.meta.pm.Replicas)
+	}
 	if r.deps.Durability == replicate.DurabilityFsync {
 		r.requestSync()
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/segstore"
 )
@@ -194,5 +195,35 @@ func TestReplicaFileRoundTrip(t *testing.T) {
 	}
 	if _, _, err := readReplicaFile(dir); err == nil {
 		t.Fatal("a broken replica.json was accepted")
+	}
+}
+
+// TestLeaderToFollow: a leader that announced itself over its fetch session
+// is followed while its epoch is above the metadata's, and only then.
+func TestLeaderToFollow(t *testing.T) {
+	meta := func(leader string, epoch int32, session string) replicaMeta {
+		return replicaMeta{pm: election.PartitionMeta{State: election.PartitionState{Leader: leader, Epoch: epoch}, LeaderSession: session}}
+	}
+	tests := []struct {
+		name      string
+		meta      replicaMeta
+		announced followTarget
+		want      followTarget
+		wantLed   bool
+	}{
+		{"the metadata's leader", meta("n1", 1, "s1"), followTarget{}, followTarget{"n1", 1}, true},
+		{"a leader lost, none announced", meta("n1", 1, ""), followTarget{}, followTarget{"n1", 1}, false},
+		{"announced ahead of the metadata", meta("n1", 1, "s1"), followTarget{"n3", 2}, followTarget{"n3", 2}, true},
+		{"announced while the key is free", meta("n1", 1, ""), followTarget{"n3", 2}, followTarget{"n3", 2}, true},
+		{"an announcement the metadata caught up with", meta("n3", 2, "s3"), followTarget{"n3", 2}, followTarget{"n3", 2}, true},
+		{"an announcement the metadata went past", meta("n1", 3, "s1"), followTarget{"n3", 2}, followTarget{"n1", 3}, true},
+		{"self is never followed", meta("n1", 1, ""), followTarget{"n2", 2}, followTarget{"n1", 1}, false},
+		{"self leads in the metadata", meta("n2", 1, "s2"), followTarget{}, followTarget{"n2", 1}, false},
+	}
+	for _, tt := range tests {
+		r := &Replica{deps: &Deps{Self: "n2"}, meta: tt.meta, announced: tt.announced}
+		if got, led := r.leaderToFollow(); got != tt.want || led != tt.wantLed {
+			t.Errorf("%s: %+v %t, want %+v %t", tt.name, got, led, tt.want, tt.wantLed)
+		}
 	}
 }

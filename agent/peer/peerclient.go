@@ -86,8 +86,7 @@ func NewClients(token string, maxBodySize int, stream bool, tlsFor TLSConfig) *C
 
 // WithMaxConns returns clients with the same settings and a pool of their
 // own, holding at most n connections to one peer: requests beyond them
-// wait for one, up to CallTimeout. Short requests that many partitions
-// send at once (epoch queries as a thousand followers start) need few.
+// wait for one, up to CallTimeout.
 func (p *Clients) WithMaxConns(n int) *Clients {
 	c := NewClients(p.token, p.maxBodySize, p.stream, p.tlsFor)
 	c.maxConns, c.connWait = n, CallTimeout

@@ -29,6 +29,7 @@ type Sessions struct {
 	clients   *Clients
 	self      string
 	heartbeat time.Duration
+	onLeading func(Leading)
 
 	mu     sync.Mutex
 	byAddr map[string]*session
@@ -65,10 +66,12 @@ func SessionDeadAfter(heartbeat time.Duration) time.Duration { return 3*heartbea
 // NewSessions returns the sessions of the follower agent self, which ping
 // a leader every heartbeat when they have sent nothing else (and ask the
 // leader to do the same). clients give the token, the TLS and the
-// per-partition fetch of the fallback. Its deadlines and timers are the
+// per-partition fetch of the fallback. onLeading, when not nil, gets the
+// leaders' leading frames (the sessions ask for them); it is called from a
+// session's goroutine and must not block. Its deadlines and timers are the
 // connections', on the system's clock, not the replicas'.
-func NewSessions(clients *Clients, self string, heartbeat time.Duration) *Sessions {
-	return &Sessions{clients: clients, self: self, heartbeat: max(heartbeat, minHeartbeat),
+func NewSessions(clients *Clients, self string, heartbeat time.Duration, onLeading func(Leading)) *Sessions {
+	return &Sessions{clients: clients, self: self, heartbeat: max(heartbeat, minHeartbeat), onLeading: onLeading,
 		byAddr: map[string]*session{}, done: make(chan struct{})}
 }
 
@@ -320,8 +323,11 @@ func (ss *session) open() (net.Conn, *bufio.Reader, time.Duration, error) {
 		conn = tc
 	}
 	_ = conn.SetDeadline(time.Now().Add(CallTimeout))
-	req := "GET " + SessionPath + "?replica_id=" + s.self + "&heartbeat_ms=" + strconv.FormatInt(s.heartbeat.Milliseconds(), 10) +
-		" HTTP/1.1\r\nHost: " + ss.addr + "\r\nUser-Agent: logagent\r\n"
+	query := "?replica_id=" + s.self + "&heartbeat_ms=" + strconv.FormatInt(s.heartbeat.Milliseconds(), 10)
+	if s.onLeading != nil {
+		query += "&" + LeadingParam + "=1"
+	}
+	req := "GET " + SessionPath + query + " HTTP/1.1\r\nHost: " + ss.addr + "\r\nUser-Agent: logagent\r\n"
 	if s.clients.token != "" {
 		req += "Authorization: Bearer " + s.clients.token + "\r\n"
 	}
@@ -423,8 +429,8 @@ func (ss *session) stream(conn net.Conn, br *bufio.Reader, heartbeat time.Durati
 	}
 }
 
-// read delivers the leader's answers until the connection fails or stays
-// silent for deadAfter.
+// read delivers the leader's answers, and its leading frames to onLeading,
+// until the connection fails or stays silent for deadAfter.
 func (ss *session) read(conn net.Conn, br *bufio.Reader, deadAfter time.Duration) error {
 	s := ss.s
 	maxLen := s.clients.maxBodySize + answerHeaderLen
@@ -444,6 +450,16 @@ func (ss *session) read(conn net.Conn, br *bufio.Reader, deadAfter time.Duration
 		var refusal *Error
 		switch typ {
 		case framePing:
+			continue
+		case frameLeading:
+			if s.onLeading == nil {
+				return fmt.Errorf("agent: session with %s: %w", ss.addr, badFrame("a leading frame the session did not ask for"))
+			}
+			l, err := parseLeadingFrame(body)
+			if err != nil {
+				return fmt.Errorf("agent: session with %s: %w", ss.addr, err)
+			}
+			s.onLeading(l)
 			continue
 		case frameAnswer:
 			var batches []byte

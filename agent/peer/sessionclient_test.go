@@ -120,7 +120,7 @@ func testFetch(partition int, offset int64) Fetch {
 func TestSessionCarriesFetches(t *testing.T) {
 	leader := startFakeLeader(t, 50)
 	clients := NewClients("secret", 1<<20, false, nil)
-	s := NewSessions(clients, "n2", 50*time.Millisecond)
+	s := NewSessions(clients, "n2", 50*time.Millisecond, nil)
 	defer s.Close()
 	addr := leader.ln.Addr().String()
 
@@ -188,12 +188,62 @@ func TestSessionCarriesFetches(t *testing.T) {
 	}
 }
 
+// TestSessionLeadingFrames: sessions with an onLeading ask for leading
+// frames and hand each to it; sessions without one do not ask, and take a
+// leading frame for a broken session.
+func TestSessionLeadingFrames(t *testing.T) {
+	leader := startFakeLeader(t, 50)
+	announced := make(chan Leading, 1)
+	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond, func(l Leading) { announced <- l })
+	defer s.Close()
+	addr := leader.ln.Addr().String()
+	d, got := collector()
+	s.Fetch(addr, testFetch(0, 1), d)
+	c := leader.accept()
+	if c.req.URL.Query().Get(LeadingParam) != "1" {
+		t.Fatalf("session request %s does not ask for leading frames", c.req.URL)
+	}
+	c.next(t)
+	want := Leading{Topic: "t", Partition: 4, Epoch: 9, Leader: "n3"}
+	if _, err := c.Write(AppendLeadingFrame(nil, want)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-announced:
+		if l != want {
+			t.Fatalf("announced %+v, want %+v", l, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leading frame was not handed on")
+	}
+	select {
+	case del := <-got:
+		t.Fatalf("the fetch got %+v %v from a leading frame", del.answer, del.err)
+	default:
+	}
+
+	plain := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond, nil)
+	defer plain.Close()
+	plain.Fetch(addr, testFetch(0, 1), d)
+	c = leader.accept()
+	if c.req.URL.Query().Has(LeadingParam) {
+		t.Fatalf("session request %s asks for leading frames without a receiver", c.req.URL)
+	}
+	c.next(t)
+	if _, err := c.Write(AppendLeadingFrame(nil, want)); err != nil {
+		t.Fatal(err)
+	}
+	if del := waitDelivery(t, got); !errors.Is(del.err, ErrBadFrame) {
+		t.Fatalf("a leading frame not asked for: %v", del.err)
+	}
+}
+
 // TestSessionFailureFailsPending: a session whose leader goes silent past
 // SessionDeadAfter, or closes it, fails every fetch pending on it (the
 // replicas back off and fetch again), and the next fetch opens a new one.
 func TestSessionFailureFailsPending(t *testing.T) {
 	leader := startFakeLeader(t, 20)
-	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 20*time.Millisecond)
+	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 20*time.Millisecond, nil)
 	defer s.Close()
 	addr := leader.ln.Addr().String()
 
@@ -251,7 +301,7 @@ func TestSessionFallsBackTo404(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Shutdown()
 
-	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond)
+	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond, nil)
 	defer s.Close()
 	for p := range 3 {
 		d, got := collector()

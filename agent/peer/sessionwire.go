@@ -18,7 +18,7 @@ import (
 // then on both sides write frames, and neither waits for the other:
 //
 //	follower                                             leader
-//	GET /v1/replica/session?replica_id=n2&heartbeat_ms=500
+//	GET /v1/replica/session?replica_id=n2&heartbeat_ms=500&leading=1
 //	    Authorization: Bearer <peer token>                   ──►
 //	                                                 ◄──  200 OK
 //	                                                      Logagent-Session: 1
@@ -30,6 +30,7 @@ import (
 //	ping                                                    ──►   (nothing else sent for heartbeat_ms)
 //	                                                 ◄──  ping
 //	                                                 ◄──  answer id=1 …   (orders/0 appended)
+//	                                                 ◄──  leading orders/2 epoch=8 leader=n1
 //
 // A follower sends a partition's fetch only when the partition is new to
 // the session or its last fetch was answered (its position changed): a
@@ -53,6 +54,7 @@ import (
 //	           [| diverging_epoch i32 | diverging_end_offset i64] | batches (the rest)
 //	refusal 5  id u32 | status u16 | log_start_offset i64 | log_end_offset i64 |
 //	           code_len u16 | code | message_len u16 | message
+//	leading 6  epoch i32 | partition u32 | topic_len u16 | topic | leader_len u16 | leader
 //
 // An answer is one partition's, batches at most the fetch's max_bytes
 // unless the first batch is bigger, as a GET /v1/replica/fetch answer, and
@@ -61,6 +63,16 @@ import (
 // refusal carries the peer API's status and code (409 not_leader, 416
 // offset_out_of_range with the leader's log bounds, …), so the follower
 // handles it as it handles a refused GET.
+//
+// A leading frame is the leader agent's own word that it has just won the
+// partition's election at that epoch, sent on every session that asked for
+// them (leading=1; an older follower does not, and would take the frame
+// type for a broken session) from an agent holding one of the partition's
+// replicas: the follower starts following it at once instead of waiting
+// for Consul's metadata watch to say so, seconds later when thousands of
+// partitions change leader at once (docs/design.md §7.9). It carries no
+// authority the leader's epoch fencing does not already check: a fetch at
+// an epoch the agent no longer leads is refused.
 const (
 	SessionPath = "/v1/replica/session"
 	// HeaderSession marks the leader's 200 to a session request, so that
@@ -75,7 +87,12 @@ const (
 	framePing    byte = 3
 	frameAnswer  byte = 4
 	frameRefusal byte = 5
+	frameLeading byte = 6
 )
+
+// LeadingParam is the session request's query parameter that asks for
+// leading frames.
+const LeadingParam = "leading"
 
 const (
 	// frameHeaderLen is the length and type in front of every body.
@@ -176,6 +193,40 @@ func AppendRefusalFrame(b []byte, id uint32, e *Error) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(e.LogEndOffset))
 	b = appendTopic(b, code)
 	return appendTopic(b, msg)
+}
+
+// Leading is a leading frame: Leader, the agent that sent it, leads the
+// partition at Epoch.
+type Leading struct {
+	Topic     string
+	Partition int
+	Epoch     int32
+	Leader    string
+}
+
+// AppendLeadingFrame appends the frame that announces l.
+func AppendLeadingFrame(b []byte, l Leading) []byte {
+	b = appendFrameHeader(b, frameLeading, 4+4+2+len(l.Topic)+2+len(l.Leader))
+	b = binary.BigEndian.AppendUint32(b, uint32(l.Epoch))
+	b = binary.BigEndian.AppendUint32(b, uint32(l.Partition))
+	b = appendTopic(b, l.Topic)
+	return appendTopic(b, l.Leader)
+}
+
+// parseLeadingFrame reads a leading frame's body.
+func parseLeadingFrame(body []byte) (Leading, error) {
+	r := frameReader{b: body}
+	epoch := int32(r.u32())
+	partition := r.u32()
+	l := Leading{Epoch: epoch, Topic: r.str(maxTopicLen), Leader: r.str(maxTopicLen)}
+	if err := r.done(); err != nil {
+		return Leading{}, err
+	}
+	if epoch < 0 || partition > math.MaxInt32 || l.Topic == "" || l.Leader == "" {
+		return Leading{}, badFrame("leading %q/%d epoch %d leader %q", l.Topic, partition, epoch, l.Leader)
+	}
+	l.Partition = int(partition)
+	return l, nil
 }
 
 func clip(s string, n int) string {

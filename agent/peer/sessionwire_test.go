@@ -76,6 +76,12 @@ func TestSessionFrameRoundTrips(t *testing.T) {
 	if id, got, err := parseRefusalFrame(body); typ != frameRefusal || err != nil || id != 5 || *got != *refusal {
 		t.Fatalf("refusal round trip: %d %d %+v %v", typ, id, got, err)
 	}
+
+	leading := Leading{Topic: "orders.v2", Partition: 1<<31 - 1, Epoch: 1<<31 - 1, Leader: "n-3"}
+	typ, body = readOne(t, AppendLeadingFrame(nil, leading), maxRequestFrame)
+	if got, err := parseLeadingFrame(body); typ != frameLeading || err != nil || got != leading {
+		t.Fatalf("leading round trip: %d %+v %v", typ, got, err)
+	}
 }
 
 // TestSessionFramesRefused: a length past the reader's bound is refused
@@ -148,6 +154,19 @@ func TestSessionFramesRefused(t *testing.T) {
 	} {
 		if _, _, err := parseRefusalFrame(b); !errors.Is(err, ErrBadFrame) {
 			t.Errorf("refusal %s: %v", name, err)
+		}
+	}
+	l := AppendLeadingFrame(nil, Leading{Topic: "t", Epoch: 1, Leader: "n1"})[frameHeaderLen:]
+	for name, b := range map[string][]byte{
+		"short":                l[:len(l)-1],
+		"trailing":             append(bytes.Clone(l), 0),
+		"negative epoch":       setU32(l, 0, 1<<31),
+		"partition past int32": setU32(l, 4, 1<<31),
+		"empty topic":          AppendLeadingFrame(nil, Leading{Epoch: 1, Leader: "n1"})[frameHeaderLen:],
+		"no leader":            AppendLeadingFrame(nil, Leading{Topic: "t", Epoch: 1})[frameHeaderLen:],
+	} {
+		if _, err := parseLeadingFrame(b); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("leading %s: %v", name, err)
 		}
 	}
 	f := AppendForgetFrame(nil, "t", 0)[frameHeaderLen:]

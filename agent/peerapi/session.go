@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,7 +29,9 @@ import (
 // the replica's changes, until an append, a high watermark past the
 // follower's, a new log start, a change of role or the replica's stop; the session's writer
 // then answers it, sending the batches with sendfile(2). Nothing happens
-// per parked partition while nothing changes.
+// per parked partition while nothing changes. A partition this agent has
+// just won is announced with a leading frame on the sessions of its other
+// replicas' agents that asked for them (AnnounceLeadership).
 
 const (
 	// sendfileMinBytes is the region size from which an answer's batches
@@ -108,6 +111,7 @@ func (srv *Server) HandleReplicaSession(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	replicaID := string(ctx.QueryArgs().Peek("replica_id"))
+	leading := string(ctx.QueryArgs().Peek(peer.LeadingParam)) == "1"
 	ms, err := strconv.ParseInt(string(ctx.QueryArgs().Peek("heartbeat_ms")), 10, 64)
 	if replicaID == "" || err != nil || ms < 1 || ms > 30_000 {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "a session needs replica_id and heartbeat_ms in [1, 30000]", false)
@@ -121,7 +125,7 @@ func (srv *Server) HandleReplicaSession(ctx *fasthttp.RequestCtx) {
 	deadAfter := min(peer.SessionDeadAfter(heartbeat), lag/2)
 	ctx.Response.Header.Set(peer.HeaderSession, strconv.FormatInt(heartbeat.Milliseconds(), 10))
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.Hijack(func(c net.Conn) { srv.serveSession(c, replicaID, heartbeat, deadAfter) })
+	ctx.Hijack(func(c net.Conn) { srv.serveSession(c, replicaID, leading, heartbeat, deadAfter) })
 }
 
 // leaderSession is one follower agent's session. Its reader (the hijacked
@@ -135,6 +139,8 @@ type leaderSession struct {
 	raw       net.Conn
 	tcp       *net.TCPConn
 	replicaID string
+	// leading says the follower asked for leading frames.
+	leading   bool
 	heartbeat time.Duration
 	deadAfter time.Duration
 	wake      chan struct{}
@@ -148,6 +154,8 @@ type leaderSession struct {
 	parts    map[sessionKey]*sessionPart
 	dirty    []*sessionPart
 	lastSeen time.Time
+	// announced are the leading frames waiting for the writer.
+	announced []byte
 }
 
 type sessionKey struct {
@@ -174,7 +182,7 @@ type sessionPart struct {
 	gone   bool
 }
 
-func (srv *Server) serveSession(c net.Conn, replicaID string, heartbeat, deadAfter time.Duration) {
+func (srv *Server) serveSession(c net.Conn, replicaID string, leading bool, heartbeat, deadAfter time.Duration) {
 	raw := c
 	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
 		// fasthttp's wrapper reads through its buffer (bytes the follower
@@ -182,7 +190,7 @@ func (srv *Server) serveSession(c net.Conn, replicaID string, heartbeat, deadAft
 		// itself, which sendfile needs.
 		raw = u.UnsafeConn()
 	}
-	s := &leaderSession{srv: srv, raw: raw, replicaID: replicaID, heartbeat: heartbeat, deadAfter: deadAfter,
+	s := &leaderSession{srv: srv, raw: raw, replicaID: replicaID, leading: leading, heartbeat: heartbeat, deadAfter: deadAfter,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), parts: map[sessionKey]*sessionPart{}, lastSeen: srv.cfg.Now()}
 	s.tcp, _ = raw.(*net.TCPConn)
 	if !srv.sessions.add(s) {
@@ -202,6 +210,27 @@ func (srv *Server) serveSession(c net.Conn, replicaID string, heartbeat, deadAft
 	s.release()
 	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		srv.cfg.Logger.Debug("fetch session ended", "replica", replicaID, "error", err)
+	}
+}
+
+// AnnounceLeadership queues the leading frame of l, a partition this agent
+// has just won, on the sessions that asked for them of the agents among
+// replicas; each session's writer sends it ahead of its answers.
+func (srv *Server) AnnounceLeadership(l peer.Leading, replicas []string) {
+	ls := &srv.sessions
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for s := range ls.open {
+		if !s.leading || s.replicaID == l.Leader || !slices.Contains(replicas, s.replicaID) {
+			continue
+		}
+		s.mu.Lock()
+		s.announced = peer.AppendLeadingFrame(s.announced, l)
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -409,7 +438,7 @@ func (s *leaderSession) write() {
 	later.Stop()
 	defer later.Stop()
 	var batch, waiting []*sessionPart
-	var hdr []byte
+	var hdr, announced []byte
 	for {
 		select {
 		case <-s.stop:
@@ -427,7 +456,9 @@ func (s *leaderSession) write() {
 		for _, p := range batch {
 			p.queued = false
 		}
+		announced, s.announced = s.announced, announced[:0]
 		s.mu.Unlock()
+		_, _ = bw.Write(announced)
 		batch = append(batch, waiting...)
 		waiting = waiting[:0]
 		var retryAt time.Time

@@ -95,3 +95,30 @@ func TestSessionFetchesDoNotWaitForOtherPartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnounceLeadership: a leading frame goes to the sessions that asked
+// for them of the partition's other replicas' agents, and to no other.
+func TestAnnounceLeadership(t *testing.T) {
+	srv := &Server{cfg: Config{Now: time.Now, Logger: hclog.NewNullLogger()}}
+	open := func(replicaID string, leading bool) *leaderSession {
+		s := &leaderSession{srv: srv, replicaID: replicaID, leading: leading, wake: make(chan struct{}, 1)}
+		if !srv.sessions.add(s) {
+			t.Fatal("sessions closed")
+		}
+		return s
+	}
+	follower, older, stranger, self := open("n2", true), open("n3", false), open("n9", true), open("n1", true)
+	l := peer.Leading{Topic: "t", Partition: 2, Epoch: 7, Leader: "n1"}
+	srv.AnnounceLeadership(l, []string{"n1", "n2", "n3"})
+	if want := peer.AppendLeadingFrame(nil, l); string(follower.announced) != string(want) || len(follower.wake) != 1 {
+		t.Fatalf("the follower's session has %q queued (woken %t), want %q", follower.announced, len(follower.wake) == 1, want)
+	}
+	for name, s := range map[string]*leaderSession{"a session that did not ask": older, "a stranger's session": stranger, "the leader's own": self} {
+		if len(s.announced) != 0 || len(s.wake) != 0 {
+			t.Errorf("%s has %q queued", name, s.announced)
+		}
+	}
+	for _, s := range []*leaderSession{follower, older, stranger, self} {
+		srv.sessions.remove(s)
+	}
+}

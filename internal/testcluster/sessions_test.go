@@ -83,14 +83,15 @@ func portOf(t *testing.T, addr string) int {
 
 // TestFetchSessionsManyPartitions (issue 19): 300 partitions of RF 3 on
 // three agents, idle: each agent holds a few replication connections per
-// peer agent (its fetch sessions, one each way, and pooled epoch queries),
+// peer agent (its fetch sessions, one each way, and a few pooled ones),
 // not one per partition it follows; then a kill -9 of one agent, and every
 // partition accepts acks=all writes through a survivor again.
 func TestFetchSessionsManyPartitions(t *testing.T) {
 	const topic, partitions = "sessions", 300
-	// Per peer agent and direction: a fetch session, and at most 4 pooled
-	// epoch-query connections (partition.EpochQueryConns) on the dialing
-	// side; a connection per partition would be about 100 here.
+	// Per peer agent and direction: a fetch session, and a few pooled
+	// connections of other peer calls (the descriptor estimate allows 6 a
+	// peer, partition's fdsPerPeer); a connection per partition would be
+	// about 100 here.
 	const perPeerBound = 6
 	c := Start(t, Options{})
 	if err := c.Agents[0].CreateTopic(TopicSpec{Name: topic, Partitions: partitions, ReplicationFactor: 3, MinInsyncReplicas: 2}); err != nil {
