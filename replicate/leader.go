@@ -581,6 +581,18 @@ func (l *Leader) TickNeeded() bool {
 // time ISR lag, which lag_time_max measures in seconds.
 func (l *Leader) AwaitingAcks() bool { return len(l.acks) > 0 }
 
+// NextAckDeadline is the earliest deadline of the acks awaited, which a
+// Tick at or after it fails; false when no awaited ack has one.
+func (l *Leader) NextAckDeadline() (time.Time, bool) {
+	var next time.Time
+	for _, a := range l.acks {
+		if !a.deadline.IsZero() && (next.IsZero() || a.deadline.Before(next)) {
+			next = a.deadline
+		}
+	}
+	return next, !next.IsZero()
+}
+
 // MinInsyncReplicas is the min_insync_replicas the leader applies.
 func (l *Leader) MinInsyncReplicas() int { return l.minISR }
 

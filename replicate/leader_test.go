@@ -684,11 +684,23 @@ func TestResignFailsPendingAcks(t *testing.T) {
 func TestAckTimeout(t *testing.T) {
 	l, m := newTestLeader(t, leaderOpts{})
 	last := appendTo(t, l, m, 1)
-	if err := l.WaitAck(1, last, AcksAll, t0.Add(5*time.Second)); err != nil {
-		t.Fatal(err)
+	if _, ok := l.NextAckDeadline(); ok {
+		t.Fatal("a deadline with no ack awaited")
 	}
 	if err := l.WaitAck(2, last, AcksAll, time.Time{}); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := l.NextAckDeadline(); ok {
+		t.Fatal("a deadline with only an ack without one awaited")
+	}
+	if err := l.WaitAck(3, last, AcksAll, t0.Add(7*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitAck(1, last, AcksAll, t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := l.NextAckDeadline(); !ok || !d.Equal(t0.Add(5*time.Second)) {
+		t.Fatalf("next ack deadline %v %t, want the earliest, %v", d, ok, t0.Add(5*time.Second))
 	}
 	l.Tick(t0.Add(5*time.Second - time.Nanosecond))
 	if got := acksOf(l); len(got) != 0 {
@@ -701,6 +713,9 @@ func TestAckTimeout(t *testing.T) {
 	}
 	if _, done := got[2]; done {
 		t.Fatal("ack without a deadline timed out")
+	}
+	if d, ok := l.NextAckDeadline(); !ok || !d.Equal(t0.Add(7*time.Second)) {
+		t.Fatalf("next ack deadline after the first timed out: %v %t, want %v", d, ok, t0.Add(7*time.Second))
 	}
 }
 

@@ -181,8 +181,9 @@ type Replica struct {
 
 	wakeTimer *time.Timer
 	wakeAt    time.Time
-	// leaderTicker runs while leading: ack deadlines and ISR lag, every
-	// leaderTickEvery (adjustLeaderTick), stopped while that is zero.
+	// leaderTicker runs while leading: ISR lag, every leaderTickEvery
+	// (adjustLeaderTick), stopped while that is zero. An awaited ack's
+	// deadline is the wake timer's (armWake).
 	leaderTicker    *time.Ticker
 	leaderTickEvery time.Duration
 	// parkedBy is the session that parked each follower's fetch in this
@@ -553,6 +554,12 @@ func (r *Replica) run() {
 			}
 		case <-r.wakeTimer.C:
 			r.wakeAt = time.Time{}
+			// The wake may be an awaited ack's deadline (armWake).
+			r.stepDownIfLeadershipEnded()
+			if r.leader != nil {
+				r.leader.Tick(r.deps.Now())
+				r.processLeaderReady()
+			}
 		}
 		if !observed {
 			r.deps.Hooks.loopWoke()
@@ -669,10 +676,14 @@ func (r *Replica) leaderToFollow() (followTarget, bool) {
 	return target, led
 }
 
-// adjustLeaderTick ticks a leader every leaderTick while a write waits for
-// its acknowledgement, slower while only ISR lag needs timing, and not at
-// all while a tick could do nothing (replicate.Leader.TickNeeded): thousands
-// of idle leaders ticking were a cost that grew with partitions. Every
+// adjustLeaderTick ticks a leader every lag_time_max/10 (at most
+// idleLeaderTickMax, at least leaderTick) while the clock alone may change
+// something (replicate.Leader.TickNeeded: ISR lag, an awaited ack) or its
+// housekeeping may come due, and not at all otherwise: thousands of idle
+// leaders ticking were a cost that grew with partitions. An awaited ack's
+// deadline is met by the wake timer (armWake), not by a fast tick: 3,334
+// leaders awaiting acks, each ticking every 50 ms, were 66,000 loop runs a
+// second more for an agent already short of CPU (docs/design.md §7). Every
 // change of the leader's state comes through the loop, which runs this
 // after it.
 func (r *Replica) adjustLeaderTick() {
@@ -680,10 +691,7 @@ func (r *Replica) adjustLeaderTick() {
 		return
 	}
 	var every time.Duration
-	switch {
-	case r.leader.AwaitingAcks():
-		every = leaderTick
-	case r.leader.TickNeeded(), r.housekeepingPending():
+	if r.leader.TickNeeded() || r.housekeepingPending() {
 		every = max(leaderTick, min(idleLeaderTickMax, r.deps.Config.Replication.LagTimeMax/10))
 	}
 	if every == r.leaderTickEvery {
@@ -710,10 +718,21 @@ func (r *Replica) housekeepingPending() bool {
 		len(r.deadReplicas) > 0 || len(r.meta.draining) > 0 || pm.Reassign != nil
 }
 
-// armWake sets the wake timer to the earliest pending retry.
+// armWake sets the wake timer to the earliest pending retry or awaited
+// ack's deadline.
 func (r *Replica) armWake(now time.Time) {
-	var next time.Time
-	for _, t := range []time.Time{r.reopenAt, r.checkpointAt, r.retentionAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake()} {
+	var next, ackDeadline time.Time
+	if r.leader != nil {
+		if d, ok := r.leader.NextAckDeadline(); ok {
+			// One already past (the loop was busy) is failed by the
+			// tick of the wake right after.
+			ackDeadline = d
+			if !d.After(now) {
+				ackDeadline = now.Add(time.Millisecond)
+			}
+		}
+	}
+	for _, t := range []time.Time{r.reopenAt, r.checkpointAt, r.retentionAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake(), ackDeadline} {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
