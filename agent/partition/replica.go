@@ -326,11 +326,12 @@ type pendingProduce struct {
 
 // Intervals of the loop.
 const (
-	leaderTick = 50 * time.Millisecond
-	// idleLeaderTickMax bounds the tick of a leader no write waits on; it
-	// is also at most a tenth of lag_time_max, so a lagging follower
-	// leaves the ISR at most that late (docs/design.md §7).
-	idleLeaderTickMax = time.Second
+	// leaderTickMin and leaderTickMax bound a leader's tick, which is
+	// otherwise a tenth of lag_time_max, so a lagging follower leaves the
+	// ISR at most that late (docs/design.md §7); a new leader ticks at the
+	// least until its first adjustLeaderTick.
+	leaderTickMin = 50 * time.Millisecond
+	leaderTickMax = time.Second
 	// CheckpointInterval is how long a replica's log waits, once it has
 	// something to checkpoint (segstore.Log.CheckpointPending), before the
 	// checkpoint; a full disk refuses those too, and the next is due as
@@ -677,7 +678,7 @@ func (r *Replica) leaderToFollow() (followTarget, bool) {
 }
 
 // adjustLeaderTick ticks a leader every lag_time_max/10 (at most
-// idleLeaderTickMax, at least leaderTick) while the clock alone may change
+// leaderTickMax, at least leaderTickMin) while the clock alone may change
 // something (replicate.Leader.TickNeeded: ISR lag, an awaited ack) or its
 // housekeeping may come due, and not at all otherwise: thousands of idle
 // leaders ticking were a cost that grew with partitions. An awaited ack's
@@ -692,7 +693,7 @@ func (r *Replica) adjustLeaderTick() {
 	}
 	var every time.Duration
 	if r.leader.TickNeeded() || r.housekeepingPending() {
-		every = max(leaderTick, min(idleLeaderTickMax, r.deps.Config.Replication.LagTimeMax/10))
+		every = max(leaderTickMin, min(leaderTickMax, r.deps.Config.Replication.LagTimeMax/10))
 	}
 	if every == r.leaderTickEvery {
 		return

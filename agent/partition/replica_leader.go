@@ -64,7 +64,7 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 	clear(r.parkedBy)
 	r.parkMu.Unlock()
 	r.replicasFloor = 0
-	r.leaderTicker, r.leaderTickEvery = time.NewTicker(leaderTick), leaderTick
+	r.leaderTicker, r.leaderTickEvery = time.NewTicker(leaderTickMin), leaderTickMin
 	r.isrRetry = nil
 	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
 	r.deps.Hooks.leaderElected()
