@@ -175,11 +175,14 @@ func (a *Agent) clientFacing(e *reply.APIError, topic string, partition int) *re
 // answer as a duplicate of the first, unwritten.
 func sendForward(c *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, until time.Time, now func() time.Time) (unsent bool, err error) {
 	err = c.DoTimeout(req, resp, until.Sub(now()))
-	if err == nil || neverSent(err) {
-		return err != nil, err
+	switch {
+	case err == nil:
+		return false, nil
+	case neverSent(err):
+		return true, err
 	}
 	left := until.Sub(now())
-	if !peer.ClosedUnder(err) || !idempotentForward(req) || left <= 0 {
+	if !closedUnder(err) || !idempotentForward(req) || left <= 0 {
 		return false, err
 	}
 	// The peer's other idle connections most likely closed with this one.
@@ -199,6 +202,16 @@ func neverSent(err error) bool {
 		return op.Op == "dial"
 	}
 	return false
+}
+
+// closedUnder says a forward failed because the leader closed its
+// connection before any byte of an answer: fasthttp reports that as
+// ErrConnectionClosed (io.EOF inside), and a write to a connection the
+// leader had reset as EPIPE or ECONNRESET. The leader may have read the
+// request before it closed.
+func closedUnder(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func acksParam(acks replicate.Acks) string {

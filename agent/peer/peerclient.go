@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -91,16 +89,6 @@ func (p *Clients) WithMaxConns(n int) *Clients {
 	c := NewClients(p.token, p.maxBodySize, p.stream, p.tlsFor)
 	c.maxConns, c.connWait = n, CallTimeout
 	return c
-}
-
-// ClosedUnder says a request failed because its connection had been closed
-// by the peer: fasthttp reports a connection that ended before the
-// answer's first byte as ErrConnectionClosed (io.EOF inside), and a write
-// to one the peer had reset as EPIPE or ECONNRESET. The peer may have read
-// the request before it closed.
-func ClosedUnder(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // MaxBodySize is the bound on an answer's body.
