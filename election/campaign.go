@@ -300,7 +300,7 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session, isrDead)
 		}
 		if d.attempt {
-			l, err := c.tryLead(ctx, pm, session, d.kind, cand)
+			l, err := c.tryLead(ctx, pm, tm.Config.MinInsyncReplicas, session, d.kind, cand)
 			switch {
 			case l != nil:
 				return l, nil
@@ -367,8 +367,9 @@ func (c *Client) partitionExists(ctx context.Context, topic string, partition in
 
 // tryLead runs one election attempt. It returns a leadership when won, nil
 // and nil when refused (lock held or in lock delay, state moved, or this
-// replica not eligible under the fresh state).
-func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, kind electionKind, cand Candidate) (*Leadership, error) {
+// replica not eligible under the fresh state). minISR is the topic's
+// min_insync_replicas (cleanElectionISR).
+func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, session string, kind electionKind, cand Candidate) (*Leadership, error) {
 	self := c.cfg.NodeID
 	stateKey := c.keys.state(pm.Topic, pm.Partition)
 	leaderKey := c.keys.leader(pm.Topic, pm.Partition)
@@ -391,10 +392,12 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, session string, 
 	// eligible replica also needs every ISR member dead now. Safety does not
 	// rest on that liveness: an eligible replica holds every committed
 	// record whoever else is alive; it only keeps a live ISR member first.
-	isr, elr := st.ISR, st.ELR
+	var isr []string
+	elr := st.ELR
 	switch {
 	case slices.Contains(st.ISR, self):
 		kind = electClean
+		isr = st.cleanElectionISR(self, c.Liveness().DeadAmong(st.ISR), minISR)
 	case kind == electEligible && st.eligibleIndex(self, pm.Replicas) >= 0 &&
 		len(c.Liveness().DeadAmong(st.ISR)) == len(st.ISR):
 		isr, elr = []string{self}, st.withoutEligible(self)

@@ -1,6 +1,7 @@
 package election
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -139,6 +140,39 @@ func TestSuccessorHint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := successorHint(tc.session, []byte(tc.value), st); got != tc.want {
 				t.Fatalf("successorHint(%q, %s) = %q, want %q", tc.session, tc.value, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCleanElectionISR: a clean election takes the members Consul reports
+// dead out of the ISR only when the rest still reaches min_insync_replicas
+// and no eligible replicas are recorded (the leader's own change records
+// them); never the winner itself.
+func TestCleanElectionISR(t *testing.T) {
+	elr := []EligibleReplica{{Node: "d", LogEndOffset: 5}}
+	for _, tc := range []struct {
+		name   string
+		st     PartitionState
+		dead   []string
+		minISR int
+		want   []string
+	}{
+		{"none dead", PartitionState{ISR: []string{"a", "b", "c"}}, nil, 2, []string{"a", "b", "c"}},
+		{"old leader dead", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a"}, 2, []string{"b", "c"}},
+		{"two dead, min ISR 1", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "c"}, 1, []string{"b"}},
+		{"two dead, min ISR 2: the leader's change records eligible replicas", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "c"}, 2, []string{"a", "b", "c"}},
+		{"eligible replicas recorded", PartitionState{ISR: []string{"a", "b", "c"}, ELR: elr}, []string{"a"}, 1, []string{"a", "b", "c"}},
+		{"the winner reported dead stays", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "b"}, 1, []string{"b", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := slices.Clone(tc.st.ISR)
+			got := tc.st.cleanElectionISR("b", tc.dead, tc.minISR)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("cleanElectionISR = %v, want %v", got, tc.want)
+			}
+			if !slices.Equal(tc.st.ISR, before) {
+				t.Fatalf("the state's ISR changed to %v", tc.st.ISR)
 			}
 		})
 	}

@@ -655,7 +655,10 @@ func TestProposeISR(t *testing.T) {
 	a, b := newTestClient(t, srv, "a"), newTestClient(t, srv, "b")
 	register(t, a)
 	register(t, b)
-	createTopic(t, a, "isr", [][]string{{"a", "b", "c"}})
+	// c never registers, so Consul reports it dead: with min ISR 3 the
+	// election keeps it in the ISR (cleanElectionISR) that the proposals
+	// below start from.
+	createTopic(t, a, "isr", [][]string{{"a", "b", "c"}}, func(tc *TopicConfig) { tc.MinInsyncReplicas = 3 })
 	ctx := context.Background()
 
 	la := campaign(t, a, "isr", 0)
@@ -735,6 +738,43 @@ func TestProposeISR(t *testing.T) {
 	}
 }
 
+// TestCleanElectionLeavesOutDeadMembers: after a crash, a clean election
+// writes the ISR without the member Consul reports dead when the rest
+// reaches min_insync_replicas (partition 0), and keeps it whole when it
+// would not (partition 1: ISR [a b], min ISR 2).
+func TestCleanElectionLeavesOutDeadMembers(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	a, b, c := newTestClient(t, srv, "a"), newTestClient(t, srv, "b"), newTestClient(t, srv, "c")
+	for _, cl := range []*Client{a, b, c} {
+		register(t, cl)
+	}
+	const topic = "deadisr"
+	createTopic(t, a, topic, [][]string{{"a", "b", "c"}, {"a", "b", "c"}}, func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 })
+	setISR(t, admin, topic, 1, []string{"a", "b"})
+	campaign(t, a, topic, 0)
+	campaign(t, a, topic, 1)
+
+	crash(a)
+	// b campaigns once its liveness reports a dead, so that its election
+	// sees it.
+	deadline := time.Now().Add(30 * time.Second)
+	for lv := b.Liveness(); !lv.Dead("a"); lv = b.Liveness() {
+		select {
+		case <-lv.Changed():
+		case <-time.After(time.Until(deadline)):
+			t.Fatal("timed out waiting for b's liveness to report a dead")
+		}
+	}
+	for p, want := range [][]string{{"b", "c"}, {"a", "b"}} {
+		l := campaign(t, b, topic, p)
+		if got := consulState(t, admin, topic, p); got.Leader != "b" || !slices.Equal(got.ISR, want) || !slices.Equal(l.State().ISR, want) {
+			t.Errorf("partition %d: state after b's election = %+v (leadership's ISR %v), want leader b, ISR %v", p, got, l.State().ISR, want)
+		}
+	}
+}
+
 func TestUncleanElection(t *testing.T) {
 	t.Parallel()
 	srv := consultest.Start(t)
@@ -794,7 +834,10 @@ func TestFailover(t *testing.T) {
 		contenders[node] = startContender(t, c, topic, []int{0}, rec)
 	}
 	setup := newTestClient(t, srv, "setup")
-	createTopic(t, setup, topic, [][]string{nodes})
+	// min_insync_replicas 2: an election keeps a contender Consul reports
+	// dead in the ISR [a b] (cleanElectionISR would leave it out with 1),
+	// and no leader here runs the replication that would add it back.
+	createTopic(t, setup, topic, [][]string{nodes}, func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 })
 	// c is a replica outside the ISR: with unclean election off it must
 	// never lead.
 	setISR(t, admin, topic, 0, []string{"a", "b"})

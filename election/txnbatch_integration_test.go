@@ -170,7 +170,10 @@ func startBatchedTopic(t *testing.T, topic string, partitions int) (*consultest.
 	for p := range assignment {
 		assignment[p] = []string{"a", "b"}
 	}
-	createTopic(t, a, topic, assignment)
+	// b never registers, so Consul reports it dead: with min ISR 1 an
+	// election would leave it out of the ISR (cleanElectionISR), and the
+	// tests change the ISR from [a b].
+	createTopic(t, a, topic, assignment, func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 })
 	return srv, a, obs
 }
 
@@ -212,7 +215,7 @@ func TestBatchedElectionOneRefused(t *testing.T) {
 	for p := range partitions {
 		wg.Go(func() {
 			pm, _ := a.Metadata().Partition(topic, p)
-			won[p], errs[p] = a.tryLead(ctx, pm, session, electClean, Candidate{LogEpoch: NoEpoch})
+			won[p], errs[p] = a.tryLead(ctx, pm, 1, session, electClean, Candidate{LogEpoch: NoEpoch})
 		})
 	}
 	waitQueued(t, a.batcher, true, partitions)
