@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
@@ -91,20 +92,21 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	if !ok {
 		return nil, reply.UnknownTopic(topic)
 	}
-	if pm.LeaderSession == "" || pm.State.Leader == "" {
+	leader, epoch := a.forwardTarget(pm)
+	if leader == "" {
 		return nil, fmt.Errorf("%w: %w", errForwardRefused,
 			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, a.noLeaderMessage(topic, partition), true))
 	}
-	if pm.State.Leader == a.cfg.NodeID {
+	if leader == a.cfg.NodeID {
 		// The metadata names this agent but its loop does not lead yet
 		// (or any more): wait for the two to agree.
 		return nil, fmt.Errorf("%w: %w", errForwardRefused,
 			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "this agent is taking or leaving the lead of "+reply.PartitionName(topic, partition), true))
 	}
-	info, ok := a.agents.lookup(pm.State.Leader)
+	info, ok := a.agents.lookup(leader)
 	if !ok {
 		return nil, fmt.Errorf("%w: %w", errForwardRefused,
-			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" is not among the registered agents", true))
+			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+leader+" is not among the registered agents", true))
 	}
 	timeout := deadline.Sub(a.now())
 	if timeout <= 0 {
@@ -119,7 +121,7 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	args.SetUint("partition", partition)
 	args.Set("acks", acksParam(acks))
 	args.Set("timeout_ms", strconv.FormatInt(max(timeout.Milliseconds(), 1), 10))
-	args.Set("leader_epoch", strconv.FormatInt(int64(pm.State.Epoch), 10))
+	args.Set("leader_epoch", strconv.FormatInt(int64(epoch), 10))
 	if n > 1 {
 		args.SetUint("batches", n)
 	}
@@ -131,10 +133,10 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	if unsent, err := sendForward(a.forwarder.Client(info.PeerAddr), req, resp, deadline.Add(produceGrace), a.now); err != nil {
 		if unsent {
 			return nil, fmt.Errorf("%w: %w", errForwardRefused,
-				reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
+				reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+leader+" unreachable: "+err.Error(), true))
 		}
 		return nil, reply.NewAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout,
-			"forwarding to leader "+pm.State.Leader+" failed after sending: "+err.Error()+": the outcome is unknown", false)
+			"forwarding to leader "+leader+" failed after sending: "+err.Error()+": the outcome is unknown", false)
 	}
 	if resp.StatusCode() == fasthttp.StatusOK {
 		return append([]byte(nil), resp.Body()...), nil
@@ -159,6 +161,36 @@ func (a *Agent) clientFacing(e *reply.APIError, topic string, partition int) *re
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "the leader's agent is not serving: "+e.Message, true)
 	}
 	return e
+}
+
+// forwardTarget is the leader a forward of pm's partition goes to and the
+// epoch it aims at, leader "" when there is none: the metadata's, or the
+// leader this agent's replica of the partition follows when that one
+// announced a newer epoch over its fetch session (docs/design.md §7.9).
+// After a failover at 10,000 partitions the metadata watch delivered the
+// new leaderships 6-11 s after the kill, seconds after the replicas had
+// followed the announcements, and every forward meanwhile was refused "no
+// leader". The announced leader needs no more trust than the metadata's:
+// the forward carries the epoch, and a leader appends only in the
+// leadership of that epoch.
+func (a *Agent) forwardTarget(pm election.PartitionMeta) (leader string, epoch int32) {
+	var v *partition.View
+	if r := a.replicas.Get(pm.Topic, pm.Partition); r != nil {
+		v = r.CurrentView()
+	}
+	return forwardTargetOf(pm, v)
+}
+
+// forwardTargetOf is forwardTarget's rule, given the replica's view (nil
+// without a replica here).
+func forwardTargetOf(pm election.PartitionMeta, v *partition.View) (leader string, epoch int32) {
+	if v != nil && v.Role == roleFollower && v.Leader != "" && v.Epoch > pm.State.Epoch {
+		return v.Leader, v.Epoch
+	}
+	if pm.LeaderSession == "" {
+		return "", 0
+	}
+	return pm.State.Leader, pm.State.Epoch
 }
 
 // sendForward sends a forward to the leader until the time until. One that

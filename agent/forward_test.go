@@ -15,6 +15,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 
@@ -61,6 +63,42 @@ func plainAndIdempotentBatch(t *testing.T) (plain, idempotent []byte) {
 	idempotent = append([]byte(nil), plain...)
 	record.StampProducer(idempotent, 42, 0, 7)
 	return plain, idempotent
+}
+
+// TestForwardTarget: a forward goes to the leader the replica follows when
+// that one announced an epoch the metadata has not reached, else to the
+// metadata's leader, and nowhere while the metadata's key is free and
+// nothing newer was announced.
+func TestForwardTarget(t *testing.T) {
+	meta := func(leader string, epoch int32, session string) election.PartitionMeta {
+		return election.PartitionMeta{Topic: "t", State: election.PartitionState{Leader: leader, Epoch: epoch}, LeaderSession: session}
+	}
+	following := func(leader string, epoch int32) *partition.View {
+		return &partition.View{Role: roleFollower, Leader: leader, Epoch: epoch}
+	}
+	for _, tc := range []struct {
+		name       string
+		pm         election.PartitionMeta
+		view       *partition.View
+		wantLeader string
+		wantEpoch  int32
+	}{
+		{"no replica here", meta("n1", 3, "s1"), nil, "n1", 3},
+		{"no replica here, key free", meta("n1", 3, ""), nil, "", 0},
+		{"following the metadata's leader", meta("n1", 3, "s1"), following("n1", 3), "n1", 3},
+		{"announced ahead of the metadata", meta("n1", 3, "s1"), following("n3", 4), "n3", 4},
+		{"announced while the key is free", meta("n1", 3, ""), following("n3", 4), "n3", 4},
+		{"key free, following the old leader", meta("n1", 3, ""), following("n1", 3), "", 0},
+		{"metadata went past the followed epoch", meta("n1", 5, "s1"), following("n3", 4), "n1", 5},
+		{"not following", meta("n1", 3, ""), &partition.View{Role: roleLeader, Epoch: 4}, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leader, epoch := forwardTargetOf(tc.pm, tc.view)
+			if leader != tc.wantLeader || epoch != tc.wantEpoch {
+				t.Fatalf("forwardTargetOf = %q at %d, want %q at %d", leader, epoch, tc.wantLeader, tc.wantEpoch)
+			}
+		})
+	}
 }
 
 // TestIdempotentForward: only a forward whose batches carry a producer id

@@ -288,6 +288,10 @@ type View struct {
 	// Epoch is this replica's epoch when leading, the epoch it follows, or
 	// the metadata's.
 	Epoch int32
+	// Leader is the agent a follower follows at Epoch: the metadata's
+	// leader, or one that announced a newer epoch over its fetch session
+	// (docs/design.md §7.9). Empty unless following.
+	Leader string
 	// ISR is the committed ISR: the leader's own when leading, else the
 	// metadata's.
 	ISR []string
@@ -753,10 +757,10 @@ func (r *Replica) publish() {
 	case RoleLeader:
 		v.Epoch, v.ISR = r.leader.Epoch(), r.leaderISR
 	case RoleFollower:
-		v.Epoch = r.following.epoch
+		v.Epoch, v.Leader = r.following.epoch, r.following.node
 	}
 	old := r.view.Load()
-	if old.Role == v.Role && old.Epoch == v.Epoch && old.DataLoss == v.DataLoss && slices.Equal(old.ISR, v.ISR) {
+	if old.Role == v.Role && old.Epoch == v.Epoch && old.Leader == v.Leader && old.DataLoss == v.DataLoss && slices.Equal(old.ISR, v.ISR) {
 		return
 	}
 	r.view.Store(v)
