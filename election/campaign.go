@@ -104,11 +104,14 @@ func (l *Leadership) release(ctx context.Context, cause error, successor string)
 type campaigner struct {
 	self      string
 	lockDelay time.Duration
-	// freeSince is when the leader key was first seen free; zero while
-	// someone else holds it.
+	// freeSince is when the leader key was first seen free, or its
+	// holder's agent dead; zero while someone else holds it.
 	freeSince time.Time
 	retryAt   time.Time
 	backoff   *backoff
+	// deadHolderTried is the session of a holder whose agent Consul
+	// reported dead, once an attempt was made on that word alone.
+	deadHolderTried string
 }
 
 func newCampaigner(self string, lockDelay time.Duration) *campaigner {
@@ -167,19 +170,37 @@ type decision struct {
 	// eligible leader replica's does; waking every campaign at each
 	// liveness change was a cost that grew with partitions.
 	watchLiveness bool
+	// watchDeaths: the key is held by another agent's session, so the
+	// death of an agent (agentDied) must wake the campaign: it may be the
+	// holder's.
+	watchDeaths bool
 }
 
 // next decides at now. session is the usable session ("" when none);
-// isrDead says Consul reports every ISR member dead.
-func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool, uncleanDelay time.Duration, session string, isrDead bool) decision {
+// isrDead says Consul reports every ISR member dead; holderDead that it
+// reports dead the agent whose session holds the key; successor is the
+// replica the others let campaign first for HandoverHold once the key is
+// free (failoverSuccessor), "" for none.
+//
+// A holder's death frees the key: its session is linked to the checks
+// whose failure makes it dead, and Consul ends the session, releasing its
+// locks, in the same step. The watch shows the key free only with its next
+// listing, seconds later at 10,000 partitions (the whole prefix each
+// time), so on the death alone the campaign makes one attempt, after the
+// lock delay, per holder session; refused, it waits for the watch.
+func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool, uncleanDelay time.Duration, session string, isrDead, holderDead bool, successor string) decision {
 	heldBySelf := session != "" && pm.LeaderSession == session
-	if pm.LeaderSession != "" && !heldBySelf {
+	heldByOther := pm.LeaderSession != "" && !heldBySelf
+	if heldByOther && (!holderDead || cp.deadHolderTried == pm.LeaderSession) {
 		cp.freeSince = time.Time{}
 		cp.backoff.reset()
-		return decision{}
+		return decision{watchDeaths: !holderDead}
 	}
-	if pm.LeaderSession == "" && cp.freeSince.IsZero() {
+	if (pm.LeaderSession == "" || heldByOther) && cp.freeSince.IsZero() {
 		cp.freeSince = now
+		if heldByOther {
+			cp.retryAt = later(cp.retryAt, now.Add(cp.lockDelay))
+		}
 	}
 	if session == "" {
 		return decision{}
@@ -199,14 +220,40 @@ func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool,
 	default:
 		return decision{watchLiveness: watchLiveness}
 	}
-	if pm.LeaderSession == "" && pm.Successor != "" && pm.Successor != cp.self {
+	if !heldBySelf && successor != "" && successor != cp.self {
 		eligibleAt = later(eligibleAt, cp.freeSince.Add(HandoverHold))
 	}
 	at := later(eligibleAt, cp.retryAt)
 	if now.Before(at) {
 		return decision{wakeAt: at, watchLiveness: watchLiveness}
 	}
+	if heldByOther {
+		cp.deadHolderTried = pm.LeaderSession
+	}
 	return decision{attempt: true, kind: kind}
+}
+
+// failoverSuccessor is the replica the others let campaign first once the
+// key is free: the one a handover named, else, after a leader (not before
+// the first election), the first replica in the replica list other than
+// that leader that is in the ISR and that Consul does not report dead,
+// as Kafka's controller elects the first live ISR member in assignment
+// order. Without it every live ISR member campaigned at once: after a kill
+// at 10,000 partitions both survivors ran the 3,334 elections, half of
+// them refused, and a refused election rolls back the shared request it
+// went in (txnBatcher), so the others in it went again; and one survivor
+// took nearly all of them (3,097 and 3,334 of 3,334 in two runs), twice
+// its share of leaderships. "" when there is no such replica.
+func failoverSuccessor(pm PartitionMeta, live *Liveness) string {
+	if pm.Successor != "" || pm.State.Leader == "" {
+		return pm.Successor
+	}
+	for _, id := range pm.Replicas {
+		if id != pm.State.Leader && slices.Contains(pm.State.ISR, id) && !live.Dead(id) {
+			return id
+		}
+	}
+	return ""
 }
 
 // refused records a failed attempt at now: retry after a backoff, but not
@@ -293,11 +340,13 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 			return nil, failure
 		}
 		var d decision
+		died := c.agentDied()
 		live := c.Liveness()
 		// A topic with corrupt metadata is never led: wait for a repair.
 		if tm.Err == nil {
 			isrDead := len(live.DeadAmong(pm.State.ISR)) == len(pm.State.ISR)
-			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session, isrDead)
+			holderDead := pm.State.Leader != "" && live.Dead(pm.State.Leader)
+			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session, isrDead, holderDead, failoverSuccessor(pm, live))
 		}
 		if d.attempt {
 			l, err := c.tryLead(ctx, pm, tm.Config.MinInsyncReplicas, session, d.kind, cand)
@@ -319,9 +368,12 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 		if !d.wakeAt.IsZero() {
 			timer = c.clock.After(d.wakeAt.Sub(c.clock.Now()))
 		}
-		var livenessChanged <-chan struct{}
+		var livenessChanged, agentDied <-chan struct{}
 		if d.watchLiveness {
 			livenessChanged = live.Changed()
+		}
+		if d.watchDeaths {
+			agentDied = died
 		}
 		// Woken by a change of this partition's metadata, not by every new
 		// snapshot (metawait.go).
@@ -332,6 +384,7 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 		case <-wait.changed:
 		case <-sessionChanged:
 		case <-livenessChanged:
+		case <-agentDied:
 		case <-timer:
 		}
 		c.stopWaiting(wait)
@@ -351,7 +404,7 @@ func (c *Client) partitionExists(ctx context.Context, topic string, partition in
 		return false, nil
 	}
 	key := c.keys.config(topic)
-	pair, err := c.readConsistent(ctx, key, "read "+key, keyReadRule(c.keys.prefix))
+	pair, err := c.readConsistent(ctx, key, false, "read "+key, keyReadRule(c.keys.prefix))
 	if err != nil {
 		return false, err
 	}
@@ -377,7 +430,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 
 	// Who may lead is decided on a consistent read, never on the watch:
 	// batched with other partitions' reads in a read-only transaction.
-	pair, err := c.readConsistent(ctx, stateKey, "read "+stateKey, rule)
+	pair, err := c.readConsistent(ctx, stateKey, true, "read "+stateKey, rule)
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +450,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 	switch {
 	case slices.Contains(st.ISR, self):
 		kind = electClean
-		isr = st.cleanElectionISR(self, c.Liveness().DeadAmong(st.ISR), minISR)
+		isr = st.cleanElectionISR(self, st.Leader != "" && c.Liveness().Dead(st.Leader), minISR)
 	case kind == electEligible && st.eligibleIndex(self, pm.Replicas) >= 0 &&
 		len(c.Liveness().DeadAmong(st.ISR)) == len(st.ISR):
 		isr, elr = []string{self}, st.withoutEligible(self)
@@ -423,7 +476,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 	}
 	// Batched with other partitions' elections and ISR changes; the
 	// outcome is this election's own (txnBatcher).
-	ok, resp, err := c.batchedTxn(ctx, ops, "elect "+leaderKey, rule)
+	ok, resp, err := c.batchedTxn(ctx, ops, true, "elect "+leaderKey, rule)
 	if err != nil {
 		return nil, err
 	}
@@ -657,7 +710,7 @@ func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, n
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: leaderKey, Session: l.session}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: base, Value: encodeJSON(newState)}},
 	}, extra...)
-	ok, resp, err := c.batchedTxn(ctx, ops, "write "+stateKey, rule)
+	ok, resp, err := c.batchedTxn(ctx, ops, false, "write "+stateKey, rule)
 	if err != nil {
 		return err
 	}
@@ -675,7 +728,7 @@ func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, n
 	}
 	// The state moved under us: re-read it to tell a lost epoch from a
 	// concurrent change at ours.
-	pair, err := c.readConsistent(ctx, stateKey, "read "+stateKey, rule)
+	pair, err := c.readConsistent(ctx, stateKey, false, "read "+stateKey, rule)
 	if err != nil {
 		return err
 	}

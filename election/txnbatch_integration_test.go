@@ -72,13 +72,14 @@ func resumeBatcher(b *txnBatcher, maxInflight int) {
 	b.signal()
 }
 
-// waitQueued waits until b's queue (reads or writes) holds n submissions.
-func waitQueued(t *testing.T, b *txnBatcher, readOnly bool, n int) {
+// waitQueued waits until b's queue (reads or writes, urgent or not: an
+// election's are) holds n submissions.
+func waitQueued(t *testing.T, b *txnBatcher, readOnly, urgent bool, n int) {
 	t.Helper()
 	waitFor(t, 10*time.Second, fmt.Sprintf("%d queued submissions", n), func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return len(b.queues[queueOf(readOnly)]) >= n
+		return len(b.queues[queueOf(readOnly, urgent)]) >= n
 	})
 }
 
@@ -170,10 +171,7 @@ func startBatchedTopic(t *testing.T, topic string, partitions int) (*consultest.
 	for p := range assignment {
 		assignment[p] = []string{"a", "b"}
 	}
-	// b never registers, so Consul reports it dead: with min ISR 1 an
-	// election would leave it out of the ISR (cleanElectionISR), and the
-	// tests change the ISR from [a b].
-	createTopic(t, a, topic, assignment, func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 })
+	createTopic(t, a, topic, assignment)
 	return srv, a, obs
 }
 
@@ -218,10 +216,10 @@ func TestBatchedElectionOneRefused(t *testing.T) {
 			won[p], errs[p] = a.tryLead(ctx, pm, 1, session, electClean, Candidate{LogEpoch: NoEpoch})
 		})
 	}
-	waitQueued(t, a.batcher, true, partitions)
+	waitQueued(t, a.batcher, true, true, partitions)
 	obs.pauseAfterRead.Store(true)
 	resumeBatcher(a.batcher, 1)
-	waitQueued(t, a.batcher, false, partitions)
+	waitQueued(t, a.batcher, false, true, partitions)
 	resumeBatcher(a.batcher, 1)
 	wg.Wait()
 	for p := range partitions {
@@ -302,7 +300,7 @@ func TestBatchedISRChangeOneLost(t *testing.T) {
 			errs[p] = a.casState(ctx, l, base, PartitionState{Leader: "a", Epoch: l.Epoch(), ISR: []string{"a"}})
 		})
 	}
-	waitQueued(t, a.batcher, false, partitions)
+	waitQueued(t, a.batcher, false, false, partitions)
 	resumeBatcher(a.batcher, 1)
 	wg.Wait()
 	for p := range partitions {
