@@ -104,14 +104,11 @@ func (l *Leadership) release(ctx context.Context, cause error, successor string)
 type campaigner struct {
 	self      string
 	lockDelay time.Duration
-	// freeSince is when the leader key was first seen free, or its
-	// holder's agent dead; zero while someone else holds it.
+	// freeSince is when the leader key was first seen free; zero while
+	// someone else holds it.
 	freeSince time.Time
 	retryAt   time.Time
 	backoff   *backoff
-	// deadHolderTried is the session of a holder whose agent Consul
-	// reported dead, once an attempt was made on that word alone.
-	deadHolderTried string
 }
 
 func newCampaigner(self string, lockDelay time.Duration) *campaigner {
@@ -170,37 +167,19 @@ type decision struct {
 	// eligible leader replica's does; waking every campaign at each
 	// liveness change was a cost that grew with partitions.
 	watchLiveness bool
-	// watchDeaths: the key is held by another agent's session, so the
-	// death of an agent (agentDied) must wake the campaign: it may be the
-	// holder's.
-	watchDeaths bool
 }
 
 // next decides at now. session is the usable session ("" when none);
-// isrDead says Consul reports every ISR member dead; holderDead that it
-// reports dead the agent whose session holds the key; successor is the
-// replica the others let campaign first for HandoverHold once the key is
-// free (failoverSuccessor), "" for none.
-//
-// A holder's death frees the key: its session is linked to the checks
-// whose failure makes it dead, and Consul ends the session, releasing its
-// locks, in the same step. The watch shows the key free only with its next
-// listing, seconds later at 10,000 partitions (the whole prefix each
-// time), so on the death alone the campaign makes one attempt, after the
-// lock delay, per holder session; refused, it waits for the watch.
-func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool, uncleanDelay time.Duration, session string, isrDead, holderDead bool, successor string) decision {
+// isrDead says Consul reports every ISR member dead.
+func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool, uncleanDelay time.Duration, session string, isrDead bool) decision {
 	heldBySelf := session != "" && pm.LeaderSession == session
-	heldByOther := pm.LeaderSession != "" && !heldBySelf
-	if heldByOther && (!holderDead || cp.deadHolderTried == pm.LeaderSession) {
+	if pm.LeaderSession != "" && !heldBySelf {
 		cp.freeSince = time.Time{}
 		cp.backoff.reset()
-		return decision{watchDeaths: !holderDead}
+		return decision{}
 	}
-	if (pm.LeaderSession == "" || heldByOther) && cp.freeSince.IsZero() {
+	if pm.LeaderSession == "" && cp.freeSince.IsZero() {
 		cp.freeSince = now
-		if heldByOther {
-			cp.retryAt = later(cp.retryAt, now.Add(cp.lockDelay))
-		}
 	}
 	if session == "" {
 		return decision{}
@@ -220,40 +199,14 @@ func (cp *campaigner) next(now time.Time, pm PartitionMeta, uncleanAllowed bool,
 	default:
 		return decision{watchLiveness: watchLiveness}
 	}
-	if !heldBySelf && successor != "" && successor != cp.self {
+	if pm.LeaderSession == "" && pm.Successor != "" && pm.Successor != cp.self {
 		eligibleAt = later(eligibleAt, cp.freeSince.Add(HandoverHold))
 	}
 	at := later(eligibleAt, cp.retryAt)
 	if now.Before(at) {
 		return decision{wakeAt: at, watchLiveness: watchLiveness}
 	}
-	if heldByOther {
-		cp.deadHolderTried = pm.LeaderSession
-	}
 	return decision{attempt: true, kind: kind}
-}
-
-// failoverSuccessor is the replica the others let campaign first once the
-// key is free: the one a handover named, else, after a leader (not before
-// the first election), the first replica in the replica list other than
-// that leader that is in the ISR and that Consul does not report dead,
-// as Kafka's controller elects the first live ISR member in assignment
-// order. Without it every live ISR member campaigned at once: after a kill
-// at 10,000 partitions both survivors ran the 3,334 elections, half of
-// them refused, and a refused election rolls back the shared request it
-// went in (txnBatcher), so the others in it went again; and one survivor
-// took nearly all of them (3,097 and 3,334 of 3,334 in two runs), twice
-// its share of leaderships. "" when there is no such replica.
-func failoverSuccessor(pm PartitionMeta, live *Liveness) string {
-	if pm.Successor != "" || pm.State.Leader == "" {
-		return pm.Successor
-	}
-	for _, id := range pm.Replicas {
-		if id != pm.State.Leader && slices.Contains(pm.State.ISR, id) && !live.Dead(id) {
-			return id
-		}
-	}
-	return ""
 }
 
 // refused records a failed attempt at now: retry after a backoff, but not
@@ -340,13 +293,11 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 			return nil, failure
 		}
 		var d decision
-		died := c.agentDied()
 		live := c.Liveness()
 		// A topic with corrupt metadata is never led: wait for a repair.
 		if tm.Err == nil {
 			isrDead := len(live.DeadAmong(pm.State.ISR)) == len(pm.State.ISR)
-			holderDead := pm.State.Leader != "" && live.Dead(pm.State.Leader)
-			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session, isrDead, holderDead, failoverSuccessor(pm, live))
+			d = cp.next(c.clock.Now(), pm, tm.Config.UncleanLeaderElection, tm.Config.UncleanDelay, session, isrDead)
 		}
 		if d.attempt {
 			l, err := c.tryLead(ctx, pm, tm.Config.MinInsyncReplicas, session, d.kind, cand)
@@ -368,12 +319,9 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 		if !d.wakeAt.IsZero() {
 			timer = c.clock.After(d.wakeAt.Sub(c.clock.Now()))
 		}
-		var livenessChanged, agentDied <-chan struct{}
+		var livenessChanged <-chan struct{}
 		if d.watchLiveness {
 			livenessChanged = live.Changed()
-		}
-		if d.watchDeaths {
-			agentDied = died
 		}
 		// Woken by a change of this partition's metadata, not by every new
 		// snapshot (metawait.go).
@@ -384,7 +332,6 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 		case <-wait.changed:
 		case <-sessionChanged:
 		case <-livenessChanged:
-		case <-agentDied:
 		case <-timer:
 		}
 		c.stopWaiting(wait)
@@ -404,7 +351,7 @@ func (c *Client) partitionExists(ctx context.Context, topic string, partition in
 		return false, nil
 	}
 	key := c.keys.config(topic)
-	pair, err := c.readConsistent(ctx, key, false, "read "+key, keyReadRule(c.keys.prefix))
+	pair, err := c.readConsistent(ctx, key, "read "+key, keyReadRule(c.keys.prefix))
 	if err != nil {
 		return false, err
 	}
@@ -430,7 +377,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 
 	// Who may lead is decided on a consistent read, never on the watch:
 	// batched with other partitions' reads in a read-only transaction.
-	pair, err := c.readConsistent(ctx, stateKey, true, "read "+stateKey, rule)
+	pair, err := c.readConsistent(ctx, stateKey, "read "+stateKey, rule)
 	if err != nil {
 		return nil, err
 	}
@@ -450,7 +397,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 	switch {
 	case slices.Contains(st.ISR, self):
 		kind = electClean
-		isr = st.cleanElectionISR(self, st.Leader != "" && c.Liveness().Dead(st.Leader), minISR)
+		isr = st.cleanElectionISR(self, c.Liveness().DeadAmong(st.ISR), minISR)
 	case kind == electEligible && st.eligibleIndex(self, pm.Replicas) >= 0 &&
 		len(c.Liveness().DeadAmong(st.ISR)) == len(st.ISR):
 		isr, elr = []string{self}, st.withoutEligible(self)
@@ -476,7 +423,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 	}
 	// Batched with other partitions' elections and ISR changes; the
 	// outcome is this election's own (txnBatcher).
-	ok, resp, err := c.batchedTxn(ctx, ops, true, "elect "+leaderKey, rule)
+	ok, resp, err := c.batchedTxn(ctx, ops, "elect "+leaderKey, rule)
 	if err != nil {
 		return nil, err
 	}
@@ -710,7 +657,7 @@ func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, n
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: leaderKey, Session: l.session}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: base, Value: encodeJSON(newState)}},
 	}, extra...)
-	ok, resp, err := c.batchedTxn(ctx, ops, false, "write "+stateKey, rule)
+	ok, resp, err := c.batchedTxn(ctx, ops, "write "+stateKey, rule)
 	if err != nil {
 		return err
 	}
@@ -728,7 +675,7 @@ func (c *Client) casStateWith(ctx context.Context, l *Leadership, base uint64, n
 	}
 	// The state moved under us: re-read it to tell a lost epoch from a
 	// concurrent change at ours.
-	pair, err := c.readConsistent(ctx, stateKey, false, "read "+stateKey, rule)
+	pair, err := c.readConsistent(ctx, stateKey, "read "+stateKey, rule)
 	if err != nil {
 		return err
 	}

@@ -34,13 +34,8 @@ func TestCampaignerDecisions(t *testing.T) {
 		want           decision
 		setFreeSinceMs int // >0: the key was seen free this long before
 		isrDead        bool
-		holderDead     bool
 	}{
-		{name: "held by another session waits, woken by a death", pm: held, session: "s1", want: decision{watchDeaths: true}},
-		{name: "held by a dead agent's session: after the lock delay", pm: held, session: "s1", holderDead: true,
-			want: decision{wakeAt: t0.Add(time.Second)}},
-		{name: "held by a dead agent's session, outside isr, unclean off, never", pm: func() PartitionMeta { pm := outside; pm.LeaderSession = "other"; return pm }(),
-			session: "s1", holderDead: true, want: decision{}},
+		{name: "held by another session waits", pm: held, session: "s1", want: decision{}},
 		{name: "free and in isr attempts", pm: free, session: "s1", want: decision{attempt: true, kind: electClean}},
 		{name: "held by own session re-takes", pm: mine, session: "s1", want: decision{attempt: true, kind: electClean}},
 		{name: "no usable session waits", pm: free, session: "", want: decision{}},
@@ -63,8 +58,6 @@ func TestCampaignerDecisions(t *testing.T) {
 		{name: "handed over to another: campaigns after the hold", pm: handedToOther, session: "s1",
 			setFreeSinceMs: int(HandoverHold / time.Millisecond), want: decision{attempt: true, kind: electClean}},
 		{name: "handed over to self: at once", pm: handedToSelf, session: "s1", want: decision{attempt: true, kind: electClean}},
-		{name: "held by a dead agent's session, another's turn first: after the hold", pm: func() PartitionMeta { pm := held; pm.Successor = "c"; return pm }(),
-			session: "s1", holderDead: true, want: decision{wakeAt: t0.Add(HandoverHold)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,7 +65,7 @@ func TestCampaignerDecisions(t *testing.T) {
 			if tt.setFreeSinceMs > 0 {
 				cp.freeSince = t0.Add(-time.Duration(tt.setFreeSinceMs) * time.Millisecond)
 			}
-			if got := cp.next(t0, tt.pm, tt.unclean, tt.uncleanDelay, tt.session, tt.isrDead, tt.holderDead, tt.pm.Successor); got != tt.want {
+			if got := cp.next(t0, tt.pm, tt.unclean, tt.uncleanDelay, tt.session, tt.isrDead); got != tt.want {
 				t.Fatalf("next = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -83,64 +76,31 @@ func TestCampaignerRetriesAfterLockDelay(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	free := PartitionMeta{State: PartitionState{ISR: []string{"a"}}}
 	cp := newCampaigner("a", time.Second)
-	if d := cp.next(t0, free, false, 0, "s1", false, false, ""); !d.attempt {
+	if d := cp.next(t0, free, false, 0, "s1", false); !d.attempt {
 		t.Fatalf("first look at a free key: %+v, want an attempt", d)
 	}
 	// Refused (lock delay): the next try is when the delay ends, counted
 	// from when the key was first seen free.
 	cp.refused(t0.Add(time.Millisecond))
-	d := cp.next(t0.Add(2*time.Millisecond), free, false, 0, "s1", false, false, "")
+	d := cp.next(t0.Add(2*time.Millisecond), free, false, 0, "s1", false)
 	if want := t0.Add(time.Second); d.attempt || !d.wakeAt.Equal(want) {
 		t.Fatalf("after refusal: %+v, want wake at %v", d, want)
 	}
-	if d := cp.next(t0.Add(time.Second), free, false, 0, "s1", false, false, ""); !d.attempt {
+	if d := cp.next(t0.Add(time.Second), free, false, 0, "s1", false); !d.attempt {
 		t.Fatalf("at the end of the lock delay: %+v, want an attempt", d)
 	}
 	// Refused again: a short backoff, not another lock delay.
 	cp.refused(t0.Add(time.Second))
-	d = cp.next(t0.Add(time.Second), free, false, 0, "s1", false, false, "")
+	d = cp.next(t0.Add(time.Second), free, false, 0, "s1", false)
 	if d.attempt || d.wakeAt.Sub(t0.Add(time.Second)) > 100*time.Millisecond {
 		t.Fatalf("second refusal: %+v, want a short backoff", d)
 	}
 	// Someone else took it: the free time resets.
 	held := free
 	held.LeaderSession = "other"
-	cp.next(t0.Add(2*time.Second), held, false, 0, "s1", false, false, "")
+	cp.next(t0.Add(2*time.Second), held, false, 0, "s1", false)
 	if !cp.freeSince.IsZero() {
 		t.Fatalf("freeSince = %v after the key was seen held", cp.freeSince)
-	}
-}
-
-// TestCampaignerTriesOnceOnTheHoldersDeath: Consul reporting the holder's
-// agent dead makes one attempt after the lock delay, ahead of the watch;
-// once refused, the campaign waits for the watch to show the key free, and
-// a new holder's death is worth an attempt again.
-func TestCampaignerTriesOnceOnTheHoldersDeath(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	held := PartitionMeta{State: PartitionState{Leader: "b", ISR: []string{"a", "b"}}, LeaderSession: "sb"}
-	cp := newCampaigner("a", time.Second)
-	if d := cp.next(t0, held, false, 0, "s1", false, true, ""); d.attempt || !d.wakeAt.Equal(t0.Add(time.Second)) {
-		t.Fatalf("holder seen dead: %+v, want a wake at the end of the lock delay", d)
-	}
-	if d := cp.next(t0.Add(time.Second), held, false, 0, "s1", false, true, ""); !d.attempt || d.kind != electClean {
-		t.Fatalf("after the lock delay: %+v, want a clean attempt", d)
-	}
-	cp.refused(t0.Add(time.Second + time.Millisecond))
-	if d := cp.next(t0.Add(2*time.Second), held, false, 0, "s1", false, true, ""); d != (decision{}) {
-		t.Fatalf("refused, the same holder: %+v, want a wait for the watch alone", d)
-	}
-	free := held
-	free.LeaderSession = ""
-	if d := cp.next(t0.Add(3*time.Second), free, false, 0, "s1", false, true, ""); !d.attempt {
-		t.Fatalf("the watch shows the key free: %+v, want an attempt", d)
-	}
-	next := held
-	next.LeaderSession = "sb2"
-	if d := cp.next(t0.Add(4*time.Second), next, false, 0, "s1", false, false, ""); d != (decision{watchDeaths: true}) {
-		t.Fatalf("a new holder, alive: %+v, want a wait woken by deaths", d)
-	}
-	if d := cp.next(t0.Add(5*time.Second), next, false, 0, "s1", false, true, ""); d.attempt || !d.wakeAt.Equal(t0.Add(6*time.Second)) {
-		t.Fatalf("the new holder seen dead: %+v, want a wake at the end of its lock delay", d)
 	}
 }
 
@@ -185,69 +145,34 @@ func TestSuccessorHint(t *testing.T) {
 	}
 }
 
-// TestCleanElectionISR: a clean election takes the previous leader out of
-// the ISR when Consul reports it dead, only when the rest still reaches
-// min_insync_replicas and no eligible replicas are recorded (the leader's
-// own change records them); never the winner, never anyone else.
+// TestCleanElectionISR: a clean election takes the members Consul reports
+// dead out of the ISR only when the rest still reaches min_insync_replicas
+// and no eligible replicas are recorded (the leader's own change records
+// them); never the winner itself.
 func TestCleanElectionISR(t *testing.T) {
 	elr := []EligibleReplica{{Node: "d", LogEndOffset: 5}}
-	abc := []string{"a", "b", "c"}
 	for _, tc := range []struct {
-		name       string
-		st         PartitionState
-		leaderDead bool
-		minISR     int
-		want       []string
+		name   string
+		st     PartitionState
+		dead   []string
+		minISR int
+		want   []string
 	}{
-		{"leader alive", PartitionState{Leader: "a", ISR: abc}, false, 2, abc},
-		{"leader dead", PartitionState{Leader: "a", ISR: abc}, true, 2, []string{"b", "c"}},
-		{"leader dead, min ISR 3: the leader's change records eligible replicas", PartitionState{Leader: "a", ISR: abc}, true, 3, abc},
-		{"eligible replicas recorded", PartitionState{Leader: "a", ISR: abc, ELR: elr}, true, 1, abc},
-		{"the winner was the leader", PartitionState{Leader: "b", ISR: abc}, true, 1, abc},
-		{"no leader before", PartitionState{ISR: abc}, true, 1, abc},
-		{"dead leader not in the ISR", PartitionState{Leader: "d", ISR: abc}, true, 1, abc},
+		{"none dead", PartitionState{ISR: []string{"a", "b", "c"}}, nil, 2, []string{"a", "b", "c"}},
+		{"old leader dead", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a"}, 2, []string{"b", "c"}},
+		{"two dead, min ISR 1", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "c"}, 1, []string{"b"}},
+		{"two dead, min ISR 2: the leader's change records eligible replicas", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "c"}, 2, []string{"a", "b", "c"}},
+		{"eligible replicas recorded", PartitionState{ISR: []string{"a", "b", "c"}, ELR: elr}, []string{"a"}, 1, []string{"a", "b", "c"}},
+		{"the winner reported dead stays", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "b"}, 1, []string{"b", "c"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := slices.Clone(tc.st.ISR)
-			got := tc.st.cleanElectionISR("b", tc.leaderDead, tc.minISR)
+			got := tc.st.cleanElectionISR("b", tc.dead, tc.minISR)
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("cleanElectionISR = %v, want %v", got, tc.want)
 			}
 			if !slices.Equal(tc.st.ISR, before) {
 				t.Fatalf("the state's ISR changed to %v", tc.st.ISR)
-			}
-		})
-	}
-}
-
-// TestFailoverSuccessor: after a leader, the first replica in list order,
-// other than that leader, that is in the ISR and not reported dead; a
-// handover's named successor wins over it; none before the first election.
-func TestFailoverSuccessor(t *testing.T) {
-	live := &Liveness{Index: 1, alive: map[string]bool{"a": true, "b": true, "c": true}, changed: make(chan struct{})}
-	cDead := &Liveness{Index: 2, alive: map[string]bool{"a": true, "b": true}, changed: make(chan struct{})}
-	pm := func(leader string, replicas, isr []string, successor string) PartitionMeta {
-		return PartitionMeta{Replicas: replicas, State: PartitionState{Leader: leader, Epoch: 4, ISR: isr}, Successor: successor}
-	}
-	abc, cba := []string{"a", "b", "c"}, []string{"c", "b", "a"}
-	for _, tc := range []struct {
-		name string
-		pm   PartitionMeta
-		live *Liveness
-		want string
-	}{
-		{"next in list order", pm("a", abc, abc, ""), live, "b"},
-		{"list order, not ISR order", pm("a", cba, []string{"a", "b", "c"}, ""), live, "c"},
-		{"skips a dead replica", pm("a", cba, abc, ""), cDead, "b"},
-		{"skips one outside the ISR", pm("a", abc, []string{"a", "c"}, ""), live, "c"},
-		{"the leader was first in the list", pm("b", abc, abc, ""), live, "a"},
-		{"a handover's successor", pm("a", abc, abc, "c"), live, "c"},
-		{"before the first election", PartitionMeta{Replicas: abc, State: PartitionState{ISR: abc}}, live, ""},
-		{"nobody left", pm("a", abc, []string{"a"}, ""), live, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := failoverSuccessor(tc.pm, tc.live); got != tc.want {
-				t.Fatalf("failoverSuccessor = %q, want %q", got, tc.want)
 			}
 		})
 	}

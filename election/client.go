@@ -55,9 +55,6 @@ type Client struct {
 	// livenessOnce starts the liveness watch, which keeps liveness.
 	livenessOnce sync.Once
 	liveness     atomic.Pointer[Liveness]
-	// deaths is closed, and replaced, when a new liveness reports dead an
-	// agent the one before reported alive (agentDied).
-	deaths atomic.Pointer[chan struct{}]
 	// producerIDs hands out this agent's idempotent-producer ids.
 	producerIDs *ProducerIDs
 	// watchMu guards the blocking queries in flight, which resetWatches
@@ -147,8 +144,6 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.snapshot.Store(emptySnapshot())
 	c.liveness.Store(emptyLiveness())
-	deaths := make(chan struct{})
-	c.deaths.Store(&deaths)
 	c.producerIDs = NewProducerIDs(c)
 	c.batcher = newTxnBatcher(c.sendTxn, cfg.MaxInflight)
 	return c, nil
@@ -284,9 +279,9 @@ func txnResult(ok bool, resp *api.TxnResponse, err error, op, rule string) (bool
 // batchedTxn is txn through the batcher: ops (at most maxOpsPerTxn, on keys
 // of one partition) may share a request with other partitions' (txnBatcher
 // says how the outcome stays each one's own). The call timeout bounds the
-// wait in the queue and the request. An election is urgent (packLocked).
-func (c *Client) batchedTxn(ctx context.Context, ops api.TxnOps, election bool, op, rule string) (bool, *api.TxnResponse, error) {
-	ok, resp, err := c.submitTxn(ctx, ops, false, election)
+// wait in the queue and the request.
+func (c *Client) batchedTxn(ctx context.Context, ops api.TxnOps, op, rule string) (bool, *api.TxnResponse, error) {
+	ok, resp, err := c.submitTxn(ctx, ops, false)
 	return txnResult(ok, resp, err, op, rule)
 }
 
@@ -294,10 +289,10 @@ func (c *Client) batchedTxn(ctx context.Context, ops api.TxnOps, election bool, 
 // read-only transaction of get-or-empty operations with RequireConsistent;
 // nil when the key does not exist. op and rule describe the read for
 // errors. A result Consul filtered out is a *PermissionError, as its 403 is
-// for a plain read. An election's read is urgent, as its transaction is.
-func (c *Client) readConsistent(ctx context.Context, key string, election bool, op, rule string) (*api.KVPair, error) {
+// for a plain read.
+func (c *Client) readConsistent(ctx context.Context, key, op, rule string) (*api.KVPair, error) {
 	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: key}}}
-	ok, resp, err := c.submitTxn(ctx, ops, true, election)
+	ok, resp, err := c.submitTxn(ctx, ops, true)
 	switch {
 	case errors.Is(err, errTxnResultMissing):
 		return nil, &PermissionError{Op: op, Rule: rule, Consul: "the result was filtered out by ACLs"}
@@ -318,7 +313,7 @@ func (c *Client) readConsistent(ctx context.Context, key string, election bool, 
 }
 
 // submitTxn hands ops to the batcher, starting it at the first use.
-func (c *Client) submitTxn(ctx context.Context, ops api.TxnOps, readOnly, urgent bool) (bool, *api.TxnResponse, error) {
+func (c *Client) submitTxn(ctx context.Context, ops api.TxnOps, readOnly bool) (bool, *api.TxnResponse, error) {
 	c.batcherOnce.Do(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -334,7 +329,7 @@ func (c *Client) submitTxn(ctx context.Context, ops api.TxnOps, readOnly, urgent
 	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	return c.batcher.do(ctx, ops, readOnly, urgent)
+	return c.batcher.do(ctx, ops, readOnly)
 }
 
 // waitChange waits until changed is closed: ctx.Err() when ctx ends first,

@@ -126,23 +126,14 @@ func (c *Client) livenessLoop() {
 			lv := buildLiveness(index, entries)
 			old := c.liveness.Swap(lv)
 			close(old.changed)
-			if died := c.logLivenessChange(old, lv); len(died) > 0 {
-				next := make(chan struct{})
-				close(*c.deaths.Swap(&next))
-			}
+			c.logLivenessChange(old, lv)
 		}, nil
 	})
 }
 
-// agentDied is closed when a later liveness reports dead an agent that the
-// one before it reported alive. Taken before Liveness, it misses no death
-// that the liveness read after it does not show.
-func (c *Client) agentDied() <-chan struct{} { return *c.deaths.Load() }
-
-// logLivenessChange logs the agents that died or came back, and returns the
-// ones that died.
-func (c *Client) logLivenessChange(old, lv *Liveness) (died []string) {
-	var back []string
+// logLivenessChange logs the agents that died or came back.
+func (c *Client) logLivenessChange(old, lv *Liveness) {
+	var died, back []string
 	for id := range old.alive {
 		if !lv.alive[id] {
 			died = append(died, id)
@@ -158,5 +149,4 @@ func (c *Client) logLivenessChange(old, lv *Liveness) (died []string) {
 		slices.Sort(back)
 		c.log.Info("agent liveness changed", "dead", died, "alive_again", back, "alive", lv.Alive())
 	}
-	return died
 }

@@ -29,8 +29,7 @@ import (
 //     are queued whenever fewer than maxInflight requests are out, and packs
 //     them whole, in order, into one request: nothing waits for a batch to
 //     fill, so a lone submission is sent at once, and batches grow only while
-//     earlier requests are out (a burst of thousands of campaigns). Urgent
-//     submissions (elections) go before the others (packLocked).
+//     earlier requests are out (a burst of thousands of campaigns).
 //   - Submissions in one request never share a key: Consul runs a rolled-back
 //     transaction's operations to the end against the transaction's own
 //     writes (agent/consul/state/txn.go, txnDispatch), so a submission's
@@ -72,10 +71,9 @@ type txnBatcher struct {
 	maxInflight int
 
 	mu sync.Mutex
-	// queues holds the waiting submissions (queueOf: write and read-only
-	// apart, urgent and not), in the order they were submitted (retried
-	// ones back at the head).
-	queues   [4][]*txnSubmission
+	// queues holds the waiting submissions, write and read-only apart, in
+	// the order they were submitted (retried ones back at the head).
+	queues   [2][]*txnSubmission
 	inflight int
 	nextSeq  uint64
 	closed   bool
@@ -118,7 +116,6 @@ const (
 type txnSubmission struct {
 	ops      api.TxnOps
 	readOnly bool
-	urgent   bool
 	// results is how many results each operation yields when committed.
 	results []int
 	seq     uint64
@@ -159,13 +156,12 @@ func txnOpResults(op *api.TxnOp) (results int, read bool, err error) {
 	return 0, false, fmt.Errorf("election: KV verb %q is not batched", op.KV.Verb)
 }
 
-// do submits ops and waits for their outcome (see txnBatcher). An urgent
-// submission is packed before any other that is not (packLocked).
-func (b *txnBatcher) do(ctx context.Context, ops api.TxnOps, readOnly, urgent bool) (bool, *api.TxnResponse, error) {
+// do submits ops and waits for their outcome (see txnBatcher).
+func (b *txnBatcher) do(ctx context.Context, ops api.TxnOps, readOnly bool) (bool, *api.TxnResponse, error) {
 	if len(ops) == 0 || len(ops) > maxOpsPerTxn {
 		return false, nil, fmt.Errorf("election: a batched transaction takes 1 to %d operations, not %d", maxOpsPerTxn, len(ops))
 	}
-	s := &txnSubmission{ops: ops, readOnly: readOnly, urgent: urgent, results: make([]int, len(ops)), done: make(chan txnOutcome, 1)}
+	s := &txnSubmission{ops: ops, readOnly: readOnly, results: make([]int, len(ops)), done: make(chan txnOutcome, 1)}
 	for i, op := range ops {
 		n, read, err := txnOpResults(op)
 		if err != nil {
@@ -183,7 +179,7 @@ func (b *txnBatcher) do(ctx context.Context, ops api.TxnOps, readOnly, urgent bo
 	}
 	s.seq = b.nextSeq
 	b.nextSeq++
-	q := queueOf(readOnly, urgent)
+	q := queueOf(readOnly)
 	b.queues[q] = append(b.queues[q], s)
 	b.mu.Unlock()
 	b.signal()
@@ -210,20 +206,12 @@ func (b *txnBatcher) do(ctx context.Context, ops api.TxnOps, readOnly, urgent bo
 	}
 }
 
-// queueOf is the queue of a submission: 0 and 1 urgent, write and
-// read-only; 2 and 3 the others.
-func queueOf(readOnly, urgent bool) int {
-	q := 0
+func queueOf(readOnly bool) int {
 	if readOnly {
-		q++
+		return 1
 	}
-	if !urgent {
-		q += 2
-	}
-	return q
+	return 0
 }
-
-func isUrgentQueue(q int) bool { return q < 2 }
 
 func (b *txnBatcher) signal() {
 	select {
@@ -270,19 +258,11 @@ func (b *txnBatcher) run(ctx context.Context) {
 	}
 }
 
-// packLocked takes the next batch off the queue whose head waited longest,
-// an urgent queue's if one holds any: submissions whole and in order, up
-// to maxOpsPerTxn operations, skipping (and keeping queued, in place) one
-// that shares a key with the batch or with a submission skipped before
-// it. A submission marked to go alone goes alone. Nil when nothing is
-// queued.
-//
-// Elections are urgent (a partition without a leader takes neither writes
-// nor reads), ISR changes not, as Kafka's controller elects the leaders of
-// a dead broker's partitions before it takes it out of the other ISRs:
-// after a kill at 10,000 partitions, the 3,333 ISR changes each survivor
-// queued for the partitions it led went ahead of the elections of the
-// dead agent's 3,334 and held them back 1-3 s.
+// packLocked takes the next batch off the queue whose head waited longest:
+// submissions whole and in order, up to maxOpsPerTxn operations, skipping
+// (and keeping queued, in place) one that shares a key with the batch or
+// with a submission skipped before it. A submission marked to go alone
+// goes alone. Nil when nothing is queued.
 func (b *txnBatcher) packLocked() []*txnSubmission {
 	q := -1
 	for i := range b.queues {
@@ -291,9 +271,7 @@ func (b *txnBatcher) packLocked() []*txnSubmission {
 			b.queues[i][0] = nil
 			b.queues[i] = b.queues[i][1:]
 		}
-		// The urgent queues come first: one chosen there is not passed over
-		// for an older head that is not urgent.
-		if len(b.queues[i]) > 0 && (q < 0 || (isUrgentQueue(i) == isUrgentQueue(q) && b.queues[i][0].seq < b.queues[q][0].seq)) {
+		if len(b.queues[i]) > 0 && (q < 0 || b.queues[i][0].seq < b.queues[q][0].seq) {
 			q = i
 		}
 	}
@@ -444,7 +422,7 @@ func (b *txnBatcher) splitRollbackLocked(batch []*txnSubmission, errs api.TxnErr
 		}
 		return
 	}
-	var again [len(b.queues)][]*txnSubmission
+	var again [2][]*txnSubmission
 	for i, s := range batch {
 		switch {
 		case len(owned[i]) > 0:
@@ -453,7 +431,7 @@ func (b *txnBatcher) splitRollbackLocked(batch []*txnSubmission, errs api.TxnErr
 		default:
 			s.rollbacks++
 			s.state = subQueued
-			q := queueOf(s.readOnly, s.urgent)
+			q := queueOf(s.readOnly)
 			again[q] = append(again[q], s)
 		}
 	}

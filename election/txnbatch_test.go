@@ -247,7 +247,7 @@ func submitAll(t *testing.T, b *txnBatcher, lists []api.TxnOps, readOnly bool) [
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			ok, resp, err := b.do(ctx, ops, readOnly, false)
+			ok, resp, err := b.do(ctx, ops, readOnly)
 			out[i] = outcome{ok, resp, err}
 		})
 		// Keep the order of submission: wait until this one is in, and
@@ -267,11 +267,7 @@ func submitted(b *txnBatcher) int {
 func queued(b *txnBatcher) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := 0
-	for _, q := range b.queues {
-		n += len(q)
-	}
-	return n
+	return len(b.queues[0]) + len(b.queues[1])
 }
 
 func waitUntil(t *testing.T, cond func() bool) {
@@ -500,11 +496,11 @@ func TestTxnBatcherLoneSubmissionAtOnce(t *testing.T) {
 	ctx := context.Background()
 	start := time.Now()
 	for i := range 20 {
-		ok, resp, err := b.do(ctx, api.TxnOps{casOp(uint64(i+1), fmt.Sprint("k", i), 0)}, false, false)
+		ok, resp, err := b.do(ctx, api.TxnOps{casOp(uint64(i+1), fmt.Sprint("k", i), 0)}, false)
 		if err != nil || !ok || len(resp.Results) != 1 {
 			t.Fatalf("write %d: %v %+v %v", i, ok, resp, err)
 		}
-		ok, resp, err = b.do(ctx, api.TxnOps{getOp(uint64(i+1), fmt.Sprint("k", i))}, true, false)
+		ok, resp, err = b.do(ctx, api.TxnOps{getOp(uint64(i+1), fmt.Sprint("k", i))}, true)
 		if err != nil || !ok || string(resp.Results[0].KV.Value) != fmt.Sprint(i+1) {
 			t.Fatalf("read %d: %v %+v %v", i, ok, resp, err)
 		}
@@ -515,13 +511,13 @@ func TestTxnBatcherLoneSubmissionAtOnce(t *testing.T) {
 	if n := b.requests.Load(); n != 40 {
 		t.Errorf("%d requests for 40 lone submissions", n)
 	}
-	if _, _, err := b.do(ctx, api.TxnOps{casOp(1, "k", 0)}, true, false); err == nil {
+	if _, _, err := b.do(ctx, api.TxnOps{casOp(1, "k", 0)}, true); err == nil {
 		t.Error("a write in a read-only submission was accepted")
 	}
-	if _, _, err := b.do(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: "k"}}}, false, false); err == nil {
+	if _, _, err := b.do(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: "k"}}}, false); err == nil {
 		t.Error("a delete-tree was accepted")
 	}
-	if _, _, err := b.do(ctx, make(api.TxnOps, maxOpsPerTxn+1), false, false); err == nil {
+	if _, _, err := b.do(ctx, make(api.TxnOps, maxOpsPerTxn+1), false); err == nil {
 		t.Error("65 ops were accepted")
 	}
 }
@@ -580,14 +576,14 @@ func TestTxnBatcherCallerLeaves(t *testing.T) {
 	outCtx, cancelOut := context.WithCancel(context.Background())
 	outErr := make(chan error, 1)
 	go func() {
-		_, _, err := b.do(outCtx, api.TxnOps{casOp(1, "out", 0)}, false, false)
+		_, _, err := b.do(outCtx, api.TxnOps{casOp(1, "out", 0)}, false)
 		outErr <- err
 	}()
 	<-f.started
 	queuedCtx, cancelQueued := context.WithCancel(context.Background())
 	queuedErr := make(chan error, 1)
 	go func() {
-		_, _, err := b.do(queuedCtx, api.TxnOps{casOp(2, "queued", 0)}, false, false)
+		_, _, err := b.do(queuedCtx, api.TxnOps{casOp(2, "queued", 0)}, false)
 		queuedErr <- err
 	}()
 	waitUntil(t, func() bool { return queued(b) == 1 })
@@ -603,7 +599,7 @@ func TestTxnBatcherCallerLeaves(t *testing.T) {
 	close(f.block)
 	f.block = nil
 	f.mu.Unlock()
-	ok, _, err := b.do(context.Background(), api.TxnOps{casOp(3, "after", 0)}, false, false)
+	ok, _, err := b.do(context.Background(), api.TxnOps{casOp(3, "after", 0)}, false)
 	if !ok || err != nil {
 		t.Fatalf("after: %v %v", ok, err)
 	}
@@ -615,54 +611,6 @@ func TestTxnBatcherCallerLeaves(t *testing.T) {
 				t.Error("the abandoned queued submission was sent")
 			}
 		}
-	}
-}
-
-// TestTxnBatcherUrgentFirst: with a request out, urgent submissions (an
-// election's read and transaction) queued after others go out before them,
-// oldest first among the urgent, and the others then in their own order.
-func TestTxnBatcherUrgentFirst(t *testing.T) {
-	f := newFakeConsulTxn()
-	f.block = make(chan struct{})
-	b := startBatcher(t, f.send, 1)
-	subs := []struct {
-		op               *api.TxnOp
-		readOnly, urgent bool
-	}{
-		{casOp(1, "out", 0), false, false},
-		{casOp(2, "isr", 0), false, false},
-		{getOp(3, "read"), true, false},
-		{getOp(4, "elect-read"), true, true},
-		{casOp(5, "elect", 0), false, true},
-	}
-	var wg sync.WaitGroup
-	for i, sub := range subs {
-		wg.Go(func() {
-			if ok, _, err := b.do(context.Background(), api.TxnOps{sub.op}, sub.readOnly, sub.urgent); !ok || err != nil {
-				t.Errorf("submission %d: %v %v", i+1, ok, err)
-			}
-		})
-		if i == 0 {
-			<-f.started
-		} else {
-			waitUntil(t, func() bool { return queued(b) == i })
-		}
-	}
-	f.mu.Lock()
-	close(f.block)
-	f.block = nil
-	f.mu.Unlock()
-	wg.Wait()
-	var order []uint64
-	f.mu.Lock()
-	for _, r := range f.requests {
-		for _, op := range r {
-			order = append(order, op.KV.Flags)
-		}
-	}
-	f.mu.Unlock()
-	if want := []uint64{1, 4, 5, 2, 3}; !slices.Equal(order, want) {
-		t.Fatalf("sent in the order %v, want %v", order, want)
 	}
 }
 
@@ -678,7 +626,7 @@ func TestTxnBatcherClose(t *testing.T) {
 	errs := make(chan error, 2)
 	submit := func(i int) {
 		go func() {
-			_, _, err := b.do(context.Background(), api.TxnOps{casOp(uint64(i+1), fmt.Sprint("k", i), 0)}, false, false)
+			_, _, err := b.do(context.Background(), api.TxnOps{casOp(uint64(i+1), fmt.Sprint("k", i), 0)}, false)
 			errs <- err
 		}()
 	}
@@ -697,7 +645,7 @@ func TestTxnBatcherClose(t *testing.T) {
 		!slices.ContainsFunc(got, func(err error) bool { return errors.Is(err, context.Canceled) }) {
 		t.Errorf("errors at close = %v, want one ErrClosed (queued) and one context.Canceled (out)", got)
 	}
-	if _, _, err := b.do(context.Background(), api.TxnOps{casOp(3, "k", 0)}, false, false); !errors.Is(err, ErrClosed) {
+	if _, _, err := b.do(context.Background(), api.TxnOps{casOp(3, "k", 0)}, false); !errors.Is(err, ErrClosed) {
 		t.Errorf("after close: %v", err)
 	}
 }
@@ -741,7 +689,7 @@ func TestTxnBatcherRandom(t *testing.T) {
 						ops = api.TxnOps{getOp(id, fmt.Sprint("p", p, "/state"))}
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					ok, resp, err := b.do(ctx, ops, ops[0].KV.Verb == api.KVGetOrEmpty, crng.IntN(2) == 0)
+					ok, resp, err := b.do(ctx, ops, ops[0].KV.Verb == api.KVGetOrEmpty)
 					cancel()
 					results[c] = append(results[c], result{ops, outcome{ok, resp, err}})
 				}
