@@ -397,7 +397,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 	switch {
 	case slices.Contains(st.ISR, self):
 		kind = electClean
-		isr = st.cleanElectionISR(self, c.Liveness().DeadAmong(st.ISR), minISR)
+		isr = st.cleanElectionISR(self, st.Leader != "" && c.Liveness().Dead(st.Leader), minISR)
 	case kind == electEligible && st.eligibleIndex(self, pm.Replicas) >= 0 &&
 		len(c.Liveness().DeadAmong(st.ISR)) == len(st.ISR):
 		isr, elr = []string{self}, st.withoutEligible(self)

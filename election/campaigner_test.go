@@ -145,29 +145,31 @@ func TestSuccessorHint(t *testing.T) {
 	}
 }
 
-// TestCleanElectionISR: a clean election takes the members Consul reports
-// dead out of the ISR only when the rest still reaches min_insync_replicas
-// and no eligible replicas are recorded (the leader's own change records
-// them); never the winner itself.
+// TestCleanElectionISR: a clean election takes the previous leader out of
+// the ISR when Consul reports it dead, only when the rest still reaches
+// min_insync_replicas and no eligible replicas are recorded (the leader's
+// own change records them); never the winner, never anyone else.
 func TestCleanElectionISR(t *testing.T) {
 	elr := []EligibleReplica{{Node: "d", LogEndOffset: 5}}
+	abc := []string{"a", "b", "c"}
 	for _, tc := range []struct {
-		name   string
-		st     PartitionState
-		dead   []string
-		minISR int
-		want   []string
+		name       string
+		st         PartitionState
+		leaderDead bool
+		minISR     int
+		want       []string
 	}{
-		{"none dead", PartitionState{ISR: []string{"a", "b", "c"}}, nil, 2, []string{"a", "b", "c"}},
-		{"old leader dead", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a"}, 2, []string{"b", "c"}},
-		{"two dead, min ISR 1", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "c"}, 1, []string{"b"}},
-		{"two dead, min ISR 2: the leader's change records eligible replicas", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "c"}, 2, []string{"a", "b", "c"}},
-		{"eligible replicas recorded", PartitionState{ISR: []string{"a", "b", "c"}, ELR: elr}, []string{"a"}, 1, []string{"a", "b", "c"}},
-		{"the winner reported dead stays", PartitionState{ISR: []string{"a", "b", "c"}}, []string{"a", "b"}, 1, []string{"b", "c"}},
+		{"leader alive", PartitionState{Leader: "a", ISR: abc}, false, 2, abc},
+		{"leader dead", PartitionState{Leader: "a", ISR: abc}, true, 2, []string{"b", "c"}},
+		{"leader dead, min ISR 3: the leader's change records eligible replicas", PartitionState{Leader: "a", ISR: abc}, true, 3, abc},
+		{"eligible replicas recorded", PartitionState{Leader: "a", ISR: abc, ELR: elr}, true, 1, abc},
+		{"the winner was the leader", PartitionState{Leader: "b", ISR: abc}, true, 1, abc},
+		{"no leader before", PartitionState{ISR: abc}, true, 1, abc},
+		{"dead leader not in the ISR", PartitionState{Leader: "d", ISR: abc}, true, 1, abc},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := slices.Clone(tc.st.ISR)
-			got := tc.st.cleanElectionISR("b", tc.dead, tc.minISR)
+			got := tc.st.cleanElectionISR("b", tc.leaderDead, tc.minISR)
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("cleanElectionISR = %v, want %v", got, tc.want)
 			}

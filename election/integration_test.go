@@ -655,10 +655,7 @@ func TestProposeISR(t *testing.T) {
 	a, b := newTestClient(t, srv, "a"), newTestClient(t, srv, "b")
 	register(t, a)
 	register(t, b)
-	// c never registers, so Consul reports it dead: with min ISR 3 the
-	// election keeps it in the ISR (cleanElectionISR) that the proposals
-	// below start from.
-	createTopic(t, a, "isr", [][]string{{"a", "b", "c"}}, func(tc *TopicConfig) { tc.MinInsyncReplicas = 3 })
+	createTopic(t, a, "isr", [][]string{{"a", "b", "c"}})
 	ctx := context.Background()
 
 	la := campaign(t, a, "isr", 0)
@@ -738,10 +735,10 @@ func TestProposeISR(t *testing.T) {
 	}
 }
 
-// TestCleanElectionLeavesOutDeadMembers: after a crash, a clean election
-// writes the ISR without the member Consul reports dead when the rest
-// reaches min_insync_replicas (partition 0), and keeps it whole when it
-// would not (partition 1: ISR [a b], min ISR 2).
+// TestCleanElectionLeavesOutDeadMembers: after the leader's crash, a
+// clean election writes the ISR without it once Consul reports it dead,
+// when the rest reaches min_insync_replicas (partition 0), and keeps it
+// whole when it would not (partition 1: ISR [a b], min ISR 2).
 func TestCleanElectionLeavesOutDeadMembers(t *testing.T) {
 	t.Parallel()
 	srv := consultest.Start(t)
@@ -834,9 +831,9 @@ func TestFailover(t *testing.T) {
 		contenders[node] = startContender(t, c, topic, []int{0}, rec)
 	}
 	setup := newTestClient(t, srv, "setup")
-	// min_insync_replicas 2: an election keeps a contender Consul reports
-	// dead in the ISR [a b] (cleanElectionISR would leave it out with 1),
-	// and no leader here runs the replication that would add it back.
+	// min_insync_replicas 2: an election keeps a crashed leader in the
+	// ISR [a b] (cleanElectionISR would leave it out with 1), and no leader
+	// here runs the replication that would add it back.
 	createTopic(t, setup, topic, [][]string{nodes}, func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 })
 	// c is a replica outside the ISR: with unclean election off it must
 	// never lead.

@@ -205,18 +205,22 @@ func (st PartitionState) withoutEligible(node string) []EligibleReplica {
 }
 
 // cleanElectionISR is the ISR a clean election of self writes: Consul's,
-// less the members in dead (Consul reports them dead) when what is left,
-// self among it, still reaches minISR and no eligible replicas are
-// recorded. Kafka's controller takes a fenced broker out of the ISR in the
-// record that elects the new leaders. Here the new leader would propose
-// the same change first thing (SetDeadFollowers), a second transaction per
-// partition: after a failover at 10,000 partitions those came through
-// Consul 1-7 s after the elections, and each partition's acks=all writes
-// waited on the dead member until its own came. Below minISR, or with an
-// ELR, the leader's own change, which records eligible replicas, makes it.
-func (st PartitionState) cleanElectionISR(self string, dead []string, minISR int) []string {
-	isr := slices.DeleteFunc(slices.Clone(st.ISR), func(id string) bool { return id != self && slices.Contains(dead, id) })
-	if len(isr) == len(st.ISR) || len(isr) < minISR || len(st.ELR) > 0 {
+// less the previous leader when Consul reports its agent dead
+// (leaderDead), if what is left still reaches minISR and no eligible
+// replicas are recorded. Kafka's controller takes a fenced broker out of
+// the ISR in the record that elects the new leaders. Here the new leader
+// would propose the same change first thing (SetDeadFollowers), a second
+// transaction per partition: after a failover at 10,000 partitions those
+// came through Consul 1-7 s after the elections, and each partition's
+// acks=all writes waited on the dead member until its own came. Below
+// minISR, or with an ELR, the leader's own change, which records eligible
+// replicas, makes it; dead followers leave the ISR by their leader's.
+func (st PartitionState) cleanElectionISR(self string, leaderDead bool, minISR int) []string {
+	if !leaderDead || st.Leader == self || len(st.ELR) > 0 {
+		return st.ISR
+	}
+	isr := slices.DeleteFunc(slices.Clone(st.ISR), func(id string) bool { return id == st.Leader })
+	if len(isr) == len(st.ISR) || len(isr) < minISR {
 		return st.ISR
 	}
 	return isr

@@ -170,10 +170,7 @@ func startBatchedTopic(t *testing.T, topic string, partitions int) (*consultest.
 	for p := range assignment {
 		assignment[p] = []string{"a", "b"}
 	}
-	// b never registers, so Consul reports it dead: with min ISR 1 an
-	// election would leave it out of the ISR (cleanElectionISR), and the
-	// tests change the ISR from [a b].
-	createTopic(t, a, topic, assignment, func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 })
+	createTopic(t, a, topic, assignment)
 	return srv, a, obs
 }
 
