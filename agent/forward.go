@@ -39,9 +39,10 @@ import (
 //	                                              the sidecar refreshes metadata and retries)
 //	                                     ◄──  any other error: relayed to the client
 //
-// leader_epoch is the epoch the sidecar's metadata gives the leader; the
-// leader refuses a different one, so a write never lands in a leadership
-// the sidecar did not aim at. The request is a POST because fasthttp
+// leader_epoch is the epoch of the leadership the sidecar aims at
+// (forwardTarget: its metadata's, or one its replica follows ahead of it);
+// the leader refuses a different one, so a write never lands in a
+// leadership the sidecar did not aim at. The request is a POST because fasthttp
 // retries requests it deems idempotent (PUT among them), and a forwarded
 // write whose outcome is unknown must not be sent twice.
 const (
