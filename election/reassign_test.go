@@ -336,7 +336,7 @@ func TestCancelReassign(t *testing.T) {
 // random delay within the time a cancel takes, for both to win some rounds.
 func TestCancelRacesCompletion(t *testing.T) {
 	t.Parallel()
-	const rounds = 24
+	const rounds = 32
 	rng := testseed.Rand(t)
 	srv := consultest.Start(t)
 	admin := srv.Client()
@@ -348,12 +348,15 @@ func TestCancelRacesCompletion(t *testing.T) {
 	}
 	createTopic(t, a, "race", assignment)
 	ctx := context.Background()
-	// How long a cancel takes here, measured on one that finds nothing.
+	// How long a cancel takes here, first measured on one that finds
+	// nothing, then the longest either side took in a round: on a loaded
+	// machine the calls slow down, and delays scaled to a quiet one's
+	// would leave the race to whichever call is faster.
 	began := time.Now()
 	if _, err := a.CancelReassign(ctx, "race", 0); !errors.Is(err, ErrNoReassignment) {
 		t.Fatal(err)
 	}
-	cancelTakes := time.Since(began)
+	callTakes := time.Since(began)
 	wins := map[string]int{}
 	for p := range rounds {
 		l := campaign(t, a, "race", p)
@@ -365,20 +368,34 @@ func TestCancelRacesCompletion(t *testing.T) {
 			t.Fatal(err)
 		}
 		var cancelErr, completeErr error
+		var cancelTook, completeTook time.Duration
+		// Either side starts late, by up to twice a call's time: both
+		// orders and the overlaps between them.
+		var cancelDelay, completeDelay time.Duration
+		if delay := time.Duration(rng.Int64N(int64(2 * callTakes))); rng.IntN(2) == 0 {
+			cancelDelay = delay
+		} else {
+			completeDelay = delay
+		}
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			<-start
+			time.Sleep(cancelDelay)
+			began := time.Now()
 			_, cancelErr = a.CancelReassign(ctx, "race", p)
+			cancelTook = time.Since(began)
 		})
-		delay := time.Duration(rng.Int64N(int64(2 * cancelTakes)))
 		wg.Go(func() {
 			<-start
-			time.Sleep(delay)
+			time.Sleep(completeDelay)
+			began := time.Now()
 			completeErr = a.CompleteReassign(ctx, "race", p, l.Epoch(), *pm.Reassign, pm.ReplicasIndex, pm.ReassignIndex, []string{"a", "b", "d"}, nil)
+			completeTook = time.Since(began)
 		})
 		close(start)
 		wg.Wait()
+		callTakes = max(callTakes, cancelTook, completeTook)
 		replicas, move := consulReplicas(t, admin, "race", p), moveKey(t, admin, "race", p)
 		switch {
 		case completeErr == nil && cancelErr != nil:
@@ -404,7 +421,7 @@ func TestCancelRacesCompletion(t *testing.T) {
 			t.Errorf("round %d: cancel %v, completion %v: not exactly one winner (replicas %v, move %+v)", p, cancelErr, completeErr, replicas, move)
 		}
 	}
-	t.Logf("%d rounds (the completion up to %s after the cancel began): %v", rounds, 2*cancelTakes, wins)
+	t.Logf("%d rounds (either side up to %s after the other began): %v", rounds, 2*callTakes, wins)
 	if wins["cancel"] == 0 || wins["completion"] == 0 {
 		t.Errorf("one side won every round (%v): the race was not exercised", wins)
 	}
