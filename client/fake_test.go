@@ -22,7 +22,7 @@ import (
 // for the unit tests of this package only: every append is committed at
 // once (the high watermark is the log end), and hooks script failures.
 type fakeAgent struct {
-	t   *testing.T
+	t   testing.TB
 	srv *httptest.Server
 
 	mu        sync.Mutex
@@ -130,7 +130,7 @@ type fakeAnswer struct {
 	noHeaders bool
 }
 
-func newFakeAgent(t *testing.T) *fakeAgent {
+func newFakeAgent(t testing.TB) *fakeAgent {
 	f := &fakeAgent{t: t, topics: map[string]*fakeTopic{}, appended: make(chan struct{}),
 		producerEpochs: map[int64]int16{}, producerStates: map[producerKey]*producerState{},
 		groups: map[string]*fakeGroup{}, groupWake: make(chan struct{}), heartbeatIntervalMS: 1000, groupCalls: map[string]int{}}
@@ -397,7 +397,7 @@ func (f *fakeAgent) stored(topic string, partition int) []record.Record {
 	return out
 }
 
-func decodeBatch(t *testing.T, d *record.Decoder, batch []byte) []record.Record {
+func decodeBatch(t testing.TB, d *record.Decoder, batch []byte) []record.Record {
 	it, err := d.Records(batch)
 	if err != nil {
 		t.Fatalf("decode: %v", err)

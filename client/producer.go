@@ -255,6 +255,21 @@ type Producer struct {
 	queues     map[TopicPartition]*partitionQueue
 	buffered   int           // bytes of records not completed
 	spaceFreed chan struct{} // closed when buffered shrinks, if someone waits
+	// watches holds a watch per context that records not done were
+	// produced under, by its Done channel (contexts that can end only; a
+	// context need not be comparable, its channel is, and contexts that
+	// share one end together).
+	watches map[<-chan struct{}]*ctxWatch
+}
+
+// ctxWatch withdraws the queued records of one context when it ends. One
+// watch serves every record produced under the context: a
+// context.AfterFunc per record, registered and removed under the
+// context's lock, was the largest piece of a record's cost in the client
+// (docs/benchmarks.md, "The client's per-record work, cut").
+type ctxWatch struct {
+	records int         // watched records not done
+	stop    func() bool // stops the context.AfterFunc
 }
 
 // topicState is what a producer knows of one topic.
@@ -340,7 +355,7 @@ const (
 // headers are copies, so the caller may reuse its slices at once.
 type pending struct {
 	ctx       context.Context
-	stopWatch func() bool // stops the watch on ctx
+	watched   bool // counted in the Producer's watch of ctx
 	topic     *topicState
 	partition int
 	timestamp int64
@@ -350,7 +365,8 @@ type pending struct {
 	size      int
 	payload   int64       // what Stats count: key, value, header keys and values
 	state     recordState // guarded by Producer.mu
-	future    *Future
+	// future is the caller's, in the same allocation as the record.
+	future Future
 }
 
 // Future is the outcome of a record given to Produce.
@@ -419,6 +435,7 @@ func (c *Client) NewProducer(opts ...ProducerOption) (*Producer, error) {
 		abort:     abort,
 		topics:    map[string]*topicState{},
 		queues:    map[TopicPartition]*partitionQueue{},
+		watches:   map[<-chan struct{}]*ctxWatch{},
 		closeDone: make(chan struct{}),
 	}
 	p.builders.New = func() any {
@@ -472,7 +489,7 @@ func (p *Producer) Produce(ctx context.Context, m Message) (*Future, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.future, nil
+	return &r.future, nil
 }
 
 // Send produces m and waits for its outcome. If ctx ends before the record
@@ -530,7 +547,7 @@ func (p *Producer) Flush(ctx context.Context) error {
 func appendFutures(dst []*Future, b *batch) []*Future {
 	for _, r := range b.records {
 		if r.state != stateDone {
-			dst = append(dst, r.future)
+			dst = append(dst, &r.future)
 		}
 	}
 	return dst
@@ -617,8 +634,62 @@ func (p *Producer) enqueue(ctx context.Context, m Message) (*pending, error) {
 		s.inFlight.Add(1)
 		s.inFlightBytes.Add(r.payload)
 	}
-	r.stopWatch = context.AfterFunc(ctx, func() { p.withdraw(r, ctx.Err()) })
+	p.watchLocked(r)
 	return r, nil
+}
+
+// watchLocked counts r in the watch of its context, starting the watch for
+// the context's first record.
+func (p *Producer) watchLocked(r *pending) {
+	done := r.ctx.Done()
+	if done == nil {
+		return // a context that never ends
+	}
+	w := p.watches[done]
+	if w == nil {
+		ctx := r.ctx
+		w = &ctxWatch{stop: context.AfterFunc(ctx, func() { p.withdrawAll(done, ctx.Err()) })}
+		p.watches[done] = w
+	}
+	w.records++
+	r.watched = true
+}
+
+// unwatchLocked takes done record r out of its context's watch, stopping
+// the watch after the context's last record.
+func (p *Producer) unwatchLocked(r *pending) {
+	if !r.watched {
+		return
+	}
+	r.watched = false
+	done := r.ctx.Done()
+	w := p.watches[done]
+	if w.records--; w.records == 0 {
+		w.stop()
+		delete(p.watches, done)
+	}
+}
+
+// withdrawAll fails the queued records produced under the contexts of done,
+// which ended with ctxErr: they were not written and will not be.
+func (p *Producer) withdrawAll(done <-chan struct{}, ctxErr error) {
+	cause := fmt.Errorf("client: record not sent: %w", ctxErr)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.watches[done] == nil {
+		return
+	}
+	for _, q := range p.queues {
+		for _, batches := range [][]*batch{q.batches, q.window} {
+			for _, b := range batches {
+				for _, r := range b.records {
+					if r.state == stateQueued && r.watched && r.ctx.Done() == done {
+						p.completeLocked(r, Result{}, cause)
+					}
+				}
+			}
+		}
+	}
 }
 
 func newPending(ctx context.Context, m Message, now time.Time) *pending {
@@ -632,7 +703,7 @@ func newPending(ctx context.Context, m Message, now time.Time) *pending {
 		keys += len(h.Key)
 	}
 	buf := make([]byte, 0, n)
-	r := &pending{ctx: ctx, timestamp: ts.UnixMilli(), payload: int64(n + keys), future: &Future{done: make(chan struct{})}}
+	r := &pending{ctx: ctx, timestamp: ts.UnixMilli(), payload: int64(n + keys), future: Future{done: make(chan struct{})}}
 	r.key, buf = appendCopy(buf, m.Key)
 	r.value, buf = appendCopy(buf, m.Value)
 	if len(m.Headers) > 0 {
@@ -1251,9 +1322,7 @@ func (p *Producer) completeLocked(r *pending, res Result, err error) {
 	}
 	r.future.result, r.future.err = res, err
 	close(r.future.done)
-	if r.stopWatch != nil {
-		r.stopWatch()
-	}
+	p.unwatchLocked(r)
 	r.key, r.value, r.headers = nil, nil, nil
 	p.releaseLocked(r.size)
 }

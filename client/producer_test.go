@@ -398,6 +398,58 @@ func TestSendWithdrawsAQueuedRecord(t *testing.T) {
 	}
 }
 
+// uncomparableCtx is a context a map cannot hold as a key.
+type uncomparableCtx struct {
+	context.Context
+	tags []string
+}
+
+// TestProducerWithdrawsTheRecordsOfAnEndedContext: the records of a context
+// that ends while they are queued fail with its error, those of other
+// contexts (one that cannot be a map key among them) are sent, and no watch
+// is left once every record is done.
+func TestProducerWithdrawsTheRecordsOfAnEndedContext(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	p := mustProducer(t, f.newClient(), "t", WithLinger(time.Hour))
+	ended, end := context.WithCancel(testContext(t))
+	defer end()
+	kept := uncomparableCtx{Context: testContext(t), tags: []string{"kept"}}
+	var endedFutures, keptFutures []*Future
+	for i := range 3 {
+		endedFutures = append(endedFutures, mustProduce(t, p, ended, Message{Value: fmt.Appendf(nil, "ended%d", i), Partition: ToPartition(0)}))
+		keptFutures = append(keptFutures, mustProduce(t, p, kept, Message{Value: fmt.Appendf(nil, "kept%d", i), Partition: ToPartition(0)}))
+	}
+	p.mu.Lock()
+	if n := len(p.watches); n != 2 {
+		t.Errorf("%d context watches for 6 records of 2 contexts, want 2", n)
+	}
+	p.mu.Unlock()
+	end()
+	for i, fu := range endedFutures {
+		if _, err := fu.Wait(testContext(t)); !errors.Is(err, context.Canceled) {
+			t.Errorf("record %d of the ended context: %v, want context.Canceled", i, err)
+		}
+	}
+	if err := p.Flush(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i, fu := range keptFutures {
+		if res := mustResult(t, fu); res.Offset != int64(i) {
+			t.Errorf("record %d of the other context: offset %d, want %d", i, res.Offset, i)
+		}
+	}
+	calls := f.produceCalls()
+	if len(calls) != 1 || len(calls[0].records) != 3 {
+		t.Fatalf("requests %+v: want one of the 3 records whose context did not end", calls)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.watches) != 0 || p.buffered != 0 {
+		t.Fatalf("%d context watches and %d bytes left after every record is done", len(p.watches), p.buffered)
+	}
+}
+
 func TestSendWhoseContextEndsInFlightIsUnknown(t *testing.T) {
 	f := newFakeAgent(t)
 	f.addTopic("t", 1)
@@ -899,5 +951,57 @@ func TestProducerStickyPartitionPerTopic(t *testing.T) {
 		if want := []int{0, 0, 1, 1, 2, 2}; !slices.Equal(got, want) {
 			t.Errorf("topic %s: keyless records on partitions %v, want %v", topic, got, want)
 		}
+	}
+}
+
+// BenchmarkProduceBatches produces records of 100 bytes in requests of 100,
+// as `logagent bench produce` does (one context for the whole run, a Flush
+// per request), against the fake agent: the producer's per-record work.
+func BenchmarkProduceBatches(b *testing.B) {
+	for _, workers := range []int{1, 4} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			f := newFakeAgent(b)
+			f.addTopic("t", workers)
+			c := f.newClient()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			const perRequest = 100
+			value := make([]byte, 100)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for w := range workers {
+				p, err := c.NewProducer(WithDefaultTopic("t"), WithLinger(time.Hour))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close(context.Background())
+				wg.Go(func() {
+					futures := make([]*Future, 0, perRequest)
+					for range b.N / perRequest / workers {
+						futures = futures[:0]
+						for range perRequest {
+							fu, err := p.Produce(ctx, Message{Value: value, Partition: ToPartition(w)})
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							futures = append(futures, fu)
+						}
+						if err := p.Flush(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+						for _, fu := range futures {
+							if _, err := fu.Wait(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
 	}
 }
