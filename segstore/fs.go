@@ -104,8 +104,11 @@ func (OSFS) ReadDir(dir string) ([]string, error) {
 	return names, nil
 }
 
-// SyncDir implements FS.
-func (OSFS) SyncDir(dir string) error {
+// SyncDir implements FS. Calls for one directory that overlap share an
+// fsync(2) that started after each of them began (dirsync.go).
+func (OSFS) SyncDir(dir string) error { return syncDirCoalesced(dir, fsyncDir) }
+
+func fsyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
