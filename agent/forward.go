@@ -317,16 +317,22 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 // replica in the ISR: the same request goes to the leader's client API and
 // the leader's answer streams back, status, positions and body, unchanged.
 // It answers false, having written nothing, when there is no leader to ask.
+// The leader asked is forwardTarget's, as for a produce: after a failover the
+// metadata names the new leader seconds after this agent's replica follows it.
 // wait is the fetch's own wait parameter, already read by handleFetch.
 func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int, wait time.Duration) bool {
 	if len(ctx.Request.Header.Peek(wire.HeaderProxied)) > 0 {
 		return false
 	}
 	pm, ok := a.coord.Metadata().Partition(topic, partition)
-	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
+	if !ok {
 		return false
 	}
-	info, ok := a.agents.lookup(pm.State.Leader)
+	leader, _ := a.forwardTarget(pm)
+	if leader == "" || leader == a.cfg.NodeID {
+		return false
+	}
+	info, ok := a.agents.lookup(leader)
 	if !ok || info.ClientAddr == "" {
 		return false
 	}
@@ -340,7 +346,7 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	if err := a.fetchProxy.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		reply.WriteAPIError(ctx, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable,
-			"leader "+pm.State.Leader+" unreachable: "+err.Error(), true))
+			"leader "+leader+" unreachable: "+err.Error(), true))
 		return true
 	}
 	ctx.SetStatusCode(resp.StatusCode())

@@ -180,10 +180,14 @@ func (s sidecarService) ClassicListAt(ctx context.Context, peerAddr string, out 
 // the answer into memory (at most fetchBodyLimit).
 func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
 	pm, ok := a.coord.Metadata().Partition(topic, p)
-	if !ok || pm.LeaderSession == "" || pm.State.Leader == "" || pm.State.Leader == a.cfg.NodeID {
+	if !ok {
 		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
 	}
-	info, ok := a.agents.lookup(pm.State.Leader)
+	leader, _ := a.forwardTarget(pm)
+	if leader == "" || leader == a.cfg.NodeID {
+		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
+	}
+	info, ok := a.agents.lookup(leader)
 	if !ok || info.ClientAddr == "" {
 		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
 	}
@@ -199,7 +203,7 @@ func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if err := a.clientAPIs.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
-		return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+pm.State.Leader+" unreachable: "+err.Error(), true)
+		return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, "leader "+leader+" unreachable: "+err.Error(), true)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return nil, kafkabroker.LogPositions{}, reply.RelayedError(resp)
@@ -207,7 +211,7 @@ func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, 
 	hw, err1 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderHighWatermark)), 10, 64)
 	lso, err2 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderLogStartOffset)), 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+pm.State.Leader+" answered without positions: "+err.Error(), true)
+		return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+leader+" answered without positions: "+err.Error(), true)
 	}
 	return bytes.Clone(resp.Body()), kafkabroker.LogPositions{HW: hw, LSO: lso}, nil
 }
