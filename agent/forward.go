@@ -313,27 +313,38 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	reply.WriteJSON(ctx, fasthttp.StatusOK, resp)
 }
 
+// fetchLeader is the agent a consumer fetch this agent cannot serve is
+// passed on to: forwardTarget's leader, as for a produce (after a failover
+// the metadata names the new leader seconds after this agent's replica
+// follows it). ok is false when there is no other agent to ask.
+func (a *Agent) fetchLeader(topic string, partition int) (leader string, info election.AgentInfo, ok bool) {
+	pm, ok := a.coord.Metadata().Partition(topic, partition)
+	if !ok {
+		return "", election.AgentInfo{}, false
+	}
+	leader, _ = a.forwardTarget(pm)
+	if leader == "" || leader == a.cfg.NodeID {
+		return "", election.AgentInfo{}, false
+	}
+	info, ok = a.agents.lookup(leader)
+	if !ok || info.ClientAddr == "" {
+		return "", election.AgentInfo{}, false
+	}
+	return leader, info, true
+}
+
 // proxyFetch serves a consumer fetch this agent cannot serve from a
 // replica in the ISR: the same request goes to the leader's client API and
 // the leader's answer streams back, status, positions and body, unchanged.
 // It answers false, having written nothing, when there is no leader to ask.
-// The leader asked is forwardTarget's, as for a produce: after a failover the
-// metadata names the new leader seconds after this agent's replica follows it.
+// The leader asked is fetchLeader's.
 // wait is the fetch's own wait parameter, already read by handleFetch.
 func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int, wait time.Duration) bool {
 	if len(ctx.Request.Header.Peek(wire.HeaderProxied)) > 0 {
 		return false
 	}
-	pm, ok := a.coord.Metadata().Partition(topic, partition)
+	leader, info, ok := a.fetchLeader(topic, partition)
 	if !ok {
-		return false
-	}
-	leader, _ := a.forwardTarget(pm)
-	if leader == "" || leader == a.cfg.NodeID {
-		return false
-	}
-	info, ok := a.agents.lookup(leader)
-	if !ok || info.ClientAddr == "" {
 		return false
 	}
 	req := fasthttp.AcquireRequest()

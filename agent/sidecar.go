@@ -179,16 +179,8 @@ func (s sidecarService) ClassicListAt(ctx context.Context, peerAddr string, out 
 // partition's leader's client API, as proxyFetch does for HTTP, and reads
 // the answer into memory (at most fetchBodyLimit).
 func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
-	pm, ok := a.coord.Metadata().Partition(topic, p)
+	leader, info, ok := a.fetchLeader(topic, p)
 	if !ok {
-		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
-	}
-	leader, _ := a.forwardTarget(pm)
-	if leader == "" || leader == a.cfg.NodeID {
-		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
-	}
-	info, ok := a.agents.lookup(leader)
-	if !ok || info.ClientAddr == "" {
 		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
 	}
 	uri := "/v1/topics/" + topic + "/partitions/" + strconv.Itoa(p) + "/records?offset=" + offset + "&max_bytes=" + strconv.FormatInt(min(maxBytes, 1<<31-1), 10)

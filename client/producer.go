@@ -355,7 +355,6 @@ const (
 // headers are copies, so the caller may reuse its slices at once.
 type pending struct {
 	ctx       context.Context
-	watched   bool // counted in the Producer's watch of ctx
 	topic     *topicState
 	partition int
 	timestamp int64
@@ -652,17 +651,17 @@ func (p *Producer) watchLocked(r *pending) {
 		p.watches[done] = w
 	}
 	w.records++
-	r.watched = true
 }
 
-// unwatchLocked takes done record r out of its context's watch, stopping
-// the watch after the context's last record.
+// unwatchLocked takes record r, done just now, out of its context's watch
+// (every record completed was watched: enqueue watches it in the critical
+// section that queues it), stopping the watch after the context's last
+// record.
 func (p *Producer) unwatchLocked(r *pending) {
-	if !r.watched {
+	done := r.ctx.Done()
+	if done == nil {
 		return
 	}
-	r.watched = false
-	done := r.ctx.Done()
 	w := p.watches[done]
 	if w.records--; w.records == 0 {
 		w.stop()
@@ -683,7 +682,7 @@ func (p *Producer) withdrawAll(done <-chan struct{}, ctxErr error) {
 		for _, batches := range [][]*batch{q.batches, q.window} {
 			for _, b := range batches {
 				for _, r := range b.records {
-					if r.state == stateQueued && r.watched && r.ctx.Done() == done {
+					if r.state == stateQueued && r.ctx.Done() == done {
 						p.completeLocked(r, Result{}, cause)
 					}
 				}

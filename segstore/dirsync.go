@@ -18,11 +18,11 @@ type dirSyncer struct {
 	next    *dirSync // the fsync callers arriving now share, not started
 }
 
-// dirSync is one fsync of a directory and its outcome.
+// dirSync is one fsync of a directory and its outcome. It has started once
+// it is no longer its syncer's next.
 type dirSync struct {
-	started bool // guarded by dirSyncer.mu
-	done    chan struct{}
-	err     error // set before done is closed
+	done chan struct{}
+	err  error // set before done is closed
 }
 
 // syncDirCoalesced returns the outcome of an fsync of dir, by syncOnce,
@@ -38,13 +38,12 @@ func syncDirCoalesced(dir string, syncOnce func(string) error) error {
 	}
 	mine := s.next
 	for {
-		if mine.started {
+		if s.next != mine {
 			s.mu.Unlock()
 			<-mine.done
 			return mine.err
 		}
 		if s.running == nil {
-			mine.started = true
 			s.next, s.running = nil, mine
 			s.mu.Unlock()
 			mine.err = syncOnce(dir)
