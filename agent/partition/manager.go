@@ -199,8 +199,36 @@ type Manager struct {
 	configs      map[string]election.TopicConfig
 	appliedIndex uint64
 
+	// Opens run on openConcurrency workers of their own, off the
+	// manager's goroutine, so that the replicas already open are handed
+	// newer metadata while thousands of others still open: a follower
+	// opened early learns its leader seconds later, not once the last
+	// open is done (docs/design.md §5). Under mu: opening holds the
+	// partitions queued or being opened, openQueue those waiting for a
+	// worker, opened those open but not yet handed metadata (handOpened),
+	// openWorkers the workers running, stopping whether Stop has begun.
+	opening     map[partitionKey]bool
+	openQueue   []openJob
+	opened      []partitionKey
+	openWorkers int
+	stopping    bool
+	// reapply asks the manager's goroutine to apply the newest metadata
+	// whole: an open was skipped (openQueued).
+	reapply bool
+	// openedSignal wakes the manager's goroutine when an open ends.
+	openedSignal chan struct{}
+	workers      sync.WaitGroup
+
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// openJob is a partition to open, as the apply that queued it saw it.
+type openJob struct {
+	key   partitionKey
+	tc    election.TopicConfig
+	epoch int32
+	prev  OpenFailure
 }
 
 // NewManager returns the manager of the partitions under dataDir.
@@ -210,7 +238,8 @@ func NewManager(deps *Deps, dataDir string) *Manager {
 	deps.checkpoints = make(chan struct{}, checkpointConcurrency)
 	m := &Manager{deps: deps, dataDir: dataDir, log: deps.Log.Named("partitions"),
 		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{},
-		handed: map[partitionKey]replicaMeta{}, configs: map[string]election.TopicConfig{}}
+		handed: map[partitionKey]replicaMeta{}, configs: map[string]election.TopicConfig{},
+		opening: map[partitionKey]bool{}, openedSignal: make(chan struct{}, 1)}
 	deps.sessions = peer.NewSessions(deps.Peers.WithMaxConns(peer.MaxConns), deps.Self, deps.Config.Replication.FetchMaxWait, m.leaderAnnounced)
 	return m
 }
@@ -254,25 +283,44 @@ func (m *Manager) nextRetry() (time.Time, bool) {
 }
 
 // Start waits for the first metadata from Consul, opens every local
-// partition it assigns here (recovering their logs), removes the local
-// partitions of topics that no longer exist, and then follows the metadata
-// in the background.
+// partition it assigns here (recovering their logs), handing each replica
+// the newest metadata once it is open, removes the local partitions of
+// topics that no longer exist once every open has ended, and then follows
+// the metadata in the background.
 func (m *Manager) Start(ctx context.Context, waitMetadata func(context.Context) (*election.Snapshot, error)) error {
 	snap, err := waitMetadata(ctx)
 	if err != nil {
 		return err
 	}
 	m.apply(snap)
+	reapply := false
+	for {
+		pending := m.opensPending()
+		if m.handOpened(m.deps.Coord.Metadata()) {
+			reapply = true
+		}
+		if !pending {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.openedSignal:
+		}
+	}
 	if err := m.removeStrays(snap); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
-	go m.run(runCtx, snap)
+	go m.run(runCtx, snap, reapply)
 	return nil
 }
 
-func (m *Manager) run(ctx context.Context, snap *election.Snapshot) {
+// run follows the metadata: every new snapshot is applied, every replica
+// that opened is handed the newest one, and offline partitions are opened
+// again when due. reapply asks for an apply of the newest snapshot first.
+func (m *Manager) run(ctx context.Context, snap *election.Snapshot, reapply bool) {
 	defer close(m.done)
 	// Stopped, a timer delivers nothing (Go 1.23 timers), so one serves
 	// every wait.
@@ -280,21 +328,28 @@ func (m *Manager) run(ctx context.Context, snap *election.Snapshot) {
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		var retry <-chan time.Time
-		if at, ok := m.nextRetry(); ok {
-			// At least openRetryMin apart, so that thousands of offline
-			// partitions, each due at its own instant, are retried in a
-			// few rounds rather than one round each.
-			timer.Reset(max(at.Sub(m.deps.Now()), openRetryMin))
-			retry = timer.C
+		if !reapply {
+			var retry <-chan time.Time
+			if at, ok := m.nextRetry(); ok {
+				// At least openRetryMin apart, so that thousands of offline
+				// partitions, each due at its own instant, are retried in a
+				// few rounds rather than one round each.
+				timer.Reset(max(at.Sub(m.deps.Now()), openRetryMin))
+				retry = timer.C
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-snap.Changed():
+			case <-retry:
+			case <-m.openedSignal:
+				reapply = m.handOpened(m.deps.Coord.Metadata())
+				timer.Stop()
+				continue
+			}
+			timer.Stop()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-snap.Changed():
-		case <-retry:
-		}
-		timer.Stop()
+		reapply = false
 		snap = m.deps.Coord.Metadata()
 		m.apply(snap)
 	}
@@ -307,6 +362,16 @@ func (m *Manager) Stop() error {
 		m.cancel()
 		<-m.done
 	}
+	// Queued opens are dropped; those under way end first, so that their
+	// replicas are among the ones stopped here.
+	m.mu.Lock()
+	m.stopping = true
+	for _, job := range m.openQueue {
+		delete(m.opening, job.key)
+	}
+	m.openQueue = nil
+	m.mu.Unlock()
+	m.workers.Wait()
 	m.mu.Lock()
 	replicas := m.replicas
 	m.replicas = map[partitionKey]*Replica{}
@@ -374,11 +439,7 @@ func (m *Manager) apply(snap *election.Snapshot) {
 		}
 		for _, pm := range tm.Partitions {
 			if slices.Contains(pm.Replicas, m.deps.Self) {
-				meta := replicaMeta{pm: pm, tc: tm.Config, usable: true}
-				if anyDraining {
-					meta.draining = slices.DeleteFunc(slices.Clone(pm.Replicas), func(id string) bool { return !snap.IsDraining(id) })
-				}
-				want[partitionKey{name, pm.Partition}] = meta
+				want[partitionKey{name, pm.Partition}] = newReplicaMeta(snap, anyDraining, pm, tm.Config)
 			}
 		}
 	}
@@ -422,15 +483,13 @@ func (m *Manager) apply(snap *election.Snapshot) {
 	// same partitions on every start.
 	keys := slices.SortedFunc(maps.Keys(want), comparePartitionKeys)
 	var budget *fdBudget // measured once there is something to open
-	// Opens run side by side, at most openConcurrency at once: each waits
-	// on its fsyncs, and one after another they made the creation of
-	// thousands of partitions take minutes (docs/design.md §5). The budget
-	// is still taken in key order, here.
-	opening := make(chan struct{}, openConcurrency)
-	var opens sync.WaitGroup
+	var jobs []openJob
 	for _, key := range keys {
 		meta := want[key]
-		r := m.Get(key.topic, key.partition)
+		r, opening := m.lookup(key)
+		if opening {
+			continue // handed the newest metadata once open (handOpened)
+		}
 		if r != nil {
 			if handed, ok := m.handed[key]; ok && !configChanged[key.topic] && sameMeta(handed, meta) {
 				continue
@@ -446,7 +505,6 @@ func (m *Manager) apply(snap *election.Snapshot) {
 			r.setMeta(meta)
 			continue
 		}
-		// Not open: handed whole by the next apply after its open.
 		delete(m.handed, key)
 		f, failed := m.Offline(key.topic, key.partition)
 		if failed && now.Before(f.RetryAt) {
@@ -463,18 +521,9 @@ func (m *Manager) apply(snap *election.Snapshot) {
 			m.openFailed(key, meta.tc.ID, f, err, now)
 			continue
 		}
-		opening <- struct{}{}
-		opens.Go(func() {
-			defer func() { <-opening }()
-			r, err := m.open(key, meta.tc, meta.pm.State.Epoch)
-			if err != nil {
-				m.openFailed(key, meta.tc.ID, f, err, now)
-				return
-			}
-			r.setMeta(meta)
-		})
+		jobs = append(jobs, openJob{key: key, tc: meta.tc, epoch: meta.pm.State.Epoch, prev: f})
 	}
-	opens.Wait()
+	m.startOpens(jobs)
 	for key := range m.handed {
 		if _, ok := want[key]; !ok {
 			delete(m.handed, key)
@@ -499,8 +548,152 @@ func sameMeta(a, b replicaMeta) bool {
 		slices.Equal(a.draining, b.draining)
 }
 
+// newReplicaMeta is what a replica of pm is handed from snap;
+// anyDraining says whether snap drains any agent.
+func newReplicaMeta(snap *election.Snapshot, anyDraining bool, pm election.PartitionMeta, tc election.TopicConfig) replicaMeta {
+	meta := replicaMeta{pm: pm, tc: tc, usable: true}
+	if anyDraining {
+		meta.draining = slices.DeleteFunc(slices.Clone(pm.Replicas), func(id string) bool { return !snap.IsDraining(id) })
+	}
+	return meta
+}
+
 // openConcurrency bounds the partitions a manager opens at once.
 const openConcurrency = 16
+
+// lookup is the replica of key, nil when none is open, and whether an
+// open of it is queued or under way.
+func (m *Manager) lookup(key partitionKey) (r *Replica, opening bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.replicas[key], m.opening[key]
+}
+
+// opensPending reports whether opens are queued or under way.
+func (m *Manager) opensPending() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.opening) > 0
+}
+
+// startOpens queues jobs, in their order, and starts workers for them, at
+// most openConcurrency in all.
+func (m *Manager) startOpens(jobs []openJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return
+	}
+	for _, job := range jobs {
+		m.opening[job.key] = true
+	}
+	m.openQueue = append(m.openQueue, jobs...)
+	for range min(openConcurrency-m.openWorkers, len(m.openQueue)) {
+		m.openWorkers++
+		m.workers.Go(m.openWorker)
+	}
+}
+
+// openWorker opens queued partitions until the queue is empty or the
+// manager stops.
+func (m *Manager) openWorker() {
+	for {
+		m.mu.Lock()
+		if m.stopping || len(m.openQueue) == 0 {
+			m.openWorkers--
+			m.mu.Unlock()
+			return
+		}
+		job := m.openQueue[0]
+		m.openQueue[0] = openJob{}
+		m.openQueue = m.openQueue[1:]
+		if len(m.openQueue) == 0 {
+			m.openQueue = nil
+		}
+		m.mu.Unlock()
+		m.openQueued(job)
+	}
+}
+
+// openQueued opens a queued partition unless the newest metadata no
+// longer assigns it here (its topic deleted while it waited, say); the
+// manager's goroutine is woken either way: to hand an open replica its
+// metadata, to retry a failed open, to apply the metadata again after a
+// skipped one (its assignment may have come back meanwhile).
+func (m *Manager) openQueued(job openJob) {
+	defer func() {
+		select {
+		case m.openedSignal <- struct{}{}:
+		default:
+		}
+	}()
+	if meta, ok := m.metaFor(m.deps.Coord.Metadata(), job.key); !ok || meta.tc.ID != job.tc.ID {
+		m.mu.Lock()
+		delete(m.opening, job.key)
+		m.reapply = true
+		m.mu.Unlock()
+		return
+	}
+	_, err := m.open(job.key, job.tc, job.epoch)
+	if err != nil {
+		// Failed before it stops opening: an apply in between would
+		// otherwise open it again at once.
+		m.openFailed(job.key, job.tc.ID, job.prev, err, m.deps.Now())
+	}
+	m.mu.Lock()
+	delete(m.opening, job.key)
+	if err == nil {
+		m.opened = append(m.opened, job.key)
+	}
+	m.mu.Unlock()
+}
+
+// metaFor is what this agent's replica of key is handed from snap, and
+// false when snap does not assign key here or its topic's metadata is
+// unreadable.
+func (m *Manager) metaFor(snap *election.Snapshot, key partitionKey) (replicaMeta, bool) {
+	tm, ok := snap.Topic(key.topic)
+	if !ok || tm.Err != nil {
+		return replicaMeta{}, false
+	}
+	pm, ok := snap.Partition(key.topic, key.partition)
+	if !ok || !slices.Contains(pm.Replicas, m.deps.Self) {
+		return replicaMeta{}, false
+	}
+	return newReplicaMeta(snap, len(snap.Draining()) > 0, pm, tm.Config), true
+}
+
+// handOpened hands the replicas opened since its last call their
+// metadata from snap, the newest: a replica is never handed metadata older
+// than what it had, and one opened while thousands of others still open
+// learns its leader from the snapshot that has it. It reports whether the
+// metadata must be applied whole: a replica snap does not assign here any
+// more, or whose settings it cannot apply, or a skipped open.
+func (m *Manager) handOpened(snap *election.Snapshot) (reapply bool) {
+	m.mu.Lock()
+	keys := m.opened
+	m.opened = nil
+	reapply, m.reapply = m.reapply, false
+	m.mu.Unlock()
+	for _, key := range keys {
+		r := m.Get(key.topic, key.partition)
+		meta, ok := m.metaFor(snap, key)
+		if r == nil || !ok || meta.tc.ID != r.topicID {
+			reapply = true
+			continue
+		}
+		if _, err := LogOptionsFor(m.deps.LogOptions, meta.tc); err != nil {
+			reapply = true
+			continue
+		}
+		m.handed[key] = meta
+		r.setMeta(meta)
+	}
+	return reapply
+}
 
 // takeOffline stops an open replica and keeps its partition offline, its
 // files in place, as if its open had failed with err.

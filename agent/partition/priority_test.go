@@ -40,6 +40,12 @@ func startLeaderManager(t *testing.T, topic string, now func() time.Time) *Manag
 // graceful stop does it.
 func startManager(t *testing.T, srv *consultest.Server, node, extraHCL string, now func() time.Time) (*Manager, *election.Client) {
 	t.Helper()
+	return startManagerFS(t, srv, node, extraHCL, now, segstore.OSFS{})
+}
+
+// startManagerFS is startManager with the partitions' files on fsys.
+func startManagerFS(t *testing.T, srv *consultest.Server, node, extraHCL string, now func() time.Time, fsys segstore.FS) (*Manager, *election.Client) {
+	t.Helper()
 	cfg, log := testConfig(t, srv, node, extraHCL)
 	coord := startCoord(t, cfg, log)
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
@@ -53,7 +59,7 @@ func startManager(t *testing.T, srv *consultest.Server, node, extraHCL string, n
 		LookupAgent:     func(string) (election.AgentInfo, bool) { return election.AgentInfo{}, false },
 		Log:             log,
 		Now:             now,
-		FS:              segstore.OSFS{},
+		FS:              fsys,
 		Durability:      replicate.DurabilityFsync,
 		ProducerOptions: producer.Options{Expiration: cfg.Producer.IDExpiration},
 		LogOptions:      segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 4096, MaxBatchBytes: segstore.DefaultMaxBatchBytes, Now: now},
