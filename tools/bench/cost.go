@@ -101,6 +101,14 @@ type agentCost struct {
 type costPoint struct {
 	Partitions int
 	Led        time.Duration
+	// InSync is from the creation until every partition's ISR held all
+	// its replicas, 0 when that did not happen within the settle;
+	// ISRChanges are the ISR changes the agents made from the creation
+	// to the end of the settle (a new partition's replicas all start in
+	// the ISR: each change is a leader giving up on a follower, or taking
+	// it back).
+	InSync     time.Duration
+	ISRChanges int
 	Agents     []agentCost
 	// FetchesPerSecond, WakesPerSecond (the replica loops') and
 	// ConsulPerSecond are the cluster's, idle.
@@ -176,7 +184,16 @@ func runCost(args []string, stdout io.Writer) error {
 	if o.work, err = os.MkdirTemp("", "benchrun-cost-"); err != nil {
 		return fmt.Errorf("benchrun cost: %w", err)
 	}
-	defer os.RemoveAll(o.work)
+	// Every point's files stay until the run ends, and their removal is
+	// synced: on ext4 without a journal, an inode allocation passes over
+	// the inodes deleted in the last 60 s, or 300 s while their inode
+	// table block is dirty (fs/ext4/ialloc.c, recently_deleted), and a
+	// creation of 10,000 partitions right after the removal of another
+	// took 61-82 s against 22-32 s (docs/benchmarks.md).
+	defer func() {
+		_ = os.RemoveAll(o.work)
+		syscall.Sync()
+	}()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -255,7 +272,18 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 		return p
 	}
 	fmt.Fprintf(o.log, "cost: %d partitions: all led after %s\n", n, p.Led.Round(time.Millisecond))
-	if !sleepCtx(ctx, o.settle) {
+	settled := time.Now().Add(o.settle)
+	if p.InSync, err = waitAllInSync(ctx, first, costTopic, n, settled); err != nil {
+		p.Err = err.Error()
+		return p
+	}
+	if p.InSync > 0 {
+		p.InSync = p.InSync + p.Led
+		fmt.Fprintf(o.log, "cost: %d partitions: every replica in sync after %s\n", n, p.InSync.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(o.log, "cost: %d partitions: not every replica in sync within the %s settle\n", n, o.settle)
+	}
+	if !sleepCtx(ctx, time.Until(settled)) {
 		return p
 	}
 
@@ -275,6 +303,7 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	p.LoadAverage = loadAverage()
 	window := after[0].at.Sub(before[0].at).Seconds()
 	for i, a := range c.Agents {
+		p.ISRChanges += int(before[i].isrChanges)
 		cpu := float64(after[i].cpuTicks-before[i].cpuTicks) / clockTicks
 		p.Agents = append(p.Agents, agentCost{Node: a.NodeID, CPUPercent: 100 * cpu / window, RSSBytes: after[i].rss, FDs: after[i].fds,
 			ScrapeCPU: time.Duration(after[i].scrapeTicks) * time.Second / clockTicks})
@@ -360,6 +389,25 @@ func waitAllLed(ctx context.Context, a *testcluster.Agent, topic string, n int, 
 		}
 		if !sleepCtx(ctx, time.Second) {
 			return ctx.Err()
+		}
+	}
+}
+
+// waitAllInSync polls a's description of topic until every one of its n
+// partitions has all its replicas in the ISR, and returns how long that
+// took, or 0 when it did not happen by until.
+func waitAllInSync(ctx context.Context, a *testcluster.Agent, topic string, n int, until time.Time) (time.Duration, error) {
+	start := time.Now()
+	for {
+		t, err := a.Describe(topic)
+		if err == nil && len(t.Partitions) == n && !slices.ContainsFunc(t.Partitions, func(p testcluster.Partition) bool { return len(p.ISR) != len(p.Replicas) }) {
+			return time.Since(start), nil
+		}
+		if time.Now().After(until) {
+			return 0, nil
+		}
+		if !sleepCtx(ctx, time.Second) {
+			return 0, ctx.Err()
 		}
 	}
 }
@@ -499,6 +547,7 @@ type agentSample struct {
 	fetches     float64
 	wakes       float64
 	consul      float64
+	isrChanges  float64
 }
 
 // sampleAgents samples every agent. The window's first sample scrapes
@@ -567,6 +616,7 @@ func scrapeCounters(a *testcluster.Agent, s *agentSample) error {
 	s.fetches, _ = metricValue(body, "logagent_replica_fetch_requests_total")
 	s.wakes, _ = metricValue(body, "logagent_replica_loop_wakes_total")
 	s.consul, _ = metricValue(body, "logagent_consul_requests_total")
+	s.isrChanges, _ = metricValue(body, "logagent_isr_changes_total")
 	return nil
 }
 

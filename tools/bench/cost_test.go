@@ -81,12 +81,13 @@ func TestCostGoals(t *testing.T) {
 
 func TestCostRegionAndChart(t *testing.T) {
 	points := []costPoint{
-		{Partitions: 100, Led: 2 * time.Second, Agents: agents3(8), FetchesPerSecond: 400, FailoverMax: 3 * time.Second, FailoverMedian: 3 * time.Second, KilledNode: "n1", FailedOver: 34},
+		{Partitions: 100, Led: 2 * time.Second, InSync: 5 * time.Second, ISRChanges: 7, Agents: agents3(8), FetchesPerSecond: 400, FailoverMax: 3 * time.Second, FailoverMedian: 3 * time.Second, KilledNode: "n1", FailedOver: 34},
+		{Partitions: 300, Led: 4 * time.Second, ISRChanges: 900, Agents: agents3(9), FailoverMax: 3 * time.Second, FailoverMedian: 3 * time.Second, KilledNode: "n2", FailedOver: 100},
 		{Partitions: 1000, Err: "create: refused"},
 	}
 	region := renderCost(costReport{Date: time.Unix(0, 0), Machine: "m", Command: "bin/benchrun cost -quick", Points: points,
 		Produce: []produceCost{{Partitions: 1, RecordsPerSec: 25000, P99: 130 * time.Millisecond, Command: "c"}}})
-	for _, w := range []string{"`bin/benchrun cost -quick`", "| 100 | 2s | 8.0 / 8.0 / 8.0 |", "| 1000 | - | failed: create: refused |", "| 1 | 25000 |", "benchmarks-cost.png"} {
+	for _, w := range []string{"`bin/benchrun cost -quick`", "| 100 | 2s | 5s (7) | 8.0 / 8.0 / 8.0 |", "| 300 | 4s | not within the settle (900) | 9.0 / 9.0 / 9.0 |", "| 1000 | - | failed: create: refused |", "| 1 | 25000 |", "benchmarks-cost.png"} {
 		if !strings.Contains(region, w) {
 			t.Errorf("region lacks %q:\n%s", w, region)
 		}

@@ -53,16 +53,18 @@ func renderCost(r costReport) string {
 		"lock_delay 250ms, lag_time_max 10s, fetch_max_wait 500ms), `log_level = \"info\"`, `segment_bytes = \"64MiB\"`, under RLIMIT_NOFILE %d; "+
 		"one topic of that many partitions, RF 3, min_insync_replicas 2 (every agent holds a replica of every partition). "+
 		"Idle figures are taken over %s with no client traffic (the measurement's own /metrics scrapes are outside the window; what one scrape cost "+
-		"is its own column), %s after every partition had a leader (leaderships won by a replica other than the preferred one move back meanwhile); then the agent leading the most "+
+		"is its own column), %s after every partition had a leader (leaderships won by a replica other than the preferred one move back meanwhile). "+
+		"\"All in sync\" is from the creation until every partition's ISR held its three replicas, polled each second during that settle; the ISR changes are the agents' "+
+		"from the creation to the end of the settle (a new partition's replicas all start in the ISR: each change is a leader dropping a follower that had not fetched within lag_time_max, or taking it back). Then the agent leading the most "+
 		"partitions is killed with SIGKILL and every partition it led is written to (acks=all, through another agent, all at once, each on a "+
 		"connection of its own that a write before the kill opened, %s before it, as producers already connected; each write with a timeout of %s, the API's default; retried %s after each refusal) until it accepts a write. \"None killed\" is how long those opening writes took, with every agent alive, for the last partition: the probe's own time (each write fsynced on three replicas, every partition at once), to read the failover against. "+
 		"The load average (1 minute, at the end of the idle window) says what else the machine ran: figures "+
 		"taken at a load well above the 3 agents' own are not the cluster's alone.\n\n", o.nofile, o.idle, o.settle, probeQuiet, probeTimeout, probeRetry)
-	b.WriteString("| partitions | create → all led | idle CPU per agent (% of a core) | RSS per agent (MiB) | open descriptors per agent | CPU per /metrics scrape | replica fetches/s | replica loop wakes/s | Consul requests/s, idle | kill -9 of (partitions led) | all accept acks=all again after (median; the same writes with none killed) | Consul requests/s during it | Consul 429s | load average |\n")
-	b.WriteString("|---:|---:|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	b.WriteString("| partitions | create → all led | create → all in sync (ISR changes) | idle CPU per agent (% of a core) | RSS per agent (MiB) | open descriptors per agent | CPU per /metrics scrape | replica fetches/s | replica loop wakes/s | Consul requests/s, idle | kill -9 of (partitions led) | all accept acks=all again after (median; the same writes with none killed) | Consul requests/s during it | Consul 429s | load average |\n")
+	b.WriteString("|---:|---:|---:|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, p := range r.Points {
 		if p.Err != "" && len(p.Agents) == 0 {
-			fmt.Fprintf(&b, "| %d | %s | failed: %s | | | | | | | | | | | |\n", p.Partitions, durationOrDash(p.Led), strings.ReplaceAll(p.Err, "|", "/"))
+			fmt.Fprintf(&b, "| %d | %s | failed: %s | | | | | | | | | | | | |\n", p.Partitions, durationOrDash(p.Led), strings.ReplaceAll(p.Err, "|", "/"))
 			continue
 		}
 		var cpu, rss, fds, scrape []string
@@ -76,11 +78,15 @@ func renderCost(r costReport) string {
 		if p.Unrecovered > 0 {
 			failover += fmt.Sprintf(", %d never", p.Unrecovered)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s (%d) | %s | %.0f | %d | %.1f |\n",
-			p.Partitions, durationOrDash(p.Led), strings.Join(cpu, " / "), strings.Join(rss, " / "), strings.Join(fds, " / "), strings.Join(scrape, " / "),
+		inSync := "not within the settle"
+		if p.InSync > 0 {
+			inSync = durationOrDash(p.InSync)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s (%d) | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s (%d) | %s | %.0f | %d | %.1f |\n",
+			p.Partitions, durationOrDash(p.Led), inSync, p.ISRChanges, strings.Join(cpu, " / "), strings.Join(rss, " / "), strings.Join(fds, " / "), strings.Join(scrape, " / "),
 			p.FetchesPerSecond, p.WakesPerSecond, p.ConsulPerSecond, p.KilledNode, p.FailedOver, failover, p.FailoverConsulPerSec, p.Consul429, p.LoadAverage)
 		if p.Err != "" {
-			fmt.Fprintf(&b, "| | %d partitions: %s | | | | | | | | | | | | |\n", p.Partitions, strings.ReplaceAll(p.Err, "|", "/"))
+			fmt.Fprintf(&b, "| | %d partitions: %s | | | | | | | | | | | | | |\n", p.Partitions, strings.ReplaceAll(p.Err, "|", "/"))
 		}
 	}
 	b.WriteString("\n")
