@@ -30,7 +30,7 @@ import (
 // entry that does not increase ends the index.
 //
 // An active index is preallocated to IndexBytes (sparse) and mmap'd
-// read-write; the appender reserves disk blocks a chunk ahead of the entries
+// read-write without read-ahead; the appender reserves disk blocks a chunk ahead of the entries
 // (a hole written through the mapping on a full disk would raise SIGBUS),
 // writes an entry and then publishes the new count, so readers never see a
 // half-written entry. Sealing (roll, close) trims the file to exactly
@@ -283,6 +283,18 @@ func (ix *index) mapFile(size int, writable bool) error {
 	data, err := syscall.Mmap(int(f.Fd()), 0, size, prot, syscall.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("segstore: mmap index %s: %w", ix.path, err)
+	}
+	if writable {
+		// No read-ahead on the active index's faults: past its entries
+		// the file is a hole, and a fault's read-ahead (the device's
+		// read_ahead_kb, 8 MiB on a virtio disk here) filled that much
+		// of page cache with zeros at every segment's first index entry:
+		// 75 % of the host's CPU while 300 new partitions took their
+		// first writes (docs/benchmarks.md).
+		if err := syscall.Madvise(data, syscall.MADV_RANDOM); err != nil {
+			_ = syscall.Munmap(data)
+			return fmt.Errorf("segstore: madvise index %s: %w", ix.path, err)
+		}
 	}
 	ix.data = data
 	return nil
