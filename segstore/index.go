@@ -30,10 +30,10 @@ import (
 // entry that does not increase ends the index.
 //
 // An active index is preallocated to IndexBytes (sparse) and mmap'd
-// read-write without read-ahead; the appender reserves disk blocks a chunk ahead of the entries
-// (a hole written through the mapping on a full disk would raise SIGBUS),
-// writes an entry and then publishes the new count, so readers never see a
-// half-written entry. Sealing (roll, close) trims the file to exactly
+// read-write without read-ahead; the appender reserves disk blocks a chunk
+// ahead of the entries (a hole written through the mapping on a full disk
+// would raise SIGBUS), writes an entry and then publishes the new count, so
+// readers never see a half-written entry. Sealing (roll, close) trims the file to exactly
 // 8 * entries and maps it read-only.
 const (
 	indexEntrySize = 8

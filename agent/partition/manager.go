@@ -630,7 +630,7 @@ func (m *Manager) openQueued(job openJob) {
 		default:
 		}
 	}()
-	if meta, ok := m.metaFor(m.deps.Coord.Metadata(), job.key); !ok || meta.tc.ID != job.tc.ID {
+	if _, ok := m.metaFor(m.deps.Coord.Metadata(), job.key, job.tc.ID); !ok {
 		m.mu.Lock()
 		delete(m.opening, job.key)
 		m.reapply = true
@@ -651,12 +651,12 @@ func (m *Manager) openQueued(job openJob) {
 	m.mu.Unlock()
 }
 
-// metaFor is what this agent's replica of key is handed from snap, and
-// false when snap does not assign key here or its topic's metadata is
-// unreadable.
-func (m *Manager) metaFor(snap *election.Snapshot, key partitionKey) (replicaMeta, bool) {
+// metaFor is what this agent's replica of key, of the topic incarnation
+// topicID, is handed from snap, and false when snap does not assign key
+// here in that incarnation or its topic's metadata is unreadable.
+func (m *Manager) metaFor(snap *election.Snapshot, key partitionKey, topicID string) (replicaMeta, bool) {
 	tm, ok := snap.Topic(key.topic)
-	if !ok || tm.Err != nil {
+	if !ok || tm.Err != nil || tm.Config.ID != topicID {
 		return replicaMeta{}, false
 	}
 	pm, ok := snap.Partition(key.topic, key.partition)
@@ -680,8 +680,12 @@ func (m *Manager) handOpened(snap *election.Snapshot) (reapply bool) {
 	m.mu.Unlock()
 	for _, key := range keys {
 		r := m.Get(key.topic, key.partition)
-		meta, ok := m.metaFor(snap, key)
-		if r == nil || !ok || meta.tc.ID != r.topicID {
+		if r == nil {
+			reapply = true
+			continue
+		}
+		meta, ok := m.metaFor(snap, key, r.topicID)
+		if !ok {
 			reapply = true
 			continue
 		}

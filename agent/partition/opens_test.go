@@ -16,13 +16,10 @@ import (
 )
 
 // gatedFS holds every file open under a path containing gate until
-// release is called; entered is closed when the first one arrives, and
-// dirs counts the directories whose files were opened.
+// release is called; dirs are the directories whose files were opened.
 type gatedFS struct {
 	segstore.FS
 	gate         string
-	entered      chan struct{}
-	enteredOnce  sync.Once
 	released     chan struct{}
 	releasedOnce sync.Once
 	mu           sync.Mutex
@@ -30,7 +27,7 @@ type gatedFS struct {
 }
 
 func newGatedFS(gate string) *gatedFS {
-	return &gatedFS{FS: segstore.OSFS{}, gate: gate, entered: make(chan struct{}), released: make(chan struct{}), dirs: map[string]bool{}}
+	return &gatedFS{FS: segstore.OSFS{}, gate: gate, released: make(chan struct{}), dirs: map[string]bool{}}
 }
 
 func (g *gatedFS) OpenFile(name string, flag int, perm os.FileMode) (segstore.File, error) {
@@ -38,7 +35,6 @@ func (g *gatedFS) OpenFile(name string, flag int, perm os.FileMode) (segstore.Fi
 		g.mu.Lock()
 		g.dirs[filepath.Dir(name)] = true
 		g.mu.Unlock()
-		g.enteredOnce.Do(func() { close(g.entered) })
 		<-g.released
 	}
 	return g.FS.OpenFile(name, flag, perm)
@@ -69,11 +65,7 @@ func TestReplicaFollowsWhileOthersOpen(t *testing.T) {
 	t.Cleanup(fsys.release)
 
 	createTopic(t, coord, "opq", [][]string{{"n2", "n1"}, {"n1", "n2"}}, 1)
-	select {
-	case <-fsys.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("opq/1's open did not start within 10s")
-	}
+	waitFor(t, func() bool { return fsys.gatedDirs() == 1 }, "opq/1's open held at the gate")
 	waitFor(t, func() bool { return m.Get("opq", 0) != nil }, "opq/0 open on n1")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

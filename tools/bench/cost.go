@@ -273,12 +273,11 @@ func (o *costOptions) measurePoint(ctx context.Context, n int) (p costPoint) {
 	}
 	fmt.Fprintf(o.log, "cost: %d partitions: all led after %s\n", n, p.Led.Round(time.Millisecond))
 	settled := time.Now().Add(o.settle)
-	if p.InSync, err = waitAllInSync(ctx, first, costTopic, n, settled); err != nil {
+	if p.InSync, err = waitAllInSync(ctx, first, costTopic, n, start, settled); err != nil {
 		p.Err = err.Error()
 		return p
 	}
 	if p.InSync > 0 {
-		p.InSync = p.InSync + p.Led
 		fmt.Fprintf(o.log, "cost: %d partitions: every replica in sync after %s\n", n, p.InSync.Round(time.Millisecond))
 	} else {
 		fmt.Fprintf(o.log, "cost: %d partitions: not every replica in sync within the %s settle\n", n, o.settle)
@@ -394,10 +393,9 @@ func waitAllLed(ctx context.Context, a *testcluster.Agent, topic string, n int, 
 }
 
 // waitAllInSync polls a's description of topic until every one of its n
-// partitions has all its replicas in the ISR, and returns how long that
-// took, or 0 when it did not happen by until.
-func waitAllInSync(ctx context.Context, a *testcluster.Agent, topic string, n int, until time.Time) (time.Duration, error) {
-	start := time.Now()
+// partitions has all its replicas in the ISR, and returns the time since
+// start then, or 0 when it did not happen by until.
+func waitAllInSync(ctx context.Context, a *testcluster.Agent, topic string, n int, start, until time.Time) (time.Duration, error) {
 	for {
 		t, err := a.Describe(topic)
 		if err == nil && len(t.Partitions) == n && !slices.ContainsFunc(t.Partitions, func(p testcluster.Partition) bool { return len(p.ISR) != len(p.Replicas) }) {
