@@ -361,6 +361,7 @@ func benchLimits(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	tcpWrite := fs.Int("tcp-write-bytes", 1<<20, "size of each loopback TCP write")
 	dir := fs.String("dir", "", "where to write the files (default the system's temporary directory; use the data disk)")
 	asJSON := fs.Bool("json", false, "print the results as a JSON array")
+	keepFiles := fs.Bool("keep-files", false, "keep every 64 MiB file until the end of a file baseline, so that each write lands in pages not used before, as a log's appends do (default: each file is deleted when the next starts)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -377,7 +378,7 @@ func benchLimits(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				return workloadError(err)
 			}
 			for _, fsync := range []bool{false, true} {
-				res, err := bench.FileWrite(ctx, bench.FileWriteConfig{Dir: *dir, WriteBytes: writeBytes, Fsync: fsync, Duration: *duration})
+				res, err := bench.FileWrite(ctx, bench.FileWriteConfig{Dir: *dir, WriteBytes: writeBytes, Fsync: fsync, Duration: *duration, KeepFiles: *keepFiles})
 				if err != nil {
 					return workloadError(err)
 				}

@@ -163,7 +163,15 @@ type FileWriteConfig struct {
 	// next write would pass it, so that the disk space used stays bounded
 	// (default 64 MiB).
 	SegmentBytes int64
-	Clock        Clock
+	// KeepFiles keeps every file until the end of the run instead of
+	// deleting each one as the next starts. A deleted file's pages go back
+	// to the kernel and the next file's writes land in them again; a log
+	// that keeps its segments writes into pages it has never used, which
+	// on some virtual machines costs far more (docs/benchmarks.md, "What a
+	// new page costs on this host"). The disk space used grows with the
+	// run.
+	KeepFiles bool
+	Clock     Clock
 }
 
 // FileWrite measures appends to a file as segstore makes them: a positional
@@ -189,6 +197,9 @@ func FileWrite(ctx context.Context, cfg FileWriteConfig) (*LimitResult, error) {
 	if cfg.Fsync {
 		res.Name = "file write + fsync"
 	}
+	if cfg.KeepFiles {
+		res.Name += ", files kept"
+	}
 	buf := make([]byte, cfg.WriteBytes)
 	for i := range buf {
 		buf[i] = byte(i*7 + 1)
@@ -208,7 +219,7 @@ func FileWrite(ctx context.Context, cfg FileWriteConfig) (*LimitResult, error) {
 			return nil, fmt.Errorf("bench: file write: %w", err)
 		}
 		if f == nil || pos+int64(len(buf)) > cfg.SegmentBytes {
-			if f, err = rollFile(dir, f, segment); err != nil {
+			if f, err = rollFile(dir, f, segment, !cfg.KeepFiles); err != nil {
 				return nil, err
 			}
 			segment++
@@ -233,16 +244,18 @@ func FileWrite(ctx context.Context, cfg FileWriteConfig) (*LimitResult, error) {
 	return res, nil
 }
 
-// rollFile closes and deletes old (when there is one) and creates file n
-// in dir, durably.
-func rollFile(dir string, old *os.File, n int) (*os.File, error) {
+// rollFile closes old (when there is one), deleting it when remove is set,
+// and creates file n in dir, durably.
+func rollFile(dir string, old *os.File, n int, remove bool) (*os.File, error) {
 	if old != nil {
 		name := old.Name()
 		if err := old.Close(); err != nil {
 			return nil, fmt.Errorf("bench: file write: %w", err)
 		}
-		if err := os.Remove(name); err != nil {
-			return nil, fmt.Errorf("bench: file write: %w", err)
+		if remove {
+			if err := os.Remove(name); err != nil {
+				return nil, fmt.Errorf("bench: file write: %w", err)
+			}
 		}
 	}
 	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%020d.log", n)), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)

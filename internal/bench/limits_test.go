@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,64 @@ func TestFileWrite(t *testing.T) {
 	var js []map[string]any
 	if err := json.Unmarshal(out.Bytes(), &js); err != nil || len(js) != 1 || js[0]["mb_per_second"] != 5800.0 {
 		t.Errorf("JSON %s (%v)", out.String(), err)
+	}
+}
+
+// fileCountingClock advances a millisecond on every reading and records the
+// most files any directory under dir held at a reading: FileWrite reads the
+// clock after every write.
+type fileCountingClock struct {
+	SystemClock
+	t        *testing.T
+	dir      string
+	now      time.Time
+	mostSeen int
+}
+
+func (c *fileCountingClock) Now() time.Time {
+	subdirs, err := os.ReadDir(c.dir)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, d := range subdirs {
+		files, err := os.ReadDir(filepath.Join(c.dir, d.Name()))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.mostSeen = max(c.mostSeen, len(files))
+	}
+	c.now = c.now.Add(time.Millisecond)
+	return c.now
+}
+
+func TestFileWriteKeepFiles(t *testing.T) {
+	const writeBytes = 4096
+	for _, tc := range []struct {
+		keep     bool
+		wantName string
+		wantMost int
+	}{
+		// 40 writes of 4 segments' worth each: 10 files, all kept, or one
+		// at a time.
+		{keep: true, wantName: "file write, files kept", wantMost: 10},
+		{keep: false, wantName: "file write", wantMost: 1},
+	} {
+		dir := t.TempDir()
+		clock := &fileCountingClock{t: t, dir: dir, now: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)}
+		res, err := FileWrite(context.Background(), FileWriteConfig{
+			Dir: dir, WriteBytes: writeBytes, Duration: 40 * time.Millisecond,
+			SegmentBytes: 4 * writeBytes, KeepFiles: tc.keep, Clock: clock,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Name != tc.wantName || res.Ops != 40 || clock.mostSeen != tc.wantMost {
+			t.Errorf("keep %v: %q, %d writes, at most %d files at once; want %q, 40, %d",
+				tc.keep, res.Name, res.Ops, clock.mostSeen, tc.wantName, tc.wantMost)
+		}
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+			t.Errorf("keep %v: %d entries left in %s (%v)", tc.keep, len(entries), dir, err)
+		}
 	}
 }
 
