@@ -238,6 +238,9 @@ type Producer struct {
 	// builders encode batches; requests to one partition may be encoded
 	// at the same time.
 	builders sync.Pool
+	// bodies holds the buffers (*[]byte) of batches done with, for the
+	// next ones to be encoded into (batchBody).
+	bodies sync.Pool
 	// session is the producer id every partition of an idempotent
 	// producer starts with; a partition whose sequence broke moves to a
 	// new one.
@@ -327,7 +330,7 @@ type batch struct {
 	// producer id, epoch, sequence and bytes, at every attempt.
 	session      *producerSession
 	seq          int32
-	body         []byte
+	body         *batchBody
 	maybeWritten bool // an attempt's outcome was unknown
 	// priorPending: an older batch of the window was not done when the
 	// last attempt was sent, so an out_of_order_sequence answer may mean
@@ -1065,6 +1068,7 @@ func (p *Producer) deliver(q *partitionQueue, b *batch) {
 		body, err := p.encode(q, live, nil, 0)
 		if err == nil {
 			answer, err = p.post(q, body, len(live), nil, 0)
+			body.release()
 		}
 
 		p.mu.Lock()
@@ -1104,6 +1108,11 @@ func (p *Producer) deliver(q *partitionQueue, b *batch) {
 func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 	defer p.senders.Done()
 	defer p.finish(q, b)
+	defer func() {
+		if b.body != nil {
+			b.body.release()
+		}
+	}()
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		p.mu.Lock()
@@ -1362,9 +1371,9 @@ type produceAnswer struct {
 }
 
 // encode builds records into one batch, marked with the producer id and
-// base sequence when id is not nil. The buffer is fresh each time: the
-// transport may still read a previous body after a failed request returns.
-func (p *Producer) encode(q *partitionQueue, records []*pending, id *ProducerID, seq int32) ([]byte, error) {
+// base sequence when id is not nil, in a buffer of a batch done with when
+// there is one large enough. The caller releases the body.
+func (p *Producer) encode(q *partitionQueue, records []*pending, id *ProducerID, seq int32) (*batchBody, error) {
 	b := p.builders.Get().(*record.Builder)
 	defer p.builders.Put(b)
 	b.Reset()
@@ -1376,18 +1385,27 @@ func (p *Producer) encode(q *partitionQueue, records []*pending, id *ProducerID,
 			return nil, fmt.Errorf("produce to %s/%d: %w", q.topic, q.partition, err)
 		}
 	}
-	body, err := b.AppendTo(make([]byte, 0, b.Size()))
+	var buf []byte
+	if v, ok := p.bodies.Get().(*[]byte); ok && cap(*v) >= b.Size() {
+		buf = (*v)[:0]
+	} else {
+		buf = make([]byte, 0, b.Size())
+	}
+	data, err := b.AppendTo(buf)
 	if err != nil {
 		return nil, fmt.Errorf("produce to %s/%d: %w", q.topic, q.partition, err)
 	}
-	return body, nil
+	return newBatchBody(data, p.recycleBody), nil
 }
+
+// recycleBody keeps a batch's buffer for the next batch to be encoded.
+func (p *Producer) recycleBody(data []byte) { p.bodies.Put(&data) }
 
 // post sends body, a batch of count records, to q's partition; with an id,
 // as that idempotent producer's batch at sequence seq, which the batch
 // header carries too. It returns nil and no error for AcksNone, whose
 // answer carries no offsets.
-func (p *Producer) post(q *partitionQueue, body []byte, count int, id *ProducerID, seq int32) (*produceAnswer, error) {
+func (p *Producer) post(q *partitionQueue, body *batchBody, count int, id *ProducerID, seq int32) (*produceAnswer, error) {
 	query := url.Values{
 		"partition": {strconv.Itoa(q.partition)},
 		"acks":      {p.cfg.acks.String()},
@@ -1399,10 +1417,15 @@ func (p *Producer) post(q *partitionQueue, body []byte, count int, id *ProducerI
 	// "maybe applied": a failure before it cannot have reached the agent.
 	var written atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { written.Store(true) }})
-	req, err := p.client.newRequest(ctx, http.MethodPost, q.path, query, body)
+	req, err := p.client.newRequest(ctx, http.MethodPost, q.path, query, nil)
 	if err != nil {
 		return nil, err
 	}
+	// The transport closes every body it is given, also on errors, and
+	// may read one after Do returns (batchBody).
+	req.ContentLength = int64(len(body.data))
+	req.Body = body.reader()
+	req.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
 	req.Header.Set("Content-Type", BatchContentType)
 	req.Header.Set("Accept", "application/json")
 	if id != nil {
