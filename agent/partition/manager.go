@@ -426,7 +426,6 @@ func (m *Manager) apply(snap *election.Snapshot) {
 	reset := snap.Index < m.appliedIndex
 	m.appliedIndex = snap.Index
 	configChanged := map[string]bool{}
-	anyDraining := len(snap.Draining()) > 0
 	for _, name := range snap.Topics() {
 		tm, _ := snap.Topic(name)
 		if tm.Err != nil {
@@ -439,7 +438,7 @@ func (m *Manager) apply(snap *election.Snapshot) {
 		}
 		for _, pm := range tm.Partitions {
 			if slices.Contains(pm.Replicas, m.deps.Self) {
-				want[partitionKey{name, pm.Partition}] = newReplicaMeta(snap, anyDraining, pm, tm.Config)
+				want[partitionKey{name, pm.Partition}] = newReplicaMeta(snap, pm, tm.Config)
 			}
 		}
 	}
@@ -548,12 +547,14 @@ func sameMeta(a, b replicaMeta) bool {
 		slices.Equal(a.draining, b.draining)
 }
 
-// newReplicaMeta is what a replica of pm is handed from snap;
-// anyDraining says whether snap drains any agent.
-func newReplicaMeta(snap *election.Snapshot, anyDraining bool, pm election.PartitionMeta, tc election.TopicConfig) replicaMeta {
+// newReplicaMeta is what a replica of pm is handed from snap. Nothing is
+// allocated for the draining replicas unless there are some.
+func newReplicaMeta(snap *election.Snapshot, pm election.PartitionMeta, tc election.TopicConfig) replicaMeta {
 	meta := replicaMeta{pm: pm, tc: tc, usable: true}
-	if anyDraining {
-		meta.draining = slices.DeleteFunc(slices.Clone(pm.Replicas), func(id string) bool { return !snap.IsDraining(id) })
+	for _, id := range pm.Replicas {
+		if snap.IsDraining(id) {
+			meta.draining = append(meta.draining, id)
+		}
 	}
 	return meta
 }
@@ -663,7 +664,7 @@ func (m *Manager) metaFor(snap *election.Snapshot, key partitionKey, topicID str
 	if !ok || !slices.Contains(pm.Replicas, m.deps.Self) {
 		return replicaMeta{}, false
 	}
-	return newReplicaMeta(snap, len(snap.Draining()) > 0, pm, tm.Config), true
+	return newReplicaMeta(snap, pm, tm.Config), true
 }
 
 // handOpened hands the replicas opened since its last call their
