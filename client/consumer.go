@@ -459,11 +459,7 @@ func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 	var headers []Header // the records' headers, allocated a slab at a time
 	next, prevEnd := from, int64(-1)
 	for pos := 0; pos < len(body); {
-		batch, _, err := record.NextBatch(body[pos:], c.cfg.limits.MaxBatchBytes)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
-		}
-		it, err := c.decoder.Records(batch)
+		batch, it, err := c.decoder.NextBatch(body[pos:])
 		if err != nil {
 			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
 		}

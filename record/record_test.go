@@ -642,3 +642,70 @@ func TestSplitBatches(t *testing.T) {
 		}
 	})
 }
+
+// TestDecoderNextBatch walks a region of batches of every codec with
+// Decoder.NextBatch, as a consumer walks a fetch answer: each batch is cut
+// to its length and capacity, its records are those built into it, and a
+// torn tail, a damaged byte and a batch over the limit are refused as
+// record.NextBatch and Records refuse them.
+func TestDecoderNextBatch(t *testing.T) {
+	rng := testseed.Rand(t)
+	var region []byte
+	var sizes []int
+	var want [][]Record
+	for i, codec := range allCodecs {
+		records := randomRecords(rng, 1+i)
+		batch := buildBatch(t, codec, nil, records)
+		region = append(region, batch...)
+		sizes = append(sizes, len(batch))
+		want = append(want, records)
+	}
+	t.Run("walk", func(t *testing.T) {
+		d := NewDecoder(Limits{})
+		pos := 0
+		for i := range sizes {
+			batch, it, err := d.NextBatch(region[pos:])
+			if err != nil {
+				t.Fatalf("batch %d at byte %d: %v", i, pos, err)
+			}
+			if len(batch) != sizes[i] || cap(batch) != len(batch) {
+				t.Fatalf("batch %d: len %d cap %d, want %d", i, len(batch), cap(batch), sizes[i])
+			}
+			var got []Record
+			for it.Next() {
+				got = append(got, cloneRecord(it.Record()))
+			}
+			if err := it.Err(); err != nil {
+				t.Fatalf("batch %d: %v", i, err)
+			}
+			checkRecords(t, got, want[i], 0)
+			pos += len(batch)
+		}
+	})
+	last := len(region) - sizes[len(sizes)-1]
+	tests := []struct {
+		name   string
+		region func() []byte
+		limits Limits
+		want   error
+	}{
+		{"empty", func() []byte { return nil }, Limits{}, ErrShort},
+		{"torn header", func() []byte { return region[last : last+HeaderSize-1] }, Limits{}, ErrShort},
+		{"torn records", func() []byte { return region[last : len(region)-1] }, Limits{}, ErrShort},
+		{"damaged record byte", func() []byte {
+			damaged := bytes.Clone(region[last:])
+			damaged[HeaderSize] ^= 0x10
+			return damaged
+		}, Limits{}, ErrCorrupt},
+		{"over the batch limit", func() []byte { return region[last:] }, Limits{MaxBatchBytes: sizes[len(sizes)-1] - 1}, ErrCorrupt},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			batch, it, err := NewDecoder(tc.limits).NextBatch(tc.region())
+			requireError(t, err, tc.want)
+			if batch != nil || it != nil {
+				t.Fatalf("got a batch of %d bytes and an iterator with the error", len(batch))
+			}
+		})
+	}
+}
