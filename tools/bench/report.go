@@ -16,7 +16,8 @@ type sample struct {
 	// Command is how to run this side of the row again, and Setup what it
 	// ran against.
 	Command, Setup string
-	// Note says what went wrong (errors, records not consumed), if anything.
+	// Note says what went wrong (errors, records not consumed), if anything,
+	// and how the figure was chosen when it is one of several runs.
 	Note string
 }
 
@@ -117,7 +118,7 @@ var groupTitles = []struct{ key, title, reading string }{
 	{"e2e", "End-to-end latency (produce to delivery) at a fixed rate",
 		"Ratio = JetStream p99 ÷ logagent p99 at the same rate (above 1: logagent is lower); goal ≥ 1x. The rate is half of JetStream's measured RF 3 maximum; the last row runs logagent at half of its own maximum, without a JetStream counterpart. logagent's e2e uses 8 workers (an open loop needs spare ones); JetStream keeps at most 400 publishes unacknowledged."},
 	{"idempotence", "The cost of idempotence: logagent RF 3 acks=all durability=\"replicated\", idempotent producers vs plain ones",
-		"Ratio = idempotent records/s ÷ plain records/s on one cluster, each side run twice (plain, idempotent, idempotent, plain, after a plain run that is not counted) and the mean of its two runs shown; goal ≥ 0.95x (at most 5 % fewer). The agents run with producer.sidecar_idempotence = false, so the plain rows are idempotent nowhere; the idempotent rows are the Go client's default (a producer id, sequences, the leader's duplicate checks)."},
+		"Ratio = idempotent records/s ÷ plain records/s on one cluster, in three pairs of runs, one of each side, in alternating order (plain first, idempotent first, plain first), after a plain run that is not counted; the pair whose ratio is the median of the three is shown, and the note under the commands gives all three (one run lifted or dropped by this host's drift moves one pair, not the figure); goal ≥ 0.95x (at most 5 % fewer). The agents run with producer.sidecar_idempotence = false, so the plain rows are idempotent nowhere; the idempotent rows are the Go client's default (a producer id, sequences, the leader's duplicate checks)."},
 	{"groups", "Consumer groups: commits/s of one coordinator vs acks=all produce of one record, and settle times",
 		"Commit rows: logagent records/s = commit requests/s (first row) or offsets/s (second row) of one group, hence one coordinator; the other side is the same workers sending acks=all produce requests of one 50 B record to the same topic's partitions on the same cluster (run before and after the commits, merged). Ratio = commit figure ÷ produce figure; the goal of the first row is 20,000 commits/s, an absolute rate. Settle rows: p50 = median and p99 = max over the rounds of the time until the group settled (every partition owned, balanced, no revocation pending), as the members learnt it from their heartbeats; the kill rows set it against the session timeout (ratio = session timeout ÷ max, so 1x would be no delay beyond the timeout), the others have no counterpart. The cluster runs the shipped default durability \"fsync\"."},
 	{"tls", "The cost of TLS: logagent RF 3 durability=\"replicated\" with TLS on both listeners vs plaintext",
