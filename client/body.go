@@ -41,11 +41,9 @@ func (b *batchBody) reader() io.ReadCloser {
 	return &batchBodyReader{body: b, rest: data}
 }
 
-// release drops the producer's reference: no request of the batch will be
-// made after it.
-func (b *batchBody) release() { b.unref() }
-
-func (b *batchBody) unref() {
+// release drops one reference: the producer's once no request of the batch
+// will be made after it, or a reader's when it is closed.
+func (b *batchBody) release() {
 	b.mu.Lock()
 	b.refs--
 	var data []byte
@@ -88,7 +86,7 @@ func (r *batchBodyReader) Close() error {
 	r.closed, r.rest = true, nil
 	r.mu.Unlock()
 	if !wasClosed {
-		r.body.unref()
+		r.body.release()
 	}
 	return nil
 }

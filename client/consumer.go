@@ -57,8 +57,13 @@ type consumerConfig struct {
 // ConsumerOption configures a Consumer.
 type ConsumerOption func(*consumerConfig)
 
-// WithFetchMaxBytes is the max_bytes of each fetch (default 1 MiB). An
-// answer holds whole batches, at least one even when it is bigger.
+// DefaultFetchMaxBytes is a consumer's max_bytes per fetch unless
+// WithFetchMaxBytes says otherwise.
+const DefaultFetchMaxBytes = 1 << 20
+
+// WithFetchMaxBytes is the max_bytes of each fetch (default
+// DefaultFetchMaxBytes). An answer holds whole batches, at least one even
+// when it is bigger.
 func WithFetchMaxBytes(n int) ConsumerOption { return func(c *consumerConfig) { c.maxBytes = n } }
 
 // WithFetchMaxWait is how long a fetch may wait on the agent for records
@@ -150,7 +155,7 @@ func (c *Client) NewConsumer(topic string, partition int, from int64, opts ...Co
 		return nil, err
 	}
 	cfg := consumerConfig{
-		maxBytes:   1 << 20,
+		maxBytes:   DefaultFetchMaxBytes,
 		maxWait:    5 * time.Second,
 		limits:     record.Limits{MaxBatchBytes: 16 << 20},
 		backoffMin: 50 * time.Millisecond,

@@ -16,7 +16,7 @@ type ConsumeConfig struct {
 	Topic string
 	// Partition is the partition to read, or -1 for all of them.
 	Partition int
-	// FetchMaxBytes is each fetch's max_bytes (0: 1 MiB).
+	// FetchMaxBytes is each fetch's max_bytes (0: the client's default).
 	FetchMaxBytes int
 	// Duration bounds the run; it ends sooner when every partition is
 	// read to its end, unless Repeat.
@@ -56,7 +56,7 @@ func Consume(ctx context.Context, c *client.Client, cfg ConsumeConfig) (*Result,
 		return nil, err
 	}
 	if cfg.FetchMaxBytes == 0 {
-		cfg.FetchMaxBytes = 1 << 20
+		cfg.FetchMaxBytes = client.DefaultFetchMaxBytes
 	}
 	info, err := describe(ctx, c, cfg.Topic)
 	if err != nil {

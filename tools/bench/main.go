@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/logagent/logagent/client"
 	labench "github.com/logagent/logagent/internal/bench"
 )
 
@@ -581,9 +582,8 @@ func (o *options) consumeArgsWith(c *logagentCluster, maxBytes int) []string {
 }
 
 // consumeFetchBytes is the max_bytes of logagent's replay fetches: the
-// client's default (client.WithFetchMaxBytes), what a consumer that sets
-// nothing asks for.
-const consumeFetchBytes = 1 << 20
+// client's default, what a consumer that sets nothing asks for.
+const consumeFetchBytes = client.DefaultFetchMaxBytes
 
 // replayPrefetchBytes is what JetStream's replay keeps requested ahead
 // (replayPrefetch 1 KiB messages): logagent's replay in fetches of that
