@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -23,7 +24,8 @@ import (
 // builds what a rebooted machine would find:
 //   - a directory holds exactly its durable entries: creations, renames
 //     and removals not followed by a SyncDir of that directory are undone
-//     (directories made by MkdirAll count as durable at once);
+//     (directories made by MkdirAll, and the renames and removals of whole
+//     directories, count as durable at once);
 //   - each file holds its durable content plus, picked at random per file,
 //     nothing more; an in-order prefix of the later writes and truncations
 //     whose next write may be torn at any byte; or everything, i.e. the
@@ -334,9 +336,49 @@ func (f *FaultFS) Rename(oldpath, newpath string) error {
 	if err := os.Rename(oldpath, newpath); err != nil {
 		return err
 	}
+	if f.dirs[oldpath] {
+		f.moveTreeLocked(oldpath, newpath)
+		return nil
+	}
 	f.live[newpath] = f.live[oldpath]
 	delete(f.live, oldpath)
 	return nil
+}
+
+// moveTreeLocked moves what FaultFS knows of the directory oldpath and
+// everything under it to newpath, durably at once. Caller holds mu.
+func (f *FaultFS) moveTreeLocked(oldpath, newpath string) {
+	for _, m := range []map[string]*faultNode{f.live, f.durable} {
+		moved := map[string]*faultNode{}
+		for path, n := range m {
+			if rel, ok := underDir(oldpath, path); ok {
+				delete(m, path)
+				moved[filepath.Join(newpath, rel)] = n
+			}
+		}
+		maps.Copy(m, moved)
+	}
+	var dirs []string
+	for d := range f.dirs {
+		if rel, ok := underDir(oldpath, d); ok {
+			delete(f.dirs, d)
+			dirs = append(dirs, filepath.Join(newpath, rel))
+		}
+	}
+	for _, d := range dirs {
+		f.dirs[d] = true
+	}
+	delete(f.dirs, oldpath)
+	f.dirs[newpath] = true
+}
+
+// underDir reports whether path is inside dir, and where relative to it.
+func underDir(dir, path string) (string, bool) {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
 }
 
 // Remove implements FS.
@@ -351,6 +393,33 @@ func (f *FaultFS) Remove(name string) error {
 		return err
 	}
 	delete(f.live, name)
+	return nil
+}
+
+// RemoveAll implements FS. A fault makes it fail before it removes
+// anything; what it removes is gone durably at once.
+func (f *FaultFS) RemoveAll(path string) error {
+	path = filepath.Clean(path)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.begin(OpRemove, path); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return err
+	}
+	for _, m := range []map[string]*faultNode{f.live, f.durable} {
+		for p := range m {
+			if _, ok := underDir(path, p); ok || p == path {
+				delete(m, p)
+			}
+		}
+	}
+	for d := range f.dirs {
+		if _, ok := underDir(path, d); ok || d == path {
+			delete(f.dirs, d)
+		}
+	}
 	return nil
 }
 

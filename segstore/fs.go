@@ -17,8 +17,14 @@ type FS interface {
 	// OpenReader opens a file read-only as an *os.File with its own file
 	// offset, so a Region can be served with sendfile(2).
 	OpenReader(name string) (*os.File, error)
+	// Rename renames a file or a directory.
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
+	// RemoveAll removes path and everything under it, as os.RemoveAll:
+	// entry by entry, so a crash or an error part way leaves some of them.
+	// Callers that must not leave a partial tree behind rename it away
+	// first (the agent's partition deletion does).
+	RemoveAll(path string) error
 	// ReadDir returns the names of the entries of dir, sorted.
 	ReadDir(dir string) ([]string, error)
 	MkdirAll(dir string, perm os.FileMode) error
@@ -86,6 +92,9 @@ func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, ne
 
 // Remove implements FS.
 func (OSFS) Remove(name string) error { return os.Remove(name) }
+
+// RemoveAll implements FS.
+func (OSFS) RemoveAll(path string) error { return os.RemoveAll(path) }
 
 // MkdirAll implements FS.
 func (OSFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
