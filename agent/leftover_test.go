@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/consul/api"
-
 	"github.com/logagent/logagent/segstore"
 )
 
@@ -31,13 +29,7 @@ func TestLeftoverOfADeletedTopicIsNotAdopted(t *testing.T) {
 	if err := ta.stop(); err != nil {
 		t.Fatal(err)
 	}
-	kv := c.consul.Client().KV()
-	if _, err := kv.DeleteTree("logagent/topics/again/", nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(&api.KVPair{Key: "logagent/topics/~deleted/" + file.TopicID, Value: []byte(`{"topic":"again"}`)}, nil); err != nil {
-		t.Fatal(err)
-	}
+	c.deleteInConsul("again", file.TopicID)
 	if err := os.Remove(filepath.Join(dir, replicaFileName)); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -25,18 +26,27 @@ func TestTopicDeletedWhileDownIsRemovedAtStart(t *testing.T) {
 	if err := ta.stop(); err != nil {
 		t.Fatal(err)
 	}
-	kv := c.consul.Client().KV()
-	if _, err := kv.DeleteTree("logagent/topics/gone/", nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(&api.KVPair{Key: "logagent/topics/~deleted/" + file.TopicID, Value: []byte(`{"topic":"gone"}`)}, nil); err != nil {
-		t.Fatal(err)
-	}
+	c.deleteInConsul("gone", file.TopicID)
 	ta.start()
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the deleted topic's partition is still there: %v", err)
 	}
 	if moved, _ := filepath.Glob(filepath.Join(ta.dataDir, orphanedDirName, "gone-0.*")); len(moved) != 0 {
 		t.Errorf("moved aside instead of removed: %v", moved)
+	}
+}
+
+// deleteInConsul deletes a topic the way a deletion leaves Consul (its keys
+// gone, a tombstone naming the incarnation topicID), behind the agents'
+// backs: for agents that are down.
+func (c *testCluster) deleteInConsul(topic, topicID string) {
+	c.t.Helper()
+	kv := c.consul.Client().KV()
+	if _, err := kv.DeleteTree("logagent/topics/"+topic+"/", nil); err != nil {
+		c.t.Fatal(err)
+	}
+	tombstone := &api.KVPair{Key: "logagent/topics/~deleted/" + topicID, Value: fmt.Appendf(nil, `{"topic":%q}`, topic)}
+	if _, err := kv.Put(tombstone, nil); err != nil {
+		c.t.Fatal(err)
 	}
 }

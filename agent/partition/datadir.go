@@ -183,7 +183,7 @@ func (d *DataDir) MarkAllDataLoss() (int, error) {
 			continue
 		}
 		dir := filepath.Join(d.Path, e.Name())
-		f, found, err := readReplicaFile(dir)
+		f, found, err := readReplicaFile(segstore.OSFS{}, dir)
 		if err != nil {
 			return marked, err
 		}

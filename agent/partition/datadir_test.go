@@ -75,7 +75,7 @@ func TestDataDirLostPageCache(t *testing.T) {
 			if n, err := d.MarkAllDataLoss(); err != nil || n != 1 {
 				t.Fatalf("MarkAllDataLoss = %d, %v; want 1 partition", n, err)
 			}
-			if f, _, err := readReplicaFile(part); err != nil || !f.DataLoss {
+			if f, _, err := readReplicaFile(segstore.OSFS{}, part); err != nil || !f.DataLoss {
 				t.Fatalf("replica file %+v, %v: want data_loss", f, err)
 			}
 			if err := d.RecordBoot(); err != nil {

@@ -56,7 +56,7 @@ func TestDataLossClearedOnlyUnderTheJoinRule(t *testing.T) {
 			if cleared := !r.dataLoss; cleared != tc.wantClear {
 				t.Fatalf("log end 5, leader HW %d, epoch start %d: cleared %t, want %t", tc.hw, tc.start, cleared, tc.wantClear)
 			}
-			if f, _, err := readReplicaFile(dir); tc.wantClear && (err != nil || f.DataLoss) {
+			if f, _, err := readReplicaFile(segstore.OSFS{}, dir); tc.wantClear && (err != nil || f.DataLoss) {
 				t.Fatalf("replica file %+v (%v) after clearing: the mark must be gone on disk too", f, err)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -42,9 +43,19 @@ import (
 // server restarted, a restore from an old snapshot) rather than a deletion,
 // so its directories are moved aside into <data_dir>/orphaned/ for the
 // operator to delete, never removed.
+//
+// A partition directory is deleted by renaming it into <data_dir>/deleting/
+// (both directories fsynced) and removing it there: removal goes entry by
+// entry, and a crash or an error part way through would otherwise leave a
+// directory under the partition's name with some of its segments and
+// perhaps no replica.json, whose records a new topic of the same name would
+// take for its own. What a crash leaves in deleting/ is removed at the next
+// start. For the same reason a partition directory without replica.json
+// that holds anything is never adopted: it is moved into orphaned/.
 const (
 	replicaFileName = "replica.json"
 	orphanedDirName = "orphaned"
+	deletingDirName = "deleting"
 )
 
 type replicaFile struct {
@@ -54,9 +65,11 @@ type replicaFile struct {
 	DataLoss  bool   `json:"data_loss"`
 }
 
-func readReplicaFile(dir string) (replicaFile, bool, error) {
-	b, err := os.ReadFile(filepath.Join(dir, replicaFileName))
-	if errors.Is(err, os.ErrNotExist) {
+// readReplicaFile reads dir's replica.json; found is false when dir has
+// none, or is not a directory.
+func readReplicaFile(fsys segstore.FS, dir string) (replicaFile, bool, error) {
+	b, err := readFileFS(fsys, filepath.Join(dir, replicaFileName))
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return replicaFile{}, false, nil
 	}
 	if err != nil {
@@ -758,20 +771,23 @@ func (m *Manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (
 		return nil, err
 	}
 	dir := partitionDir(m.dataDir, key.topic, key.partition)
-	file, found, err := readReplicaFile(dir)
+	file, found, err := readReplicaFile(m.deps.FS, dir)
 	if err != nil {
 		return nil, err
 	}
 	if found && file.TopicID != topicID {
 		m.log.Warn("dropping the data of a deleted topic that has the same name", "topic", key.topic,
 			"partition", key.partition, "old_id", file.TopicID, "id", topicID)
-		if err := os.RemoveAll(dir); err != nil {
-			return nil, fmt.Errorf("agent: remove %s: %w", dir, err)
+		if err := m.deleteDir(dir); err != nil {
+			return nil, err
 		}
 		found = false
 	}
 	if !found {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		if err := m.setAsideUnknown(dir); err != nil {
+			return nil, err
+		}
+		if err := m.deps.FS.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("agent: create %s: %w", dir, err)
 		}
 		file = replicaFile{Topic: key.topic, Partition: key.partition, TopicID: topicID, DataLoss: epoch > 0}
@@ -828,7 +844,7 @@ func (m *Manager) remove(key partitionKey, quarantine bool) {
 		}
 		return
 	}
-	if err := os.RemoveAll(r.dir); err != nil {
+	if err := m.deleteDir(r.dir); err != nil {
 		m.log.Error("cannot remove a deleted partition", "dir", r.dir, "error", err)
 		return
 	}
@@ -841,16 +857,14 @@ func (m *Manager) remove(key partitionKey, quarantine bool) {
 // replica, moved into orphaned/ when the topic is absent without a tombstone. A topic whose metadata is unreadable keeps its
 // directories.
 func (m *Manager) removeStrays(snap *election.Snapshot) error {
-	entries, err := os.ReadDir(m.dataDir)
+	m.purgeDeleted()
+	names, err := m.deps.FS.ReadDir(m.dataDir)
 	if err != nil {
 		return fmt.Errorf("agent: list %s: %w", m.dataDir, err)
 	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		dir := filepath.Join(m.dataDir, e.Name())
-		file, found, err := readReplicaFile(dir)
+	for _, name := range names {
+		dir := filepath.Join(m.dataDir, name)
+		file, found, err := readReplicaFile(m.deps.FS, dir)
 		if err != nil {
 			m.log.Warn("leaving a partition directory alone", "dir", dir, "error", err)
 			continue
@@ -873,8 +887,8 @@ func (m *Manager) removeStrays(snap *election.Snapshot) error {
 		}
 		m.log.Warn("removing a partition this agent no longer has: its topic was deleted", "dir", dir,
 			"topic", file.Topic, "partition", file.Partition, "topic_id", file.TopicID)
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("agent: remove %s: %w", dir, err)
+		if err := m.deleteDir(dir); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -884,27 +898,98 @@ func (m *Manager) removeStrays(snap *election.Snapshot) error {
 // know into <data_dir>/orphaned/, where it stays until an operator deletes
 // it.
 func (m *Manager) quarantine(dir, topicID string) error {
-	parent := filepath.Join(m.dataDir, orphanedDirName)
-	if err := os.MkdirAll(parent, 0o750); err != nil {
-		return fmt.Errorf("agent: create %s: %w", parent, err)
-	}
-	target := filepath.Join(parent, filepath.Base(dir)+"."+topicID)
-	for i := 1; ; i++ {
-		if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		target = filepath.Join(parent, fmt.Sprintf("%s.%s.%d", filepath.Base(dir), topicID, i))
-	}
-	if err := os.Rename(dir, target); err != nil {
-		return fmt.Errorf("agent: move %s aside: %w", dir, err)
-	}
-	if err := syncDir(parent); err != nil {
-		return err
-	}
-	if err := syncDir(m.dataDir); err != nil {
+	target, err := m.moveInto(orphanedDirName, dir, filepath.Base(dir)+"."+topicID)
+	if err != nil {
 		return err
 	}
 	m.log.Warn("Consul has no topic for this partition: its data was moved aside, not deleted; delete it once you know the topic is gone for good",
 		"moved_to", target)
 	return nil
+}
+
+// setAsideUnknown moves dir into orphaned/ if it holds anything but what a
+// creation cut short leaves (nothing, or replica.json's temporary file):
+// called for a partition directory without replica.json, whose files
+// cannot be shown to be this partition's (the leftovers of a deletion cut
+// short by an older logagent, or files an operator put there).
+func (m *Manager) setAsideUnknown(dir string) error {
+	names, err := m.deps.FS.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("agent: list %s: %w", dir, err)
+	}
+	if len(names) == 0 || (len(names) == 1 && names[0] == replicaFileName+".tmp") {
+		return nil
+	}
+	target, err := m.moveInto(orphanedDirName, dir, filepath.Base(dir)+".unknown")
+	if err != nil {
+		return err
+	}
+	m.log.Warn("a partition directory without replica.json holds files that cannot be shown to be this partition's: moved aside, not used; delete them once you have looked",
+		"moved_to", target, "files", len(names))
+	return nil
+}
+
+// deleteDir deletes a partition directory: it is renamed into deleting/,
+// durably, and then removed there, so that no crash or error leaves part
+// of it under its own name. A removal that fails is logged and tried again
+// at the next start.
+func (m *Manager) deleteDir(dir string) error {
+	target, err := m.moveInto(deletingDirName, dir, filepath.Base(dir))
+	if err != nil {
+		return err
+	}
+	if err := m.deps.FS.RemoveAll(target); err != nil {
+		m.log.Warn("cannot remove a deleted partition's files; the next start tries again", "dir", target, "error", err)
+	}
+	return nil
+}
+
+// purgeDeleted removes what deletions cut short left in deleting/.
+func (m *Manager) purgeDeleted() {
+	trash := filepath.Join(m.dataDir, deletingDirName)
+	names, err := m.deps.FS.ReadDir(trash)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			m.log.Warn("cannot list the deleted partitions left from before", "dir", trash, "error", err)
+		}
+		return
+	}
+	for _, name := range names {
+		if err := m.deps.FS.RemoveAll(filepath.Join(trash, name)); err != nil {
+			m.log.Warn("cannot remove a deleted partition's files; the next start tries again", "dir", filepath.Join(trash, name), "error", err)
+		}
+	}
+}
+
+// moveInto renames dir to <data_dir>/<into>/<name> (name.1, name.2, ... if
+// taken) and makes the move durable (both directories fsynced). It returns
+// the new path.
+func (m *Manager) moveInto(into, dir, name string) (string, error) {
+	fsys := m.deps.FS
+	parent := filepath.Join(m.dataDir, into)
+	if err := fsys.MkdirAll(parent, 0o750); err != nil {
+		return "", fmt.Errorf("agent: create %s: %w", parent, err)
+	}
+	taken, err := fsys.ReadDir(parent)
+	if err != nil {
+		return "", fmt.Errorf("agent: list %s: %w", parent, err)
+	}
+	target := name
+	for i := 1; slices.Contains(taken, target); i++ {
+		target = fmt.Sprintf("%s.%d", name, i)
+	}
+	target = filepath.Join(parent, target)
+	if err := fsys.Rename(dir, target); err != nil {
+		return "", fmt.Errorf("agent: move %s into %s: %w", dir, parent, err)
+	}
+	if err := fsys.SyncDir(parent); err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	if err := fsys.SyncDir(m.dataDir); err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	return target, nil
 }

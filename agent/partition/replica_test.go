@@ -179,21 +179,21 @@ func TestOpenPartitionLogCutsDataLoss(t *testing.T) {
 
 func TestReplicaFileRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	if _, found, err := readReplicaFile(dir); found || err != nil {
+	if _, found, err := readReplicaFile(segstore.OSFS{}, dir); found || err != nil {
 		t.Fatalf("empty dir: %t %v", found, err)
 	}
 	in := replicaFile{Topic: "t-1", Partition: 4, TopicID: "abc", DataLoss: true}
 	if err := writeReplicaFile(segstore.OSFS{}, dir, in); err != nil {
 		t.Fatal(err)
 	}
-	out, found, err := readReplicaFile(dir)
+	out, found, err := readReplicaFile(segstore.OSFS{}, dir)
 	if err != nil || !found || out != in {
 		t.Fatalf("%+v %t %v", out, found, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, replicaFileName), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := readReplicaFile(dir); err == nil {
+	if _, _, err := readReplicaFile(segstore.OSFS{}, dir); err == nil {
 		t.Fatal("a broken replica.json was accepted")
 	}
 }
