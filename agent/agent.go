@@ -305,7 +305,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	if a.cfg.Client.Pprof {
 		defer enableContentionProfiles()()
 	}
-	dir, err := partition.OpenDataDir(a.cfg.DataDir, a.cfg.NodeID)
+	dir, err := partition.OpenDataDir(a.fs, a.cfg.DataDir, a.cfg.NodeID)
 	if err != nil {
 		return err
 	}

@@ -68,23 +68,25 @@ type DataDir struct {
 	// not fsynced is gone.
 	LostPageCache bool
 	bootID        string
-	lock          *os.File
+	fs            segstore.FS
+	lock          segstore.File
 }
 
-// OpenDataDir creates or opens dir for nodeID and locks it. The lock is held
-// until Close; a second agent gets ErrDataDirLocked naming the lock file.
-func OpenDataDir(dir, nodeID string) (*DataDir, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+// OpenDataDir creates or opens dir for nodeID through fsys and locks it.
+// The lock is held until Close; a second agent gets ErrDataDirLocked naming
+// the lock file.
+func OpenDataDir(fsys segstore.FS, dir, nodeID string) (*DataDir, error) {
+	if err := fsys.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("agent: create data directory: %w", err)
 	}
 	lockPath := filepath.Join(dir, lockFileName)
-	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := fsys.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("agent: open lock file: %w", err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		holder := ""
-		if b, rerr := os.ReadFile(lockPath); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+		if b, rerr := readFileFS(fsys, lockPath); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
 			holder = " (held by pid " + strings.TrimSpace(string(b)) + ")"
 		}
 		f.Close()
@@ -93,7 +95,7 @@ func OpenDataDir(dir, nodeID string) (*DataDir, error) {
 		}
 		return nil, fmt.Errorf("agent: lock %s: %w", lockPath, err)
 	}
-	d := &DataDir{Path: dir, lock: f}
+	d := &DataDir{Path: dir, fs: fsys, lock: f}
 	if err := d.init(nodeID); err != nil {
 		d.Close()
 		return nil, err
@@ -110,11 +112,11 @@ func (d *DataDir) init(nodeID string) error {
 	}
 
 	metaPath := filepath.Join(d.Path, metaFileName)
-	b, err := os.ReadFile(metaPath)
+	b, err := readFileFS(d.fs, metaPath)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		out, _ := json.Marshal(metaFile{NodeID: nodeID, Format: dataDirFormat})
-		if err := writeFileAtomic(segstore.OSFS{}, metaPath, append(out, '\n')); err != nil {
+		if err := writeFileAtomic(d.fs, metaPath, append(out, '\n')); err != nil {
 			return fmt.Errorf("agent: write %s: %w", metaPath, err)
 		}
 	case err != nil:
@@ -136,23 +138,27 @@ func (d *DataDir) init(nodeID string) error {
 		}
 	}
 
+	// The kernel's, not the data directory's: read from /proc directly.
 	if b, err := os.ReadFile(bootIDPath); err == nil {
 		d.bootID = strings.TrimSpace(string(b))
 	}
-	previousBoot, err := os.ReadFile(filepath.Join(d.Path, bootIDFileName))
+	previousBoot, err := readFileFS(d.fs, filepath.Join(d.Path, bootIDFileName))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("agent: read %s: %w", bootIDFileName, err)
 	}
 
 	marker := filepath.Join(d.Path, cleanShutdownFileName)
-	if _, err := os.Stat(marker); err == nil {
+	switch _, err := readFileFS(d.fs, marker); {
+	case err == nil:
 		d.CleanShutdown = true
-		if err := os.Remove(marker); err != nil {
+		if err := d.fs.Remove(marker); err != nil {
 			return fmt.Errorf("agent: remove %s: %w", marker, err)
 		}
-		if err := syncDir(d.Path); err != nil {
-			return err
+		if err := d.fs.SyncDir(d.Path); err != nil {
+			return fmt.Errorf("agent: %w", err)
 		}
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("agent: read %s: %w", marker, err)
 	}
 	if prev := strings.TrimSpace(string(previousBoot)); !d.CleanShutdown && prev != "" && d.bootID != "" && prev != d.bootID {
 		d.LostPageCache = true
@@ -166,24 +172,21 @@ func (d *DataDir) RecordBoot() error {
 	if d.bootID == "" {
 		return nil
 	}
-	return writeFileAtomic(segstore.OSFS{}, filepath.Join(d.Path, bootIDFileName), []byte(d.bootID+"\n"))
+	return writeFileAtomic(d.fs, filepath.Join(d.Path, bootIDFileName), []byte(d.bootID+"\n"))
 }
 
 // MarkAllDataLoss records in every partition directory that the replica may
 // have lost acknowledged data (see LostPageCache), durably, before anything
 // opens the partitions. It returns how many it marked.
 func (d *DataDir) MarkAllDataLoss() (int, error) {
-	entries, err := os.ReadDir(d.Path)
+	names, err := d.fs.ReadDir(d.Path)
 	if err != nil {
 		return 0, fmt.Errorf("agent: list %s: %w", d.Path, err)
 	}
 	marked := 0
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		dir := filepath.Join(d.Path, e.Name())
-		f, found, err := readReplicaFile(segstore.OSFS{}, dir)
+	for _, name := range names {
+		dir := filepath.Join(d.Path, name)
+		f, found, err := readReplicaFile(d.fs, dir)
 		if err != nil {
 			return marked, err
 		}
@@ -191,7 +194,7 @@ func (d *DataDir) MarkAllDataLoss() (int, error) {
 			continue
 		}
 		f.DataLoss = true
-		if err := writeReplicaFile(segstore.OSFS{}, dir, f); err != nil {
+		if err := writeReplicaFile(d.fs, dir, f); err != nil {
 			return marked, fmt.Errorf("agent: mark %s as having lost data: %w", dir, err)
 		}
 		marked++
@@ -202,7 +205,7 @@ func (d *DataDir) MarkAllDataLoss() (int, error) {
 // MarkCleanShutdown records that every partition was closed cleanly. It is
 // the last write of a graceful stop.
 func (d *DataDir) MarkCleanShutdown() error {
-	return writeFileAtomic(segstore.OSFS{}, filepath.Join(d.Path, cleanShutdownFileName), nil)
+	return writeFileAtomic(d.fs, filepath.Join(d.Path, cleanShutdownFileName), nil)
 }
 
 // Close releases the lock.
@@ -217,9 +220,7 @@ func (d *DataDir) Close() error {
 
 // writeFileAtomic replaces name with data so that a crash leaves either the
 // old or the new content: write a temporary file, fsync it, rename it over
-// name, fsync the directory. The data directory's own files (meta.json,
-// clean_shutdown) use the operating system's FS; a partition's replica.json
-// goes through the agent's, like its log.
+// name, fsync the directory.
 func writeFileAtomic(fsys segstore.FS, name string, data []byte) error {
 	tmp := name + ".tmp"
 	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
@@ -242,18 +243,6 @@ func writeFileAtomic(fsys segstore.FS, name string, data []byte) error {
 	}
 	if err := fsys.SyncDir(filepath.Dir(name)); err != nil {
 		return fmt.Errorf("agent: %w", err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("agent: open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("agent: fsync directory %s: %w", dir, err)
 	}
 	return nil
 }

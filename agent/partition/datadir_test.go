@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/logagent/logagent/segstore"
@@ -35,7 +36,7 @@ func TestDataDirLostPageCache(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			d, err := OpenDataDir(dir, "n1")
+			d, err := OpenDataDir(segstore.OSFS{}, dir, "n1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +62,7 @@ func TestDataDirLostPageCache(t *testing.T) {
 				os.Remove(boot)
 			}
 
-			d, err = OpenDataDir(dir, "n1")
+			d, err = OpenDataDir(segstore.OSFS{}, dir, "n1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +109,7 @@ func TestDataDirFormat(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, metaFileName), []byte(meta), 0o640); err != nil {
 				t.Fatal(err)
 			}
-			d, err := OpenDataDir(dir, "n1")
+			d, err := OpenDataDir(segstore.OSFS{}, dir, "n1")
 			if tc.wantError == "" {
 				if err != nil {
 					t.Fatalf("format %d refused: %v", tc.format, err)
@@ -132,5 +133,72 @@ func writeTestFile(t *testing.T, path, body string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDataDirFaults: the data directory's own files go through the agent's
+// FS, so a disk that refuses them is seen: a first start that cannot
+// write meta.json fails and releases the lock; a stop that cannot write
+// clean_shutdown reports it, and the next start does not take the stop
+// for a clean one.
+func TestDataDirFaults(t *testing.T) {
+	full := func(op segstore.FaultOp, path string) segstore.Fault {
+		return segstore.Fault{Op: op, Path: path, Sticky: true, Err: syscall.ENOSPC}
+	}
+	tests := []struct {
+		name  string
+		fault segstore.Fault
+		// atStop: the fault is injected after the open, and hits the
+		// clean stop's marker; else it hits the first open.
+		atStop bool
+	}{
+		{name: "meta.json not created", fault: full(segstore.OpCreate, metaFileName+".tmp")},
+		{name: "meta.json not synced", fault: full(segstore.OpSync, metaFileName+".tmp")},
+		{name: "clean_shutdown not created", fault: full(segstore.OpCreate, cleanShutdownFileName), atStop: true},
+		{name: "clean_shutdown not renamed", fault: full(segstore.OpRename, cleanShutdownFileName), atStop: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fsys, err := segstore.NewFaultFS(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.atStop {
+				fsys.Inject(tc.fault)
+			}
+			d, err := OpenDataDir(fsys, dir, "n1")
+			if !tc.atStop {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("open on a full disk: %v, want ENOSPC", err)
+				}
+				fsys.Clear()
+				// The failed open released the lock: a second try
+				// gets it.
+				d, err = OpenDataDir(fsys, dir, "n1")
+				if err != nil {
+					t.Fatalf("open after the disk has room again: %v", err)
+				}
+				d.Close()
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fsys.Inject(tc.fault)
+			if err := d.MarkCleanShutdown(); !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("clean stop on a full disk: %v, want ENOSPC", err)
+			}
+			d.Close()
+			fsys.Clear()
+			d, err = OpenDataDir(fsys, dir, "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if d.CleanShutdown {
+				t.Error("a stop whose clean_shutdown was never written counted as clean")
+			}
+		})
 	}
 }
