@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/logagent/logagent/client"
 	labench "github.com/logagent/logagent/internal/bench"
 )
 
@@ -28,6 +29,9 @@ type logagentCluster struct {
 	// hidePrefix is cut from the commands in the report: the directory
 	// of this run's files.
 	hidePrefix string
+	// clusterDir is `logagent dev -dir`'s: each agent's data directory
+	// is <clusterDir>/<node>/data (internal/devcluster).
+	clusterDir string
 }
 
 // startLogagent starts `logagent dev` in dir with storage.durability set to
@@ -46,7 +50,7 @@ func startLogagent(ctx context.Context, bin, dir string, portOffset int, durabil
 		return nil, err
 	}
 	c := &logagentCluster{
-		bin: bin, dev: dev, clientAddr: fmt.Sprintf("http://127.0.0.1:%d", 7070+portOffset),
+		bin: bin, dev: dev, clientAddr: fmt.Sprintf("http://127.0.0.1:%d", 7070+portOffset), clusterDir: filepath.Join(dir, "cluster"),
 		setup: fmt.Sprintf("cluster: `bin/logagent dev -port-offset %d -config F` with F holding `storage { durability = %q }`%s", portOffset, durability, setupNote(extraHCL)),
 	}
 	timer := time.NewTimer(90 * time.Second)
@@ -65,6 +69,42 @@ func startLogagent(ctx context.Context, bin, dir string, portOffset int, durabil
 }
 
 func (c *logagentCluster) stop() error { return c.dev.stop(time.Minute) }
+
+// dropTopic deletes topic and waits, up to timeout, until no agent's data
+// directory holds a file of it (neither its partition directories nor
+// what the deletion moves into deleting/ are left), so that its pages have
+// left the page cache when the next run starts.
+func (c *logagentCluster) dropTopic(ctx context.Context, topic string, timeout time.Duration) error {
+	dataDirs, err := filepath.Glob(filepath.Join(c.clusterDir, "*", "data"))
+	if err != nil || len(dataDirs) == 0 {
+		return fmt.Errorf("benchrun: no agent data directory under %s: %v", c.clusterDir, err)
+	}
+	cl, err := client.New(c.clientAddr)
+	if err != nil {
+		return fmt.Errorf("benchrun: delete topic %s: %w", topic, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := cl.DeleteTopic(ctx, topic); err != nil {
+		return fmt.Errorf("benchrun: delete topic %s: %w", topic, err)
+	}
+	for {
+		left := 0
+		for _, d := range dataDirs {
+			partitions, _ := filepath.Glob(filepath.Join(d, topic+"-*"))
+			deleting, _ := os.ReadDir(filepath.Join(d, "deleting"))
+			left += len(partitions) + len(deleting)
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("benchrun: topic %s deleted, but %d of its directories still on disk after %v", topic, left, timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
 
 // logagentReport is the part of `logagent bench -json` output that the
 // tables use (internal/bench.Result.WriteJSON).
