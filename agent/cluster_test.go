@@ -204,6 +204,22 @@ func (ta *testAgent) start() {
 
 // stop stops the agent gracefully and returns Run's error; the test fails
 // if a goroutine the agent started outlives Run.
+// useFaultFS gives the agent, before its start, a FaultFS over its data
+// directory and returns it.
+func (ta *testAgent) useFaultFS() *segstore.FaultFS {
+	t := ta.c.t
+	t.Helper()
+	if err := os.MkdirAll(ta.dataDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := segstore.NewFaultFS(ta.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta.fs = fsys
+	return fsys
+}
+
 func (ta *testAgent) stop() error {
 	ta.cancel()
 	select {

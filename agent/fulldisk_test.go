@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -32,14 +31,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	c := newTestCluster(t, 3, "replication { auto_leader_rebalance = false }", nil)
 	faults := map[*testAgent]*segstore.FaultFS{}
 	for _, ta := range c.agents {
-		if err := os.MkdirAll(ta.dataDir, 0o750); err != nil {
-			t.Fatal(err)
-		}
-		fsys, err := segstore.NewFaultFS(ta.dataDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ta.fs, faults[ta] = fsys, fsys
+		faults[ta] = ta.useFaultFS()
 	}
 	for _, ta := range c.agents {
 		ta.start()

@@ -65,24 +65,17 @@ func fmtOffset(o *int64) string {
 func TestDeletionCutShortLeavesNothingToAdopt(t *testing.T) {
 	c := newTestCluster(t, 1, "", nil)
 	ta := c.agents[0]
-	if err := os.MkdirAll(ta.dataDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := segstore.NewFaultFS(ta.dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ta.fs = fsys
+	fsys := ta.useFaultFS()
 	ta.start()
 	c.createTopic(ta, "cut", 1, 1, 1)
 	c.waitLeader("cut", 0, 1)
 	ta.mustProduce("cut", 0, "old-0", "old-1")
-	fsys.Inject(segstore.Fault{Op: segstore.OpRemove, Path: string(filepath.Separator) + "deleting" + string(filepath.Separator), Sticky: true})
+	fsys.Inject(segstore.Fault{Op: segstore.OpRemove, Path: string(filepath.Separator) + deletingDirName + string(filepath.Separator), Sticky: true})
 	if err := ta.coord.DeleteTopic(context.Background(), "cut"); err != nil {
 		t.Fatal(err)
 	}
 	dir := partitionDir(ta.dataDir, "cut", 0)
-	left := filepath.Join(ta.dataDir, "deleting", "cut-0")
+	left := filepath.Join(ta.dataDir, deletingDirName, "cut-0")
 	c.waitFor(10*time.Second, "the partition directory moved into deleting/", func() bool {
 		_, errDir := os.Stat(dir)
 		_, errLeft := os.Stat(left)

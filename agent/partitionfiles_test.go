@@ -14,6 +14,7 @@ import (
 const (
 	cleanShutdownFileName = "clean_shutdown"
 	orphanedDirName       = "orphaned"
+	deletingDirName       = "deleting"
 	replicaFileName       = "replica.json"
 )
 

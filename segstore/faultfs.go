@@ -372,6 +372,12 @@ func (f *FaultFS) moveTreeLocked(oldpath, newpath string) {
 	f.dirs[newpath] = true
 }
 
+// inTree reports whether path is dir or inside it.
+func inTree(dir, path string) bool {
+	_, inside := underDir(dir, path)
+	return inside || path == dir
+}
+
 // underDir reports whether path is inside dir, and where relative to it.
 func underDir(dir, path string) (string, bool) {
 	rel, err := filepath.Rel(dir, path)
@@ -409,17 +415,9 @@ func (f *FaultFS) RemoveAll(path string) error {
 		return err
 	}
 	for _, m := range []map[string]*faultNode{f.live, f.durable} {
-		for p := range m {
-			if _, ok := underDir(path, p); ok || p == path {
-				delete(m, p)
-			}
-		}
+		maps.DeleteFunc(m, func(p string, _ *faultNode) bool { return inTree(path, p) })
 	}
-	for d := range f.dirs {
-		if _, ok := underDir(path, d); ok || d == path {
-			delete(f.dirs, d)
-		}
-	}
+	maps.DeleteFunc(f.dirs, func(d string, _ bool) bool { return inTree(path, d) })
 	return nil
 }
 

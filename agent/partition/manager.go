@@ -941,10 +941,16 @@ func (m *Manager) deleteDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := m.deps.FS.RemoveAll(target); err != nil {
-		m.log.Warn("cannot remove a deleted partition's files; the next start tries again", "dir", target, "error", err)
-	}
+	m.removeDeleted(target)
 	return nil
+}
+
+// removeDeleted removes a directory in deleting/; a failure is logged and
+// left for the next start.
+func (m *Manager) removeDeleted(path string) {
+	if err := m.deps.FS.RemoveAll(path); err != nil {
+		m.log.Warn("cannot remove a deleted partition's files; the next start tries again", "dir", path, "error", err)
+	}
 }
 
 // purgeDeleted removes what deletions cut short left in deleting/.
@@ -958,9 +964,7 @@ func (m *Manager) purgeDeleted() {
 		return
 	}
 	for _, name := range names {
-		if err := m.deps.FS.RemoveAll(filepath.Join(trash, name)); err != nil {
-			m.log.Warn("cannot remove a deleted partition's files; the next start tries again", "dir", filepath.Join(trash, name), "error", err)
-		}
+		m.removeDeleted(filepath.Join(trash, name))
 	}
 }
 
