@@ -423,7 +423,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 			if err == nil {
 				// Before the opens, so that a warning comes ahead of
 				// their failures.
-				partition.CheckFileLimit(a.log, snap, a.cfg.NodeID, dir.Path, a.files)
+				partition.CheckFileLimit(a.log, a.fs, snap, a.cfg.NodeID, dir.Path, a.files)
 			}
 			return snap, err
 		})

@@ -70,7 +70,7 @@ func replicaFiles(segments int) int {
 
 // descriptorEstimate is the agent's estimate for the replicas snap assigns
 // to self, counting segments on disk (estimateDescriptors).
-func descriptorEstimate(snap *election.Snapshot, self, dataDir string, cacheBound int) (replicas, fds int) {
+func descriptorEstimate(fsys segstore.FS, snap *election.Snapshot, self, dataDir string, cacheBound int) (replicas, fds int) {
 	var held []heldReplica
 	for _, name := range snap.Topics() {
 		tm, _ := snap.Topic(name)
@@ -79,7 +79,7 @@ func descriptorEstimate(snap *election.Snapshot, self, dataDir string, cacheBoun
 		}
 		for _, pm := range tm.Partitions {
 			if slices.Contains(pm.Replicas, self) {
-				held = append(held, heldReplica{replicas: pm.Replicas, segments: countSegments(partitionDir(dataDir, name, pm.Partition))})
+				held = append(held, heldReplica{replicas: pm.Replicas, segments: countSegments(fsys, partitionDir(dataDir, name, pm.Partition))})
 			}
 		}
 	}
@@ -113,14 +113,14 @@ func estimateDescriptors(self string, held []heldReplica, cacheBound int) int {
 
 // countSegments counts a partition directory's segment logs; a directory
 // that cannot be read counts as none.
-func countSegments(dir string) int {
-	entries, err := os.ReadDir(dir)
+func countSegments(fsys segstore.FS, dir string) int {
+	names, err := fsys.ReadDir(dir)
 	if err != nil {
 		return 0
 	}
 	n := 0
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".log") {
+	for _, name := range names {
+		if strings.HasSuffix(name, ".log") {
 			n++
 		}
 	}
@@ -134,14 +134,14 @@ func countSegments(dir string) int {
 // the hard one (to one below it, to notice a later prlimit(1)) when the
 // process starts, so the hard limit, LimitNOFILE in the unit, is what
 // counts.
-func CheckFileLimit(log hclog.Logger, snap *election.Snapshot, self, dataDir string, files *segstore.FileCache) {
+func CheckFileLimit(log hclog.Logger, fsys segstore.FS, snap *election.Snapshot, self, dataDir string, files *segstore.FileCache) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		log.Warn("cannot read the open files limit (RLIMIT_NOFILE)", "error", err)
 		return
 	}
 	bound := cacheBound(files)
-	replicas, need := descriptorEstimate(snap, self, dataDir, bound)
+	replicas, need := descriptorEstimate(fsys, snap, self, dataDir, bound)
 	log.Info("open files limit", "soft", lim.Cur, "hard", lim.Max, "replicas", replicas, "estimated_need", need, "file_cache", bound)
 	if uint64(need) > lim.Cur/2 {
 		log.Warn("the open files limit is low for the partitions this agent holds: some may stay offline and new connections wait; raise LimitNOFILE",

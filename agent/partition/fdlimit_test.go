@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/logagent/logagent/segstore"
 )
 
 func TestReplicaFiles(t *testing.T) {
@@ -71,10 +73,10 @@ func TestCountSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := countSegments(dir); got != 2 {
+	if got := countSegments(segstore.OSFS{}, dir); got != 2 {
 		t.Errorf("countSegments = %d, want 2", got)
 	}
-	if got := countSegments(filepath.Join(dir, "missing")); got != 0 {
+	if got := countSegments(segstore.OSFS{}, filepath.Join(dir, "missing")); got != 0 {
 		t.Errorf("countSegments of a missing directory = %d, want 0", got)
 	}
 }
