@@ -5,13 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
-
-	"github.com/logagent/logagent/wire"
 )
 
 // coalescer combines concurrent produce requests for one partition, with
@@ -90,6 +86,13 @@ func newCoalescer(linger time.Duration, maxBytes int, decoders *sync.Pool,
 // submit sends one validated batch, alone or with others, and answers
 // with this caller's offsets.
 func (c *coalescer) submit(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *reply.APIError) {
+	if record.Header(batch).Codec() != record.CodecNone {
+		// Alone, as it came: combined, its records would be stored
+		// uncompressed, in a batch that may outgrow the log's limit (a
+		// 0.84 MB snappy batch of 17.8 MB of records failed the request
+		// it was combined with).
+		return c.produce(key, batch, count, deadline)
+	}
 	m := &groupMember{batch: batch, count: count, done: make(chan struct{})}
 	c.mu.Lock()
 	g := c.pending[key]
@@ -169,10 +172,10 @@ func (c *coalescer) send(g *produceGroup) {
 	if len(g.members) > 1 {
 		var err error
 		if batch, count, err = c.merge(g.members); err != nil {
-			e := reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
-			for _, m := range g.members {
-				m.err = e
-			}
+			// Valid batches that one batch cannot hold together (their
+			// timestamps too far apart for its deltas): each goes as it
+			// came, answered on its own.
+			c.sendOneByOne(g)
 			return
 		}
 	}
@@ -204,6 +207,13 @@ func (c *coalescer) sendSideBySide(g *produceGroup) {
 	for i, m := range g.members {
 		m.resp, m.err = resps[i], errs[i]
 		m.resp.Count = m.count
+	}
+}
+
+// sendOneByOne sends each member's batch alone, in arrival order.
+func (c *coalescer) sendOneByOne(g *produceGroup) {
+	for _, m := range g.members {
+		m.resp, m.err = c.produce(g.key, m.batch, m.count, g.deadline)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -18,7 +19,7 @@ import (
 	"github.com/logagent/logagent/wire"
 )
 
-// jsonProduceBody is an application/json produce body:
+// An application/json produce body:
 //
 //	{"records":[{"key":"k","value":"v","headers":{"h":"x"}},
 //	            {"key_base64":"AAE=","value_base64":"/w=="}]}
@@ -26,11 +27,7 @@ import (
 // key and value are UTF-8 text; key_base64 and value_base64 carry any bytes
 // (standard base64 with padding) and exclude the text field of the same
 // name. A record without a key has no key; one without a value has an
-// empty value.
-type jsonProduceBody struct {
-	Records []jsonProduceRecord `json:"records"`
-}
-
+// empty value. buildJSON reads it record by record.
 type jsonProduceRecord struct {
 	Key         *string           `json:"key"`
 	KeyBase64   *string           `json:"key_base64"`
@@ -61,17 +58,10 @@ func bytesField(name string, text, b64 *string) ([]byte, error) {
 // key parameter does). A key parameter is the key of records that name
 // none.
 func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
-	var req jsonProduceBody
-	if err := reply.DecodeOneObject(body, &req); err != nil {
-		return nil, 0, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
-	}
-	if len(req.Records) == 0 {
-		return nil, 0, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "the body holds no records", false)
-	}
 	var b record.Builder
 	ts := a.now().UnixMilli()
 	var firstKey []byte
-	for i, r := range req.Records {
+	err := reply.DecodeArrayField(body, "records", func(i int, r *jsonProduceRecord) error {
 		key, err := bytesField("key", r.Key, r.KeyBase64)
 		if err == nil && key == nil {
 			key = keyParam
@@ -81,7 +71,7 @@ func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 			value, err = bytesField("value", r.Value, r.ValueBase64)
 		}
 		if err != nil {
-			return nil, 0, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
+			return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
 		}
 		if i == 0 {
 			firstKey = key
@@ -89,9 +79,14 @@ func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 		if value == nil {
 			value = []byte{}
 		}
-		if err := a.addRecord(&b, ts, key, value, jsonHeaders(r.Headers)); err != nil {
-			return nil, 0, nil, err
-		}
+		return a.addRecord(&b, ts, key, value, jsonHeaders(r.Headers))
+	})
+	var apiErr *reply.APIError
+	switch {
+	case errors.As(err, &apiErr):
+		return nil, 0, nil, err
+	case err != nil:
+		return nil, 0, nil, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a JSON produce request: "+err.Error(), false)
 	}
 	batch, err := a.finishBatch(&b)
 	return batch, b.Len(), firstKey, err
@@ -130,7 +125,10 @@ func (a *Agent) buildOne(body, key []byte) ([]byte, int, error) {
 	return batch, 1, err
 }
 
-// addRecord adds one record, refusing one over limits.max_record_bytes.
+// addRecord adds one record, refusing one over limits.max_record_bytes,
+// and records that together make a batch over the log's batch limit
+// (records of a few bytes cost more as a batch than as text: a 16 MiB body
+// of 2-byte lines made a batch of 91 MB, refused by the log as corrupt).
 func (a *Agent) addRecord(b *record.Builder, ts int64, key, value []byte, headers []record.RecordHeader) error {
 	size := len(key) + len(value)
 	for _, h := range headers {
@@ -142,6 +140,10 @@ func (a *Agent) addRecord(b *record.Builder, ts int64, key, value []byte, header
 	}
 	if err := b.Add(ts, key, value, headers); err != nil {
 		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), false)
+	}
+	if limit := a.recordLimits.MaxBatchBytes; limit > 0 && b.Size() > limit {
+		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge,
+			fmt.Sprintf("the first %d records make a batch of %d bytes, over the %d one batch may hold: send them in more requests", b.Len(), b.Size(), limit), false)
 	}
 	return nil
 }

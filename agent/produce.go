@@ -279,6 +279,9 @@ func (a *Agent) decodeBatch(body []byte) ([]byte, int, error) {
 	d := a.decoders.Get().(*record.Decoder)
 	defer a.decoders.Put(d)
 	h, err := d.Validate(body)
+	if err == nil {
+		err = h.CheckDense()
+	}
 	switch {
 	case errors.Is(err, record.ErrTooLarge):
 		return nil, 0, reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge, err.Error(), false)

@@ -137,8 +137,8 @@ func checkProduceBatch(records []byte) (int, int16, error) {
 	case err != nil:
 		return 0, kerr.CorruptMessage.Code, err
 	}
-	if h.RecordCount() == 0 {
-		return 0, kerr.InvalidRecord.Code, errors.New("the batch has no records")
+	if err := h.CheckDense(); err != nil {
+		return 0, kerr.InvalidRecord.Code, err
 	}
 	return int(h.RecordCount()), 0, nil
 }

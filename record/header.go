@@ -193,8 +193,8 @@ func parseHeader(b []byte, maxBatchBytes int) (Header, int, error) {
 	if d := h.LastOffsetDelta(); d < 0 {
 		return nil, 0, corruptf("negative last_offset_delta %d", d)
 	}
-	if h.BaseOffset() > math.MaxInt64-int64(h.LastOffsetDelta()) {
-		return nil, 0, corruptf("base_offset %d plus last_offset_delta %d overflows", h.BaseOffset(), h.LastOffsetDelta())
+	if h.BaseOffset() >= math.MaxInt64-int64(h.LastOffsetDelta()) { // NextOffset must fit too
+		return nil, 0, corruptf("base_offset %d plus last_offset_delta %d leaves no next offset", h.BaseOffset(), h.LastOffsetDelta())
 	}
 	if a := h.Attributes(); a&unusedAttributes != 0 {
 		return nil, 0, corruptf("unused attribute bits set in %#04x", uint16(a))
@@ -313,6 +313,19 @@ func (h Header) BaseSequence() int32 { return int32(binary.BigEndian.Uint32(h[of
 
 // RecordCount is the number of records in the batch.
 func (h Header) RecordCount() int32 { return int32(binary.BigEndian.Uint32(h[offRecordCount:])) }
+
+// CheckDense refuses a batch that no producer sends: one without records,
+// or whose offset range (last_offset_delta + 1) is not its record count
+// (Kafka's "Inconsistent batch offset range and record count"). ParseHeader
+// takes both, as a log may hold batches whose records were removed, but a
+// leader that appended one would give out offsets that no record holds: up
+// to 2^31 of them for a batch of 61 bytes.
+func (h Header) CheckDense() error {
+	if c := h.RecordCount(); c < 1 || int64(h.LastOffsetDelta()) != int64(c)-1 {
+		return corruptf("record_count %d with last_offset_delta %d: a produced batch holds one record or more, one per offset", c, h.LastOffsetDelta())
+	}
+	return nil
+}
 
 // SetBaseOffset rewrites the base offset in place. The base offset is not
 // covered by the CRC, so a leader can assign offsets without re-checksumming.

@@ -252,6 +252,8 @@ func TestHeaderChecks(t *testing.T) {
 			SetBaseOffset(b, math.MaxInt64)
 			binary.BigEndian.PutUint32(b[offLastOffsetDelta:], 1)
 		}, want: ErrCorrupt},
+		{name: "next offset overflows", damage: func(b []byte) { SetBaseOffset(b, math.MaxInt64) }, want: ErrCorrupt},
+		{name: "next offset is the largest", damage: func(b []byte) { SetBaseOffset(b, math.MaxInt64-1) }},
 		{name: "negative last offset delta", damage: func(b []byte) {
 			binary.BigEndian.PutUint32(b[offLastOffsetDelta:], math.MaxUint32)
 		}, want: ErrCorrupt},
@@ -285,6 +287,42 @@ func TestHeaderChecks(t *testing.T) {
 				return
 			}
 			requireError(t, err, tc.want)
+		})
+	}
+}
+
+// TestCheckDense: a batch as a producer sends it holds a record for each
+// offset of its range; Verify takes sparse ones, CheckDense does not.
+func TestCheckDense(t *testing.T) {
+	three := buildBatch(t, CodecNone, nil, []Record{{Value: []byte("a")}, {Value: []byte("b")}, {Value: []byte("c")}})
+	for _, tc := range []struct {
+		name                   string
+		lastOffsetDelta, count uint32
+		ok                     bool
+	}{
+		{name: "three records, three offsets", lastOffsetDelta: 2, count: 3, ok: true},
+		{name: "no records", lastOffsetDelta: 2, count: 0},
+		{name: "no records, one offset", lastOffsetDelta: 0, count: 0},
+		{name: "a gap", lastOffsetDelta: 5, count: 3},
+		{name: "nearly 2^31 offsets", lastOffsetDelta: math.MaxInt32 - 1, count: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			batch := bytes.Clone(three)
+			binary.BigEndian.PutUint32(batch[offLastOffsetDelta:], tc.lastOffsetDelta)
+			binary.BigEndian.PutUint32(batch[offRecordCount:], tc.count)
+			resum(batch)
+			h, err := Verify(batch, 0)
+			if err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			err = h.CheckDense()
+			if tc.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			requireError(t, err, ErrCorrupt)
 		})
 	}
 }

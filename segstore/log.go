@@ -188,10 +188,14 @@ func (l *Log) AssignEpoch(epoch int32, startOffset int64) error {
 }
 
 // AppendLeader appends one batch as the leader of epoch: it verifies the
-// batch, assigns its offsets from the log end offset and stamps the epoch,
-// both in place in batch. A new epoch starts a new epoch cache entry.
+// batch, which must be as a producer sends it (record.Header.CheckDense),
+// assigns its offsets from the log end offset and stamps the epoch, both
+// in place in batch. A new epoch starts a new epoch cache entry.
 func (l *Log) AppendLeader(batch []byte, epoch int32) (base, last int64, err error) {
 	h, err := record.Verify(batch, l.opts.MaxBatchBytes)
+	if err == nil {
+		err = h.CheckDense()
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("segstore: append: %w", err)
 	}

@@ -2,8 +2,10 @@ package segstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -275,6 +277,15 @@ func TestAppendValidation(t *testing.T) {
 	good := func(base int64, epoch int32) []byte {
 		return makeBatch(nil, batchSpec{base: base, epoch: epoch, payload: 10})
 	}
+	// sparse is a batch whose offset range its records do not fill, as no
+	// producer sends one: the leader gave it every offset of the range.
+	sparse := func(lastOffsetDelta, records uint32) []byte {
+		b := makeBatch(nil, batchSpec{payload: 10})
+		binary.BigEndian.PutUint32(b[hdrLastOffsetDelta:], lastOffsetDelta)
+		binary.BigEndian.PutUint32(b[hdrRecordCount:], records)
+		binary.BigEndian.PutUint32(b[hdrCRC:], record.Checksum(b))
+		return b
+	}
 	tests := []struct {
 		name    string
 		leader  bool
@@ -283,6 +294,8 @@ func TestAppendValidation(t *testing.T) {
 		wantErr error
 	}{
 		{"leader corrupt", true, corrupt, 5, record.ErrCorrupt},
+		{"leader no records", true, sparse(math.MaxInt32-1, 0), 5, record.ErrCorrupt},
+		{"leader offsets without records", true, sparse(1_000_000, 1), 5, record.ErrCorrupt},
 		{"leader short", true, good(0, 5)[:40], 5, record.ErrShort},
 		{"leader stale epoch", true, good(0, 4), 4, ErrStaleEpoch},
 		{"follower corrupt", false, slices.Concat(good(2, 5), corrupt), 0, record.ErrCorrupt},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -130,18 +131,100 @@ func PartitionName(topic string, partition int) string {
 }
 
 // DecodeOneObject decodes a request body that must be exactly one JSON
-// value of v's type: a field v does not have is refused, so that a
+// object of v's type: a field v does not have is refused, so that a
 // misspelt setting ("replicationFactor") never quietly becomes a default,
-// and so is anything after the value. Every JSON body of the client API is
+// and so is any other value (null, an array) and anything after the
+// object, a stray ']' or '}' included. Every JSON body of the client API is
 // read with it.
 func DecodeOneObject(body []byte, v any) error {
+	if start := bytes.TrimLeft(body, " \t\r\n"); len(start) == 0 || start[0] != '{' {
+		return errors.New("the body is not a JSON object")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	return expectEnd(dec)
+}
+
+// expectEnd refuses anything but white space after the value dec read.
+// (Decoder.More says false before a ']' or '}' it has not read.)
+func expectEnd(dec *json.Decoder) error {
+	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
+// DecodeArrayField decodes a request body that must be exactly one JSON
+// object whose only field is field, an array, and hands each element to
+// each as it is decoded, with DecodeOneObject's rules (unknown fields
+// refused, in the object and in each element, and nothing after it). An
+// array read element by element never becomes a slice of them all: a
+// produce body within limits.max_request_bytes may hold millions of
+// records ({} is two bytes). A null or absent array has no elements. An
+// error of each is returned unchanged; others say where the body went
+// wrong.
+func DecodeArrayField[T any](body []byte, field string, each func(i int, elem *T) error) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := expectDelim(dec, '{'); err != nil {
+		return errors.New("the body is not a JSON object")
+	}
+	seen := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if name, _ := tok.(string); name != field {
+			return fmt.Errorf("json: unknown field %q", tok)
+		}
+		if seen {
+			return fmt.Errorf("json: field %q given twice", field)
+		}
+		seen = true
+		if err := decodeArray(dec, field, each); err != nil {
+			return err
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return err
+	}
+	return expectEnd(dec)
+}
+
+func decodeArray[T any](dec *json.Decoder, field string, each func(i int, elem *T) error) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok == nil {
+		return nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return fmt.Errorf("json: field %q is not an array", field)
+	}
+	for i := 0; dec.More(); i++ {
+		var elem T
+		if err := dec.Decode(&elem); err != nil {
+			return fmt.Errorf("%s[%d]: %w", field, i, err)
+		}
+		if err := each(i, &elem); err != nil {
+			return err
+		}
+	}
+	return expectDelim(dec, ']')
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("json: %v where %q was due", tok, want)
 	}
 	return nil
 }
