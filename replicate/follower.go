@@ -233,6 +233,9 @@ func (f *Follower) FetchOutOfRange(leaderLogStart, leaderLogEnd int64) error {
 		return fmt.Errorf("%w: out of range answer without a fetch in flight", ErrInvalidInput)
 	}
 	switch {
+	case leaderLogStart < 0 || leaderLogEnd < leaderLogStart:
+		// No leader's log: a truncation to it would fail this one.
+		return fmt.Errorf("%w: out of range answer with the leader's log [%d, %d)", ErrInvalidInput, leaderLogStart, leaderLogEnd)
 	case leaderLogEnd < f.logEnd:
 		f.startTruncation(Truncation{Offset: leaderLogEnd}, true, 0)
 	case leaderLogStart > f.logEnd:

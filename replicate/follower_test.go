@@ -480,3 +480,17 @@ func TestFollowerDetectsTruncationThatKeptAnEpoch(t *testing.T) {
 		t.Fatalf("Truncated with epoch 3 kept: %v, want ErrInconsistentLog", err)
 	}
 }
+
+// TestFetchOutOfRangeBadBounds: an offset_out_of_range answer whose bounds
+// are no log ([-1, -5), or a start past the end) is refused, not turned
+// into a truncation: the log refused a cut at -5 and the replica failed it.
+func TestFetchOutOfRangeBadBounds(t *testing.T) {
+	for _, tc := range []struct{ start, end int64 }{{-1, -5}, {-1, 20}, {30, 20}} {
+		f, m := fetchingFollower(t, DurabilityReplicated)
+		receive(t, f, m, 10, 2)
+		f.Ready()
+		if err := f.FetchOutOfRange(tc.start, tc.end); !errors.Is(err, ErrInvalidInput) {
+			t.Errorf("FetchOutOfRange(%d, %d) = %v, next output %+v; want ErrInvalidInput", tc.start, tc.end, err, f.Ready().Truncate)
+		}
+	}
+}

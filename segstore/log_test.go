@@ -334,6 +334,21 @@ func TestAppendValidation(t *testing.T) {
 	}
 }
 
+// TestAppendFollowerAtMaxOffset: a log restarted at 2^63-1 (a leader's
+// log start, as an out of range answer gives it) refuses a batch there: its
+// next offset does not fit an int64, and the log end offset wrapped
+// negative.
+func TestAppendFollowerAtMaxOffset(t *testing.T) {
+	l := openLog(t, OSFS{}, t.TempDir(), smallOptions(t, newClock()))
+	defer l.Close()
+	if err := l.TruncateFully(math.MaxInt64); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendFollower(makeBatch(nil, batchSpec{base: math.MaxInt64, epoch: 1, payload: 4}), 1); !errors.Is(err, record.ErrCorrupt) {
+		t.Fatalf("a batch at offset 2^63-1: %v, log end offset %d; want record.ErrCorrupt", err, l.LogEndOffset())
+	}
+}
+
 func TestTruncate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testSeed(t), 3))
 	clock := newClock()

@@ -670,12 +670,14 @@ func (r *Replica) reconcile() {
 // there is none: the metadata's, or one that announced itself over its
 // fetch session at a newer epoch (docs/design.md §7.9), ahead of the
 // metadata watch. Following it needs no more trust than following the
-// metadata: every fetch is fenced by the leader's epoch.
+// metadata: every fetch is fenced by the leader's epoch. An announcement
+// of an agent that is not a replica of the partition is not followed: it
+// can never lead it, and the newest announcement is kept.
 func (r *Replica) leaderToFollow() (followTarget, bool) {
 	pm := r.meta.pm
 	target := followTarget{node: pm.State.Leader, epoch: pm.State.Epoch}
 	led := target.node != "" && target.node != r.deps.Self && pm.LeaderSession != ""
-	if a := r.announced; a.epoch > target.epoch && a.node != r.deps.Self {
+	if a := r.announced; a.epoch > target.epoch && a.node != r.deps.Self && slices.Contains(pm.Replicas, a.node) {
 		return a, true
 	}
 	return target, led

@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -199,10 +200,14 @@ func TestReplicaFileRoundTrip(t *testing.T) {
 }
 
 // TestLeaderToFollow: a leader that announced itself over its fetch session
-// is followed while its epoch is above the metadata's, and only then.
+// is followed while its epoch is above the metadata's, and only then, and
+// only if it is a replica of the partition: any announcement was taken and
+// kept as the newest, so one of a non-replica at epoch 2^31-1 won over the
+// metadata's leader for good.
 func TestLeaderToFollow(t *testing.T) {
 	meta := func(leader string, epoch int32, session string) replicaMeta {
-		return replicaMeta{pm: election.PartitionMeta{State: election.PartitionState{Leader: leader, Epoch: epoch}, LeaderSession: session}}
+		return replicaMeta{pm: election.PartitionMeta{State: election.PartitionState{Leader: leader, Epoch: epoch}, LeaderSession: session,
+			Replicas: []string{"n1", "n2", "n3"}}}
 	}
 	tests := []struct {
 		name      string
@@ -219,6 +224,7 @@ func TestLeaderToFollow(t *testing.T) {
 		{"an announcement the metadata went past", meta("n1", 3, "s1"), followTarget{"n3", 2}, followTarget{"n1", 3}, true},
 		{"self is never followed", meta("n1", 1, ""), followTarget{"n2", 2}, followTarget{"n1", 1}, false},
 		{"self leads in the metadata", meta("n2", 1, "s2"), followTarget{}, followTarget{"n2", 1}, false},
+		{"a non-replica announced", meta("n1", 1, "s1"), followTarget{"n9", math.MaxInt32}, followTarget{"n1", 1}, true},
 	}
 	for _, tt := range tests {
 		r := &Replica{deps: &Deps{Self: "n2"}, meta: tt.meta, announced: tt.announced}

@@ -222,6 +222,10 @@ func decodePeerError(resp *fasthttp.Response) error {
 	if body.Error.LogEndOffset != nil {
 		e.LogEndOffset = *body.Error.LogEndOffset
 	}
+	if e.Code == wire.CodeOffsetOutOfRange && (body.Error.LogStartOffset == nil || body.Error.LogEndOffset == nil) {
+		// Read as [0, 0), it would have the follower cut its log to 0.
+		e.Code, e.Message = wire.CodeInternal, fmt.Sprintf("%s without the leader's log bounds: %s", wire.CodeOffsetOutOfRange, e.Message)
+	}
 	return e
 }
 

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -171,18 +172,20 @@ func (p FetchPositions) Write(h *fasthttp.ResponseHeader) {
 }
 
 func parseFetchPositions(h *fasthttp.ResponseHeader) (FetchPositions, error) {
+	// The ranges of the session's answer frame (parseAnswerFrame): an
+	// epoch of 2^32+7 is not epoch 7.
 	p := headerParser{h: h}
 	pos := FetchPositions{
-		LeaderEpoch:      int32(p.int64(wire.HeaderLeaderEpoch)),
-		EpochStartOffset: p.int64(wire.HeaderEpochStartOffset),
-		HighWatermark:    p.int64(wire.HeaderHighWatermark),
-		LogEndOffset:     p.int64(wire.HeaderLogEndOffset),
-		LogStartOffset:   p.int64(wire.HeaderLogStartOffset),
+		LeaderEpoch:      int32(p.int64(wire.HeaderLeaderEpoch, 0, math.MaxInt32)),
+		EpochStartOffset: p.int64(wire.HeaderEpochStartOffset, 0, math.MaxInt64),
+		HighWatermark:    p.int64(wire.HeaderHighWatermark, 0, math.MaxInt64),
+		LogEndOffset:     p.int64(wire.HeaderLogEndOffset, 0, math.MaxInt64),
+		LogStartOffset:   p.int64(wire.HeaderLogStartOffset, 0, math.MaxInt64),
 	}
 	if len(h.Peek(wire.HeaderDivergingEpoch)) > 0 {
 		pos.Diverging = &replicate.EpochEndOffset{
-			Epoch:     int32(p.int64(wire.HeaderDivergingEpoch)),
-			EndOffset: p.int64(wire.HeaderDivergingEndOffset),
+			Epoch:     int32(p.int64(wire.HeaderDivergingEpoch, 0, math.MaxInt32)),
+			EndOffset: p.int64(wire.HeaderDivergingEndOffset, 0, math.MaxInt64),
 		}
 	}
 	return pos, p.err
@@ -221,11 +224,11 @@ type headerParser struct {
 	err error
 }
 
-func (p *headerParser) int64(name string) int64 {
+func (p *headerParser) int64(name string, lo, hi int64) int64 {
 	s := string(p.h.Peek(name))
 	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil && p.err == nil {
-		p.err = fmt.Errorf("header %s=%q is not an integer", name, s)
+	if (err != nil || v < lo || v > hi) && p.err == nil {
+		p.err = fmt.Errorf("header %s=%q is not an integer in [%d, %d]", name, s, lo, hi)
 	}
 	return v
 }

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -81,5 +82,49 @@ func TestFetchPositionsRoundTrip(t *testing.T) {
 	h.Set(wire.HeaderLeaderEpoch, "3")
 	if _, err := parseFetchPositions(&h); err == nil {
 		t.Fatal("headers without positions accepted")
+	}
+}
+
+// TestFetchPositionsOutOfRange: the GET fetch's position headers have the
+// session answer frame's ranges. They were cut to int32 unchecked (an epoch
+// of 2^32+7 read as 7, the epoch the follower follows) and negative
+// offsets passed.
+func TestFetchPositionsOutOfRange(t *testing.T) {
+	for name, set := range map[string]func(h *fasthttp.ResponseHeader){
+		"leader epoch 2^32+7": func(h *fasthttp.ResponseHeader) { h.Set(wire.HeaderLeaderEpoch, "4294967303") },
+		"negative HW":         func(h *fasthttp.ResponseHeader) { h.Set(wire.HeaderHighWatermark, "-1") },
+		"diverging epoch 2^32": func(h *fasthttp.ResponseHeader) {
+			h.Set(wire.HeaderDivergingEpoch, "4294967296")
+			h.Set(wire.HeaderDivergingEndOffset, "3")
+		},
+	} {
+		var h fasthttp.ResponseHeader
+		FetchPositions{LeaderEpoch: 7, EpochStartOffset: 1, HighWatermark: 2, LogEndOffset: 3}.Write(&h)
+		set(&h)
+		if pos, err := parseFetchPositions(&h); err == nil {
+			t.Errorf("%s: parsed as %+v (diverging %+v)", name, pos, pos.Diverging)
+		}
+	}
+}
+
+// TestOutOfRangeErrorWithoutBounds: an offset_out_of_range answer of the
+// GET fetch without the leader's log bounds is no truncation order: read
+// as [0, 0), it would have the follower cut its log to 0.
+func TestOutOfRangeErrorWithoutBounds(t *testing.T) {
+	for _, tc := range []struct {
+		body     string
+		wantCode string
+	}{
+		{body: `{"error":{"code":"offset_out_of_range","message":"m","log_start_offset":4,"log_end_offset":9}}`, wantCode: wire.CodeOffsetOutOfRange},
+		{body: `{"error":{"code":"offset_out_of_range","message":"m"}}`, wantCode: wire.CodeInternal},
+		{body: `{"error":{"code":"offset_out_of_range","message":"m","log_start_offset":4}}`, wantCode: wire.CodeInternal},
+	} {
+		var resp fasthttp.Response
+		resp.SetStatusCode(fasthttp.StatusRequestedRangeNotSatisfiable)
+		resp.SetBodyString(tc.body)
+		var e *Error
+		if !errors.As(decodePeerError(&resp), &e) || e.Code != tc.wantCode {
+			t.Errorf("%s: decoded as %+v, want code %s", tc.body, e, tc.wantCode)
+		}
 	}
 }

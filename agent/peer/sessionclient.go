@@ -127,7 +127,16 @@ func (s *Sessions) Fetch(addr string, f Fetch, deliver Deliver) {
 	if old := ss.pending[key]; old != nil {
 		delete(ss.byID, old.id)
 	}
-	ss.nextID++
+	// An id still pending is skipped: an idle partition's fetch stays
+	// parked at the leader for as long as the session lives, and after 2^32
+	// fetches the counter came back to its id, so that the leader's answer
+	// to it went to the other partition's fetch.
+	for {
+		ss.nextID++
+		if ss.byID[ss.nextID] == nil {
+			break
+		}
+	}
 	pf := &pendingFetch{id: ss.nextID, key: key, f: f, deliver: deliver}
 	ss.pending[key], ss.byID[pf.id] = pf, pf
 	if ss.streaming {

@@ -312,3 +312,48 @@ func TestSessionFallsBackTo404(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionIDSkipsParkedFetch: a session's fetch ids are a uint32
+// counter that lives as long as the session has a pending fetch, and an
+// idle partition's fetch stays parked at the leader for as long as the
+// partition gets no writes. After 2^32 fetches on the session (here: the
+// counter set back), a new fetch of another partition got the parked
+// fetch's id and replaced it: the leader's answer to the parked fetch (its
+// batches, HW and log start) went to the other partition's replica, and
+// the parked partition never got one.
+func TestSessionIDSkipsParkedFetch(t *testing.T) {
+	leader := startFakeLeader(t, 50)
+	s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond, nil)
+	defer s.Close()
+	addr := leader.ln.Addr().String()
+
+	dA, gotA := collector()
+	s.Fetch(addr, testFetch(0, 10), dA) // partition 0: idle, parked at the leader
+	c := leader.accept()
+	parked := c.next(t)
+
+	s.mu.Lock()
+	s.byAddr[addr].nextID = parked.ID - 1 // 2^32 fetches later, mod 2^32
+	s.mu.Unlock()
+	dB, gotB := collector()
+	s.Fetch(addr, testFetch(1, 500), dB) // partition 1: busy
+	if req := c.next(t); req.ID == parked.ID {
+		t.Errorf("partition 1's fetch got id %d, the id of partition 0's parked fetch", req.ID)
+	}
+
+	// Partition 0 gets a write: the leader answers its parked fetch.
+	pos := FetchPositions{LeaderEpoch: 3, HighWatermark: 11, LogEndOffset: 11, LogStartOffset: 0}
+	if _, err := c.Write(append(AppendAnswerHeader(nil, parked.ID, pos, 8), "p0-batch"...)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-gotB:
+		t.Fatalf("partition 0's answer (%q, HW %d) was delivered to partition 1's fetch", d.answer.Batches, d.answer.Positions.HighWatermark)
+	case d := <-gotA:
+		if string(d.answer.Batches) != "p0-batch" {
+			t.Fatalf("partition 0 got %+v %v", d.answer, d.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("partition 0's answer was delivered to no one")
+	}
+}

@@ -417,6 +417,9 @@ func parseRefusalFrame(body []byte) (uint32, *Error, error) {
 	if e.Code == "" {
 		return 0, nil, badFrame("refusal without a code")
 	}
+	if e.LogStartOffset < 0 || e.LogEndOffset < 0 {
+		return 0, nil, badFrame("refusal with log bounds [%d, %d)", e.LogStartOffset, e.LogEndOffset)
+	}
 	return id, e, nil
 }
 

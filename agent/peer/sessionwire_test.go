@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/logagent/logagent/replicate"
+
+	"github.com/logagent/logagent/wire"
 )
 
 func readOne(t *testing.T, b []byte, maxLen int) (byte, []byte) {
@@ -207,5 +209,17 @@ func TestReadSessionRequest(t *testing.T) {
 	}
 	if _, _, err := ReadSessionRequest(r, buf, "n2"); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the last frame: %v", err)
+	}
+}
+
+// TestRefusalFrameNegativeBounds: a refusal frame whose log bounds are
+// negative is malformed (a leader's log offsets never are), as an answer
+// frame's negative positions are: an offset_out_of_range refusal of
+// [-1, -5) had the follower ask its log to cut at -5, and fail it.
+func TestRefusalFrameNegativeBounds(t *testing.T) {
+	frame := AppendRefusalFrame(nil, 1, &Error{Status: 416, Code: wire.CodeOffsetOutOfRange, LogStartOffset: -1, LogEndOffset: -5})
+	_, e, err := parseRefusalFrame(frame[frameHeaderLen:])
+	if !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("refusal with log bounds [-1, -5) parsed: %+v, %v", e, err)
 	}
 }
