@@ -6,8 +6,10 @@ import (
 	"errors"
 	"hash/crc32"
 	"math"
+	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -258,5 +260,38 @@ func TestProduceSparseBatchOverHTTP(t *testing.T) {
 	}
 	if status, body := n1.produce("sparse", 0, "acks=all", wire.ContentTypeBatch, one); status != 200 || !bytes.Contains(body, []byte(`"base_offset":0`)) {
 		t.Fatalf("a valid batch after them: %d %s, want 200 at offset 0", status, body)
+	}
+}
+
+// TestNDJSONFetchWithinBatchLimit: an ndjson fetch is decoded in memory, so
+// its max_bytes is held to the batch limit (16 MiB here); one asking for
+// 2 GiB read up to a whole segment (1 GiB by default) into memory.
+func TestNDJSONFetchWithinBatchLimit(t *testing.T) {
+	// Segments above the limit, as the default 1 GiB are (the test
+	// clusters' 1 MiB segments would end every read first).
+	c := startTestClusterWith(t, 1, "", func(a *Agent) { a.cfg.Storage.SegmentBytes = 64 << 20 })
+	n1 := c.agents[0]
+	c.createTopic(n1, "wide", 1, 1, 1)
+	c.waitLeader("wide", 0, 1)
+	const recordsPerBatch, valueBytes, batches = 8, 128 << 10, 24 // 24 MiB of values
+	values := make([]string, recordsPerBatch)
+	for i := range values {
+		values[i] = strings.Repeat("v", valueBytes)
+	}
+	for range batches {
+		if status, body := n1.produce("wide", 0, "acks=1", wire.ContentTypeBatch, testBatch(t, values)); status != 200 {
+			t.Fatalf("produce: %d %s", status, body)
+		}
+	}
+	status, body := c.callAddr(n1.client, "GET", "/v1/topics/wide/partitions/0/records?offset=0&max_bytes=2147483647", "", nil,
+		http.Header{"Accept": {wire.ContentTypeNDJSON}})
+	if status != 200 {
+		t.Fatalf("fetch: %d %s", status, bytes.TrimSpace(body[:min(len(body), 200)]))
+	}
+	lines := bytes.Count(body, []byte("\n"))
+	limit := maxBatchBytes(n1.agent.cfg)
+	if lines*valueBytes > limit+recordsPerBatch*valueBytes || lines >= recordsPerBatch*batches {
+		t.Fatalf("an ndjson fetch of max_bytes 2 GiB answered %d of %d records (%d MiB of values); want at most the batch limit, %d MiB, and one batch",
+			lines, recordsPerBatch*batches, lines*valueBytes>>20, limit>>20)
 	}
 }

@@ -51,6 +51,11 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
+	if format == wire.ContentTypeNDJSON {
+		// Decoded in memory, and written out again as JSON: a max_bytes of
+		// 2 GiB had one request read up to a whole segment.
+		maxBytes = min(maxBytes, int64(a.recordLimits.MaxBatchBytes))
+	}
 	wait, err := durationParam(args, "wait", 0, maxClientWait)
 	if err != nil {
 		writeErr(ctx, err)
