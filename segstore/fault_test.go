@@ -317,6 +317,46 @@ func TestDamagedIndexIsRebuilt(t *testing.T) {
 	}
 }
 
+// TestMisplacedIndexEntryIsNotFollowed: a sealed segment's index entry
+// that is not the last has its position moved one byte into its batch (the
+// entries still increase, so Open keeps the index: it checks the last
+// entry only). Reads of every offset, one batch or many, still return whole
+// batches: the bound of a read was walked from the entry unchecked, and
+// every read through it failed.
+func TestMisplacedIndexEntryIsNotFollowed(t *testing.T) {
+	opts := smallOptions(t, newClock())
+	dir := t.TempDir()
+	batches := buildClosedLog(t, dir, opts)
+	idx := segmentFiles(t, dir, indexSuffix)[1]
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 4*indexEntrySize {
+		t.Fatalf("setup: an index of %d bytes", len(b))
+	}
+	b[2*indexEntrySize+7]++ // the third entry's position, plus one
+	if err := os.WriteFile(idx, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := openLog(t, OSFS{}, dir, opts)
+	defer l.Close()
+	for _, maxBytes := range []int64{1, 300, 1 << 20} {
+		for off := l.LogStartOffset(); off < l.LogEndOffset(); off++ {
+			region, err := l.ReadBytes(off, maxBytes, l.LogEndOffset())
+			if err != nil {
+				t.Fatalf("read at %d (max %d bytes): %v", off, maxBytes, err)
+			}
+			if _, err := record.SplitBatches(region, 0); err != nil {
+				t.Fatalf("read at %d (max %d bytes): %v", off, maxBytes, err)
+			}
+		}
+	}
+	if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, batches, bytes.Equal) {
+		t.Fatal("content differs")
+	}
+}
+
 // TestTornTailIsCut: above the recovery point a torn or corrupt tail is an
 // interrupted write and is cut, with every later segment.
 func TestTornTailIsCut(t *testing.T) {

@@ -142,6 +142,11 @@ type fileHandle struct {
 	// successful fsync covered. Unequal: the file must be synced before it
 	// is closed.
 	writes, synced uint64
+	// syncErr is the failed fsync of a close, which every later Sync
+	// returns: an fsync of a descriptor opened after the failure does not
+	// report it (Linux reports a writeback error once), and succeeded over
+	// bytes the failed one had lost.
+	syncErr error
 }
 
 func newFileHandle(l *Log, path string, flag int) *fileHandle {
@@ -244,13 +249,18 @@ func (h *fileHandle) closeFile() {
 	c.mu.Lock()
 	dirty := h.writes != h.synced && !h.gone
 	c.mu.Unlock()
+	var syncErr error
 	if dirty && h.l.failure.Load() == nil {
 		if err := h.f.Sync(); err != nil {
-			h.l.fail(fmt.Errorf("segstore: fsync %s before closing it: %w", h.path, err))
+			syncErr = fmt.Errorf("segstore: fsync %s before closing it: %w", h.path, err)
+			h.l.fail(syncErr)
 		}
 	}
 	h.f.Close()
 	c.mu.Lock()
+	if syncErr != nil {
+		h.syncErr = syncErr
+	}
 	h.f, h.state = nil, handleClosed
 	h.synced = h.writes
 	c.open--
@@ -294,8 +304,12 @@ func (h *fileHandle) Sync() error {
 		return err
 	}
 	c.mu.Lock()
-	covered := h.writes
+	covered, failed := h.writes, h.syncErr
 	c.mu.Unlock()
+	if failed != nil {
+		h.unpin(false)
+		return failed
+	}
 	err = f.Sync()
 	if err == nil {
 		c.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -443,5 +444,120 @@ func BenchmarkFileCachePin(b *testing.B) {
 			b.Fatal(err)
 		}
 		h.unpin(true)
+	}
+}
+
+// gateFS is OSFS whose first fsync of one file, once armed, blocks until
+// released and then fails, as a writeback error would.
+type gateFS struct {
+	OSFS
+	path    string
+	armed   atomic.Bool
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+type gateFile struct {
+	File
+	g *gateFS
+}
+
+func (g *gateFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := g.OSFS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Clean(name) != g.path {
+		return f, err
+	}
+	return &gateFile{File: f, g: g}, nil
+}
+
+func (f *gateFile) Sync() error {
+	if f.g.armed.Load() {
+		first := false
+		f.g.once.Do(func() { first = true })
+		if first {
+			close(f.g.entered)
+			<-f.g.release
+			return ErrInjected
+		}
+	}
+	return f.File.Sync()
+}
+
+// TestSyncRacingFailedEvictionFsync: the file cache evicts a log's dirty
+// active segment file and its fsync fails (the log is failed); a Sync of
+// that log that waited for the eviction to finish reopened the file,
+// fsynced the new descriptor (which Linux does not tell of the earlier
+// writeback error) and reported the appends durable, moving the synced
+// position that Options.Reopen trusts past bytes no fsync covered.
+func TestSyncRacingFailedEvictionFsync(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	root := t.TempDir()
+	cache := NewFileCache(2)
+	opts := smallOptions(t, newClock())
+	opts.Files = cache
+	g := &gateFS{entered: make(chan struct{}), release: make(chan struct{})}
+	a := openLog(t, g, filepath.Join(root, "a"), opts)
+	defer a.Close()
+	g.path = a.active.logPath
+	b := openLog(t, g, filepath.Join(root, "b"), opts)
+	defer b.Close()
+
+	if _, err := a.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	syncedBefore := a.SyncedOffset()
+	if _, _, err := a.AppendLeader(oneBatch(rng, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+
+	// b's appends evict a's dirty log file; its fsync blocks in the gate.
+	bDone := make(chan struct{})
+	go func() {
+		defer close(bDone)
+		for range 20 {
+			if _, _, err := b.AppendLeader(oneBatch(rand.New(rand.NewPCG(3, 4)), 100), 0); err != nil {
+				return
+			}
+			select {
+			case <-g.entered:
+				return
+			default:
+			}
+		}
+	}()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's log file was never evicted")
+	}
+
+	type result struct {
+		off int64
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		off, err := a.Sync()
+		res <- result{off, err}
+	}()
+	// Let the Sync reach the file handle, which waits for the eviction.
+	time.Sleep(200 * time.Millisecond)
+	close(g.release)
+	r := <-res
+	<-bDone
+
+	if a.failure.Load() == nil {
+		t.Fatal("the eviction's failed fsync did not fail the log")
+	}
+	if r.err == nil {
+		t.Errorf("Sync returned offset %d and no error although the fsync covering the append failed", r.off)
+	}
+	if got := a.syncedPosition().offset; got != syncedBefore {
+		t.Errorf("synced offset moved from %d to %d past a failed fsync: a Reopen would keep bytes no fsync covered", syncedBefore, got)
+	}
+	if !errors.Is(r.err, ErrFailed) && r.err != nil {
+		t.Errorf("Sync: %v, want ErrFailed", r.err)
 	}
 }

@@ -472,6 +472,11 @@ func (l *Log) Sync() (int64, error) {
 	l.syncMu.Unlock()
 
 	tail, snapGen, err := l.syncOnce()
+	if err == nil {
+		// The log failed meanwhile, by a path of its own (a file closed
+		// with a failed fsync, say): what this sync covered is not known.
+		err = l.usable()
+	}
 
 	l.syncMu.Lock()
 	l.syncing = false
@@ -597,17 +602,35 @@ func (l *Log) walkTo(seg *segment, pos, expect, target, size int64) (batchInfo, 
 
 // lastBoundary returns the end of the last batch that ends at or before
 // bound, and not before the end of first (a read returns at least one batch).
+// It starts from the index entry below bound when the batch there is the one
+// the entry names, else from first: an entry whose position was damaged
+// (recovery checks only a segment's last entry below the recovery point)
+// failed every read through it, and one that landed on a batch inside a
+// record's value could have ended a region inside a batch.
 func (l *Log) lastBoundary(seg *segment, first batchInfo, bound, size int64) (int64, error) {
-	e := seg.index.floorByPosition(uint32(bound))
-	pos := max(int64(e.pos), first.pos)
-	end := first.pos + first.size
+	if e := seg.index.floorByPosition(uint32(bound)); int64(e.pos) > first.pos {
+		end, err := l.boundaryFrom(seg, int64(e.pos), seg.base+int64(e.rel), first.pos+first.size, bound, size)
+		if err == nil {
+			return end, nil
+		}
+		l.logger.Warn("index entry does not match the log; scanning from the read's first batch", "segment", seg.base, "position", e.pos, "error", err)
+	}
+	return l.boundaryFrom(seg, first.pos, first.base, first.pos+first.size, bound, size)
+}
+
+// boundaryFrom is lastBoundary's walk from pos, where the batch based at
+// expect must start; end is the least it returns.
+func (l *Log) boundaryFrom(seg *segment, pos, expect, end, bound, size int64) (int64, error) {
 	bufp := lookupBufs.Get().(*[]byte)
 	defer lookupBufs.Put(bufp)
 	w := walker{f: seg.log, pos: pos, end: size, maxBatch: l.opts.MaxBatchBytes, buf: *bufp, bufPos: -1}
-	for {
+	for first := true; ; first = false {
 		info, err := w.next()
 		if err == io.EOF {
 			return end, nil
+		}
+		if err == nil && first && info.base != expect {
+			err = fmt.Errorf("batch base offset %d, index says %d", info.base, expect)
 		}
 		if err != nil {
 			return 0, &CorruptError{Path: seg.logPath, Position: w.pos, Err: err}
