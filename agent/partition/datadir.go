@@ -86,7 +86,7 @@ func OpenDataDir(fsys segstore.FS, dir, nodeID string) (*DataDir, error) {
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		holder := ""
-		if b, rerr := readFileFS(fsys, lockPath); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+		if b, rerr := readFileFS(fsys, lockPath, smallFileLimit); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
 			holder = " (held by pid " + strings.TrimSpace(string(b)) + ")"
 		}
 		f.Close()
@@ -112,7 +112,7 @@ func (d *DataDir) init(nodeID string) error {
 	}
 
 	metaPath := filepath.Join(d.Path, metaFileName)
-	b, err := readFileFS(d.fs, metaPath)
+	b, err := readFileFS(d.fs, metaPath, smallFileLimit)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		out, _ := json.Marshal(metaFile{NodeID: nodeID, Format: dataDirFormat})
@@ -142,13 +142,13 @@ func (d *DataDir) init(nodeID string) error {
 	if b, err := os.ReadFile(bootIDPath); err == nil {
 		d.bootID = strings.TrimSpace(string(b))
 	}
-	previousBoot, err := readFileFS(d.fs, filepath.Join(d.Path, bootIDFileName))
+	previousBoot, err := readFileFS(d.fs, filepath.Join(d.Path, bootIDFileName), smallFileLimit)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("agent: read %s: %w", bootIDFileName, err)
 	}
 
 	marker := filepath.Join(d.Path, cleanShutdownFileName)
-	switch _, err := readFileFS(d.fs, marker); {
+	switch _, err := readFileFS(d.fs, marker, smallFileLimit); {
 	case err == nil:
 		d.CleanShutdown = true
 		if err := d.fs.Remove(marker); err != nil {

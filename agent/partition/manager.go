@@ -68,7 +68,7 @@ type replicaFile struct {
 // readReplicaFile reads dir's replica.json; found is false when dir has
 // none, or is not a directory.
 func readReplicaFile(fsys segstore.FS, dir string) (replicaFile, bool, error) {
-	b, err := readFileFS(fsys, filepath.Join(dir, replicaFileName))
+	b, err := readFileFS(fsys, filepath.Join(dir, replicaFileName), smallFileLimit)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return replicaFile{}, false, nil
 	}

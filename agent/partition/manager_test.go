@@ -4,9 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/segstore"
 )
 
 func TestOpenRetryDelay(t *testing.T) {
@@ -43,5 +48,30 @@ func TestRootCause(t *testing.T) {
 		if got := rootCause(c.err).Error(); got != c.want {
 			t.Errorf("%s: rootCause = %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestReplicaFileSizeBounded: replica.json (like meta.json, boot_id and the
+// markers) is a few bytes; a damaged one whose size says 256 MiB (a sparse
+// file here) is refused before it is read, where it was allocated and read
+// whole (for every partition directory, by MarkAllDataLoss).
+func TestReplicaFileSizeBounded(t *testing.T) {
+	dir := t.TempDir()
+	const size = 256 << 20
+	if err := os.WriteFile(filepath.Join(dir, replicaFileName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, replicaFileName), size); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err := readReplicaFile(segstore.OSFS{}, dir)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("a %d MiB replica.json: %v, want it refused as damaged", size>>20, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+		t.Errorf("reading a %d MiB replica.json allocated %d MiB", size>>20, alloc>>20)
 	}
 }

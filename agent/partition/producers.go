@@ -77,7 +77,7 @@ func (r *Replica) loadProducers() {
 // readProducerSnapshot reads the snapshot if it describes a prefix of log.
 func (r *Replica) readProducerSnapshot(log *segstore.Log, opts producer.Options) (*producer.State, int64) {
 	r.producerSnapshotEnd = -1
-	b, err := readFileFS(r.deps.FS, filepath.Join(r.dir, producerSnapshotFile))
+	b, err := readFileFS(r.deps.FS, filepath.Join(r.dir, producerSnapshotFile), snapshotFileLimit)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0
 	}
@@ -248,8 +248,16 @@ func (r *Replica) writeProducerSnapshot() {
 	r.producerSnapshotEnd, r.producersDirty = end, false
 }
 
-// readFileFS reads a whole small file through fsys.
-func readFileFS(fsys segstore.FS, name string) ([]byte, error) {
+// Bounds of the files readFileFS reads: the size a damaged (or sparse)
+// file reports is not allocated. A producer snapshot over its bound is not
+// used: the log is scanned instead.
+const (
+	smallFileLimit    = 1 << 20   // replica.json, meta.json, the markers
+	snapshotFileLimit = 256 << 20 // producers.snapshot
+)
+
+// readFileFS reads a whole file of at most limit bytes through fsys.
+func readFileFS(fsys segstore.FS, name string, limit int64) ([]byte, error) {
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
@@ -258,6 +266,9 @@ func readFileFS(fsys segstore.FS, name string) ([]byte, error) {
 	size, err := f.Size()
 	if err != nil {
 		return nil, err
+	}
+	if size > limit {
+		return nil, fmt.Errorf("agent: %s is %d bytes, more than the %d it can hold: damaged", name, size, limit)
 	}
 	b := make([]byte, size)
 	if n, err := f.ReadAt(b, 0); n < len(b) {
