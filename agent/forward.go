@@ -278,6 +278,11 @@ func (a *Agent) handleReplicaProduce(ctx *fasthttp.RequestCtx) {
 	if err == nil {
 		epoch, err = intParam(args, "leader_epoch", -1, 0, 1<<31-1)
 	}
+	if err == nil && epoch < 0 {
+		// Unfenced, an append could land in a leadership the sidecar did
+		// not aim at.
+		err = reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "leader_epoch is required", false)
+	}
 	var batches int64
 	if err == nil {
 		batches, err = intParam(args, "batches", 1, 1, maxGroupBatches)

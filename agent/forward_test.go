@@ -290,4 +290,11 @@ func TestForwardedProduceFencedInTheLoop(t *testing.T) {
 			t.Errorf("peer produce at epoch %d: %d %s, want %d %s", tc.epoch, status, body, tc.status, tc.code)
 		}
 	}
+	// Without an epoch nothing is fenced: it is refused (it was taken at
+	// any epoch).
+	before := r.CurrentLog().LogEndOffset()
+	status, body := c.callAddr(n1.peer, "POST", peerProducePath+"?topic=fenced&partition=0&acks=all", wire.ContentTypeBatch, testBatch(t, []string{"x"}), nil)
+	if after := r.CurrentLog().LogEndOffset(); status != 400 || errorCode(t, body).Code != wire.CodeInvalidRequest || after != before {
+		t.Errorf("peer produce without leader_epoch: %d %s, log end %d -> %d; want 400 invalid_request and nothing appended", status, body, before, after)
+	}
 }
