@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -406,23 +405,23 @@ func sizeName(size int) string {
 }
 
 // logagentIdempotence measures the same workload with plain and with
-// idempotent producers on one cluster, each on its own topic, in
-// idempotencePairs pairs of runs whose order alternates (plain first, then
-// idempotent first, ...), and shows the pair whose ratio is the median. A
-// single pair's ratio is at the mercy of this host's drift: within one
-// make bench the last of five 1 KiB runs went 164,281 records/s where the
-// four before went 100,800-104,570, which the mean of two runs per side
-// turned into 0.75x; one such run moves one pair, not the median. A first
-// run of each size is not counted: on a fresh cluster the first seconds of
-// 1 KiB writes went up to 40 % faster than every later run, whichever side
-// ran them.
+// idempotent producers on one cluster, each on its own topic, in the order
+// of idempotenceOrder, and shows each side's mean. A single pair's ratio is
+// at the mercy of this host's drift: within one make bench the last of
+// five 1 KiB runs went 164,281 records/s where the four before went
+// 100,800-104,570, which the mean of two runs per side turned into 0.75x,
+// and the runs of one size speed up by about a quarter from first to last
+// (a ramp that the median of three alternating pairs, P I, I P, P I, read
+// in the idempotent side's favour: two of its three pairs ran it second).
+// A first run of each size is not counted: on a fresh cluster the first
+// seconds of 1 KiB writes went up to 40 % faster than every later run,
+// whichever side ran them.
 //
 // Each run's topic is deleted after it, and the next run waits until its
 // files are gone: the group's own writes (about 3 GB a 1 KiB run on the
 // three replicas) otherwise filled the memory with page cache by the fifth
 // 1 KiB run, where this host's writes step up by a third (pages reclaimed
-// from the cache cost less than pages the hypervisor must hand back), and
-// that step fell inside the second pair of every make bench run.
+// from the cache cost less than pages the hypervisor must hand back).
 func (o *options) logagentIdempotence(ctx context.Context, res *results, c *logagentCluster) {
 	for _, size := range []int{100, 1024} {
 		r := idempotenceRow(size)
@@ -441,58 +440,76 @@ func (o *options) logagentIdempotence(ctx context.Context, res *results, c *loga
 			return s
 		}
 		run(false, r.topic()+"_discarded")
-		pairs := make([]runPair, idempotencePairs)
-		for i := range pairs {
-			idempotentFirst := i%2 == 1
-			for _, idempotent := range []bool{idempotentFirst, !idempotentFirst} {
-				if idempotent {
-					pairs[i].idempotent = run(true, r.topic()+"_idempotent")
-				} else {
-					pairs[i].plain = run(false, r.topic()+"_plain")
-				}
+		var plain, idempotent []sample
+		for _, idem := range idempotenceOrder {
+			if idem {
+				idempotent = append(idempotent, run(true, r.topic()+"_idempotent"))
+			} else {
+				plain = append(plain, run(false, r.topic()+"_plain"))
 			}
 		}
-		res.logagent[r.topic()+"_plain"], res.logagent[r.topic()+"_idempotent"] = medianPair(pairs)
+		res.logagent[r.topic()+"_plain"], res.logagent[r.topic()+"_idempotent"] = meanSides(plain, idempotent)
 	}
 }
 
-// idempotencePairs is how many pairs of runs, one plain and one
-// idempotent, the idempotence rows measure per record size.
-const idempotencePairs = 3
+// idempotenceOrder is the order of the idempotence rows' measured runs of
+// one record size, true for an idempotent run: the first eight terms of
+// the Thue-Morse sequence, P I I P I P P I. Each side's runs sit at the
+// same mean position (3.5) and the same mean squared position (17.5), so
+// a drift of the host that is linear or quadratic in time adds as much to
+// one side's mean as to the other's.
+var idempotenceOrder = []bool{false, true, true, false, true, false, false, true}
 
-// runPair is one plain and one idempotent run of the same workload.
-type runPair struct{ plain, idempotent sample }
-
-// ratio is idempotent ÷ plain records/s; 0 when the plain run measured
-// nothing.
-func (p runPair) ratio() float64 {
-	if p.plain.RecordsPerSec <= 0 {
-		return 0
-	}
-	return p.idempotent.RecordsPerSec / p.plain.RecordsPerSec
-}
-
-// medianPair returns the two sides of the pair whose ratio is the median
-// of pairs (an odd number of them); the idempotent side's note lists every
-// pair's ratio in the order they ran, and keeps what any run's note said.
-func medianPair(pairs []runPair) (plain, idempotent sample) {
-	sorted := slices.Clone(pairs)
-	slices.SortStableFunc(sorted, func(a, b runPair) int { return cmp.Compare(a.ratio(), b.ratio()) })
-	median := sorted[len(sorted)/2]
-	ratios := make([]string, len(pairs))
-	notes := []string{}
-	for i, p := range pairs {
-		ratios[i] = fmt.Sprintf("%.2fx", p.ratio())
-		for _, n := range []string{p.plain.Note, p.idempotent.Note} {
-			if n != "" {
-				notes = append(notes, fmt.Sprintf("pair %d: %s", i+1, n))
+// meanSides returns the mean of each side's runs (records/s, MB/s, p50,
+// p99; a failed run counts as the zeros it measured). The idempotent
+// side's note gives every run's records/s in the order each side ran them
+// and keeps what any run's note said; the commands are the first run's.
+func meanSides(plain, idempotent []sample) (plainMean, idempotentMean sample) {
+	plainMean, idempotentMean = meanSample(plain), meanSample(idempotent)
+	var notes []string
+	for _, side := range []struct {
+		name string
+		runs []sample
+	}{{"plain", plain}, {"idempotent", idempotent}} {
+		for i, s := range side.runs {
+			if s.Note != "" {
+				notes = append(notes, fmt.Sprintf("%s run %d: %s", side.name, i+1, s.Note))
 			}
 		}
 	}
-	notes = append(notes, fmt.Sprintf("idempotent ÷ plain in %d pairs of runs, in the order they ran: %s; the pair with the median ratio is shown",
-		len(pairs), strings.Join(ratios, ", ")))
-	median.plain.Note, median.idempotent.Note = "", strings.Join(notes, "; ")
-	return median.plain, median.idempotent
+	notes = append(notes, fmt.Sprintf("the mean of %d runs per side, run in the order P I I P I P P I (plain, idempotent), a drift of the host linear or quadratic in time weighing on both sides alike; records/s of the plain runs %s, of the idempotent runs %s",
+		len(plain), recordsPerSecList(plain), recordsPerSecList(idempotent)))
+	plainMean.Note, idempotentMean.Note = "", strings.Join(notes, "; ")
+	return plainMean, idempotentMean
+}
+
+// meanSample is the mean of runs' figures, with the first run's command
+// and setup.
+func meanSample(runs []sample) sample {
+	if len(runs) == 0 {
+		return sample{}
+	}
+	m := sample{Command: runs[0].Command, Setup: runs[0].Setup}
+	var p50, p99 time.Duration
+	for _, s := range runs {
+		m.RecordsPerSec += s.RecordsPerSec
+		m.MBPerSec += s.MBPerSec
+		p50 += s.P50
+		p99 += s.P99
+	}
+	n := len(runs)
+	m.RecordsPerSec /= float64(n)
+	m.MBPerSec /= float64(n)
+	m.P50, m.P99 = p50/time.Duration(n), p99/time.Duration(n)
+	return m
+}
+
+func recordsPerSecList(runs []sample) string {
+	figures := make([]string, len(runs))
+	for i, s := range runs {
+		figures[i] = strconv.FormatFloat(s.RecordsPerSec, 'f', 0, 64)
+	}
+	return strings.Join(figures, ", ")
 }
 
 func (o *options) logagentProduce(ctx context.Context, res *results, c *logagentCluster, group string) {
