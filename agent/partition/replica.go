@@ -145,6 +145,11 @@ type Replica struct {
 	// following, nil before the first.
 	leaderPos     *peer.FetchPositions
 	knownLeaderHW int64
+	// reportedEnd is the largest log end this replica told a leader it
+	// holds (a fetch offset), less what a truncation took back: a leader
+	// may have acknowledged writes below it on its word, in "replicated"
+	// durability before they were fsynced here.
+	reportedEnd   int64
 	followRetryAt time.Time
 	followBackoff backoffDelay
 
@@ -1063,7 +1068,11 @@ func (r *Replica) reopen() {
 	r.startSyncer(log)
 	r.logFailed = false
 	r.loadProducers()
-	committed := failed.HighWatermark()
+	// What the cut may have taken that a leader counted on: below this
+	// replica's own high watermark, and below what it reported holding
+	// (in "replicated" durability the leader's HW passes unsynced bytes
+	// here before this replica learns it).
+	committed := max(failed.HighWatermark(), r.reportedEnd)
 	if dataLoss || log.LogEndOffset() < committed {
 		r.setDataLoss(true)
 	}

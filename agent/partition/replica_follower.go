@@ -130,6 +130,7 @@ func (r *Replica) truncate(t replicate.Truncation) bool {
 	if r.logFailed {
 		return false
 	}
+	r.reportedEnd = min(r.reportedEnd, log.LogEndOffset())
 	if err := r.follower.Truncated(log.LogEndOffset()); err != nil {
 		r.failLog(err)
 		return false
@@ -148,6 +149,7 @@ func (r *Replica) truncate(t replicate.Truncation) bool {
 
 func (r *Replica) fetch(addr string, req replicate.FetchRequest) {
 	req.DataLoss, req.Retiring = r.dataLoss, r.retiring
+	r.reportedEnd = max(r.reportedEnd, req.FetchOffset)
 	r.sendFetch(addr, peer.Fetch{
 		Topic:              r.topic,
 		Partition:          r.partition,
