@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"math"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
@@ -293,5 +295,65 @@ func TestNDJSONFetchWithinBatchLimit(t *testing.T) {
 	if lines*valueBytes > limit+recordsPerBatch*valueBytes || lines >= recordsPerBatch*batches {
 		t.Fatalf("an ndjson fetch of max_bytes 2 GiB answered %d of %d records (%d MiB of values); want at most the batch limit, %d MiB, and one batch",
 			lines, recordsPerBatch*batches, lines*valueBytes>>20, limit>>20)
+	}
+}
+
+// TestFetchOfAnotherIncarnationRefused: a replica's fetch names the topic
+// incarnation it holds, and the leader refuses one of another (409
+// inconsistent_topic_id), over a fetch session and over the GET. A topic
+// deleted and created again starts its epochs again, so the fetch of a
+// replica whose agent had not seen the deletion matched the new leader's
+// epochs, and counted toward the new incarnation's high watermark with the
+// old one's records: acks=all writes held by the leader alone.
+func TestFetchOfAnotherIncarnationRefused(t *testing.T) {
+	c := startTestCluster(t, 2, "")
+	c.createTopic(c.agents[0], "again", 1, 2, 1)
+	n1, pd := c.waitLeader("again", 0, 2)
+	follower := c.agents[0]
+	if follower == n1 {
+		follower = c.agents[1]
+	}
+	n1.mustProduce("again", 0, "b0")
+	id := n1.agent.replicas.Get("again", 0).TopicID()
+	if id == "" {
+		t.Fatal("setup: the replica has no topic id")
+	}
+	fetch := peer.Fetch{Topic: "again", Partition: 0, TopicID: "0123456789abcdef0123456789abcdef",
+		FetchRequest: replicate.FetchRequest{ReplicaID: follower.nodeID, CurrentLeaderEpoch: pd.Epoch, LastFetchedEpoch: replicate.UndefinedEpoch},
+		MaxBytes:     1 << 20, MaxWait: 100 * time.Millisecond}
+
+	// As the follower's agent: its fetches at offset 0 only set its
+	// position back for a moment.
+	sessions := peer.NewSessions(peer.NewClients("", 1<<20, false, nil), follower.nodeID, 100*time.Millisecond, nil)
+	defer sessions.Close()
+	for _, tc := range []struct {
+		name        string
+		topicID     string
+		wantRefused bool
+	}{{"another incarnation", fetch.TopicID, true}, {"this incarnation", id, false}, {"no topic id", "", false}} {
+		f := fetch
+		f.TopicID = tc.topicID
+		got := make(chan error, 1)
+		sessions.Fetch(n1.peer, f, func(_ peer.FetchAnswer, err error) { got <- err })
+		var err error
+		select {
+		case err = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("session, %s: no answer", tc.name)
+		}
+		var pe *peer.Error
+		if refused := errors.As(err, &pe) && pe.Code == wire.CodeInconsistentTopicID; refused != tc.wantRefused {
+			t.Errorf("session, %s: %v, refused as another incarnation %t, want %t", tc.name, err, refused, tc.wantRefused)
+		}
+
+		path := fmt.Sprintf("%s?topic=again&partition=0&replica_id=%s&fetch_offset=0&current_leader_epoch=%d&last_fetched_epoch=-1&high_watermark=0&max_bytes=1024&max_wait_ms=0",
+			peer.FetchPath, follower.nodeID, pd.Epoch)
+		if tc.topicID != "" {
+			path += "&topic_id=" + tc.topicID
+		}
+		status, body := c.callAddr(n1.peer, "GET", path, "", nil, nil)
+		if refused := status == 409 && bytes.Contains(body, []byte(wire.CodeInconsistentTopicID)); refused != tc.wantRefused {
+			t.Errorf("GET, %s: %d %q, refused as another incarnation %t, want %t", tc.name, status, body[:min(len(body), 200)], refused, tc.wantRefused)
+		}
 	}
 }

@@ -61,6 +61,9 @@ const (
 	CodeFencedLeaderEpoch  = "fenced_leader_epoch"
 	CodeUnknownLeaderEpoch = "unknown_leader_epoch"
 	CodeNotReplica         = "not_replica"
+	// CodeInconsistentTopicID refuses a fetch of a replica of another
+	// incarnation of the topic (deleted and created again under its name).
+	CodeInconsistentTopicID = "inconsistent_topic_id"
 )
 
 // Header names.

@@ -449,6 +449,10 @@ func (r *Replica) leaderAnnounced(t followTarget) {
 // CurrentLog is the open log. It changes only when a failed log is reopened.
 func (r *Replica) CurrentLog() *segstore.Log { return r.segLog.Load() }
 
+// TopicID is the incarnation of the topic this replica holds
+// (election.TopicConfig.ID).
+func (r *Replica) TopicID() string { return r.topicID }
+
 // CurrentView is the replica's published state.
 func (r *Replica) CurrentView() *View { return r.view.Load() }
 

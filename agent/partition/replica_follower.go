@@ -153,6 +153,7 @@ func (r *Replica) fetch(addr string, req replicate.FetchRequest) {
 	r.sendFetch(addr, peer.Fetch{
 		Topic:              r.topic,
 		Partition:          r.partition,
+		TopicID:            r.topicID,
 		FetchRequest:       req,
 		KnownHighWatermark: r.knownLeaderHW,
 		MaxBytes:           r.deps.Config.Replication.FetchMaxBytes,

@@ -21,6 +21,9 @@ func FuzzReadSessionRequest(f *testing.F) {
 		CurrentLeaderEpoch: 7, LastFetchedEpoch: replicate.UndefinedEpoch, DataLoss: true}, KnownHighWatermark: 1100, MaxBytes: 8 << 20}
 	var all []byte
 	all = AppendFetchFrame(all, 1, fetch)
+	withID := fetch
+	withID.TopicID = "0123456789abcdef0123456789abcdef"
+	all = AppendFetchFrame(all, 2, withID)
 	all = AppendForgetFrame(all, "orders", 3)
 	all = AppendPingFrame(all)
 	f.Add(all)

@@ -60,6 +60,13 @@ const (
 type Fetch struct {
 	Topic     string
 	Partition int
+	// TopicID is the incarnation of the topic the follower's replica holds
+	// (election.TopicConfig.ID), which the leader's must be: epochs start
+	// again when a topic is created again, so a replica of the deleted
+	// incarnation whose agent has not seen the deletion yet fetches at
+	// epochs the new one's leader accepts. Empty: not checked (a follower
+	// of an earlier version, a session whose leader does not take it).
+	TopicID string
 	replicate.FetchRequest
 	// KnownHighWatermark is the leader high watermark the follower last
 	// saw: a held fetch also ends when the leader's passes it, so followers
@@ -72,6 +79,9 @@ type Fetch struct {
 func (f Fetch) writeArgs(a *fasthttp.Args) {
 	a.Set("topic", f.Topic)
 	a.SetUint("partition", f.Partition)
+	if f.TopicID != "" {
+		a.Set("topic_id", f.TopicID)
+	}
 	a.Set("replica_id", f.ReplicaID)
 	a.Set("fetch_offset", strconv.FormatInt(f.FetchOffset, 10))
 	a.Set("current_leader_epoch", strconv.FormatInt(int64(f.CurrentLeaderEpoch), 10))
@@ -104,6 +114,10 @@ func ParseFetch(a *fasthttp.Args) (Fetch, error) {
 		KnownHighWatermark: p.int64("high_watermark", 0, 1<<63-1),
 		MaxBytes:           p.int64("max_bytes", 1, 1<<31-1),
 		MaxWait:            time.Duration(p.int64("max_wait_ms", 0, maxWait.Milliseconds())) * time.Millisecond,
+		TopicID:            string(a.Peek("topic_id")),
+	}
+	if len(f.TopicID) > maxTopicIDLen && p.err == nil {
+		p.err = fmt.Errorf("parameter topic_id of %d bytes, more than %d", len(f.TopicID), maxTopicIDLen)
 	}
 	return f, p.err
 }

@@ -103,10 +103,12 @@ type session struct {
 	running     bool
 	streaming   bool
 	legacyUntil time.Time
-	nextID      uint32
-	pending     map[partKey]*pendingFetch
-	byID        map[uint32]*pendingFetch
-	out         []byte
+	// topicIDs says the session's leader takes topic ids in fetch frames.
+	topicIDs bool
+	nextID   uint32
+	pending  map[partKey]*pendingFetch
+	byID     map[uint32]*pendingFetch
+	out      []byte
 }
 
 // Fetch sends f to the leader at addr; deliver gets its answer or error
@@ -140,7 +142,7 @@ func (s *Sessions) Fetch(addr string, f Fetch, deliver Deliver) {
 	pf := &pendingFetch{id: ss.nextID, key: key, f: f, deliver: deliver}
 	ss.pending[key], ss.byID[pf.id] = pf, pf
 	if ss.streaming {
-		ss.out = AppendFetchFrame(ss.out, pf.id, f)
+		ss.out = ss.appendFetch(ss.out, pf)
 		pf.sent = true
 	}
 	if !ss.running {
@@ -336,6 +338,7 @@ func (ss *session) open() (net.Conn, *bufio.Reader, time.Duration, error) {
 	if s.onLeading != nil {
 		query += "&" + LeadingParam + "=1"
 	}
+	query += "&" + TopicIDsParam + "=1"
 	req := "GET " + SessionPath + query + " HTTP/1.1\r\nHost: " + ss.addr + "\r\nUser-Agent: logagent\r\n"
 	if s.clients.token != "" {
 		req += "Authorization: Bearer " + s.clients.token + "\r\n"
@@ -369,8 +372,21 @@ func (ss *session) open() (net.Conn, *bufio.Reader, time.Duration, error) {
 			return nil, nil, 0, fmt.Errorf("%w: session with %s: heartbeat %q", errUnreachable, ss.addr, hb)
 		}
 		_ = conn.SetDeadline(time.Time{})
+		s.mu.Lock()
+		ss.topicIDs = string(resp.Header.Peek(HeaderTopicIDs)) == "1"
+		s.mu.Unlock()
 		return conn, br, time.Duration(ms) * time.Millisecond, nil
 	}
+}
+
+// appendFetch appends pf's fetch frame, with its topic id only if the
+// session's leader takes them. Caller holds s.mu.
+func (ss *session) appendFetch(b []byte, pf *pendingFetch) []byte {
+	f := pf.f
+	if !ss.topicIDs {
+		f.TopicID = ""
+	}
+	return AppendFetchFrame(b, pf.id, f)
 }
 
 // stream runs an open session until the connection fails, Sessions closes
@@ -383,7 +399,7 @@ func (ss *session) stream(conn net.Conn, br *bufio.Reader, heartbeat time.Durati
 	s.mu.Lock()
 	for _, pf := range ss.pending {
 		if !pf.sent {
-			ss.out = AppendFetchFrame(ss.out, pf.id, pf.f)
+			ss.out = ss.appendFetch(ss.out, pf)
 			pf.sent = true
 		}
 	}

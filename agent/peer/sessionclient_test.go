@@ -32,6 +32,13 @@ type leaderConn struct {
 
 func startFakeLeader(t *testing.T, heartbeatMs int) *fakeLeader {
 	t.Helper()
+	return startFakeLeaderWith(t, heartbeatMs, "")
+}
+
+// startFakeLeaderWith is startFakeLeader whose session answers carry
+// extraHeader ("Name: value\r\n", or empty) too.
+func startFakeLeaderWith(t *testing.T, heartbeatMs int, extraHeader string) *fakeLeader {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +57,7 @@ func startFakeLeader(t *testing.T, heartbeatMs int) *fakeLeader {
 				conn.Close()
 				continue
 			}
-			fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\n%s: %d\r\nContent-Length: 0\r\n\r\n", HeaderSession, heartbeatMs)
+			fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\n%s: %d\r\n%sContent-Length: 0\r\n\r\n", HeaderSession, heartbeatMs, extraHeader)
 			l.conns <- &leaderConn{Conn: conn, br: br, req: req}
 		}
 	}()
@@ -355,5 +362,36 @@ func TestSessionIDSkipsParkedFetch(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("partition 0's answer was delivered to no one")
+	}
+}
+
+// TestSessionTopicIDs: a fetch carries its replica's topic id only on a
+// session whose leader said it takes them: a leader of an earlier version
+// refuses a frame with a flag it does not know, and ends the session.
+func TestSessionTopicIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header string
+		want   string
+	}{
+		{name: "the leader takes them", header: HeaderTopicIDs + ": 1\r\n", want: "0123abcd"},
+		{name: "an earlier leader", header: "", want: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leader := startFakeLeaderWith(t, 50, tc.header)
+			s := NewSessions(NewClients("", 1<<20, false, nil), "n2", 50*time.Millisecond, nil)
+			defer s.Close()
+			f := testFetch(0, 10)
+			f.TopicID = "0123abcd"
+			d, _ := collector()
+			s.Fetch(leader.ln.Addr().String(), f, d)
+			c := leader.accept()
+			if got := c.req.URL.Query().Get(TopicIDsParam); got != "1" {
+				t.Fatalf("the session request offers topic ids %q, want 1", got)
+			}
+			if req := c.next(t); req.Fetch.TopicID != tc.want {
+				t.Fatalf("the fetch frame's topic id %q, want %q", req.Fetch.TopicID, tc.want)
+			}
+		})
 	}
 }

@@ -46,7 +46,8 @@ import (
 //
 //	fetch   1  id u32 | partition u32 | fetch_offset i64 | current_leader_epoch i32 |
 //	           last_fetched_epoch i32 | high_watermark i64 | max_bytes u32 |
-//	           flags u8 (1 data_loss, 2 retiring) | topic_len u16 | topic
+//	           flags u8 (1 data_loss, 2 retiring, 4 topic id) | topic_len u16 | topic
+//	           [| topic_id_len u16 | topic_id]   (with flag 4)
 //	forget  2  partition u32 | topic_len u16 | topic
 //	ping    3  (empty)
 //	answer  4  id u32 | leader_epoch i32 | epoch_start_offset i64 | high_watermark i64 |
@@ -63,6 +64,12 @@ import (
 // refusal carries the peer API's status and code (409 not_leader, 416
 // offset_out_of_range with the leader's log bounds, …), so the follower
 // handles it as it handles a refused GET.
+//
+// A fetch carries its replica's topic id (flag 4) only on a session whose
+// leader said it takes them (topic_ids=1 in the request, answered with
+// Logagent-Topic-Ids: 1): an earlier leader refuses a frame with a flag it
+// does not know. A leader refuses a fetch whose topic id is not its
+// replica's with 409 inconsistent_topic_id.
 //
 // A leading frame is the leader agent's own word that it has just won the
 // partition's election at that epoch, sent on every session that asked for
@@ -94,14 +101,24 @@ const (
 // leading frames.
 const LeadingParam = "leading"
 
+// TopicIDsParam is the session request's query parameter that offers
+// fetch frames with topic ids, and HeaderTopicIDs the leader's answer
+// that takes them.
+const (
+	TopicIDsParam  = "topic_ids"
+	HeaderTopicIDs = "Logagent-Topic-Ids"
+)
+
 const (
 	// frameHeaderLen is the length and type in front of every body.
 	frameHeaderLen = 5
 	// maxTopicLen bounds a topic name in a frame; election's rules keep
 	// names far shorter.
 	maxTopicLen = 1024
+	// maxTopicIDLen bounds a topic id (election's are 32 hex digits).
+	maxTopicIDLen = 64
 	// maxRequestFrame bounds the frames a follower sends.
-	maxRequestFrame = 64 + maxTopicLen
+	maxRequestFrame = 64 + maxTopicLen + 2 + maxTopicIDLen
 	// maxRefusalText bounds a refusal's code and message.
 	maxRefusalText = 1024
 	// answerHeaderLen is an answer's fixed part with a diverging epoch.
@@ -109,6 +126,7 @@ const (
 
 	flagDataLoss byte = 1
 	flagRetiring byte = 2
+	flagTopicID  byte = 4
 )
 
 // ErrBadFrame refuses a session frame that does not parse.
@@ -124,15 +142,21 @@ func appendFrameHeader(b []byte, typ byte, n int) []byte {
 	return append(b, typ)
 }
 
-func appendTopic(b []byte, topic string) []byte {
-	b = binary.BigEndian.AppendUint16(b, uint16(len(topic)))
-	return append(b, topic...)
+// appendStr appends a string as the frames hold one: its length in a u16,
+// then its bytes.
+func appendStr(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
 }
 
 // AppendFetchFrame appends the fetch frame of f under id. The replica id
 // and the wait are the session's.
 func AppendFetchFrame(b []byte, id uint32, f Fetch) []byte {
-	b = appendFrameHeader(b, frameFetch, 4+4+8+4+4+8+4+1+2+len(f.Topic))
+	size := 4 + 4 + 8 + 4 + 4 + 8 + 4 + 1 + 2 + len(f.Topic)
+	if f.TopicID != "" {
+		size += 2 + len(f.TopicID)
+	}
+	b = appendFrameHeader(b, frameFetch, size)
 	b = binary.BigEndian.AppendUint32(b, id)
 	b = binary.BigEndian.AppendUint32(b, uint32(f.Partition))
 	b = binary.BigEndian.AppendUint64(b, uint64(f.FetchOffset))
@@ -147,15 +171,22 @@ func AppendFetchFrame(b []byte, id uint32, f Fetch) []byte {
 	if f.Retiring {
 		flags |= flagRetiring
 	}
+	if f.TopicID != "" {
+		flags |= flagTopicID
+	}
 	b = append(b, flags)
-	return appendTopic(b, f.Topic)
+	b = appendStr(b, f.Topic)
+	if f.TopicID != "" {
+		b = appendStr(b, f.TopicID)
+	}
+	return b
 }
 
 // AppendForgetFrame appends the frame that drops a partition's fetch.
 func AppendForgetFrame(b []byte, topic string, partition int) []byte {
 	b = appendFrameHeader(b, frameForget, 4+2+len(topic))
 	b = binary.BigEndian.AppendUint32(b, uint32(partition))
-	return appendTopic(b, topic)
+	return appendStr(b, topic)
 }
 
 // AppendPingFrame appends a heartbeat.
@@ -191,8 +222,8 @@ func AppendRefusalFrame(b []byte, id uint32, e *Error) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(e.Status))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.LogStartOffset))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.LogEndOffset))
-	b = appendTopic(b, code)
-	return appendTopic(b, msg)
+	b = appendStr(b, code)
+	return appendStr(b, msg)
 }
 
 // Leading is a leading frame: Leader, the agent that sent it, leads the
@@ -209,8 +240,8 @@ func AppendLeadingFrame(b []byte, l Leading) []byte {
 	b = appendFrameHeader(b, frameLeading, 4+4+2+len(l.Topic)+2+len(l.Leader))
 	b = binary.BigEndian.AppendUint32(b, uint32(l.Epoch))
 	b = binary.BigEndian.AppendUint32(b, uint32(l.Partition))
-	b = appendTopic(b, l.Topic)
-	return appendTopic(b, l.Leader)
+	b = appendStr(b, l.Topic)
+	return appendStr(b, l.Leader)
 }
 
 // parseLeadingFrame reads a leading frame's body.
@@ -338,6 +369,11 @@ func parseFetchFrame(body []byte, replicaID string) (uint32, Fetch, error) {
 	maxBytes := r.u32()
 	flags := r.u8()
 	f.Topic = r.str(maxTopicLen)
+	if flags&flagTopicID != 0 {
+		if f.TopicID = r.str(maxTopicIDLen); f.TopicID == "" && r.err == nil {
+			r.err = badFrame("an empty topic id")
+		}
+	}
 	if err := r.done(); err != nil {
 		return 0, Fetch{}, err
 	}
@@ -350,7 +386,7 @@ func parseFetchFrame(body []byte, replicaID string) (uint32, Fetch, error) {
 		return 0, Fetch{}, badFrame("epochs %d, last fetched %d", f.CurrentLeaderEpoch, f.LastFetchedEpoch)
 	case maxBytes < 1 || maxBytes > math.MaxInt32:
 		return 0, Fetch{}, badFrame("max bytes %d", maxBytes)
-	case flags&^(flagDataLoss|flagRetiring) != 0:
+	case flags&^(flagDataLoss|flagRetiring|flagTopicID) != 0:
 		return 0, Fetch{}, badFrame("flags %#x", flags)
 	case f.Topic == "":
 		return 0, Fetch{}, badFrame("empty topic")

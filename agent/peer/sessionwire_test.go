@@ -223,3 +223,32 @@ func TestRefusalFrameNegativeBounds(t *testing.T) {
 		t.Fatalf("refusal with log bounds [-1, -5) parsed: %+v, %v", e, err)
 	}
 }
+
+// TestFetchFrameTopicID: a fetch frame carries a topic id behind flag 4,
+// and one that sets the flag with an empty id is refused.
+func TestFetchFrameTopicID(t *testing.T) {
+	f := Fetch{Topic: "orders", Partition: 3, TopicID: "0123456789abcdef0123456789abcdef",
+		FetchRequest: replicate.FetchRequest{ReplicaID: "n2", FetchOffset: 7, CurrentLeaderEpoch: 2, LastFetchedEpoch: 2}, MaxBytes: 1 << 20}
+	for _, tc := range []struct {
+		name    string
+		topicID string
+	}{{"with a topic id", f.TopicID}, {"without", ""}} {
+		g := f
+		g.TopicID = tc.topicID
+		frame := AppendFetchFrame(nil, 9, g)
+		id, got, err := parseFetchFrame(frame[frameHeaderLen:], "n2")
+		if err != nil || id != 9 || got.TopicID != tc.topicID || got.Topic != "orders" || got.FetchOffset != 7 {
+			t.Errorf("%s: parsed %d %+v, %v", tc.name, id, got, err)
+		}
+	}
+	// The flag with an empty id: the id's length is a zero u16.
+	g := f
+	g.TopicID = ""
+	frame := AppendFetchFrame(nil, 9, g)
+	frame[frameHeaderLen+4+4+8+4+4+8+4] |= flagTopicID
+	frame = binary.BigEndian.AppendUint16(frame, 0)
+	binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
+	if _, _, err := parseFetchFrame(frame[frameHeaderLen:], "n2"); !errors.Is(err, ErrBadFrame) {
+		t.Errorf("a topic id flag with an empty id: %v, want ErrBadFrame", err)
+	}
+}

@@ -2,6 +2,7 @@ package peerapi
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -75,6 +76,21 @@ func (srv *Server) Close() {
 	srv.sessions.close()
 }
 
+// otherIncarnation refuses a fetch from a replica of another incarnation of
+// the topic than r's: after a deletion and a creation under the same name
+// epochs start again, so the fetch of a replica whose agent has not seen
+// the deletion yet matches the new leader's epochs, and it was counted
+// toward the new incarnation's high watermark with the old one's records.
+// The follower retries, as after not_leader, until its agent replaces
+// the replica.
+func otherIncarnation(f peer.Fetch, r *partition.Replica) *reply.APIError {
+	if f.TopicID == "" || f.TopicID == r.TopicID() {
+		return nil
+	}
+	return reply.NewAPIError(fasthttp.StatusConflict, wire.CodeInconsistentTopicID,
+		fmt.Sprintf("the fetch is of topic id %s, the replica here holds %s of %s", f.TopicID, r.TopicID(), reply.PartitionName(f.Topic, f.Partition)), true)
+}
+
 // HandleReplicaFetch serves a follower's fetch: the leader's loop validates
 // it and records the follower's progress, then the batches are read from
 // the log here, after a long poll when the follower is caught up, and leave
@@ -88,6 +104,10 @@ func (srv *Server) HandleReplicaFetch(ctx *fasthttp.RequestCtx) {
 	}
 	r := srv.cfg.Host.RequestReplica(ctx, f.Topic, f.Partition)
 	if r == nil {
+		return
+	}
+	if e := otherIncarnation(f, r); e != nil {
+		reply.WriteAPIError(ctx, e)
 		return
 	}
 	out := r.LeaderFetch(f.FetchRequest)

@@ -124,6 +124,9 @@ func (srv *Server) HandleReplicaSession(ctx *fasthttp.RequestCtx) {
 	heartbeat := max(min(time.Duration(ms)*time.Millisecond, lag/8), minSessionHeartbeat)
 	deadAfter := min(peer.SessionDeadAfter(heartbeat), lag/2)
 	ctx.Response.Header.Set(peer.HeaderSession, strconv.FormatInt(heartbeat.Milliseconds(), 10))
+	if string(ctx.QueryArgs().Peek(peer.TopicIDsParam)) == "1" {
+		ctx.Response.Header.Set(peer.HeaderTopicIDs, "1")
+	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Hijack(func(c net.Conn) { srv.serveSession(c, replicaID, leading, heartbeat, deadAfter) })
 }
@@ -337,6 +340,10 @@ func (s *leaderSession) onFetch(id uint32, f peer.Fetch) {
 	p.r = s.srv.cfg.Host.Replica(f.Topic, f.Partition)
 	if p.r == nil {
 		p.refusal = reply.NewAPIError(fasthttp.StatusConflict, wire.CodeNotLeader, "this agent has no replica of "+reply.PartitionName(f.Topic, f.Partition), true)
+		s.mark(p)
+		return
+	}
+	if p.refusal = otherIncarnation(f, p.r); p.refusal != nil {
 		s.mark(p)
 		return
 	}
