@@ -245,6 +245,15 @@ type Candidate struct {
 	// the logs do, and an epoch must never be reused (the logs' epoch
 	// caches and every fence depend on it).
 	LogEpoch int32
+	// TopicID is the incarnation of the topic the candidate's log holds
+	// (TopicConfig.ID), "" if unknown: deleting a topic and creating it
+	// again starts its epochs and ISR afresh, and a replica of the deleted
+	// one whose agent had not seen it yet won the new one's first election
+	// with the deleted one's records. A campaign refuses a snapshot of
+	// another incarnation, and an election also checks that the
+	// partition's replicas key is the one of the snapshot it was decided
+	// on (a topic created again writes it anew).
+	TopicID string
 }
 
 // CampaignAs is Campaign for a candidate whose log state the election must
@@ -287,6 +296,9 @@ func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, ca
 		pm := tm.Partitions[partition]
 		if tm.Err == nil && !slices.Contains(pm.Replicas, c.cfg.NodeID) {
 			return nil, fmt.Errorf("%w: %s is not among the replicas %v of %s/%d", ErrNotReplica, c.cfg.NodeID, pm.Replicas, topic, partition)
+		}
+		if tm.Err == nil && cand.TopicID != "" && tm.Config.ID != cand.TopicID {
+			return nil, fmt.Errorf("%w: %s/%d is of topic id %s, the candidate's log of %s", ErrOtherIncarnation, topic, partition, tm.Config.ID, cand.TopicID)
 		}
 		session, sessionChanged, failure := c.usableSession()
 		if session == "" && failure != nil {
@@ -420,6 +432,11 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: leaderKey, Session: session,
 			Value: encodeJSON(leaderValue{Node: self, Epoch: newState.Epoch})}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: stateKey, Index: pair.ModifyIndex, Value: encodeJSON(newState)}},
+	}
+	if cand.TopicID != "" {
+		// The replicas the election was decided on are still the
+		// incarnation the candidate's log holds (Candidate.TopicID).
+		ops = append(ops, c.replicasGuard(pm, true)...)
 	}
 	// Batched with other partitions' elections and ISR changes; the
 	// outcome is this election's own (txnBatcher).

@@ -23,6 +23,9 @@ var (
 	ErrUnknownPartition = errors.New("election: unknown partition")
 	// ErrNotReplica is a Campaign for a partition this node does not replicate.
 	ErrNotReplica = errors.New("election: not a replica")
+	// ErrOtherIncarnation is a campaign of a candidate whose log holds
+	// another incarnation of the topic (Candidate.TopicID).
+	ErrOtherIncarnation = errors.New("election: the candidate holds another incarnation of the topic")
 	// ErrNotEnoughAgents is an assignment asking for more replicas than
 	// there are agents.
 	ErrNotEnoughAgents = errors.New("election: replication factor above the number of agents")

@@ -563,6 +563,63 @@ func TestEpochAboveTheLogsAfterRollback(t *testing.T) {
 	}
 }
 
+// TestCampaignOfAnotherIncarnation: a candidate whose log holds a deleted
+// incarnation of the topic does not win the one created again under its
+// name (epochs and ISR start afresh, so it qualified, and led the new topic
+// with the deleted one's records): refused when the snapshot shows another
+// topic id, and by the election's guard on the replicas key when the
+// snapshot it decided on is older than the creation.
+func TestCampaignOfAnotherIncarnation(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	c := newTestClient(t, srv, "n1")
+	register(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topicMeta := func(after uint64) *TopicMeta {
+		t.Helper()
+		for {
+			snap, err := c.WaitMetadata(ctx, after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tm, ok := snap.Topic("again"); ok {
+				return tm
+			}
+			after = snap.Index + 1
+		}
+	}
+	createTopic(t, c, "again", [][]string{{"n1"}})
+	old := topicMeta(1)
+
+	if l, err := c.CampaignAs(ctx, "again", 0, Candidate{LogEpoch: NoEpoch, TopicID: "0123456789abcdef0123456789abcdef"}); !errors.Is(err, ErrOtherIncarnation) {
+		t.Fatalf("a candidate of another topic id: %v, %v; want ErrOtherIncarnation", l, err)
+	}
+
+	// The topic is deleted and created again; a campaign decided on the
+	// snapshot of the old incarnation is refused by Consul.
+	if err := c.DeleteTopic(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	createTopic(t, c, "again", [][]string{{"n1"}})
+	session, _, failure := c.usableSession()
+	if session == "" {
+		t.Fatalf("no session: %v", failure)
+	}
+	if l, err := c.tryLead(ctx, old.Partitions[0], 1, session, electClean, Candidate{LogEpoch: NoEpoch, TopicID: old.Config.ID}); l != nil || err != nil {
+		t.Fatalf("an election decided on the deleted incarnation's snapshot: %v, %v; want it refused", l, err)
+	}
+
+	current := topicMeta(1)
+	for current.Config.ID == old.Config.ID {
+		current = topicMeta(current.Partitions[0].ReplicasIndex + 1)
+	}
+	l, err := c.CampaignAs(ctx, "again", 0, Candidate{LogEpoch: NoEpoch, TopicID: current.Config.ID})
+	if err != nil || l == nil {
+		t.Fatalf("the new incarnation's own candidate: %v, %v", l, err)
+	}
+}
+
 func TestTopicLifecycle(t *testing.T) {
 	t.Parallel()
 	srv := consultest.Start(t)

@@ -811,7 +811,7 @@ func (r *Replica) ensureCampaign(now time.Time) {
 			return
 		}
 	}
-	cand := election.Candidate{LogEpoch: election.NoEpoch}
+	cand := election.Candidate{LogEpoch: election.NoEpoch, TopicID: r.topicID}
 	if e, ok := r.CurrentLog().LatestEpoch(); ok {
 		cand.LogEpoch = e.Epoch
 	}
