@@ -60,6 +60,13 @@ func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (*fetc
 func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetchTopic, int64, bool) {
 	topics := make([]fetchTopic, len(req.Topics))
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxConcurrentItems)
+	// held is what the reads done so far keep: one that would take it past
+	// max_bytes lets its records go at once (the loop below would), so that
+	// a request naming a partition a thousand times does not hold a
+	// thousand reads.
+	var mu sync.Mutex
+	var held int64
 	for i, rt := range req.Topics {
 		topics[i] = fetchTopic{name: rt.Topic, partitions: make([]fetchPartition, len(rt.Partitions))}
 		for j, rp := range rt.Partitions {
@@ -73,14 +80,27 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 				MaxBytes:           min(rp.PartitionMaxBytes, req.MaxBytes),
 				CurrentLeaderEpoch: rp.CurrentLeaderEpoch,
 			}
+			slots <- struct{}{}
 			wg.Go(func() {
+				defer func() { <-slots }()
 				res, err := s.cfg.Broker.Fetch(ctx, fr)
 				if err != nil {
-					p.errorCode = ErrorCode(err)
+					p.errorCode = fetchErrorCode(err)
 					p.highWatermark, p.logStartOffset = -1, -1
 					return
 				}
 				p.highWatermark, p.logStartOffset, p.records = res.HighWatermark, res.LogStartOffset, res.Records
+				if p.records == nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if n := p.records.Len(); held > 0 && held+n > int64(req.MaxBytes) {
+					p.records.Close()
+					p.records = nil
+				} else {
+					held += n
+				}
 			})
 		}
 	}
@@ -113,6 +133,26 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 		}
 	}
 	return topics, total, failed
+}
+
+// fetchErrorCode is the code a partition whose read failed is answered
+// with: one of those a Kafka broker answers a Fetch with, which clients
+// handle, or else NOT_LEADER_OR_FOLLOWER, on which every client refreshes
+// its metadata and fetches again. The Java consumer throws
+// IllegalStateException out of poll() on any other code: LEADER_NOT_AVAILABLE
+// (no leader, or the leader unreachable), BROKER_NOT_AVAILABLE (the agent
+// starts or stops) and REQUEST_TIMED_OUT (a forward timed out) came here
+// during routine leadership moves.
+func fetchErrorCode(err error) int16 {
+	switch code := ErrorCode(err); code {
+	case kerr.OffsetOutOfRange.Code, kerr.UnknownTopicOrPartition.Code, kerr.NotLeaderForPartition.Code,
+		kerr.FencedLeaderEpoch.Code, kerr.UnknownLeaderEpoch.Code, kerr.KafkaStorageError.Code,
+		kerr.TopicAuthorizationFailed.Code, kerr.CorruptMessage.Code, kerr.UnknownServerError.Code,
+		kerr.ReplicaNotAvailable.Code, kerr.OffsetNotAvailable.Code, kerr.UnknownTopicID.Code,
+		kerr.InconsistentTopicID.Code:
+		return code
+	}
+	return kerr.NotLeaderForPartition.Code
 }
 
 func closeFetched(topics []fetchTopic) {

@@ -15,8 +15,11 @@ const (
 
 // handleFindCoordinator answers the listener itself for every group (the
 // sidecar forwards to the group's coordinator inside the cluster) when
-// group APIs are served, and COORDINATOR_NOT_AVAILABLE for transactions,
-// which are not implemented. v4+ batches keys.
+// group APIs are served, and TRANSACTIONAL_ID_AUTHORIZATION_FAILED for
+// transactions, which are not implemented: a transactional producer fails
+// at once, where the retriable COORDINATOR_NOT_AVAILABLE had it retry until
+// its timeout (kgo: 27 s, then "context deadline exceeded"), never reaching
+// InitProducerId's refusal. v4+ batches keys.
 func (s *Server) handleFindCoordinator(_ context.Context, req *kmsg.FindCoordinatorRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	resp.Default()
@@ -27,6 +30,7 @@ func (s *Server) handleFindCoordinator(_ context.Context, req *kmsg.FindCoordina
 			code = 0
 		}
 	case coordinatorTransaction:
+		code = kerr.TransactionalIDAuthorizationFailed.Code
 	default:
 		code = kerr.InvalidRequest.Code
 	}

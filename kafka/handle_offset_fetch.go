@@ -59,6 +59,23 @@ func (s *Server) handleOffsetFetch(ctx context.Context, req *kmsg.OffsetFetchReq
 		}
 		answers[i].topics = offsetFetchTopics(offsets, asks[i].topics, asks[i].order)
 	})
+	if req.Version < 2 && answers[0].code != 0 {
+		// No top-level error code before v2: the group's goes on every
+		// partition asked for, as Kafka answers. An empty answer reads as
+		// "nothing committed" (kafka-go then starts the whole group from
+		// its StartOffset).
+		for _, topic := range asks[0].order {
+			rt := kmsg.NewOffsetFetchResponseTopic()
+			rt.Topic = topic
+			for _, p := range asks[0].topics[topic] {
+				rp := kmsg.NewOffsetFetchResponseTopicPartition()
+				rp.Partition, rp.Offset, rp.ErrorCode = p, -1, answers[0].code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil
+	}
 	if req.Version < 8 {
 		resp.ErrorCode, resp.Topics = answers[0].code, answers[0].topics
 		for i := range resp.Topics {

@@ -39,6 +39,7 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 	}
 
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxConcurrentItems)
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i, rt := range req.Topics {
 		t := &resp.Topics[i]
@@ -76,10 +77,12 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 				Acks:      req.Acks,
 				Timeout:   timeout,
 			}
+			slots <- struct{}{}
 			wg.Go(func() {
+				defer func() { <-slots }()
 				res, err := s.cfg.Broker.Produce(ctx, pr)
 				if err != nil {
-					setProduceError(p, ErrorCode(err), err.Error())
+					setProduceError(p, produceErrorCode(err), err.Error())
 					return
 				}
 				p.BaseOffset = res.BaseOffset
@@ -141,4 +144,16 @@ func checkProduceBatch(records []byte) (int, int16, error) {
 		return 0, kerr.InvalidRecord.Code, err
 	}
 	return int(h.RecordCount()), 0, nil
+}
+
+// produceErrorCode is the code a partition's failed produce is answered
+// with: BROKER_NOT_AVAILABLE (the agent starts or stops) is
+// NOT_LEADER_OR_FOLLOWER, which clients retry after refreshing their
+// metadata; the Java producer fails the records on BROKER_NOT_AVAILABLE
+// (BrokerNotAvailableException is not retriable).
+func produceErrorCode(err error) int16 {
+	if code := ErrorCode(err); code != kerr.BrokerNotAvailable.Code {
+		return code
+	}
+	return kerr.NotLeaderForPartition.Code
 }

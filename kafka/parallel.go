@@ -21,16 +21,28 @@ func requestContext(ctx context.Context, timeoutMillis int32) (context.Context, 
 	return context.WithTimeout(ctx, d)
 }
 
-// each runs f for every index of a request's items, concurrently (the
-// Broker may forward each one to another agent), and waits for them all.
+// maxConcurrentItems bounds the Broker calls one request runs at once:
+// nothing but the frame size (100 MiB) bounds a request's items, and one
+// ListOffsets of 5,000 partitions ran 2,177 calls (goroutines, forwards to
+// other agents) at once.
+const maxConcurrentItems = 16
+
+// each runs f for every index of a request's items, at most
+// maxConcurrentItems at a time (the Broker may forward each one to another
+// agent), and waits for them all.
 func each(n int, f func(i int)) {
 	if n == 1 {
 		f(0)
 		return
 	}
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxConcurrentItems)
 	for i := range n {
-		wg.Go(func() { f(i) })
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			f(i)
+		})
 	}
 	wg.Wait()
 }

@@ -286,6 +286,13 @@ func (s *Server) decodeRequest(frame []byte) (requestHeader, kmsg.Request, api, 
 }
 
 func (s *Server) writeReply(c *conn, correlationID int32, rep reply) error {
+	// A client that stops reading (a hung process: its kernel keeps the
+	// connection open with a zero window) held the connection and a
+	// fetch's open records for ever; Kafka closes a connection that makes
+	// no progress for connections.max.idle.ms.
+	if err := c.nc.SetWriteDeadline(time.Now().Add(s.cfg.IdleTimeout)); err != nil {
+		return errConnDone
+	}
 	if err := rep.writeTo(c, correlationID); err != nil {
 		return fmt.Errorf("kafka: write response: %w", err)
 	}
