@@ -11,8 +11,11 @@ import (
 // method returns is answered with the Kafka error code ErrorCode gives it:
 // return an *Error (or wrap one) to choose the code.
 type Broker interface {
+	// Serving is nil while the broker can answer for the cluster's
+	// topics, and says why not while its agent starts or stops.
+	Serving() error
 	// Topics is every topic of the cluster's metadata, sorted by name,
-	// internal ones included (marked).
+	// internal ones included (marked); none while Serving is not nil.
 	Topics() []Topic
 	// CreateTopic creates a topic and returns once this agent's metadata
 	// shows it. A zero field of spec takes the cluster's default.

@@ -28,6 +28,8 @@ type fakeBroker struct {
 	produceDelay map[int32]time.Duration
 	// opened counts Records handed out and closed those closed.
 	opened, closed int
+	// notServing is what Serving answers (nil: serving).
+	notServing error
 }
 
 type fakeTopic struct {
@@ -41,9 +43,18 @@ func newFakeBroker() *fakeBroker {
 	return &fakeBroker{topics: make(map[string]*fakeTopic), changed: make(chan struct{}), nextPID: 1000}
 }
 
+func (b *fakeBroker) Serving() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.notServing
+}
+
 func (b *fakeBroker) Topics() []Topic {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.notServing != nil {
+		return nil
+	}
 	var out []Topic
 	for name, t := range b.topics {
 		tp := Topic{Name: name, ID: t.id, Internal: t.internal}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,12 +62,8 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 	topics := make([]fetchTopic, len(req.Topics))
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, maxConcurrentItems)
-	// held is what the reads done so far keep: one that would take it past
-	// max_bytes lets its records go at once (the loop below would), so that
-	// a request naming a partition a thousand times does not hold a
-	// thousand reads.
-	var mu sync.Mutex
-	var held int64
+	var kept keptReads
+	order := 0
 	for i, rt := range req.Topics {
 		topics[i] = fetchTopic{name: rt.Topic, partitions: make([]fetchPartition, len(rt.Partitions))}
 		for j, rp := range rt.Partitions {
@@ -80,6 +77,8 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 				MaxBytes:           min(rp.PartitionMaxBytes, req.MaxBytes),
 				CurrentLeaderEpoch: rp.CurrentLeaderEpoch,
 			}
+			index := order
+			order++
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()
@@ -90,17 +89,7 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 					return
 				}
 				p.highWatermark, p.logStartOffset, p.records = res.HighWatermark, res.LogStartOffset, res.Records
-				if p.records == nil {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if n := p.records.Len(); held > 0 && held+n > int64(req.MaxBytes) {
-					p.records.Close()
-					p.records = nil
-				} else {
-					held += n
-				}
+				kept.add(index, p, int64(req.MaxBytes))
 			})
 		}
 	}
@@ -133,6 +122,45 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 		}
 	}
 	return topics, total, failed
+}
+
+// keptReads bounds what the reads of one fetch hold while others run: past
+// max_bytes, the records of the read latest in request order are let go
+// (the request-order pass after the reads would not keep them), never the
+// earliest one holding records, which that pass keeps however large. A
+// request naming a partition a thousand times held a thousand reads.
+type keptReads struct {
+	mu      sync.Mutex
+	bytes   int64
+	holders []keptRead
+}
+
+type keptRead struct {
+	index int // in request order
+	p     *fetchPartition
+}
+
+func (k *keptReads) add(index int, p *fetchPartition, maxBytes int64) {
+	if p.records == nil || p.records.Len() == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.holders = append(k.holders, keptRead{index: index, p: p})
+	k.bytes += p.records.Len()
+	for k.bytes > maxBytes && len(k.holders) > 1 {
+		last := 0
+		for i, h := range k.holders {
+			if h.index > k.holders[last].index {
+				last = i
+			}
+		}
+		h := k.holders[last]
+		k.bytes -= h.p.records.Len()
+		h.p.records.Close()
+		h.p.records = nil
+		k.holders = slices.Delete(k.holders, last, last+1)
+	}
 }
 
 // fetchErrorCode is the code a partition whose read failed is answered

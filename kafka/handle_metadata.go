@@ -28,6 +28,18 @@ func (s *Server) handleMetadata(_ context.Context, req *kmsg.MetadataRequest) (k
 	}
 	resp.ControllerID = s.cfg.NodeID
 
+	if s.cfg.Broker.Serving() != nil {
+		// The agent starts or stops and cannot tell which topics exist:
+		// UNKNOWN_TOPIC_OR_PARTITION for each had clients fail their
+		// buffered records during a restart (franz-go after four such
+		// answers); LEADER_NOT_AVAILABLE has them retry.
+		for _, rt := range req.Topics {
+			mt := kmsg.NewMetadataResponseTopic()
+			mt.ErrorCode, mt.Topic, mt.TopicID = kerr.LeaderNotAvailable.Code, rt.Topic, rt.TopicID
+			resp.Topics = append(resp.Topics, mt)
+		}
+		return resp, nil
+	}
 	topics := s.cfg.Broker.Topics()
 	// All topics: an empty list at v0, a null one from v1 on (where an
 	// empty list asks for none).

@@ -95,6 +95,9 @@ func (b *Broker) kafkaPartition(topic string, p int32) (int, error) {
 	return int(p), nil
 }
 
+// Serving implements kafka.Broker: the agent's state.
+func (b *Broker) Serving() error { return b.s.Serving() }
+
 // Topics is every topic of this agent's metadata; none while it does not
 // serve (its partitions are not open yet).
 func (b *Broker) Topics() []kafka.Topic {
