@@ -61,6 +61,7 @@ const (
 	CodeReassignmentInProgress       = wire.CodeReassignmentInProgress
 	CodeNoReassignmentInProgress     = wire.CodeNoReassignmentInProgress
 	CodeNotReplica                   = wire.CodeNotReplica
+	CodeInconsistentTopicID          = wire.CodeInconsistentTopicID
 )
 
 // Sentinels matched (errors.Is) by an *Error with the corresponding code,
@@ -145,10 +146,12 @@ var (
 	ErrUnauthorized = errors.New("client: unauthorized: missing or wrong token")
 	// The peer API's codes, which the client API passes on at most:
 	// a leader epoch older or newer than the replica's, a replica that
-	// is not one of the partition's.
-	ErrFencedLeaderEpoch  = errors.New("client: fenced leader epoch")
-	ErrUnknownLeaderEpoch = errors.New("client: unknown leader epoch")
-	ErrNotReplica         = errors.New("client: not a replica of the partition")
+	// is not one of the partition's, a fetch of another incarnation of
+	// the topic.
+	ErrFencedLeaderEpoch   = errors.New("client: fenced leader epoch")
+	ErrUnknownLeaderEpoch  = errors.New("client: unknown leader epoch")
+	ErrNotReplica          = errors.New("client: not a replica of the partition")
+	ErrInconsistentTopicID = errors.New("client: another incarnation of the topic")
 )
 
 var codeSentinels = map[string]error{
@@ -193,10 +196,11 @@ var codeSentinels = map[string]error{
 	CodeReassignmentInProgress:    ErrReassignmentInProgress,
 	CodeNoReassignmentInProgress:  ErrNoReassignmentInProgress,
 
-	CodeUnauthorized:       ErrUnauthorized,
-	CodeFencedLeaderEpoch:  ErrFencedLeaderEpoch,
-	CodeUnknownLeaderEpoch: ErrUnknownLeaderEpoch,
-	CodeNotReplica:         ErrNotReplica,
+	CodeUnauthorized:        ErrUnauthorized,
+	CodeFencedLeaderEpoch:   ErrFencedLeaderEpoch,
+	CodeUnknownLeaderEpoch:  ErrUnknownLeaderEpoch,
+	CodeNotReplica:          ErrNotReplica,
+	CodeInconsistentTopicID: ErrInconsistentTopicID,
 }
 
 // ErrOutcomeUnknown is matched by the error of a write that may or may not
