@@ -228,12 +228,23 @@ func (c *Coordinator) forget(s *shard) {
 	c.mu.Unlock()
 }
 
+// offsetsPartitions is what a group's partition is hashed over: the
+// offsets topic's partition count once it exists, as Kafka does, not the
+// setting, which applies to its creation only (a setting changed later had
+// every group hashed to another partition, where its commits are not).
+func (c *Coordinator) offsetsPartitions() int {
+	if n := c.cfg.Host.Partitions(OffsetsTopic); n > 0 {
+		return int(n)
+	}
+	return c.cfg.Partitions
+}
+
 // shardFor returns the loaded shard of group's offsets partition, locked.
 func (c *Coordinator) shardFor(ctx context.Context, groupID string) (*shard, error) {
 	if err := checkID("group id", groupID); err != nil {
 		return nil, err
 	}
-	p := PartitionFor(groupID, c.cfg.Partitions)
+	p := PartitionFor(groupID, c.offsetsPartitions())
 	deadline := c.cfg.Now().Add(loadTimeout)
 	for {
 		st, ok := c.cfg.Host.OffsetsLeader(p)

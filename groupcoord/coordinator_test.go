@@ -613,3 +613,46 @@ func TestOversizedCommitRefused(t *testing.T) {
 		t.Fatalf("a 400 KB commit: %v", err)
 	}
 }
+
+// TestGroupHashedOverTheOffsetsTopic: a group's partition is hashed over
+// the offsets topic's partition count, not groups.offsets_partitions,
+// which shapes the topic's creation only. A coordinator whose setting was
+// lowered after the topic existed (8 to 3) hashed the group to another
+// partition and did not find its commits: the group started over.
+func TestGroupHashedOverTheOffsetsTopic(t *testing.T) {
+	ctx := context.Background()
+	h, s, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	h.topics[OffsetsTopic] = 8
+	h.hw[group.TopicPartition{Topic: "t", Partition: 0}] = 100
+	groupID := ""
+	for i := 0; groupID == ""; i++ {
+		if g := fmt.Sprintf("g%d", i); PartitionFor(g, 8) != PartitionFor(g, 3) {
+			groupID = g
+		}
+	}
+	coordinator := func(setting int) *Coordinator {
+		c := New(Config{Partitions: setting, Host: h, Store: s, Now: clock.Now, Logger: hclog.NewNullLogger(),
+			TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20}})
+		t.Cleanup(c.Close)
+		return c
+	}
+	c8 := coordinator(8)
+	j, err := c8.Join(ctx, groupID, JoinRequest{Topics: []string{"t"}, MemberID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c8.Commit(ctx, groupID, CommitRequest{MemberID: "a", MemberEpoch: j.MemberEpoch,
+		Offsets: []OffsetCommit{{Topic: "t", Partition: 0, Offset: 42}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.epoch++ // the coordinator moves, and the new one's setting is 3
+	h.mu.Unlock()
+	o, err := coordinator(3).Offsets(ctx, groupID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Offsets) != 1 || o.Offsets[0].Offset != 42 {
+		t.Fatalf("offsets after the coordinator moved to one set to 3 partitions: %+v, want t/0 at 42", o.Offsets)
+	}
+}

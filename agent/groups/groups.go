@@ -279,7 +279,6 @@ func (r *Router) Run(op Op, wait time.Duration) ([]byte, *reply.APIError) {
 }
 
 func (r *Router) runOnce(op Op, deadline time.Time) ([]byte, *reply.APIError) {
-	p := groupcoord.PartitionFor(op.Group, r.cfg.OffsetsPartitions)
 	snap := r.cfg.Coordinator.Metadata()
 	if _, ok := snap.Topic(groupcoord.OffsetsTopic); !ok {
 		if err := r.createOffsetsTopic(); err != nil {
@@ -287,10 +286,18 @@ func (r *Router) runOnce(op Op, deadline time.Time) ([]byte, *reply.APIError) {
 		}
 		snap = r.cfg.Coordinator.Metadata()
 	}
+	// Hashed over the topic's partitions, as the coordinator does
+	// (groupcoord.Coordinator.offsetsPartitions): the setting only shapes
+	// the topic's creation.
+	partitions := r.cfg.OffsetsPartitions
+	if tm, ok := snap.Topic(groupcoord.OffsetsTopic); ok && len(tm.Partitions) > 0 {
+		partitions = len(tm.Partitions)
+	}
+	p := groupcoord.PartitionFor(op.Group, partitions)
 	pm, ok := snap.Partition(groupcoord.OffsetsTopic, p)
 	if !ok {
 		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
-			fmt.Sprintf("the offsets topic has no partition %d: groups.offsets_partitions must match the topic's %s", p, groupcoord.OffsetsTopic), true)
+			fmt.Sprintf("the metadata shows no partition %d of %s yet", p, groupcoord.OffsetsTopic), true)
 	}
 	if pm.State.Leader == "" || pm.LeaderSession == "" {
 		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
