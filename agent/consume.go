@@ -19,7 +19,7 @@ import (
 // Bounds of a consumer fetch.
 const (
 	defaultFetchMaxBytes = 1 << 20
-	maxClientWait        = 30 * time.Second
+	maxClientWait        = wire.MaxClientWait
 )
 
 // handleFetch serves GET /v1/topics/{topic}/partitions/{partition}/records:

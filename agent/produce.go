@@ -23,7 +23,7 @@ import (
 // Bounds of a produce request.
 const (
 	defaultProduceTimeout = 5 * time.Second
-	maxProduceTimeout     = 30 * time.Second
+	maxProduceTimeout     = wire.MaxClientWait
 	// produceGrace is how much longer than its timeout a handler waits for
 	// the loop to answer, so the loop's own ack timeout normally answers.
 	produceGrace = time.Second

@@ -67,8 +67,8 @@ const DefaultFetchMaxBytes = 1 << 20
 func WithFetchMaxBytes(n int) ConsumerOption { return func(c *consumerConfig) { c.maxBytes = n } }
 
 // WithFetchMaxWait is how long a fetch may wait on the agent for records
-// when there are none yet (the wait parameter; default 5s). 0 asks for an
-// immediate answer, possibly empty.
+// when there are none yet (the wait parameter; default 5s, at most 30s,
+// the agent's bound). 0 asks for an immediate answer, possibly empty.
 func WithFetchMaxWait(d time.Duration) ConsumerOption {
 	return func(c *consumerConfig) { c.maxWait = d }
 }
@@ -169,8 +169,8 @@ func (c *Client) NewConsumer(topic string, partition int, from int64, opts ...Co
 		return nil, fmt.Errorf("%w: partition %d", ErrInvalidOption, partition)
 	case from < OffsetEarliest:
 		return nil, fmt.Errorf("%w: start offset %d", ErrInvalidOption, from)
-	case cfg.maxBytes <= 0 || cfg.maxWait < 0:
-		return nil, fmt.Errorf("%w: fetch max bytes %d, max wait %v", ErrInvalidOption, cfg.maxBytes, cfg.maxWait)
+	case cfg.maxBytes <= 0 || cfg.maxWait < 0 || cfg.maxWait > wire.MaxClientWait:
+		return nil, fmt.Errorf("%w: fetch max bytes %d, max wait %v (at most the agent's %v)", ErrInvalidOption, cfg.maxBytes, cfg.maxWait, wire.MaxClientWait)
 	case cfg.reset != 0 && cfg.reset != OffsetEarliest && cfg.reset != OffsetLatest:
 		return nil, fmt.Errorf("%w: offset reset %d: want OffsetEarliest or OffsetLatest", ErrInvalidOption, cfg.reset)
 	case cfg.limits.MaxBatchBytes <= 0:

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/record"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // appendValues appends one batch of the given values to a partition of the
@@ -185,7 +187,7 @@ func TestConsumerLongPollLoop(t *testing.T) {
 func TestConsumerContextEndsALongPoll(t *testing.T) {
 	f := newFakeAgent(t)
 	f.addTopic("t", 1)
-	cons := mustConsumer(t, f.newClient(), 0, WithFetchMaxWait(time.Minute))
+	cons := mustConsumer(t, f.newClient(), 0, WithFetchMaxWait(wire.MaxClientWait))
 	ctx, cancel := context.WithCancel(testContext(t))
 	go func() {
 		eventually(t, "the long poll", func() bool { return len(f.fetchQueries()) == 1 })
@@ -406,6 +408,7 @@ func TestConsumerOptionsValidated(t *testing.T) {
 		{"offset below earliest", 0, -3, nil},
 		{"max bytes", 0, 0, []ConsumerOption{WithFetchMaxBytes(0)}},
 		{"negative wait", 0, 0, []ConsumerOption{WithFetchMaxWait(-time.Second)}},
+		{"wait over the agent's 30s", 0, 0, []ConsumerOption{WithFetchMaxWait(31 * time.Second)}},
 		{"reset to a number", 0, 0, []ConsumerOption{WithOffsetReset(5)}},
 		{"no batch limit", 0, 0, []ConsumerOption{WithFetchLimits(FetchLimits{})}},
 		{"backoff", 0, 0, []ConsumerOption{WithFetchBackoff(0, time.Second)}},

@@ -151,8 +151,9 @@ func WithMaxBufferedBytes(n int) ProducerOption {
 }
 
 // WithAckTimeout is how long the agent may wait for replicas before it
-// answers ack_timeout, sent as the timeout parameter (default 5s). The
-// client waits that long plus a grace period for an answer.
+// answers ack_timeout, sent as the timeout parameter (default 5s, at most
+// 30s, the agent's bound). The client waits that long plus a grace period
+// for an answer.
 func WithAckTimeout(d time.Duration) ProducerOption {
 	return func(c *producerConfig) { c.ackTimeout = d }
 }
@@ -469,6 +470,9 @@ func (c *producerConfig) validate() error {
 		return fmt.Errorf("%w: max buffered bytes %d is below max batch bytes %d", ErrInvalidOption, c.maxBufferedBytes, c.maxBatchBytes)
 	case c.ackTimeout <= 0 || c.deliveryTimeout <= 0:
 		return fmt.Errorf("%w: ack timeout %v and delivery timeout %v must be positive", ErrInvalidOption, c.ackTimeout, c.deliveryTimeout)
+	case c.ackTimeout > wire.MaxClientWait:
+		// The agent refuses it (400): every record would fail.
+		return fmt.Errorf("%w: ack timeout %v is above the agent's %v", ErrInvalidOption, c.ackTimeout, wire.MaxClientWait)
 	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
 		return fmt.Errorf("%w: retry backoff %v to %v", ErrInvalidOption, c.backoffMin, c.backoffMax)
 	case c.maxInFlight < 1 || c.maxInFlight > MaxInFlightIdempotent:

@@ -651,17 +651,18 @@ func TestProducerOptionsValidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string][]ProducerOption{
-		"acks":           {WithAcks(Acks(7))},
-		"linger":         {WithLinger(-time.Second)},
-		"batch bytes":    {WithMaxBatchBytes(record.HeaderSize)},
-		"buffer":         {WithMaxBatchBytes(4096), WithMaxBufferedBytes(2048)},
-		"ack timeout":    {WithAckTimeout(0)},
-		"backoff order":  {WithRetryBackoff(time.Second, time.Millisecond)},
-		"unknown codec":  {WithCompression(Compression(6))},
-		"delivery limit": {WithDeliveryTimeout(-1)},
-		"no in flight":   {WithMaxInFlight(0)},
-		"too many":       {WithMaxInFlight(MaxInFlightIdempotent + 1)},
-		"idempotent ack": {WithAcks(AcksLeader), WithIdempotence(true)},
+		"acks":                             {WithAcks(Acks(7))},
+		"linger":                           {WithLinger(-time.Second)},
+		"batch bytes":                      {WithMaxBatchBytes(record.HeaderSize)},
+		"buffer":                           {WithMaxBatchBytes(4096), WithMaxBufferedBytes(2048)},
+		"ack timeout":                      {WithAckTimeout(0)},
+		"ack timeout over the agent's 30s": {WithAckTimeout(31 * time.Second)},
+		"backoff order":                    {WithRetryBackoff(time.Second, time.Millisecond)},
+		"unknown codec":                    {WithCompression(Compression(6))},
+		"delivery limit":                   {WithDeliveryTimeout(-1)},
+		"no in flight":                     {WithMaxInFlight(0)},
+		"too many":                         {WithMaxInFlight(MaxInFlightIdempotent + 1)},
+		"idempotent ack":                   {WithAcks(AcksLeader), WithIdempotence(true)},
 	}
 	for name, opts := range cases {
 		if _, err := c.NewProducer(append(opts, WithDefaultTopic("t"))...); !errors.Is(err, ErrInvalidOption) {

@@ -156,7 +156,7 @@ replication {
   # agent Consul reports dead (check critical, registration gone) leaves at once.
   lag_time_max = "10s"
   # How long a caught-up follower's fetch waits for new data (long poll).
-  # Must be below lag_time_max.
+  # 1ms to 30s (what leaders take), and below lag_time_max.
   fetch_max_wait = "500ms"
   # The most bytes one replica fetch returns (at least one whole batch).
   fetch_max_bytes = "8MiB"

@@ -219,6 +219,9 @@ func TestInvalid(t *testing.T) {
 		{"kafka advertise without address", "kafka {\n  advertise_address = \"10.0.0.1:9092\"\n}\n", 2, "the Kafka listener is off"},
 		{"kafka bad port", "kafka {\n  address = \"127.0.0.1:0\"\n}\n", 2, "not a number from 1 to 65535"},
 		{"kafka unknown key", "kafka {\n  port = 9092\n}\n", 2, "Unsupported argument"},
+		{"listeners share an address", "kafka {\n  address = \"127.0.0.1:7070\"\n}\n", 2, "takes the port of client.address"},
+		{"a listener on every interface takes the port", "kafka {\n  address = \"0.0.0.0:7070\"\n  advertise_address = \"10.0.0.1:7070\"\n}\n", 2, "takes the port of client.address"},
+		{"fetch wait above what leaders take", "replication {\n  lag_time_max = \"60s\"\n  fetch_max_wait = \"31s\"\n}\n", 3, "outside the allowed range 1ms to 30s"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -420,5 +423,23 @@ func TestReassignThrottleOff(t *testing.T) {
 	}
 	if cfg.Replication.ReassignMaxBytesPerSecond != 0 {
 		t.Fatalf("reassign_max_bytes_per_second = %d, want 0 (no bound)", cfg.Replication.ReassignMaxBytesPerSecond)
+	}
+}
+
+// TestEveryProblemReported: the max_batch_bytes within fetch_max_bytes
+// cross-check was guarded by limits.max_record_bytes, so an invalid
+// max_record_bytes hid it: all problems are reported at once.
+func TestEveryProblemReported(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "agent.hcl",
+		"limits {\n  max_record_bytes = \"0\"\n}\nproducer {\n  max_batch_bytes = \"16MiB\"\n}\n")
+	_, err := LoadWith(testEnv(), p)
+	var de *DiagnosticsError
+	if !errors.As(err, &de) {
+		t.Fatalf("got %v, want diagnostics", err)
+	}
+	for _, want := range []string{"limits.max_record_bytes", "above replication.fetch_max_bytes"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q is not reported:\n%v", want, err)
+		}
 	}
 }

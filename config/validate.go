@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/logagent/logagent/wire"
 )
 
 // Bounds that validation enforces. They are here, not scattered, so that
@@ -195,12 +197,16 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.Peer.TLS = v.tlsBlock("peer.tls", f.Peer.TLS, true)
 	c.Client.TLS = v.tlsBlock("client.tls", f.Client.TLS, false)
 	c.Client.TokenFile = v.tokenFile("client.token_file", f.Client.TokenFile)
+	v.distinctListeners([]namedAddress{{"client.address", c.Client.Address}, {"peer.address", c.Peer.Address}, {"kafka.address", c.Kafka.Address}})
 
 	c.Consul = v.consul(f.Consul)
 	c.Storage = v.storage(f.Storage)
 
 	c.Replication.LagTimeMax = v.duration("replication.lag_time_max", f.Replication.LagTimeMax, 100*time.Millisecond, 0)
-	c.Replication.FetchMaxWait = v.duration("replication.fetch_max_wait", f.Replication.FetchMaxWait, time.Millisecond, 0)
+	// Followers send it as their fetches' max_wait_ms and their sessions'
+	// heartbeat_ms, which leaders take up to wire.MaxReplicaFetchWait: a
+	// longer one had every follower fetch refused.
+	c.Replication.FetchMaxWait = v.duration("replication.fetch_max_wait", f.Replication.FetchMaxWait, time.Millisecond, wire.MaxReplicaFetchWait)
 	c.Replication.FetchMaxBytes = v.size("replication.fetch_max_bytes", f.Replication.FetchMaxBytes, 1<<10, 1<<30)
 	c.Replication.AutoLeaderRebalance = f.Replication.AutoLeaderRebalance == nil || *f.Replication.AutoLeaderRebalance
 	c.Replication.LeaderRebalanceDelay = v.duration("replication.leader_rebalance_delay", f.Replication.LeaderRebalanceDelay, time.Second, 24*time.Hour)
@@ -222,7 +228,7 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	if c.Limits.MaxRecordBytes > 0 && c.Limits.MaxRequestBytes > 0 && c.Limits.MaxRecordBytes > c.Limits.MaxRequestBytes {
 		v.errorf("limits.max_record_bytes", "%s is above limits.max_request_bytes (%s): no such record could be sent", FormatSize(c.Limits.MaxRecordBytes), FormatSize(c.Limits.MaxRequestBytes))
 	}
-	if c.Limits.MaxRecordBytes > 0 && c.Replication.FetchMaxBytes > 0 && c.Producer.MaxBatchBytes > c.Replication.FetchMaxBytes {
+	if c.Producer.MaxBatchBytes > 0 && c.Replication.FetchMaxBytes > 0 && c.Producer.MaxBatchBytes > c.Replication.FetchMaxBytes {
 		v.errorf("producer.max_batch_bytes", "%s is above replication.fetch_max_bytes (%s): followers fetch whole batches", FormatSize(c.Producer.MaxBatchBytes), FormatSize(c.Replication.FetchMaxBytes))
 	}
 
@@ -244,6 +250,27 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 // kafka validates the kafka block: off without an address; the address
 // clients are told to dial must name a host, as a broker's advertised
 // listener does.
+type namedAddress struct{ key, address string }
+
+// distinctListeners reports two listeners on one port of one host, or of
+// every interface (which takes the port on all of them): the second's bind
+// failed when the agent started, after validate had passed it.
+func (v *validator) distinctListeners(ls []namedAddress) {
+	for j, b := range ls {
+		hostB, portB, err := net.SplitHostPort(b.address)
+		if err != nil {
+			continue
+		}
+		for _, a := range ls[:j] {
+			hostA, portA, err := net.SplitHostPort(a.address)
+			if err != nil || portA != portB || (hostA != hostB && !isUnspecified(hostA) && !isUnspecified(hostB)) {
+				continue
+			}
+			v.errorf(b.key, "%q takes the port of %s (%q): each listener needs its own", b.address, a.key, a.address)
+		}
+	}
+}
+
 func (v *validator) kafka(f *fileKafka) Kafka {
 	var k Kafka
 	if f.Address == nil || *f.Address == "" {

@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // Error codes of the HTTP APIs (docs/design.md §8). Every error response is JSON:
 //
 //	{"error":{"code":"not_enough_replicas","message":"...","retriable":true}}
@@ -98,4 +100,15 @@ const (
 	ContentTypeJSON        = "application/json"
 	ContentTypeNDJSON      = "application/x-ndjson"
 	ContentTypeOctetStream = "application/octet-stream"
+)
+
+// Bounds of waits the APIs take.
+const (
+	// MaxClientWait bounds a produce's timeout and a fetch's wait on the
+	// client API.
+	MaxClientWait = 30 * time.Second
+	// MaxReplicaFetchWait bounds how long a leader holds a follower's fetch
+	// (max_wait_ms) and a fetch session's heartbeat_ms:
+	// replication.fetch_max_wait, which followers send as both.
+	MaxReplicaFetchWait = 30 * time.Second
 )

@@ -123,7 +123,7 @@ func ParseFetch(a *fasthttp.Args) (Fetch, error) {
 }
 
 // maxWait bounds a held follower fetch whatever the follower asks.
-const maxWait = 30 * time.Second
+const maxWait = wire.MaxReplicaFetchWait
 
 // EpochQuery is a follower's epoch end offset request as it travels.
 type EpochQuery struct {

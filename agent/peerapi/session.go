@@ -3,6 +3,7 @@ package peerapi
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"math"
@@ -113,8 +114,9 @@ func (srv *Server) HandleReplicaSession(ctx *fasthttp.RequestCtx) {
 	replicaID := string(ctx.QueryArgs().Peek("replica_id"))
 	leading := string(ctx.QueryArgs().Peek(peer.LeadingParam)) == "1"
 	ms, err := strconv.ParseInt(string(ctx.QueryArgs().Peek("heartbeat_ms")), 10, 64)
-	if replicaID == "" || err != nil || ms < 1 || ms > 30_000 {
-		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "a session needs replica_id and heartbeat_ms in [1, 30000]", false)
+	if replicaID == "" || err != nil || ms < 1 || ms > wire.MaxReplicaFetchWait.Milliseconds() {
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+			fmt.Sprintf("a session needs replica_id and heartbeat_ms in [1, %d]", wire.MaxReplicaFetchWait.Milliseconds()), false)
 		return
 	}
 	// The session must be declared dead well within lag_time_max, so that
