@@ -18,7 +18,7 @@
 //	member fetches / commits               CheckFetch / Commit ──► record to
 //	                                       append; Offsets.Apply once committed
 //	coordinator becomes leader             Offsets.Apply over its partition
-//	                                       (Compact bounds the rebuild)
+//	                                       (restatements bound the rebuild)
 //
 // The target assignment (assign.go) is sticky and balanced and is computed
 // in one place, deterministically. Each member's current assignment moves

@@ -344,18 +344,7 @@ func (c *Coordinator) ClassicCommit(ctx context.Context, groupID string, req Cla
 	if err != nil {
 		return err
 	}
-	simple := req.Generation < 0 && req.MemberID == ""
-	switch ce := s.classic[groupID]; {
-	case ce != nil:
-		err = ce.g.CheckCommit(req.MemberID, req.Generation)
-	case !simple:
-		err = fmt.Errorf("%w: commit by %q: group %q has no member of the Kafka protocol here", group.ErrUnknownMember, req.MemberID, groupID)
-	default:
-		var e *entry
-		if e, err = c.loadGroup(ctx, s, groupID, false); err == nil && e != nil && e.g.Members() > 0 {
-			err = fmt.Errorf("%w: a commit without a member to group %q, which has members", group.ErrUnknownMember, groupID)
-		}
-	}
+	err = c.classicCommitAllowed(ctx, s, groupID, req)
 	s.mu.Unlock()
 	if err != nil {
 		return err
@@ -370,7 +359,30 @@ func (c *Coordinator) ClassicCommit(ctx context.Context, groupID string, req Cla
 		}
 		records = append(records, r)
 	}
-	return c.appendCommit(ctx, s, groupID, req.Offsets, records)
+	return c.appendCommit(ctx, s, groupID, req.Offsets, records, func() error { return c.classicCommitAllowed(ctx, s, groupID, req) })
+}
+
+// classicCommitAllowed checks an OffsetCommit against the group's
+// generation, or, for a simple commit (no member, generation -1), that the
+// group has no member of either protocol: an empty classic group that had
+// not been cleaned up yet let a simple commit through while a member of
+// logagent's protocol owned the partition. Called with s.mu held.
+func (c *Coordinator) classicCommitAllowed(ctx context.Context, s *shard, groupID string, req ClassicCommitRequest) error {
+	simple := req.Generation < 0 && req.MemberID == ""
+	ce := s.classic[groupID]
+	switch {
+	case ce != nil:
+		if err := ce.g.CheckCommit(req.MemberID, req.Generation); err != nil || !simple {
+			return err
+		}
+	case !simple:
+		return fmt.Errorf("%w: commit by %q: group %q has no member of the Kafka protocol here", group.ErrUnknownMember, req.MemberID, groupID)
+	}
+	e, err := c.loadGroup(ctx, s, groupID, false)
+	if err == nil && e != nil && e.g.Members() > 0 {
+		err = fmt.Errorf("%w: a commit without a member to group %q, which has members", group.ErrUnknownMember, groupID)
+	}
+	return err
 }
 
 // ClassicDescribe describes a group for DescribeGroups: its classic

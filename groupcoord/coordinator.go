@@ -194,7 +194,7 @@ func (c *Coordinator) tick() {
 		s.mu.Unlock()
 		if due {
 			ctx, cancel := context.WithTimeout(context.Background(), restateTimeout)
-			if err := s.commit(ctx, c, nil); err != nil {
+			if err := s.commit(ctx, c, nil, nil); err != nil {
 				c.log.Warn("restating offsets failed", "partition", s.p, "error", err)
 			}
 			cancel()
@@ -688,8 +688,8 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 	var answer CommitResponse
 	for _, oc := range req.Offsets {
 		tp := group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}
-		// Membership and ownership here; the high watermark in
-		// appendCommit.
+		// Membership and ownership here and again as the records are
+		// queued (allowed); the high watermark in appendCommit.
 		r, err := group.Commit(e.g, group.CommitRequest{MemberID: req.MemberID, MemberEpoch: req.MemberEpoch,
 			Partition: tp, Offset: oc.Offset, Metadata: oc.Metadata}, oc.Offset, now)
 		if err != nil {
@@ -700,7 +700,19 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 		answer.Committed = append(answer.Committed, Committed{Topic: oc.Topic, Partition: oc.Partition, Offset: oc.Offset, Metadata: oc.Metadata})
 	}
 	s.mu.Unlock()
-	if err := c.appendCommit(ctx, s, groupID, req.Offsets, records); err != nil {
+	allowed := func() error {
+		e := s.groups[groupID]
+		if e == nil {
+			return fmt.Errorf("%w: group %q was reloaded while the commit waited: commit again", ErrUnavailable, groupID)
+		}
+		for _, oc := range req.Offsets {
+			if err := e.g.CheckCommit(req.MemberID, req.MemberEpoch, group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := c.appendCommit(ctx, s, groupID, req.Offsets, records, allowed); err != nil {
 		return CommitResponse{}, err
 	}
 	return answer, nil
@@ -710,7 +722,8 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 // offsets[i]) once every offset is at most its partition's high watermark
 // (from the shard's cache, refreshed from the partition's leader for an
 // offset above it), and returns when they are committed and applied.
-func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string, offsets []OffsetCommit, records []group.Record) error {
+// allowed checks the commit again as its records are queued (shard.commit).
+func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string, offsets []OffsetCommit, records []group.Record, allowed func() error) error {
 	if err := c.checkCommitSize(len(offsets), records); err != nil {
 		return err
 	}
@@ -737,7 +750,7 @@ func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string
 				group.ErrOffsetBeyondHighWatermark, groupID, tp, oc.Offset, hw)
 		}
 	}
-	return s.commit(ctx, c, records)
+	return s.commit(ctx, c, records, allowed)
 }
 
 // recordOverhead bounds what a record's framing adds to its key and value
@@ -760,12 +773,24 @@ func (c *Coordinator) checkCommitSize(offsets int, records []group.Record) error
 
 // commit appends records through the shard's one flusher and waits until
 // they are committed and applied. nil records ask for a restatement.
-func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Record) error {
+// allowed (nil: no check) runs with s.mu held as the records are queued:
+// the log takes them in queue order, so a commit allowed there goes before
+// any commit of a later owner of its partitions. Checked only before a
+// wait for a partition's high watermark, which releases the lock, a member
+// that expired meanwhile had its commit written after the new owner's,
+// which it overwrote.
+func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Record, allowed func() error) error {
 	pc := &pendingCommit{records: records, done: make(chan error, 1)}
 	s.mu.Lock()
 	if s.dropped {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %s/%d changed hands", ErrNotCoordinator, OffsetsTopic, s.p)
+	}
+	if allowed != nil {
+		if err := allowed(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
 	}
 	s.pending = append(s.pending, pc)
 	s.mu.Unlock()
@@ -837,6 +862,16 @@ func (s *shard) appendRecords(ctx context.Context, c *Coordinator, units [][]gro
 		var base int64
 		if err == nil {
 			buf, err = b.AppendTo(buf[:0])
+		}
+		if err == nil {
+			// A shard dropped by a failed append before this one (commits
+			// that queued behind it) writes nothing more: a new shard may
+			// already have rebuilt from the log and be writing its own.
+			s.mu.Lock()
+			if s.dropped {
+				err = fmt.Errorf("%w: %s/%d changed hands", ErrNotCoordinator, OffsetsTopic, s.p)
+			}
+			s.mu.Unlock()
 		}
 		if err == nil {
 			base, err = c.cfg.Host.AppendOffsets(ctx, s.p, s.epoch, buf, b.Len())
@@ -991,20 +1026,29 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 	if err != nil {
 		return ResetResponse{}, err
 	}
-	if ce := s.classic[groupID]; ce != nil && ce.g.Members() > 0 {
-		s.mu.Unlock()
-		return ResetResponse{}, fmt.Errorf("%w: group %q has members of Kafka's classic protocol", ErrGroupNotEmpty, groupID)
+	// Checked again as the records are queued: no member may have taken a
+	// partition (nor a classic member joined) in between.
+	resettable := func(e *entry) error {
+		if ce := s.classic[groupID]; ce != nil && ce.g.Members() > 0 {
+			return fmt.Errorf("%w: group %q has members of Kafka's classic protocol", ErrGroupNotEmpty, groupID)
+		}
+		if e == nil {
+			return fmt.Errorf("%w: group %q was reloaded while the reset waited: reset again", ErrUnavailable, groupID)
+		}
+		for p := range n {
+			if owner, ok := e.g.Owner(group.TopicPartition{Topic: req.Topic, Partition: p}); ok {
+				return fmt.Errorf("%w: member %q owns %s/%d", ErrGroupNotEmpty, owner, req.Topic, p)
+			}
+		}
+		return nil
 	}
 	e, err := c.loadGroup(ctx, s, groupID, true)
+	if err == nil {
+		err = resettable(e)
+	}
 	if err != nil {
 		s.mu.Unlock()
 		return ResetResponse{}, err
-	}
-	for p := range n {
-		if owner, ok := e.g.Owner(group.TopicPartition{Topic: req.Topic, Partition: p}); ok {
-			s.mu.Unlock()
-			return ResetResponse{}, fmt.Errorf("%w: member %q owns %s/%d", ErrGroupNotEmpty, owner, req.Topic, p)
-		}
 	}
 	// The group's state is stored, so that it is listed.
 	if err := c.save(ctx, s, groupID, e); err != nil {
@@ -1027,7 +1071,7 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 	if err := c.checkCommitSize(len(records), records); err != nil {
 		return ResetResponse{}, err
 	}
-	if err := s.commit(ctx, c, records); err != nil {
+	if err := s.commit(ctx, c, records, func() error { return resettable(s.groups[groupID]) }); err != nil {
 		return ResetResponse{}, err
 	}
 	c.log.Info("offsets reset", "group", groupID, "topic", req.Topic, "to", req.To)

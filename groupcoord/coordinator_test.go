@@ -173,12 +173,12 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newTestCoordinator(t *testing.T, h *fakeHost, s *fakeStore, clock *fakeClock) *Coordinator {
+func newTestCoordinator(t *testing.T, h Host, s *fakeStore, clock *fakeClock) *Coordinator {
 	t.Helper()
 	return newTestCoordinatorWith(t, h, s, clock, 0)
 }
 
-func newTestCoordinatorWith(t *testing.T, h *fakeHost, s *fakeStore, clock *fakeClock, restateAfter int64) *Coordinator {
+func newTestCoordinatorWith(t *testing.T, h Host, s *fakeStore, clock *fakeClock, restateAfter int64) *Coordinator {
 	t.Helper()
 	c := New(Config{Partitions: 3, Host: h, Store: s, Now: clock.Now, Logger: hclog.NewNullLogger(),
 		TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20},
