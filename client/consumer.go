@@ -63,7 +63,9 @@ const DefaultFetchMaxBytes = 1 << 20
 
 // WithFetchMaxBytes is the max_bytes of each fetch (default
 // DefaultFetchMaxBytes). An answer holds whole batches, at least one even
-// when it is bigger.
+// when it is bigger. The records a Poll decompresses stop at the larger of
+// this and FetchLimits.MaxDecompressedBytes, past the batch that crosses
+// it; the rest of the answer is fetched again by the next Poll.
 func WithFetchMaxBytes(n int) ConsumerOption { return func(c *consumerConfig) { c.maxBytes = n } }
 
 // WithFetchMaxWait is how long a fetch may wait on the agent for records
@@ -458,12 +460,21 @@ const minRecordBytes = 7
 // decode verifies and decodes the batches of body and returns their
 // records at or after from, and the offset to fetch next. Every batch must
 // start at or after the end of the one before; only the first may hold
-// records below from.
+// records below from. Once the records copied out of compressed batches
+// pass the larger of the fetch's max bytes and the decompressed limit of
+// one batch, the batches after are left for the next fetch: max bytes
+// bounds compressed bytes, and a 64 KiB fetch of 32 zstd batches of zeros
+// held 24 MiB of records.
 func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 	var records []Record
 	var headers []Header // the records' headers, allocated a slab at a time
 	next, prevEnd := from, int64(-1)
-	for pos := 0; pos < len(body); {
+	decompressedLimit := c.cfg.limits.MaxDecompressedBytes
+	if decompressedLimit <= 0 {
+		decompressedLimit = DefaultMaxDecompressedBytes
+	}
+	budget, copied := max(c.cfg.maxBytes, decompressedLimit), 0
+	for pos := 0; pos < len(body) && copied <= budget; {
 		batch, it, err := c.decoder.NextBatch(body[pos:])
 		if err != nil {
 			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)
@@ -493,6 +504,12 @@ func (c *Consumer) decode(body []byte, from int64) ([]Record, int64, error) {
 				continue
 			}
 			records = append(records, c.toRecord(r, h.LeaderEpoch(), owned, &headers))
+			if !owned {
+				copied += len(r.Key) + len(r.Value)
+				for _, rh := range r.Headers {
+					copied += len(rh.Value)
+				}
+			}
 		}
 		if err := it.Err(); err != nil {
 			return nil, 0, fmt.Errorf("%w at byte %d: %w", ErrCorruptBatch, pos, err)

@@ -467,3 +467,64 @@ func TestConsumerBufferReuse(t *testing.T) {
 		})
 	}
 }
+
+// TestCompressedFetchMemoryBounded: max bytes bounds a fetch's compressed
+// bytes and the decompressed limit one batch; one Poll decoded every batch
+// of the answer at once, so its memory grew with the compression ratio (32
+// zstd batches of 768 KiB of zeros in a 64 KiB fetch: 24 MiB). Decoding
+// stops once the records copied out of compressed batches pass the larger
+// of the two, and the next Poll goes on from there: every record once, in
+// order.
+func TestCompressedFetchMemoryBounded(t *testing.T) {
+	const (
+		maxBytes        = 64 << 10
+		maxDecompressed = 1 << 20
+		batches         = 32
+		recordsPerBatch = 3
+		valueBytes      = 256 << 10
+	)
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	zeros := make([]byte, valueBytes)
+	for range batches {
+		var b record.Builder
+		if err := b.SetCodec(record.CodecZstd); err != nil {
+			t.Fatal(err)
+		}
+		for range recordsPerBatch {
+			if err := b.Add(1_700_000_000_000, nil, zeros, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch, err := b.AppendTo(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.appendBatch("t", 0, batch)
+	}
+	cons := mustConsumer(t, f.newClient(), 0, WithFetchMaxWait(0), WithFetchMaxBytes(maxBytes),
+		WithFetchLimits(FetchLimits{MaxBatchBytes: 16 << 20, MaxDecompressedBytes: maxDecompressed}))
+	next := int64(0)
+	for polls := 0; next < batches*recordsPerBatch; polls++ {
+		if polls > batches*recordsPerBatch {
+			t.Fatalf("%d polls and only up to offset %d", polls, next)
+		}
+		records, err := cons.Poll(testContext(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, r := range records {
+			if r.Offset != next {
+				t.Fatalf("record at offset %d, want %d", r.Offset, next)
+			}
+			next++
+			total += len(r.Key) + len(r.Value)
+		}
+		// What passes the budget is the batch that crossed it.
+		if bound := max(maxBytes, maxDecompressed) + maxDecompressed; total > bound {
+			t.Fatalf("one Poll with max bytes %d and %d decompressed bytes a batch held %d records, %d bytes decompressed (bound %d)",
+				maxBytes, maxDecompressed, len(records), total, bound)
+		}
+	}
+}
