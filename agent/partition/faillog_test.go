@@ -18,13 +18,11 @@ type fakeNow struct{ t time.Time }
 
 func (c *fakeNow) now() time.Time { return c.t }
 
-// TestFailedLogRecovery drives one replica's failure handling by hand: a
-// second failure report for a log already failed (a queued sync answering
-// after a failed reopen) is ignored instead of panicking; the reopen cuts
-// what no successful fsync covered and keeps the high watermark; a reopened
-// replica holds back its campaigns, longer after each failure, until its
-// log has held up for failBackoffReset.
-func TestFailedLogRecovery(t *testing.T) {
+// faultFSReplica is a replica of t/0 with a log on a FaultFS and a fake
+// clock, its syncer started and its loop not: the test drives it. deps
+// gets the FS, the clock, the log options and a null logger.
+func faultFSReplica(t *testing.T, deps *Deps) (*Replica, *segstore.FaultFS, *fakeNow) {
+	t.Helper()
 	root := t.TempDir()
 	fsys, err := segstore.NewFaultFS(root)
 	if err != nil {
@@ -32,7 +30,7 @@ func TestFailedLogRecovery(t *testing.T) {
 	}
 	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
-	deps := &Deps{Self: "n1", Log: hclog.NewNullLogger(), Now: clock.now, FS: fsys, LogOptions: opts}
+	deps.Log, deps.Now, deps.FS, deps.LogOptions = hclog.NewNullLogger(), clock.now, fsys, opts
 	dir := filepath.Join(root, "t-0")
 	log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
 	if err != nil {
@@ -47,6 +45,18 @@ func TestFailedLogRecovery(t *testing.T) {
 			r.CurrentLog().Close()
 		}
 	})
+	return r, fsys, clock
+}
+
+// TestFailedLogRecovery drives one replica's failure handling by hand: a
+// second failure report for a log already failed (a queued sync answering
+// after a failed reopen) is ignored instead of panicking; the reopen cuts
+// what no successful fsync covered and keeps the high watermark; a reopened
+// replica holds back its campaigns, longer after each failure, until its
+// log has held up for failBackoffReset.
+func TestFailedLogRecovery(t *testing.T) {
+	r, fsys, clock := faultFSReplica(t, &Deps{Self: "n1"})
+	log := r.CurrentLog()
 
 	appendLeader(t, log, 1, "a", "b")
 	synced, err := log.Sync()

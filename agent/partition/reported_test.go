@@ -3,11 +3,8 @@ package partition
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/logagent/logagent/agent/peer"
 	"github.com/logagent/logagent/config"
@@ -27,39 +24,18 @@ import (
 // compared the cut with the replica's own HW only, which trails what it
 // reported, and left the mark off.
 func TestReopenBelowReportedFetchOffsetIsDataLoss(t *testing.T) {
-	root := t.TempDir()
-	fsys, err := segstore.NewFaultFS(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
 	// A closed session set answers every fetch with an error at once: the
 	// test only needs the fetch to go out.
 	sessions := peer.NewSessions(nil, "n2", time.Second, nil)
 	sessions.Close()
-	deps := &Deps{
-		Self: "n2", Config: &config.Config{}, Log: hclog.NewNullLogger(), Now: clock.now, FS: fsys, LogOptions: opts,
-		Durability: replicate.DurabilityReplicated,
-		sessions:   sessions,
+	r, fsys, clock := faultFSReplica(t, &Deps{
+		Self: "n2", Config: &config.Config{}, Durability: replicate.DurabilityReplicated,
+		sessions: sessions,
 		LookupAgent: func(string) (election.AgentInfo, bool) {
 			return election.AgentInfo{NodeID: "n1", PeerAddr: "127.0.0.1:1"}, true
 		},
-	}
-	dir := filepath.Join(root, "t-0")
-	log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newReplica(deps, "t", 0, "id", dir, log, false)
-	r.startSyncer(log)
-	t.Cleanup(func() {
-		r.cancel()
-		if !r.logFailed {
-			close(r.syncerStop)
-			r.CurrentLog().Close()
-		}
 	})
+	log := r.CurrentLog()
 
 	// Offsets 0-1 are fsynced (a checkpoint) and the replica knows them
 	// committed; 2-3 came from the leader n1 since, in the page cache only.
