@@ -60,8 +60,7 @@ func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (*fetc
 // partition failed.
 func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetchTopic, int64, bool) {
 	topics := make([]fetchTopic, len(req.Topics))
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, maxConcurrentItems)
+	calls := newItemCalls()
 	var kept keptReads
 	order := 0
 	for i, rt := range req.Topics {
@@ -79,9 +78,7 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 			}
 			index := order
 			order++
-			slots <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-slots }()
+			calls.Go(func() {
 				res, err := s.cfg.Broker.Fetch(ctx, fr)
 				if err != nil {
 					p.errorCode = fetchErrorCode(err)
@@ -93,7 +90,7 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 			})
 		}
 	}
-	wg.Wait()
+	calls.Wait()
 
 	remaining := int64(req.MaxBytes)
 	var total int64

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -38,8 +37,7 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 		}
 	}
 
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, maxConcurrentItems)
+	calls := newItemCalls()
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i, rt := range req.Topics {
 		t := &resp.Topics[i]
@@ -77,9 +75,7 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 				Acks:      req.Acks,
 				Timeout:   timeout,
 			}
-			slots <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-slots }()
+			calls.Go(func() {
 				res, err := s.cfg.Broker.Produce(ctx, pr)
 				if err != nil {
 					setProduceError(p, produceErrorCode(err), err.Error())
@@ -90,7 +86,7 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 			})
 		}
 	}
-	wg.Wait()
+	calls.Wait()
 
 	if req.Acks == 0 {
 		for _, t := range resp.Topics {

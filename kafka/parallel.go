@@ -27,22 +27,38 @@ func requestContext(ctx context.Context, timeoutMillis int32) (context.Context, 
 // other agents) at once.
 const maxConcurrentItems = 16
 
-// each runs f for every index of a request's items, at most
+// itemCalls runs the Broker calls of one request's items, at most
 // maxConcurrentItems at a time (the Broker may forward each one to another
-// agent), and waits for them all.
+// agent); Go waits for a free slot.
+type itemCalls struct {
+	wg    sync.WaitGroup
+	slots chan struct{}
+}
+
+func newItemCalls() *itemCalls {
+	return &itemCalls{slots: make(chan struct{}, maxConcurrentItems)}
+}
+
+func (g *itemCalls) Go(f func()) {
+	g.slots <- struct{}{}
+	g.wg.Go(func() {
+		defer func() { <-g.slots }()
+		f()
+	})
+}
+
+func (g *itemCalls) Wait() { g.wg.Wait() }
+
+// each runs f for every index of a request's items (itemCalls) and waits
+// for them all.
 func each(n int, f func(i int)) {
 	if n == 1 {
 		f(0)
 		return
 	}
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, maxConcurrentItems)
+	calls := newItemCalls()
 	for i := range n {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			f(i)
-		})
+		calls.Go(func() { f(i) })
 	}
-	wg.Wait()
+	calls.Wait()
 }
