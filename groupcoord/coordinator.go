@@ -102,6 +102,21 @@ type shard struct {
 	restateFloor int64
 }
 
+// storedState is what a coordinator stores of a group in Consul: the
+// group's state and the leader epoch of the offsets partition at which it
+// was written (docs/design.md §7.3). It fences a coordinator that lost its
+// partition without knowing it yet and still reaches Consul: one that
+// finds a later epoch stored refuses the group (ErrNotCoordinator), and
+// one that finds an earlier epoch claims the group by storing it at its
+// own before serving it, so a predecessor holding the group cached fails
+// its next write (the index moved), reloads, and refuses. The fields of
+// group.State stay at the top level, as states stored before the epoch
+// have them (read as epoch 0).
+type storedState struct {
+	group.State
+	CoordinatorEpoch int32 `json:"coordinator_epoch,omitempty"`
+}
+
 // entry is one group a shard serves.
 type entry struct {
 	g *group.Group
@@ -363,11 +378,15 @@ func (c *Coordinator) loadGroup(ctx context.Context, s *shard, id string, create
 	}
 	var g *group.Group
 	if value != nil {
-		var st group.State
+		var st storedState
 		if err := json.Unmarshal(value, &st); err != nil {
 			return nil, fmt.Errorf("%w: stored state of group %q: %v", ErrUnavailable, id, err)
 		}
-		if g, err = group.Restore(id, c.opts, st, c.cfg.Now()); err != nil {
+		if st.CoordinatorEpoch > s.epoch {
+			return nil, fmt.Errorf("%w: group %q was stored by the coordinator of %s/%d at epoch %d, this agent's is at %d",
+				ErrNotCoordinator, id, OffsetsTopic, s.p, st.CoordinatorEpoch, s.epoch)
+		}
+		if g, err = group.Restore(id, c.opts, st.State, c.cfg.Now()); err != nil {
 			return nil, fmt.Errorf("%w: stored state of group %q: %v", ErrUnavailable, id, err)
 		}
 	} else {
@@ -380,6 +399,14 @@ func (c *Coordinator) loadGroup(ctx context.Context, s *shard, id string, create
 	}
 	e := &entry{g: g, index: index, saved: value, waiters: make(map[string]*waiter)}
 	s.groups[id] = e
+	if value != nil {
+		// The claim: a state stored at an earlier epoch is written again
+		// at this one before the group is served (save writes nothing
+		// when the epoch is already this one's).
+		if err := c.save(ctx, s, id, e); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
@@ -407,7 +434,7 @@ func (c *Coordinator) knownGroup(ctx context.Context, groupID string) (*shard, *
 // next request restores what Consul holds. Called with s.mu held.
 func (c *Coordinator) save(ctx context.Context, s *shard, id string, e *entry) error {
 	defer c.wake(e)
-	b, err := json.Marshal(e.g.State())
+	b, err := json.Marshal(storedState{State: e.g.State(), CoordinatorEpoch: s.epoch})
 	if err != nil {
 		return fmt.Errorf("%w: encode group %q: %v", ErrUnavailable, id, err)
 	}
