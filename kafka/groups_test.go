@@ -404,6 +404,18 @@ func TestKgoGroupConsume(t *testing.T) {
 			if err != nil || !slices.Contains(listed.Groups(), group) {
 				t.Fatalf("ListGroups: %v, %v", listed.Groups(), err)
 			}
+			// The state filter (v4) matches states as Kafka's does, in any
+			// case: "stable" as the Java admin client's enum spells it
+			// in lower case, "Stable" as kgo passes a string through.
+			for _, filter := range []struct {
+				states []string
+				want   bool
+			}{{[]string{"Stable"}, true}, {[]string{"stable"}, true}, {[]string{"STABLE", "Dead"}, true}, {[]string{"Empty"}, false}} {
+				listed, err := adm.ListGroups(ctx, filter.states...)
+				if err != nil || slices.Contains(listed.Groups(), group) != filter.want {
+					t.Fatalf("ListGroups filtered by %q: %v, %v; want the group listed: %v", filter.states, listed.Groups(), err, filter.want)
+				}
+			}
 			desc, err := adm.DescribeGroups(ctx, group)
 			if err != nil || desc[group].State != "Stable" || len(desc[group].Members) != 1 {
 				t.Fatalf("DescribeGroups: %+v, %v", desc[group], err)

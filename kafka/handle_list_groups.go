@@ -3,12 +3,14 @@ package kafka
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // handleListGroups serves ListGroups v0-v4: every group of the cluster
-// (the sidecar is its only broker), filtered by state from v4.
+// (the sidecar is its only broker), filtered by state from v4 in any
+// case, as Kafka's broker does ("stable" and "Stable" name one state).
 func (s *Server) handleListGroups(ctx context.Context, req *kmsg.ListGroupsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 	resp.Default()
@@ -17,7 +19,9 @@ func (s *Server) handleListGroups(ctx context.Context, req *kmsg.ListGroupsReque
 	groups, err := s.cfg.Groups.ListGroups(cctx)
 	resp.ErrorCode = ErrorCode(err)
 	for _, g := range groups {
-		if len(req.StatesFilter) > 0 && !slices.Contains(req.StatesFilter, g.State) {
+		if len(req.StatesFilter) > 0 && !slices.ContainsFunc(req.StatesFilter, func(state string) bool {
+			return strings.EqualFold(state, g.State)
+		}) {
 			continue
 		}
 		rg := kmsg.NewListGroupsResponseGroup()
