@@ -92,6 +92,11 @@ type entry struct {
 	// They drive RemoveBefore and Expire.
 	lastOffset    int64
 	lastTimestamp int64
+	// seen is when (ms, the replica's clock) a batch of the producer was
+	// last applied here, 0 if unknown: Expire keeps a producer at least
+	// Expiration after that too, whatever timestamps its records carry.
+	// Not in the snapshot.
+	seen int64
 }
 
 // New returns the state of a partition with an empty log.
@@ -344,17 +349,33 @@ func (s *State) RemoveBefore(logStartOffset int64) {
 }
 
 // Expire forgets every producer whose last batch's MaxTimestamp is
-// Expiration or more before now (Kafka's isProducerExpired), so the state
-// stays bounded by the producers active within Expiration. A forgotten
+// Expiration or more before now (Kafka's isProducerExpired), and whose
+// last batch this state applied (Seen) that long ago too, so the state
+// stays bounded by the producers active within Expiration. The second
+// condition keeps a producer whose records carry old timestamps (a
+// backfill, a mirror keeping its source's) for as long as one whose
+// records are new: forgotten right after its append, its resend of a
+// batch whose outcome it did not learn was appended again. A forgotten
 // producer's next batch is accepted at any sequence.
 func (s *State) Expire(now time.Time) {
 	// Subtracting from now rather than from each timestamp cannot overflow
 	// for any batch timestamp, however far in the past a producer put it.
 	cutoff := now.UnixMilli() - s.expiration.Milliseconds()
 	for pid, e := range s.producers {
-		if e.lastTimestamp <= cutoff {
+		ts := e.lastTimestamp
+		if e.seen != 0 {
+			ts = max(ts, e.seen)
+		}
+		if ts <= cutoff {
 			delete(s.producers, pid)
 		}
+	}
+}
+
+// Seen records that producer pid's latest batch was applied at now.
+func (s *State) Seen(pid int64, now time.Time) {
+	if e := s.producers[pid]; e != nil {
+		e.seen = now.UnixMilli()
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
@@ -60,7 +61,12 @@ func (r *Replica) loadProducers() {
 		state, from = producer.New(opts), log.LogStartOffset()
 	}
 	from = max(from, log.LogStartOffset())
-	scanned, err := scanProducers(log, state, from)
+	// The producers of the batches after the snapshot are seen now: one
+	// of them may resend a batch whose outcome it did not learn. Those of
+	// the snapshot alone keep the expiry their timestamps give (seeing
+	// them all at every open would keep dead producers for as long as the
+	// agent restarts within the expiration).
+	scanned, err := scanProducers(log, state, from, r.deps.Now())
 	if err != nil {
 		// The log refused a read: it is failing. The state holds what was
 		// read; failLog rebuilds it from the reopened log.
@@ -93,6 +99,16 @@ func (r *Replica) readProducerSnapshot(log *segstore.Log, opts producer.Options)
 	if end > log.LogEndOffset() {
 		r.log.Info("producer snapshot is ahead of the log (its tail was lost); scanning the log",
 			"snapshot_end", end, "log_end_offset", log.LogEndOffset())
+		// Remove it before anything is appended: a log refilled past end
+		// would make it look usable at the next open.
+		name := filepath.Join(r.dir, producerSnapshotFile)
+		if err := r.deps.FS.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.log.Warn("cannot remove the producer snapshot ahead of the log", "error", err)
+			r.producerSnapshotEnd = end // removed or overwritten later
+		} else if err := r.deps.FS.SyncDir(r.dir); err != nil {
+			r.log.Warn("cannot sync the directory after removing the producer snapshot", "error", err)
+			r.producerSnapshotEnd = end
+		}
 		return nil, 0
 	}
 	r.producerSnapshotEnd = end
@@ -101,7 +117,7 @@ func (r *Replica) readProducerSnapshot(log *segstore.Log, opts producer.Options)
 
 // scanProducers applies the batches of log from offset on to state, and
 // answers how many batches of idempotent producers it applied.
-func scanProducers(log *segstore.Log, state *producer.State, from int64) (int, error) {
+func scanProducers(log *segstore.Log, state *producer.State, from int64, now time.Time) (int, error) {
 	applied := 0
 	for from < log.LogEndOffset() {
 		region, err := log.ReadBytes(from, producerScanBytes, log.LogEndOffset())
@@ -117,7 +133,7 @@ func scanProducers(log *segstore.Log, state *producer.State, from int64) (int, e
 				return applied, fmt.Errorf("agent: producer scan at %d: %w", from, err)
 			}
 			h := record.Header(batch)
-			ok, err := applyProducerBatch(state, h)
+			ok, err := applyProducerBatch(state, h, now)
 			if err != nil {
 				return applied, fmt.Errorf("agent: producer scan at %d: %w", h.BaseOffset(), err)
 			}
@@ -133,13 +149,14 @@ func scanProducers(log *segstore.Log, state *producer.State, from int64) (int, e
 // applyProducerBatch records one appended batch; false when its producer is
 // not idempotent. An error is a batch whose producer fields no producer can
 // have written (the leader refuses those before appending).
-func applyProducerBatch(state *producer.State, h record.Header) (bool, error) {
+func applyProducerBatch(state *producer.State, h record.Header, now time.Time) (bool, error) {
 	if h.ProducerID() < 0 {
 		return false, nil
 	}
 	if err := state.Apply(producerBatch(h)); err != nil {
 		return false, err
 	}
+	state.Seen(h.ProducerID(), now)
 	return true, nil
 }
 
@@ -168,7 +185,7 @@ func (r *Replica) appliedBatches(batches []byte) {
 			r.loadProducers()
 			return
 		}
-		ok, err := applyProducerBatch(r.producers, h)
+		ok, err := applyProducerBatch(r.producers, h, r.deps.Now())
 		if err != nil {
 			r.log.Warn("appended batch not recorded in the producer state", "offset", h.BaseOffset(), "error", err)
 		}

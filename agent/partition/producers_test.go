@@ -34,10 +34,16 @@ func producerTestReplica(t *testing.T, fsys segstore.FS, dir string) *Replica {
 // the leader loop does (append, then apply), and returns its base offset.
 func appendIdempotent(t *testing.T, r *Replica, id int64, seq int32, n int) int64 {
 	t.Helper()
+	return appendIdempotentAt(t, r, id, seq, n, time.Now().UnixMilli())
+}
+
+// appendIdempotentAt is appendIdempotent with records of timestamp ts (ms).
+func appendIdempotentAt(t *testing.T, r *Replica, id int64, seq int32, n int, ts int64) int64 {
+	t.Helper()
 	var b record.Builder
 	b.SetProducer(id, 0, seq)
 	for i := 0; i < n; i++ {
-		if err := b.Add(time.Now().UnixMilli(), nil, []byte("v"), nil); err != nil {
+		if err := b.Add(ts, nil, []byte("v"), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,7 +58,7 @@ func appendIdempotent(t *testing.T, r *Replica, id int64, seq int32, n int) int6
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := applyProducerBatch(r.producers, record.Header(batch)); err != nil {
+	if _, err := applyProducerBatch(r.producers, record.Header(batch), r.deps.Now()); err != nil {
 		t.Fatal(err)
 	}
 	r.producersDirty = true
@@ -153,4 +159,66 @@ func TestProducerStateRebuilt(t *testing.T) {
 	if d := r.producers.Check(7, 0, 6, 1); d.Verdict != producer.Append {
 		t.Fatalf("producer 7 seq 6 with the log cut below it: %v, want append", d.Verdict)
 	}
+}
+
+// TestProducerSnapshotAheadOfLogNotReusedAfterRefill: a snapshot ignored at
+// open because the log lost its tail (crash) must not be used at a later
+// open once the log has grown past its end again with other batches.
+func TestProducerSnapshotAheadOfLogNotReusedAfterRefill(t *testing.T) {
+	fsys := segstore.OSFS{}
+	dir := filepath.Join(t.TempDir(), "t-0")
+
+	r := producerTestReplica(t, fsys, dir)
+	appendIdempotent(t, r, 9, 0, 1)
+	lost := appendIdempotent(t, r, 7, 0, 2) // offsets lost..lost+1, never acknowledged
+	r.writeProducerSnapshot()               // snapshot end = lost+2
+	// The crash loses the unsynced tail: producer 7's batch.
+	if err := r.CurrentLog().Truncate(lost); err != nil {
+		t.Fatal(err)
+	}
+	r.CurrentLog().Close()
+
+	r = producerTestReplica(t, fsys, dir) // snapshot ahead of the log: ignored
+	if r.producerSnapshotEnd != -1 {
+		t.Fatalf("snapshot ahead of the log used")
+	}
+	// The log refills past the snapshot's end with other batches (plain
+	// ones, as a follower fetches them from the new leader).
+	var b record.Builder
+	for i := 0; i < 3; i++ {
+		if err := b.Add(time.Now().UnixMilli(), nil, []byte("other"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.CurrentLog().AppendLeader(batch, 1); err != nil {
+		t.Fatal(err)
+	}
+	r.appliedBatches(batch)
+	r.maintainProducers() // the retention tick
+	r.CurrentLog().Close()
+
+	r = producerTestReplica(t, fsys, dir)
+	// Producer 7 resends its unacknowledged batch: it is not in the log, so
+	// it must be appended, not answered as a duplicate at offsets that hold
+	// other records.
+	if d := r.producers.Check(7, 0, 0, 2); d.Verdict != producer.Append {
+		t.Fatalf("resend of a batch the log lost: %v (%s), want append: the stale snapshot (end %d) was used", d.Verdict, d.Reason, r.producerSnapshotEnd)
+	}
+}
+
+// TestProducerJustAppendedNotExpired: a batch the leader appended a moment
+// ago whose records carry an old CreateTime (a sidecar lane carrying a
+// Kafka client's backfill, a mirror keeping source timestamps) must still
+// be recognised when it is resent after an unknown outcome, even if the
+// retention tick ran in between.
+func TestProducerJustAppendedNotExpired(t *testing.T) {
+	r := producerTestReplica(t, segstore.OSFS{}, filepath.Join(t.TempDir(), "t-0"))
+	old := r.deps.Now().Add(-8 * 24 * time.Hour).UnixMilli()
+	base := appendIdempotentAt(t, r, 42, 0, 1, old)
+	r.maintainProducers() // the retention tick, a second later
+	wantDuplicate(t, r, "resend right after the append", 42, 0, 1, base)
 }

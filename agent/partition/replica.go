@@ -149,7 +149,12 @@ type Replica struct {
 	// holds (a fetch offset), less what a truncation took back: a leader
 	// may have acknowledged writes below it on its word, in "replicated"
 	// durability before they were fsynced here.
-	reportedEnd   int64
+	reportedEnd int64
+	// leaderHW is the largest high watermark this replica's leader state
+	// published, whether or not the log took it (a failed log refuses
+	// SetHighWatermark): reopen's data-loss check must not trust the
+	// failed log's.
+	leaderHW      int64
 	followRetryAt time.Time
 	followBackoff backoffDelay
 
@@ -987,6 +992,10 @@ func (r *Replica) onSyncResult(ev syncResult) {
 		r.failLog(fmt.Errorf("fsync: %w", ev.err))
 		return
 	}
+	// A sync that returned before a truncation reports an offset the
+	// log no longer vouches for (records appended again since the cut
+	// were not fsynced): count only what the log says is synced now.
+	ev.offset = min(ev.offset, ev.log.SyncedOffset())
 	// A sync that raced a truncation reports the offset synced before it
 	// (its fsync may not cover what the log now holds): sync again, or a
 	// follower waiting for its log to be durable would wait for ever.
@@ -1076,7 +1085,7 @@ func (r *Replica) reopen() {
 	// replica's own high watermark, and below what it reported holding
 	// (in "replicated" durability the leader's HW passes unsynced bytes
 	// here before this replica learns it).
-	committed := max(failed.HighWatermark(), r.reportedEnd)
+	committed := max(failed.HighWatermark(), r.reportedEnd, r.leaderHW)
 	if dataLoss || log.LogEndOffset() < committed {
 		r.setDataLoss(true)
 	}

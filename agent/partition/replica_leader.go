@@ -110,6 +110,7 @@ func (r *Replica) processLeaderReady() {
 	}
 	rd := r.leader.Ready()
 	if rd.HighWatermarkChanged {
+		r.leaderHW = max(r.leaderHW, rd.HighWatermark)
 		if err := r.CurrentLog().SetHighWatermark(rd.HighWatermark); err != nil {
 			r.log.Warn("cannot set the high watermark", "high_watermark", rd.HighWatermark, "error", err)
 		}
@@ -342,7 +343,7 @@ func (r *Replica) produceOne(req *produceRequest) bool {
 		}
 		return false
 	}
-	if ok, err := applyProducerBatch(r.producers, h); err != nil {
+	if ok, err := applyProducerBatch(r.producers, h, r.deps.Now()); err != nil {
 		r.log.Warn("appended batch not recorded in the producer state", "offset", base, "error", err)
 	} else if ok {
 		r.producersDirty = true
