@@ -225,6 +225,9 @@ type Manager struct {
 	opened      []partitionKey
 	openWorkers int
 	stopping    bool
+	// retiring says RetireAll has begun: a replica opened since starts
+	// retired (it does not campaign).
+	retiring bool
 	// reapply asks the manager's goroutine to apply the newest metadata
 	// whole: an open was skipped (openQueued).
 	reapply bool
@@ -415,9 +418,10 @@ func (m *Manager) Stop() error {
 // replicas go on following, so leaders elsewhere keep counting them until
 // Consul reports the agent gone.
 func (m *Manager) RetireAll(ctx context.Context) {
-	m.mu.RLock()
+	m.mu.Lock()
+	m.retiring = true
 	replicas := slices.Collect(maps.Values(m.replicas))
-	m.mu.RUnlock()
+	m.mu.Unlock()
 	slots := make(chan struct{}, MaxParallelHandovers)
 	var wg sync.WaitGroup
 	for _, r := range replicas {
@@ -809,11 +813,15 @@ func (m *Manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (
 		return nil, err
 	}
 	r := newReplica(m.deps, key.topic, key.partition, topicID, dir, log, file.DataLoss)
+	r.openedStorage = tc.Storage
 	if lostNow {
 		r.dataLoss = false
 		r.setDataLoss(true)
 	}
 	m.mu.Lock()
+	// Under mu with RetireAll's listing: a replica is either retired
+	// there or starts retired here.
+	r.retiring = m.retiring
 	m.replicas[key] = r
 	failed := m.failed[key]
 	delete(m.failed, key)
