@@ -139,6 +139,9 @@ type Consumer struct {
 	// or OffsetLatest goes without an offset, so that the agent starts it
 	// at the group's committed offset, or else where the reset policy says.
 	member func(url.Values)
+	// resolved, when set, is told the offset that OffsetEarliest or
+	// OffsetLatest resolved to, before any record from it is returned.
+	resolved func(int64)
 
 	next           int64 // offset to fetch next, or OffsetEarliest/OffsetLatest until resolved
 	highWatermark  int64
@@ -294,6 +297,9 @@ func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
 			// bounds gets its error returned instead of a busy loop.
 			reset = true
 			c.next = c.resetOffset(e)
+			if c.next >= 0 && c.resolved != nil {
+				c.resolved(c.next)
+			}
 			continue
 		}
 		if !fetchRetriable(err) {
@@ -358,6 +364,9 @@ func (c *Consumer) fetch(ctx context.Context) ([]Record, error) {
 		}
 		c.highWatermark, c.logStartOffset = a.highWatermark, a.logStartOffset
 		c.next = a.highWatermark
+		if c.resolved != nil {
+			c.resolved(c.next)
+		}
 	}
 	a, err := c.get(ctx, c.next, c.cfg.maxWait)
 	if err != nil {
@@ -367,6 +376,9 @@ func (c *Consumer) fetch(ctx context.Context) ([]Record, error) {
 	from := c.next
 	if from == OffsetEarliest {
 		from = a.logStartOffset
+		if c.resolved != nil {
+			c.resolved(from)
+		}
 	}
 	records, next, err := c.decode(a.body, from)
 	if err != nil {

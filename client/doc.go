@@ -153,7 +153,10 @@
 // partition the member still consumes and long-polls for news. When the
 // coordinator grants partitions, WithOnAssigned is called and each is
 // fetched from the group's committed offset, or where WithResetPolicy says
-// when it has none. When it asks for partitions back, the consumer stops
+// when it has none (or it is out of range); where the policy starts a
+// partition is its position at once, so a revocation before the first Poll
+// commits it and the next owner starts there, not at a later "latest".
+// When it asks for partitions back, the consumer stops
 // fetching them, commits their positions, calls WithOnRevoked, and only
 // then heartbeats without them. A member that is fenced or whose session
 // ended drops every partition (WithOnRevoked, without a commit, which the

@@ -822,6 +822,16 @@ func (g *GroupConsumer) newPartition(tp TopicPartition) (*groupPartition, error)
 		return nil, err
 	}
 	p := &groupPartition{tp: tp, cons: cons, position: -1, committed: -1, hw: -1, fetchNext: -1, drained: make(chan struct{}, 1)}
+	// Where a reset policy (or a reset out of range) starts the partition
+	// is its position from then on, before Poll takes an answer: a commit
+	// then (a revocation's, Close's) keeps the records fetched from it for
+	// the group. The fetcher resolves only once Poll took every record
+	// fetched before.
+	cons.resolved = func(o int64) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		p.position = o
+	}
 	if g.static {
 		return p, nil
 	}

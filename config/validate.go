@@ -337,6 +337,13 @@ func (v *validator) consul(f *fileConsul) Consul {
 	if f.KeyFile != nil {
 		c.API.TLSConfig.KeyFile = *f.KeyFile
 	}
+	if f.CAFile != nil || f.CertFile != nil || f.KeyFile != nil {
+		// Consul's client loads these but uses them only over https: with
+		// scheme http they would be ignored, the token sent in the clear.
+		if c.API.Scheme != "https" && !strings.HasPrefix(c.API.Address, "https://") {
+			v.errorf("consul.scheme", "consul.ca_file, cert_file and key_file apply only to scheme = \"https\" (or an https:// address), not %q", c.API.Scheme)
+		}
+	}
 	c.Prefix = str(f.Prefix)
 	if c.Prefix == "" || strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/") {
 		v.errorf("consul.prefix", "%q must be a non-empty KV path ending in '/' and not starting with one", c.Prefix)
