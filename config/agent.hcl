@@ -105,8 +105,8 @@ consul {
   # datacenter = "dc1"
   # token      = ""      # or token_file; see docs/operations.md for the ACL policy
   # token_file = "/etc/logagent.d/consul-token"   # an empty file is refused
-  # ca_file    = ""
-  # cert_file  = ""
+  # ca_file    = ""      # the three TLS files need scheme = "https" (refused over http,
+  # cert_file  = ""      # where Consul's client would ignore them)
   # key_file   = ""
 
   # Every key logagent writes lives under this KV prefix.
