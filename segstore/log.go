@@ -281,7 +281,10 @@ func (l *Log) appendBatches(buf []byte, infos []batchInfo) error {
 	}
 	before := l.leo.Load()
 	err := l.writeBatches(buf, infos)
-	if err != nil && errors.Is(err, ErrNoSpace) && l.failure.Load() == nil {
+	// Any refusal (out of space, a descriptor that cannot be opened) after
+	// a run was published fails the log: the caller cannot tell which of
+	// its batches are in. Before that, nothing was written.
+	if err != nil && l.failure.Load() == nil {
 		if l.leo.Load() != before {
 			return l.fail(err)
 		}
@@ -1178,6 +1181,22 @@ func (l *Log) failUnlessNoSpace(err error) error {
 // checkpoints, so the next Open has nothing to recover. A failed log is
 // closed without writing anything. Regions still open stay readable.
 func (l *Log) Close() error {
+	// A Sync in flight may hold segments sealed since the last sync (and
+	// the directory's dirty flag), taken from the appender: wait for it and
+	// keep others out, so that Close's own sync and recovery point never
+	// promise what that fsync has not covered yet (or failed to).
+	l.syncMu.Lock()
+	for l.syncing {
+		l.syncCond.Wait()
+	}
+	l.syncing = true
+	l.syncMu.Unlock()
+	defer func() {
+		l.syncMu.Lock()
+		l.syncing = false
+		l.syncCond.Broadcast()
+		l.syncMu.Unlock()
+	}()
 	l.appendMu.Lock()
 	defer l.appendMu.Unlock()
 	if l.closed.Load() {
