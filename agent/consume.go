@@ -83,7 +83,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	h.Set(wire.HeaderHighWatermark, strconv.FormatInt(hw, 10))
 	h.Set(wire.HeaderLogStartOffset, strconv.FormatInt(lso, 10))
 	if format == wire.ContentTypeNDJSON {
-		if err := a.writeNDJSON(ctx, region, offset); err != nil {
+		if err := a.writeNDJSON(ctx, region, offset, maxBytes); err != nil {
 			reply.WriteError(ctx, fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
 			return
 		}

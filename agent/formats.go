@@ -165,17 +165,18 @@ func (a *Agent) finishBatch(b *record.Builder) ([]byte, error) {
 //	{"offset":43,"timestamp":1764410000001,"value_base64":"/w=="}
 //
 // key and value are strings when they are valid UTF-8, else key_base64 and
-// value_base64 (standard base64); an absent key is no key. Header values
-// follow the same rule, binary ones in headers_base64.
+// value_base64 (standard base64); a null key or value (a tombstone) has
+// neither field, so it stays apart from an empty one. Header values follow
+// the same rule, binary ones in headers_base64, a null one null.
 type ndjsonRecord struct {
-	Offset        int64             `json:"offset"`
-	Timestamp     int64             `json:"timestamp"`
-	Key           *string           `json:"key,omitempty"`
-	KeyBase64     *string           `json:"key_base64,omitempty"`
-	Value         *string           `json:"value,omitempty"`
-	ValueBase64   *string           `json:"value_base64,omitempty"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	HeadersBase64 map[string]string `json:"headers_base64,omitempty"`
+	Offset        int64              `json:"offset"`
+	Timestamp     int64              `json:"timestamp"`
+	Key           *string            `json:"key,omitempty"`
+	KeyBase64     *string            `json:"key_base64,omitempty"`
+	Value         *string            `json:"value,omitempty"`
+	ValueBase64   *string            `json:"value_base64,omitempty"`
+	Headers       map[string]*string `json:"headers,omitempty"`
+	HeadersBase64 map[string]string  `json:"headers_base64,omitempty"`
 }
 
 func textOrBase64(b []byte) (text, b64 *string) {
@@ -188,9 +189,13 @@ func textOrBase64(b []byte) (text, b64 *string) {
 }
 
 // writeNDJSON reads a log region and answers with its records from offset
-// on, one JSON object per line. The region is read into memory: it is
-// bounded by the fetch's max_bytes and one batch.
-func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, offset int64) error {
+// on, one JSON object per line, at most maxBytes of them but always the
+// first line. The region is read into memory: it is bounded by the fetch's
+// max_bytes and one batch. The rendering is held to maxBytes as well as the
+// batches read: JSON is several times a batch of small records or of
+// control characters (6 bytes each), and one batch rendered whole was over
+// the fetch proxy's bound, which refused the offset for ever.
+func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, offset, maxBytes int64) error {
 	raw, err := io.ReadAll(region)
 	region.Close()
 	if err != nil {
@@ -198,9 +203,10 @@ func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, o
 	}
 	d := a.decoders.Get().(*record.Decoder)
 	defer a.decoders.Put(d)
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	for len(raw) > 0 {
+	var out, line bytes.Buffer
+	enc := json.NewEncoder(&line)
+	full := false
+	for len(raw) > 0 && !full {
 		h, size, err := record.ParseHeader(raw, maxBatchBytes(a.cfg))
 		if err != nil {
 			return fmt.Errorf("agent: fetch region: %w", err)
@@ -214,23 +220,33 @@ func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, o
 			if r.Offset < offset {
 				continue
 			}
-			line := ndjsonRecord{Offset: r.Offset, Timestamp: r.Timestamp}
+			rec := ndjsonRecord{Offset: r.Offset, Timestamp: r.Timestamp}
 			if r.Key != nil {
-				line.Key, line.KeyBase64 = textOrBase64(r.Key)
+				rec.Key, rec.KeyBase64 = textOrBase64(r.Key)
 			}
-			line.Value, line.ValueBase64 = textOrBase64(r.Value)
+			if r.Value != nil {
+				rec.Value, rec.ValueBase64 = textOrBase64(r.Value)
+			}
 			for _, hd := range r.Headers {
-				if text, b64 := textOrBase64(hd.Value); text != nil {
-					line.Headers = setHeader(line.Headers, hd.Key, *text)
+				if hd.Value == nil {
+					rec.Headers = setHeader(rec.Headers, hd.Key, nil)
+				} else if text, b64 := textOrBase64(hd.Value); text != nil {
+					rec.Headers = setHeader(rec.Headers, hd.Key, text)
 				} else {
-					line.HeadersBase64 = setHeader(line.HeadersBase64, hd.Key, *b64)
+					rec.HeadersBase64 = setHeader(rec.HeadersBase64, hd.Key, *b64)
 				}
 			}
-			if err := enc.Encode(line); err != nil {
+			line.Reset()
+			if err := enc.Encode(rec); err != nil {
 				return fmt.Errorf("agent: encode record %d: %w", r.Offset, err)
 			}
+			if out.Len() > 0 && int64(out.Len()+line.Len()) > maxBytes {
+				full = true
+				break
+			}
+			out.Write(line.Bytes())
 		}
-		if err := it.Err(); err != nil {
+		if err := it.Err(); !full && err != nil {
 			return fmt.Errorf("agent: fetch region batch at %d: %w", h.BaseOffset(), err)
 		}
 		raw = raw[size:]
@@ -241,9 +257,9 @@ func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, o
 	return nil
 }
 
-func setHeader(m map[string]string, k, v string) map[string]string {
+func setHeader[V any](m map[string]V, k string, v V) map[string]V {
 	if m == nil {
-		m = map[string]string{}
+		m = map[string]V{}
 	}
 	m[k] = v
 	return m
