@@ -303,13 +303,11 @@ func checkDivergence(r *Report, p int, a, b ReplicaLog) {
 		}
 	}
 	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
-	// Below both log starts, retention may have removed records from one
-	// replica but not the other: compare only where both have data.
-	start := max(firstOffset(a.Entries), firstOffset(b.Entries))
+	// From offset 0: the histories come from topics without retention, so
+	// a replica without its first records lost them. (Comparing from the
+	// later of the two first offsets, for retention's sake, let a wiped
+	// replica that never fetched its log's start back pass.)
 	for _, off := range offsets {
-		if off < start {
-			continue
-		}
 		av, aok := am[off]
 		bv, bok := bm[off]
 		if aok != bok || av != bv {
@@ -328,15 +326,4 @@ func entryMap(entries []Entry, below int64) map[int64]string {
 		}
 	}
 	return m
-}
-
-func firstOffset(entries []Entry) int64 {
-	if len(entries) == 0 {
-		return 0
-	}
-	first := entries[0].Offset
-	for _, e := range entries {
-		first = min(first, e.Offset)
-	}
-	return first
 }

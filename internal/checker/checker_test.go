@@ -93,6 +93,9 @@ func TestCheck(t *testing.T) {
 		{"replica missing a record below the HW", func(h *History) {
 			h.Replicas[2].Entries = entries(0, "a", 2, "c")
 		}, KindDivergence},
+		{"replica missing its first records below the HW", func(h *History) {
+			h.Replicas[2].Entries = entries(2, "c")
+		}, KindDivergence},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

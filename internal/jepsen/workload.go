@@ -382,24 +382,32 @@ func (w *Workload) consume(index, partition int, stop <-chan struct{}) {
 }
 
 // decode appends the records of a fetch answer at or after *next to read,
-// advancing *next.
+// advancing *next. The batch holding *next may start before it, and its
+// records below *next are left out; any other record below *next (a batch
+// wholly below it: the server went backwards) is recorded, for the checker
+// to find non-monotonic, and a record past *next (records skipped) is an
+// error. Leaving out every record below *next had hidden both.
 func (w *Workload) decode(decoder *record.Decoder, answer []byte, read *checker.ConsumerRead, next *int64) error {
 	batches, err := testcluster.Batches(answer)
 	if err != nil {
 		return err
 	}
 	for _, b := range batches {
+		holdsNext := record.Header(b).LastOffset() >= *next
 		it, err := decoder.Records(b)
 		if err != nil {
 			return err
 		}
 		for it.Next() {
 			r := it.Record()
-			if r.Offset < *next {
+			if r.Offset < *next && holdsNext {
 				continue
 			}
+			if r.Offset > *next {
+				return fmt.Errorf("records %d to %d skipped: the answer went on at %d", *next, r.Offset-1, r.Offset)
+			}
 			read.Entries = append(read.Entries, checker.Entry{Offset: r.Offset, Value: string(r.Value)})
-			*next = r.Offset + 1
+			*next = max(*next, r.Offset+1)
 		}
 		if err := it.Err(); err != nil {
 			return err
