@@ -175,6 +175,7 @@ func (r *reader) print(records []client.Record) error {
 
 // partitions reads consumers side by side, one goroutine each.
 func (r *reader) partitions(ctx context.Context, consumers []*client.Consumer) error {
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(consumers))
@@ -196,6 +197,14 @@ func (r *reader) partitions(ctx context.Context, consumers []*client.Consumer) e
 	for _, err := range errs {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
+		}
+	}
+	for _, err := range errs {
+		// A sibling's cancel is no failure; the command's own end
+		// (Ctrl-C, SIGTERM) before the end of the partitions is, without
+		// -follow (a partition with -follow returns nil then).
+		if err != nil && parent.Err() != nil {
+			return fmt.Errorf("interrupted before the end of the partitions: %w", parent.Err())
 		}
 	}
 	return nil
@@ -495,11 +504,14 @@ func writeNDJSON(w *bufio.Writer, r client.Record) error {
 			switch {
 			case h.Value == nil:
 				text[h.Key] = nil
+				delete(binary, h.Key)
 			case utf8.Valid(h.Value):
 				v := string(h.Value)
 				text[h.Key] = &v
+				delete(binary, h.Key)
 			default:
 				binary[h.Key] = base64.StdEncoding.EncodeToString(h.Value)
+				delete(text, h.Key)
 			}
 		}
 		if len(text) > 0 {

@@ -54,6 +54,9 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if *topic == "" {
 		return fmt.Errorf("%w: -topic is required", errUsage)
 	}
+	if *partition < -1 {
+		return fmt.Errorf("%w: -partition %d: want a partition number, or none to go by key or spread", errUsage, *partition)
+	}
 	if *maxLine <= 0 {
 		return fmt.Errorf("%w: -max-line-bytes must be positive", errUsage)
 	}
@@ -120,17 +123,23 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}()
 
 	scanner := bufio.NewScanner(stdin)
-	scanner.Buffer(make([]byte, 0, min(*maxLine+1, 64<<10)), *maxLine+1)
+	// Room for the line ending, \r\n at most: it is not part of the record.
+	scanner.Buffer(make([]byte, 0, min(*maxLine+2, 64<<10)), *maxLine+2)
 	var readErr error
-	lines := 0
+	lines, stoppedAt := 0, 0
 read:
 	for scanner.Scan() {
 		select {
 		case <-failed:
+			stoppedAt = lines + 1
 			break read
 		default:
 		}
 		lines++
+		if len(scanner.Bytes()) > *maxLine {
+			readErr = fmt.Errorf("stdin after line %d: longer than -max-line-bytes %d", lines-1, *maxLine)
+			break
+		}
 		if len(scanner.Bytes()) == 0 {
 			continue
 		}
@@ -168,6 +177,9 @@ read:
 	switch {
 	case readErr != nil:
 		return readErr
+	case tally.failures() > 0 && stoppedAt > 0:
+		return fmt.Errorf("%d of %d record(s) sent not acknowledged; stopped reading stdin at line %d: it and the lines after it were not sent",
+			tally.failures(), tally.total(), stoppedAt)
 	case tally.failures() > 0:
 		return fmt.Errorf("%d of %d record(s) not acknowledged", tally.failures(), tally.total())
 	case closeErr != nil:

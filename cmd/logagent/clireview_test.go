@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/logagent/logagent/client"
+)
+
+// TestConsumeInterruptedDumpFails: a consume without -follow that is
+// interrupted (Ctrl-C, SIGTERM) before it reached the end must not exit 0:
+// only -follow treats the end of its context as success.
+func TestConsumeInterruptedDumpFails(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	addr := f.srv.URL
+	if code, _, stderr := runData(context.Background(), []string{"produce", "-addr", addr, "-topic", "t", "-partition", "0"}, "one\ntwo\n"); code != 0 {
+		t.Fatal(stderr)
+	}
+	// The agent stops answering the fetches (an election): the dump has
+	// not got its records when the user hits Ctrl-C.
+	f.mu.Lock()
+	f.unavailable = 1 << 20
+	f.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	code, stdout, stderr := runData(ctx, []string{"consume", "-addr", addr, "-topic", "t"}, "")
+	if code == 0 {
+		t.Errorf("consume (no -follow) interrupted before printing its records exited 0; stdout %q, stderr %q", stdout, stderr)
+	}
+}
+
+// TestProduceNegativePartitionRefused: -partition -2 is not a partition;
+// consume refuses it, produce silently spreads the records.
+func TestProduceNegativePartitionRefused(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	code, stdout, stderr := runData(context.Background(), []string{"produce", "-addr", f.srv.URL, "-topic", "t", "-partition", "-2"}, "a\nb\n")
+	if code != exitUsage {
+		t.Errorf("produce -partition -2: exit %d, want 2 (bad usage)\nstdout: %s\nstderr: %s\nqueries: %v", code, stdout, stderr, f.produceQueries())
+	}
+}
+
+// TestProduceMaxLineCRLF: the line ending is not part of the record,
+// so a record of -max-line-bytes bytes is accepted whatever its ending.
+func TestProduceMaxLineCRLF(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	for _, in := range []string{"abcd\n", "abcd\r\n", "abcd"} {
+		code, stdout, stderr := runData(context.Background(), []string{"produce", "-addr", f.srv.URL, "-topic", "t", "-partition", "0", "-max-line-bytes", "4"}, in)
+		if code != 0 || !strings.Contains(stdout, "produced 1 record(s)") {
+			t.Errorf("stdin %q: exit %d\nstdout: %s\nstderr: %s", in, code, stdout, stderr)
+		}
+	}
+}
+
+// TestProduceStopSaysWhatWasNotSent: when a failure stops produce
+// early, the lines it never sent must be accounted for: the output says
+// where it stopped reading stdin (or counts those lines), so a user knows
+// what to send again.
+func TestProduceStopSaysWhatWasNotSent(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	n := 20000 + rng.IntN(10000)
+	var in strings.Builder
+	for i := range n {
+		fmt.Fprintf(&in, "line-%d\n", i)
+	}
+	// Partition 7 does not exist: every record fails, the first failure
+	// stops the reading.
+	code, stdout, stderr := runData(context.Background(), []string{"produce", "-addr", f.srv.URL, "-topic", "t", "-partition", "7", "-linger", "0"}, in.String())
+	t.Logf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(stderr, fmt.Sprintf("of %d record(s) not acknowledged", n)) && !strings.Contains(stderr, "stopped reading stdin at line") {
+		t.Errorf("%d lines on stdin; the output neither accounts for all of them nor says where reading stopped", n)
+	}
+}
+
+// TestNDJSONRepeatedHeaderKeepsLast: writeNDJSON's doc says a repeated
+// header key keeps its last value; a key whose values are once binary and
+// once text comes out twice, in "headers" and in "headers_base64".
+func TestNDJSONRepeatedHeaderKeepsLast(t *testing.T) {
+	var b bytes.Buffer
+	w := bufio.NewWriter(&b)
+	rec := client.Record{Value: []byte("v"), Headers: []client.Header{{Key: "h", Value: []byte{0xff}}, {Key: "h", Value: []byte("x")}}}
+	if err := writeNDJSON(w, rec); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	var got map[string]any
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, dup := got["headers_base64"]; dup {
+		t.Errorf("header h repeated, last value \"x\": got %s", b.String())
+	}
+}
