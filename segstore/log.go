@@ -888,7 +888,9 @@ func (l *Log) truncateFully(newStart int64) error {
 	start := logPosition{offset: newStart, segmentBase: newStart}
 	if newStart != lso {
 		if err := writeOffsetCheckpoint(l.fs, l.dir, logStartOffsetFile, newStart); err != nil {
-			return l.fail(err)
+			// Refused for space, the log is whole (empty at its start)
+			// and the checkpoint on disk the old one.
+			return l.failUnlessNoSpace(err)
 		}
 		if err := writeRecoveryPoint(l.fs, l.dir, start); err != nil {
 			return l.fail(err)

@@ -759,7 +759,13 @@ func (r *Replica) armWake(now time.Time) {
 			}
 		}
 	}
-	for _, t := range []time.Time{r.reopenAt, r.checkpointAt, r.retentionAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake(), ackDeadline} {
+	reopenAt := r.reopenAt
+	if r.logFailed && !reopenAt.After(now) {
+		// Failed by work reconcile did after its reopen check: nothing
+		// else may wake the loop to reopen.
+		reopenAt = now.Add(time.Millisecond)
+	}
+	for _, t := range []time.Time{reopenAt, r.checkpointAt, r.retentionAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake(), ackDeadline} {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -1040,7 +1046,9 @@ func (r *Replica) failLog(cause error) {
 		r.log.Debug("partition log already failed", "error", cause)
 		return
 	}
-	if r.healthySince.IsZero() || r.deps.Now().Sub(r.healthySince) >= failBackoffReset {
+	now := r.deps.Now()
+	again := !r.healthySince.IsZero() && now.Sub(r.healthySince) < failBackoffReset
+	if !again {
 		r.failBackoff.reset()
 	}
 	hold := r.failBackoff.next() // applied when the reopen succeeds
@@ -1056,6 +1064,13 @@ func (r *Replica) failLog(cause error) {
 	}
 	r.logFailed = true
 	r.reopenAt = time.Time{}
+	if again {
+		// Failed again soon after a reopen: a fault that comes back (a
+		// file that cannot be removed, a disk that keeps failing) waits
+		// the hold before the next recovery instead of spinning through
+		// recoveries.
+		r.reopenAt = now.Add(hold)
+	}
 }
 
 // reopen opens the log again after a failure, which recovers it. The
