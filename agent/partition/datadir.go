@@ -227,19 +227,27 @@ func writeFileAtomic(fsys segstore.FS, name string, data []byte) error {
 	if err != nil {
 		return err
 	}
+	// A temporary file left by a failure would hold its space on a full
+	// disk until the next write of the file.
+	abandon := func(err error) error {
+		if rmErr := fsys.Remove(tmp); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			return errors.Join(err, rmErr)
+		}
+		return err
+	}
 	if _, err := f.WriteAt(data, 0); err != nil {
 		f.Close()
-		return err
+		return abandon(err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return err
+		return abandon(err)
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return abandon(err)
 	}
 	if err := fsys.Rename(tmp, name); err != nil {
-		return err
+		return abandon(err)
 	}
 	if err := fsys.SyncDir(filepath.Dir(name)); err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -202,3 +202,22 @@ func TestDataDirFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteFileAtomicLeavesNoTemporary: a write refused for space (the
+// producer snapshot, replica.json) removes its temporary file, which held
+// its space on the full disk until the next write of the file.
+func TestWriteFileAtomicLeavesNoTemporary(t *testing.T) {
+	root := t.TempDir()
+	fsys, err := segstore.NewFaultFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(root, "producers.snapshot")
+	fsys.Inject(segstore.Fault{Op: segstore.OpWrite, Path: "producers.snapshot.tmp", Err: syscall.ENOSPC, Partial: true})
+	if err := writeFileAtomic(fsys, name, make([]byte, 64<<10)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write on a full disk: %v, want ENOSPC", err)
+	}
+	if _, err := os.Stat(name + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("temporary file after the refused write: %v, want none", err)
+	}
+}
