@@ -52,13 +52,21 @@ func (a *Agent) metricsPartitions() []metrics.Partition {
 		tm, _ := snap.Topic(topic)
 		for _, pm := range tm.Partitions {
 			sp, r, ok := a.replicaStatus(topic, pm)
-			if !ok || r == nil {
+			if !ok {
 				continue
 			}
 			p := metrics.Partition{Topic: topic, Partition: pm.Partition,
-				HighWatermark: *sp.HighWatermark, LogEndOffset: *sp.LogEndOffset, LogStartOffset: *sp.LogStartOffset,
 				ISR: len(sp.ISR), MinISR: tm.Config.MinInsyncReplicas,
 				Leader: sp.Role == roleLeader.String(), LeaderEpoch: sp.Epoch}
+			if r == nil {
+				// Offline here: no positions, but the partition's
+				// leader, ISR and epoch as Consul has them, so that a
+				// partition nobody can lead is not left unreported.
+				p.Offline = true
+				out = append(out, p)
+				continue
+			}
+			p.HighWatermark, p.LogEndOffset, p.LogStartOffset = *sp.HighWatermark, *sp.LogEndOffset, *sp.LogStartOffset
 			if p.Leader {
 				p.FollowerLag = followerLags(a.cfg.NodeID, r.Progress(ctx))
 			}

@@ -67,6 +67,16 @@ func TestPartitionThatCannotOpenStaysOfflineAndRetries(t *testing.T) {
 	if d := ta.describe("t"); d.Partitions[1].Role != roleOffline {
 		t.Errorf("describe t/1 role = %q, want %q", d.Partitions[1].Role, roleOffline)
 	}
+	// Nobody leads t/1: the alert LogagentPartitionWithoutLeader,
+	// max by (topic, partition) (logagent_partition_leader) == 0, needs an
+	// agent with a replica to export 0 for it. The collector skipped
+	// offline replicas: no series of t/1 anywhere, and the alert silent.
+	if status, body := ta.call("GET", "/metrics", "", nil); status != 200 ||
+		!strings.Contains(string(body), `logagent_partition_leader{partition="1",topic="t"} 0`) ||
+		!strings.Contains(string(body), `logagent_partition_under_min_isr{partition="1",topic="t"}`) ||
+		strings.Contains(string(body), `logagent_partition_high_watermark{partition="1",topic="t"}`) {
+		t.Errorf("metrics of the offline, leaderless t/1: %d; want logagent_partition_leader 0 and under_min_isr, no offsets", status)
+	}
 	status, body := ta.produce("t", 1, "acks=all&timeout=200ms", wire.ContentTypeNDJSON, []byte("x"))
 	if e := errorCode(t, body); status != 503 || e.Code != wire.CodeLeaderNotAvailable || !e.Retriable || !strings.Contains(e.Message, "offline") {
 		t.Errorf("produce to the offline partition: %d %s, want 503 %s, retriable, saying it is offline", status, body, wire.CodeLeaderNotAvailable)

@@ -1,6 +1,8 @@
 package election
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -24,7 +26,9 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	resp, err := t.next.RoundTrip(req)
 	switch {
 	case err != nil:
-		if req.Context().Err() == nil {
+		// A deadline that ran out is no answer (a hung Consul); only a
+		// cancellation is the caller giving up.
+		if !errors.Is(req.Context().Err(), context.Canceled) {
 			t.errors.Add(1)
 		}
 	case resp.StatusCode >= 500, resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:

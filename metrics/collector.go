@@ -33,6 +33,9 @@ type Partition struct {
 	// it leads at, or Consul's when it does not lead.
 	Leader      bool
 	LeaderEpoch int32
+	// Offline says this agent's replica could not be opened: it has no
+	// positions.
+	Offline bool
 	// FollowerLag is, on the leader, each follower's distance in records
 	// from the leader's log end, for the followers that have fetched in
 	// the current epoch.
@@ -108,9 +111,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Partitions != nil {
 		for _, p := range c.src.Partitions() {
 			part := strconv.Itoa(p.Partition)
-			gauge(c.hw, float64(p.HighWatermark), p.Topic, part)
-			gauge(c.leo, float64(p.LogEndOffset), p.Topic, part)
-			gauge(c.lso, float64(p.LogStartOffset), p.Topic, part)
+			if !p.Offline {
+				gauge(c.hw, float64(p.HighWatermark), p.Topic, part)
+				gauge(c.leo, float64(p.LogEndOffset), p.Topic, part)
+				gauge(c.lso, float64(p.LogStartOffset), p.Topic, part)
+			}
 			gauge(c.isr, float64(p.ISR), p.Topic, part)
 			gauge(c.underMinISR, bit(p.ISR < p.MinISR), p.Topic, part)
 			gauge(c.leader, bit(p.Leader), p.Topic, part)

@@ -224,15 +224,27 @@ func (s *State) derive() {
 // adds (its replicas before the move; for a cancel's way back, less the
 // replicas it removes) against the ISR and the replication factor.
 func underReplicated(p *Partition, rf int) bool {
-	want := len(p.Replicas)
+	var extra []string
 	switch {
 	case p.Move != nil && p.Move.Cancelled:
 		// The way back removes what the cancelled move had added.
-		want -= len(p.Move.Removing)
+		extra = p.Move.Removing
 	case p.Move != nil:
-		want -= len(p.Move.Adding)
+		extra = p.Move.Adding
 	}
-	return len(p.ISR) < want || want < rf
+	want := 0
+	for _, r := range p.Replicas {
+		if slices.Contains(extra, r) {
+			continue
+		}
+		want++
+		// Each counted replica must be in sync itself: an added replica
+		// in the ISR does not stand in for one that fell out.
+		if !slices.Contains(p.ISR, r) {
+			return true
+		}
+	}
+	return want < rf
 }
 
 // derive fills the move's phase and its replicas' share caught up, from the

@@ -512,7 +512,8 @@ func (b *Broker) Fetch(ctx context.Context, req kafka.FetchRequest) (kafka.Fetch
 	if e != nil {
 		return kafka.FetchResult{}, e
 	}
-	b.cfg.Fetched(req.Topic, int64(len(body)))
+	// Counted at the leader, whose client API served it (as a proxied
+	// HTTP fetch is).
 	return kafka.FetchResult{HighWatermark: pos.HW, LogStartOffset: pos.LSO, Records: &bytesRecords{Reader: bytes.NewReader(body)}}, nil
 }
 
