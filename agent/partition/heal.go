@@ -52,6 +52,18 @@ func (r *Replica) maybeHeal(now time.Time) {
 	if len(due) == 0 || snap.Index == r.healBusyIndex {
 		return
 	}
+	// A replica dead but not due yet would stay in the target, and the
+	// move would wait for it to join the ISR forever (while in flight it
+	// keeps any other move, this one's re-placing of it too, from
+	// starting): wait until it is due, or alive again.
+	if after > 0 {
+		for _, id := range pm.Replicas {
+			if since, ok := r.deadSince[id]; ok && !slices.Contains(due, id) {
+				r.healRetryAt = since.Add(after)
+				return
+			}
+		}
+	}
 	load, moving := replicaLoad(snap)
 	if moving >= reassign.MaxHealing {
 		// Try again with the next snapshot: the one that shows a move

@@ -3,10 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/logagent/logagent/client"
 )
 
 func runRebalance(args []string, stdout, stderr io.Writer) error {
@@ -49,6 +52,23 @@ func runRebalance(args []string, stdout, stderr io.Writer) error {
 	out := newProgressOut(stdout)
 	for i, mv := range plan.Moves {
 		name := mv.Topic + "/" + strconv.Itoa(mv.Partition)
+		if i > 0 {
+			// The moves before took time: a drain, a self-healing move or
+			// another operator may have changed what this one should be.
+			// Start it only as a fresh plan still has it.
+			fresh, err := m.c.Rebalance(m.ctx)
+			if err != nil {
+				return m.fail(err)
+			}
+			j := slices.IndexFunc(fresh.Moves, func(f client.RebalanceMove) bool {
+				return f.Topic == mv.Topic && f.Partition == mv.Partition && slices.Equal(f.Replicas, mv.Replicas)
+			})
+			if j < 0 {
+				out.println(fmt.Sprintf("[%d/%d] %s skipped: the plan no longer moves it (run logagent rebalance again)", i+1, len(plan.Moves), name))
+				continue
+			}
+			mv = fresh.Moves[j]
+		}
 		start := time.Now()
 		r, err := m.c.MovePartition(m.ctx, mv.Topic, mv.Partition, mv.Target)
 		if err != nil {
