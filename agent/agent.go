@@ -315,7 +315,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 	}()
 	a.log.Info("data directory open", "path", dir.Path, "clean_shutdown", dir.CleanShutdown)
-	if dir.LostPageCache && a.cfg.Storage.Durability == config.DurabilityReplicated {
+	dir.Replicated = a.cfg.Storage.Durability == config.DurabilityReplicated
+	if dir.LostPageCache && (dir.Replicated || dir.ReplicatedBefore) {
 		// Acknowledged records may have been in the page cache only.
 		n, err := dir.MarkAllDataLoss()
 		if err != nil {
@@ -428,6 +429,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 			return snap, err
 		})
 	}
+	served := runErr == nil
 	if runErr == nil {
 		a.state.Store(stateServing)
 		a.log.Info("agent ready", "node_id", a.cfg.NodeID)
@@ -518,6 +520,15 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	}
 	if closeErr != nil {
 		return fmt.Errorf("agent: partitions did not close cleanly: %w", closeErr)
+	}
+	if !dir.CleanShutdown && (!served || a.replicas.OfflineCount() > 0) {
+		// The previous agent did not stop cleanly, and this one did not
+		// open (recover, sync) and close every partition it left: their
+		// unsynced pages are still only in the page cache. The next start
+		// must see this stop as unclean too.
+		a.log.Warn("stopped without having recovered every partition since an unclean stop: not marking a clean shutdown")
+		a.log.Info("stopped")
+		return nil
 	}
 	if err := dir.MarkCleanShutdown(); err != nil {
 		return fmt.Errorf("agent: mark clean shutdown: %w", err)

@@ -67,9 +67,16 @@ type DataDir struct {
 	// agent started, and that agent did not stop cleanly: whatever it had
 	// not fsynced is gone.
 	LostPageCache bool
-	bootID        string
-	fs            segstore.FS
-	lock          segstore.File
+	// ReplicatedBefore reports that boot_id says the previous agent ran
+	// with durability = "replicated" (acknowledging unsynced records), or
+	// followed one that did without a clean stop in between.
+	ReplicatedBefore bool
+	// Replicated is recorded with the boot id (RecordBoot): this agent
+	// runs with durability = "replicated".
+	Replicated bool
+	bootID     string
+	fs         segstore.FS
+	lock       segstore.File
 }
 
 // OpenDataDir creates or opens dir for nodeID through fsys and locks it.
@@ -160,7 +167,13 @@ func (d *DataDir) init(nodeID string) error {
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("agent: read %s: %w", marker, err)
 	}
-	if prev := strings.TrimSpace(string(previousBoot)); !d.CleanShutdown && prev != "" && d.bootID != "" && prev != d.bootID {
+	lines := strings.Fields(string(previousBoot))
+	prev := ""
+	if len(lines) > 0 {
+		prev = lines[0]
+	}
+	d.ReplicatedBefore = len(lines) > 1 && lines[1] == "replicated"
+	if !d.CleanShutdown && prev != "" && d.bootID != "" && prev != d.bootID {
 		d.LostPageCache = true
 	}
 	return nil
@@ -172,7 +185,13 @@ func (d *DataDir) RecordBoot() error {
 	if d.bootID == "" {
 		return nil
 	}
-	return writeFileAtomic(d.fs, filepath.Join(d.Path, bootIDFileName), []byte(d.bootID+"\n"))
+	content := d.bootID + "\n"
+	// What was not synced under "replicated" stays at risk until a clean
+	// stop: the mark carries over an unclean stop.
+	if d.Replicated || (d.ReplicatedBefore && !d.CleanShutdown) {
+		content += "replicated\n"
+	}
+	return writeFileAtomic(d.fs, filepath.Join(d.Path, bootIDFileName), []byte(content))
 }
 
 // MarkAllDataLoss records in every partition directory that the replica may

@@ -26,22 +26,7 @@ func TestReopenBelowLeaderHWSetOnFailedLogIsDataLoss(t *testing.T) {
 		Self: "n1", Config: &config.Config{}, Durability: replicate.DurabilityReplicated,
 	})
 	log := r.CurrentLog()
-	if err := log.AssignEpoch(1, 0); err != nil {
-		t.Fatal(err)
-	}
-	leader, err := replicate.NewLeader(replicate.LeaderConfig{
-		Self: "n1", Epoch: 1, EpochStartOffset: 0,
-		Replicas: []string{"n1", "n2"}, ISR: []string{"n1", "n2"}, MinInsyncReplicas: 2,
-		LagTimeMax: 10 * time.Second, Durability: replicate.DurabilityReplicated,
-		EpochCache: epochCache{log: log},
-	}, clock.now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// What becomeLeader sets, without a Consul leadership.
-	r.role, r.leader, r.leaderISR = RoleLeader, leader, leader.ISR()
-	r.leaderTicker = time.NewTicker(time.Hour)
-	r.loadProducers()
+	leader := leadByHand(t, r, clock)
 
 	reply := make(chan ProduceOutcome, 1)
 	r.onProduce(&produceRequest{batch: testBatch(t, []string{"a", "b"}), acks: replicate.AcksAll, epoch: AnyEpoch, reply: reply})
@@ -90,4 +75,28 @@ func TestReopenBelowLeaderHWSetOnFailedLogIsDataLoss(t *testing.T) {
 		t.Fatalf("reopened log ends at %d, below the HW 2 this replica acknowledged acks=all writes under, "+
 			"yet it is not marked data_loss: still in the ISR, it may lead without them", end)
 	}
+}
+
+// leadByHand makes r (durability "replicated") the leader of t/0 at epoch
+// 1 with replicas and ISR n1 and n2 and min_insync_replicas 2, as
+// becomeLeader would without a Consul leadership.
+func leadByHand(t *testing.T, r *Replica, clock *fakeNow) *replicate.Leader {
+	t.Helper()
+	log := r.CurrentLog()
+	if err := log.AssignEpoch(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := replicate.NewLeader(replicate.LeaderConfig{
+		Self: "n1", Epoch: 1, EpochStartOffset: 0,
+		Replicas: []string{"n1", "n2"}, ISR: []string{"n1", "n2"}, MinInsyncReplicas: 2,
+		LagTimeMax: 10 * time.Second, Durability: replicate.DurabilityReplicated,
+		EpochCache: epochCache{log: log},
+	}, clock.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.role, r.leader, r.leaderISR = RoleLeader, leader, leader.ISR()
+	r.leaderTicker = time.NewTicker(time.Hour)
+	r.loadProducers()
+	return leader
 }

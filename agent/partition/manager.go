@@ -284,6 +284,13 @@ func (m *Manager) Offline(topic string, partition int) (OpenFailure, bool) {
 	return f, ok
 }
 
+// OfflineCount is how many assigned partitions are offline: not open.
+func (m *Manager) OfflineCount() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.failed)
+}
+
 // nextRetry is when the earliest offline partition is due to be opened
 // again.
 func (m *Manager) nextRetry() (time.Time, bool) {

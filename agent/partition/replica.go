@@ -1263,7 +1263,14 @@ func (r *Replica) shutdown() {
 	r.stopFollowing()
 	r.cancelCampaign()
 	if r.logFailed {
-		return
+		// Not recovered yet: recover it now, so that what its failed
+		// fsyncs did not cover is cut and checked against what was
+		// acknowledged (data_loss), which the next start could not do.
+		r.reopen()
+		if r.logFailed {
+			r.closeErr = fmt.Errorf("agent: %s: stopped with its log failed and not recovered", r.dir)
+			return
+		}
 	}
 	close(r.syncerStop)
 	if r.producersDirty {
