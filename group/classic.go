@@ -146,6 +146,9 @@ type classicMember struct {
 	// it looks.
 	answer     *ClassicJoinResponse
 	assignment []byte
+	// awaitingSync: its SyncGroup waits for the leader's (CompletingRebalance):
+	// kept alive meanwhile, as Kafka keeps a member whose sync it holds.
+	awaitingSync bool
 }
 
 // NewClassic returns an empty classic group, generation 0.
@@ -297,7 +300,12 @@ func (g *Classic) prepareRebalance(now time.Time) {
 	g.state = ClassicPreparingRebalance
 	g.rebalanceDeadline = now
 	for _, m := range g.members {
-		m.joined = false
+		if m.awaitingSync {
+			// Its held sync is answered REBALANCE_IN_PROGRESS now: its
+			// session counts from then (Kafka's propagateAssignment).
+			m.lastHeartbeat = now
+		}
+		m.joined, m.awaitingSync = false, false
 		m.assignment = nil
 		g.rebalanceDeadline = later(g.rebalanceDeadline, now.Add(m.rebalanceTimeout))
 	}
@@ -439,10 +447,17 @@ func (g *Classic) Sync(req ClassicSyncRequest, now time.Time) ([]byte, bool, err
 	if g.state == ClassicCompletingRebalance && req.MemberID == g.leader {
 		for id, x := range g.members {
 			x.assignment = slices.Clone(req.Assignments[id])
+			if x.awaitingSync {
+				x.awaitingSync, x.lastHeartbeat = false, now
+			}
 		}
 		g.state = ClassicStable
 	}
-	return g.SyncAnswer(req.MemberID, req.Generation)
+	a, done, err := g.SyncAnswer(req.MemberID, req.Generation)
+	if !done && err == nil {
+		m.awaitingSync = true
+	}
+	return a, done, err
 }
 
 // SyncAnswer is the answer to a held SyncGroup of memberID at generation:
@@ -486,7 +501,7 @@ func (g *Classic) Heartbeat(memberID string, generation int32, now time.Time) er
 // left, a join phase starts (or the one under way may end).
 func (g *Classic) Leave(memberIDs []string, now time.Time) []error {
 	errs := make([]error, len(memberIDs))
-	left := false
+	left, pendingLeft := false, false
 	for i, id := range memberIDs {
 		switch _, pending := g.pending[id]; {
 		case g.members[id] != nil:
@@ -494,13 +509,15 @@ func (g *Classic) Leave(memberIDs []string, now time.Time) []error {
 			left = true
 		case pending:
 			delete(g.pending, id)
-			left = true
+			pendingLeft = true
 		default:
 			errs[i] = fmt.Errorf("%w: %q in group %q", ErrUnknownMember, id, g.id)
 		}
 	}
 	if left {
 		g.rebalanceAfterRemoval(now)
+	} else if pendingLeft {
+		g.maybeComplete(now)
 	}
 	return errs
 }
@@ -524,14 +541,18 @@ func (g *Classic) rebalanceAfterRemoval(now time.Time) {
 func (g *Classic) Tick(now time.Time) []string {
 	var gone []string
 	for id, m := range g.members {
-		joining := g.state == ClassicPreparingRebalance && m.joined
+		joining := g.state == ClassicPreparingRebalance && m.joined || g.state == ClassicCompletingRebalance && m.awaitingSync
 		if !joining && !now.Before(m.lastHeartbeat.Add(m.sessionTimeout)) {
 			delete(g.members, id)
 			gone = append(gone, id)
 		}
 	}
+	removed := len(gone) > 0
 	for id, exp := range g.pending {
 		if !now.Before(exp) {
+			// An unused member id: no member of the generation, so no
+			// rebalance (Kafka's removePendingMemberAndUpdateGroup); a
+			// join phase under way may end.
 			delete(g.pending, id)
 			gone = append(gone, id)
 		}
@@ -544,8 +565,10 @@ func (g *Classic) Tick(now time.Time) []string {
 			}
 		}
 		g.complete(now)
-	} else if len(gone) > 0 {
+	} else if removed {
 		g.rebalanceAfterRemoval(now)
+	} else if len(gone) > 0 {
+		g.maybeComplete(now)
 	}
 	slices.Sort(gone)
 	return slices.Compact(gone)
@@ -561,7 +584,7 @@ func (g *Classic) Deadline() time.Time {
 		}
 	}
 	for _, m := range g.members {
-		if !(g.state == ClassicPreparingRebalance && m.joined) {
+		if !(g.state == ClassicPreparingRebalance && m.joined || g.state == ClassicCompletingRebalance && m.awaitingSync) {
 			earlier(m.lastHeartbeat.Add(m.sessionTimeout))
 		}
 	}
