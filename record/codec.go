@@ -265,7 +265,7 @@ func (d *decompressor) decompress(codec Codec, src []byte) ([]byte, error) {
 		return d.readAll(codec, d.lz4)
 	case CodecZstd:
 		if d.zstd == nil {
-			// Concurrency 1 and no reader: DecodeAll runs on the caller's
+			// Concurrency 1: the stream is decoded on the caller's
 			// goroutine and the decoder starts none of its own, so it needs
 			// no Close.
 			dec, err := zstd.NewReader(nil,
@@ -284,15 +284,16 @@ func (d *decompressor) decompress(codec Codec, src []byte) ([]byte, error) {
 			((frame.HasFCS && frame.FrameContentSize > uint64(d.limit)) || frame.WindowSize > uint64(d.limit)) {
 			return nil, &TooLargeError{What: "zstd frame", Limit: d.limit}
 		}
-		out, err := d.zstd.DecodeAll(src, d.buf[:0])
-		if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
-			return nil, &TooLargeError{What: "zstd records", Limit: d.limit}
-		}
-		if err != nil {
+		// Not DecodeAll: it checks WithDecoderMaxMemory per frame and the
+		// total only after each frame, so two frames without a content
+		// size decode to twice the limit before it fails. As a stream
+		// (concurrency 1: no goroutines), readAll bounds it as it does
+		// gzip and lz4.
+		d.src.Reset(src)
+		if err := d.zstd.Reset(&d.src); err != nil {
 			return nil, corruptf("zstd: %v", err)
 		}
-		d.buf = out[:0]
-		return out, nil
+		return d.readAll(codec, d.zstd)
 	}
 	return nil, corruptf("unknown compression codec %d", codec)
 }
