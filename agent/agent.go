@@ -315,8 +315,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		}
 	}()
 	a.log.Info("data directory open", "path", dir.Path, "clean_shutdown", dir.CleanShutdown)
-	dir.Replicated = a.cfg.Storage.Durability == config.DurabilityReplicated
-	if dir.LostPageCache && (dir.Replicated || dir.ReplicatedBefore) {
+	replicated := a.cfg.Storage.Durability == config.DurabilityReplicated
+	if dir.LostPageCache && (replicated || dir.ReplicatedBefore) {
 		// Acknowledged records may have been in the page cache only.
 		n, err := dir.MarkAllDataLoss()
 		if err != nil {
@@ -325,7 +325,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		a.log.Warn("the host restarted while the agent ran and durability is \"replicated\": every partition counts as having lost data and fetches it again before it may lead or count as in sync",
 			"partitions", n)
 	}
-	if err := dir.RecordBoot(); err != nil {
+	if err := dir.RecordBoot(replicated); err != nil {
 		// Not fatal (a full disk must not keep the agent from serving its
 		// reads): a boot id left from an earlier boot can only make a later
 		// start count a clean restart as a lost page cache, the safe way.

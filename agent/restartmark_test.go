@@ -39,7 +39,7 @@ func TestStopDuringStartAfterCrashIsNotClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.RecordBoot(); err != nil {
+	if err := d.RecordBoot(false); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil {

@@ -71,12 +71,9 @@ type DataDir struct {
 	// with durability = "replicated" (acknowledging unsynced records), or
 	// followed one that did without a clean stop in between.
 	ReplicatedBefore bool
-	// Replicated is recorded with the boot id (RecordBoot): this agent
-	// runs with durability = "replicated".
-	Replicated bool
-	bootID     string
-	fs         segstore.FS
-	lock       segstore.File
+	bootID           string
+	fs               segstore.FS
+	lock             segstore.File
 }
 
 // OpenDataDir creates or opens dir for nodeID through fsys and locks it.
@@ -179,16 +176,17 @@ func (d *DataDir) init(nodeID string) error {
 	return nil
 }
 
-// RecordBoot stores the current boot id. The agent calls it once whatever
-// LostPageCache implies has been recorded in the partitions.
-func (d *DataDir) RecordBoot() error {
+// RecordBoot stores the current boot id, and whether this agent runs with
+// durability = "replicated". The agent calls it once whatever LostPageCache
+// implies has been recorded in the partitions.
+func (d *DataDir) RecordBoot(replicated bool) error {
 	if d.bootID == "" {
 		return nil
 	}
 	content := d.bootID + "\n"
 	// What was not synced under "replicated" stays at risk until a clean
 	// stop: the mark carries over an unclean stop.
-	if d.Replicated || (d.ReplicatedBefore && !d.CleanShutdown) {
+	if replicated || (d.ReplicatedBefore && !d.CleanShutdown) {
 		content += "replicated\n"
 	}
 	return writeFileAtomic(d.fs, filepath.Join(d.Path, bootIDFileName), []byte(content))

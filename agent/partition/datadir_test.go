@@ -79,7 +79,7 @@ func TestDataDirLostPageCache(t *testing.T) {
 			if f, _, err := readReplicaFile(segstore.OSFS{}, part); err != nil || !f.DataLoss {
 				t.Fatalf("replica file %+v, %v: want data_loss", f, err)
 			}
-			if err := d.RecordBoot(); err != nil {
+			if err := d.RecordBoot(false); err != nil {
 				t.Fatal(err)
 			}
 			if b, _ := os.ReadFile(boot); string(b) != string(current) {

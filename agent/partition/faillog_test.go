@@ -23,6 +23,22 @@ func (c *fakeNow) now() time.Time { return c.t }
 // gets the FS, the clock, the log options and a null logger.
 func faultFSReplica(t *testing.T, deps *Deps) (*Replica, *segstore.FaultFS, *fakeNow) {
 	t.Helper()
+	r, fsys, clock := newFaultFSReplica(t, deps)
+	r.startSyncer(r.CurrentLog())
+	t.Cleanup(func() {
+		r.cancel()
+		if !r.logFailed {
+			close(r.syncerStop)
+			r.CurrentLog().Close()
+		}
+	})
+	return r, fsys, clock
+}
+
+// newFaultFSReplica is faultFSReplica without the syncer and the cleanup,
+// for a test that starts the replica's loop (start) and stops it.
+func newFaultFSReplica(t *testing.T, deps *Deps) (*Replica, *segstore.FaultFS, *fakeNow) {
+	t.Helper()
 	root := t.TempDir()
 	fsys, err := segstore.NewFaultFS(root)
 	if err != nil {
@@ -36,16 +52,7 @@ func faultFSReplica(t *testing.T, deps *Deps) (*Replica, *segstore.FaultFS, *fak
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReplica(deps, "t", 0, "id", dir, log, false)
-	r.startSyncer(log)
-	t.Cleanup(func() {
-		r.cancel()
-		if !r.logFailed {
-			close(r.syncerStop)
-			r.CurrentLog().Close()
-		}
-	})
-	return r, fsys, clock
+	return newReplica(deps, "t", 0, "id", dir, log, false), fsys, clock
 }
 
 // TestFailedLogRecovery drives one replica's failure handling by hand: a

@@ -3,30 +3,15 @@ package partition
 import (
 	"errors"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 )
-
-type lockedNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *lockedNow) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
 
 // TestLogFailedInReconcileIsReopenedWithoutAnotherEvent: a log that fails
 // in work reconcile itself does (retention here: a segment file whose
@@ -94,26 +79,14 @@ func TestLogFailingAgainWaitsTheHold(t *testing.T) {
 // retentionFailingReplica is a replica (not started) whose log has a
 // sealed segment, retention due to delete it, and every segment file
 // removal failing with EIO.
-func retentionFailingReplica(t *testing.T) (*Replica, *segstore.Log, *lockedNow) {
+func retentionFailingReplica(t *testing.T) (*Replica, *segstore.Log, *fakeNow) {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 18))
-	root := t.TempDir()
-	fsys, err := segstore.NewFaultFS(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := &lockedNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
-	deps := &Deps{Self: "n1", Config: &config.Config{}, Durability: replicate.DurabilityReplicated,
-		Log: hclog.NewNullLogger(), Now: clock.now, FS: fsys, LogOptions: opts}
-	dir := filepath.Join(root, "t-0")
-	log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newReplica(deps, "t", 0, "id", dir, log, false)
+	// The clock is not moved once the loop runs: read without a lock.
+	r, fsys, clock := newFaultFSReplica(t, &Deps{Self: "n1", Config: &config.Config{}, Durability: replicate.DurabilityReplicated})
+	log := r.CurrentLog()
 	t.Cleanup(func() {
 		r.cancel()
 		<-r.done

@@ -820,7 +820,9 @@ func (m *Manager) open(key partitionKey, tc election.TopicConfig, epoch int32) (
 		return nil, err
 	}
 	r := newReplica(m.deps, key.topic, key.partition, topicID, dir, log, file.DataLoss)
-	r.openedStorage = tc.Storage
+	// The storage settings the log was opened with: the first metadata
+	// handed may have newer ones, which the loop then applies.
+	r.meta.tc.Storage = tc.Storage
 	if lostNow {
 		r.dataLoss = false
 		r.setDataLoss(true)

@@ -101,13 +101,9 @@ func (r *Replica) readProducerSnapshot(log *segstore.Log, opts producer.Options)
 			"snapshot_end", end, "log_end_offset", log.LogEndOffset())
 		// Remove it before anything is appended: a log refilled past end
 		// would make it look usable at the next open.
-		name := filepath.Join(r.dir, producerSnapshotFile)
-		if err := r.deps.FS.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := r.deleteProducerSnapshotFile(); err != nil {
 			r.log.Warn("cannot remove the producer snapshot ahead of the log", "error", err)
 			r.producerSnapshotEnd = end // removed or overwritten later
-		} else if err := r.deps.FS.SyncDir(r.dir); err != nil {
-			r.log.Warn("cannot sync the directory after removing the producer snapshot", "error", err)
-			r.producerSnapshotEnd = end
 		}
 		return nil, 0
 	}
@@ -213,18 +209,22 @@ func (r *Replica) removeProducerSnapshot() {
 	if r.producerSnapshotEnd < 0 {
 		return
 	}
-	name := filepath.Join(r.dir, producerSnapshotFile)
-	err := r.deps.FS.Remove(name)
-	if err == nil || errors.Is(err, os.ErrNotExist) {
-		err = r.deps.FS.SyncDir(r.dir)
-	}
-	if err != nil {
+	if err := r.deleteProducerSnapshotFile(); err != nil {
 		// A snapshot that stays could describe batches the log lost: the
 		// log must not be trusted with it either.
 		r.failLog(fmt.Errorf("remove the producer snapshot after a truncation: %w", err))
 		return
 	}
 	r.producerSnapshotEnd = -1
+}
+
+// deleteProducerSnapshotFile removes the snapshot file, if any, durably.
+func (r *Replica) deleteProducerSnapshotFile() error {
+	err := r.deps.FS.Remove(filepath.Join(r.dir, producerSnapshotFile))
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		err = r.deps.FS.SyncDir(r.dir)
+	}
+	return err
 }
 
 // maintainProducers runs on the retention tick: forget expired producers

@@ -45,9 +45,6 @@ type Replica struct {
 	topicID   string
 	dir       string
 	log       hclog.Logger
-	// openedStorage is the topic's storage settings the log was opened
-	// with (Manager.open): the first metadata handed may have newer ones.
-	openedStorage []byte
 
 	segLog  atomic.Pointer[segstore.Log]
 	view    atomic.Pointer[View]
@@ -554,9 +551,6 @@ func (r *Replica) run() {
 			r.metaMu.Unlock()
 			if m != nil {
 				prev := r.meta.tc
-				if prev.ID == "" {
-					prev.Storage = r.openedStorage
-				}
 				r.meta = *m
 				if !bytes.Equal(prev.Storage, m.tc.Storage) {
 					r.applyTopicStorage()
