@@ -14,6 +14,7 @@ import (
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/internal/consultest"
+	"github.com/logagent/logagent/internal/testenv"
 	"github.com/logagent/logagent/segstore"
 )
 
@@ -30,7 +31,7 @@ import (
 func TestStopDuringStartAfterCrashIsNotClean(t *testing.T) {
 	bootID, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
-		t.Skipf("needs the kernel boot id: %v", err)
+		testenv.SkipUnlessCI(t, "needs the kernel boot id: %v", err)
 	}
 	dataDir := filepath.Join(t.TempDir(), "data")
 	// What the crashed agent left: its data directory, without
@@ -71,10 +72,7 @@ func TestStopDuringStartAfterCrashIsNotClean(t *testing.T) {
 
 	// The host loses power now, before the kernel wrote the crashed
 	// agent's pages back; it boots under another id.
-	writeTestFile(t, filepath.Join(dataDir, "boot_id"), "11111111-2222-3333-4444-555555555555\n")
-	if string(bootID) == "11111111-2222-3333-4444-555555555555\n" {
-		t.Skip("the boot id is the test's")
-	}
+	writeTestFile(t, filepath.Join(dataDir, "boot_id"), anotherBootID(string(bootID))+"\n")
 	d, err = partition.OpenDataDir(segstore.OSFS{}, dataDir, "n1")
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +93,9 @@ func TestStopDuringStartAfterCrashIsNotClean(t *testing.T) {
 // setting. Today the marks depend on the new setting only, and the new
 // boot id is recorded, so the loss is forgotten for good.
 func TestPowerLossUnderReplicatedIsMarkedAfterSwitchToFsync(t *testing.T) {
-	if _, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err != nil {
-		t.Skipf("needs the kernel boot id: %v", err)
+	bootID, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		testenv.SkipUnlessCI(t, "needs the kernel boot id: %v", err)
 	}
 	dataDir := filepath.Join(t.TempDir(), "data")
 	part := filepath.Join(dataDir, "orders-0")
@@ -127,10 +126,9 @@ func TestPowerLossUnderReplicatedIsMarkedAfterSwitchToFsync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, rest, _ := strings.Cut(string(recorded), "\n")
-	writeTestFile(t, filepath.Join(dataDir, "boot_id"), "11111111-2222-3333-4444-555555555555\n"+rest)
+	_, rest, _ := strings.Cut(string(recorded), "\n")
+	writeTestFile(t, filepath.Join(dataDir, "boot_id"), anotherBootID(string(bootID))+"\n"+rest)
 	t.Logf("boot_id was %q", recorded)
-	_ = id
 	// It comes back under "fsync".
 	runUntilConsul("fsync")
 
@@ -171,4 +169,14 @@ func startWaitingForConsul(t *testing.T, cfgPath string) (context.CancelFunc, ch
 		time.Sleep(10 * time.Millisecond)
 	}
 	return cancel, done
+}
+
+// anotherBootID returns a boot id that is not current, the kernel's.
+func anotherBootID(current string) string {
+	for _, id := range []string{"11111111-2222-3333-4444-555555555555", "66666666-7777-8888-9999-000000000000"} {
+		if id+"\n" != current {
+			return id
+		}
+	}
+	panic("unreachable: two distinct ids")
 }

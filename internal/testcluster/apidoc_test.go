@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/internal/testenv"
 )
 
 // apiDoc is the document whose examples TestAPIDocExamples runs.
@@ -56,7 +58,7 @@ var boundKeys = map[string]bool{"producer_id": true, "member_id": true}
 // written "..." at its end, or an array ending in ",...", stands for any.
 func TestAPIDocExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
-		skipUnlessCI(t, "!!! NO CURL: %s IS SKIPPED; install it as root with `make curl` (apt-get install curl)", t.Name())
+		testenv.SkipUnlessCI(t, "!!! NO CURL: %s IS SKIPPED; install it as root with `make curl` (apt-get install curl)", t.Name())
 	}
 	examples := readDocExamples(t, filepath.Join(moduleRoot, apiDoc))
 	// Every block that mentions curl is an example this test runs.

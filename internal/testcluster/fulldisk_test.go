@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logagent/logagent/internal/testenv"
 	"github.com/logagent/logagent/internal/testseed"
 )
 
@@ -25,7 +26,7 @@ func mountTmpfs(t *testing.T, dir string, size int64) {
 	}
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.FormatInt(size, 10)); err != nil {
 		if os.Geteuid() != 0 {
-			skipUnlessCI(t, "SKIPPED, NOT PASSED: mounting a tmpfs needs root (euid %d): %v", os.Geteuid(), err)
+			testenv.SkipUnlessCI(t, "SKIPPED, NOT PASSED: mounting a tmpfs needs root (euid %d): %v", os.Geteuid(), err)
 		}
 		t.Fatalf("mount tmpfs at %s: %v", dir, err)
 	}

@@ -163,15 +163,3 @@ func compareReplicas(t *testing.T, agents []*Agent, topic string, partition int,
 func epochOf(batch []byte) int32 { return record.Header(batch).LeaderEpoch() }
 
 func asAPIError(err error, target **APIError) bool { return errors.As(err, target) }
-
-// skipUnlessCI skips a test whose tool or privilege this machine lacks,
-// loudly, on a developer's machine; under CI (CI set, where make test has
-// installed every tool as root) it fails instead: a skipped test counted as
-// passing would leave what it covers untested.
-func skipUnlessCI(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI: "+format, args...)
-	}
-	t.Skipf(format, args...)
-}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/internal/consultest"
+	"github.com/logagent/logagent/internal/testenv"
 )
 
 // moduleRoot is where the install steps' relative paths (bin/logagent,
@@ -39,7 +40,7 @@ const moduleRoot = "../.."
 // over an existing install.
 func TestInstallAsDocumented(t *testing.T) {
 	if os.Geteuid() != 0 {
-		skipUnlessCI(t, "!!! NOT ROOT: %s IS SKIPPED; it installs into /usr/bin, /etc and /var/lib and creates a user, as docs/operations.md says: CI runs it as root", t.Name())
+		testenv.SkipUnlessCI(t, "!!! NOT ROOT: %s IS SKIPPED; it installs into /usr/bin, /etc and /var/lib and creates a user, as docs/operations.md says: CI runs it as root", t.Name())
 	}
 	// The steps' tools, setpriv for User=, and the unit's ExecReload's
 	// /bin/kill (Debian's procps, which `make systemd` installs).
@@ -323,7 +324,7 @@ func TestInstallAsDocumented(t *testing.T) {
 
 	t.Run("systemd-analyze verify", func(t *testing.T) {
 		if _, err := exec.LookPath("systemd-analyze"); err != nil {
-			skipUnlessCI(t, "!!! NO systemd-analyze: %s IS SKIPPED; install it as root with `make systemd` (apt-get install systemd)", t.Name())
+			testenv.SkipUnlessCI(t, "!!! NO systemd-analyze: %s IS SKIPPED; install it as root with `make systemd` (apt-get install systemd)", t.Name())
 		}
 		out, err := exec.Command("systemd-analyze", "verify", unitPath).CombinedOutput()
 		if err != nil || len(bytes.TrimSpace(out)) > 0 {

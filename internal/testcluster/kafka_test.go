@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/logagent/logagent/internal/testenv"
 	"github.com/logagent/logagent/internal/testseed"
 )
 
@@ -343,7 +344,7 @@ func kcatBinary(t *testing.T) string {
 	}
 	p, err := exec.LookPath("kcat")
 	if err != nil {
-		skipUnlessCI(t, "!!! NO KCAT: %s IS SKIPPED; install it as root with `make kcat` (apt-get install kcat) or set LOGAGENT_KCAT", t.Name())
+		testenv.SkipUnlessCI(t, "!!! NO KCAT: %s IS SKIPPED; install it as root with `make kcat` (apt-get install kcat) or set LOGAGENT_KCAT", t.Name())
 	}
 	return p
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/internal/testenv"
 )
 
 // kafkajsScript is the node script TestKafkaJS runs; `make kafkajs`
@@ -25,11 +27,11 @@ func kafkajsScript(t *testing.T) (node, script string) {
 	node = os.Getenv("LOGAGENT_NODE")
 	if node == "" {
 		if node, err = exec.LookPath("node"); err != nil {
-			skipUnlessCI(t, "!!! NO NODE: TestKafkaJS IS SKIPPED; install it as root with `make kafkajs` (apt-get install nodejs npm) or set LOGAGENT_NODE")
+			testenv.SkipUnlessCI(t, "!!! NO NODE: TestKafkaJS IS SKIPPED; install it as root with `make kafkajs` (apt-get install nodejs npm) or set LOGAGENT_NODE")
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "kafkajs", "package.json")); err != nil {
-		skipUnlessCI(t, "!!! NO KAFKAJS in %s/node_modules: TestKafkaJS IS SKIPPED; run `make kafkajs` (npm ci there)", dir)
+		testenv.SkipUnlessCI(t, "!!! NO KAFKAJS in %s/node_modules: TestKafkaJS IS SKIPPED; run `make kafkajs` (npm ci there)", dir)
 	}
 	return node, filepath.Join(dir, "clients.js")
 }

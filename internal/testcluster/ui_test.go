@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/logagent/logagent/internal/testenv"
 )
 
 // chromiumNames are the browser commands looked for on PATH when
@@ -34,7 +36,7 @@ func findChromium(t *testing.T) string {
 			return p
 		}
 	}
-	skipUnlessCI(t, "\n%s\nSKIPPED: NO CHROMIUM FOUND (looked for %s on PATH): the status page is NOT tested.\n"+
+	testenv.SkipUnlessCI(t, "\n%s\nSKIPPED: NO CHROMIUM FOUND (looked for %s on PATH): the status page is NOT tested.\n"+
 		"Install it: as root `apt-get update && apt-get install -y chromium` (make test does this when run as root),\n"+
 		"or set LOGAGENT_CHROMIUM to a Chromium or Chrome binary.\n%s",
 		strings.Repeat("!", 78), strings.Join(chromiumNames, ", "), strings.Repeat("!", 78))
