@@ -326,6 +326,18 @@ func TestGracefulStopHandsOver(t *testing.T) {
 		t.Fatalf("exit code %d after SIGTERM", code)
 	}
 	stopped := time.Since(start)
+	// Released, not expired: the stopped agent destroyed its session
+	// before it exited. Without that, the session would live on until its
+	// health check failed, and a hand-over would still come, seconds later.
+	sessions, _, err := c.Consul.Client().Session().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sessions {
+		if s.Name == "logagent-"+old.NodeID {
+			t.Fatalf("%s exited after SIGTERM with its session %s still in Consul: its locks were left to expire, not released", old.NodeID, s.ID)
+		}
+	}
 	after, ok := <-handedOver
 	if !ok {
 		t.Fatal("no new leader within 10s of the SIGTERM")
@@ -340,7 +352,13 @@ func TestGracefulStopHandsOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if values := decodeRecords(t, f.Batches); len(values) != res.Count || string(values[*res.LastOffset]) != "three" {
-		t.Fatalf("the new leader serves %d records, want %d ending with \"three\"", len(values), res.Count)
+	values := decodeRecords(t, f.Batches)
+	if len(values) != res.Count {
+		t.Fatalf("the new leader serves %d records, want %d", len(values), res.Count)
+	}
+	for i, want := range []string{"one", "two", "three"} {
+		if got := string(values[*res.BaseOffset+int64(i)]); got != want {
+			t.Fatalf("the new leader serves %q at offset %d, want %q", got, *res.BaseOffset+int64(i), want)
+		}
 	}
 }
