@@ -357,3 +357,50 @@ func TestFetchOfAnotherIncarnationRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestProducedMaxTimestampIsTheRecords: a produced batch whose
+// max_timestamp is above every record's is appended with the largest
+// record timestamp instead, its CRC made again (as Kafka's broker does). It
+// was appended as sent: a client could date a segment a year ahead, and
+// time retention kept it that long.
+func TestProducedMaxTimestampIsTheRecords(t *testing.T) {
+	a := unitAgent(t)
+	const first, largest = int64(1_700_000_000_000), int64(1_700_000_000_250)
+	var b record.Builder
+	for _, ts := range []int64{first, largest, first + 100} {
+		if err := b.Add(ts, nil, []byte("v"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	honest, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		sent int64
+	}{
+		{"as built", largest},
+		{"a year ahead", largest + 365*24*3600*1000},
+		{"the largest int64", math.MaxInt64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := bytes.Clone(honest)
+			record.SetMaxTimestamp(body, tc.sent)
+			batch, count, _, err := a.decodeProduceBody([]byte(wire.ContentTypeBatch), body, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := record.Verify(batch, 0)
+			if err != nil {
+				t.Fatalf("the batch to append: %v", err)
+			}
+			if count != 3 || h.MaxTimestamp() != largest {
+				t.Fatalf("appended max_timestamp %d (count %d), want %d: the largest record timestamp", h.MaxTimestamp(), count, largest)
+			}
+			if tc.sent == largest && !bytes.Equal(batch, body) {
+				t.Fatal("a batch sent with the right max_timestamp was changed")
+			}
+		})
+	}
+}

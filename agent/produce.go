@@ -278,7 +278,7 @@ func (a *Agent) firstKey(batch []byte) []byte {
 func (a *Agent) decodeBatch(body []byte) ([]byte, int, error) {
 	d := a.decoders.Get().(*record.Decoder)
 	defer a.decoders.Put(d)
-	h, err := d.Validate(body)
+	h, largest, err := d.ValidateTimestamps(body)
 	if err == nil {
 		err = h.CheckDense()
 	}
@@ -293,7 +293,14 @@ func (a *Agent) decodeBatch(body []byte) ([]byte, int, error) {
 	}
 	// The loop stamps offsets and the epoch in place, after this request's
 	// buffer may have been reused.
-	return bytes.Clone(body), int(h.RecordCount()), nil
+	batch := bytes.Clone(body)
+	if h.MaxTimestamp() != largest {
+		// A max_timestamp above every record would make the segment look
+		// newer than it is: time retention would keep it, and a lookup by
+		// time would land on it, for as long as the client claimed.
+		record.SetMaxTimestamp(batch, largest)
+	}
+	return batch, int(h.RecordCount()), nil
 }
 
 func (a *Agent) buildLines(body, key []byte) ([]byte, int, error) {

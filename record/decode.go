@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // DefaultMaxDecompressedBytes bounds the decompressed records of one batch
@@ -106,16 +107,26 @@ func (d *Decoder) NextBatch(region []byte) ([]byte, *Iterator, error) {
 // without building the records' headers, and returns its header. An
 // uncompressed batch is validated without allocating.
 func (d *Decoder) Validate(batch []byte) (Header, error) {
+	h, _, err := d.ValidateTimestamps(batch)
+	return h, err
+}
+
+// ValidateTimestamps is Validate that also returns the largest of the
+// records' timestamps. A record above the header's max_timestamp is corrupt,
+// as it is for every reader; a max_timestamp above every record is not (the
+// bytes may be on disk already), but a leader rewrites it before it appends
+// a produced batch (SetMaxTimestamp), as Kafka's broker does.
+func (d *Decoder) ValidateTimestamps(batch []byte) (h Header, largest int64, err error) {
 	it, err := d.start(batch, false)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for it.Next() {
 	}
 	if err := it.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return it.Header(), nil
+	return it.Header(), it.largestTimestamp, nil
 }
 
 func (d *Decoder) start(batch []byte, withHeaders bool) (*Iterator, error) {
@@ -130,12 +141,13 @@ func (d *Decoder) start(batch []byte, withHeaders bool) (*Iterator, error) {
 		}
 	}
 	d.iter = Iterator{
-		header:          h,
-		records:         records,
-		left:            h.RecordCount(),
-		prevOffsetDelta: -1,
-		maxRecordBytes:  d.limits.MaxRecordBytes,
-		withHeaders:     withHeaders,
+		header:           h,
+		records:          records,
+		left:             h.RecordCount(),
+		prevOffsetDelta:  -1,
+		maxRecordBytes:   d.limits.MaxRecordBytes,
+		withHeaders:      withHeaders,
+		largestTimestamp: math.MinInt64,
 	}
 	return &d.iter, nil
 }
@@ -160,6 +172,9 @@ type Iterator struct {
 	withHeaders     bool
 	record          Record
 	err             error
+	// largestTimestamp is the largest timestamp of the records decoded so
+	// far, math.MinInt64 before the first.
+	largestTimestamp int64
 }
 
 // Header is the batch's header.
@@ -237,6 +252,7 @@ func (it *Iterator) decode(body []byte) error {
 	if timestamp > it.header.MaxTimestamp() {
 		return corruptf("record %d: timestamp %d is above max_timestamp %d", it.index, timestamp, it.header.MaxTimestamp())
 	}
+	it.largestTimestamp = max(it.largestTimestamp, timestamp)
 	if headerCount < 0 || headerCount > int64(len(r.b)/minHeaderSize) {
 		return corruptf("record %d: header_count %d does not fit the %d bytes left", it.index, headerCount, len(r.b))
 	}
