@@ -85,6 +85,13 @@ type Replica struct {
 	dataLoss  bool
 	logFailed bool
 	reopenAt  time.Time
+	// markStale says replica.json may not say what dataLoss says: its
+	// last write failed, and the loop writes it again (a fresh temporary
+	// file, fsynced and renamed) at markRetryAt, further apart after each
+	// failure (markBackoff), until one succeeds (recordDataLoss).
+	markStale   bool
+	markRetryAt time.Time
+	markBackoff backoffDelay
 	// checkpointAt is when the log's pending checkpoint is due; zero
 	// while it has nothing to checkpoint (runWhenDue).
 	checkpointAt time.Time
@@ -359,6 +366,10 @@ const (
 	failBackoffMax     = 30 * time.Second
 	failBackoffReset   = 2 * time.Minute
 	isrRetryBackoff    = 200 * time.Millisecond
+	// markRetryMin and markRetryMax bound the wait before the next write
+	// of a replica.json whose write failed (setDataLoss).
+	markRetryMin = time.Second
+	markRetryMax = 30 * time.Second
 	// preferredLeaderGrace is how long a replica other than the first of
 	// its partition's replica list waits before campaigning for a partition
 	// that never had a leader, so that the preferred replica wins and a new
@@ -396,6 +407,7 @@ func newReplica(deps *Deps, topic string, partition int, topicID, dir string, lo
 		parkedBy:      map[string]uint64{},
 		followBackoff: backoffDelay{min: 50 * time.Millisecond, max: 2 * time.Second},
 		failBackoff:   backoffDelay{min: failBackoffMin, max: failBackoffMax},
+		markBackoff:   backoffDelay{min: markRetryMin, max: markRetryMax},
 	}
 	r.segLog.Store(log)
 	r.view.Store(&View{DataLoss: dataLoss})
@@ -642,6 +654,9 @@ func (r *Replica) handle(ev any) {
 // arms the wake timer for the next retry.
 func (r *Replica) reconcile() {
 	now := r.deps.Now()
+	if r.markStale && !now.Before(r.markRetryAt) {
+		r.recordDataLoss()
+	}
 	if r.logFailed && !now.Before(r.reopenAt) {
 		r.reopen()
 	}
@@ -759,7 +774,11 @@ func (r *Replica) armWake(now time.Time) {
 		// else may wake the loop to reopen.
 		reopenAt = now.Add(time.Millisecond)
 	}
-	for _, t := range []time.Time{reopenAt, r.checkpointAt, r.retentionAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake(), ackDeadline} {
+	var markRetryAt time.Time
+	if r.markStale {
+		markRetryAt = r.markRetryAt
+	}
+	for _, t := range []time.Time{markRetryAt, reopenAt, r.checkpointAt, r.retentionAt, r.isrRetryAt, r.followRetryAt, r.campaignRetryAt, r.handoverWake(), r.reassignRetryAt, r.healWake(), ackDeadline} {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -1123,6 +1142,20 @@ func (r *Replica) writeReplicaFile(dataLoss bool) error {
 }
 
 // setDataLoss records, durably, whether this replica lost acknowledged data.
+// The mark takes effect in memory at once; a write of replica.json that
+// fails is retried by the loop (recordDataLoss) until one succeeds: a mark
+// that only memory held would be gone at the next start, and the replica
+// would trust a log that misses acknowledged records, and could lead with
+// it.
+//
+// Clearing the mark clears it in memory at once too, whether or not the
+// write of false succeeds: the replica has just shown that its log holds
+// what the leader committed (maybeClearDataLoss), and a mark left on disk
+// only makes the next start fetch up to the leader again before it leads,
+// which costs time, never data. Keeping the mark in memory until that
+// write succeeded would keep a replica that holds the committed log out of
+// the ISR (and acks=all writes refused under min_insync_replicas) for as
+// long as its disk refuses one small file.
 func (r *Replica) setDataLoss(lost bool) {
 	if lost {
 		r.cancelCampaign()
@@ -1131,14 +1164,32 @@ func (r *Replica) setDataLoss(lost bool) {
 		return
 	}
 	r.dataLoss = lost
-	if err := r.writeReplicaFile(lost); err != nil {
-		r.log.Error("cannot record the data loss state", "data_loss", lost, "error", err)
-	}
 	if lost {
 		r.log.Warn("replica lost acknowledged data: it will not lead until it has fetched it again")
 	} else {
 		r.log.Info("replica fetched back the data it had lost: it may lead again")
 	}
+	r.markStale = true
+	r.markBackoff.reset()
+	r.recordDataLoss()
+}
+
+// recordDataLoss writes dataLoss into replica.json; after a failure the
+// loop tries again at markRetryAt, each time with a fresh write of the
+// file (writeFileAtomic: a new temporary file, fsynced, renamed over it).
+func (r *Replica) recordDataLoss() {
+	err := r.writeReplicaFile(r.dataLoss)
+	if err == nil {
+		if r.markBackoff.cur > 0 {
+			r.log.Info("data loss state recorded after failed writes", "data_loss", r.dataLoss)
+		}
+		r.markStale, r.markRetryAt = false, time.Time{}
+		r.markBackoff.reset()
+		return
+	}
+	delay := r.markBackoff.next()
+	r.markRetryAt = r.deps.Now().Add(delay)
+	r.log.Error("cannot record the data loss state; retrying", "data_loss", r.dataLoss, "error", err, "retry_in", delay)
 }
 
 // runWhenDue runs work once *at has come, and sets *at to every from now
@@ -1248,6 +1299,16 @@ func (r *Replica) LogTrimmed() { r.changed.notify() }
 
 // shutdown ends the loop's work when the replica stops.
 func (r *Replica) shutdown() {
+	defer func() {
+		if !r.markStale {
+			return
+		}
+		// A last try: the next start knows only what the file says.
+		r.recordDataLoss()
+		if r.markStale && r.dataLoss {
+			r.closeErr = errors.Join(r.closeErr, fmt.Errorf("agent: %s: stopped with its data loss not recorded in %s: the next start may trust a log that misses acknowledged records", r.dir, replicaFileName))
+		}
+	}()
 	if r.role == RoleLeader {
 		r.stepDown(errors.New("replica stopping"), r.leadership.Err() == nil)
 	}
