@@ -246,7 +246,9 @@ func (r *Replica) maintainProducers() {
 }
 
 // writeProducerSnapshot writes the state as of the log end. A failure
-// leaves the previous snapshot, which the open-time scan completes.
+// leaves the previous snapshot, which the open-time scan completes, or the
+// new one: the write may fail after its rename (the directory's fsync), and
+// the file on disk then says end, now or after a crash maybe.
 func (r *Replica) writeProducerSnapshot() {
 	end := r.CurrentLog().LogEndOffset()
 	if r.producers.Len() == 0 && r.producerSnapshotEnd < 0 {
@@ -260,6 +262,12 @@ func (r *Replica) writeProducerSnapshot() {
 	}
 	if err := writeFileAtomic(r.deps.FS, filepath.Join(r.dir, producerSnapshotFile), b); err != nil {
 		r.log.Warn("cannot write the producer snapshot", "error", err)
+		// The end a truncation compares with must be the largest the file
+		// may hold: kept at the previous snapshot's (or none), a
+		// truncation between the two kept the new file, and once the log
+		// had grown past its end again with other batches the next open
+		// took it for the log's state.
+		r.producerSnapshotEnd = max(r.producerSnapshotEnd, end)
 		return
 	}
 	r.producerSnapshotEnd, r.producersDirty = end, false

@@ -138,6 +138,8 @@ type Replica struct {
 	// producers is the partition's idempotent-producer state, as of the
 	// log end (producers.go); producersDirty says it changed since the
 	// snapshot at producerSnapshotEnd (-1: none on disk) was written.
+	// After a failed write producerSnapshotEnd is the largest end the
+	// file on disk may have: a truncation below it removes the file.
 	producers           *producer.State
 	producersDirty      bool
 	producerSnapshotEnd int64
