@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,6 +35,10 @@ import (
 // describe batches the log no longer has (a crash in between leaves a log
 // end below E, so the snapshot is ignored).
 const producerSnapshotFile = "producers.snapshot"
+
+// unknownSnapshotEnd is producerSnapshotEnd for a snapshot on disk whose
+// end the replica could not read: above every log end.
+const unknownSnapshotEnd = math.MaxInt64
 
 // producerScanBytes is how much of the log one read of the open-time scan
 // takes.
@@ -89,6 +94,12 @@ func (r *Replica) readProducerSnapshot(log *segstore.Log, opts producer.Options)
 	}
 	if err != nil {
 		r.log.Warn("cannot read the producer snapshot; scanning the log", "error", err)
+		// The file may be whole (no descriptor was left, EMFILE), with an
+		// end the replica does not know: any truncation removes it, and
+		// the next snapshot replaces it. Taken as none, a truncation below
+		// its end kept it, and once the log had grown past that end again
+		// the next open used it.
+		r.producerSnapshotEnd = unknownSnapshotEnd
 		return nil, 0
 	}
 	state, end, err := producer.UnmarshalSnapshot(b, opts)

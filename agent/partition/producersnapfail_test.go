@@ -2,6 +2,7 @@ package partition
 
 import (
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,5 +102,57 @@ func TestProducerSnapshotOfUnknownEndRemovedOnTruncation(t *testing.T) {
 					d.Verdict, d.Original.BaseOffset, lost+2, lost, r.producerSnapshotEnd, r.CurrentLog().LogEndOffset())
 			}
 		})
+	}
+}
+
+// TestProducerSnapshotUnreadableAtOpenRemovedOnTruncation: a snapshot that
+// could not be read at open (no descriptor left, EMFILE; an I/O error) is
+// still on disk, whole, with an end the replica does not know. Taken as
+// none, a truncation below its end kept it, the log grew past that end
+// again with other batches, and the next open, reading it this time, used
+// it.
+func TestProducerSnapshotUnreadableAtOpenRemovedOnTruncation(t *testing.T) {
+	root := t.TempDir()
+	fsys, err := segstore.NewFaultFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "t-0")
+	r := producerTestReplica(t, fsys, dir)
+	appendIdempotent(t, r, 9, 0, 1)
+	lost := appendIdempotent(t, r, 7, 0, 2)
+	r.writeProducerSnapshot()
+	r.CurrentLog().Close()
+
+	fsys.Inject(segstore.Fault{Op: segstore.OpOpen, Path: producerSnapshotFile, Err: syscall.EMFILE})
+	r = producerTestReplica(t, fsys, dir) // the snapshot cannot be opened: the log is scanned
+	wantDuplicate(t, r, "from the log", 7, 0, 2, lost)
+	if err := r.CurrentLog().Truncate(lost); err != nil {
+		t.Fatal(err)
+	}
+	r.producersTruncated(false)
+	if r.logFailed {
+		t.Fatal("log failed")
+	}
+	var bld record.Builder
+	for range 3 {
+		if err := bld.Add(time.Now().UnixMilli(), nil, []byte("other"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := bld.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.CurrentLog().AppendLeader(batch, 2); err != nil {
+		t.Fatal(err)
+	}
+	r.appliedBatches(batch)
+	r.CurrentLog().Close() // the agent dies before the next retention tick
+
+	r = producerTestReplica(t, fsys, dir)
+	if d := r.producers.Check(7, 0, 0, 2); d.Verdict != producer.Append {
+		t.Fatalf("resend of a batch the truncation cut: %v (original at %d), want append: the snapshot unreadable at the earlier open survived the truncation to %d and was used (snapshot end %d, log end %d)",
+			d.Verdict, d.Original.BaseOffset, lost, r.producerSnapshotEnd, r.CurrentLog().LogEndOffset())
 	}
 }
