@@ -55,14 +55,26 @@ func (r *Replica) maybeHeal(now time.Time) {
 	// A replica dead but not due yet would stay in the target, and the
 	// move would wait for it to join the ISR forever (while in flight it
 	// keeps any other move, this one's re-placing of it too, from
-	// starting): wait until it is due, or alive again.
-	if after > 0 {
-		for _, id := range pm.Replicas {
-			if since, ok := r.deadSince[id]; ok && !slices.Contains(due, id) {
-				r.healRetryAt = since.Add(after)
-				return
-			}
+	// starting, and holds one of the cluster's reassign.MaxHealing
+	// slots): wait until it is due, or alive again. With self-healing off
+	// (replace_dead_after 0) a dead replica is never due: the partition
+	// waits until it is alive again (a liveness change wakes the leader),
+	// or an operator's partition move replaces it.
+	for _, id := range pm.Replicas {
+		since, ok := r.deadSince[id]
+		if !ok || slices.Contains(due, id) {
+			continue
 		}
+		if after > 0 {
+			r.healRetryAt = since.Add(after)
+			return
+		}
+		if !r.healWaitLogged {
+			r.healWaitLogged = true
+			r.log.Warn("cannot re-place replicas while a replica is dead and self-healing is off (cluster.replace_dead_after = 0s): waiting for it to come back",
+				"dead", id, "draining", snap.Draining(), "replicas", pm.Replicas)
+		}
+		return
 	}
 	load, moving := replicaLoad(snap)
 	if moving >= reassign.MaxHealing {

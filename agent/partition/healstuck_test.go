@@ -3,8 +3,12 @@ package partition
 import (
 	"context"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/logagent/logagent/internal/consultest"
 )
@@ -51,4 +55,76 @@ func TestDrainKeepsNoDeadReplicaInTarget(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// logWatch is an hclog sink that notes when a line holding want is logged.
+type logWatch struct {
+	want string
+	seen atomic.Bool
+}
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.seen.Store(true)
+	}
+	return len(p), nil
+}
+
+// TestDrainWithSelfHealingOffWaitsForTheDeadReplica: with self-healing off
+// (replace_dead_after 0), a partition n1, n2, n3 whose n3 is dead has n2
+// drained. A dead replica is then never due, and the drain's move must not
+// keep it in its target either: it would wait for n3 to join the ISR
+// forever, holding one of the cluster's two healing slots (every drain
+// and re-placing in the cluster stalls behind two such moves). The leader
+// waits, says why, and starts the move once n3 is back.
+func TestDrainWithSelfHealingOffWaitsForTheDeadReplica(t *testing.T) {
+	srv := consultest.Start(t)
+	for _, n := range []string{"n2", "n4", "n5"} {
+		startElectionOnly(t, srv, n) // alive; n3 is not registered: dead
+	}
+	m, coord := startManager(t, srv, "n1", "cluster {\n  replace_dead_after = \"0s\"\n}\n", time.Now)
+	waiting := &logWatch{want: "self-healing is off"}
+	m.deps.Log.(hclog.InterceptLogger).RegisterSink(hclog.NewSinkAdapter(&hclog.LoggerOptions{Level: hclog.Warn, Output: waiting}))
+	createTopic(t, coord, "hs0", [][]string{{"n1", "n2", "n3"}}, 1)
+	waitLeading(t, m, "hs0")
+	// The leader has seen n3 dead once it drops it from the ISR.
+	waitFor(t, func() bool {
+		pm, _ := coord.Metadata().Partition("hs0", 0)
+		return !slices.Contains(pm.State.ISR, "n3")
+	}, "the leader to drop the dead n3 from the ISR")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := coord.SetDraining(ctx, "n2", true); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !waiting.seen.Load() {
+		pm, _ := coord.Metadata().Partition("hs0", 0)
+		if pm.Reassign != nil {
+			t.Fatalf("with self-healing off and n3 dead, the drain of n2 started a move to %v: it waits for the dead n3 forever, holding a healing slot", pm.Reassign.Target)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after the drain the leader has neither started a move nor said it waits for the dead n3 (partition %+v)", pm)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pm, _ := coord.Metadata().Partition("hs0", 0); pm.Reassign != nil || !slices.Equal(pm.Replicas, []string{"n1", "n2", "n3"}) {
+		t.Fatalf("the leader says it waits, yet the partition is %v with move %+v", pm.Replicas, pm.Reassign)
+	}
+
+	// n3 comes back: the drain's move starts, n2 out, n3 kept.
+	startElectionOnly(t, srv, "n3")
+	waitFor(t, func() bool {
+		pm, _ := coord.Metadata().Partition("hs0", 0)
+		return pm.Reassign != nil || !slices.Contains(pm.Replicas, "n2")
+	}, "the drain's move once n3 is back")
+	pm, _ := coord.Metadata().Partition("hs0", 0)
+	target := pm.Replicas
+	if pm.Reassign != nil {
+		target = pm.Reassign.Target
+	}
+	if slices.Contains(target, "n2") || !slices.Contains(target, "n3") || len(target) != 3 {
+		t.Fatalf("the drain's move once n3 is back goes to %v, want n2 replaced and n3 kept", target)
+	}
+	t.Logf("move target %v", target)
 }

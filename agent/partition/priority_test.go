@@ -107,7 +107,8 @@ consul {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg, hclog.New(&hclog.LoggerOptions{Name: node, Level: hclog.Debug, Output: logs})
+	// An InterceptLogger: a test may register a sink to watch for a line.
+	return cfg, hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: node, Level: hclog.Debug, Output: logs})
 }
 
 // startCoord registers an election client for cfg's node with srv; the
