@@ -61,6 +61,15 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
+	// Read before the replica is chosen: a malformed offset is a bad
+	// request wherever the partition is served (it was answered not_leader
+	// or leader_not_available, retriable, by an agent that had no leader to
+	// proxy it to).
+	at, err := parseOffset(args)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
 	r, refusal := a.fetchReplica(topic, partition)
 	if refusal != nil {
 		if !a.proxyFetch(ctx, topic, partition, wait) {
@@ -68,11 +77,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		}
 		return
 	}
-	offset, err := resolveOffset(args.Peek("offset"), r.CurrentLog())
-	if err != nil {
-		writeErr(ctx, err)
-		return
-	}
+	offset := resolveOffset(at, r.CurrentLog())
 	region, pos, apiErr := a.readLocal(r, offset, maxBytes, wait)
 	if apiErr != nil {
 		reply.WriteAPIError(ctx, apiErr)
@@ -131,14 +136,24 @@ func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait tim
 	return region, kafkabroker.LogPositions{HW: hw, LSO: log.LogStartOffset()}, nil
 }
 
-// resolveOffset reads the offset parameter: a number, "earliest" (the log
-// start) or "latest" (the high watermark); absent means earliest.
-func resolveOffset(v []byte, log *segstore.Log) (int64, error) {
-	switch s := string(v); s {
-	case "", "earliest":
-		return log.LogStartOffset(), nil
+// The offset parameter's names, as parseOffset returns them.
+const (
+	offsetEarliest int64 = -2
+	offsetLatest   int64 = -1
+)
+
+// parseOffset reads the offset parameter: a number, "earliest"
+// (offsetEarliest) or "latest" (offsetLatest); absent means earliest, and
+// one given without a value is refused, as a negative or overflowing one.
+func parseOffset(args *fasthttp.Args) (int64, error) {
+	if !args.Has("offset") {
+		return offsetEarliest, nil
+	}
+	switch s := string(args.Peek("offset")); s {
+	case "earliest":
+		return offsetEarliest, nil
 	case "latest":
-		return log.HighWatermark(), nil
+		return offsetLatest, nil
 	default:
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
@@ -146,6 +161,18 @@ func resolveOffset(v []byte, log *segstore.Log) (int64, error) {
 		}
 		return n, nil
 	}
+}
+
+// resolveOffset is the position an offset of parseOffset names in log:
+// earliest is the log start, latest the high watermark.
+func resolveOffset(at int64, log *segstore.Log) int64 {
+	switch at {
+	case offsetEarliest:
+		return log.LogStartOffset()
+	case offsetLatest:
+		return log.HighWatermark()
+	}
+	return at
 }
 
 func offsetOutOfRange(offset, lso, hw int64) *reply.APIError {

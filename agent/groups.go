@@ -137,7 +137,7 @@ func (a *Agent) groupFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 		reply.WriteError(ctx, fasthttp.StatusBadGateway, wire.CodeInternal, "undecodable answer from the coordinator: "+err.Error(), true)
 		return false
 	}
-	if len(args.Peek("offset")) == 0 {
+	if !args.Has("offset") {
 		switch {
 		case fr.Committed >= 0:
 			args.Set("offset", strconv.FormatInt(fr.Committed, 10))

@@ -209,11 +209,11 @@ func parseAcks(v []byte) (replicate.Acks, error) {
 // next partition in turn.
 func (a *Agent) choosePartition(args *fasthttp.Args, key []byte, partitions int) (int, error) {
 	if args.Has("partition") {
-		p, err := intParam(args, "partition", 0, 0, int64(partitions)-1)
-		if err != nil {
-			return 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
+		p, err := parsePartition(string(args.Peek("partition")))
+		if err == nil {
+			err = checkPartition("the topic", p, partitions)
 		}
-		return int(p), nil
+		return p, err
 	}
 	if key != nil {
 		h := fnv.New32a()

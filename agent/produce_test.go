@@ -158,6 +158,11 @@ func TestParseAcks(t *testing.T) {
 	}
 }
 
+// TestChoosePartition: the partition parameter names a partition of the
+// topic (404 unknown_partition when the topic has no such partition), or
+// is refused 400 invalid_request when it is no partition number at all:
+// "abc", a negative or overflowing number, and an empty value (taken as
+// partition 0) were 404s, or written.
 func TestChoosePartition(t *testing.T) {
 	a := unitAgent(t)
 	args := func(q string) *fasthttp.Args {
@@ -165,13 +170,36 @@ func TestChoosePartition(t *testing.T) {
 		x.Parse(q)
 		return &x
 	}
-	if p, err := a.choosePartition(args("partition=2"), nil, 3); err != nil || p != 2 {
-		t.Fatalf("partition=2: %d %v", p, err)
-	}
-	for _, q := range []string{"partition=3", "partition=-1", "partition=x"} {
+	for _, tc := range []struct {
+		query  string
+		want   int
+		status int
+		code   string
+	}{
+		{"partition=2", 2, 200, ""},
+		{"partition=0", 0, 200, ""},
+		{"partition=3", 0, 404, wire.CodeUnknownPartition},
+		{"partition=2147483647", 0, 404, wire.CodeUnknownPartition},
+		{"partition=abc", 0, 400, wire.CodeInvalidRequest},
+		{"partition=1x", 0, 400, wire.CodeInvalidRequest},
+		{"partition=-1", 0, 400, wire.CodeInvalidRequest},
+		{"partition=2147483648", 0, 400, wire.CodeInvalidRequest},
+		{"partition=99999999999999999999", 0, 400, wire.CodeInvalidRequest},
+		{"partition=", 0, 400, wire.CodeInvalidRequest},
+		{"partition", 0, 400, wire.CodeInvalidRequest},
+	} {
+		p, err := a.choosePartition(args(tc.query), nil, 3)
+		if tc.code == "" {
+			if err != nil || p != tc.want {
+				t.Errorf("%s: partition %d, %v; want %d", tc.query, p, err, tc.want)
+			}
+			continue
+		}
 		var e *reply.APIError
-		if _, err := a.choosePartition(args(q), nil, 3); !errors.As(err, &e) || e.Code != wire.CodeUnknownPartition {
-			t.Errorf("%s: %v, want unknown_partition", q, err)
+		if !errors.As(err, &e) || e.Status != tc.status || e.Code != tc.code {
+			t.Errorf("%s: partition %d, %v; want %d %s", tc.query, p, err, tc.status, tc.code)
+		} else if !strings.Contains(e.Message, "partition") {
+			t.Errorf("%s: message %q does not say what is wrong", tc.query, e.Message)
 		}
 	}
 	// FNV-1a 32 of "user-42" is 0x026073ab (39875499), and 39875499 % 7 = 6.

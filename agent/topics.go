@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -309,22 +310,52 @@ func (a *Agent) serving(ctx *fasthttp.RequestCtx) bool {
 }
 
 // partitionParams reads {topic} and {partition} and checks them against
-// the metadata.
+// the metadata: a malformed topic name or partition number is refused
+// before anything is looked up (400), a topic or partition the metadata
+// does not have is 404.
 func (a *Agent) partitionParams(ctx *fasthttp.RequestCtx) (string, int, error) {
 	topic := pathParam(ctx, "topic")
 	if !election.ValidTopicName(topic) {
 		return "", 0, reply.InvalidTopicName(topic)
 	}
+	p, err := parsePartition(pathParam(ctx, "partition"))
+	if err != nil {
+		return "", 0, err
+	}
 	tm, ok := a.lookupTopic(topic)
 	if !ok {
 		return "", 0, reply.UnknownTopic(topic)
 	}
-	p, err := strconv.Atoi(pathParam(ctx, "partition"))
-	if err != nil || p < 0 || p >= len(tm.Partitions) {
-		return "", 0, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition,
-			fmt.Sprintf("topic %s has partitions 0 to %d, not %q", topic, len(tm.Partitions)-1, pathParam(ctx, "partition")), false)
+	if err := checkPartition("topic "+topic, p, len(tm.Partitions)); err != nil {
+		return "", 0, err
 	}
 	return topic, p, nil
+}
+
+// parsePartition reads a partition number, from a path segment or the
+// partition parameter. One that is no partition number at all (not a
+// decimal integer, negative, beyond int32, empty) is a bad request, 400
+// invalid_request; whether the topic has the partition is checkPartition's
+// question. Both were 404 unknown_partition, so a client could not tell a
+// typo from a partition added since its metadata.
+func parsePartition(v string) (int, error) {
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 0 {
+		return 0, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+			fmt.Sprintf("partition %q is not a partition number (an integer in [0, %d])", v, math.MaxInt32), false)
+	}
+	return int(n), nil
+}
+
+// checkPartition answers 404 unknown_partition for a partition number
+// that topic (its name in the message), of count partitions, does not
+// have.
+func checkPartition(topic string, p, count int) error {
+	if p >= count {
+		return reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownPartition,
+			fmt.Sprintf("%s has partitions 0 to %d, not %d", topic, count-1, p), false)
+	}
+	return nil
 }
 
 // topicSyncTimeout bounds the wait for the metadata watch when a topic is
@@ -383,12 +414,14 @@ func offlineMessage(topic string, partition int, f partition.OpenFailure) string
 		reply.PartitionName(topic, partition), f.Attempts, f.RetryAt.UTC().Format(time.RFC3339), f.Err)
 }
 
-// intParam reads an optional integer query parameter within [lo, hi].
+// intParam reads an optional integer query parameter within [lo, hi]: def
+// when it is absent; one given without a value ("max_bytes=") is refused,
+// as an out-of-range one.
 func intParam(args *fasthttp.Args, name string, def, lo, hi int64) (int64, error) {
-	v := args.Peek(name)
-	if len(v) == 0 {
+	if !args.Has(name) {
 		return def, nil
 	}
+	v := args.Peek(name)
 	n, err := strconv.ParseInt(string(v), 10, 64)
 	if err != nil || n < lo || n > hi {
 		return 0, reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
