@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
@@ -27,13 +28,15 @@ import (
 // key and value are UTF-8 text; key_base64 and value_base64 carry any bytes
 // (standard base64 with padding) and exclude the text field of the same
 // name. A record without a key has no key; one without a value has an
-// empty value. buildJSON reads it record by record.
+// empty value. headers maps each header name to its text value, or to
+// null for a null value. buildJSON reads it record by record, each with
+// parseJSONRecord, which refuses what encoding/json would change without
+// a word: a name given twice, a field name in another case, a string that
+// is not UTF-8.
 type jsonProduceRecord struct {
-	Key         *string           `json:"key"`
-	KeyBase64   *string           `json:"key_base64"`
-	Value       *string           `json:"value"`
-	ValueBase64 *string           `json:"value_base64"`
-	Headers     map[string]string `json:"headers"`
+	Key, KeyBase64, Value, ValueBase64 *string
+	// Headers are in the body's order.
+	Headers []record.RecordHeader
 }
 
 // bytesField reads a field given as text or base64, not both.
@@ -61,7 +64,11 @@ func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 	var b record.Builder
 	ts := a.now().UnixMilli()
 	var firstKey []byte
-	err := reply.DecodeArrayField(body, "records", func(i int, r *jsonProduceRecord) error {
+	err := reply.DecodeArrayField(body, "records", func(i int, raw *json.RawMessage) error {
+		r, err := parseJSONRecord(*raw)
+		if err != nil {
+			return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
+		}
 		key, err := bytesField("key", r.Key, r.KeyBase64)
 		if err == nil && key == nil {
 			key = keyParam
@@ -94,24 +101,9 @@ func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 
 // jsonHeaders orders headers by name, so one body always makes the same
 // batch.
-func jsonHeaders(h map[string]string) []record.RecordHeader {
-	if len(h) == 0 {
-		return nil
-	}
-	out := make([]record.RecordHeader, 0, len(h))
-	for k, v := range h {
-		out = append(out, record.RecordHeader{Key: k, Value: []byte(v)})
-	}
-	slices.SortFunc(out, func(x, y record.RecordHeader) int {
-		switch {
-		case x.Key < y.Key:
-			return -1
-		case x.Key > y.Key:
-			return 1
-		}
-		return 0
-	})
-	return out
+func jsonHeaders(h []record.RecordHeader) []record.RecordHeader {
+	slices.SortFunc(h, func(x, y record.RecordHeader) int { return strings.Compare(x.Key, y.Key) })
+	return h
 }
 
 // buildOne turns an application/octet-stream body into a batch of one
@@ -220,24 +212,8 @@ func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, o
 			if r.Offset < offset {
 				continue
 			}
-			rec := ndjsonRecord{Offset: r.Offset, Timestamp: r.Timestamp}
-			if r.Key != nil {
-				rec.Key, rec.KeyBase64 = textOrBase64(r.Key)
-			}
-			if r.Value != nil {
-				rec.Value, rec.ValueBase64 = textOrBase64(r.Value)
-			}
-			for _, hd := range r.Headers {
-				if hd.Value == nil {
-					rec.Headers = setHeader(rec.Headers, hd.Key, nil)
-				} else if text, b64 := textOrBase64(hd.Value); text != nil {
-					rec.Headers = setHeader(rec.Headers, hd.Key, text)
-				} else {
-					rec.HeadersBase64 = setHeader(rec.HeadersBase64, hd.Key, *b64)
-				}
-			}
 			line.Reset()
-			if err := enc.Encode(rec); err != nil {
+			if err := enc.Encode(ndjsonLine(r)); err != nil {
 				return fmt.Errorf("agent: encode record %d: %w", r.Offset, err)
 			}
 			if out.Len() > 0 && int64(out.Len()+line.Len()) > maxBytes {
@@ -255,6 +231,57 @@ func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, o
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetBody(out.Bytes())
 	return nil
+}
+
+// ndjsonLine is a record as an ndjson fetch renders it. A header key that
+// repeats keeps its last value, in headers or in headers_base64 as that
+// value is text or not: a JSON object holds one value per name (the binary
+// format keeps them all). A key that is not UTF-8 has U+FFFD in place of
+// each bad byte, so two such keys may be one key repeated. (A key whose
+// last value was binary and an earlier one text came out in both objects;
+// two keys that were not UTF-8 came out as one name twice, in an order
+// that was not theirs: a JSON parser kept either.)
+func ndjsonLine(r record.Record) ndjsonRecord {
+	rec := ndjsonRecord{Offset: r.Offset, Timestamp: r.Timestamp}
+	if r.Key != nil {
+		rec.Key, rec.KeyBase64 = textOrBase64(r.Key)
+	}
+	if r.Value != nil {
+		rec.Value, rec.ValueBase64 = textOrBase64(r.Value)
+	}
+	for _, hd := range r.Headers {
+		key := utf8Text(hd.Key)
+		if hd.Value == nil {
+			rec.Headers = setHeader(rec.Headers, key, nil)
+			delete(rec.HeadersBase64, key)
+		} else if text, b64 := textOrBase64(hd.Value); text != nil {
+			rec.Headers = setHeader(rec.Headers, key, text)
+			delete(rec.HeadersBase64, key)
+		} else {
+			rec.HeadersBase64 = setHeader(rec.HeadersBase64, key, *b64)
+			delete(rec.Headers, key)
+		}
+	}
+	return rec
+}
+
+// utf8Text is s with U+FFFD in place of each byte that is not part of
+// valid UTF-8, as encoding/json writes a string.
+func utf8Text(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 func setHeader[V any](m map[string]V, k string, v V) map[string]V {
