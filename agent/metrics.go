@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/group"
+	"github.com/logagent/logagent/kafka"
 	"github.com/logagent/logagent/metrics"
 	"github.com/logagent/logagent/replicate"
 )
@@ -145,4 +148,35 @@ func (a *Agent) highWatermark(ctx context.Context, tp group.TopicPartition) (int
 	}
 	_, hw, err := a.groupRouter.Host().Positions(ctx, tp)
 	return hw, err == nil
+}
+
+// kafkaAcksLabel is the produce duration's acks label of a Kafka produce's
+// acks: as the HTTP produce's of the same meaning.
+func kafkaAcksLabel(acks int16) string {
+	switch acks {
+	case -1:
+		return metrics.AcksAll
+	case 1:
+		return metrics.AcksLeader
+	case 0:
+		return metrics.AcksNone
+	}
+	return metrics.AcksInvalid
+}
+
+// errorOutcome is the produce duration's outcome label of a Kafka
+// produce's error: by the HTTP status the client API answers it with; a
+// Kafka protocol error (an invalid acks) is the client's.
+func errorOutcome(err error) string {
+	var apiErr *reply.APIError
+	var kafkaErr *kafka.Error
+	switch {
+	case err == nil:
+		return metrics.OutcomeSuccess
+	case errors.As(err, &apiErr):
+		return metrics.OutcomeOf(apiErr.Status)
+	case errors.As(err, &kafkaErr):
+		return metrics.OutcomeClientError
+	}
+	return metrics.OutcomeServerError
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/reply"
+	"github.com/logagent/logagent/metrics"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
@@ -48,6 +49,20 @@ type produceResponse struct {
 // peer API (docs/design.md §9) and relays its answer.
 func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 	start := a.now()
+	args := ctx.QueryArgs()
+	acks, acksErr := parseAcks(args.Peek("acks"))
+	// Every answer is observed, by acks and outcome, the refusals before
+	// the acks were read included (they were not counted: an agent that
+	// refused every produce as not serving, or for an unknown topic, showed
+	// no produce errors). acksParam's names are the metric's acks label
+	// values.
+	acksLabel := metrics.AcksInvalid
+	if acksErr == nil {
+		acksLabel = acksParam(acks)
+	}
+	defer func() {
+		a.metrics.ObserveProduce(acksLabel, metrics.OutcomeOf(ctx.Response.StatusCode()), a.now().Sub(start))
+	}()
 	if !a.serving(ctx) {
 		return
 	}
@@ -60,14 +75,10 @@ func (a *Agent) handleProduce(ctx *fasthttp.RequestCtx) {
 		reply.WriteAPIError(ctx, reply.UnknownTopic(topic))
 		return
 	}
-	args := ctx.QueryArgs()
-	acks, err := parseAcks(args.Peek("acks"))
-	if err != nil {
-		writeErr(ctx, err)
+	if acksErr != nil {
+		writeErr(ctx, acksErr)
 		return
 	}
-	// acksParam's names are the metric's acks label values.
-	defer func() { a.metrics.ObserveProduce(acksParam(acks), a.now().Sub(start)) }()
 	timeout, err := durationParam(args, "timeout", defaultProduceTimeout, maxProduceTimeout)
 	if err != nil {
 		writeErr(ctx, err)

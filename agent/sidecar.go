@@ -39,13 +39,14 @@ func (a *Agent) newKafkaBroker() *kafkabroker.Broker {
 		Decoders:          &a.decoders,
 		ProduceTimeout:    defaultProduceTimeout,
 		MaxProduceTimeout: maxProduceTimeout,
-		// acksParam's names are the metric's acks label values.
-		ObserveProduce: func(acks replicate.Acks, d time.Duration) { a.metrics.ObserveProduce(acksParam(acks), d) },
-		Produced:       a.metrics.Produced,
-		ObserveFetch:   a.metrics.ObserveFetch,
-		Fetched:        a.metrics.Fetched,
-		Now:            a.now,
-		Logger:         a.log,
+		ObserveProduce: func(acks int16, err error, d time.Duration) {
+			a.metrics.ObserveProduce(kafkaAcksLabel(acks), errorOutcome(err), d)
+		},
+		Produced:     a.metrics.Produced,
+		ObserveFetch: a.metrics.ObserveFetch,
+		Fetched:      a.metrics.Fetched,
+		Now:          a.now,
+		Logger:       a.log,
 	})
 }
 

@@ -12,12 +12,59 @@ import (
 )
 
 // Acks values, the acks label of the produce duration: what the client
-// API's acks parameter means, not how it was spelled (-1 is "all").
+// API's acks parameter means, not how it was spelled (-1 is "all"), or
+// AcksInvalid for a request whose acks is none of them (refused).
 const (
-	AcksAll    = "all"
-	AcksLeader = "1"
-	AcksNone   = "0"
+	AcksAll     = "all"
+	AcksLeader  = "1"
+	AcksNone    = "0"
+	AcksInvalid = "invalid"
 )
+
+// Outcome values, the outcome label of the produce duration: how the
+// request was answered, by the class of its HTTP status (a Kafka produce's
+// error by the status the HTTP API answers it with). Error rates are the
+// two error outcomes' share of the count.
+const (
+	OutcomeSuccess = "success"
+	// OutcomeClientError is a 4xx: the request itself (a bad body or
+	// parameter, an unknown topic) or a state a retry may get past
+	// (not_leader once the sidecar's retries ran out).
+	OutcomeClientError = "client_error"
+	// OutcomeServerError is a 5xx: the agent or the cluster (no leader,
+	// not enough replicas, an ack timeout, a full disk, starting or
+	// stopping).
+	OutcomeServerError = "server_error"
+)
+
+// OutcomeOf is the outcome of an answer with HTTP status code.
+func OutcomeOf(status int) string {
+	switch {
+	case status >= 500:
+		return OutcomeServerError
+	case status >= 400:
+		return OutcomeClientError
+	}
+	return OutcomeSuccess
+}
+
+// The label values of the produce duration, in the order of its children
+// (Metrics.produceDuration): each acks with each outcome, but an invalid
+// acks, which is always refused, with client_error only: ten series.
+var (
+	produceAcks     = [...]string{AcksAll, AcksLeader, AcksNone, AcksInvalid}
+	produceOutcomes = [...]string{OutcomeSuccess, OutcomeClientError, OutcomeServerError}
+)
+
+// labelIndex is the index of v in values, -1 if it is not there.
+func labelIndex(values []string, v string) int {
+	for i, x := range values {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
 
 // Bucket bounds, in seconds. An acks=all write on a healthy cluster takes
 // a fraction of a millisecond to a few; a fetch may long-poll up to 30 s
@@ -42,7 +89,10 @@ type Metrics struct {
 	// that the produce and fetch paths do not hash label values.
 	topics sync.Map
 
-	produceAll, produceLeader, produceNone prometheus.Observer
+	// produceDuration's children, resolved once, by the index of their
+	// acks in produceAcks and of their outcome in produceOutcomes; nil for
+	// a pair that has no series.
+	produceDuration [len(produceAcks)][len(produceOutcomes)]prometheus.Observer
 
 	fetchDuration   prometheus.Histogram
 	fsyncDuration   prometheus.Histogram
@@ -62,9 +112,9 @@ type topicCounters struct {
 func New(src Sources) *Metrics {
 	produceDuration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "logagent_produce_request_duration_seconds",
-		Help:    "Time from a produce request's arrival at the client API to its answer, by acks; forwarding to the leader included.",
+		Help:    "Time from a produce request's arrival at the client API (or the Kafka listener) to its answer, every answer, refusals included, by acks and outcome (success, client_error: 4xx, server_error: 5xx); forwarding to the leader included.",
 		Buckets: produceBuckets,
-	}, []string{"acks"})
+	}, []string{"acks", "outcome"})
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
 		produceRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -110,9 +160,13 @@ func New(src Sources) *Metrics {
 			Help: "Error answers of this agent's client API, by error code.",
 		}, []string{"code"}),
 	}
-	m.produceAll = produceDuration.WithLabelValues(AcksAll)
-	m.produceLeader = produceDuration.WithLabelValues(AcksLeader)
-	m.produceNone = produceDuration.WithLabelValues(AcksNone)
+	for i, acks := range produceAcks {
+		for j, outcome := range produceOutcomes {
+			if acks != AcksInvalid || outcome == OutcomeClientError {
+				m.produceDuration[i][j] = produceDuration.WithLabelValues(acks, outcome)
+			}
+		}
+	}
 	m.registry.MustRegister(
 		m.produceRecords, m.produceBytes, produceDuration, m.fetchBytes, m.fetchDuration, m.fsyncDuration,
 		m.leaderElections, m.isrChanges, m.replicaWakes, m.replicaFetches, m.errors,
@@ -158,20 +212,15 @@ func (m *Metrics) Produced(topic string, records, bytes int) {
 }
 
 // ObserveProduce records how long a produce request with acks (AcksAll,
-// AcksLeader or AcksNone) took to answer.
-func (m *Metrics) ObserveProduce(acks string, d time.Duration) {
-	var o prometheus.Observer
-	switch acks {
-	case AcksAll:
-		o = m.produceAll
-	case AcksLeader:
-		o = m.produceLeader
-	case AcksNone:
-		o = m.produceNone
-	default:
+// AcksLeader, AcksNone or AcksInvalid) took to answer, and its outcome
+// (OutcomeSuccess, OutcomeClientError or OutcomeServerError). Other label
+// values make no series of their own.
+func (m *Metrics) ObserveProduce(acks, outcome string, d time.Duration) {
+	i, j := labelIndex(produceAcks[:], acks), labelIndex(produceOutcomes[:], outcome)
+	if i < 0 || j < 0 || m.produceDuration[i][j] == nil {
 		return
 	}
-	o.Observe(d.Seconds())
+	m.produceDuration[i][j].Observe(d.Seconds())
 }
 
 // Fetched counts the bytes of a fetch answer served from a local replica.

@@ -191,10 +191,14 @@ func TestInstruments(t *testing.T) {
 	m.Produced("orders", 10, 1200)
 	m.Produced("orders", 5, 600)
 	m.Produced("audit", 1, 90)
-	m.ObserveProduce(AcksAll, 3*time.Millisecond)
-	m.ObserveProduce(AcksAll, 40*time.Millisecond)
-	m.ObserveProduce(AcksLeader, time.Millisecond)
-	m.ObserveProduce("bogus", time.Millisecond) // not a series of its own
+	m.ObserveProduce(AcksAll, OutcomeSuccess, 3*time.Millisecond)
+	m.ObserveProduce(AcksAll, OutcomeSuccess, 40*time.Millisecond)
+	m.ObserveProduce(AcksAll, OutcomeServerError, 5*time.Second)
+	m.ObserveProduce(AcksLeader, OutcomeSuccess, time.Millisecond)
+	m.ObserveProduce(AcksInvalid, OutcomeClientError, time.Millisecond)
+	m.ObserveProduce("bogus", OutcomeSuccess, time.Millisecond)     // not a series of its own
+	m.ObserveProduce(AcksAll, "bogus", time.Millisecond)            // nor this
+	m.ObserveProduce(AcksInvalid, OutcomeSuccess, time.Millisecond) // nor this: an invalid acks is refused
 	m.Fetched("orders", 4096)
 	m.ObserveFetch(2 * time.Second)
 	m.ObserveFsync(time.Millisecond)
@@ -220,8 +224,11 @@ func TestInstruments(t *testing.T) {
 		{"logagent_produce_records_total", []string{"topic", "orders"}, 15},
 		{"logagent_produce_bytes_total", []string{"topic", "orders"}, 1800},
 		{"logagent_produce_records_total", []string{"topic", "audit"}, 1},
-		{"logagent_produce_request_duration_seconds", []string{"acks", "all"}, 2},
-		{"logagent_produce_request_duration_seconds", []string{"acks", "1"}, 1},
+		{"logagent_produce_request_duration_seconds", []string{"acks", "all", "outcome", "success"}, 2},
+		{"logagent_produce_request_duration_seconds", []string{"acks", "all", "outcome", "server_error"}, 1},
+		{"logagent_produce_request_duration_seconds", []string{"acks", "all", "outcome", "client_error"}, 0},
+		{"logagent_produce_request_duration_seconds", []string{"acks", "1", "outcome", "success"}, 1},
+		{"logagent_produce_request_duration_seconds", []string{"acks", "invalid", "outcome", "client_error"}, 1},
 		{"logagent_fetch_bytes_total", []string{"topic", "orders"}, 4096},
 		{"logagent_fetch_request_duration_seconds", nil, 1},
 		{"logagent_fsync_duration_seconds", nil, 3},
@@ -236,8 +243,8 @@ func TestInstruments(t *testing.T) {
 			t.Errorf("%s%v = %v (present %v), want %v", tc.family, tc.labels, v, ok, tc.want)
 		}
 	}
-	if n := len(got["logagent_produce_request_duration_seconds"].GetMetric()); n != 3 {
-		t.Errorf("%d produce duration series, want one per acks value (all, 1, 0)", n)
+	if n := len(got["logagent_produce_request_duration_seconds"].GetMetric()); n != 10 {
+		t.Errorf("%d produce duration series, want 10: each acks value (all, 1, 0) with each outcome, and invalid with client_error", n)
 	}
 	h := got["logagent_fsync_duration_seconds"].GetMetric()[0].GetHistogram()
 	if sum := h.GetSampleSum(); sum < 0.0069 || sum > 0.0071 {
@@ -257,7 +264,7 @@ func BenchmarkProduceRequest(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			m.Produced("orders", 100, 10_400)
-			m.ObserveProduce(AcksAll, 800*time.Microsecond)
+			m.ObserveProduce(AcksAll, OutcomeSuccess, 800*time.Microsecond)
 		}
 	})
 }

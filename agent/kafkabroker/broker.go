@@ -406,8 +406,11 @@ func retentionValue(v int64) int64 {
 // Produce appends one client batch through ProduceBatch, as an HTTP
 // produce of a binary batch does, idempotent batches and the sidecar's
 // lanes included.
-func (b *Broker) Produce(ctx context.Context, req kafka.ProduceRequest) (kafka.ProduceResult, error) {
+func (b *Broker) Produce(ctx context.Context, req kafka.ProduceRequest) (_ kafka.ProduceResult, err error) {
 	start := b.cfg.Now()
+	// Every answer is observed, the refusals before the acks were read
+	// included (they were not counted).
+	defer func() { b.cfg.ObserveProduce(req.Acks, err, b.cfg.Now().Sub(start)) }()
 	failed := kafka.ProduceResult{BaseOffset: -1, LogStartOffset: -1}
 	if err := b.s.Serving(); err != nil {
 		return failed, err
@@ -430,7 +433,6 @@ func (b *Broker) Produce(ctx context.Context, req kafka.ProduceRequest) (kafka.P
 	default:
 		return failed, &kafka.Error{Code: kerr.InvalidRequiredAcks.Code, Message: fmt.Sprintf("acks %d is not -1, 0 or 1", req.Acks)}
 	}
-	defer func() { b.cfg.ObserveProduce(acks, b.cfg.Now().Sub(start)) }()
 	// Validated again, as every batch that reaches the log is, and copied:
 	// the loop stamps offsets into its own copy, after an acks=0 answer.
 	batch, count, err := b.s.DecodeBatch(req.Batch, acks)

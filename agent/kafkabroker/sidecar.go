@@ -128,9 +128,11 @@ type Config struct {
 	// ProduceTimeout is a produce's timeout when the request names none,
 	// MaxProduceTimeout its bound: the HTTP produce's.
 	ProduceTimeout, MaxProduceTimeout time.Duration
-	// The request-path instruments (metrics.Metrics's); a produce's acks
-	// are labelled as the HTTP produce's.
-	ObserveProduce func(acks replicate.Acks, d time.Duration)
+	// The request-path instruments (metrics.Metrics's). ObserveProduce is
+	// told of every produce answered, with the request's acks as sent
+	// (-1, 1, 0 or anything else, refused) and its error, nil for a
+	// success, to label as the HTTP produce's.
+	ObserveProduce func(acks int16, err error, d time.Duration)
 	Produced       func(topic string, records, bytes int)
 	ObserveFetch   func(d time.Duration)
 	Fetched        func(topic string, bytes int64)
