@@ -239,7 +239,15 @@ func maxBatchBytes(cfg *config.Config) int {
 // replicated or proxied: a fetch's max bytes or one whole batch, whichever
 // is larger, with room to spare.
 func fetchBodyLimit(cfg *config.Config) int {
-	return int(max(cfg.Replication.FetchMaxBytes, int64(maxBatchBytes(cfg)))) + 64<<10
+	return int(proxiedFetchMaxBytes(cfg)) + 64<<10
+}
+
+// proxiedFetchMaxBytes is the most a consumer fetch sent on to the leader
+// (the HTTP fetch proxy, the Kafka listener's leaderFetch) asks for: the
+// leader's answer, at most that or its first batch, then fits
+// fetchBodyLimit. A consumer's max_bytes above it is lowered to it.
+func proxiedFetchMaxBytes(cfg *config.Config) int64 {
+	return max(cfg.Replication.FetchMaxBytes, int64(maxBatchBytes(cfg)))
 }
 
 // durability maps the configuration's durability to the protocol's.

@@ -72,7 +72,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	}
 	r, refusal := a.fetchReplica(topic, partition)
 	if refusal != nil {
-		if !a.proxyFetch(ctx, topic, partition, wait) {
+		if !a.proxyFetch(ctx, topic, partition, wait, maxBytes) {
 			reply.WriteAPIError(ctx, refusal)
 		}
 		return

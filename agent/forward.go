@@ -343,8 +343,13 @@ func (a *Agent) fetchLeader(topic string, partition int) (leader string, info el
 // the leader's answer streams back, status, positions and body, unchanged.
 // It answers false, having written nothing, when there is no leader to ask.
 // The leader asked is fetchLeader's.
-// wait is the fetch's own wait parameter, already read by handleFetch.
-func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int, wait time.Duration) bool {
+// wait and maxBytes are the fetch's own parameters, already read by
+// handleFetch. A maxBytes above proxiedFetchMaxBytes is lowered to it in
+// the request sent on, so that the leader's answer fits the proxy's bound:
+// it was sent on unchanged, and a consumer whose max_bytes the leader's
+// log could fill past the bound (a max_bytes above 16 MiB, which the local
+// path serves) got 502 at that offset every time it asked.
+func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int, wait time.Duration, maxBytes int64) bool {
 	if len(ctx.Request.Header.Peek(wire.HeaderProxied)) > 0 {
 		return false
 	}
@@ -357,7 +362,14 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	ctx.Request.Header.CopyTo(&req.Header)
 	req.Header.Del(fasthttp.HeaderConnection)
 	req.Header.Set(wire.HeaderProxied, a.cfg.NodeID)
-	a.fetchProxy.Address(req, info.ClientAddr, string(ctx.Request.URI().RequestURI()))
+	uri := ctx.Request.URI()
+	if most := proxiedFetchMaxBytes(a.cfg); maxBytes > most {
+		uri = fasthttp.AcquireURI()
+		defer fasthttp.ReleaseURI(uri)
+		ctx.Request.URI().CopyTo(uri)
+		uri.QueryArgs().Set("max_bytes", strconv.FormatInt(most, 10))
+	}
+	a.fetchProxy.Address(req, info.ClientAddr, string(uri.RequestURI()))
 	resp := fasthttp.AcquireResponse()
 	if err := a.fetchProxy.Client(info.ClientAddr).DoTimeout(req, resp, wait+peerCallTimeout); err != nil {
 		fasthttp.ReleaseResponse(resp)

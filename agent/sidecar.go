@@ -178,13 +178,17 @@ func (s sidecarService) ClassicListAt(ctx context.Context, peerAddr string, out 
 
 // leaderFetch sends a consumer fetch this agent cannot serve to the
 // partition's leader's client API, as proxyFetch does for HTTP, and reads
-// the answer into memory (at most fetchBodyLimit).
+// the answer into memory (at most fetchBodyLimit). maxBytes is lowered to
+// proxiedFetchMaxBytes, as proxyFetch lowers it: asked for more, a leader
+// with more in the segment answered over the bound, and a Kafka consumer
+// whose max bytes were above 16 MiB got leader_not_available at that
+// offset every time it asked.
 func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
 	leader, info, ok := a.fetchLeader(topic, p)
 	if !ok {
 		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
 	}
-	uri := "/v1/topics/" + topic + "/partitions/" + strconv.Itoa(p) + "/records?offset=" + offset + "&max_bytes=" + strconv.FormatInt(min(maxBytes, 1<<31-1), 10)
+	uri := "/v1/topics/" + topic + "/partitions/" + strconv.Itoa(p) + "/records?offset=" + offset + "&max_bytes=" + strconv.FormatInt(min(maxBytes, proxiedFetchMaxBytes(a.cfg)), 10)
 	if wait > 0 {
 		uri += "&wait=" + wait.String()
 	}
