@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,20 +13,46 @@ import (
 
 // Checkpoint files are small text files, each replaced atomically: written
 // to <name>.tmp, fsynced, renamed over <name>, and the directory fsynced.
-// Each starts with a version line, "0", and ends every line with "\n".
+// Each starts with a version line and ends every line with "\n". Version 1
+// ends with a checksum line: "crc32c ", then the CRC-32C (Castagnoli, as
+// record batches use) of every byte before that line, as exactly 8
+// lowercase hex digits ("%08x"). A reader checks it before it parses a
+// number, so a flipped digit (bit rot, a misdirected or torn write) is
+// ErrCorrupt rather than a valid-looking offset.
 //
-//	hw-checkpoint      log-start-offset    recovery-point
-//	+-----------+      +-----------+       +-------------------------------+
-//	| 0         |      | 0         |       | 0                             |
-//	| <hw>      |      | <offset>  |       | <offset> <segment base> <pos> |
-//	+-----------+      +-----------+       +-------------------------------+
+//	hw-checkpoint        log-start-offset     recovery-point
+//	+---------------+    +---------------+    +-------------------------------+
+//	| 1             |    | 1             |    | 1                             |
+//	| <hw>          |    | <offset>      |    | <offset> <segment base> <pos> |
+//	| crc32c <crc>  |    | crc32c <crc>  |    | crc32c <crc>                  |
+//	+---------------+    +---------------+    +-------------------------------+
 //
-//	leader-epoch-checkpoint (Kafka's layout)
+//	leader-epoch-checkpoint (Kafka's layout, plus the checksum line)
 //	+-----------------+
-//	| 0               |  version
+//	| 1               |  version
 //	| <n>             |  number of entries
 //	| <epoch> <start> |  n lines, strictly increasing in both fields
+//	| crc32c <crc>    |  CRC-32C of every byte above this line
 //	+-----------------+
+//
+// A high watermark of 42 is the 21 bytes "1\n42\ncrc32c a31ba5ab\n".
+//
+// Version 0, written by earlier releases, is the same without the checksum
+// line. It is still read, and the log rewrites each version 0 file it
+// found in version 1 at its next checkpoint (Log.legacyCheckpoints).
+//
+// A checkpoint that does not read back as what segstore wrote (a wrong
+// checksum, an unknown version, a malformed or impossible value) fails
+// Open with a *CorruptError naming the file, whichever the file; recovery
+// never guesses around it. Trusting it could skip validating bytes (a
+// recovery point too high), serve uncommitted records as committed (a high
+// watermark too high), hide records (a log start offset too high) or answer
+// epoch queries wrongly (a bad epoch entry), and ignoring it is no better:
+// without its recovery point, damage below the real one would be cut as a
+// torn tail instead of reported as ErrDataLoss, and without the epoch file
+// the trusted part of the log would lose its epoch entries. The owner keeps
+// the log closed and reports the error (the agent keeps the partition
+// offline and retries the open; docs/design.md §5).
 //
 // The recovery point names the segment and byte position of an offset, so
 // recovery can start validating exactly there without an index lookup.
@@ -36,10 +63,23 @@ const (
 	epochCheckpointFile = "leader-epoch-checkpoint"
 	tmpSuffix           = ".tmp"
 
-	checkpointVersion = 0
+	// checkpointVersion is the version written; checkpointVersionLegacy
+	// (no checksum line) is still read.
+	checkpointVersion       = 1
+	checkpointVersionLegacy = 0
+	// checksumPrefix starts a version 1 file's last line.
+	checksumPrefix = "crc32c "
 	// maxCheckpointBytes bounds what Open reads from a checkpoint file.
 	maxCheckpointBytes = 1 << 20
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checksumLine is the last line of a version 1 file whose bytes before it
+// are body, without its newline.
+func checksumLine(body []byte) string {
+	return fmt.Sprintf("%s%08x", checksumPrefix, crc32.Checksum(body, castagnoli))
+}
 
 // noSpaceCheckpoint marks a checkpoint the file system refused for want of
 // space with ErrNoSpace, after removing its temporary file: the checkpoint
@@ -54,9 +94,10 @@ func noSpaceCheckpoint(fsys FS, tmp string, err error) error {
 	return fmt.Errorf("%w: %w", ErrNoSpace, err)
 }
 
-// writeCheckpointFile replaces dir/name atomically with lines of integers.
+// writeCheckpointFile replaces dir/name atomically with lines of integers,
+// in version 1.
 func writeCheckpointFile(fsys FS, dir, name string, lines [][]int64) error {
-	buf := make([]byte, 0, 32*len(lines)+8)
+	buf := make([]byte, 0, 32*len(lines)+32)
 	buf = strconv.AppendInt(buf, checkpointVersion, 10)
 	buf = append(buf, '\n')
 	for _, fields := range lines {
@@ -68,6 +109,7 @@ func writeCheckpointFile(fsys FS, dir, name string, lines [][]int64) error {
 		}
 		buf = append(buf, '\n')
 	}
+	buf = append(append(buf, checksumLine(buf)...), '\n')
 	path := filepath.Join(dir, name)
 	tmp := path + tmpSuffix
 	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
@@ -94,12 +136,21 @@ func writeCheckpointFile(fsys FS, dir, name string, lines [][]int64) error {
 	return nil
 }
 
-// readCheckpointFile returns the lines after the version line, each with
-// exactly width integers, or any number of them when width is 0. found is
-// false when the file does not exist.
-func readCheckpointFile(fsys FS, dir, name string, width int) (lines [][]int64, found bool, err error) {
-	path := filepath.Join(dir, name)
-	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+// checkpointReader reads checkpoint files and notes the names of those it
+// found in version 0 in legacy (when not nil), for the log to rewrite.
+type checkpointReader struct {
+	fs     FS
+	dir    string
+	legacy map[string]bool
+}
+
+// file returns the lines between the version line and the checksum line
+// (the last line, in version 0), each with exactly width integers, or any
+// number of them when width is 0. found is false when the file does not
+// exist.
+func (c checkpointReader) file(name string, width int) (lines [][]int64, found bool, err error) {
+	path := filepath.Join(c.dir, name)
+	f, err := c.fs.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -128,10 +179,29 @@ func readCheckpointFile(fsys FS, dir, name string, width int) (lines [][]int64, 
 		return nil, false, corrupt("missing final newline")
 	}
 	rows := bytes.Split(buf[:len(buf)-1], []byte{'\n'})
-	if string(rows[0]) != strconv.Itoa(checkpointVersion) {
+	switch string(rows[0]) {
+	case strconv.Itoa(checkpointVersion):
+		// The checksum covers every byte before its line and is checked
+		// before anything else is believed. The line must be exactly what
+		// the writer makes: taking upper-case hex digits too would let a
+		// flipped bit (0x20) through.
+		if len(rows) < 2 {
+			return nil, false, corrupt("missing checksum line")
+		}
+		last := rows[len(rows)-1]
+		if want := checksumLine(buf[:len(buf)-1-len(last)]); string(last) != want {
+			return nil, false, corrupt("checksum line %q, the content's is %q", last, want)
+		}
+		rows = rows[1 : len(rows)-1]
+	case strconv.Itoa(checkpointVersionLegacy):
+		if c.legacy != nil {
+			c.legacy[name] = true
+		}
+		rows = rows[1:]
+	default:
 		return nil, false, corrupt("unknown version %q", rows[0])
 	}
-	for i, row := range rows[1:] {
+	for i, row := range rows {
 		fields := bytes.Split(row, []byte{' '})
 		if width > 0 && len(fields) != width {
 			return nil, false, corrupt("line %d has %d fields, want %d", i+2, len(fields), width)
@@ -149,14 +219,14 @@ func readCheckpointFile(fsys FS, dir, name string, width int) (lines [][]int64, 
 	return lines, true, nil
 }
 
-// readOffsetCheckpoint reads a file holding one non-negative offset.
-func readOffsetCheckpoint(fsys FS, dir, name string) (int64, bool, error) {
-	lines, found, err := readCheckpointFile(fsys, dir, name, 1)
+// offset reads a file holding one non-negative offset.
+func (c checkpointReader) offset(name string) (int64, bool, error) {
+	lines, found, err := c.file(name, 1)
 	if err != nil || !found {
 		return 0, found, err
 	}
 	if len(lines) != 1 || lines[0][0] < 0 {
-		return 0, false, &CorruptError{Path: filepath.Join(dir, name), Err: fmt.Errorf("want one non-negative offset, have %v", lines)}
+		return 0, false, &CorruptError{Path: filepath.Join(c.dir, name), Err: fmt.Errorf("want one non-negative offset, have %v", lines)}
 	}
 	return lines[0][0], true, nil
 }
@@ -172,8 +242,8 @@ type logPosition struct {
 	pos         int64
 }
 
-func readRecoveryPoint(fsys FS, dir string) (logPosition, bool, error) {
-	lines, found, err := readCheckpointFile(fsys, dir, recoveryPointFile, 3)
+func (c checkpointReader) recoveryPoint() (logPosition, bool, error) {
+	lines, found, err := c.file(recoveryPointFile, 3)
 	if err != nil || !found {
 		return logPosition{}, found, err
 	}
@@ -184,16 +254,16 @@ func readRecoveryPoint(fsys FS, dir string) (logPosition, bool, error) {
 			return p, true, nil
 		}
 	}
-	return logPosition{}, false, &CorruptError{Path: filepath.Join(dir, recoveryPointFile), Err: fmt.Errorf("impossible recovery point %v", lines)}
+	return logPosition{}, false, &CorruptError{Path: filepath.Join(c.dir, recoveryPointFile), Err: fmt.Errorf("impossible recovery point %v", lines)}
 }
 
 func writeRecoveryPoint(fsys FS, dir string, p logPosition) error {
 	return writeCheckpointFile(fsys, dir, recoveryPointFile, [][]int64{{p.offset, p.segmentBase, p.pos}})
 }
 
-func readEpochCheckpoint(fsys FS, dir string) ([]EpochEntry, error) {
-	path := filepath.Join(dir, epochCheckpointFile)
-	lines, found, err := readCheckpointFile(fsys, dir, epochCheckpointFile, 0)
+func (c checkpointReader) epochs() ([]EpochEntry, error) {
+	path := filepath.Join(c.dir, epochCheckpointFile)
+	lines, found, err := c.file(epochCheckpointFile, 0)
 	if err != nil || !found {
 		return nil, err
 	}

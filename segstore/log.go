@@ -66,6 +66,10 @@ type Log struct {
 	// Guarded by metaMu: the values on disk.
 	recoveryPoint  logPosition
 	checkpointedHW int64
+	// legacyCheckpoints names the checkpoint files Open found in version 0
+	// (no checksum: checkpoint.go): the next checkpoint rewrites each in
+	// version 1, changed or not. Guarded by metaMu.
+	legacyCheckpoints map[string]bool
 
 	// The retention limits ApplyRetention uses: Options.Retention and
 	// RetentionBytes until SetRetention changes them.
@@ -1118,7 +1122,8 @@ func (l *Log) CheckpointPending() bool {
 	}
 	l.metaMu.Lock()
 	defer l.metaMu.Unlock()
-	return l.syncedPosition().offset > l.recoveryPoint.offset || l.epochs.dirty() || l.hw.Load() != l.checkpointedHW
+	return l.syncedPosition().offset > l.recoveryPoint.offset || l.epochs.dirty() || l.hw.Load() != l.checkpointedHW ||
+		len(l.legacyCheckpoints) > 0
 }
 
 // checkpointLocked keeps the recovery point invariant (see recovery.go):
@@ -1148,23 +1153,40 @@ func (l *Log) checkpointLocked() error {
 			}
 		}
 	}
-	if entries, version := l.epochs.snapshot(); l.epochs.dirty() {
+	legacy := l.legacyCheckpoints
+	if entries, version := l.epochs.snapshot(); l.epochs.dirty() || legacy[epochCheckpointFile] {
 		if err := writeEpochCheckpoint(l.fs, l.dir, entries); err != nil {
 			return l.failUnlessNoSpace(err)
 		}
 		l.epochs.markSaved(version)
+		delete(legacy, epochCheckpointFile)
 	}
-	if hw := l.hw.Load(); hw != l.checkpointedHW {
+	if hw := l.hw.Load(); hw != l.checkpointedHW || legacy[hwCheckpointFile] {
 		if err := writeOffsetCheckpoint(l.fs, l.dir, hwCheckpointFile, hw); err != nil {
 			return l.failUnlessNoSpace(err)
 		}
 		l.checkpointedHW = hw
+		delete(legacy, hwCheckpointFile)
 	}
-	if advance {
-		if err := writeRecoveryPoint(l.fs, l.dir, synced); err != nil {
+	if legacy[logStartOffsetFile] {
+		// Only the upgrade rewrites it here: the log start offset moves
+		// under metaMu, after its own write (deleteFrontLocked,
+		// truncateFully).
+		if err := writeOffsetCheckpoint(l.fs, l.dir, logStartOffsetFile, l.lso.Load()); err != nil {
 			return l.failUnlessNoSpace(err)
 		}
-		l.recoveryPoint = synced
+		delete(legacy, logStartOffsetFile)
+	}
+	if advance || legacy[recoveryPointFile] {
+		rp := l.recoveryPoint
+		if advance {
+			rp = synced
+		}
+		if err := writeRecoveryPoint(l.fs, l.dir, rp); err != nil {
+			return l.failUnlessNoSpace(err)
+		}
+		l.recoveryPoint = rp
+		delete(legacy, recoveryPointFile)
 	}
 	return nil
 }

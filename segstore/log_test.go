@@ -852,31 +852,42 @@ func TestCheckpointFiles(t *testing.T) {
 	if err := writeEpochCheckpoint(fsys, dir, []EpochEntry{{1, 0}, {4, 100}}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := readEpochCheckpoint(fsys, dir)
+	ck := checkpointReader{fs: fsys, dir: dir}
+	got, err := ck.epochs()
 	if err != nil || !slices.Equal(got, []EpochEntry{{1, 0}, {4, 100}}) {
 		t.Fatalf("epochs %v, %v", got, err)
 	}
 	raw, _ := os.ReadFile(filepath.Join(dir, epochCheckpointFile))
-	if string(raw) != "0\n2\n1 0\n4 100\n" {
+	if string(raw) != "1\n2\n1 0\n4 100\ncrc32c e8a11f29\n" {
 		t.Fatalf("epoch file %q", raw)
 	}
 	p := logPosition{offset: 42, segmentBase: 40, pos: 300}
 	if err := writeRecoveryPoint(fsys, dir, p); err != nil {
 		t.Fatal(err)
 	}
-	if got, found, err := readRecoveryPoint(fsys, dir); err != nil || !found || got != p {
+	if got, found, err := ck.recoveryPoint(); err != nil || !found || got != p {
 		t.Fatalf("recovery point %v %v %v", got, found, err)
 	}
 	corrupt := []struct{ file, content string }{
 		{epochCheckpointFile, "0\n3\n1 0\n4 100\n"},
 		{epochCheckpointFile, "0\n2\n4 0\n1 100\n"},
-		{epochCheckpointFile, "1\n0\n"},
+		{epochCheckpointFile, "2\n0\n"},
 		{epochCheckpointFile, "0\n1\n1 0"},
 		{recoveryPointFile, "0\n42 40\n"},
 		{recoveryPointFile, "0\n42 40 0\n"},
 		{hwCheckpointFile, "0\n-4\n"},
 		{hwCheckpointFile, "0\nx\n"},
 		{logStartOffsetFile, ""},
+		// Version 1: the checksum line is missing, in another form, or
+		// does not match; or the checksum matches a value that cannot be.
+		{hwCheckpointFile, "1\n42\n"},
+		{hwCheckpointFile, "1\n"},
+		{hwCheckpointFile, "1\n42\ncrc32c A31BA5AB\n"},
+		{hwCheckpointFile, "1\n42\ncrc32c  a31ba5ab\n"},
+		{hwCheckpointFile, "1\n43\ncrc32c a31ba5ab\n"},
+		{recoveryPointFile, "1\n42 40 300\ncrc32c c51138a9\n"},
+		{logStartOffsetFile, "1\n7\ncrc32c 00000000\n"},
+		{epochCheckpointFile, "1\n2\n1 0\n4 100\ncrc32c e8a11f29\ncrc32c e8a11f29\n"},
 	}
 	for _, c := range corrupt {
 		if err := os.WriteFile(filepath.Join(dir, c.file), []byte(c.content), 0o644); err != nil {

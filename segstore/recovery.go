@@ -232,20 +232,26 @@ func (r *recovery) cutUnsynced(synced logPosition) error {
 	return nil
 }
 
+// readCheckpoints reads the checkpoint files. One that is corrupt fails
+// Open with its *CorruptError, whichever it is (see checkpoint.go); the
+// ones found in version 0 are noted for the next checkpoint to rewrite.
 func (r *recovery) readCheckpoints() error {
-	fsys, dir := r.l.fs, r.l.dir
+	ck := checkpointReader{fs: r.l.fs, dir: r.l.dir, legacy: map[string]bool{}}
 	var err error
-	if r.lsoCk, r.lsoFound, err = readOffsetCheckpoint(fsys, dir, logStartOffsetFile); err != nil {
+	if r.lsoCk, r.lsoFound, err = ck.offset(logStartOffsetFile); err != nil {
 		return err
 	}
-	if r.hwCk, r.hwFound, err = readOffsetCheckpoint(fsys, dir, hwCheckpointFile); err != nil {
+	if r.hwCk, r.hwFound, err = ck.offset(hwCheckpointFile); err != nil {
 		return err
 	}
-	if r.rp, r.rpFound, err = readRecoveryPoint(fsys, dir); err != nil {
+	if r.rp, r.rpFound, err = ck.recoveryPoint(); err != nil {
 		return err
 	}
-	r.fileEpochs, err = readEpochCheckpoint(fsys, dir)
-	return err
+	if r.fileEpochs, err = ck.epochs(); err != nil {
+		return err
+	}
+	r.l.legacyCheckpoints = ck.legacy
+	return nil
 }
 
 func (r *recovery) remove(path string) error {
@@ -576,7 +582,9 @@ func (r *recovery) checkpointTail(tail logPosition, lso int64) (logPosition, err
 	entries, version := l.epochs.snapshot()
 	var err error
 	if !slices.Equal(entries, r.fileEpochs) {
-		err = writeEpochCheckpoint(l.fs, l.dir, entries)
+		if err = writeEpochCheckpoint(l.fs, l.dir, entries); err == nil {
+			delete(l.legacyCheckpoints, epochCheckpointFile)
+		}
 	}
 	if err == nil {
 		l.epochs.markSaved(version)
@@ -584,6 +592,7 @@ func (r *recovery) checkpointTail(tail logPosition, lso int64) (logPosition, err
 			return tail, nil
 		}
 		if err = writeRecoveryPoint(l.fs, l.dir, tail); err == nil {
+			delete(l.legacyCheckpoints, recoveryPointFile)
 			return tail, nil
 		}
 	}
@@ -613,6 +622,7 @@ func (r *recovery) finish() error {
 				if err := writeRecoveryPoint(l.fs, l.dir, r.rp); err != nil {
 					return err
 				}
+				delete(l.legacyCheckpoints, recoveryPointFile)
 			}
 			if err := r.dropAfter(-1); err != nil {
 				return err
