@@ -1104,11 +1104,13 @@ func (l *Log) computeMaxTimestamp(s *segment) error {
 // starts from there. The agent calls it periodically; Close calls it too.
 // Out of space it returns an ErrNoSpace error and the log stays usable.
 func (l *Log) Checkpoint() error {
+	l.metaMu.Lock()
+	defer l.metaMu.Unlock()
+	// Under metaMu: Close marks the log closed under it, so no checkpoint
+	// writes a file after Close returned.
 	if err := l.usable(); err != nil {
 		return err
 	}
-	l.metaMu.Lock()
-	defer l.metaMu.Unlock()
 	return l.checkpointLocked()
 }
 
@@ -1203,7 +1205,10 @@ func (l *Log) failUnlessNoSpace(err error) error {
 
 // Close syncs everything, trims the active index and writes the
 // checkpoints, so the next Open has nothing to recover. A failed log is
-// closed without writing anything. Regions still open stay readable.
+// closed without writing anything. Either way Close returns only once no
+// Checkpoint is writing the checkpoint files (one may have begun before the
+// log failed), and none writes them afterwards: the owner may open the
+// directory again at once. Regions still open stay readable.
 func (l *Log) Close() error {
 	// A Sync in flight may hold segments sealed since the last sync (and
 	// the directory's dirty flag), taken from the appender: wait for it and
@@ -1230,7 +1235,15 @@ func (l *Log) Close() error {
 	if l.failure.Load() == nil {
 		err = l.flushForClose()
 	}
+	// The checkpoint files are metaMu's: wait for a Checkpoint in flight,
+	// which a failed log's Close skipped. Its recovery point is still one
+	// a successful fsync covered, but an Open of the directory (the owner
+	// reopens a failed log at once) would recover beside its writes, and
+	// a recovery point it wrote after that Open's could name bytes the
+	// Open cut.
+	l.metaMu.Lock()
 	l.closed.Store(true)
+	l.metaMu.Unlock()
 	l.syncMu.Lock()
 	l.syncCond.Broadcast()
 	l.syncMu.Unlock()
