@@ -53,6 +53,11 @@ import (
 //     recovers the same log. Out of space for that write, it keeps the R it
 //     found (still true: nothing below it was cut) and opens anyway.
 //
+// A write of its own that fails fails Open, also an fsync that the file
+// cache ran to close a file it evicted (which fails the log instead of
+// returning to the write): Open never returns a failed log, nor writes R
+// after a failed fsync.
+//
 // Without a recovery point, or with one at or below the log start, nothing
 // is trusted and every segment is validated. On a clean restart (Close wrote
 // R at the log end) Open reads only a few KiB per segment.
@@ -83,13 +88,31 @@ func Open(fsys FS, dir string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("segstore: open %s: %w", dir, err)
 	}
 	r := &recovery{l: l}
-	if err := r.run(); err != nil {
+	err = r.run()
+	if err == nil {
+		err = r.failure()
+	}
+	if err != nil {
+		// The files close without an fsync: released for good, and never
+		// after a failed one.
 		for _, s := range r.segs {
 			s.release()
 		}
 		return nil, err
 	}
 	return l, nil
+}
+
+// failure is the error of an fsync of recovery's own writes that could not
+// come back to them: the file cache ran it to close a file it evicted (to
+// open another of this log's files, or another log's sharing the cache), and
+// it failed the log. Open then fails with it rather than return a log that
+// refuses every write, and recovery writes no recovery point after it.
+func (r *recovery) failure() error {
+	if f := r.l.failure.Load(); f != nil {
+		return fmt.Errorf("segstore: recover %s: %w", r.l.dir, f.Err)
+	}
+	return nil
 }
 
 // recoveryReadBytes is the most a recovery reads of a segment at once.
@@ -685,6 +708,9 @@ func (r *recovery) finish() error {
 		}
 	}
 
+	if err := r.failure(); err != nil {
+		return err
+	}
 	tail := logPosition{offset: leo, segmentBase: last.base, pos: last.size.Load()}
 	rp, err := r.checkpointTail(tail, lso)
 	if err != nil {
