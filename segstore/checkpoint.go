@@ -144,8 +144,8 @@ type checkpointReader struct {
 	legacy map[string]bool
 }
 
-// file returns the lines between the version line and the checksum line
-// (the last line, in version 0), each with exactly width integers, or any
+// file returns the lines after the version line, up to the checksum line
+// (in version 0, to the end), each with exactly width integers, or any
 // number of them when width is 0. found is false when the file does not
 // exist.
 func (c checkpointReader) file(name string, width int) (lines [][]int64, found bool, err error) {
