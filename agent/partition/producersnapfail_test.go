@@ -75,20 +75,7 @@ func TestProducerSnapshotOfUnknownEndRemovedOnTruncation(t *testing.T) {
 			if r.logFailed {
 				t.Fatal("log failed")
 			}
-			var bld record.Builder
-			for range 3 {
-				if err := bld.Add(time.Now().UnixMilli(), nil, []byte("other"), nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-			batch, err := bld.AppendTo(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := r.CurrentLog().AppendLeader(batch, 2); err != nil {
-				t.Fatal(err)
-			}
-			r.appliedBatches(batch)
+			appendOtherRecords(t, r)
 			// The agent dies before the next retention tick: the log is
 			// on disk, the snapshot is what the failed write left.
 			r.CurrentLog().Close()
@@ -134,6 +121,20 @@ func TestProducerSnapshotUnreadableAtOpenRemovedOnTruncation(t *testing.T) {
 	if r.logFailed {
 		t.Fatal("log failed")
 	}
+	appendOtherRecords(t, r)
+	r.CurrentLog().Close() // the agent dies before the next retention tick
+
+	r = producerTestReplica(t, fsys, dir)
+	if d := r.producers.Check(7, 0, 0, 2); d.Verdict != producer.Append {
+		t.Fatalf("resend of a batch the truncation cut: %v (original at %d), want append: the snapshot unreadable at the earlier open survived the truncation to %d and was used (snapshot end %d, log end %d)",
+			d.Verdict, d.Original.BaseOffset, lost, r.producerSnapshotEnd, r.CurrentLog().LogEndOffset())
+	}
+}
+
+// appendOtherRecords appends, as the leader of epoch 2, a batch of three
+// records of no producer: the log grows past a truncation again.
+func appendOtherRecords(t *testing.T, r *Replica) {
+	t.Helper()
 	var bld record.Builder
 	for range 3 {
 		if err := bld.Add(time.Now().UnixMilli(), nil, []byte("other"), nil); err != nil {
@@ -148,11 +149,4 @@ func TestProducerSnapshotUnreadableAtOpenRemovedOnTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.appliedBatches(batch)
-	r.CurrentLog().Close() // the agent dies before the next retention tick
-
-	r = producerTestReplica(t, fsys, dir)
-	if d := r.producers.Check(7, 0, 0, 2); d.Verdict != producer.Append {
-		t.Fatalf("resend of a batch the truncation cut: %v (original at %d), want append: the snapshot unreadable at the earlier open survived the truncation to %d and was used (snapshot end %d, log end %d)",
-			d.Verdict, d.Original.BaseOffset, lost, r.producerSnapshotEnd, r.CurrentLog().LogEndOffset())
-	}
 }

@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -39,31 +38,7 @@ func TestStopWithFailedLogIsNotAClean(t *testing.T) {
 			if err := writeReplicaFile(fsys, r.dir, replicaFile{Topic: "t", Partition: 0, TopicID: "id"}); err != nil {
 				t.Fatal(err)
 			}
-			log := r.CurrentLog()
-			leadByHand(t, r, clock)
-
-			reply := make(chan ProduceOutcome, 1)
-			r.onProduce(&produceRequest{batch: testBatch(t, []string{"a", "b"}), acks: replicate.AcksAll, epoch: AnyEpoch, reply: reply})
-			fr := make(chan LeaderFetchOutcome, 1)
-			r.onLeaderFetch(&leaderFetchRequest{req: replicate.FetchRequest{ReplicaID: "n2", FetchOffset: 2, CurrentLeaderEpoch: 1, LastFetchedEpoch: 1}, reply: fr})
-			if out := <-fr; out.Err != nil || out.Result.HighWatermark != 2 {
-				t.Fatalf("fetch: %+v", out)
-			}
-			if out := <-reply; out.Err != nil {
-				t.Fatalf("produce: %+v", out)
-			}
-			// The log fails at its next fsync; the loop hears of it and has not
-			// reopened it yet.
-			fsys.Inject(segstore.Fault{Op: segstore.OpSync, Sticky: true})
-			cpErr := log.Checkpoint()
-			if !errors.Is(cpErr, segstore.ErrFailed) {
-				t.Fatalf("checkpoint: %v, want a failure", cpErr)
-			}
-			r.stepDown(errors.New("checkpoint failed"), false)
-			r.onCheckpointResult(checkpointResult{log: log, err: cpErr})
-			if !r.logFailed {
-				t.Fatal("log not failed")
-			}
+			failAfterAcknowledging(t, r, fsys, clock)
 			r.reopenAt = clock.t.Add(30 * time.Second) // a second failure's hold
 
 			// SIGTERM: the replica's loop stops.
