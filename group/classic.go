@@ -599,15 +599,18 @@ func (g *Classic) Deadline() time.Time {
 
 // CheckCommit checks an OffsetCommit, Kafka's rules: a "simple" commit
 // (generation below 0, no member id) of a consumer outside any group is
-// allowed only while the group has no members; otherwise the member must
-// be in the group, at its generation, and not while the leader's
-// assignment is awaited (ErrRebalanceInProgress). During a join phase a
-// member of the generation may still commit (an eager consumer commits
-// what it consumed before it joins again).
+// allowed only while the group is Empty (Kafka's check is of the state: a
+// member id handed out with ErrMemberIDRequired and not used yet makes no
+// member, and a join phase under way refuses it even once its members
+// left); otherwise the member must be in the group, at its generation,
+// and not while the leader's assignment is awaited
+// (ErrRebalanceInProgress). During a join phase a member of the
+// generation may still commit (an eager consumer commits what it consumed
+// before it joins again).
 func (g *Classic) CheckCommit(memberID string, generation int32) error {
 	if generation < 0 && memberID == "" {
-		if g.Members() > 0 {
-			return fmt.Errorf("%w: a commit without a member to group %q, which has members", ErrUnknownMember, g.id)
+		if g.state != ClassicEmpty {
+			return fmt.Errorf("%w: a commit without a member to group %q, which is %v", ErrUnknownMember, g.id, g.state)
 		}
 		return nil
 	}

@@ -198,3 +198,38 @@ func TestProtocolsExcludeEachOther(t *testing.T) {
 		t.Fatalf("ClassicList %+v, want none (no offsets, no classic members)", l)
 	}
 }
+
+// TestClassicSimpleCommitWithPendingMemberID: a group whose only trace is
+// a member id handed out with MEMBER_ID_REQUIRED (the client has not
+// joined again with it yet) is Empty, as in Kafka, and takes a simple
+// commit (generation -1, no member id); it was refused UNKNOWN_MEMBER_ID.
+func TestClassicSimpleCommitWithPendingMemberID(t *testing.T) {
+	ctx := context.Background()
+	h, st, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	h.hw[group.TopicPartition{Topic: "t", Partition: 0}] = 100
+	c := newTestCoordinator(t, h, st, clock)
+	req := classicJoinReq("", "p1")
+	req.RequireKnownMemberID = true
+	if r, err := c.ClassicJoin(ctx, "g", req); !errors.Is(err, group.ErrMemberIDRequired) || r.MemberID != "p1" {
+		t.Fatalf("first join: %+v, %v; want MEMBER_ID_REQUIRED with p1", r, err)
+	}
+	if d, err := c.ClassicDescribe(ctx, "g"); err != nil || d.State != "Empty" || len(d.Members) != 0 {
+		t.Fatalf("describe with a member id handed out: %+v, %v; want Empty", d, err)
+	}
+	simple := ClassicCommitRequest{Generation: -1, Offsets: []OffsetCommit{{Topic: "t", Partition: 0, Offset: 7}}}
+	if err := c.ClassicCommit(ctx, "g", simple); err != nil {
+		t.Fatalf("simple commit to an Empty group with a member id handed out: %v", err)
+	}
+	o, err := c.Offsets(ctx, "g", "t")
+	if err != nil || len(o.Offsets) != 1 || o.Offsets[0].Offset != 7 {
+		t.Fatalf("offsets after the simple commit: %+v, %v", o, err)
+	}
+	// The member joins with its id: the group has a member, and a simple
+	// commit is refused again.
+	if r, err := c.ClassicJoin(ctx, "g", classicJoinReq("p1", "")); err != nil || !r.Done || r.Generation != 1 {
+		t.Fatalf("join with the id: %+v, %v", r, err)
+	}
+	if err := c.ClassicCommit(ctx, "g", simple); !errors.Is(err, group.ErrUnknownMember) {
+		t.Fatalf("simple commit to a group with a member: %v, want ErrUnknownMember", err)
+	}
+}
