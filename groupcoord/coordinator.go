@@ -235,6 +235,20 @@ func (s *shard) drop() {
 	}
 }
 
+// changedHandsError is a dropped shard's refusal of a commit, wherever the
+// commit finds it dropped (queued, taken by the flusher, or after its own
+// append): its leadership was lost, an append failed or the coordinator
+// closed, so what it holds is no longer the partition's and a new shard,
+// here or at the new leader, serves the group. It is ErrNotCoordinator:
+// the caller finds the coordinator again.
+type changedHandsError struct{ p int }
+
+func (e changedHandsError) Error() string {
+	return fmt.Sprintf("%v: %s/%d changed hands", ErrNotCoordinator, OffsetsTopic, e.p)
+}
+
+func (e changedHandsError) Unwrap() error { return ErrNotCoordinator }
+
 func (c *Coordinator) forget(s *shard) {
 	c.mu.Lock()
 	if c.shards[s.p] == s {
@@ -811,7 +825,7 @@ func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Reco
 	s.mu.Lock()
 	if s.dropped {
 		s.mu.Unlock()
-		return fmt.Errorf("%w: %s/%d changed hands", ErrNotCoordinator, OffsetsTopic, s.p)
+		return changedHandsError{p: s.p}
 	}
 	if allowed != nil {
 		if err := allowed(); err != nil {
@@ -896,7 +910,7 @@ func (s *shard) appendRecords(ctx context.Context, c *Coordinator, units [][]gro
 			// already have rebuilt from the log and be writing its own.
 			s.mu.Lock()
 			if s.dropped {
-				err = fmt.Errorf("%w: %s/%d changed hands", ErrNotCoordinator, OffsetsTopic, s.p)
+				err = changedHandsError{p: s.p}
 			}
 			s.mu.Unlock()
 		}
@@ -905,12 +919,18 @@ func (s *shard) appendRecords(ctx context.Context, c *Coordinator, units [][]gro
 		}
 		s.mu.Lock()
 		if err == nil && s.dropped {
-			err = fmt.Errorf("%w: %s/%d changed hands", ErrNotCoordinator, OffsetsTopic, s.p)
+			// Appended, but not applied here: a new shard rebuilds it
+			// from the log. The commit is refused as by a shard dropped
+			// before it; the client's retry commits the same again.
+			err = changedHandsError{p: s.p}
 		}
 		if err != nil {
 			s.drop()
 			s.mu.Unlock()
 			c.forget(s)
+			if errors.As(err, new(changedHandsError)) {
+				return 0, err
+			}
 			return 0, fmt.Errorf("%w: append to %s/%d: %v", ErrUnavailable, OffsetsTopic, s.p, err)
 		}
 		for _, r := range part {
