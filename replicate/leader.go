@@ -423,7 +423,7 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 		if err != nil {
 			return FetchResult{}, err
 		}
-		if end.Epoch < req.LastFetchedEpoch || end.EndOffset < req.FetchOffset {
+		if end.Diverges(req.LastFetchedEpoch, req.FetchOffset) {
 			result.HighWatermark = l.hw
 			result.Diverging = &end
 			return result, nil

@@ -88,6 +88,17 @@ type EpochEndOffset struct {
 	EndOffset int64
 }
 
+// Diverges is KIP-320's check of a fetch that names the epoch of the last
+// batch the fetcher holds, e being where that epoch ends in the log read:
+// the fetcher's log diverges from it at or before fetchOffset when the log
+// does not have that epoch (e is an earlier one) or ends it before
+// fetchOffset. The leader applies it to a follower's fetch, the Kafka
+// listener to a consumer's (Fetch v12+, docs/kafka.md); the fetcher then
+// truncates to e.
+func (e EpochEndOffset) Diverges(lastFetchedEpoch int32, fetchOffset int64) bool {
+	return e.Epoch < lastFetchedEpoch || e.EndOffset < fetchOffset
+}
+
 // FetchRequest is a follower's fetch, as the follower state machine produces
 // it and the leader state machine validates it. Max bytes and max wait are
 // the transport's business.
