@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"math"
 	"mime"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/logagent/logagent/agent/kafkabroker"
 	"github.com/logagent/logagent/agent/partition"
 	"github.com/logagent/logagent/agent/reply"
+	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/segstore"
 
 	"github.com/logagent/logagent/wire"
@@ -70,6 +73,11 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, err)
 		return
 	}
+	lastFetchedEpoch, err := intParam(args, "last_fetched_epoch", -1, -1, math.MaxInt32)
+	if err != nil {
+		writeErr(ctx, err)
+		return
+	}
 	r, refusal := a.fetchReplica(topic, partition)
 	if refusal != nil {
 		if !a.proxyFetch(ctx, topic, partition, wait, maxBytes) {
@@ -78,7 +86,7 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	offset := resolveOffset(at, r.CurrentLog())
-	region, pos, apiErr := a.readLocal(r, offset, maxBytes, wait)
+	region, pos, apiErr := a.readLocal(r, offset, int32(lastFetchedEpoch), maxBytes, wait)
 	if apiErr != nil {
 		reply.WriteAPIError(ctx, apiErr)
 		return
@@ -87,6 +95,13 @@ func (a *Agent) handleFetch(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
 	h.Set(wire.HeaderHighWatermark, strconv.FormatInt(hw, 10))
 	h.Set(wire.HeaderLogStartOffset, strconv.FormatInt(lso, 10))
+	if d := pos.Diverging; d != nil {
+		h.Set(wire.HeaderDivergingEpoch, strconv.FormatInt(int64(d.Epoch), 10))
+		h.Set(wire.HeaderDivergingEndOffset, strconv.FormatInt(d.EndOffset, 10))
+		ctx.SetContentType(format)
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		return
+	}
 	if format == wire.ContentTypeNDJSON {
 		if err := a.writeNDJSON(ctx, region, offset, maxBytes); err != nil {
 			reply.WriteError(ctx, fasthttp.StatusInternalServerError, wire.CodeStorageError, err.Error(), false)
@@ -120,8 +135,20 @@ func (a *Agent) fetchReplica(topic string, partition int) (*partition.Replica, *
 // at least one, below the high watermark of a replica fetchReplica chose,
 // after waiting up to wait for the high watermark to pass offset: the
 // region read of the HTTP and Kafka fetches. The region must be closed.
-func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait time.Duration) (*segstore.Region, kafkabroker.LogPositions, *reply.APIError) {
+// A fetch that names the epoch it fetched last (not -1) is checked first
+// (divergence): when the log diverges from the fetcher's, the answer is no
+// region and LogPositions.Diverging, at once.
+func (a *Agent) readLocal(r *partition.Replica, offset int64, lastFetchedEpoch int32, maxBytes int64, wait time.Duration) (*segstore.Region, kafkabroker.LogPositions, *reply.APIError) {
 	log := r.CurrentLog()
+	if lastFetchedEpoch >= 0 {
+		d, apiErr := divergence(log, lastFetchedEpoch, offset)
+		if apiErr != nil {
+			return nil, kafkabroker.LogPositions{}, apiErr
+		}
+		if d != nil {
+			return nil, kafkabroker.LogPositions{HW: log.HighWatermark(), LSO: log.LogStartOffset(), Diverging: d}, nil
+		}
+	}
 	if lso, leo := log.LogStartOffset(), log.LogEndOffset(); offset < lso || offset > leo {
 		return nil, kafkabroker.LogPositions{}, offsetOutOfRange(offset, lso, log.HighWatermark())
 	}
@@ -134,6 +161,31 @@ func (a *Agent) readLocal(r *partition.Replica, offset, maxBytes int64, wait tim
 		return nil, kafkabroker.LogPositions{}, reply.StorageError(err)
 	}
 	return region, kafkabroker.LogPositions{HW: hw, LSO: log.LogStartOffset()}, nil
+}
+
+// divergence is KIP-320's check of a consumer fetch that names the epoch of
+// the last batch it read before offset, against the log that serves it, as
+// Kafka's Partition.readRecords checks it (and a leader a follower's
+// fetch, replicate.EpochEndOffset.Diverges): nil when the log holds that
+// epoch up to offset; else the largest epoch at most lastFetchedEpoch in
+// the log and where it ends, to which the fetcher truncates. An epoch above
+// every one of the log, or an offset below its start, is out of range.
+func divergence(log *segstore.Log, lastFetchedEpoch int32, offset int64) (*replicate.EpochEndOffset, *reply.APIError) {
+	epoch, end := log.EndOffsetForEpoch(lastFetchedEpoch)
+	lso, hw := log.LogStartOffset(), log.HighWatermark()
+	if epoch == segstore.UndefinedEpoch || end == segstore.UndefinedOffset {
+		e := reply.NewAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange,
+			fmt.Sprintf("last fetched epoch %d is above every epoch of the log", lastFetchedEpoch), false)
+		e.LogStartOffset, e.HighWatermark = &lso, &hw
+		return nil, e
+	}
+	if offset < lso {
+		return nil, offsetOutOfRange(offset, lso, hw)
+	}
+	if d := (replicate.EpochEndOffset{Epoch: epoch, EndOffset: end}); d.Diverges(lastFetchedEpoch, offset) {
+		return &d, nil
+	}
+	return nil, nil
 }
 
 // The offset parameter's names, as parseOffset returns them.

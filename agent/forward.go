@@ -378,7 +378,8 @@ func (a *Agent) proxyFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 		return true
 	}
 	ctx.SetStatusCode(resp.StatusCode())
-	for _, h := range []string{fasthttp.HeaderContentType, wire.HeaderHighWatermark, wire.HeaderLogStartOffset, "Retry-After"} {
+	for _, h := range []string{fasthttp.HeaderContentType, wire.HeaderHighWatermark, wire.HeaderLogStartOffset,
+		wire.HeaderDivergingEpoch, wire.HeaderDivergingEndOffset, "Retry-After"} {
 		if v := resp.Header.Peek(h); len(v) > 0 {
 			ctx.Response.Header.SetBytesV(h, v)
 		}

@@ -80,7 +80,7 @@ func TestProxiedFetchCapsMaxBytes(t *testing.T) {
 		})
 	}
 	// The Kafka listener's way to the leader.
-	body, pos, err := sidecarService{other.agent}.LeaderFetch("big", 0, "0", maxBytes, 0)
+	body, pos, err := sidecarService{other.agent}.LeaderFetch("big", 0, "0", -1, maxBytes, 0)
 	if err != nil || len(body) == 0 || len(body) > bound || pos.HW != int64(records) {
 		t.Fatalf("Kafka fetch through %s (no replica): %d bytes, high watermark %d, %v; want at most %d bytes, %d", other.nodeID, len(body), pos.HW, err, bound, records)
 	}

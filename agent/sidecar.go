@@ -152,12 +152,12 @@ func (s sidecarService) FetchReplica(topic string, p int) (*partition.Replica, *
 	return s.a.fetchReplica(topic, p)
 }
 
-func (s sidecarService) ReadLocal(r *partition.Replica, offset, maxBytes int64) (*segstore.Region, kafkabroker.LogPositions, *reply.APIError) {
-	return s.a.readLocal(r, offset, maxBytes, 0)
+func (s sidecarService) ReadLocal(r *partition.Replica, offset int64, lastFetchedEpoch int32, maxBytes int64) (*segstore.Region, kafkabroker.LogPositions, *reply.APIError) {
+	return s.a.readLocal(r, offset, lastFetchedEpoch, maxBytes, 0)
 }
 
-func (s sidecarService) LeaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
-	return s.a.leaderFetch(topic, p, offset, maxBytes, wait)
+func (s sidecarService) LeaderFetch(topic string, p int, offset string, lastFetchedEpoch int32, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
+	return s.a.leaderFetch(topic, p, offset, lastFetchedEpoch, maxBytes, wait)
 }
 
 func (s sidecarService) EpochEndOffset(peerAddr string, q peer.EpochQuery) (replicate.EpochEndOffset, error) {
@@ -182,8 +182,9 @@ func (s sidecarService) ClassicListAt(ctx context.Context, peerAddr string, out 
 // proxiedFetchMaxBytes, as proxyFetch lowers it: asked for more, a leader
 // with more in the segment answered over the bound, and a Kafka consumer
 // whose max bytes were above 16 MiB got leader_not_available at that
-// offset every time it asked.
-func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
+// offset every time it asked. A lastFetchedEpoch other than -1 goes with
+// it, for the leader to check (readLocal).
+func (a *Agent) leaderFetch(topic string, p int, offset string, lastFetchedEpoch int32, maxBytes int64, wait time.Duration) ([]byte, kafkabroker.LogPositions, error) {
 	leader, info, ok := a.fetchLeader(topic, p)
 	if !ok {
 		return nil, kafkabroker.LogPositions{}, kafkabroker.ErrNoLeaderToAsk
@@ -191,6 +192,9 @@ func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, 
 	uri := "/v1/topics/" + topic + "/partitions/" + strconv.Itoa(p) + "/records?offset=" + offset + "&max_bytes=" + strconv.FormatInt(min(maxBytes, proxiedFetchMaxBytes(a.cfg)), 10)
 	if wait > 0 {
 		uri += "&wait=" + wait.String()
+	}
+	if lastFetchedEpoch >= 0 {
+		uri += "&last_fetched_epoch=" + strconv.FormatInt(int64(lastFetchedEpoch), 10)
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -210,5 +214,15 @@ func (a *Agent) leaderFetch(topic string, p int, offset string, maxBytes int64, 
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+leader+" answered without positions: "+err.Error(), true)
 	}
-	return bytes.Clone(resp.Body()), kafkabroker.LogPositions{HW: hw, LSO: lso}, nil
+	pos := kafkabroker.LogPositions{HW: hw, LSO: lso}
+	if v := resp.Header.Peek(wire.HeaderDivergingEpoch); len(v) > 0 {
+		epoch, err1 := strconv.ParseInt(string(v), 10, 32)
+		end, err2 := strconv.ParseInt(string(resp.Header.Peek(wire.HeaderDivergingEndOffset)), 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, kafkabroker.LogPositions{}, reply.NewAPIError(fasthttp.StatusBadGateway, wire.CodeInternal, "leader "+leader+" answered a bad diverging epoch: "+err.Error(), true)
+		}
+		pos.Diverging = &replicate.EpochEndOffset{Epoch: int32(epoch), EndOffset: end}
+		return nil, pos, nil
+	}
+	return bytes.Clone(resp.Body()), pos, nil
 }

@@ -500,14 +500,14 @@ func (b *Broker) Fetch(ctx context.Context, req kafka.FetchRequest) (kafka.Fetch
 	maxBytes := max(int64(req.MaxBytes), 1)
 	r, refusal := b.s.FetchReplica(req.Topic, p)
 	if refusal == nil {
-		region, pos, e := b.s.ReadLocal(r, req.Offset, maxBytes)
+		region, pos, e := b.s.ReadLocal(r, req.Offset, -1, maxBytes)
 		if e != nil {
 			return kafka.FetchResult{}, e
 		}
 		b.cfg.Fetched(req.Topic, region.Len)
 		return kafka.FetchResult{HighWatermark: pos.HW, LogStartOffset: pos.LSO, Records: regionRecords{region}}, nil
 	}
-	body, pos, e := b.s.LeaderFetch(req.Topic, p, strconv.FormatInt(req.Offset, 10), maxBytes, 0)
+	body, pos, e := b.s.LeaderFetch(req.Topic, p, strconv.FormatInt(req.Offset, 10), -1, maxBytes, 0)
 	if errors.Is(e, ErrNoLeaderToAsk) {
 		return kafka.FetchResult{}, refusal
 	}
@@ -597,7 +597,7 @@ func (b *Broker) leaderWait(ctx context.Context, topic string, p int, offset int
 		if ctx.Err() != nil || wait <= 0 {
 			return false
 		}
-		body, pos, err := b.s.LeaderFetch(topic, p, strconv.FormatInt(offset, 10), 1, wait)
+		body, pos, err := b.s.LeaderFetch(topic, p, strconv.FormatInt(offset, 10), -1, 1, wait)
 		if err != nil || pos.HW > offset || len(body) > 0 {
 			return ctx.Err() == nil
 		}
@@ -612,7 +612,7 @@ func (b *Broker) positions(topic string, p int) (LogPositions, error) {
 		log := r.CurrentLog()
 		return LogPositions{HW: log.HighWatermark(), LSO: log.LogStartOffset()}, nil
 	}
-	_, pos, err := b.s.LeaderFetch(topic, p, "latest", 1, 0)
+	_, pos, err := b.s.LeaderFetch(topic, p, "latest", -1, 1, 0)
 	if errors.Is(err, ErrNoLeaderToAsk) {
 		return LogPositions{}, refusal
 	}
@@ -624,14 +624,14 @@ func (b *Broker) positions(topic string, p int) (LogPositions, error) {
 func (b *Broker) readBatches(topic string, p int, offset, maxBytes int64) ([]byte, error) {
 	r, refusal := b.s.FetchReplica(topic, p)
 	if refusal == nil {
-		region, _, e := b.s.ReadLocal(r, offset, maxBytes)
+		region, _, e := b.s.ReadLocal(r, offset, -1, maxBytes)
 		if e != nil {
 			return nil, e
 		}
 		defer region.Close()
 		return io.ReadAll(region)
 	}
-	body, _, err := b.s.LeaderFetch(topic, p, strconv.FormatInt(offset, 10), maxBytes, 0)
+	body, _, err := b.s.LeaderFetch(topic, p, strconv.FormatInt(offset, 10), -1, maxBytes, 0)
 	if errors.Is(err, ErrNoLeaderToAsk) {
 		return nil, refusal
 	}

@@ -74,13 +74,17 @@ type Sidecar interface {
 	FetchReplica(topic string, p int) (*partition.Replica, *reply.APIError)
 	// ReadLocal reads whole batches from offset, at most maxBytes of them
 	// but at least one, below the high watermark of a replica
-	// FetchReplica chose. The region must be closed.
-	ReadLocal(r *partition.Replica, offset, maxBytes int64) (*segstore.Region, LogPositions, *reply.APIError)
+	// FetchReplica chose. The region must be closed. With a
+	// lastFetchedEpoch other than -1 the log is checked first (KIP-320):
+	// when it diverges from the fetcher's at or before offset, the answer
+	// is no region (nil) and LogPositions.Diverging.
+	ReadLocal(r *partition.Replica, offset int64, lastFetchedEpoch int32, maxBytes int64) (*segstore.Region, LogPositions, *reply.APIError)
 	// LeaderFetch sends a consumer fetch this agent cannot serve to the
 	// partition's leader's client API, long-polling up to wait, and
 	// reads the answer into memory; ErrNoLeaderToAsk when there is no
-	// leader to send it to.
-	LeaderFetch(topic string, p int, offset string, maxBytes int64, wait time.Duration) ([]byte, LogPositions, error)
+	// leader to send it to. A lastFetchedEpoch other than -1 is the
+	// leader's to check, as ReadLocal does.
+	LeaderFetch(topic string, p int, offset string, lastFetchedEpoch int32, maxBytes int64, wait time.Duration) ([]byte, LogPositions, error)
 	// EpochEndOffset asks the leader at peerAddr where an epoch ends in
 	// its log, as its followers do.
 	EpochEndOffset(peerAddr string, q peer.EpochQuery) (replicate.EpochEndOffset, error)
@@ -165,8 +169,13 @@ type TopicChange struct {
 }
 
 // LogPositions are a partition's positions as a fetch answers them: its
-// high watermark and log start offset.
-type LogPositions struct{ HW, LSO int64 }
+// high watermark and log start offset, and, for a fetch that named the
+// epoch it fetched last, where the log diverges from the fetcher's
+// (KIP-320; nil when it does not).
+type LogPositions struct {
+	HW, LSO   int64
+	Diverging *replicate.EpochEndOffset
+}
 
 // ErrNoLeaderToAsk says a fetch cannot go to the leader: there is none
 // known, this agent is it, or it is not in the directory.
