@@ -45,7 +45,11 @@ type Broker interface {
 	// Fetch reads whole batches of a partition from offset, at most
 	// maxBytes of them (but at least one batch, however large), below the
 	// high watermark, without waiting. The Records of the answer must be
-	// closed.
+	// closed. A request that names its last fetched epoch is checked
+	// first, as Kafka's Partition.readRecords does (KIP-320): when that
+	// epoch ends, in the log read, before the offset (or the log does not
+	// have it), the answer is Diverging and no records; an epoch the log
+	// knows nothing of is OFFSET_OUT_OF_RANGE.
 	Fetch(ctx context.Context, req FetchRequest) (FetchResult, error)
 	// WaitForData returns when any of the partitions has committed
 	// records at or beyond its offset (its high watermark moved past it),
@@ -137,6 +141,9 @@ type FetchRequest struct {
 	Offset             int64
 	MaxBytes           int32
 	CurrentLeaderEpoch int32 // -1 when the client sent none
+	// LastFetchedEpoch is the epoch of the last batch the client read
+	// before Offset (Fetch v12+), -1 when it sent none.
+	LastFetchedEpoch int32
 }
 
 // FetchResult is one partition's answer.
@@ -147,6 +154,18 @@ type FetchResult struct {
 	// to the connection with WriteTo (sendfile when they are a file's
 	// region and the connection a TCP socket) and closes them.
 	Records Records
+	// Diverging, when not nil, says the client's log diverges from the
+	// partition's at or before Offset (its LastFetchedEpoch ends earlier,
+	// or is not in the log): the largest epoch at most LastFetchedEpoch
+	// in the log and where it ends. No records go with it.
+	Diverging *EpochEndOffset
+}
+
+// EpochEndOffset is where an epoch ends in a partition's log: Fetch's
+// diverging_epoch.
+type EpochEndOffset struct {
+	Epoch     int32
+	EndOffset int64
 }
 
 // Records are a fetch answer's batches, read once.

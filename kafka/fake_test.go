@@ -37,6 +37,37 @@ type fakeTopic struct {
 	internal   bool
 	configs    map[string]string
 	partitions [][][]byte // batches per partition
+	// epochs are a partition's leader epochs and where each starts, in
+	// order; none is epoch 3 (Metadata's) from offset 0.
+	epochs map[int32][]fakeEpoch
+}
+
+type fakeEpoch struct {
+	epoch int32
+	start int64
+}
+
+// endOffsetFor is where epoch ends in a partition's log whose end is leo,
+// as Kafka's leader epoch cache answers: the latest epoch ends at leo, an
+// earlier one where the next above it starts (as the largest epoch at
+// most the one asked, or that epoch when it is below every one); an epoch
+// above the latest is unknown (ok false).
+func (t *fakeTopic) endOffsetFor(p, epoch int32, leo int64) (EpochEndOffset, bool) {
+	epochs := t.epochs[p]
+	if len(epochs) == 0 {
+		epochs = []fakeEpoch{{epoch: 3}}
+	}
+	for i, e := range epochs {
+		switch {
+		case e.epoch > epoch && i == 0:
+			return EpochEndOffset{Epoch: epoch, EndOffset: e.start}, true
+		case e.epoch > epoch:
+			return EpochEndOffset{Epoch: epochs[i-1].epoch, EndOffset: e.start}, true
+		case e.epoch == epoch && i == len(epochs)-1:
+			return EpochEndOffset{Epoch: epoch, EndOffset: leo}, true
+		}
+	}
+	return EpochEndOffset{}, false
 }
 
 func newFakeBroker() *fakeBroker {
@@ -214,6 +245,15 @@ func (b *fakeBroker) Fetch(_ context.Context, req FetchRequest) (FetchResult, er
 	}
 	batches := t.partitions[req.Partition]
 	end := endOffset(batches)
+	if req.LastFetchedEpoch >= 0 {
+		e, ok := t.endOffsetFor(req.Partition, req.LastFetchedEpoch, end)
+		switch {
+		case !ok:
+			return FetchResult{}, &Error{Code: kerr.OffsetOutOfRange.Code, Message: "unknown last fetched epoch"}
+		case e.Epoch < req.LastFetchedEpoch || e.EndOffset < req.Offset:
+			return FetchResult{HighWatermark: end, Diverging: &e}, nil
+		}
+	}
 	if req.Offset < 0 || req.Offset > end {
 		return FetchResult{}, &Error{Code: kerr.OffsetOutOfRange.Code}
 	}

@@ -18,7 +18,9 @@ import (
 // handleFetch reads every requested partition without waiting; when the
 // answer holds fewer than min_bytes and max_wait_ms is positive, it waits
 // for new data (Broker.WaitForData) and reads everything once more. A
-// partition with an error answers at once, as Kafka does.
+// partition with an error or a diverging epoch (v12+: the client's last
+// fetched epoch ends before its offset, KIP-320) answers at once, as
+// Kafka does.
 //
 // Fetch sessions (v7+) are not kept: every answer has session id 0, which
 // tells a client to send full fetches; an incremental fetch (a session
@@ -30,8 +32,8 @@ func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (*fetc
 		rep.errorCode = kerr.FetchSessionIDNotFound.Code
 		return rep, nil
 	}
-	topics, total, failed := s.fetchOnce(ctx, req)
-	if req.MaxWaitMillis > 0 && total < int64(req.MinBytes) && !failed {
+	topics, total, now := s.fetchOnce(ctx, req)
+	if req.MaxWaitMillis > 0 && total < int64(req.MinBytes) && !now {
 		// Wait for data past what the first read saw: the high
 		// watermark, or the fetch offset when it is ahead.
 		var positions []Position
@@ -57,7 +59,7 @@ func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (*fetc
 // what is left, or exceed its partition_max_bytes, is answered without
 // records (its high watermark still tells the client data is there). It
 // returns the partitions, the bytes of records kept and whether any
-// partition failed.
+// partition must be answered now: it failed, or diverges.
 func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetchTopic, int64, bool) {
 	topics := make([]fetchTopic, len(req.Topics))
 	calls := newItemCalls()
@@ -75,6 +77,7 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 				Offset:             rp.FetchOffset,
 				MaxBytes:           min(rp.PartitionMaxBytes, req.MaxBytes),
 				CurrentLeaderEpoch: rp.CurrentLeaderEpoch,
+				LastFetchedEpoch:   rp.LastFetchedEpoch,
 			}
 			index := order
 			order++
@@ -86,6 +89,14 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 					return
 				}
 				p.highWatermark, p.logStartOffset, p.records = res.HighWatermark, res.LogStartOffset, res.Records
+				if res.Diverging != nil {
+					d := *res.Diverging
+					p.diverging = &d
+					if p.records != nil {
+						p.records.Close()
+						p.records = nil
+					}
+				}
 				kept.add(index, p, int64(req.MaxBytes))
 			})
 		}
@@ -94,12 +105,12 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 
 	remaining := int64(req.MaxBytes)
 	var total int64
-	failed := false
+	now := false
 	for i, rt := range req.Topics {
 		for j, rp := range rt.Partitions {
 			p := &topics[i].partitions[j]
-			if p.errorCode != 0 {
-				failed = true
+			if p.errorCode != 0 || p.diverging != nil {
+				now = true
 				continue
 			}
 			if p.records == nil {
@@ -118,7 +129,7 @@ func (s *Server) fetchOnce(ctx context.Context, req *kmsg.FetchRequest) ([]fetch
 			remaining -= n
 		}
 	}
-	return topics, total, failed
+	return topics, total, now
 }
 
 // keptReads bounds what the reads of one fetch hold while others run: past
@@ -205,6 +216,9 @@ type fetchPartition struct {
 	// for read_uncommitted; read_committed gets an empty one.
 	nullAborted bool
 	records     Records // nil: no records
+	// diverging is the diverging_epoch tag (v12+), nil when the client's
+	// log does not diverge (or it named no last fetched epoch).
+	diverging *EpochEndOffset
 }
 
 // fetchReply is a Fetch response written by hand around its records, so
@@ -284,7 +298,7 @@ func (f *fetchReply) writeTo(c *conn, correlationID int32) error {
 				recordBytes += n
 			}
 			if flexible {
-				buf = append(buf, 0) // partition tags
+				buf = appendPartitionTags(buf, p.diverging)
 			}
 		}
 		if flexible {
@@ -328,6 +342,25 @@ func (f *fetchReply) writeTo(c *conn, correlationID int32) error {
 	}
 	return c.w.Flush()
 }
+
+// appendPartitionTags writes a flexible Fetch answer partition's tagged
+// fields: diverging_epoch (tag 0) when set, else none.
+func appendPartitionTags(dst []byte, diverging *EpochEndOffset) []byte {
+	if diverging == nil {
+		return append(dst, 0)
+	}
+	const size = 4 + 8 + 1 // epoch, end_offset, the struct's own empty tags
+	dst = kbin.AppendUvarint(dst, 1)
+	dst = kbin.AppendUvarint(dst, fetchDivergingEpochTag)
+	dst = kbin.AppendUvarint(dst, size)
+	dst = kbin.AppendInt32(dst, diverging.Epoch)
+	dst = kbin.AppendInt64(dst, diverging.EndOffset)
+	return append(dst, 0)
+}
+
+// fetchDivergingEpochTag is diverging_epoch's tag in a Fetch answer's
+// partition (FetchResponse v12+).
+const fetchDivergingEpochTag = 0
 
 func appendArrayLen(dst []byte, n int, flexible bool) []byte {
 	if flexible {

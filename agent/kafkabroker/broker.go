@@ -483,7 +483,9 @@ func (b *Broker) checkLeaderEpoch(topic string, p int, current int32) error {
 }
 
 // Fetch reads from the local replica when FetchReplica chooses it (the
-// region leaves with sendfile), else from the leader's client API.
+// region leaves with sendfile), else from the leader's client API. The
+// last fetched epoch is checked against the log read (ReadLocal), or by
+// the leader, as Kafka checks it against the replica that serves.
 func (b *Broker) Fetch(ctx context.Context, req kafka.FetchRequest) (kafka.FetchResult, error) {
 	start := b.cfg.Now()
 	defer func() { b.cfg.ObserveFetch(b.cfg.Now().Sub(start)) }()
@@ -500,23 +502,36 @@ func (b *Broker) Fetch(ctx context.Context, req kafka.FetchRequest) (kafka.Fetch
 	maxBytes := max(int64(req.MaxBytes), 1)
 	r, refusal := b.s.FetchReplica(req.Topic, p)
 	if refusal == nil {
-		region, pos, e := b.s.ReadLocal(r, req.Offset, -1, maxBytes)
+		region, pos, e := b.s.ReadLocal(r, req.Offset, req.LastFetchedEpoch, maxBytes)
 		if e != nil {
 			return kafka.FetchResult{}, e
+		}
+		if pos.Diverging != nil {
+			return divergingResult(pos), nil
 		}
 		b.cfg.Fetched(req.Topic, region.Len)
 		return kafka.FetchResult{HighWatermark: pos.HW, LogStartOffset: pos.LSO, Records: regionRecords{region}}, nil
 	}
-	body, pos, e := b.s.LeaderFetch(req.Topic, p, strconv.FormatInt(req.Offset, 10), -1, maxBytes, 0)
+	body, pos, e := b.s.LeaderFetch(req.Topic, p, strconv.FormatInt(req.Offset, 10), req.LastFetchedEpoch, maxBytes, 0)
 	if errors.Is(e, ErrNoLeaderToAsk) {
 		return kafka.FetchResult{}, refusal
 	}
 	if e != nil {
 		return kafka.FetchResult{}, e
 	}
+	if pos.Diverging != nil {
+		return divergingResult(pos), nil
+	}
 	// Counted at the leader, whose client API served it (as a proxied
 	// HTTP fetch is).
 	return kafka.FetchResult{HighWatermark: pos.HW, LogStartOffset: pos.LSO, Records: &bytesRecords{Reader: bytes.NewReader(body)}}, nil
+}
+
+// divergingResult is a fetch's answer when the log diverges from the
+// client's: the positions and the diverging epoch, no records.
+func divergingResult(pos LogPositions) kafka.FetchResult {
+	return kafka.FetchResult{HighWatermark: pos.HW, LogStartOffset: pos.LSO,
+		Diverging: &kafka.EpochEndOffset{Epoch: pos.Diverging.Epoch, EndOffset: pos.Diverging.EndOffset}}
 }
 
 // regionRecords are a fetch's batches in a segment file: WriteTo sends
