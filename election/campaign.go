@@ -23,8 +23,12 @@ type Leadership struct {
 	epoch         int32
 	session       string
 	acquiredIndex uint64
-	ctx           context.Context
-	cancel        context.CancelCauseFunc
+	// leaderIndex is the leader key's ModifyIndex as the election left
+	// it: the key changes only when it is locked or released, so while it
+	// holds this index the lock is this leadership's (release).
+	leaderIndex uint64
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
 
 	mu         sync.Mutex
 	state      PartitionState
@@ -68,7 +72,9 @@ func (l *Leadership) Err() error {
 // Resign stops leading at once and releases the lock; a release, unlike an
 // invalidation, has no lock delay, so another in-sync replica can take over
 // immediately. Resigning a lost leadership still releases a lock the session
-// may hold.
+// may hold for it, but never one the session took again for a newer
+// leadership of the partition (the release is guarded by the leader key's
+// index as this election left it).
 func (l *Leadership) Resign(ctx context.Context) error {
 	return l.release(ctx, ErrResigned, "")
 }
@@ -88,12 +94,21 @@ func (l *Leadership) release(ctx context.Context, cause error, successor string)
 	c.mu.Lock()
 	c.loseLocked(l, cause)
 	c.mu.Unlock()
-	callCtx, cancel := c.callContext(ctx)
-	defer cancel()
 	key := c.keys.leader(l.topic, l.partition)
-	pair := &api.KVPair{Key: key, Session: l.session, Value: encodeJSON(leaderValue{Node: c.cfg.NodeID, Epoch: l.epoch, Successor: successor})}
-	if _, _, err := c.api.KV().Release(pair, c.writeOptions(callCtx)); err != nil {
-		return consulError(err, "release "+key, keyRule(c.keys.prefix))
+	// The same session locks the key again when this agent wins the
+	// partition again (a lease that lapsed and was proved, a resignation
+	// still on its way while the replica campaigns): an unguarded release
+	// would then free the newer leadership's key, and another replica
+	// would win the next epoch while that one still leads. Refused (the
+	// key moved on, or the session no longer holds it), there is nothing
+	// of this leadership's to release.
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: l.leaderIndex}},
+		{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: key, Session: l.session,
+			Value: encodeJSON(leaderValue{Node: c.cfg.NodeID, Epoch: l.epoch, Successor: successor})}},
+	}
+	if _, _, err := c.txn(ctx, ops, "release "+key, keyRule(c.keys.prefix)); err != nil {
+		return err
 	}
 	return nil
 }
@@ -457,7 +472,8 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 	ctxLead, cancelLead := context.WithCancelCause(c.ctx)
 	l := &Leadership{
 		c: c, topic: pm.Topic, partition: pm.Partition, epoch: newState.Epoch, session: session,
-		acquiredIndex: resp.Results[1].KV.ModifyIndex, ctx: ctxLead, cancel: cancelLead,
+		acquiredIndex: resp.Results[1].KV.ModifyIndex, leaderIndex: resp.Results[0].KV.ModifyIndex,
+		ctx: ctxLead, cancel: cancelLead,
 		state: newState, stateIndex: resp.Results[1].KV.ModifyIndex,
 	}
 	c.mu.Lock()

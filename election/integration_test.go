@@ -1387,3 +1387,58 @@ func TestHandOver(t *testing.T) {
 		t.Fatal("b did not lead within 10s of a handover to a replica that does not campaign")
 	}
 }
+
+// TestResignOfAnEndedLeadershipKeepsTheNewerOnesLock: a leadership that
+// ended while its session kept the leader key (a lapsed lease, a stop that
+// resigns in the background) is resigned after the same agent won the
+// partition again with the same session. The resignation must not release
+// the key the newer leadership holds: the key would be free while the
+// newer one leads, and another replica would win the next epoch beside it.
+// Resigning an ended leadership whose key nobody took again still releases
+// it.
+func TestResignOfAnEndedLeadershipKeepsTheNewerOnesLock(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	createTopic(t, a, "rs", [][]string{{"a", "b"}})
+	leaderKey := keyspace{prefix: testPrefix}.leader("rs", 0)
+	holder := func() string {
+		t.Helper()
+		pair, _, err := srv.Client().KV().Get(leaderKey, &api.QueryOptions{RequireConsistent: true})
+		if err != nil || pair == nil {
+			t.Fatalf("get %s: %v, %v", leaderKey, pair, err)
+		}
+		return pair.Session
+	}
+
+	first := campaign(t, a, "rs", 0)
+	// What the lease loop does when the lease lapses: the leadership ends,
+	// the session (renewed in time after all) keeps the key.
+	a.lose(first, ErrLeaseExpired)
+	second := campaign(t, a, "rs", 0)
+	if second.Epoch() != first.Epoch()+1 {
+		t.Fatalf("second leadership at epoch %d, want %d", second.Epoch(), first.Epoch()+1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := holder(), sessionOf(a); got != want {
+		t.Fatalf("after the resignation of epoch %d the leader key is held by %q, want %q (epoch %d still leads)",
+			first.Epoch(), got, want, second.Epoch())
+	}
+	if err := second.Err(); err != nil {
+		t.Fatalf("epoch %d ended: %v", second.Epoch(), err)
+	}
+
+	// Nobody took the key again: resigning the ended leadership frees it.
+	a.lose(second, ErrLeaseExpired)
+	if err := second.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := holder(); got != "" {
+		t.Fatalf("after resigning the last leadership the leader key is held by %q, want free", got)
+	}
+}

@@ -51,7 +51,8 @@ import (
 //	          election   txn [lock leader (own session), cas state (read index)]
 //	          ISR change txn [check-session leader (own session), cas state,
 //	                          check-index replicas (the snapshot's)]
-//	leader    the election txn (lock verb), released by Resign and Close
+//	leader    the election txn (lock verb), released by Resign (check-index
+//	          at its election's index, unlock) and Close
 //	~deleted  DeleteTopic                     check-index config, delete-tree, set
 //	~draining SetDraining                     set / delete (a flag; each move it causes is guarded)
 //	producer_ids     ProducerIDs.Allocate, 1000 ids a write   cas (read index)
