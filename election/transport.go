@@ -13,9 +13,12 @@ import (
 // those that failed, for the agent's metrics (Client.ConsulRequests). A
 // failure is a request that got no answer, unless its own context ended it
 // (a blocking query given up on, a stopping agent), or an answer that says
-// Consul or the agent's token is at fault: 5xx, 401, 403. A 404 (no such
-// key, an expired session) or a 409 (a guarded transaction refused) is an
-// answer the caller acts on, not a failure.
+// Consul or the agent's token is at fault: 5xx, 401, 403, or 429 (Consul
+// refusing a connection beyond http_max_conns_per_client, or a request
+// beyond its rate limits: nothing was done, and an agent answered only
+// that showed no failure). A 404 (no such key, an expired session) or a
+// 409 (a guarded transaction refused) is an answer the caller acts on, not
+// a failure.
 type countingTransport struct {
 	next             http.RoundTripper
 	requests, errors atomic.Uint64
@@ -31,7 +34,8 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		if !errors.Is(req.Context().Err(), context.Canceled) {
 			t.errors.Add(1)
 		}
-	case resp.StatusCode >= 500, resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:
+	case resp.StatusCode >= 500, resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden,
+		resp.StatusCode == http.StatusTooManyRequests:
 		t.errors.Add(1)
 	}
 	return resp, err

@@ -42,6 +42,7 @@ func TestCountingTransport(t *testing.T) {
 		{name: "no leader", next: stubTransport{status: 503}, failed: true},
 		{name: "token refused", next: stubTransport{status: 403}, failed: true},
 		{name: "no token", next: stubTransport{status: 401}, failed: true},
+		{name: "too many connections or requests", next: stubTransport{status: 429}, failed: true},
 		{name: "unreachable", next: stubTransport{err: errDown}, failed: true},
 		{name: "given up by its caller", next: stubTransport{err: context.Canceled}, cancelled: true},
 	} {

@@ -93,7 +93,7 @@ func newCollector(src Sources) *collector {
 		consulRequests: prometheus.NewDesc("logagent_consul_requests_total",
 			"Requests this agent sent to Consul's HTTP API.", nil, nil),
 		consulErrors: prometheus.NewDesc("logagent_consul_request_errors_total",
-			"Requests to Consul that got no answer (a caller's cancellation aside) or an answer of 5xx, 401 or 403.", nil, nil),
+			"Requests to Consul that got no answer (a caller's cancellation aside) or an answer of 5xx, 401, 403 or 429.", nil, nil),
 	}
 }
 
