@@ -484,7 +484,16 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 		cancelLead(ErrLeaseExpired)
 		return nil, nil
 	}
-	c.leaderships[partitionKey{topic: pm.Topic, partition: pm.Partition}] = l
+	key := partitionKey{topic: pm.Topic, partition: pm.Partition}
+	if old := c.leaderships[key]; old != nil {
+		// Another campaign of this partition on this client won an
+		// earlier epoch while this one ran (both past CampaignAs's check
+		// for a current leadership): this election moved the state past
+		// it. Replaced in the map without being ended, nothing would end
+		// it (not a snapshot, a lapse of the lease or Close).
+		c.loseLocked(old, fmt.Errorf("%w: superseded by epoch %d", ErrLeadershipLost, newState.Epoch))
+	}
+	c.leaderships[key] = l
 	c.log.Info("leading", "topic", pm.Topic, "partition", pm.Partition, "epoch", newState.Epoch,
 		"isr", newState.ISR, "elr", newState.ELR, "election", kind)
 	// A snapshot published while the txn ran was not checked against l.

@@ -1442,3 +1442,51 @@ func TestResignOfAnEndedLeadershipKeepsTheNewerOnesLock(t *testing.T) {
 		t.Fatalf("after resigning the last leadership the leader key is held by %q, want free", got)
 	}
 }
+
+// TestSecondElectionEndsTheFirstLeadership: two campaigns of one partition
+// on one client (each past Campaign's check for a current leadership before
+// the other won) both win, the second at the next epoch with the same
+// session. The first leadership is superseded and must end: left running
+// outside the client's leaderships, nothing (no snapshot, no lapse of the
+// lease, not Close) would ever end it, and it would go on leading at an
+// epoch that Consul has moved past.
+func TestSecondElectionEndsTheFirstLeadership(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	createTopic(t, a, "se", [][]string{{"a", "b"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var pm PartitionMeta
+	waitFor(t, 5*time.Second, "the topic in a's metadata", func() bool {
+		var ok bool
+		pm, ok = a.Metadata().Partition("se", 0)
+		return ok
+	})
+	var session string
+	waitFor(t, 5*time.Second, "a usable session", func() bool {
+		session, _, _ = a.usableSession()
+		return session != ""
+	})
+	// Both campaigns decided on the same snapshot; each election reads the
+	// state afresh, so the second wins the epoch after the first's.
+	cand := Candidate{LogEpoch: NoEpoch}
+	first, err := a.tryLead(ctx, pm, 1, session, electClean, cand)
+	if err != nil || first == nil {
+		t.Fatalf("first election: %v, %v", first, err)
+	}
+	second, err := a.tryLead(ctx, pm, 1, session, electClean, cand)
+	if err != nil || second == nil {
+		t.Fatalf("second election: %v, %v", second, err)
+	}
+	if second.Epoch() != first.Epoch()+1 {
+		t.Fatalf("second election at epoch %d, want %d", second.Epoch(), first.Epoch()+1)
+	}
+	if !errors.Is(first.Err(), ErrLeadershipLost) {
+		t.Fatalf("epoch %d leadership after epoch %d was won: err %v, want ErrLeadershipLost", first.Epoch(), second.Epoch(), first.Err())
+	}
+	if err := second.Err(); err != nil {
+		t.Fatalf("epoch %d ended: %v", second.Epoch(), err)
+	}
+}
