@@ -405,7 +405,8 @@ func (l *Leader) WaitAck(id AckID, lastOffset int64, acks Acks, deadline time.Ti
 //
 // A follower whose last fetched epoch ends, in the leader's log, before its
 // fetch offset (or which the leader does not have) gets
-// FetchResult.Diverging, and no progress is recorded either.
+// FetchResult.Diverging, and no progress is recorded either; the fetch
+// still ends a park (FollowerParked), as of now.
 func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	p, err := l.checkRequest(req.ReplicaID, req.CurrentLeaderEpoch)
 	if err != nil {
@@ -424,6 +425,12 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 			return FetchResult{}, err
 		}
 		if end.Diverges(req.LastFetchedEpoch, req.FetchOffset) {
+			// Any fetch ends a park (FollowerParked): this follower is
+			// not at the log end, whatever it sent before.
+			if p.parked {
+				p.parked = false
+				p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
+			}
 			result.HighWatermark = l.hw
 			result.Diverging = &end
 			return result, nil

@@ -157,3 +157,45 @@ func TestParkedFollowerRejoins(t *testing.T) {
 		t.Fatalf("proposal %v after the shrink, want F2 back", isr)
 	}
 }
+
+// TestDivergingFetchEndsThePark: a parked follower's next fetch ends its
+// park even when the leader answers it with a diverging epoch (the follower's
+// log changed under it: it is not at the log end any more). Before, only a
+// fetch that recorded progress ended it: the follower counted as caught up
+// for as long as it sent no fetch that matched the leader's log, and the
+// agent, which forgets the park at any fetch, never reported its end.
+func TestDivergingFetchEndsThePark(t *testing.T) {
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	cases := []struct {
+		name   string
+		tickAt float64
+		out    bool
+	}{
+		{name: "caught up as of the diverging fetch at 20: in sync until 30", tickAt: 30, out: false},
+		{name: "out after 30", tickAt: 30.01, out: true},
+		{name: "an hour later", tickAt: 3600, out: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l, m := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+			fetchOK(t, l, "F1", 8, at(1))
+			parkF2(t, l, at(1))
+			l.Ready()
+			// F2's log no longer matches: epoch 1 ends at 3 in the
+			// leader's log, F2 fetches at 4 with it.
+			res, err := l.Fetch(FetchRequest{ReplicaID: "F2", FetchOffset: 4, CurrentLeaderEpoch: 4, LastFetchedEpoch: 1}, at(20))
+			if err != nil || res.Diverging == nil {
+				t.Fatalf("F2's fetch: %+v, %v; want a diverging answer", res, err)
+			}
+			appendTo(t, l, m, 1)
+			fetchOK(t, l, "F1", 9, at(c.tickAt))
+			if !l.TickNeeded() {
+				t.Errorf("no tick needed with F2 in the ISR, behind the log end and not parked")
+			}
+			isr := shrinkProposal(l, at(c.tickAt))
+			if got := isr != nil && !slices.Contains(isr, "F2"); got != c.out {
+				t.Fatalf("F2 proposed for removal: %t (proposal %v), want %t", got, isr, c.out)
+			}
+		})
+	}
+}
