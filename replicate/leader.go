@@ -405,8 +405,10 @@ func (l *Leader) WaitAck(id AckID, lastOffset int64, acks Acks, deadline time.Ti
 //
 // A follower whose last fetched epoch ends, in the leader's log, before its
 // fetch offset (or which the leader does not have) gets
-// FetchResult.Diverging, and no progress is recorded either; the fetch
-// still ends a park (FollowerParked), as of now.
+// FetchResult.Diverging, and no progress is recorded either: the log end it
+// reported before in this epoch is forgotten (its log is not what it was),
+// its flags are taken, and the fetch ends a park (FollowerParked), as of
+// now.
 func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	p, err := l.checkRequest(req.ReplicaID, req.CurrentLeaderEpoch)
 	if err != nil {
@@ -430,6 +432,17 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 			if p.parked {
 				p.parked = false
 				p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
+			}
+			// A follower whose fetch passed this check earlier in the
+			// epoch held a prefix of this log up to what it reported;
+			// now its log is not one (it changed under it: lost records,
+			// older ones back). What it reported no longer counts, for
+			// the HW, the join rule or a handover, and a data-loss flag
+			// removes it at once, as on any other fetch.
+			p.logEnd = unknownOffset
+			p.dataLoss, p.retiring = req.DataLoss, req.Retiring
+			if p.dataLoss {
+				l.maybeShrinkISR(now)
 			}
 			result.HighWatermark = l.hw
 			result.Diverging = &end

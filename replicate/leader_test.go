@@ -963,3 +963,60 @@ func TestAwaitingAcks(t *testing.T) {
 		})
 	}
 }
+
+// TestDivergingFetchForgetsTheRecordedPosition: a follower that fetched at 8
+// in this epoch, then fetches with a log that no longer matches the leader's
+// (its log changed under it: records lost, older ones back), no longer holds
+// what it reported. Its recorded log end is forgotten, as at the start of
+// the epoch, and the fetch's flags are taken: the HW does not move on the
+// position it disowned, a data-loss flag removes it from the ISR at once,
+// and it is no successor. Before, the diverging fetch changed nothing: the
+// stale 8 still counted.
+func TestDivergingFetchForgetsTheRecordedPosition(t *testing.T) {
+	// The leader's log: epoch 1 [0, 3), epoch 3 [3, 5), epoch 4 [5, 8).
+	// F1's log now ends at 4 with a record of epoch 2, which the leader
+	// never had.
+	diverging := func(dataLoss bool) FetchRequest {
+		return FetchRequest{ReplicaID: "F1", FetchOffset: 4, CurrentLeaderEpoch: 4, LastFetchedEpoch: 2, DataLoss: dataLoss}
+	}
+	tests := []struct {
+		name         string
+		dataLoss     bool
+		wantHW       int64
+		wantProposal []string
+		wantSucc     []string
+	}{
+		{name: "without the flag", dataLoss: false, wantHW: 5, wantProposal: nil, wantSucc: []string{"F2"}},
+		{name: "with the data-loss flag", dataLoss: true, wantHW: 5, wantProposal: []string{"L", "F2"}, wantSucc: []string{"F2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, _ := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+			fetchOK(t, l, "F1", 8, t0)
+			fetchOK(t, l, "F2", 5, t0)
+			wantHW(t, l, 5)
+			l.Ready()
+			res, err := l.Fetch(diverging(tt.dataLoss), t0.Add(time.Second))
+			if err != nil || res.Diverging == nil || *res.Diverging != (EpochEndOffset{1, 3}) {
+				t.Fatalf("F1's fetch: %+v, %v; want diverging at epoch 1 ending at 3", res, err)
+			}
+			if got := progressOf(l, "F1").LogEndOffset; got != unknownOffset {
+				t.Errorf("F1's recorded log end %d after a diverging fetch, want unknown", got)
+			}
+			var proposal []string
+			if rd := l.Ready(); rd.ISRProposal != nil {
+				proposal = rd.ISRProposal.ISR
+			}
+			if !slices.Equal(proposal, tt.wantProposal) {
+				t.Errorf("proposal %v after the diverging fetch, want %v", proposal, tt.wantProposal)
+			}
+			// F2 reaches the log end: only F1's disowned 8 would let the HW
+			// pass 5.
+			fetchOK(t, l, "F2", 8, t0.Add(2*time.Second))
+			wantHW(t, l, tt.wantHW)
+			if got := l.Successors(); !slices.Equal(got, tt.wantSucc) {
+				t.Errorf("successors %v, want %v", got, tt.wantSucc)
+			}
+		})
+	}
+}
