@@ -442,6 +442,16 @@ func (r *Replica) onLeaderFetch(ev *leaderFetchRequest) {
 		}
 	}
 	r.parkMu.Unlock()
+	if had && err != nil {
+		// The park ended here, but the state machine refused the fetch
+		// and so changed nothing, and the session that held the park can
+		// no longer end it (its unpark finds it gone): end it in the
+		// state machine now, or the follower counts as caught up until it
+		// sends a fetch the leader takes.
+		if uerr := r.leader.FollowerUnparked(ev.req.ReplicaID, r.leader.Epoch(), r.deps.Now()); uerr != nil {
+			r.log.Debug("unpark refused", "replica", ev.req.ReplicaID, "error", uerr)
+		}
+	}
 	if had && prev != ev.session {
 		// Another fetch of the follower (another session's, or a GET)
 		// ended the park a session still holds: wake it, so that it
