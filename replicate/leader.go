@@ -704,15 +704,15 @@ func (l *Leader) ISRCommitted(isr []string, elr []EligibleReplica, now time.Time
 	if !slices.Contains(isr, l.self) {
 		return fmt.Errorf("%w: committed ISR %v lacks the leader %q", ErrInvalidInput, isr, l.self)
 	}
+	for _, e := range elr {
+		if !slices.Contains(l.replicas, e.ID) || slices.Contains(isr, e.ID) {
+			return fmt.Errorf("%w: eligible replica %q is not a replica outside the ISR %v", ErrInvalidInput, e.ID, isr)
+		}
+	}
 	for _, id := range isr {
 		if id != l.self && !slices.Contains(l.isr, id) {
 			p := l.followers[id]
 			p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
-		}
-	}
-	for _, e := range elr {
-		if !slices.Contains(l.replicas, e.ID) || slices.Contains(isr, e.ID) {
-			return fmt.Errorf("%w: eligible replica %q is not a replica outside the ISR %v", ErrInvalidInput, e.ID, isr)
 		}
 	}
 	l.isr = l.inReplicaOrder(isr)

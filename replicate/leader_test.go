@@ -515,6 +515,36 @@ func TestISRCommittedRejectsBadISR(t *testing.T) {
 	}
 }
 
+// TestISRCommittedRefusalChangesNothing: a refused ISRCommitted (an
+// eligible replica that is in the ISR or no replica) changes nothing, as
+// every refused input must (doc.go, "The Ready contract"). Before, the
+// followers the refused ISR would add were already marked caught up at
+// now when the eligible replicas were checked.
+func TestISRCommittedRefusalChangesNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		elr  []EligibleReplica
+	}{
+		{"an eligible replica in the ISR", []EligibleReplica{{ID: "F1", LogEndOffset: 8}}},
+		{"an eligible stranger", []EligibleReplica{{ID: "X", LogEndOffset: 8}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, _ := newTestLeader(t, leaderOpts{isr: []string{"L", "F1"}})
+			before := l.Progress()
+			if err := l.ISRCommitted([]string{"L", "F1", "F2"}, tt.elr, t0.Add(time.Hour)); !errors.Is(err, ErrInvalidInput) {
+				t.Fatalf("ISRCommitted with ELR %v = %v, want ErrInvalidInput", tt.elr, err)
+			}
+			if after := l.Progress(); !slices.Equal(after, before) {
+				t.Errorf("a refused ISRCommitted changed the progress:\nbefore %+v\nafter  %+v", before, after)
+			}
+			if got := l.ISR(); !slices.Equal(got, []string{"L", "F1"}) {
+				t.Errorf("ISR %v after a refused ISRCommitted", got)
+			}
+		})
+	}
+}
+
 func TestCanAppend(t *testing.T) {
 	tests := []struct {
 		name   string
