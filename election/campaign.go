@@ -91,9 +91,14 @@ func (l *Leadership) HandOver(ctx context.Context, successor string) error {
 
 func (l *Leadership) release(ctx context.Context, cause error, successor string) error {
 	c := l.c
+	pk := partitionKey{topic: l.topic, partition: l.partition}
 	c.mu.Lock()
+	// Until this release is answered, the key is this release's to free
+	// (a handover's names the successor), not the stray-lock loop's.
+	c.busyLocked(pk)
 	c.loseLocked(l, cause)
 	c.mu.Unlock()
+	defer c.notBusy(pk)
 	key := c.keys.leader(l.topic, l.partition)
 	// The same session locks the key again when this agent wins the
 	// partition again (a lease that lapsed and was proved, a resignation
@@ -275,6 +280,12 @@ type Candidate struct {
 // respect (see Candidate).
 func (c *Client) CampaignAs(ctx context.Context, topic string, partition int, cand Candidate) (*Leadership, error) {
 	key := partitionKey{topic: topic, partition: partition}
+	// While it runs, a key its session holds without a leadership is the
+	// campaign's to take again (campaigner.next, heldBySelf), not stray.
+	c.mu.Lock()
+	c.busyLocked(key)
+	c.mu.Unlock()
+	defer c.notBusy(key)
 	cp := newCampaigner(c.cfg.NodeID, c.cfg.LockDelay)
 	for {
 		c.mu.Lock()
@@ -533,6 +544,8 @@ func (c *Client) endLocked(l *Leadership, cause error) bool {
 		return false
 	}
 	l.cancel(cause)
+	// The key may now be held without a leadership.
+	c.wakeStrays()
 	return true
 }
 
@@ -568,7 +581,8 @@ func (c *Client) checkLeadershipLocked(l *Leadership, snap *Snapshot) {
 
 // heldLockKeysLocked lists the leader keys the session holds, by the
 // leaderships and by the latest snapshot (a lapsed lease leaves locks held
-// without a leadership).
+// without a leadership until a campaign takes them again or the stray-lock
+// loop releases them, stray.go).
 func (c *Client) heldLockKeysLocked() []string {
 	var keys []string
 	for _, l := range c.leaderships {

@@ -36,6 +36,8 @@ type Client struct {
 	batcherRuns bool
 	// renewNow asks the session loop to renew without waiting (buffered 1).
 	renewNow chan struct{}
+	// strayWake asks the stray-lock loop for a pass (buffered 1; stray.go).
+	strayWake chan struct{}
 
 	// counter counts the requests api sends (ConsulRequests).
 	counter *countingTransport
@@ -76,6 +78,11 @@ type Client struct {
 	// validity of the lease changes.
 	sessionChanged chan struct{}
 	leaderships    map[partitionKey]*Leadership
+	// busy counts, per partition, the campaigns running (CampaignAs) and
+	// the releases of its leader key in flight (Leadership.release): a
+	// key the session holds without a leadership is stray only while
+	// neither runs (stray.go).
+	busy map[partitionKey]int
 	// sessionFailure is why the last session creation failed, nil once one
 	// succeeds; Campaign reports a permission problem instead of waiting.
 	sessionFailure error
@@ -136,11 +143,13 @@ func New(cfg Config) (*Client, error) {
 		serviceID:      serviceName + "-" + cfg.NodeID,
 		checkID:        serviceName + "-" + cfg.NodeID + ":" + randomHex(4),
 		renewNow:       make(chan struct{}, 1),
+		strayWake:      make(chan struct{}, 1),
 		ctx:            ctx,
 		cancel:         cancel,
 		lease:          lease{sessionTTL: cfg.SessionTTL, checkTTL: cfg.CheckTTL, margin: cfg.LeaseMargin},
 		sessionChanged: make(chan struct{}),
 		leaderships:    map[partitionKey]*Leadership{},
+		busy:           map[partitionKey]int{},
 	}
 	c.snapshot.Store(emptySnapshot())
 	c.liveness.Store(emptyLiveness())

@@ -69,6 +69,7 @@ func (c *Client) Register(ctx context.Context) error {
 		loops.Go(func() { c.heartbeatLoop(keepAliveCtx) })
 		loops.Go(func() { c.sessionLoop(keepAliveCtx) })
 		loops.Go(func() { c.leaseLoop(regCtx) })
+		loops.Go(func() { c.strayLoop(regCtx) })
 		loops.Wait()
 	})
 	return nil

@@ -470,4 +470,6 @@ func (c *Client) publish(snap *Snapshot) {
 		}
 	}
 	c.checkLeaderships(snap)
+	// It may show a key held by the session without a leadership (stray.go).
+	c.wakeStrays()
 }
