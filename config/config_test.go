@@ -202,6 +202,7 @@ func TestInvalid(t *testing.T) {
 		{"unknown durability", "storage {\n  durability = \"sometimes\"\n}\n", 2, `"sometimes" is neither "fsync" nor "replicated"`},
 		{"bad log level", "log_level = \"loud\"\n", 1, `"loud" is not one of`},
 		{"bad node id", "node_id = \"../n1\"\n", 1, "must be 1 to 64 letters"},
+		{"empty node id", "node_id = \"\"\n", 1, `"" must be 1 to 64 letters`},
 		{"lock delay zero", "consul {\n  lock_delay = \"0s\"\n}\n", 2, "outside the allowed range 1ms to 1m0s"},
 		{"check ttl too short", "consul {\n  check_ttl = \"1s\"\n}\n", 2, "outside the allowed range 2s to 24h0m0s"},
 		{"prefix without slash", "consul {\n  prefix = \"logagent\"\n}\n", 2, "ending in '/'"},
@@ -441,5 +442,39 @@ func TestEveryProblemReported(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q is not reported:\n%v", want, err)
 		}
+	}
+}
+
+// TestNodeIDFromHostName: a node_id taken from an empty host name (or one
+// whose first label is empty) is refused as an empty node_id is.
+func TestNodeIDFromHostName(t *testing.T) {
+	cases := []struct {
+		host    string
+		want    string
+		wantErr string
+	}{
+		{"h1.example", "h1", ""},
+		{"h1", "h1", ""},
+		{"", "", `Invalid node_id: "" must be 1 to 64 letters`},
+		{".example", "", `Invalid node_id: "" must be 1 to 64 letters`},
+	}
+	for _, c := range cases {
+		t.Run(c.host, func(t *testing.T) {
+			env := testEnv()
+			env.Hostname = func() (string, error) { return c.host, nil }
+			cfg, err := LoadWith(env)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("got %v, want an error containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.NodeID != c.want {
+				t.Errorf("node_id %q, want %q", cfg.NodeID, c.want)
+			}
+		})
 	}
 }

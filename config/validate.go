@@ -153,14 +153,18 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c := &Config{}
 
 	c.NodeID = str(f.NodeID)
+	noHost := false
 	if f.NodeID == nil {
 		host, err := env.Hostname()
 		if err != nil {
 			v.errorf("node_id", "not set, and the host name is unavailable: %v", err)
+			noHost = true
 		}
 		c.NodeID = strings.SplitN(host, ".", 2)[0]
 	}
-	if c.NodeID != "" && !nodeIDPattern.MatchString(c.NodeID) {
+	// An empty one too (node_id = "", or an empty host name): it passed,
+	// and the agent ran as node "".
+	if !noHost && !nodeIDPattern.MatchString(c.NodeID) {
 		v.errorf("node_id", "%q must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit (set node_id explicitly if the host name does not fit)", c.NodeID)
 	}
 	c.DataDir = str(f.DataDir)
