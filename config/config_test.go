@@ -478,3 +478,43 @@ func TestNodeIDFromHostName(t *testing.T) {
 		})
 	}
 }
+
+// TestValueThatDoesNotDecodeReportedOnce: a value gohcl cannot decode is
+// one problem, at its place; it was also merged as a zero value, which
+// validation reported again as a value the file does not hold.
+func TestValueThatDoesNotDecodeReportedOnce(t *testing.T) {
+	cases := []struct {
+		name string
+		hcl  string
+		want []string // every diagnostic, file:line:column stripped of the file
+	}{
+		{"number not whole", "topic_defaults {\n  partitions = 3.5\n}\n", []string{
+			"2:16: Unsuitable value type: Unsuitable value: value must be a whole number, between -9223372036854775808 and 9223372036854775807"}},
+		{"function call", "data_dir = upper(\"x\")\n", []string{
+			"1:12: Function calls not allowed: Functions may not be called here",
+			"1:12: Unsuitable value type: Unsuitable value: value must be known"}},
+		{"variable", "storage {\n  durability = \"${env.D}\"\n}\n", []string{
+			"2:16: Unsuitable value type: Unsuitable value: value must be known",
+			"2:19: Variables not allowed: Variables may not be used here"}},
+		{"beside a key that decodes", "groups {\n  offsets_partitions = 2.5\n  offsets_replication_factor = 0\n}\n", []string{
+			"2:24: Unsuitable value type: Unsuitable value: value must be a whole number, between -9223372036854775808 and 9223372036854775807",
+			"3:32: Invalid groups.offsets_replication_factor: 0 must be at least 1"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "agent.hcl", c.hcl)
+			_, err := LoadWith(testEnv(), p)
+			var de *DiagnosticsError
+			if !errors.As(err, &de) {
+				t.Fatalf("got %v, want diagnostics", err)
+			}
+			var got []string
+			for _, d := range de.Diags {
+				got = append(got, strings.TrimPrefix(FormatDiagnostic(d), p+":"))
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("diagnostics:\n %q\nwant\n %q", got, c.want)
+			}
+		})
+	}
+}

@@ -158,9 +158,25 @@ func parseAndMerge(files []string) (*fileRoot, rangeMap, hcl.Diagnostics) {
 		// An unknown key or a value of the wrong type is reported, but the
 		// keys that did decode are still merged and validated, so that one
 		// run reports every problem.
-		diags = append(diags, gohcl.DecodeBody(f.Body, nil, &root)...)
+		d = gohcl.DecodeBody(f.Body, nil, &root)
+		diags = append(diags, d...)
+		fileRanges := rangeMap{}
 		if body, ok := f.Body.(*hclsyntax.Body); ok {
-			collectRanges(body, "", ranges)
+			collectRanges(body, "", fileRanges)
+		}
+		// A value that did not decode (a number that is not whole, a
+		// variable or a function call) left its key set to a zero value,
+		// which validation then reported a second time, as a value the
+		// file does not hold ("0 is outside the allowed range" for 3.5):
+		// the key is dropped from this file, so the earlier value stands.
+		for key, r := range fileRanges {
+			if decodeFailed(d, r) {
+				clearKey(reflect.ValueOf(&root).Elem(), key)
+				delete(fileRanges, key)
+			}
+		}
+		for key, r := range fileRanges {
+			ranges[key] = r
 		}
 		mergeInto(reflect.ValueOf(merged).Elem(), reflect.ValueOf(&root).Elem())
 	}
@@ -188,6 +204,43 @@ func collectRanges(body *hclsyntax.Body, prefix string, into rangeMap) {
 	for _, b := range body.Blocks {
 		into[prefix+b.Type] = b.TypeRange
 		collectRanges(b.Body, prefix+b.Type+".", into)
+	}
+}
+
+// decodeFailed reports whether an error of diags lies in the value written
+// at r.
+func decodeFailed(diags hcl.Diagnostics, r hcl.Range) bool {
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError && d.Subject != nil && d.Subject.Filename == r.Filename &&
+			(d.Subject.Start.Byte == r.Start.Byte || r.ContainsOffset(d.Subject.Start.Byte)) {
+			return true
+		}
+	}
+	return false
+}
+
+// clearKey unsets the dotted key ("storage.segment_bytes") of a decoded
+// file; a key that names a block or is not in the schema is left alone.
+func clearKey(v reflect.Value, key string) {
+	name, rest, nested := strings.Cut(key, ".")
+	for i := 0; i < v.NumField(); i++ {
+		if strings.Split(v.Type().Field(i).Tag.Get("hcl"), ",")[0] != name {
+			continue
+		}
+		f := v.Field(i)
+		if f.Kind() != reflect.Pointer || f.IsNil() {
+			return
+		}
+		if f.Elem().Kind() == reflect.Struct {
+			if nested {
+				clearKey(f.Elem(), rest)
+			}
+			return
+		}
+		if !nested {
+			f.Set(reflect.Zero(f.Type()))
+		}
+		return
 	}
 }
 
