@@ -518,3 +518,56 @@ func TestValueThatDoesNotDecodeReportedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestConsulAddress: consul.address is checked as Consul's client reads
+// it; a typo passed validate, and the agent waited for a Consul it could
+// not reach.
+func TestConsulAddress(t *testing.T) {
+	cases := []struct {
+		address string
+		wantErr string // "" for valid
+	}{
+		{"127.0.0.1:8500", ""},
+		{"consul.service.consul:8501", ""},
+		{"localhost", ""},
+		{"[::1]:8500", ""},
+		{"[::1]", ""},
+		{"http://127.0.0.1:8500", ""},
+		{"https://consul.example:8501/prefix", ""},
+		{"unix:///var/run/consul.sock", ""},
+		{"127.0.0.1:85OO", `has port "85OO", not a number from 1 to 65535`},
+		{"127.0.0.1:0", `has port "0"`},
+		{"not an address", `has the host "not an address", neither an IP address nor a host name`},
+		{"tcp://127.0.0.1:8500", `has the scheme "tcp"`},
+		{"unix://", "names no socket path"},
+		{"https://:8501", `has the host ""`},
+		{"::1:8500", "is not host:port"},
+	}
+	for _, c := range cases {
+		t.Run(c.address, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "agent.hcl", fmt.Sprintf("consul {\n  address = %q\n}\n", c.address))
+			cfg, err := LoadWith(testEnv(), p)
+			if c.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cfg.Consul.API.Address != c.address {
+					t.Errorf("address %q, want %q", cfg.Consul.API.Address, c.address)
+				}
+				return
+			}
+			want := fmt.Sprintf("%s:2:13: Invalid consul.address: %q %s", p, c.address, c.wantErr)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("got %v, want an error containing %q", err, want)
+			}
+		})
+	}
+	t.Run("from CONSUL_HTTP_ADDR", func(t *testing.T) {
+		t.Setenv("CONSUL_HTTP_ADDR", "127.0.0.1:port")
+		_, err := LoadWith(testEnv())
+		want := `Invalid consul.address: "127.0.0.1:port" (from CONSUL_HTTP_ADDR) has port "port"`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("got %v, want an error containing %q", err, want)
+		}
+	})
+}

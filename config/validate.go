@@ -311,6 +311,12 @@ func (v *validator) consul(f *fileConsul) Consul {
 	}
 	if c.API.Address == "" {
 		v.errorf("consul.address", "an address is required")
+	} else if err := checkConsulAddress(c.API.Address); err != nil {
+		from := ""
+		if f.Address == nil {
+			from = " (from CONSUL_HTTP_ADDR)"
+		}
+		v.errorf("consul.address", "%q%s %v", c.API.Address, from, err)
 	}
 	if f.Scheme != nil {
 		if *f.Scheme != "http" && *f.Scheme != "https" {
@@ -356,6 +362,45 @@ func (v *validator) consul(f *fileConsul) Consul {
 	c.CheckTTL = v.duration("consul.check_ttl", f.CheckTTL, minCheckTTL, maxSessionTTL)
 	c.LockDelay = v.duration("consul.lock_delay", f.LockDelay, minLockDelay, maxLockDelay)
 	return c
+}
+
+// checkConsulAddress checks an address as Consul's client reads it
+// (api.NewClient): host[:port], an IP address or a host name, optionally
+// after http:// or https:// (and followed by a path, a reverse proxy's
+// prefix), or unix:// and a socket path. Anything else failed only when the
+// agent started, or never: the agent waited for a Consul it could not reach.
+func checkConsulAddress(addr string) error {
+	hostPort := addr
+	if scheme, rest, ok := strings.Cut(addr, "://"); ok {
+		switch scheme {
+		case "unix":
+			if rest == "" {
+				return fmt.Errorf("names no socket path")
+			}
+			return nil
+		case "http", "https":
+			hostPort, _, _ = strings.Cut(rest, "/")
+		default:
+			return fmt.Errorf("has the scheme %q; Consul's client takes http://, https:// or unix://", scheme)
+		}
+	}
+	host := hostPort
+	if strings.LastIndex(hostPort, ":") > strings.LastIndex(hostPort, "]") {
+		h, port, err := net.SplitHostPort(hostPort)
+		if err != nil {
+			return fmt.Errorf("is not host:port: %v", err)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("has port %q, not a number from 1 to 65535", port)
+		}
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if host == "" || net.ParseIP(host) == nil && !validHostname(host) {
+		return fmt.Errorf("has the host %q, neither an IP address nor a host name", host)
+	}
+	return nil
 }
 
 func (v *validator) storage(f *fileStorage) Storage {
