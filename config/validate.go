@@ -354,6 +354,7 @@ func (v *validator) consul(f *fileConsul) Consul {
 			v.errorf("consul.scheme", "consul.ca_file, cert_file and key_file apply only to scheme = \"https\" (or an https:// address), not %q", c.API.Scheme)
 		}
 	}
+	v.consulTLSFiles(c.API.TLSConfig)
 	c.Prefix = str(f.Prefix)
 	if c.Prefix == "" || strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/") {
 		v.errorf("consul.prefix", "%q must be a non-empty KV path ending in '/' and not starting with one", c.Prefix)
@@ -362,6 +363,34 @@ func (v *validator) consul(f *fileConsul) Consul {
 	c.CheckTTL = v.duration("consul.check_ttl", f.CheckTTL, minCheckTTL, maxSessionTTL)
 	c.LockDelay = v.duration("consul.lock_delay", f.LockDelay, minLockDelay, maxLockDelay)
 	return c
+}
+
+// consulTLSFiles checks the TLS files Consul's client will load (from the
+// consul block or CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY)
+// as a tls block's are checked: a certificate and its key together, every
+// file readable and parsed, the key the certificate's. Consul's client
+// refused a certificate without a key, or a file it could not load, only
+// when the agent started.
+func (v *validator) consulTLSFiles(t api.TLSConfig) {
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		v.errorf("consul.cert_file", "%s is set but consul.key_file (or CONSUL_CLIENT_KEY) is not: Consul's client needs both", t.CertFile)
+		t.CertFile = ""
+	case t.CertFile == "" && t.KeyFile != "":
+		v.errorf("consul.key_file", "%s is set but consul.cert_file (or CONSUL_CLIENT_CERT) is not: Consul's client needs both", t.KeyFile)
+		t.KeyFile = ""
+	}
+	var problems []tlsProblem
+	if t.CertFile != "" {
+		_, problems = TLS{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile}.read()
+	} else if t.CAFile != "" {
+		if _, err := readCertificates(t.CAFile); err != nil {
+			problems = append(problems, tlsProblem{"ca_file", t.CAFile, err})
+		}
+	}
+	for _, p := range problems {
+		v.errorf("consul."+p.key, "%s: %v", p.path, p.err)
+	}
 }
 
 // checkConsulAddress checks an address as Consul's client reads it
