@@ -571,3 +571,29 @@ func TestConsulAddress(t *testing.T) {
 		}
 	})
 }
+
+// TestConfigDirectoryWithoutHCLFiles: a -config directory must hold a
+// *.hcl file; one without was no configuration, and the agent ran on the
+// defaults alone.
+func TestConfigDirectoryWithoutHCLFiles(t *testing.T) {
+	cases := []struct {
+		name  string
+		files []string
+	}{
+		{"empty", nil},
+		{"other names only", []string{"agent.conf", "agent.hcl.bak"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, n := range c.files {
+				writeFile(t, dir, n, "node_id = \"n1\"\n")
+			}
+			_, err := LoadWith(testEnv(), dir)
+			want := "Empty configuration directory: " + dir + " holds no *.hcl file"
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("got %v, want an error containing %q", err, want)
+			}
+		})
+	}
+}

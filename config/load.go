@@ -130,6 +130,17 @@ func expandPaths(paths []string) ([]string, hcl.Diagnostics) {
 				}
 			}
 		}
+		if len(names) == 0 {
+			// Read as no configuration at all, an agent on the defaults
+			// alone: a directory given by mistake, or its files named
+			// *.conf, started one that joined the cluster as the host.
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Empty configuration directory",
+				Detail:   fmt.Sprintf("%s holds no *.hcl file (files with other names are not read)", p),
+			})
+			continue
+		}
 		sort.Strings(names)
 		for _, n := range names {
 			files = append(files, filepath.Join(p, n))
