@@ -597,3 +597,40 @@ func TestConfigDirectoryWithoutHCLFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestDataDirNotADirectory: a data_dir that exists as a file, or below
+// one, is refused at load; it passed logagent validate and failed the
+// agent's start. One that does not exist yet is fine: the agent creates it.
+func TestDataDirNotADirectory(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "file", "x")
+	cases := []struct {
+		name    string
+		dataDir string
+		wantErr string
+	}{
+		{"a directory", dir, ""},
+		{"not there yet", filepath.Join(dir, "new", "data"), ""},
+		{"a file", file, file + " exists and is not a directory"},
+		{"below a file", filepath.Join(file, "data"), filepath.Join(file, "data") + " cannot be a directory: stat " + filepath.Join(file, "data") + ": not a directory"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "agent.hcl", fmt.Sprintf("node_id = \"n1\"\ndata_dir = %q\n", c.dataDir))
+			cfg, err := LoadWith(testEnv(), p)
+			if c.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cfg.DataDir != c.dataDir {
+					t.Errorf("data_dir %q, want %q", cfg.DataDir, c.dataDir)
+				}
+				return
+			}
+			want := p + ":2:12: Invalid data_dir: " + c.wantErr
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("got %v, want an error containing %q", err, want)
+			}
+		})
+	}
+}

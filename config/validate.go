@@ -1,12 +1,15 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -170,6 +173,12 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.DataDir = str(f.DataDir)
 	if c.DataDir == "" {
 		v.errorf("data_dir", "a directory is required")
+	} else if info, err := os.Stat(c.DataDir); err == nil && !info.IsDir() {
+		// The agent creates a data_dir that does not exist; one that
+		// exists as something else failed only at its start.
+		v.errorf("data_dir", "%s exists and is not a directory", c.DataDir)
+	} else if errors.Is(err, syscall.ENOTDIR) {
+		v.errorf("data_dir", "%s cannot be a directory: %v", c.DataDir, err)
 	}
 	c.LogLevel = strings.ToLower(str(f.LogLevel))
 	if !slices.Contains(logLevels, c.LogLevel) {
