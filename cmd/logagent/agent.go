@@ -17,10 +17,8 @@ import (
 )
 
 func runAgent(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("agent", stderr)
-	var paths stringList
-	fs.Var(&paths, "config", "a configuration file or directory of *.hcl files (repeatable, merged in order)")
-	if err := parseFlags(fs, args); err != nil {
+	paths, err := parseConfigFlags("agent", args, stderr)
+	if err != nil {
 		return err
 	}
 	cfg, err := config.Load(paths...)

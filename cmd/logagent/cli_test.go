@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -121,5 +122,39 @@ func TestAgentFlagsRefused(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errb.String(), c.want)
 			}
 		})
+	}
+}
+
+// TestConfigFlagRequired: agent, like validate, needs -config: without it
+// the agent ran on the built-in defaults alone (node_id the host name,
+// peer on 0.0.0.0:7171, data_dir /var/lib/logagent) and joined the cluster.
+func TestConfigFlagRequired(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		want    []string
+		wantErr string
+	}{
+		{"none", nil, nil, "usage: -config is required"},
+		{"one", []string{"-config", "/etc/logagent.d/"}, []string{"/etc/logagent.d/"}, ""},
+		{"two", []string{"-config", "a.hcl", "-config=b"}, []string{"a.hcl", "b"}, ""},
+		{"positional", []string{"/etc/logagent.d/"}, nil, `usage: unexpected argument "/etc/logagent.d/"`},
+	}
+	for _, command := range []string{"agent", "validate"} {
+		for _, c := range cases {
+			t.Run(command+" "+c.name, func(t *testing.T) {
+				var errb bytes.Buffer
+				got, err := parseConfigFlags(command, c.args, &errb)
+				if c.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+						t.Fatalf("got %v, %v; want an error containing %q", got, err, c.wantErr)
+					}
+					return
+				}
+				if err != nil || !slices.Equal(got, c.want) {
+					t.Fatalf("got %q, %v; want %q", got, err, c.want)
+				}
+			})
+		}
 	}
 }

@@ -8,15 +8,27 @@ import (
 	"github.com/logagent/logagent/config"
 )
 
-func runValidate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("validate", stderr)
+// parseConfigFlags parses the flags of a command that reads the agent's
+// configuration (agent, validate): -config, required, so that the agent
+// never runs on the built-in defaults alone, and validate checks what the
+// agent would run.
+func parseConfigFlags(name string, args []string, stderr io.Writer) ([]string, error) {
+	fs := newFlagSet(name, stderr)
 	var paths stringList
-	fs.Var(&paths, "config", "a configuration file or directory of *.hcl files (repeatable, merged in order)")
+	fs.Var(&paths, "config", "a configuration file or directory of *.hcl files (repeatable, merged in order; required)")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	if len(paths) == 0 {
-		return fmt.Errorf("%w: -config is required", errUsage)
+		return nil, fmt.Errorf("%w: -config is required", errUsage)
+	}
+	return paths, nil
+}
+
+func runValidate(args []string, stdout, stderr io.Writer) error {
+	paths, err := parseConfigFlags("validate", args, stderr)
+	if err != nil {
+		return err
 	}
 	cfg, err := config.Load(paths...)
 	var diags *config.DiagnosticsError
