@@ -1,8 +1,8 @@
 # logagent agent configuration: every option, set to its default.
 #
 # Install as /etc/logagent.d/agent.hcl. The agent reads every *.hcl file of
-# each -config directory in name order; a later file overrides only the keys
-# it sets. Check a configuration with: logagent validate -config=/etc/logagent.d/
+# each -config directory in name order (a directory without one is an
+# error); a later file overrides only the keys it sets. Check a configuration with: logagent validate -config=/etc/logagent.d/
 #
 # Sizes are bytes, or a number with a unit: KB, MB, GB, TB (powers of 1000) or
 # KiB, MiB, GiB, TiB (powers of 1024). Durations use Go's syntax: "500ms",
@@ -14,7 +14,8 @@
 # directory that belongs to another node_id.
 # node_id = "host-1"
 
-# Where partitions, checkpoints and meta.json live. The agent holds an
+# Where partitions, checkpoints and meta.json live, created at start when
+# absent (a path that exists must be a directory). The agent holds an
 # exclusive lock (data_dir/.lock) while it runs.
 data_dir = "/var/lib/logagent"
 
@@ -100,14 +101,14 @@ peer {
 # CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, CONSUL_CLIENT_CERT,
 # CONSUL_CLIENT_KEY), then to 127.0.0.1:8500 over http.
 consul {
-  # address    = "127.0.0.1:8500"
+  # address    = "127.0.0.1:8500"   # host[:port], after http://, https:// or unix://
   # scheme     = "http"
   # datacenter = "dc1"
   # token      = ""      # or token_file; see docs/operations.md for the ACL policy
   # token_file = "/etc/logagent.d/consul-token"   # an empty file is refused
   # ca_file    = ""      # the three TLS files need scheme = "https" (refused over http,
-  # cert_file  = ""      # where Consul's client would ignore them)
-  # key_file   = ""
+  # cert_file  = ""      # where Consul's client would ignore them); cert_file and
+  # key_file   = ""      # key_file go together; all are read and parsed at load
 
   # Every key logagent writes lives under this KV prefix.
   prefix = "logagent/"
@@ -173,7 +174,7 @@ replication {
   # The most bytes per second this agent's leaders send, summed, to the
   # replicas a reassignment adds while they catch up (logagent partition
   # move); the ISR's own fetches are never held back. "0" turns the bound
-  # off; else at least 1KiB.
+  # off; else 1KiB to 1TiB.
   reassign_max_bytes_per_second = "50MiB"
 }
 
