@@ -75,6 +75,9 @@ type Coordinator interface {
 	// StartReassign starts moving a partition's replicas to target
 	// (docs/design.md §7.6); done says there is nothing to move.
 	StartReassign(ctx context.Context, topic string, partition int, target []string) (election.Reassignment, bool, error)
+	// StartReassignFrom is StartReassign for a target chosen from the
+	// metadata: refused unless the partition is still as from.
+	StartReassignFrom(ctx context.Context, topic string, partition int, from election.DecidedFrom, target []string) (election.Reassignment, bool, error)
 	// CancelReassign turns the move in flight into its way back to the
 	// original replicas (docs/design.md §7.6).
 	CancelReassign(ctx context.Context, topic string, partition int) (election.Reassignment, error)

@@ -148,8 +148,35 @@ func decodeReassignment(key string, value []byte, replicas []string) (Reassignme
 // min_insync_replicas, is ErrInvalidTopic; a move already in flight
 // ErrReassignInProgress; a target equal to the replicas is no move (done
 // true, nothing written). Any key that changed between the read and the
-// write is ErrConflict: read again.
+// write is ErrConflict: read again. The target is the caller's whole
+// wish, whatever the replicas are (an operator's partition move); a
+// target chosen from the metadata goes through StartReassignFrom.
 func (c *Client) StartReassign(ctx context.Context, topic string, partition int, target []string) (Reassignment, bool, error) {
+	return c.startReassign(ctx, topic, partition, target, nil)
+}
+
+// DecidedFrom is the metadata a move's target was chosen from: the
+// topic's incarnation (TopicConfig.ID) and the ModifyIndex of the
+// partition's replicas key (PartitionMeta.ReplicasIndex).
+type DecidedFrom struct {
+	TopicID       string
+	ReplicasIndex uint64
+}
+
+// StartReassignFrom is StartReassign for a target chosen from the
+// metadata (self-healing, a drain: the dead or drained replicas of the
+// replicas in from put elsewhere): it is ErrConflict, and writes nothing,
+// unless the topic is still the incarnation from.TopicID and its replicas
+// key still at from.ReplicasIndex, which the start transaction then
+// checks. Without it a start decided from metadata that had moved on (a
+// move another leader completed, the topic deleted and created again) was
+// written over replicas its decider never saw, and moved a partition off a
+// replica just copied to, or onto agents of another incarnation's choice.
+func (c *Client) StartReassignFrom(ctx context.Context, topic string, partition int, from DecidedFrom, target []string) (Reassignment, bool, error) {
+	return c.startReassign(ctx, topic, partition, target, &from)
+}
+
+func (c *Client) startReassign(ctx context.Context, topic string, partition int, target []string, from *DecidedFrom) (Reassignment, bool, error) {
 	if !ValidTopicName(topic) {
 		return Reassignment{}, false, fmt.Errorf("%w: name %q", ErrInvalidTopic, topic)
 	}
@@ -167,6 +194,9 @@ func (c *Client) StartReassign(ctx context.Context, topic string, partition int,
 	}
 	if partition < 0 || partition >= tc.Partitions {
 		return Reassignment{}, false, fmt.Errorf("%w: %s/%d", ErrUnknownPartition, topic, partition)
+	}
+	if from != nil && tc.ID != from.TopicID {
+		return Reassignment{}, false, fmt.Errorf("%w: %s is topic id %s, the move was decided for %s", ErrConflict, topic, tc.ID, from.TopicID)
 	}
 	if err := checkNodes(target); err != nil || len(target) == 0 {
 		return Reassignment{}, false, fmt.Errorf("%w: target of %s/%d: %v", ErrInvalidTopic, topic, partition, err)
@@ -186,6 +216,10 @@ func (c *Client) StartReassign(ctx context.Context, topic string, partition int,
 	replicas, err := decodeReplicas(replicasKey, replicasPair.Value)
 	if err != nil {
 		return Reassignment{}, false, err
+	}
+	if from != nil && replicasPair.ModifyIndex != from.ReplicasIndex {
+		return Reassignment{}, false, fmt.Errorf("%w: %s/%d has replicas %v at index %d, the move was decided from index %d",
+			ErrConflict, topic, partition, replicas, replicasPair.ModifyIndex, from.ReplicasIndex)
 	}
 	movePair, err := c.getConsistent(ctx, reassignKey, op, rule)
 	if err != nil {

@@ -426,3 +426,65 @@ func TestCancelRacesCompletion(t *testing.T) {
 		t.Errorf("one side won every round (%v): the race was not exercised", wins)
 	}
 }
+
+// TestStartReassignFrom: a start whose target was chosen from the metadata
+// (self-healing, a drain) is refused, and writes nothing, once the
+// partition is not what it was chosen from: its replicas key moved on (a
+// move completed meanwhile), or the topic was deleted and created again
+// under its name (another topic id, replicas key written anew). Chosen
+// from the partition as it is, it starts.
+func TestStartReassignFrom(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	ctx := context.Background()
+	createTopic(t, a, "hf", [][]string{{"a", "b", "c"}})
+	pm := waitPartition(t, a, "hf", 0, func(PartitionMeta) bool { return true })
+	tm, _ := a.Metadata().Topic("hf")
+	decided := DecidedFrom{TopicID: tm.Config.ID, ReplicasIndex: pm.ReplicasIndex}
+	noMove := func(what string) {
+		t.Helper()
+		if pair, _, _ := admin.KV().Get(testPrefix+"topics/hf/0/reassign", nil); pair != nil {
+			t.Fatalf("%s: a move was written: %s", what, pair.Value)
+		}
+	}
+
+	// Replicas moved on: what a move of c to e, completed, leaves.
+	if _, err := admin.KV().Put(&api.KVPair{Key: testPrefix + "topics/hf/0/replicas", Value: []byte(`["a","b","e"]`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.StartReassignFrom(ctx, "hf", 0, decided, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a start decided from replicas a,b,c over a,b,e = %v, want ErrConflict", err)
+	}
+	noMove("replicas moved on")
+
+	// The topic created again, with the same replicas.
+	if err := a.DeleteTopic(ctx, "hf"); err != nil {
+		t.Fatal(err)
+	}
+	createTopic(t, a, "hf", [][]string{{"a", "b", "c"}})
+	pm = waitPartition(t, a, "hf", 0, func(pm PartitionMeta) bool { return pm.ReplicasIndex > decided.ReplicasIndex })
+	tm, _ = a.Metadata().Topic("hf")
+	if tm.Config.ID == decided.TopicID {
+		t.Fatalf("the topic created again has the old id %s", tm.Config.ID)
+	}
+	if _, _, err := a.StartReassignFrom(ctx, "hf", 0, decided, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a start decided for the deleted topic, on the new one = %v, want ErrConflict", err)
+	}
+	// The right index of another incarnation is still another one.
+	if _, _, err := a.StartReassignFrom(ctx, "hf", 0, DecidedFrom{TopicID: decided.TopicID, ReplicasIndex: pm.ReplicasIndex}, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a start naming the deleted topic's id = %v, want ErrConflict", err)
+	}
+	noMove("topic created again")
+
+	// Decided from the partition as it is: the move starts.
+	m, done, err := a.StartReassignFrom(ctx, "hf", 0, DecidedFrom{TopicID: tm.Config.ID, ReplicasIndex: pm.ReplicasIndex}, []string{"a", "b", "d"})
+	if err != nil || done || !slices.Equal(m.Target, []string{"a", "b", "d"}) {
+		t.Fatalf("a start decided from the current metadata = %+v, done %t, %v", m, done, err)
+	}
+	if got := consulReplicas(t, admin, "hf", 0); !slices.Equal(got, []string{"a", "b", "d", "c"}) {
+		t.Fatalf("replicas after the start = %v, want the union", got)
+	}
+}

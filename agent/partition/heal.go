@@ -105,11 +105,15 @@ func (r *Replica) maybeHeal(now time.Time) {
 	}
 	r.log.Info("re-placing replicas", "dead", dead, "draining", snap.Draining(), "replicas", pm.Replicas, "target", target, "replace_dead_after", after)
 	r.healing, r.healWaitLogged = true, false
-	gen := r.gen
+	// The start is refused unless the partition is still what the target
+	// was chosen from: the metadata may be behind Consul (a move another
+	// leader completed, the topic created again), and a start over other
+	// replicas would move them by this decision.
+	gen, from := r.gen, election.DecidedFrom{TopicID: r.meta.tc.ID, ReplicasIndex: pm.ReplicasIndex}
 	r.tasks.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
 		defer cancel()
-		_, _, err := r.deps.Coord.StartReassign(ctx, r.topic, r.partition, target)
+		_, _, err := r.deps.Coord.StartReassignFrom(ctx, r.topic, r.partition, from, target)
 		r.send(healResult{gen: gen, target: target, err: err})
 	})
 }

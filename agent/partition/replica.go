@@ -273,9 +273,11 @@ type Coordinator interface {
 	// with the replicas set to the target and the move deleted, guarded
 	// by the indexes of the snapshot it was decided from.
 	CompleteReassign(ctx context.Context, topic string, partition int, epoch int32, m election.Reassignment, replicasIndex, reassignIndex uint64, isr []string, elr []election.EligibleReplica) error
-	// StartReassign starts a move of the partition's replicas to target
-	// (self-healing's re-placing of dead replicas).
-	StartReassign(ctx context.Context, topic string, partition int, target []string) (election.Reassignment, bool, error)
+	// StartReassignFrom starts a move of the partition's replicas to
+	// target (self-healing's re-placing of dead or drained replicas),
+	// refused unless the partition is still as from, the metadata the
+	// target was chosen from.
+	StartReassignFrom(ctx context.Context, topic string, partition int, from election.DecidedFrom, target []string) (election.Reassignment, bool, error)
 	// Liveness is the latest word of Consul on which agents are dead (the
 	// watch starts on first use): leaders drop dead replicas from the ISR.
 	Liveness() *election.Liveness
