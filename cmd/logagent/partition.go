@@ -57,6 +57,7 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return m.fail(err)
 		}
+		target = back.Reassignment.Target
 		fmt.Fprintf(stdout, "cancelling the move of %s: back to %s, removing %s\n", name, strings.Join(back.Reassignment.Target, ","), joinOrDash(back.Reassignment.Removing))
 	} else {
 		started, err := m.c.MovePartition(m.ctx, *topic, *part, target)
@@ -81,6 +82,9 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 			return m.fail(err)
 		}
 		if now.Reassignment == nil {
+			if err := notOnTarget(name, now.Replicas, target); err != nil {
+				return err
+			}
 			out.println(fmt.Sprintf("done: %s has replicas %s, ISR %s", name, strings.Join(now.Replicas, ","), joinOrDash(now.ISR)))
 			return nil
 		}
@@ -91,6 +95,18 @@ func runPartitionMove(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("stopped waiting (the move or its cancel goes on; logagent status shows it): %w", err)
 		}
 	}
+}
+
+// notOnTarget is the error of a wait for a move that ended (no move in
+// flight) with the partition on other replicas than target: the move was
+// cancelled (partition move -cancel, DELETE .../reassignment) before it
+// completed, or another move came after it. Nil when it is on target.
+func notOnTarget(name string, replicas, target []string) error {
+	if slices.Equal(replicas, target) {
+		return nil
+	}
+	return fmt.Errorf("%s is on %s, not on %s: the move was cancelled before it completed, or another move followed it",
+		name, strings.Join(replicas, ","), strings.Join(target, ","))
 }
 
 // progressLine is one line of a move's progress.

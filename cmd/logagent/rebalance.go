@@ -50,6 +50,7 @@ func runRebalance(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	out := newProgressOut(stdout)
+	var missed []string
 	for i, mv := range plan.Moves {
 		name := mv.Topic + "/" + strconv.Itoa(mv.Partition)
 		if i > 0 {
@@ -93,7 +94,15 @@ func runRebalance(args []string, stdout, stderr io.Writer) error {
 				out.update(fmt.Sprintf("[%d/%d]", i+1, len(plan.Moves)), []moveBar{b}, "")
 			}
 		}
+		if err := notOnTarget(name, r.Replicas, mv.Target); err != nil {
+			out.println(fmt.Sprintf("[%d/%d] %v", i+1, len(plan.Moves), err))
+			missed = append(missed, name)
+			continue
+		}
 		out.println(fmt.Sprintf("[%d/%d] %s now on %s (%s)", i+1, len(plan.Moves), name, strings.Join(r.Replicas, ","), time.Since(start).Round(time.Millisecond)))
+	}
+	if len(missed) > 0 {
+		return fmt.Errorf("%d of %d moves did not reach their target (%s); run logagent rebalance again", len(missed), len(plan.Moves), strings.Join(missed, ", "))
 	}
 	fmt.Fprintln(stdout, "done; leaderships follow the preferred leaders after replication.leader_rebalance_delay")
 	return nil
