@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,5 +283,76 @@ func TestAlterTopicAfterAHalfDoneAlter(t *testing.T) {
 	}
 	if l := campaign(t, a, "half", 3); l.Epoch() != 1 {
 		t.Fatalf("new partition 3 led at epoch %d, want 1", l.Epoch())
+	}
+}
+
+// TestAlterMinISRAboveAMovedPartitionsReplicas: a partition move may give
+// a partition fewer replicas than the replication factor (docs/design.md
+// §7.6), and min_insync_replicas may be raised up to the replication
+// factor. Raised above the replicas of such a partition, no leader of it
+// could start (replicate.NewLeader refuses min_insync_replicas above the
+// replicas: the partition is unleadable from its next election on, its
+// leader resigning and campaigning again each second), and a move in
+// flight to that few replicas never completes. The alter is refused,
+// naming the partition, whether the move completed or is in flight, or a
+// cancel would bring the partition back to that few; a raise the replicas
+// allow passes.
+func TestAlterMinISRAboveAMovedPartitionsReplicas(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	ctx := context.Background()
+	minISR := func(n int) TopicChange {
+		return func(tc TopicConfig, _ [][]string) (TopicConfig, [][]string, error) {
+			tc.MinInsyncReplicas = n
+			return tc, nil, nil
+		}
+	}
+	configMinISR := func() int {
+		t.Helper()
+		pair, _, err := admin.KV().Get(a.keys.config("sh"), &api.QueryOptions{RequireConsistent: true})
+		if err != nil || pair == nil {
+			t.Fatalf("read the config: %v, %v", pair, err)
+		}
+		tc, err := decodeTopicConfig(pair.Key, pair.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tc.MinInsyncReplicas
+	}
+	createTopic(t, a, "sh", [][]string{{"a", "b", "c"}, {"a", "b", "c"}}, func(tc *TopicConfig) { tc.MinInsyncReplicas = 1 })
+
+	// In flight: partition 1 moving to a, b.
+	if _, _, err := a.StartReassign(ctx, "sh", 1, []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AlterTopic(ctx, "sh", minISR(3)); !errors.Is(err, ErrInvalidTopic) || !strings.Contains(err.Error(), "partition 1") {
+		t.Fatalf("min_insync_replicas 3 with partition 1 moving to 2 replicas = %v, want ErrInvalidTopic naming partition 1", err)
+	}
+	// Completed: partition 1 on a, b (what the completion writes).
+	if _, err := admin.KV().Delete(a.keys.reassign("sh", 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.KV().Put(&api.KVPair{Key: a.keys.replicas("sh", 1), Value: []byte(`["a","b"]`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AlterTopic(ctx, "sh", minISR(3)); !errors.Is(err, ErrInvalidTopic) || !strings.Contains(err.Error(), "partition 1") {
+		t.Fatalf("min_insync_replicas 3 with partition 1 on 2 replicas = %v, want ErrInvalidTopic naming partition 1", err)
+	}
+	if got := configMinISR(); got != 1 {
+		t.Fatalf("the refused alters left min_insync_replicas %d, want 1", got)
+	}
+	// Growing back: a cancel would leave 2.
+	if _, _, err := a.StartReassign(ctx, "sh", 1, []string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AlterTopic(ctx, "sh", minISR(3)); !errors.Is(err, ErrInvalidTopic) {
+		t.Fatalf("min_insync_replicas 3 with partition 1 moving from 2 replicas = %v, want ErrInvalidTopic", err)
+	}
+	// What the replicas allow passes.
+	if tc, err := a.AlterTopic(ctx, "sh", minISR(2)); err != nil || tc.MinInsyncReplicas != 2 {
+		t.Fatalf("min_insync_replicas 2 = %+v, %v", tc, err)
 	}
 }

@@ -276,7 +276,7 @@ func (c *Client) AlterTopic(ctx context.Context, name string, change TopicChange
 		return TopicConfig{}, fmt.Errorf("%w: name %q", ErrInvalidTopic, name)
 	}
 	op, rule := fmt.Sprintf("alter topic %q", name), keyRule(c.keys.prefix)
-	old, configIndex, replicas, err := c.readTopic(ctx, name, op, rule)
+	old, configIndex, replicas, fewest, err := c.readTopic(ctx, name, op, rule)
 	if err != nil {
 		return TopicConfig{}, err
 	}
@@ -285,6 +285,9 @@ func (c *Client) AlterTopic(ctx context.Context, name string, change TopicChange
 		return TopicConfig{}, err
 	}
 	if err := checkAlter(old, tc, added); err != nil {
+		return TopicConfig{}, fmt.Errorf("%w: %s: %v", ErrInvalidTopic, name, err)
+	}
+	if err := checkMinISRFits(old, tc, fewest); err != nil {
 		return TopicConfig{}, fmt.Errorf("%w: %s: %v", ErrInvalidTopic, name, err)
 	}
 	config, err := tc.encode()
@@ -332,16 +335,18 @@ func (c *Client) AlterTopic(ctx context.Context, name string, change TopicChange
 }
 
 // readTopic reads a topic's config, its index and every partition's
-// replica list in one consistent listing.
-func (c *Client) readTopic(ctx context.Context, name, op, rule string) (TopicConfig, uint64, [][]string, error) {
+// replica list in one consistent listing, and each partition's fewest
+// replicas: its count, or with a move in flight the fewer of the move's
+// target and the list it started from (where a cancel takes it back).
+func (c *Client) readTopic(ctx context.Context, name, op, rule string) (TopicConfig, uint64, [][]string, []int, error) {
 	callCtx, cancel := c.callContext(ctx)
 	defer cancel()
 	pairs, _, err := c.api.KV().List(c.keys.topicRoot(name), (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
 	if err != nil {
-		return TopicConfig{}, 0, nil, consulError(err, op, rule)
+		return TopicConfig{}, 0, nil, nil, consulError(err, op, rule)
 	}
 	var configPair *api.KVPair
-	found := map[int]*api.KVPair{}
+	found, moves := map[int]*api.KVPair{}, map[int]*api.KVPair{}
 	for _, pair := range pairs {
 		topic, p, kind := c.keys.parse(pair.Key)
 		switch {
@@ -350,26 +355,56 @@ func (c *Client) readTopic(ctx context.Context, name, op, rule string) (TopicCon
 			configPair = pair
 		case kind == kindReplicas:
 			found[p] = pair
+		case kind == kindReassign:
+			moves[p] = pair
 		}
 	}
 	if configPair == nil {
-		return TopicConfig{}, 0, nil, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+		return TopicConfig{}, 0, nil, nil, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
 	tc, err := decodeTopicConfig(configPair.Key, configPair.Value)
 	if err != nil {
-		return TopicConfig{}, 0, nil, err
+		return TopicConfig{}, 0, nil, nil, err
 	}
-	replicas := make([][]string, tc.Partitions)
+	replicas, fewest := make([][]string, tc.Partitions), make([]int, tc.Partitions)
 	for p := range tc.Partitions {
 		pair := found[p]
 		if pair == nil {
-			return TopicConfig{}, 0, nil, corruptMissing(c.keys.replicas(name, p))
+			return TopicConfig{}, 0, nil, nil, corruptMissing(c.keys.replicas(name, p))
 		}
 		if replicas[p], err = decodeReplicas(pair.Key, pair.Value); err != nil {
-			return TopicConfig{}, 0, nil, err
+			return TopicConfig{}, 0, nil, nil, err
+		}
+		fewest[p] = len(replicas[p])
+		// A move key that does not decode makes the topic's metadata
+		// corrupt for every agent already; it does not stop an alter.
+		if mp := moves[p]; mp != nil {
+			if m, err := decodeReassignment(mp.Key, mp.Value, replicas[p]); err == nil {
+				fewest[p] = min(len(m.Target), len(m.Original()))
+			}
 		}
 	}
-	return tc, configPair.ModifyIndex, replicas, nil
+	return tc, configPair.ModifyIndex, replicas, fewest, nil
+}
+
+// checkMinISRFits refuses a min_insync_replicas raised above the replicas
+// of a partition (fewest, per partition, as readTopic counts them): a
+// partition move may leave fewer replicas than the replication factor
+// (docs/design.md §7.6), and a leader cannot start with min_insync_replicas
+// above its replicas (the partition would be unleadable from its next
+// election on), nor a move to that few complete. A setting that does not
+// rise is not checked: an alter of the retention alone still passes.
+func checkMinISRFits(old, tc TopicConfig, fewest []int) error {
+	if tc.MinInsyncReplicas <= old.MinInsyncReplicas {
+		return nil
+	}
+	for p, n := range fewest {
+		if n < tc.MinInsyncReplicas {
+			return fmt.Errorf("min insync replicas %d is above the %d replicas of partition %d (a partition move gave it fewer than the replication factor, or is moving it to or from that few): move it to at least %d replicas first",
+				tc.MinInsyncReplicas, n, p, tc.MinInsyncReplicas)
+		}
+	}
+	return nil
 }
 
 // checkAlter allows what AlterTopic may change: more partitions, with one
