@@ -119,12 +119,16 @@ func (r *Replica) maybeHeal(now time.Time) {
 }
 
 func (r *Replica) onHealResult(ev healResult) {
+	if ev.err != nil {
+		// The metadata never shows a start that failed: the agent's turn
+		// goes back, also when the leadership that sent it has ended.
+		r.deps.heals.release(r.topic, r.partition)
+	}
 	if ev.gen != r.gen {
 		return
 	}
 	r.healing = false
 	if ev.err != nil {
-		r.deps.heals.release(r.topic, r.partition)
 		r.log.Warn("re-placing replicas did not start", "target", ev.target, "error", ev.err)
 		r.healRetryAt = r.deps.Now().Add(healRetry)
 		return

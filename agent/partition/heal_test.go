@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -41,5 +42,26 @@ func TestHealLimiter(t *testing.T) {
 	l.release("c", 0) // not the holder: no effect
 	if l.take(replicasIndex, "e", 0, 0, t0.Add(time.Minute+time.Second)) {
 		t.Fatal("a release by another partition than the holder freed the turn")
+	}
+}
+
+// TestFailedHealStartOfAnEndedLeadershipFreesTheTurn: a start of a
+// re-placing holds the agent's turn (healLimiter) until the metadata shows
+// it. One that failed gives the turn back; so must one whose answer comes
+// after the leadership that sent it ended (its generation gone): the
+// metadata never shows a start that failed, and every other replica of the
+// agent waited healHoldMax (10 s) to re-place anything.
+func TestFailedHealStartOfAnEndedLeadershipFreesTheTurn(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	heals := &healLimiter{}
+	indexes := map[string]uint64{"a": 10, "b": 20}
+	replicasIndex := func(topic string, _ int) uint64 { return indexes[topic] }
+	if !heals.take(replicasIndex, "a", 0, 10, t0) {
+		t.Fatal("the first start did not take the turn")
+	}
+	r := &Replica{deps: &Deps{heals: heals, Now: func() time.Time { return t0 }}, topic: "a", partition: 0, gen: 2}
+	r.onHealResult(healResult{gen: 1, target: []string{"n1", "n2", "n4"}, err: errors.New("refused")})
+	if !heals.take(replicasIndex, "b", 0, 20, t0.Add(time.Second)) {
+		t.Fatal("a failed start of an ended leadership kept the agent's turn: other partitions wait healHoldMax")
 	}
 }
