@@ -130,6 +130,27 @@ func checkNodes(list []string) error {
 	return nil
 }
 
+// readPartitionKeys reads a partition's keys (replicas, state, reassign,
+// leader) in one consistent listing, by kind: a move's key is valid only
+// beside the replicas that are its union, and read one after the other
+// they could come from two states (a cancel, or a completion and the next
+// move, between the reads), taken for corrupt metadata.
+func (c *Client) readPartitionKeys(ctx context.Context, topic string, partition int, op, rule string) (map[keyKind]*api.KVPair, error) {
+	callCtx, cancel := c.callContext(ctx)
+	defer cancel()
+	pairs, _, err := c.api.KV().List(c.keys.partitionRoot(topic, partition), (&api.QueryOptions{RequireConsistent: true}).WithContext(callCtx))
+	if err != nil {
+		return nil, consulError(err, op, rule)
+	}
+	keys := make(map[keyKind]*api.KVPair, len(pairs))
+	for _, pair := range pairs {
+		if t, p, kind := c.keys.parse(pair.Key); t == topic && p == partition {
+			keys[kind] = pair
+		}
+	}
+	return keys, nil
+}
+
 func decodeReassignment(key string, value []byte, replicas []string) (Reassignment, error) {
 	var m Reassignment
 	if err := json.Unmarshal(value, &m); err != nil {
@@ -143,7 +164,8 @@ func decodeReassignment(key string, value []byte, replicas []string) (Reassignme
 
 // StartReassign starts moving a partition's replicas to target: one
 // transaction [check-index config, cas replicas := the union, cas reassign
-// 0 := the move] over a consistent read of the partition's keys. A target
+// 0 := the move] over a consistent read of the config, then of the
+// partition's keys at one index. A target
 // with a repeated or invalid node, or fewer replicas than the topic's
 // min_insync_replicas, is ErrInvalidTopic; a move already in flight
 // ErrReassignInProgress; a target equal to the replicas is no move (done
@@ -206,10 +228,11 @@ func (c *Client) startReassign(ctx context.Context, topic string, partition int,
 			ErrInvalidTopic, target, topic, partition, tc.MinInsyncReplicas)
 	}
 	replicasKey, reassignKey := c.keys.replicas(topic, partition), c.keys.reassign(topic, partition)
-	replicasPair, err := c.getConsistent(ctx, replicasKey, op, rule)
+	keys, err := c.readPartitionKeys(ctx, topic, partition, op, rule)
 	if err != nil {
 		return Reassignment{}, false, err
 	}
+	replicasPair, movePair := keys[kindReplicas], keys[kindReassign]
 	if replicasPair == nil {
 		return Reassignment{}, false, corruptMissing(replicasKey)
 	}
@@ -220,10 +243,6 @@ func (c *Client) startReassign(ctx context.Context, topic string, partition int,
 	if from != nil && replicasPair.ModifyIndex != from.ReplicasIndex {
 		return Reassignment{}, false, fmt.Errorf("%w: %s/%d has replicas %v at index %d, the move was decided from index %d",
 			ErrConflict, topic, partition, replicas, replicasPair.ModifyIndex, from.ReplicasIndex)
-	}
-	movePair, err := c.getConsistent(ctx, reassignKey, op, rule)
-	if err != nil {
-		return Reassignment{}, false, err
 	}
 	if movePair != nil {
 		m, err := decodeReassignment(reassignKey, movePair.Value, replicas)
@@ -314,10 +333,11 @@ func (c *Client) CancelReassign(ctx context.Context, topic string, partition int
 	}
 	op, rule := fmt.Sprintf("cancel the reassignment of %s/%d", topic, partition), keyRule(c.keys.prefix)
 	replicasKey, reassignKey, stateKey := c.keys.replicas(topic, partition), c.keys.reassign(topic, partition), c.keys.state(topic, partition)
-	replicasPair, err := c.getConsistent(ctx, replicasKey, op, rule)
+	keys, err := c.readPartitionKeys(ctx, topic, partition, op, rule)
 	if err != nil {
 		return Reassignment{}, err
 	}
+	replicasPair, movePair, statePair := keys[kindReplicas], keys[kindReassign], keys[kindState]
 	if replicasPair == nil {
 		configPair, err := c.getConsistent(ctx, c.keys.config(topic), op, rule)
 		if err != nil {
@@ -329,10 +349,6 @@ func (c *Client) CancelReassign(ctx context.Context, topic string, partition int
 		return Reassignment{}, fmt.Errorf("%w: %s/%d", ErrUnknownPartition, topic, partition)
 	}
 	replicas, err := decodeReplicas(replicasKey, replicasPair.Value)
-	if err != nil {
-		return Reassignment{}, err
-	}
-	movePair, err := c.getConsistent(ctx, reassignKey, op, rule)
 	if err != nil {
 		return Reassignment{}, err
 	}
@@ -351,10 +367,6 @@ func (c *Client) CancelReassign(ctx context.Context, topic string, partition int
 	// replica in the ISR none could take the leadership over, and the way
 	// back would wait for one. The ISR may change after this read; the
 	// leader then waits (it hands over only to an in-sync original).
-	statePair, err := c.getConsistent(ctx, stateKey, op, rule)
-	if err != nil {
-		return Reassignment{}, err
-	}
 	var isr []string
 	if statePair != nil {
 		st, err := decodeState(stateKey, statePair.Value)

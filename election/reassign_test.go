@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -486,5 +488,97 @@ func TestStartReassignFrom(t *testing.T) {
 	}
 	if got := consulReplicas(t, admin, "hf", 0); !slices.Equal(got, []string{"a", "b", "d", "c"}) {
 		t.Fatalf("replicas after the start = %v, want the union", got)
+	}
+}
+
+// hookTransport runs action once, the first time it is armed and sees a
+// GET of a KV path ending in one of suffixes, before sending that request
+// on.
+type hookTransport struct {
+	mu       sync.Mutex
+	suffixes []string
+	action   func()
+}
+
+func (h *hookTransport) arm(action func(), suffixes ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.suffixes, h.action = suffixes, action
+}
+
+func (h *hookTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	h.mu.Lock()
+	var action func()
+	if h.action != nil && req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/v1/kv/") &&
+		slices.ContainsFunc(h.suffixes, func(s string) bool { return strings.HasSuffix(req.URL.Path, s) }) {
+		action, h.action = h.action, nil
+	}
+	h.mu.Unlock()
+	if action != nil {
+		action()
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestReassignReadsThePartitionAtOneIndex: StartReassign and
+// CancelReassign decide from a partition's replicas and reassign keys
+// together (a move's key is valid only beside replicas that are its
+// union). Read one after the other, a cancel or a completion and a new
+// move committed between the two reads paired the replicas of one state
+// with the move of another: a start racing a cancel, and a cancel racing a
+// completion and the next move, were refused ErrCorruptMetadata ("replicas
+// ... are not the union"), an operator told the topic is corrupt and
+// self-healing logging it. Read at one index, the start finds the way back
+// in flight (ErrReassignInProgress) and the cancel the next move, which it
+// cancels.
+func TestReassignReadsThePartitionAtOneIndex(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	hook := &hookTransport{}
+	a := newTestClient(t, srv, "a", func(cfg *Config) { cfg.Consul.HttpClient = &http.Client{Transport: hook} })
+	b := newTestClient(t, srv, "b")
+	register(t, a)
+	ctx := context.Background()
+
+	createTopic(t, a, "rs", [][]string{{"a", "b", "c"}})
+	if _, _, err := b.StartReassign(ctx, "rs", 0, []string{"a", "b", "d"}); err != nil {
+		t.Fatal(err)
+	}
+	// The move is cancelled between the start's reads of the replicas
+	// and of the move (or before its one read of both).
+	hook.arm(func() {
+		if _, err := b.CancelReassign(ctx, "rs", 0); err != nil {
+			t.Errorf("the concurrent cancel: %v", err)
+		}
+	}, "/rs/0/reassign", "/rs/0/")
+	if _, _, err := a.StartReassign(ctx, "rs", 0, []string{"a", "b", "e"}); !errors.Is(err, ErrReassignInProgress) {
+		t.Errorf("a start racing a cancel = %v, want ErrReassignInProgress (the way back in flight)", err)
+	}
+
+	createTopic(t, a, "rc", [][]string{{"a", "b", "c"}})
+	if _, _, err := b.StartReassign(ctx, "rc", 0, []string{"a", "b", "d"}); err != nil {
+		t.Fatal(err)
+	}
+	// The move completes (what the completion writes to these keys) and
+	// the next one starts, between the cancel's reads (or before its one
+	// read).
+	hook.arm(func() {
+		if _, err := admin.KV().Put(&api.KVPair{Key: testPrefix + "topics/rc/0/replicas", Value: []byte(`["a","b","d"]`)}, nil); err != nil {
+			t.Error(err)
+		}
+		if _, err := admin.KV().Delete(testPrefix+"topics/rc/0/reassign", nil); err != nil {
+			t.Error(err)
+		}
+		if _, _, err := b.StartReassign(ctx, "rc", 0, []string{"a", "b", "e"}); err != nil {
+			t.Errorf("the next move: %v", err)
+		}
+	}, "/rc/0/reassign", "/rc/0/")
+	back, err := a.CancelReassign(ctx, "rc", 0)
+	if err != nil {
+		t.Fatalf("a cancel racing a completion and the next move = %v, want that move cancelled", err)
+	}
+	if !slices.Equal(back.Target, []string{"a", "b", "d"}) || !slices.Equal(back.Removing, []string{"e"}) {
+		t.Fatalf("the cancel's way back = %+v, want back to a,b,d removing e", back)
 	}
 }
