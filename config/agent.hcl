@@ -101,7 +101,8 @@ peer {
 # CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, CONSUL_CLIENT_CERT,
 # CONSUL_CLIENT_KEY), then to 127.0.0.1:8500 over http.
 consul {
-  # address    = "127.0.0.1:8500"   # host[:port], after http://, https:// or unix://
+  # host[:port], optionally after http://, https:// or unix://
+  # address    = "127.0.0.1:8500"
   # scheme     = "http"
   # datacenter = "dc1"
   # token      = ""      # or token_file; see docs/operations.md for the ACL policy
