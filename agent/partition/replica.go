@@ -210,6 +210,11 @@ type Replica struct {
 	// it (HoldsPark), under parkMu.
 	parkMu   sync.Mutex
 	parkedBy map[string]uint64
+	// unparks are the sessions' Unparks the loop has not taken yet, under
+	// parkMu, and unparkSignal tells the loop of them: a session's writer
+	// never waits for a busy loop (docs/design.md §7.9).
+	unparks      []unparkRequest
+	unparkSignal chan struct{}
 }
 
 // Deps is what every replica shares with its agent.
@@ -403,6 +408,7 @@ func newReplica(deps *Deps, topic string, partition int, topicID, dir string, lo
 		events:        make(chan any, eventQueue),
 		metaSignal:    make(chan struct{}, 1),
 		fetchSignal:   make(chan struct{}, 1),
+		unparkSignal:  make(chan struct{}, 1),
 		ctx:           ctx,
 		cancel:        cancel,
 		done:          make(chan struct{}),
@@ -557,6 +563,9 @@ func (r *Replica) run() {
 			for _, ev := range r.takeFetchAnswers() {
 				r.onFetchAnswered(ev)
 			}
+		case <-r.unparkSignal:
+			r.stepDownIfLeadershipEnded()
+			r.takeUnparks()
 		case <-r.metaSignal:
 			r.metaMu.Lock()
 			m := r.pendingMeta
@@ -624,8 +633,6 @@ func (r *Replica) handle(ev any) {
 		r.onProduceGroup(ev)
 	case *leaderFetchRequest:
 		r.onLeaderFetch(ev)
-	case unparkRequest:
-		r.onUnpark(ev)
 	case *epochQueryRequest:
 		r.onEpochQuery(ev)
 	case campaignResult:

@@ -410,6 +410,9 @@ func (e *OutOfRangeError) Error() string {
 }
 
 func (r *Replica) onLeaderFetch(ev *leaderFetchRequest) {
+	// A session queues its unpark before it answers the parked fetch, so
+	// before the follower's next fetch: it goes first.
+	r.takeUnparks()
 	if r.leader == nil {
 		ev.reply <- LeaderFetchOutcome{Err: r.notLeaderFor(ev.req.CurrentLeaderEpoch)}
 		return
@@ -475,6 +478,17 @@ type unparkRequest struct {
 	epoch     int32
 	session   uint64
 	at        time.Time
+}
+
+// takeUnparks carries out the unparks the sessions queued, in order.
+func (r *Replica) takeUnparks() {
+	r.parkMu.Lock()
+	unparks := r.unparks
+	r.unparks = nil
+	r.parkMu.Unlock()
+	for _, ev := range unparks {
+		r.onUnpark(ev)
+	}
 }
 
 func (r *Replica) onUnpark(ev unparkRequest) {
@@ -618,9 +632,18 @@ func ask[T any](r *Replica, ev any, reply <-chan T, stopped T) T {
 }
 
 // Unpark ends the park of replicaID's fetch that session started in the
-// leadership of epoch, as of at.
+// leadership of epoch, as of at. It does not wait for the loop, which takes
+// it before the next fetch it handles: a session's writer calls it for each
+// parked fetch it answers, and one partition's loop, busy with a burst of
+// produces, held up the answers of every other partition of the session.
 func (r *Replica) Unpark(replicaID string, epoch int32, session uint64, at time.Time) {
-	r.send(unparkRequest{replicaID: replicaID, epoch: epoch, session: session, at: at})
+	r.parkMu.Lock()
+	r.unparks = append(r.unparks, unparkRequest{replicaID: replicaID, epoch: epoch, session: session, at: at})
+	r.parkMu.Unlock()
+	select {
+	case r.unparkSignal <- struct{}{}:
+	default:
+	}
 }
 
 // HoldsPark says the loop holds the park session started for replicaID's
