@@ -183,10 +183,11 @@ func topicSettings(spec kafka.TopicSpec) (CreateTopicRequest, []byte, error) {
 			if numErr != nil || n < -1 {
 				return req, nil, kafkaConfigError("%s %q is not an integer of at least -1", name, v)
 			}
-			n = max(n, 0) // Kafka's -1, no bound, is logagent's 0
 			if name == "retention.ms" {
+				n = kafkaRetentionMS(n)
 				ts.RetentionMS = &n
 			} else {
+				n = max(n, 0) // Kafka's -1, no bound, is logagent's 0
 				ts.RetentionBytes = &n
 			}
 			hasStorage = true
@@ -353,7 +354,7 @@ func (b *Broker) AlterTopicConfigs(ctx context.Context, topic string, changes []
 			if err != nil || n < -1 {
 				return kafkaConfigError("retention.ms %q is not an integer of at least -1", *ch.Value)
 			}
-			d := time.Duration(max(n, 0)) * time.Millisecond // Kafka's -1, no bound, is logagent's 0
+			d := time.Duration(kafkaRetentionMS(n)) * time.Millisecond
 			c.Retention = &d
 		case "retention.bytes":
 			if err != nil || n < -1 {
@@ -393,6 +394,18 @@ func (b *Broker) TopicConfigs(name string) (map[string]string, error) {
 		"unclean.leader.election.enable": strconv.FormatBool(tm.Config.UncleanLeaderElection),
 		"cleanup.policy":                 "delete",
 	}, nil
+}
+
+// kafkaRetentionMS is a Kafka retention.ms (at least -1) as logagent's
+// retention in ms, 0 for no bound: Kafka's -1, and any value beyond what a
+// time.Duration holds (partition.MaxRetentionMS, about 292 years; Kafka's
+// Long.MAX_VALUE is a common "forever"), which converted to a Duration
+// wrapped around to a negative or a short bound.
+func kafkaRetentionMS(n int64) int64 {
+	if n < 0 || n > partition.MaxRetentionMS {
+		return 0
+	}
+	return n
 }
 
 // retentionValue is a retention bound as Kafka names it: -1 for none.

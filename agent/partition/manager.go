@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -113,6 +114,10 @@ func openPartitionLog(fsys segstore.FS, dir string, opts segstore.Options, markL
 	return log, log.DataLoss() != nil, nil
 }
 
+// MaxRetentionMS is the largest retention in ms a time.Duration holds
+// (about 292 years); a topic's retention_ms above it is no bound.
+const MaxRetentionMS = math.MaxInt64 / int64(time.Millisecond)
+
 // TopicStorage is a topic's own storage settings, over the agent's
 // storage block: the JSON of election.TopicConfig.Storage. The consumer
 // groups' offsets topic has them (docs/design.md §7.3), and topics created
@@ -145,7 +150,14 @@ func LogOptionsFor(opts segstore.Options, tc election.TopicConfig) (segstore.Opt
 		opts.SegmentBytes = ts.SegmentBytes
 	}
 	if ts.RetentionMS != nil {
-		opts.Retention = time.Duration(*ts.RetentionMS) * time.Millisecond
+		// Beyond what a Duration holds (a Kafka client's retention.ms of
+		// Long.MAX_VALUE, stored by CreateTopics before it was clamped) is
+		// no bound: the conversion wrapped around, to a negative retention
+		// that failed the log's open or a short one that deleted records.
+		opts.Retention = 0
+		if *ts.RetentionMS <= MaxRetentionMS {
+			opts.Retention = time.Duration(*ts.RetentionMS) * time.Millisecond
+		}
 	}
 	if ts.RetentionBytes != nil {
 		opts.RetentionBytes = *ts.RetentionBytes

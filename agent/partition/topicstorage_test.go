@@ -23,6 +23,13 @@ func TestLogOptionsForTopicStorage(t *testing.T) {
 		{"retention", `{"retention_ms":5000,"retention_bytes":1048576}`, segstore.Options{SegmentBytes: base.SegmentBytes, Retention: 5 * time.Second, RetentionBytes: 1 << 20}, false},
 		{"retention off", `{"retention_ms":0,"retention_bytes":0}`, segstore.Options{SegmentBytes: base.SegmentBytes}, false},
 		{"negative retention", `{"retention_ms":-1}`, segstore.Options{}, true},
+		// Beyond a Duration: CreateTopics stored a Kafka retention.ms as
+		// given, and the conversion wrapped around (to -1 ms for
+		// Long.MAX_VALUE, which failed the log's open; to 448 µs here,
+		// which deleted every sealed segment).
+		{"retention of Long.MAX_VALUE ms", `{"retention_ms":9223372036854775807}`, segstore.Options{SegmentBytes: base.SegmentBytes, RetentionBytes: base.RetentionBytes}, false},
+		{"retention of 2^64 ns in ms", `{"retention_ms":18446744073710}`, segstore.Options{SegmentBytes: base.SegmentBytes, RetentionBytes: base.RetentionBytes}, false},
+		{"largest retention", `{"retention_ms":9223372036854}`, segstore.Options{SegmentBytes: base.SegmentBytes, Retention: 9223372036854 * time.Millisecond, RetentionBytes: base.RetentionBytes}, false},
 		{"unknown setting", `{"cleanup_policy":"compact"}`, segstore.Options{}, true},
 		{"negative", `{"segment_bytes":-1}`, segstore.Options{}, true},
 		{"not JSON", `x`, segstore.Options{}, true},
