@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // FaultFS is an FS for tests: an overlay over the real files under a root
@@ -626,6 +627,13 @@ func (ff *faultFile) Size() (int64, error) {
 		return 0, err
 	}
 	return osFile{ff.f}.Size()
+}
+
+func (ff *faultFile) ModTime() (time.Time, error) {
+	if err := ff.fs.readable(); err != nil {
+		return time.Time{}, err
+	}
+	return osFile{ff.f}.ModTime()
 }
 
 func (ff *faultFile) Fd() uintptr { return ff.f.Fd() }

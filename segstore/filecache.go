@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultMaxOpenFiles bounds the descriptors of a Log opened without
@@ -358,6 +359,16 @@ func (h *fileHandle) Allocate(off, n int64) error {
 	}
 	defer h.unpin(true)
 	return f.Allocate(off, n)
+}
+
+// ModTime stats through a pin.
+func (h *fileHandle) ModTime() (time.Time, error) {
+	f, err := h.pin()
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer h.unpin(false)
+	return f.ModTime()
 }
 
 // Size stats through a pin.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +47,9 @@ type File interface {
 	// without fallocate succeed without reserving anything.
 	Allocate(off, n int64) error
 	Size() (int64, error)
+	// ModTime is the file's last modification time (fstat(2)'s mtime):
+	// time retention's age of a segment without timestamps.
+	ModTime() (time.Time, error)
 	// Fd is the descriptor, for mmap(2) of index files.
 	Fd() uintptr
 	Close() error
@@ -62,6 +66,14 @@ func (f osFile) Size() (int64, error) {
 		return 0, err
 	}
 	return fi.Size(), nil
+}
+
+func (f osFile) ModTime() (time.Time, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fi.ModTime(), nil
 }
 
 func (f osFile) Allocate(off, n int64) error {

@@ -991,17 +991,37 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 		total += s.size.Load()
 	}
 	n := 0
+	var statErr error
 	for ; n < len(segs)-1 && segs[n+1].base <= below; n++ {
 		s := segs[n]
-		ts := s.maxTimestamp.Load()
-		expired := retention > 0 && ts != unknownTimestamp && ts < deadline
+		expired := false
+		if retention > 0 {
+			ts := s.maxTimestamp.Load()
+			if ts != unknownTimestamp && ts < 0 {
+				// No timestamp at or after 1970 (-1 is a record's "none"):
+				// the segment is as old as its last write, its file's
+				// mtime, as Kafka's LogSegment.largestTimestamp has it.
+				// It was expired at once.
+				mt, err := s.log.ModTime()
+				if err != nil {
+					statErr = fmt.Errorf("segstore: stat %s: %w", s.logPath, err)
+					break
+				}
+				ts = mt.UnixMilli()
+			}
+			expired = ts != unknownTimestamp && ts < deadline
+		}
 		oversize := retentionBytes > 0 && total-s.size.Load() >= retentionBytes
 		if !expired && !oversize {
 			break
 		}
 		total -= s.size.Load()
 	}
-	return l.deleteFrontLocked(segs, n, "retention deleted segments")
+	deleted, err := l.deleteFrontLocked(segs, n, "retention deleted segments")
+	if err == nil {
+		err = statErr
+	}
+	return deleted, err
 }
 
 // DeleteBefore deletes the oldest segments that lie entirely below offset,
