@@ -712,7 +712,9 @@ func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, 
 				break // a length this read cannot hold whole: read from here
 			}
 			if h.MaxTimestamp() >= timestamp {
-				return b.firstAtOrAfter(data[:size], timestamp), nil
+				if at, ok := b.firstAtOrAfter(data[:size], timestamp); ok {
+					return at, nil
+				}
 			}
 			next = h.NextOffset()
 			data = data[size:]
@@ -727,23 +729,26 @@ func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, 
 
 // firstAtOrAfter is the first record of a batch whose timestamp is at or
 // after ts; the batch's first offset and max timestamp when its records
-// cannot be read.
-func (b *Broker) firstAtOrAfter(batch []byte, ts int64) kafka.OffsetAt {
+// cannot be read. It is false when every record is before ts: a
+// max_timestamp above every record (a client's claim, appended before
+// leaders rewrote it), after which the lookup goes on to the next batch,
+// as Kafka's FileRecords.searchForTimestamp does.
+func (b *Broker) firstAtOrAfter(batch []byte, ts int64) (kafka.OffsetAt, bool) {
 	h := record.Header(batch)
 	found := kafka.OffsetAt{Offset: h.BaseOffset(), Timestamp: h.MaxTimestamp(), LeaderEpoch: h.LeaderEpoch()}
 	d := b.cfg.Decoders.Get().(*record.Decoder)
 	defer b.cfg.Decoders.Put(d)
 	it, err := d.Records(batch)
 	if err != nil {
-		return found
+		return found, true
 	}
 	for it.Next() {
 		if rec := it.Record(); rec.Timestamp >= ts {
 			found.Offset, found.Timestamp = rec.Offset, rec.Timestamp
-			break
+			return found, true
 		}
 	}
-	return found
+	return found, it.Err() != nil
 }
 
 // EndOffsetForEpoch asks the leader's epoch cache: this agent's log when it

@@ -1,0 +1,131 @@
+package kafkabroker
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/logagent/logagent/agent/partition"
+	"github.com/logagent/logagent/agent/reply"
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/kafka"
+	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/wire"
+)
+
+// leaderLogSidecar serves one partition that this agent has no replica of:
+// its reads go to the leader, whose committed log is batches.
+type leaderLogSidecar struct {
+	Sidecar
+	batches [][]byte
+	hw      int64
+}
+
+func (s *leaderLogSidecar) Serving() error { return nil }
+
+func (s *leaderLogSidecar) LookupTopic(name string) (*election.TopicMeta, bool) {
+	return &election.TopicMeta{Config: election.TopicConfig{Name: name}, Partitions: make([]election.PartitionMeta, 1)}, name == "t"
+}
+
+func (s *leaderLogSidecar) FetchReplica(topic string, p int) (*partition.Replica, *reply.APIError) {
+	return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeNotLeader, "no replica here", true)
+}
+
+// LeaderFetch answers whole batches from the one holding offset, at least
+// one and then up to maxBytes.
+func (s *leaderLogSidecar) LeaderFetch(_ string, _ int, offset string, _ int32, maxBytes int64, _ time.Duration) ([]byte, LogPositions, error) {
+	pos := LogPositions{HW: s.hw, LSO: record.Header(s.batches[0]).BaseOffset()}
+	if offset == "latest" {
+		return nil, pos, nil
+	}
+	from, err := strconv.ParseInt(offset, 10, 64)
+	if err != nil {
+		return nil, pos, err
+	}
+	var out []byte
+	for _, b := range s.batches {
+		h := record.Header(b)
+		if h.NextOffset() <= from || h.NextOffset() > s.hw {
+			continue
+		}
+		if len(out) > 0 && int64(len(out)+len(b)) > maxBytes {
+			break
+		}
+		out = append(out, b...)
+	}
+	return out, pos, nil
+}
+
+// testBatch is a batch at base of records with the timestamps ts, in the
+// leader epoch epoch, whose max_timestamp is maxTS when not 0.
+func testBatch(t *testing.T, base int64, epoch int32, maxTS int64, ts ...int64) []byte {
+	t.Helper()
+	var b record.Builder
+	for _, x := range ts {
+		if err := b.Add(x, nil, []byte("v"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record.SetBaseOffset(batch, base)
+	record.SetLeaderEpoch(batch, epoch)
+	if maxTS != 0 {
+		record.SetMaxTimestamp(batch, maxTS)
+	}
+	return batch
+}
+
+// TestListOffsetByTimestamp: ListOffsets by timestamp answers the earliest
+// offset whose record's timestamp is at or after the target, with that
+// record's timestamp and its batch's epoch, as Kafka does: the first batch
+// whose max_timestamp reaches the target and then the first record in it
+// that does, and the next batch when none does (a max_timestamp a client
+// set above every record, which the leader did not rewrite before: the
+// answer was that batch's base offset and its claimed timestamp, records
+// before the target, or an offset where the log had none at or after it).
+// Timestamps may go back from batch to batch and within one.
+func TestListOffsetByTimestamp(t *testing.T) {
+	s := &leaderLogSidecar{
+		batches: [][]byte{
+			testBatch(t, 10, 1, 1000, 100, 200), // claims 1000, holds nothing after 200
+			testBatch(t, 12, 2, 0, 500, 300),
+			testBatch(t, 14, 3, 0, 50, 700),
+		},
+		hw: 16,
+	}
+	decoders := &sync.Pool{New: func() any { return record.NewDecoder(record.Limits{MaxBatchBytes: 1 << 20}) }}
+	b := New(Config{Sidecar: s, Decoders: decoders})
+	none := kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+	tests := []struct {
+		name string
+		ts   int64
+		want kafka.OffsetAt
+	}{
+		{"earliest", -2, kafka.OffsetAt{Offset: 10, Timestamp: -1, LeaderEpoch: -1}},
+		{"latest", -1, kafka.OffsetAt{Offset: 16, Timestamp: -1, LeaderEpoch: -1}},
+		{"before everything", 0, kafka.OffsetAt{Offset: 10, Timestamp: 100, LeaderEpoch: 1}},
+		{"second record", 150, kafka.OffsetAt{Offset: 11, Timestamp: 200, LeaderEpoch: 1}},
+		{"past the records of a batch whose max_timestamp reaches it", 300, kafka.OffsetAt{Offset: 12, Timestamp: 500, LeaderEpoch: 2}},
+		{"after a timestamp that went back", 600, kafka.OffsetAt{Offset: 15, Timestamp: 700, LeaderEpoch: 3}},
+		{"only a claimed max_timestamp reaches it", 1000, none},
+		{"after everything", 2000, none},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := b.ListOffset(context.Background(), "t", 0, -1, tt.ts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("ListOffset(%d) = %+v, want %+v", tt.ts, got, tt.want)
+			}
+		})
+	}
+}
