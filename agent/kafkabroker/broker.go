@@ -187,7 +187,7 @@ func topicSettings(spec kafka.TopicSpec) (CreateTopicRequest, []byte, error) {
 				n = kafkaRetentionMS(n)
 				ts.RetentionMS = &n
 			} else {
-				n = max(n, 0) // Kafka's -1, no bound, is logagent's 0
+				n = kafkaRetentionBytes(n)
 				ts.RetentionBytes = &n
 			}
 			hasStorage = true
@@ -360,7 +360,7 @@ func (b *Broker) AlterTopicConfigs(ctx context.Context, topic string, changes []
 			if err != nil || n < -1 {
 				return kafkaConfigError("retention.bytes %q is not an integer of at least -1", *ch.Value)
 			}
-			n = max(n, 0)
+			n = kafkaRetentionBytes(n)
 			c.RetentionBytes = &n
 		default:
 			return kafkaConfigError("config %s cannot be altered: min.insync.replicas, retention.ms and retention.bytes can (docs/kafka.md)", ch.Name)
@@ -400,10 +400,28 @@ func (b *Broker) TopicConfigs(name string) (map[string]string, error) {
 // retention in ms, 0 for no bound: Kafka's -1, and any value beyond what a
 // time.Duration holds (partition.MaxRetentionMS, about 292 years; Kafka's
 // Long.MAX_VALUE is a common "forever"), which converted to a Duration
-// wrapped around to a negative or a short bound.
+// wrapped around to a negative or a short bound. Kafka's 0 bounds the
+// records' age at nothing (every sealed segment goes): logagent's 0 is no
+// bound, so it is the smallest bound, 1 ms.
 func kafkaRetentionMS(n int64) int64 {
-	if n < 0 || n > partition.MaxRetentionMS {
+	switch {
+	case n < 0 || n > partition.MaxRetentionMS:
 		return 0
+	case n == 0:
+		return 1
+	}
+	return n
+}
+
+// kafkaRetentionBytes is a Kafka retention.bytes (at least -1) as
+// logagent's: -1, no bound, is 0, and Kafka's 0 (every sealed segment
+// goes) the smallest bound, 1 byte.
+func kafkaRetentionBytes(n int64) int64 {
+	switch {
+	case n < 0:
+		return 0
+	case n == 0:
+		return 1
 	}
 	return n
 }

@@ -37,7 +37,9 @@ func (s *alterSidecar) AlterTopic(_ string, c TopicChange) error {
 // time.Duration holds (Long.MAX_VALUE, a common "forever") is no bound:
 // it wrapped around to -1 ms, which took every replica of the topic
 // offline (storage settings it cannot apply), or to a bound of under a
-// millisecond, which deleted every sealed segment.
+// millisecond, which deleted every sealed segment. Kafka's 0 is the
+// smallest bound logagent has, 1 ms or 1 byte: it was logagent's 0, no
+// bound, the opposite of what the client asked (a purge kept everything).
 func TestKafkaRetentionConfigs(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -46,6 +48,8 @@ func TestKafkaRetentionConfigs(t *testing.T) {
 		want int64
 	}{
 		{"retention.ms", "-1", 0},
+		{"retention.ms", "0", 1}, // Kafka's 0 keeps nothing past its segment; logagent's 0 is no bound
+		{"retention.bytes", "0", 1},
 		{"retention.ms", "60000", 60000},
 		{"retention.ms", "9223372036854", 9223372036854},
 		{"retention.ms", "9223372036855", 0},
