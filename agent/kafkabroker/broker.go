@@ -719,6 +719,12 @@ func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, 
 			return none, err
 		}
 		data, err := b.readBatches(topic, p, offset, timestampScanBytes)
+		if start, ok := startPassed(err, offset); ok {
+			// Retention deleted what the scan was to read next: the
+			// log now starts at start.
+			offset = start
+			continue
+		}
 		if err != nil {
 			return none, err
 		}
@@ -743,6 +749,16 @@ func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, 
 		offset = next
 	}
 	return none, nil
+}
+
+// startPassed says whether err is a read's offset_out_of_range answer for
+// an offset below the log start, and the log start it names.
+func startPassed(err error, offset int64) (int64, bool) {
+	var e *reply.APIError
+	if errors.As(err, &e) && e.Code == wire.CodeOffsetOutOfRange && e.LogStartOffset != nil && *e.LogStartOffset > offset {
+		return *e.LogStartOffset, true
+	}
+	return 0, false
 }
 
 // firstAtOrAfter is the first record of a batch whose timestamp is at or

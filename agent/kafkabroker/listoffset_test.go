@@ -23,6 +23,11 @@ type leaderLogSidecar struct {
 	Sidecar
 	batches [][]byte
 	hw      int64
+	// lso is the leader's log start (0: the first batch's base); trimTo,
+	// when not 0, is where its retention moves it once the positions were
+	// answered.
+	lso    int64
+	trimTo int64
 }
 
 func (s *leaderLogSidecar) Serving() error { return nil }
@@ -38,18 +43,30 @@ func (s *leaderLogSidecar) FetchReplica(topic string, p int) (*partition.Replica
 // LeaderFetch answers whole batches from the one holding offset, at least
 // one and then up to maxBytes.
 func (s *leaderLogSidecar) LeaderFetch(_ string, _ int, offset string, _ int32, maxBytes int64, _ time.Duration) ([]byte, LogPositions, error) {
-	pos := LogPositions{HW: s.hw, LSO: record.Header(s.batches[0]).BaseOffset()}
+	if s.lso == 0 {
+		s.lso = record.Header(s.batches[0]).BaseOffset()
+	}
+	pos := LogPositions{HW: s.hw, LSO: s.lso}
 	if offset == "latest" {
+		if s.trimTo != 0 {
+			s.lso = s.trimTo
+		}
 		return nil, pos, nil
 	}
 	from, err := strconv.ParseInt(offset, 10, 64)
 	if err != nil {
 		return nil, pos, err
 	}
+	if from < s.lso {
+		lso, hw := s.lso, s.hw
+		e := reply.NewAPIError(fasthttp.StatusRequestedRangeNotSatisfiable, wire.CodeOffsetOutOfRange, "offset "+offset+" is outside the log", false)
+		e.LogStartOffset, e.HighWatermark = &lso, &hw
+		return nil, LogPositions{}, e
+	}
 	var out []byte
 	for _, b := range s.batches {
 		h := record.Header(b)
-		if h.NextOffset() <= from || h.NextOffset() > s.hw {
+		if h.BaseOffset() < s.lso || h.NextOffset() <= from || h.NextOffset() > s.hw {
 			continue
 		}
 		if len(out) > 0 && int64(len(out)+len(b)) > maxBytes {
@@ -119,6 +136,47 @@ func TestListOffsetByTimestamp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			got, err := b.ListOffset(context.Background(), "t", 0, -1, tt.ts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("ListOffset(%d) = %+v, want %+v", tt.ts, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestListOffsetScanOvertakenByRetention: retention that deletes the
+// segments ahead of a lookup by timestamp while it scans (between reading
+// the log start and reading from it, or between two reads) moves the scan
+// to the new log start: the lookup answered OFFSET_OUT_OF_RANGE, which a
+// Kafka broker, reading the segments it listed, never does.
+func TestListOffsetScanOvertakenByRetention(t *testing.T) {
+	tests := []struct {
+		name   string
+		ts     int64
+		trimTo int64
+		want   kafka.OffsetAt
+	}{
+		{"found after the new start", 150, 12, kafka.OffsetAt{Offset: 12, Timestamp: 500, LeaderEpoch: 2}},
+		{"found later", 600, 14, kafka.OffsetAt{Offset: 15, Timestamp: 700, LeaderEpoch: 3}},
+		{"not found", 2000, 14, kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}},
+		{"everything deleted", 0, 16, kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &leaderLogSidecar{
+				batches: [][]byte{
+					testBatch(t, 10, 1, 0, 100, 200),
+					testBatch(t, 12, 2, 0, 500, 300),
+					testBatch(t, 14, 3, 0, 50, 700),
+				},
+				hw:     16,
+				trimTo: tt.trimTo,
+			}
+			decoders := &sync.Pool{New: func() any { return record.NewDecoder(record.Limits{MaxBatchBytes: 1 << 20}) }}
+			b := New(Config{Sidecar: s, Decoders: decoders})
 			got, err := b.ListOffset(context.Background(), "t", 0, -1, tt.ts)
 			if err != nil {
 				t.Fatal(err)
