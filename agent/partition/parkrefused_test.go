@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/logagent/logagent/config"
 	"github.com/logagent/logagent/replicate"
 )
 
@@ -27,16 +26,7 @@ func TestRefusedFetchEndsThePark(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r, _, clock := faultFSReplica(t, &Deps{Self: "n1", Config: &config.Config{}, Durability: replicate.DurabilityReplicated})
-			leader := leadByHand(t, r, clock) // lag_time_max 10 s
-			fr := make(chan LeaderFetchOutcome, 1)
-			r.onLeaderFetch(&leaderFetchRequest{
-				req:     replicate.FetchRequest{ReplicaID: "n2", FetchOffset: 0, CurrentLeaderEpoch: 1, LastFetchedEpoch: replicate.UndefinedEpoch},
-				session: 1, knownHW: 0, reply: fr,
-			})
-			if out := <-fr; out.Err != nil || !out.Parked {
-				t.Fatalf("n2's fetch at the log end: %+v, want it parked", out)
-			}
+			r, clock, leader, fr := parkedFollower(t) // lag_time_max 10 s
 
 			clock.t = clock.t.Add(5 * time.Second)
 			r.onLeaderFetch(&leaderFetchRequest{req: c.req, session: 2, reply: fr})

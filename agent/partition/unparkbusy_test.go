@@ -17,16 +17,7 @@ import (
 // loop. Unpark now returns at once, and the loop takes it before anything
 // else it does with the follower: its next fetch, or its wake-up.
 func TestUnparkDoesNotWaitForABusyLoop(t *testing.T) {
-	r, _, clock := faultFSReplica(t, &Deps{Self: "n1", Config: &config.Config{}, Durability: replicate.DurabilityReplicated})
-	leader := leadByHand(t, r, clock) // lag_time_max 10 s
-	fr := make(chan LeaderFetchOutcome, 1)
-	r.onLeaderFetch(&leaderFetchRequest{
-		req:     replicate.FetchRequest{ReplicaID: "n2", FetchOffset: 0, CurrentLeaderEpoch: 1, LastFetchedEpoch: replicate.UndefinedEpoch},
-		session: 1, knownHW: 0, reply: fr,
-	})
-	if out := <-fr; out.Err != nil || !out.Parked {
-		t.Fatalf("n2's fetch at the log end: %+v, want it parked", out)
-	}
+	r, clock, leader, _ := parkedFollower(t) // lag_time_max 10 s
 	// The log moves on, which wakes the session.
 	reply := make(chan ProduceOutcome, 1)
 	r.onProduce(&produceRequest{batch: testBatch(t, []string{"a"}), acks: replicate.AcksLeader, epoch: AnyEpoch, reply: reply})
@@ -79,16 +70,7 @@ func TestUnparkDoesNotWaitForABusyLoop(t *testing.T) {
 // which the loop may take first: n2's park ends as of the answer, and the
 // next fetch (behind the log end) counts from there.
 func TestUnparkTakenBeforeTheNextFetch(t *testing.T) {
-	r, _, clock := faultFSReplica(t, &Deps{Self: "n1", Config: &config.Config{}, Durability: replicate.DurabilityReplicated})
-	leader := leadByHand(t, r, clock)
-	fr := make(chan LeaderFetchOutcome, 1)
-	r.onLeaderFetch(&leaderFetchRequest{
-		req:     replicate.FetchRequest{ReplicaID: "n2", FetchOffset: 0, CurrentLeaderEpoch: 1, LastFetchedEpoch: replicate.UndefinedEpoch},
-		session: 1, knownHW: 0, reply: fr,
-	})
-	if out := <-fr; out.Err != nil || !out.Parked {
-		t.Fatalf("n2's fetch at the log end: %+v, want it parked", out)
-	}
+	r, clock, leader, fr := parkedFollower(t)
 	r.Unpark("n2", 1, 1, clock.t)
 	// The follower's next fetch, on the same session, reaches the loop
 	// before the loop took its wake-up: the unpark goes first, or, taken
@@ -123,4 +105,22 @@ func takeUnparks(t *testing.T, r *Replica) {
 	if out := <-fr; out.Err == nil {
 		t.Fatalf("a fetch of n3, no replica: %+v, want a refusal", out)
 	}
+}
+
+// parkedFollower is a replica leading epoch 1 by hand (lag_time_max 10 s)
+// whose follower n2's fetch at the log end is parked by session 1; fr is
+// the channel its fetches are answered on.
+func parkedFollower(t *testing.T) (*Replica, *fakeNow, *replicate.Leader, chan LeaderFetchOutcome) {
+	t.Helper()
+	r, _, clock := faultFSReplica(t, &Deps{Self: "n1", Config: &config.Config{}, Durability: replicate.DurabilityReplicated})
+	leader := leadByHand(t, r, clock)
+	fr := make(chan LeaderFetchOutcome, 1)
+	r.onLeaderFetch(&leaderFetchRequest{
+		req:     replicate.FetchRequest{ReplicaID: "n2", FetchOffset: 0, CurrentLeaderEpoch: 1, LastFetchedEpoch: replicate.UndefinedEpoch},
+		session: 1, knownHW: 0, reply: fr,
+	})
+	if out := <-fr; out.Err != nil || !out.Parked {
+		t.Fatalf("n2's fetch at the log end: %+v, want it parked", out)
+	}
+	return r, clock, leader, fr
 }
