@@ -953,6 +953,15 @@ func (l *Log) HasSealedSegments() bool {
 // offset moves to the first segment kept (checkpointed before any file is
 // deleted). Readers of a deleted segment keep their regions. It returns the
 // number of segments deleted.
+//
+// A segment whose newest timestamp cannot be learnt (a batch header that
+// does not parse: damage in a segment below the recovery point, which Open
+// walks only from its last index entry; or its file cannot be read or
+// stat'ed) has an unknown age: time retention keeps it, and so every
+// segment after it, but size retention deletes it like any other. The
+// error (matching ErrCorrupt for a damaged header) is returned with the
+// count of segments deleted, at every run until the segment is gone, so
+// that it is seen without stopping the rest of retention.
 func (l *Log) ApplyRetention(below int64) (int, error) {
 	if err := l.usable(); err != nil {
 		return 0, err
@@ -962,6 +971,9 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 		return 0, nil
 	}
 	deadline := int64(math.MinInt64)
+	// ageErrs are the segments whose age is unknown: reported, never a
+	// reason to stop (see below).
+	var ageErrs []error
 	if retention > 0 {
 		deadline = l.opts.Now().UnixMilli() - retention.Milliseconds()
 		// Segments loaded without a scan learn their newest timestamp by a
@@ -975,7 +987,23 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 			s.log.unpin(false)
 			s.release()
 			if err != nil {
-				return 0, err
+				// Its newest timestamp stays unknown, so time retention
+				// keeps it; size retention does not need it. Returning
+				// here stopped both, at every run for ever: one damaged
+				// old segment filled the partition's disk.
+				//
+				// Not its file's mtime instead, as for a segment without
+				// timestamps: there the timestamps are known to say
+				// nothing, here they are unreadable, and may be later
+				// than the last write (a producer's clock ahead, as in
+				// TestRetentionAgeOfLoadedSegments), which an mtime would
+				// cut short; and an mtime is only as right as the clock
+				// and the tools (a restore, touch) that last set it. A
+				// guess could delete records that were to be kept, for
+				// good; keeping the segment costs only space, which
+				// retention_bytes still bounds, and the error makes the
+				// damage seen.
+				ageErrs = append(ageErrs, fmt.Errorf("segstore: segment %d kept by time retention, its age unknown: %w", s.base, err))
 			}
 		}
 	}
@@ -991,7 +1019,6 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 		total += s.size.Load()
 	}
 	n := 0
-	var statErr error
 	for ; n < len(segs)-1 && segs[n+1].base <= below; n++ {
 		s := segs[n]
 		expired := false
@@ -1004,11 +1031,15 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 				// It was expired at once.
 				mt, err := s.log.ModTime()
 				if err != nil {
-					statErr = fmt.Errorf("segstore: stat %s: %w", s.logPath, err)
-					break
+					// Its age unknown, as above: time retention keeps
+					// it, size retention goes on.
+					ageErrs = append(ageErrs, fmt.Errorf("segstore: segment %d kept by time retention, its age unknown: stat %s: %w", s.base, s.logPath, err))
+					ts = unknownTimestamp
+				} else {
+					ts = mt.UnixMilli()
 				}
-				ts = mt.UnixMilli()
 			}
+			// An unknown timestamp (a walk that failed) is not expired.
 			expired = ts != unknownTimestamp && ts < deadline
 		}
 		oversize := retentionBytes > 0 && total-s.size.Load() >= retentionBytes
@@ -1018,10 +1049,7 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 		total -= s.size.Load()
 	}
 	deleted, err := l.deleteFrontLocked(segs, n, "retention deleted segments")
-	if err == nil {
-		err = statErr
-	}
-	return deleted, err
+	return deleted, errors.Join(append([]error{err}, ageErrs...)...)
 }
 
 // DeleteBefore deletes the oldest segments that lie entirely below offset,
