@@ -1,7 +1,9 @@
 package partition
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +57,70 @@ func TestRefusedFetchEndsThePark(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFetchBelowLogStartEndsThePark: a follower's fetch parked on session 1,
+// then retention moves the log start past what the follower has, and the
+// follower (its agent restarted, on session 2) fetches below the log start.
+// The loop refused that fetch before it ended the park: session 1's park
+// stayed in the state machine, the follower caught up, until session 1
+// ended it or the follower sent a fetch the leader took. Like any fetch it
+// must end the park.
+func TestFetchBelowLogStartEndsThePark(t *testing.T) {
+	r, clock, leader, fr := parkedFollower(t) // lag_time_max 10 s
+
+	// Three batches, each in a segment of its own (segments of 1 MiB).
+	reply := make(chan ProduceOutcome, 1)
+	for i := range 3 {
+		r.onProduce(&produceRequest{batch: testBatch(t, []string{strings.Repeat("v", 600<<10)}), acks: replicate.AcksLeader, epoch: AnyEpoch, reply: reply})
+		if out := <-reply; out.Err != nil {
+			t.Fatalf("produce %d: %+v", i, out)
+		}
+	}
+	// n2 catches up on session 1 and is parked there at the log end.
+	fetch := func(offset, knownHW int64, session uint64) LeaderFetchOutcome {
+		r.onLeaderFetch(&leaderFetchRequest{
+			req:     replicate.FetchRequest{ReplicaID: "n2", FetchOffset: offset, CurrentLeaderEpoch: 1, LastFetchedEpoch: 1},
+			session: session, knownHW: knownHW, reply: fr,
+		})
+		return <-fr
+	}
+	if out := fetch(3, 0, 1); out.Err != nil || out.Parked {
+		t.Fatalf("n2's fetch at 3: %+v, want an answer", out)
+	}
+	if out := fetch(3, 3, 1); out.Err != nil || !out.Parked {
+		t.Fatalf("n2's fetch at 3 knowing the HW: %+v, want it parked", out)
+	}
+	log := r.CurrentLog()
+	if n, err := log.DeleteBefore(3); err != nil || n == 0 || log.LogStartOffset() == 0 {
+		t.Fatalf("DeleteBefore(3): %d segments deleted, %v, log start %d", n, err, log.LogStartOffset())
+	}
+
+	// n2's agent restarted with less than the log start: its fetch, on
+	// session 2, is below the log start.
+	clock.t = clock.t.Add(5 * time.Second)
+	var oor *OutOfRangeError
+	if out := fetch(0, 0, 2); !errors.As(out.Err, &oor) {
+		t.Fatalf("n2's fetch at 0 below the log start %d: %+v, want out of range", log.LogStartOffset(), out)
+	}
+
+	// The log moves on; n2 sends nothing the leader takes, and session 1,
+	// still alive (it dies up to lag_time_max/2 after its last sign of
+	// life), does not end the park.
+	r.onProduce(&produceRequest{batch: testBatch(t, []string{"a"}), acks: replicate.AcksLeader, epoch: AnyEpoch, reply: reply})
+	if out := <-reply; out.Err != nil {
+		t.Fatalf("produce: %+v", out)
+	}
+	for _, after := range []time.Duration{5 * time.Second, 10*time.Second + time.Millisecond} {
+		leader.Tick(clock.t.Add(after))
+		rd := leader.Ready()
+		out := rd.ISRProposal != nil && slices.Equal(rd.ISRProposal.ISR, []string{"n1"})
+		if want := after > 10*time.Second; out != want {
+			t.Fatalf("%s after the fetch below the log start: proposal %+v, want n2 out: %t", after, rd.ISRProposal, want)
+		}
+	}
+	if r.HoldsPark("n2", 1) {
+		t.Fatal("session 1 still holds n2's park after n2's fetch on session 2")
 	}
 }

@@ -418,16 +418,20 @@ func (r *Replica) onLeaderFetch(ev *leaderFetchRequest) {
 		return
 	}
 	log := r.CurrentLog()
+	var result replicate.FetchResult
+	var err error
 	if lso := log.LogStartOffset(); ev.req.FetchOffset < lso {
-		ev.reply <- LeaderFetchOutcome{Err: &OutOfRangeError{LogStartOffset: lso, LogEndOffset: log.LogEndOffset()}}
-		return
+		// Refused before the state machine sees it, but like any fetch it
+		// ends the follower's park below.
+		err = &OutOfRangeError{LogStartOffset: lso, LogEndOffset: log.LogEndOffset()}
+	} else {
+		result, err = r.leader.Fetch(ev.req, r.deps.Now())
+		if errors.Is(err, replicate.ErrOffsetOutOfRange) {
+			err = &OutOfRangeError{LogStartOffset: log.LogStartOffset(), LogEndOffset: log.LogEndOffset()}
+		}
 	}
-	result, err := r.leader.Fetch(ev.req, r.deps.Now())
-	if errors.Is(err, replicate.ErrOffsetOutOfRange) {
-		err = &OutOfRangeError{LogStartOffset: log.LogStartOffset(), LogEndOffset: log.LogEndOffset()}
-	}
-	// Any fetch ends the follower's park; a session's with nothing to
-	// answer starts one. One that says the follower lost data is answered:
+	// Any fetch, whatever its outcome, ends the follower's park; a
+	// session's with nothing to answer starts one. One that says the follower lost data is answered:
 	// the follower clears its mark from the answer's positions (the HW and
 	// the epoch's start), which a park never sends while the partition is
 	// idle, and an added replica of an empty partition would never join.
