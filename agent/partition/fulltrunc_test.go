@@ -76,7 +76,7 @@ func TestFullDiskRestartTruncationDoesNotFailTheLog(t *testing.T) {
 		if r.follower == nil {
 			continue
 		}
-		r.onFetchAnswered(fetchAnswered{gen: r.gen, err: &peer.Error{Status: 416, Code: wire.CodeOffsetOutOfRange,
+		r.onFetchAnswered(fetchAnswered{gen: r.gen, seq: r.fetchSeq, err: &peer.Error{Status: 416, Code: wire.CodeOffsetOutOfRange,
 			LogStartOffset: leaderStart, LogEndOffset: leaderStart + 5}})
 		r.driveFollower()
 		r.takeFetchAnswers()

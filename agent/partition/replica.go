@@ -147,9 +147,12 @@ type Replica struct {
 	follower  *replicate.Follower
 	following followTarget
 	// fetchAddr is the leader the fetch in flight went to (empty for
-	// none), and fetchOut that fetch.
+	// none), and fetchOut that fetch. fetchSeq numbers the fetches sent:
+	// only the answer to the last one counts (resendFlags sends a fetch
+	// again while the first one's answer may already be delivered).
 	fetchAddr string
 	fetchOut  peer.Fetch
+	fetchSeq  uint64
 	// leaderPos are the positions of the leader's last answer in this
 	// following, nil before the first.
 	leaderPos     *peer.FetchPositions

@@ -163,13 +163,14 @@ func (r *Replica) fetch(addr string, req replicate.FetchRequest) {
 
 // sendFetch hands the fetch to the session with the leader at addr
 // (docs/design.md §7.9); its answer comes back to the loop as a
-// fetchAnswered of this generation.
+// fetchAnswered of this generation and this fetch's sequence number.
 func (r *Replica) sendFetch(addr string, f peer.Fetch) {
-	gen := r.gen
+	r.fetchSeq++
+	gen, seq := r.gen, r.fetchSeq
 	r.fetchAddr, r.fetchOut = addr, f
 	r.deps.sessions.Fetch(addr, f, func(answer peer.FetchAnswer, err error) {
 		r.fetchMu.Lock()
-		r.fetchAnswers = append(r.fetchAnswers, fetchAnswered{gen: gen, answer: answer, err: err})
+		r.fetchAnswers = append(r.fetchAnswers, fetchAnswered{gen: gen, seq: seq, answer: answer, err: err})
 		r.fetchMu.Unlock()
 		select {
 		case r.fetchSignal <- struct{}{}:
@@ -211,13 +212,21 @@ func (r *Replica) resendFlags() {
 }
 
 type fetchAnswered struct {
-	gen    uint64
+	gen uint64
+	// seq is the fetch's sequence number (fetchSeq when it was sent).
+	seq    uint64
 	answer peer.FetchAnswer
 	err    error
 }
 
 func (r *Replica) onFetchAnswered(ev fetchAnswered) {
-	if ev.gen != r.gen || r.follower == nil {
+	// An answer to a fetch sent since is dropped: resendFlags sent the
+	// fetch again while its answer waited in the mailbox, and the leader
+	// answers the new one too. Taken, the stale answer was an answer to a
+	// fetch no longer in flight (the follower refused it, and restarted),
+	// or to the next one (its records not contiguous with the log, a
+	// backoff; the next fetch, still pending, forgotten).
+	if ev.gen != r.gen || ev.seq != r.fetchSeq || r.follower == nil {
 		return
 	}
 	r.fetchAddr = ""

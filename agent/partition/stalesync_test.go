@@ -55,7 +55,7 @@ func TestStaleSyncResultAfterTruncationNotCountedDurable(t *testing.T) {
 		t.Fatalf("fetch offset %d", r.fetchOut.FetchOffset)
 	}
 	// The leader of epoch 2 kept epoch 1 only up to offset 2.
-	r.onFetchAnswered(fetchAnswered{gen: r.gen, answer: peer.FetchAnswer{Positions: peer.FetchPositions{
+	r.onFetchAnswered(fetchAnswered{gen: r.gen, seq: r.fetchSeq, answer: peer.FetchAnswer{Positions: peer.FetchPositions{
 		LeaderEpoch: 2, EpochStartOffset: 2, HighWatermark: 2, LogEndOffset: 4, Diverging: &replicate.EpochEndOffset{Epoch: 1, EndOffset: 2}}}})
 	r.driveFollower()
 	if end := log.LogEndOffset(); end != 2 || r.fetchOut.FetchOffset != 2 {
@@ -65,7 +65,7 @@ func TestStaleSyncResultAfterTruncationNotCountedDurable(t *testing.T) {
 	batch := testBatch(t, []string{"X", "Y"})
 	record.SetBaseOffset(batch, 2)
 	record.SetLeaderEpoch(batch, 2)
-	r.onFetchAnswered(fetchAnswered{gen: r.gen, answer: peer.FetchAnswer{Batches: batch, Positions: peer.FetchPositions{
+	r.onFetchAnswered(fetchAnswered{gen: r.gen, seq: r.fetchSeq, answer: peer.FetchAnswer{Batches: batch, Positions: peer.FetchPositions{
 		LeaderEpoch: 2, EpochStartOffset: 2, HighWatermark: 2, LogEndOffset: 4}}})
 	r.driveFollower()
 	if log.LogEndOffset() != 4 || r.fetchOut.FetchOffset != 2 {
