@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/jsonrecord"
 	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/segstore"
@@ -30,14 +31,9 @@ import (
 // name. A record without a key has no key; one without a value has an
 // empty value. headers maps each header name to its text value, or to
 // null for a null value. buildJSON reads it record by record, each with
-// parseJSONRecord, which refuses what encoding/json would change without
+// jsonrecord.Parse, which refuses what encoding/json would change without
 // a word: a name given twice, a field name in another case, a string that
 // is not UTF-8.
-type jsonProduceRecord struct {
-	Key, KeyBase64, Value, ValueBase64 *string
-	// Headers are in the body's order.
-	Headers []record.RecordHeader
-}
 
 // bytesField reads a field given as text or base64, not both.
 func bytesField(name string, text, b64 *string) ([]byte, error) {
@@ -65,7 +61,7 @@ func (a *Agent) buildJSON(body, keyParam []byte) ([]byte, int, []byte, error) {
 	ts := a.now().UnixMilli()
 	var firstKey []byte
 	err := reply.DecodeArrayField(body, "records", func(i int, raw *json.RawMessage) error {
-		r, err := parseJSONRecord(*raw)
+		r, err := jsonrecord.Parse(*raw)
 		if err != nil {
 			return reply.NewAPIError(fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("record %d: %v", i, err), false)
 		}

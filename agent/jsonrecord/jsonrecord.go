@@ -1,4 +1,4 @@
-package agent
+package jsonrecord
 
 import (
 	"errors"
@@ -10,9 +10,17 @@ import (
 	"github.com/logagent/logagent/record"
 )
 
-// parseJSONRecord reads one record of an application/json produce body
-// (jsonProduceRecord), given as the record's JSON text, which the body's
-// decoder has already checked is one well-formed JSON value.
+// Record is one record of an application/json produce body, as its
+// sender wrote it (docs/api.md): key and value as text or base64 (nil when
+// absent), headers in the body's order, a nil value for a null one.
+type Record struct {
+	Key, KeyBase64, Value, ValueBase64 *string
+	Headers                            []record.RecordHeader
+}
+
+// Parse reads one record of an application/json produce body, given as
+// the record's JSON text, which the body's decoder has already checked is
+// one well-formed JSON value.
 //
 // It reads the record itself rather than with encoding/json, which takes
 // what it cannot represent with a result the sender does not see:
@@ -31,8 +39,8 @@ import (
 // The first three are refused; a null header value is a null header (as
 // the ndjson fetch renders it). A record that is not an object (null) is
 // refused too: it was an empty record.
-func parseJSONRecord(raw []byte) (jsonProduceRecord, error) {
-	var r jsonProduceRecord
+func Parse(raw []byte) (Record, error) {
+	var r Record
 	if i := invalidUTF8At(raw); i >= 0 {
 		return r, fmt.Errorf("byte %d of the record is not UTF-8: JSON text is UTF-8 (bytes go in key_base64 or value_base64)", i)
 	}
