@@ -40,13 +40,7 @@ func lapse(c *Client) {
 // replica wins the partition. Before, the key stayed locked until the
 // agent deregistered, and the partition had no leader meanwhile.
 func TestStrayLeaderKeyIsReleased(t *testing.T) {
-	t.Parallel()
-	srv := consultest.Start(t)
-	a := newTestClient(t, srv, "a")
-	b := newTestClient(t, srv, "b")
-	register(t, a)
-	register(t, b)
-	createTopic(t, a, "sk", [][]string{{"a", "b"}})
+	srv, a, b := twoClientsOfOnePartition(t, "sk")
 
 	first := campaign(t, a, "sk", 0)
 	session := sessionOf(a)
@@ -62,8 +56,7 @@ func TestStrayLeaderKeyIsReleased(t *testing.T) {
 		return s == session
 	})
 
-	// No campaign of a follows. b, in the ISR, must win within the grace
-	// and a few passes.
+	// No campaign of a follows. b, in the ISR, must win within
 	// strayLockGrace (2 s) and a few passes.
 	const bound = 10 * time.Second
 	start := time.Now()
@@ -90,13 +83,7 @@ func TestStrayLeaderKeyIsReleased(t *testing.T) {
 // proof) takes the key back at the next epoch, and the key is never
 // released meanwhile, so another replica does not win.
 func TestLapsedLeaderCampaigningAgainKeepsItsKey(t *testing.T) {
-	t.Parallel()
-	srv := consultest.Start(t)
-	a := newTestClient(t, srv, "a")
-	b := newTestClient(t, srv, "b")
-	register(t, a)
-	register(t, b)
-	createTopic(t, a, "kk", [][]string{{"a", "b"}})
+	srv, a, b := twoClientsOfOnePartition(t, "kk")
 
 	first := campaign(t, a, "kk", 0)
 	lapse(a)
@@ -116,4 +103,17 @@ func TestLapsedLeaderCampaigningAgainKeepsItsKey(t *testing.T) {
 	if got, want := leaderHolder(t, srv, "kk", 0), sessionOf(a); got != want {
 		t.Fatalf("leader key held by %q, want a's session %q", got, want)
 	}
+}
+
+// twoClientsOfOnePartition registers clients a and b on a new Consul
+// server, and creates topic with one partition on replicas a and b.
+func twoClientsOfOnePartition(t *testing.T, topic string) (srv *consultest.Server, a, b *Client) {
+	t.Parallel()
+	srv = consultest.Start(t)
+	a = newTestClient(t, srv, "a")
+	b = newTestClient(t, srv, "b")
+	register(t, a)
+	register(t, b)
+	createTopic(t, a, topic, [][]string{{"a", "b"}})
+	return srv, a, b
 }
