@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,16 +56,6 @@ var (
 	produceAcks     = [...]string{AcksAll, AcksLeader, AcksNone, AcksInvalid}
 	produceOutcomes = [...]string{OutcomeSuccess, OutcomeClientError, OutcomeServerError}
 )
-
-// labelIndex is the index of v in values, -1 if it is not there.
-func labelIndex(values []string, v string) int {
-	for i, x := range values {
-		if x == v {
-			return i
-		}
-	}
-	return -1
-}
 
 // Bucket bounds, in seconds. An acks=all write on a healthy cluster takes
 // a fraction of a millisecond to a few; a fetch may long-poll up to 30 s
@@ -216,7 +207,7 @@ func (m *Metrics) Produced(topic string, records, bytes int) {
 // (OutcomeSuccess, OutcomeClientError or OutcomeServerError). Other label
 // values make no series of their own.
 func (m *Metrics) ObserveProduce(acks, outcome string, d time.Duration) {
-	i, j := labelIndex(produceAcks[:], acks), labelIndex(produceOutcomes[:], outcome)
+	i, j := slices.Index(produceAcks[:], acks), slices.Index(produceOutcomes[:], outcome)
 	if i < 0 || j < 0 || m.produceDuration[i][j] == nil {
 		return
 	}
