@@ -153,7 +153,14 @@ func (a *Agent) readLocal(r *partition.Replica, offset int64, lastFetchedEpoch i
 		return nil, kafkabroker.LogPositions{}, offsetOutOfRange(offset, lso, log.HighWatermark())
 	}
 	if wait > 0 && offset >= log.HighWatermark() {
-		r.WaitFor(wait, a.stopping, nil, func() bool { return log.HighWatermark() > offset })
+		until := a.now().Add(wait)
+		r.WaitFor(wait, a.stopping, nil, func() bool { return r.CurrentLog() != log || log.HighWatermark() > offset })
+		// A log that failed meanwhile was replaced by the one the
+		// replica reopened (cut to its last good fsync): the rest of the
+		// wait is on that one, and the checks above are its to pass.
+		if r.CurrentLog() != log {
+			return a.readLocal(r, offset, lastFetchedEpoch, maxBytes, max(until.Sub(a.now()), 0))
+		}
 	}
 	hw := log.HighWatermark()
 	region, err := log.Read(offset, maxBytes, hw)

@@ -606,8 +606,10 @@ func (b *Broker) WaitForData(ctx context.Context, positions []kafka.Position, ma
 			return nil // the fetch answers the error at once
 		}
 		if r, refusal := b.s.FetchReplica(pos.Topic, p); refusal == nil {
+			// A log that fails meanwhile is replaced by the one the
+			// replica reopens: the fetch then answers from that one.
 			log := r.CurrentLog()
-			has := func() bool { return log.HighWatermark() > pos.Offset }
+			has := func() bool { return r.CurrentLog() != log || log.HighWatermark() > pos.Offset }
 			if has() {
 				return nil
 			}
