@@ -65,7 +65,10 @@
 // changes the state and may queue output. The caller drains Ready after
 // each input, carries the output out and reports back: Truncated after a
 // truncation, FetchResponded (or FetchOutOfRange, FetchFailed) after a fetch,
-// ISRCommitted or ISRProposalFailed after a proposal. A HW checkpoint need
-// not be written before acks are answered: an acknowledged record is safe
-// because it is on every ISR member, not because of the checkpoint.
+// ISRCommitted or ISRProposalFailed after a proposal; a refused ISRCommitted
+// (Consul committed an ISR or ELR this leader cannot take) leaves the
+// proposal in flight and the HW over the wrong ISR, so the caller resigns
+// instead of leading on. A HW checkpoint need not be written before acks
+// are answered: an acknowledged record is safe because it is on every ISR
+// member, not because of the checkpoint.
 package replicate

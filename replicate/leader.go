@@ -693,7 +693,11 @@ func (l *Leader) maybeShrinkISR(now time.Time) {
 // A follower the change adds counts as caught up at now: it reached the HW
 // to be proposed, and a lastCaughtUp from before it joined (none at all, for
 // one that never reached the leader's log end in this epoch) would have the
-// next Tick remove it again at once.
+// next Tick remove it again at once. It refuses (ErrInvalidInput) an ISR
+// that lacks the leader or names a replica it does not know, and an ELR
+// entry in the ISR or outside the replicas; the proposal then stays in
+// flight and the HW counts the ISR it had, which is not what Consul may
+// elect from: the caller resigns.
 func (l *Leader) ISRCommitted(isr []string, elr []EligibleReplica, now time.Time) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)

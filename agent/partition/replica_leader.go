@@ -158,19 +158,27 @@ type isrResult struct {
 // the proposal. An unknown outcome (Consul unreachable, a timeout) is
 // retried with the same proposal still in flight, so a follower being added
 // keeps counting for the high watermark until Consul says whether it is in
-// the ISR.
+// the ISR. A committed ISR the leader state refuses steps down
+// (abdicateCommitted). No outcome leaves the proposal in flight for good:
+// the state machine proposes nothing else until it ends.
 func (r *Replica) onISRResult(ev isrResult) {
 	if ev.gen != r.gen || r.leader == nil {
 		return
 	}
-	var err error
 	switch {
 	case ev.err == nil:
-		err = r.leader.ISRCommitted(ev.proposal.ISR, ev.proposal.ELR, r.deps.Now())
-		if err == nil && ev.proposal.Replicas != nil {
+		if err := r.leader.ISRCommitted(ev.proposal.ISR, ev.proposal.ELR, r.deps.Now()); err != nil {
+			r.abdicateCommitted(ev.proposal.ISR, ev.proposal.ELR, err)
+			return
+		}
+		if ev.proposal.Replicas != nil {
 			// The completion of a move: the removed replicas are out of
-			// the ISR, so the state machine forgets them.
-			err = r.leader.SetReplicas(ev.proposal.Replicas)
+			// the ISR, so the state machine forgets them. A refusal
+			// leaves the ISR as committed (the HW stays safe) and the
+			// replica set to the next snapshot (syncReplicas).
+			if err := r.leader.SetReplicas(ev.proposal.Replicas); err != nil {
+				r.log.Error("completed replica set refused by the leader state", "replicas", ev.proposal.Replicas, "error", err)
+			}
 			r.replicasFloor = r.reassignIndexes.replicas
 			r.log.Info("reassignment complete", "epoch", ev.proposal.Epoch, "replicas", ev.proposal.Replicas)
 		}
@@ -185,7 +193,11 @@ func (r *Replica) onISRResult(ev isrResult) {
 			r.stepDown(ev.err, false)
 			return
 		}
-		err = r.leader.ISRCommitted(st.ISR, replicateELR(st.ELR), r.deps.Now())
+		elr := replicateELR(st.ELR)
+		if err := r.leader.ISRCommitted(st.ISR, elr, r.deps.Now()); err != nil {
+			r.abdicateCommitted(st.ISR, elr, err)
+			return
+		}
 		if ev.proposal.Replicas != nil {
 			// A completion decided from a snapshot that has moved on (or
 			// one that committed on an earlier try whose answer was
@@ -197,18 +209,40 @@ func (r *Replica) onISRResult(ev isrResult) {
 	case errors.Is(ev.err, election.ErrPermissionDenied), errors.Is(ev.err, election.ErrInvalidTopic):
 		// Refused before anything was written: the proposal is over.
 		r.log.Error("isr change refused", "isr", ev.proposal.ISR, "error", ev.err)
-		err = r.leader.ISRProposalFailed()
+		if err := r.leader.ISRProposalFailed(); err != nil {
+			// Refused only with no proposal in flight (a resigned
+			// leader has stepped down, and its results are dropped
+			// above): nothing is left to get stuck on.
+			r.log.Error("isr proposal failure refused by the leader state", "error", err)
+		}
 	default:
 		r.log.Warn("isr change not confirmed; retrying", "isr", ev.proposal.ISR, "error", ev.err)
 		r.isrRetry = &ev.proposal
 		r.isrRetryAt = r.deps.Now().Add(isrRetryBackoff)
 		return
 	}
-	if err != nil {
-		r.log.Error("isr change refused by the leader state", "error", err)
-	}
 	r.leaderISR = r.leader.ISR()
 	r.processLeaderReady()
+}
+
+// abdicateCommitted steps down, giving the lock back, from a leadership
+// whose ISR and ELR, as committed in Consul at its epoch, its state machine
+// refused (an ISR without the leader, a member or eligible replica it does
+// not know as a replica). Going on would be unsafe, not just stuck: its HW
+// counts only the ISR it knows, while Consul may elect any member of the
+// committed one, or an eligible replica while that HW moves on, after
+// acknowledged writes it never waited for; and a leader outside Consul's
+// ISR must not acknowledge at all. Clearing the proposal and proposing
+// again would keep it acknowledging under that HW until a change commits,
+// and then write its own view over a state it could not read. An election
+// decides again from Consul's state and the replicas read together; this
+// replica runs in it like the others.
+func (r *Replica) abdicateCommitted(isr []string, elr []replicate.EligibleReplica, cause error) {
+	r.log.Error("committed isr refused by the leader state: stepping down", "epoch", r.leader.Epoch(), "isr", isr, "elr", elr, "error", cause)
+	r.stepDown(fmt.Errorf("committed isr %v refused by the leader state: %w", isr, cause), true)
+	// Campaign would hand the same leadership back until the resignation
+	// has gone through.
+	r.campaignRetryAt = r.deps.Now().Add(campaignBackoff)
 }
 
 // replicateELR and electionELR carry the eligible leader replicas between
