@@ -7,6 +7,10 @@
 # Sizes are bytes, or a number with a unit: KB, MB, GB, TB (powers of 1000) or
 # KiB, MiB, GiB, TiB (powers of 1024). Durations use Go's syntax: "500ms",
 # "10s", "168h".
+#
+# A relative path (data_dir, the token and TLS files, a unix:// Consul
+# address) is read from the directory of the file that sets it, never from
+# the agent's working directory (/ under systemd).
 
 # The agent's identity in the cluster: 1 to 64 letters, digits, '-' or '_'.
 # Defaults to the first label of the host name. It is written into

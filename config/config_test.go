@@ -634,3 +634,90 @@ func TestDataDirNotADirectory(t *testing.T) {
 		})
 	}
 }
+
+// TestRelativePathsAreRelativeToTheirFile: a relative path a file names is
+// read from that file's directory. It was read from the working directory,
+// / under systemd: data_dir = "data" put the log at /data, and a token or
+// TLS file next to the configuration was not found. Every case loads from
+// an unrelated working directory.
+func TestRelativePathsAreRelativeToTheirFile(t *testing.T) {
+	for _, k := range []string{"CONSUL_HTTP_SSL", "CONSUL_HTTP_ADDR", "CONSUL_CACERT", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE"} {
+		t.Setenv(k, "")
+	}
+	f := newTLSFixture(t)
+	base := filepath.Base
+	other := t.TempDir()
+	cases := []struct {
+		name string
+		// files are written in order, each into its directory (f.dir
+		// unless dirs names another), and loaded by absolute path.
+		files []string
+		dirs  []string
+		got   func(*Config) []string
+		want  []string
+	}{
+		{"data_dir", []string{`data_dir = "data"`}, nil,
+			func(c *Config) []string { return []string{c.DataDir} }, []string{filepath.Join(f.dir, "data")}},
+		{"data_dir up a level", []string{`data_dir = "../lib/data"`}, nil,
+			func(c *Config) []string { return []string{c.DataDir} }, []string{filepath.Join(filepath.Dir(f.dir), "lib", "data")}},
+		{"token files", []string{fmt.Sprintf("client {\n  token_file = %q\n}\npeer {\n  token_file = %q\n}\n", base(f.token), base(f.token))}, nil,
+			func(c *Config) []string { return []string{c.Client.TokenFile, c.Peer.TokenFile} }, []string{f.token, f.token}},
+		{"client tls", []string{tlsHCL("client", base(f.cert), base(f.key), base(f.ca))}, nil,
+			func(c *Config) []string {
+				return []string{c.Client.TLS.CertFile, c.Client.TLS.KeyFile, c.Client.TLS.CAFile}
+			}, []string{f.cert, f.key, f.ca}},
+		{"peer tls", []string{tlsHCL("peer", base(f.cert), base(f.key), base(f.ca))}, nil,
+			func(c *Config) []string { return []string{c.Peer.TLS.CertFile, c.Peer.TLS.KeyFile, c.Peer.TLS.CAFile} }, []string{f.cert, f.key, f.ca}},
+		{"consul files", []string{fmt.Sprintf("consul {\n  scheme = \"https\"\n  token_file = %q\n  ca_file = %q\n  cert_file = %q\n  key_file = %q\n}\n", base(f.token), base(f.ca), base(f.cert), base(f.key))}, nil,
+			func(c *Config) []string {
+				tc := c.Consul.API.TLSConfig
+				return []string{c.Consul.API.TokenFile, tc.CAFile, tc.CertFile, tc.KeyFile}
+			}, []string{f.token, f.ca, f.cert, f.key}},
+		{"consul socket", []string{"consul {\n  address = \"unix://consul.sock\"\n}\n"}, nil,
+			func(c *Config) []string { return []string{c.Consul.API.Address} }, []string{"unix://" + filepath.Join(f.dir, "consul.sock")}},
+		{"each file's own directory", []string{`data_dir = "data"`, fmt.Sprintf("client {\n  token_file = %q\n}\n", base(f.token))}, []string{other, f.dir},
+			func(c *Config) []string { return []string{c.DataDir, c.Client.TokenFile} }, []string{filepath.Join(other, "data"), f.token}},
+		{"absolute kept", []string{fmt.Sprintf("data_dir = %q\n", filepath.Join(other, "abs"))}, nil,
+			func(c *Config) []string { return []string{c.DataDir} }, []string{filepath.Join(other, "abs")}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var paths []string
+			for i, body := range c.files {
+				dir := f.dir
+				if c.dirs != nil {
+					dir = c.dirs[i]
+				}
+				paths = append(paths, writeFile(t, dir, fmt.Sprintf("relative-%d.hcl", i), body))
+			}
+			t.Chdir(t.TempDir())
+			cfg, err := LoadWith(testEnv(), paths...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.got(cfg); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("paths %q, want %q", got, c.want)
+			}
+		})
+	}
+	t.Run("relative -config argument", func(t *testing.T) {
+		writeFile(t, f.dir, "relative-arg.hcl", `data_dir = "data"`)
+		t.Chdir(filepath.Dir(f.dir))
+		cfg, err := LoadWith(testEnv(), filepath.Join(base(f.dir), "relative-arg.hcl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Join(f.dir, "data"); cfg.DataDir != want {
+			t.Errorf("data_dir %q, want %q", cfg.DataDir, want)
+		}
+	})
+	t.Run("a missing file is named as resolved", func(t *testing.T) {
+		p := writeFile(t, f.dir, "relative-missing.hcl", "client {\n  token_file = \"absent-token\"\n}\n")
+		t.Chdir(t.TempDir())
+		_, err := LoadWith(testEnv(), p)
+		want := p + ":2:16: Invalid client.token_file: " + filepath.Join(f.dir, "absent-token") + ": open "
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("got %v, want an error containing %q", err, want)
+		}
+	})
+}

@@ -148,7 +148,7 @@ func (v *validator) tlsBlock(block string, f *fileTLS, caRequired bool) *TLS {
 	if f == nil {
 		return nil
 	}
-	t := &TLS{CertFile: str(f.CertFile), KeyFile: str(f.KeyFile), CAFile: str(f.CAFile)}
+	t := &TLS{CertFile: v.path(block+".cert_file", f.CertFile), KeyFile: v.path(block+".key_file", f.KeyFile), CAFile: v.path(block+".ca_file", f.CAFile)}
 	var missing []string
 	for _, k := range []struct {
 		name, value string
@@ -238,7 +238,7 @@ func ReadToken(path string) ([]byte, error) {
 
 // tokenFile validates a token file key: readable, not empty.
 func (v *validator) tokenFile(key string, path *string) string {
-	p := str(path)
+	p := v.path(key, path)
 	if p == "" {
 		return ""
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -143,6 +144,25 @@ func validHostname(h string) bool {
 	return true
 }
 
+// path reads a path-valued key relative to the directory of the file that
+// set it, never to the working directory: that is / under systemd, where
+// data_dir = "data" put the log at /data and token_file = "token" read
+// /token. A file given as a relative -config argument is found from the
+// working directory, as any command-line path is, and so is its directory.
+func (v *validator) path(key string, s *string) string {
+	p := str(s)
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	file := v.ranges[key].Filename
+	dir, err := filepath.Abs(filepath.Dir(file))
+	if err != nil {
+		v.errorf(key, "%q is relative to the directory of %s, which cannot be made absolute: %v", p, file, err)
+		return p
+	}
+	return filepath.Join(dir, p)
+}
+
 func str(s *string) string {
 	if s == nil {
 		return ""
@@ -170,7 +190,7 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	if !noHost && !nodeIDPattern.MatchString(c.NodeID) {
 		v.errorf("node_id", "%q must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit (set node_id explicitly if the host name does not fit)", c.NodeID)
 	}
-	c.DataDir = str(f.DataDir)
+	c.DataDir = v.path("data_dir", f.DataDir)
 	if c.DataDir == "" {
 		v.errorf("data_dir", "a directory is required")
 	} else if info, err := os.Stat(c.DataDir); err == nil && !info.IsDir() {
@@ -317,6 +337,10 @@ func (v *validator) consul(f *fileConsul) Consul {
 	c := Consul{API: api.DefaultConfig()}
 	if f.Address != nil {
 		c.API.Address = *f.Address
+		// A socket path is a path like any other the file names.
+		if socket, ok := strings.CutPrefix(c.API.Address, "unix://"); ok && socket != "" {
+			c.API.Address = "unix://" + v.path("consul.address", &socket)
+		}
 	}
 	if c.API.Address == "" {
 		v.errorf("consul.address", "an address is required")
@@ -348,13 +372,13 @@ func (v *validator) consul(f *fileConsul) Consul {
 		c.API.TokenFile, c.API.Token = v.tokenFile("consul.token_file", f.TokenFile), ""
 	}
 	if f.CAFile != nil {
-		c.API.TLSConfig.CAFile = *f.CAFile
+		c.API.TLSConfig.CAFile = v.path("consul.ca_file", f.CAFile)
 	}
 	if f.CertFile != nil {
-		c.API.TLSConfig.CertFile = *f.CertFile
+		c.API.TLSConfig.CertFile = v.path("consul.cert_file", f.CertFile)
 	}
 	if f.KeyFile != nil {
-		c.API.TLSConfig.KeyFile = *f.KeyFile
+		c.API.TLSConfig.KeyFile = v.path("consul.key_file", f.KeyFile)
 	}
 	if f.CAFile != nil || f.CertFile != nil || f.KeyFile != nil {
 		// Consul's client loads these but uses them only over https: with
