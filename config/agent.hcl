@@ -71,6 +71,7 @@ kafka {
   # The address Metadata and FindCoordinator answer with, which clients dial
   # after their bootstrap address. Defaults to address; required when
   # address listens on every interface (0.0.0.0 or [::]).
+  # Another listener's address (client.address, peer.address) is refused.
   # advertise_address = "127.0.0.1:9092"
 }
 
@@ -81,6 +82,7 @@ peer {
   # What other agents dial. Defaults to address when that names a host; when
   # address listens on every interface (0.0.0.0 or [::]), to the host's only
   # global unicast IPv4 address (set it when the host has several).
+  # Another listener's address (client.address, kafka.address) is refused.
   # advertise_address = "10.0.0.11:7171"
 
   # A file holding a shared secret. When set, every peer request but GET

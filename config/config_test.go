@@ -223,6 +223,15 @@ func TestInvalid(t *testing.T) {
 		{"listeners share an address", "kafka {\n  address = \"127.0.0.1:7070\"\n}\n", 2, "takes the port of client.address"},
 		{"a listener on every interface takes the port", "kafka {\n  address = \"0.0.0.0:7070\"\n  advertise_address = \"10.0.0.1:7070\"\n}\n", 2, "takes the port of client.address"},
 		{"fetch wait above what leaders take", "replication {\n  lag_time_max = \"60s\"\n  fetch_max_wait = \"31s\"\n}\n", 3, "outside the allowed range 1ms to 30s"},
+		{"listeners on localhost and 127.0.0.1", "kafka {\n  address = \"localhost:7070\"\n}\n", 2, "takes the port of client.address"},
+		{"listeners on one IPv6 address written twice", "client {\n  address = \"[::1]:7070\"\n}\nkafka {\n  address = \"[0:0:0:0:0:0:0:1]:7070\"\n}\n", 5, "takes the port of client.address"},
+		{"peer advertised at the client address", "peer {\n  advertise_address = \"127.0.0.1:7070\"\n}\n", 2, `"127.0.0.1:7070" is where client.address ("127.0.0.1:7070") listens, not peer.address: other agents would dial the wrong listener`},
+		{"peer advertised at localhost on the client port", "peer {\n  advertise_address = \"localhost:7070\"\n}\n", 2, "is where client.address"},
+		{"peer advertised at this host, client on every interface", "client {\n  address = \"0.0.0.0:7070\"\n}\npeer {\n  advertise_address = \"10.1.2.3:7070\"\n}\n", 5, `is where client.address ("0.0.0.0:7070") listens`},
+		{"peer advertised at the kafka listener", "kafka {\n  address = \"127.0.0.1:9092\"\n}\npeer {\n  advertise_address = \"127.0.0.1:9092\"\n}\n", 5, "is where kafka.address"},
+		{"kafka advertised at the peer listener", "kafka {\n  address = \"0.0.0.0:9092\"\n  advertise_address = \"10.1.2.3:7171\"\n}\n", 3, `is where peer.address ("0.0.0.0:7171") listens, not kafka.address: Kafka clients would dial the wrong listener`},
+		{"kafka advertised at the client address", "kafka {\n  address = \"127.0.0.1:9092\"\n  advertise_address = \"127.0.0.1:7070\"\n}\n", 3, "is where client.address"},
+		{"peer and kafka advertised at one address", "kafka {\n  address = \"0.0.0.0:9092\"\n  advertise_address = \"203.0.113.9:7000\"\n}\npeer {\n  advertise_address = \"203.0.113.9:7000\"\n}\n", 3, `"203.0.113.9:7000" is peer.advertise_address too: one address cannot reach both peer.address and kafka.address`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -304,6 +313,10 @@ func TestAdvertiseAddress(t *testing.T) {
 		{"sole address", ``, []string{"127.0.0.1", "192.168.1.5"}, "192.168.1.5:7171", ""},
 		{"several addresses", ``, []string{"192.168.1.5", "10.0.0.1"}, "", "will not guess"},
 		{"no address", ``, []string{"127.0.0.1"}, "", "no global unicast"},
+		// Another host's address on the client's port may be a NAT's,
+		// forwarded to the peer port.
+		{"NAT on the client's port", "client { address = \"0.0.0.0:7070\" }\npeer { advertise_address = \"203.0.113.9:7070\" }", []string{"10.0.0.1"}, "203.0.113.9:7070", ""},
+		{"client's host, another port", "client { address = \"10.0.0.1:7070\" }\npeer { advertise_address = \"10.0.0.1:7171\" }", []string{"10.0.0.1"}, "10.0.0.1:7171", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -230,7 +230,18 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.Peer.TLS = v.tlsBlock("peer.tls", f.Peer.TLS, true)
 	c.Client.TLS = v.tlsBlock("client.tls", f.Client.TLS, false)
 	c.Client.TokenFile = v.tokenFile("client.token_file", f.Client.TokenFile)
-	v.distinctListeners([]namedAddress{{"client.address", c.Client.Address}, {"peer.address", c.Peer.Address}, {"kafka.address", c.Kafka.Address}})
+	listeners := []namedAddress{{"client.address", c.Client.Address}, {"peer.address", c.Peer.Address}, {"kafka.address", c.Kafka.Address}}
+	v.distinctListeners(listeners)
+	// A defaulted advertise address is its listener's own, or the host's
+	// address on the peer port: distinctListeners covers those.
+	var advertised []advertisedAddress
+	if f.Peer.AdvertiseAddress != nil && c.Peer.AdvertiseAddress != "" {
+		advertised = append(advertised, advertisedAddress{namedAddress{"peer.advertise_address", c.Peer.AdvertiseAddress}, "peer.address", "other agents"})
+	}
+	if f.Kafka.AdvertiseAddress != nil && c.Kafka.AdvertiseAddress != "" {
+		advertised = append(advertised, advertisedAddress{namedAddress{"kafka.advertise_address", c.Kafka.AdvertiseAddress}, "kafka.address", "Kafka clients"})
+	}
+	v.advertisedReachTheirListener(advertised, listeners, localHost(env))
 
 	c.Consul = v.consul(f.Consul)
 	c.Storage = v.storage(f.Storage)
@@ -280,9 +291,6 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	return c, v.diags
 }
 
-// kafka validates the kafka block: off without an address; the address
-// clients are told to dial must name a host, as a broker's advertised
-// listener does.
 type namedAddress struct{ key, address string }
 
 // distinctListeners reports two listeners on one port of one host, or of
@@ -296,7 +304,7 @@ func (v *validator) distinctListeners(ls []namedAddress) {
 		}
 		for _, a := range ls[:j] {
 			hostA, portA, err := net.SplitHostPort(a.address)
-			if err != nil || portA != portB || (hostA != hostB && !isUnspecified(hostA) && !isUnspecified(hostB)) {
+			if err != nil || portA != portB || (!sameHost(hostA, hostB) && !isUnspecified(hostA) && !isUnspecified(hostB)) {
 				continue
 			}
 			v.errorf(b.key, "%q takes the port of %s (%q): each listener needs its own", b.address, a.key, a.address)
@@ -304,6 +312,94 @@ func (v *validator) distinctListeners(ls []namedAddress) {
 	}
 }
 
+// advertisedAddress is an address set for others to dial one listener.
+type advertisedAddress struct {
+	namedAddress
+	listener string // the key of the listener it must reach
+	dialers  string
+}
+
+// advertisedReachTheirListener reports an advertised address that is
+// another listener of this agent (its host and port, or its port when that
+// listener takes every interface and the host is this one's), and two
+// listeners advertised at one address. peer.advertise_address =
+// client.address passed: other agents sent this agent's replication to its
+// client API. An address of another host may be a NAT's, forwarded to the
+// right port: it is left alone.
+func (v *validator) advertisedReachTheirListener(advertised []advertisedAddress, listeners []namedAddress, local func(host string) bool) {
+	for j, a := range advertised {
+		hostA, portA, err := net.SplitHostPort(a.address)
+		if err != nil {
+			continue
+		}
+		for _, l := range listeners {
+			hostL, portL, err := net.SplitHostPort(l.address)
+			if err != nil || l.key == a.listener || portL != portA {
+				continue
+			}
+			if sameHost(hostA, hostL) || isUnspecified(hostL) && local(hostA) {
+				v.errorf(a.key, "%q is where %s (%q) listens, not %s: %s would dial the wrong listener", a.address, l.key, l.address, a.listener, a.dialers)
+			}
+		}
+		for _, b := range advertised[:j] {
+			hostB, portB, err := net.SplitHostPort(b.address)
+			if err == nil && portB == portA && sameHost(hostA, hostB) {
+				v.errorf(a.key, "%q is %s too: one address cannot reach both %s and %s", a.address, b.key, b.listener, a.listener)
+			}
+		}
+	}
+}
+
+// sameHost reports whether two hosts of listen or advertise addresses are
+// one, without resolving names: "localhost" is 127.0.0.1, the address Go
+// listens on for it.
+func sameHost(a, b string) bool {
+	if strings.EqualFold(a, b) {
+		return true
+	}
+	ipA, ipB := hostIP(a), hostIP(b)
+	return ipA != nil && ipB != nil && ipA.Equal(ipB)
+}
+
+func hostIP(host string) net.IP {
+	if strings.EqualFold(host, "localhost") {
+		return net.IPv4(127, 0, 0, 1)
+	}
+	return net.ParseIP(host)
+}
+
+// localHost reports whether a host is one of this host's addresses: a
+// loopback address or one of its interfaces'. A host name other than
+// localhost is not resolved, and interfaces that cannot be listed make
+// only loopback local: a check it feeds then misses a collision rather
+// than refuse a good configuration.
+func localHost(env Environment) func(host string) bool {
+	var addrs []net.Addr
+	listed := false
+	return func(host string) bool {
+		ip := hostIP(host)
+		if ip == nil {
+			return false
+		}
+		if ip.IsLoopback() {
+			return true
+		}
+		if !listed {
+			addrs, _ = env.InterfaceAddrs()
+			listed = true
+		}
+		for _, a := range addrs {
+			if ipnet, ok := a.(*net.IPNet); ok && ipnet.IP.Equal(ip) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// kafka validates the kafka block: off without an address; the address
+// clients are told to dial must name a host, as a broker's advertised
+// listener does.
 func (v *validator) kafka(f *fileKafka) Kafka {
 	var k Kafka
 	if f.Address == nil || *f.Address == "" {
