@@ -88,6 +88,9 @@ peer {
   # A file holding a shared secret. When set, every peer request but GET
   # /v1/health must carry "Authorization: Bearer <secret>". Empty means no
   # authentication.
+  # The agent warns when address is beyond loopback with neither this nor
+  # tls set, as it is by default: anyone who reaches the port can read and
+  # write every partition and pose as a follower.
   token_file = ""
 
   # Mutual TLS between agents: the listener and this agent's peer clients

@@ -192,6 +192,15 @@ func (c *Config) Warnings() []string {
 	case c.Client.TokenFile != "":
 		w = append(w, fmt.Sprintf("client.token_file is set but the Kafka listener (kafka.address %s) takes no token: every local user can read, write and delete topics through it", c.Kafka.Address))
 	}
+	// The peer API answers replica fetches and forwarded produces, and
+	// takes a fetch's word for what its follower holds. Its default listens
+	// on every interface, because other agents must reach it: only the
+	// warning, not the default, can tell an open one.
+	switch {
+	case isLoopback(c.Peer.Address), c.Peer.TokenFile != "", c.Peer.TLS != nil:
+	default:
+		w = append(w, fmt.Sprintf("peer.address %s is not a loopback address and neither peer.token_file nor peer.tls is set: anyone who can reach it can read and write every partition, move replicas, and pose as a follower, which acknowledges writes no replica holds; set peer.token_file (and peer.tls), or keep the peer network private", c.Peer.Address))
+	}
 	return w
 }
 

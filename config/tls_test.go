@@ -207,12 +207,16 @@ func TestTLSLoadReportsEveryFile(t *testing.T) {
 
 func TestWarnings(t *testing.T) {
 	f := newTLSFixture(t)
+	// The peer listener on loopback, under every case, so that each shows
+	// the warnings of what it sets alone; the peer cases set its address.
+	quietPeer := writeFile(t, t.TempDir(), "peer.hcl", "peer {\n  address = \"127.0.0.1:7171\"\n}\n")
+	openPeer := "peer.address 0.0.0.0:7171 is not a loopback address and neither peer.token_file nor peer.tls is set: anyone who can reach it can read and write every partition"
 	cases := []struct {
 		name string
 		hcl  string
 		want string // "" for no warning
 	}{
-		{"default loopback", "", ""},
+		{"client on loopback", "", ""},
 		{"localhost", "client {\n  address = \"localhost:7070\"\n}\n", ""},
 		{"ipv6 loopback", "client {\n  address = \"[::1]:7070\"\n}\n", ""},
 		{"every interface, no token", "client {\n  address = \"0.0.0.0:7070\"\n}\n", "client.address 0.0.0.0:7070 is not a loopback address and client.token_file is not set"},
@@ -222,11 +226,16 @@ func TestWarnings(t *testing.T) {
 		{"kafka beyond loopback", "kafka {\n  address = \"10.1.2.3:9092\"\n}\n", "the Kafka listener has neither TLS nor authentication"},
 		{"kafka beside a client token", fmt.Sprintf("client {\n  token_file = %q\n}\nkafka {\n  address = \"127.0.0.1:9092\"\n}\n", f.token), "the Kafka listener (kafka.address 127.0.0.1:9092) takes no token"},
 		{"token and TLS", fmt.Sprintf("client {\n  address = \"10.1.2.3:7070\"\n  token_file = %q\n  tls {\n    cert_file = %q\n    key_file = %q\n  }\n}\n", f.token, f.cert, f.key), ""},
+		{"peer on every interface, no token (the default)", "peer {\n  address = \"0.0.0.0:7171\"\n}\n", openPeer},
+		{"peer on a host address, no token", "peer {\n  address = \"10.1.2.3:7171\"\n}\n", "peer.address 10.1.2.3:7171 is not a loopback address and neither peer.token_file nor peer.tls is set"},
+		{"peer on localhost", "peer {\n  address = \"localhost:7171\"\n}\n", ""},
+		{"peer with a token", fmt.Sprintf("peer {\n  address = \"0.0.0.0:7171\"\n  token_file = %q\n}\n", f.token), ""},
+		{"peer with mutual TLS", strings.Replace(tlsHCL("peer", f.cert, f.key, f.ca), "peer {\n", "peer {\n  address = \"0.0.0.0:7171\"\n", 1), ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := writeFile(t, t.TempDir(), "agent.hcl", c.hcl)
-			cfg, err := LoadWith(testEnv(), p)
+			cfg, err := LoadWith(testEnv(), quietPeer, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,4 +248,13 @@ func TestWarnings(t *testing.T) {
 			}
 		})
 	}
+	t.Run("built-in defaults", func(t *testing.T) {
+		cfg, err := LoadWith(testEnv())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := cfg.Warnings(); len(w) != 1 || !strings.Contains(w[0], openPeer) {
+			t.Errorf("warnings %q, want one saying %q", w, openPeer)
+		}
+	})
 }

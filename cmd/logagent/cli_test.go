@@ -53,7 +53,10 @@ peer {
 		stderrHas []string
 		lines     int // diagnostics lines on stderr, when >0
 	}{
-		{"shipped example", []string{"validate", "-config", "../../config/agent.hcl"}, 0, []string{"configuration valid: node", "durability fsync"}, nil, 0},
+		// The example is the defaults: the peer API on every interface,
+		// without a token.
+		{"shipped example", []string{"validate", "-config", "../../config/agent.hcl"}, 0, []string{"configuration valid: node", "durability fsync"}, []string{
+			"warning: peer.address 0.0.0.0:7171 is not a loopback address and neither peer.token_file nor peer.tls is set"}, 0},
 		{"three mistakes", []string{"validate", "-config", threeMistakes}, 1, nil, []string{
 			threeMistakes + ":3:", threeMistakes + ":4:", threeMistakes + ":7:", "3 problem(s)"}, 3},
 		{"peer tls incomplete", []string{"validate", "-config", peerTLS}, 1, nil, []string{
