@@ -956,8 +956,8 @@ func (l *Log) HasSealedSegments() bool {
 //
 // A segment whose newest timestamp cannot be learnt (a batch header that
 // does not parse: damage in a segment below the recovery point, which Open
-// walks only from its last index entry; or its file cannot be read or
-// stat'ed) has an unknown age: time retention keeps it, and so every
+// walks only from its last index entry; or its file cannot be opened, read
+// or stat'ed) has an unknown age: time retention keeps it, and so every
 // segment after it, but size retention deletes it like any other. The
 // error (matching ErrCorrupt for a damaged header) is returned with the
 // count of segments deleted, at every run until the segment is gone, so
@@ -977,11 +977,11 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 	if retention > 0 {
 		deadline = l.opts.Now().UnixMilli() - retention.Milliseconds()
 		// Segments loaded without a scan learn their newest timestamp by a
-		// header walk, outside the writer's lock.
-		candidates, err := l.expiryCandidates(below)
-		if err != nil {
-			return 0, err
-		}
+		// header walk, outside the writer's lock. One whose file cannot be
+		// opened for it (out of descriptors, an I/O error) has an unknown
+		// age, as one whose walk fails below.
+		var candidates []*segment
+		candidates, ageErrs = l.expiryCandidates(below)
 		for _, s := range candidates {
 			err := l.computeMaxTimestamp(s)
 			s.log.unpin(false)
@@ -1108,25 +1108,27 @@ func (l *Log) deleteFrontLocked(segs []*segment, n int, why string) (int, error)
 
 // expiryCandidates returns, with a reference and a pin on its log file
 // each (a deletion may unlink it meanwhile), the oldest non-active segments
-// below below whose newest timestamp is unknown.
-func (l *Log) expiryCandidates(below int64) ([]*segment, error) {
+// below below whose newest timestamp is unknown, and an error for each of
+// them whose file could not be pinned: those are left out, their age still
+// unknown. Returning at the first such error stopped size retention too,
+// at every run while it lasted: a host out of descriptors, which is also
+// one filling up, let the partition's disk grow without bound.
+func (l *Log) expiryCandidates(below int64) ([]*segment, []error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	var out []*segment
+	var errs []error
 	for i := 0; i < len(l.segments)-1 && l.segments[i+1].base <= below; i++ {
 		if s := l.segments[i]; s.maxTimestamp.Load() == unknownTimestamp {
 			if _, err := s.log.pin(); err != nil {
-				for _, s := range out {
-					s.log.unpin(false)
-					s.release()
-				}
-				return nil, err
+				errs = append(errs, fmt.Errorf("segstore: segment %d kept by time retention, its age unknown: %w", s.base, err))
+				continue
 			}
 			s.acquire()
 			out = append(out, s)
 		}
 	}
-	return out, nil
+	return out, errs
 }
 
 // computeMaxTimestamp walks a sealed segment's headers for its newest

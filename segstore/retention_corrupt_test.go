@@ -3,6 +3,8 @@ package segstore
 import (
 	"errors"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,80 @@ import (
 // limit, at every run: one damaged old segment stopped all retention of the
 // partition.
 func TestRetentionWithACorruptSealedSegment(t *testing.T) {
+	testRetentionWithADamagedSealedSegment(t, segmentDamage{
+		reopen: func(t *testing.T, dir, path string, opts Options) *Log {
+			// One header byte of the damaged segment's first batch, its
+			// magic: the walk for its newest timestamp stops there.
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte{record.Magic ^ 0xff}, hdrMagic); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return openLog(t, OSFS{}, dir, opts)
+		},
+		reported: func(err error, path string) bool {
+			var ce *CorruptError
+			return errors.Is(err, ErrCorrupt) && errors.As(err, &ce) && ce.Path == path && ce.Position == 0
+		},
+	})
+}
+
+// TestRetentionWhenASealedSegmentCannotBeOpened: a sealed segment whose
+// newest timestamp is unknown (Open does not walk it) and whose file
+// cannot be opened to learn it (out of descriptors: EMFILE) has an unknown
+// age too, as a damaged one. Retention returned the open's error before
+// applying either limit, at every run while it lasted: a host out of
+// descriptors, which is also one filling up, let the partition's disk grow
+// without bound. Deleting the segment goes by name, without its file open.
+func TestRetentionWhenASealedSegmentCannotBeOpened(t *testing.T) {
+	testRetentionWithADamagedSealedSegment(t, segmentDamage{
+		reopen: func(t *testing.T, dir, path string, opts Options) *Log {
+			ffs, err := NewFaultFS(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One descriptor: the damaged segment's file, read by Open, is
+			// closed again before retention needs it.
+			opts.Files = NewFileCache(1)
+			l := openLog(t, ffs, dir, opts)
+			for _, s := range l.segments {
+				opts.Files.mu.Lock()
+				open := s.log.state != handleClosed
+				opts.Files.mu.Unlock()
+				if s.logPath == path && open {
+					l.Close()
+					t.Fatalf("%s still open after Open: retention would not open it", path)
+				}
+			}
+			ffs.Inject(Fault{Op: OpOpen, Path: path, Err: syscall.EMFILE, Sticky: true})
+			return l
+		},
+		reported: func(err error, path string) bool {
+			return errors.Is(err, syscall.EMFILE) && strings.Contains(err.Error(), path)
+		},
+	})
+}
+
+// segmentDamage is what befalls one sealed segment of a closed log in
+// testRetentionWithADamagedSealedSegment.
+type segmentDamage struct {
+	// reopen damages the segment whose .log is at path and opens the log
+	// in dir again.
+	reopen func(t *testing.T, dir, path string, opts Options) *Log
+	// reported says whether a retention error reports the damage.
+	reported func(err error, path string) bool
+}
+
+// testRetentionWithADamagedSealedSegment: a sealed segment whose newest
+// timestamp cannot be learnt is kept by time retention, and so the
+// segments after it; size retention deletes it and the segments after it
+// as usual; the damage is reported at every run that meets it.
+func testRetentionWithADamagedSealedSegment(t *testing.T, damage segmentDamage) {
 	const (
 		batchBytes   = record.HeaderSize + 300 // 361
 		perSegment   = 11                      // 3971 bytes; a 12th does not fit in 4096
@@ -27,21 +103,21 @@ func TestRetentionWithACorruptSealedSegment(t *testing.T) {
 	)
 	tests := []struct {
 		name           string
-		corrupt        int           // the sealed segment damaged
+		damaged        int           // the sealed segment damaged
 		age            time.Duration // the clock's advance after the writes
 		retention      time.Duration
 		retentionBytes int64
 		deleted        int  // segments deleted by the first run
-		reported       bool // the first run's error matches ErrCorrupt
+		reported       bool // the first run's error reports the damage
 	}{
 		// The log holds 6*3971+1444 = 25270 bytes: 20000 lets size
 		// retention delete one segment, 15000 two, 10000 three.
-		{"size deletes the corrupt oldest segment", 0, 0, time.Hour, 15000, 2, true},
-		{"size deletes past the corrupt segment", 1, 0, time.Hour, 10000, 3, true},
-		{"size stops before the corrupt segment", 3, 0, time.Hour, 15000, 2, true},
-		{"size deletes the corrupt segment, time the expired ones after it", 0, 2 * time.Hour, time.Hour, 20000, sealed, true},
-		{"time deletes the expired segments before the corrupt one", 2, 2 * time.Hour, time.Hour, 0, 2, true},
-		{"time keeps a corrupt oldest segment", 0, 2 * time.Hour, time.Hour, 0, 0, true},
+		{"size deletes the damaged oldest segment", 0, 0, time.Hour, 15000, 2, true},
+		{"size deletes past the damaged segment", 1, 0, time.Hour, 10000, 3, true},
+		{"size stops before the damaged segment", 3, 0, time.Hour, 15000, 2, true},
+		{"size deletes the damaged segment, time the expired ones after it", 0, 2 * time.Hour, time.Hour, 20000, sealed, true},
+		{"time deletes the expired segments before the damaged one", 2, 2 * time.Hour, time.Hour, 0, 2, true},
+		{"time keeps a damaged oldest segment", 0, 2 * time.Hour, time.Hour, 0, 0, true},
 		{"size alone needs no timestamp", 0, 0, 0, 15000, 2, false},
 	}
 	for _, tt := range tests {
@@ -70,28 +146,15 @@ func TestRetentionWithACorruptSealedSegment(t *testing.T) {
 					t.Fatalf("segment %d: base %d, %d bytes; want base %d, %d bytes", i, s.base, got, i*perSegment, want)
 				}
 			}
-			bad := l.segments[tt.corrupt]
-			badBase, badPath := bad.base, bad.logPath
+			bad := l.segments[tt.damaged]
+			badBase, badPath, badIndex := bad.base, bad.logPath, bad.indexPath
 			// Close writes the recovery point at the log end: the next
 			// Open trusts the sealed segments and learns no timestamp.
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
 
-			// One header byte of the damaged segment's first batch, its
-			// magic: the walk for its newest timestamp stops there.
-			f, err := os.OpenFile(badPath, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.WriteAt([]byte{record.Magic ^ 0xff}, hdrMagic); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-
-			l = openLog(t, OSFS{}, dir, opts)
+			l = damage.reopen(t, dir, badPath, opts)
 			defer l.Close()
 			clock.Advance(tt.age)
 			hw := l.LogEndOffset()
@@ -99,14 +162,8 @@ func TestRetentionWithACorruptSealedSegment(t *testing.T) {
 			if n != tt.deleted {
 				t.Fatalf("retention deleted %d segments (%v), want %d", n, err, tt.deleted)
 			}
-			if tt.reported != errors.Is(err, ErrCorrupt) || (!tt.reported && err != nil) || errors.Is(err, ErrFailed) {
-				t.Fatalf("retention error %v, want one matching ErrCorrupt: %v", err, tt.reported)
-			}
-			if tt.reported {
-				var ce *CorruptError
-				if !errors.As(err, &ce) || ce.Path != badPath || ce.Position != 0 {
-					t.Fatalf("retention error %v does not locate the damage at %s position 0", err, badPath)
-				}
+			if tt.reported != damage.reported(err, badPath) || (!tt.reported && err != nil) || errors.Is(err, ErrFailed) {
+				t.Fatalf("retention error %v, want one reporting the damage of %s: %v", err, badPath, tt.reported)
 			}
 			if want := int64(tt.deleted * perSegment); l.LogStartOffset() != want || l.segments[0].base != want {
 				t.Fatalf("log start %d, first segment %d, want %d", l.LogStartOffset(), l.segments[0].base, want)
@@ -114,19 +171,21 @@ func TestRetentionWithACorruptSealedSegment(t *testing.T) {
 			if len(l.segments) != sealed+1-tt.deleted {
 				t.Fatalf("%d segments left, want %d", len(l.segments), sealed+1-tt.deleted)
 			}
-			kept := tt.deleted <= tt.corrupt
-			if kept && l.segments[tt.corrupt-tt.deleted].base != badBase {
-				t.Fatalf("corrupt segment %d not kept", badBase)
+			kept := tt.deleted <= tt.damaged
+			if kept && l.segments[tt.damaged-tt.deleted].base != badBase {
+				t.Fatalf("damaged segment %d not kept", badBase)
 			}
-			if _, err := os.Stat(badPath); kept != (err == nil) {
-				t.Fatalf("corrupt segment's file: kept %v, stat %v", kept, err)
+			for _, path := range []string{badPath, badIndex} {
+				if _, err := os.Stat(path); kept != (err == nil) {
+					t.Fatalf("damaged segment's file %s: kept %v, stat %v", path, kept, err)
+				}
 			}
 
 			// A second run deletes nothing more and reports the damage again
 			// while the segment is kept and time retention walks it.
 			n, err = l.ApplyRetention(hw)
 			again := kept && tt.retention > 0
-			if n != 0 || again != errors.Is(err, ErrCorrupt) || (!again && err != nil) {
+			if n != 0 || again != damage.reported(err, badPath) || (!again && err != nil) {
 				t.Fatalf("second run: %d deleted, %v; want 0 and the damage reported: %v", n, err, again)
 			}
 		})
