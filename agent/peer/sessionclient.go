@@ -30,6 +30,9 @@ type Sessions struct {
 	self      string
 	heartbeat time.Duration
 	onLeading func(Leading)
+	// deadAfter is SessionDeadAfter but in tests, which take a leader for
+	// gone sooner.
+	deadAfter func(heartbeat time.Duration) time.Duration
 
 	mu     sync.Mutex
 	byAddr map[string]*session
@@ -58,9 +61,10 @@ var ErrSessionsClosed = errors.New("agent: fetch sessions closed")
 // errNoSessions says the leader answered the session request 404.
 var errNoSessions = errors.New("agent: peer has no fetch sessions")
 
-// SessionDeadAfter is how long a session side waits for a frame before it
+// SessionDeadAfter is how long a session side waits for a byte before it
 // takes the other side for gone, for a heartbeat: three missed heartbeats
-// and a second for a loaded host.
+// and a second for a loaded host. It bounds silence, not a frame: an
+// answer that keeps arriving is read however long it takes (ProgressConn).
 func SessionDeadAfter(heartbeat time.Duration) time.Duration { return 3*heartbeat + time.Second }
 
 // NewSessions returns the sessions of the follower agent self, which ping
@@ -72,7 +76,7 @@ func SessionDeadAfter(heartbeat time.Duration) time.Duration { return 3*heartbea
 // connections', on the system's clock, not the replicas'.
 func NewSessions(clients *Clients, self string, heartbeat time.Duration, onLeading func(Leading)) *Sessions {
 	return &Sessions{clients: clients, self: self, heartbeat: max(heartbeat, minHeartbeat), onLeading: onLeading,
-		byAddr: map[string]*session{}, done: make(chan struct{})}
+		deadAfter: SessionDeadAfter, byAddr: map[string]*session{}, done: make(chan struct{})}
 }
 
 type partKey struct {
@@ -250,7 +254,7 @@ func (ss *session) run() {
 			continue
 		}
 		if err == nil {
-			err = ss.stream(conn, br, heartbeat)
+			err = ss.stream(conn, br, heartbeat, s.deadAfter(heartbeat))
 		}
 		s.mu.Lock()
 		ss.streaming = false
@@ -314,9 +318,10 @@ func (ss *session) startLegacyFetches() {
 	}
 }
 
-// open dials the leader and asks for a session: the connection, its
-// reader, and the heartbeat the leader asks for; errNoSessions for a 404.
-func (ss *session) open() (net.Conn, *bufio.Reader, time.Duration, error) {
+// open dials the leader and asks for a session: the connection (without
+// idle bounds yet), its reader, and the heartbeat the leader asks for;
+// errNoSessions for a 404.
+func (ss *session) open() (*ProgressConn, *bufio.Reader, time.Duration, error) {
 	s := ss.s
 	ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
 	defer cancel()
@@ -333,6 +338,9 @@ func (ss *session) open() (net.Conn, *bufio.Reader, time.Duration, error) {
 		}
 		conn = tc
 	}
+	// The reader reads through it, so that the session can bound its
+	// reads by silence once open.
+	pc := &ProgressConn{Conn: conn}
 	_ = conn.SetDeadline(time.Now().Add(CallTimeout))
 	query := "?replica_id=" + s.self + "&heartbeat_ms=" + strconv.FormatInt(s.heartbeat.Milliseconds(), 10)
 	if s.onLeading != nil {
@@ -347,7 +355,7 @@ func (ss *session) open() (net.Conn, *bufio.Reader, time.Duration, error) {
 		_ = conn.Close()
 		return nil, nil, 0, fmt.Errorf("%w: session with %s: %v", errUnreachable, ss.addr, err)
 	}
-	br := bufio.NewReaderSize(conn, 64<<10)
+	br := bufio.NewReaderSize(pc, 64<<10)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	resp.SkipBody = false
@@ -375,7 +383,7 @@ func (ss *session) open() (net.Conn, *bufio.Reader, time.Duration, error) {
 		s.mu.Lock()
 		ss.topicIDs = string(resp.Header.Peek(HeaderTopicIDs)) == "1"
 		s.mu.Unlock()
-		return conn, br, time.Duration(ms) * time.Millisecond, nil
+		return pc, br, time.Duration(ms) * time.Millisecond, nil
 	}
 }
 
@@ -392,9 +400,10 @@ func (ss *session) appendFetch(b []byte, pf *pendingFetch) []byte {
 // stream runs an open session until the connection fails, Sessions closes
 // (an error either way) or no fetch has waited for sessionIdleClose (nil):
 // it writes the frames the fetches queue and a ping when it has written
-// nothing for a heartbeat, while its reader delivers answers. It closes
-// conn.
-func (ss *session) stream(conn net.Conn, br *bufio.Reader, heartbeat time.Duration) error {
+// nothing for a heartbeat, while its reader delivers answers. The leader is
+// gone once it has sent nothing for deadAfter, or taken none of a write
+// for CallTimeout. It closes conn.
+func (ss *session) stream(conn *ProgressConn, br *bufio.Reader, heartbeat, deadAfter time.Duration) error {
 	s := ss.s
 	s.mu.Lock()
 	for _, pf := range ss.pending {
@@ -406,9 +415,10 @@ func (ss *session) stream(conn net.Conn, br *bufio.Reader, heartbeat time.Durati
 	ss.streaming = true
 	s.mu.Unlock()
 
+	conn.ReadIdle, conn.WriteIdle = deadAfter, CallTimeout
 	readErr := make(chan error, 1)
 	var reader sync.WaitGroup
-	reader.Go(func() { readErr <- ss.read(conn, br, SessionDeadAfter(heartbeat)) })
+	reader.Go(func() { readErr <- ss.read(br) })
 	// The reader ends once the connection is closed.
 	defer reader.Wait()
 	defer conn.Close()
@@ -432,7 +442,6 @@ func (ss *session) stream(conn net.Conn, br *bufio.Reader, heartbeat time.Durati
 			return nil
 		}
 		if len(frames) > 0 {
-			_ = conn.SetWriteDeadline(time.Now().Add(CallTimeout))
 			if _, err := conn.Write(frames); err != nil {
 				return fmt.Errorf("%w: session with %s: %v", errUnreachable, ss.addr, err)
 			}
@@ -455,13 +464,14 @@ func (ss *session) stream(conn net.Conn, br *bufio.Reader, heartbeat time.Durati
 }
 
 // read delivers the leader's answers, and its leading frames to onLeading,
-// until the connection fails or stays silent for deadAfter.
-func (ss *session) read(conn net.Conn, br *bufio.Reader, deadAfter time.Duration) error {
+// until the connection fails or stays silent for its ReadIdle: br reads
+// the session's ProgressConn, so an answer frame that keeps arriving is
+// read whole however long it takes.
+func (ss *session) read(br *bufio.Reader) error {
 	s := ss.s
 	maxLen := s.clients.maxBodySize + answerHeaderLen
 	var buf []byte
 	for {
-		_ = conn.SetReadDeadline(time.Now().Add(deadAfter))
 		var typ byte
 		var body []byte
 		var err error

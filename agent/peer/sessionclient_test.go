@@ -2,8 +2,10 @@ package peer
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -394,4 +396,95 @@ func TestSessionTopicIDs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSessionDeadlineBoundsSilence: a session's leader is gone once it has
+// sent nothing for deadAfter, not once one frame has taken longer than
+// that to arrive. With one deadline per frame, an answer slower than
+// deadAfter (2.5 s for 8 MiB: a link below about 27 Mbit/s) ended the
+// session and failed every fetch on it, over and over, while its bytes
+// kept coming.
+func TestSessionDeadlineBoundsSilence(t *testing.T) {
+	const (
+		heartbeat = 20 * time.Millisecond
+		deadAfter = 100 * time.Millisecond
+		pieces    = 80
+		every     = 5 * time.Millisecond // pieces*every = 4 deadAfter
+	)
+	for _, tc := range []struct {
+		name string
+		// sent is how many of the answer's pieces the leader sends, every
+		// few ms, before it falls silent.
+		sent      int
+		delivered bool
+	}{
+		{name: "an answer that keeps arriving", sent: pieces, delivered: true},
+		{name: "silent in the middle of an answer", sent: pieces / 2},
+		{name: "silent from the start", sent: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leader := startFakeLeader(t, int(heartbeat.Milliseconds()))
+			s := NewSessions(NewClients("", 1<<20, false, nil), "n2", heartbeat, nil)
+			s.deadAfter = func(time.Duration) time.Duration { return deadAfter }
+			defer s.Close()
+			addr := leader.ln.Addr().String()
+			d, got := collector()
+			s.Fetch(addr, testFetch(0, 10), d)
+			c := leader.accept()
+			req := c.next(t)
+
+			batches := make([]byte, pieces*100)
+			for i := range batches {
+				batches[i] = byte(i)
+			}
+			frame := append(AppendAnswerHeader(nil, req.ID, FetchPositions{LeaderEpoch: 3, HighWatermark: 10, LogEndOffset: 90}, int64(len(batches))), batches...)
+			start := time.Now()
+			last := trickle(t, c, frame, pieces, tc.sent, every)
+			del := waitDelivery(t, got)
+			if !tc.delivered {
+				if !errors.Is(del.err, errUnreachable) {
+					t.Fatalf("a silent leader: %v", del.err)
+				}
+				if took := time.Since(last); took < deadAfter {
+					t.Fatalf("failed %s after the leader's last byte, before deadAfter %s", took, deadAfter)
+				}
+				return
+			}
+			if del.err != nil {
+				t.Fatalf("an answer sent over %s, %s at most between bytes, with deadAfter %s: %v",
+					last.Sub(start).Round(time.Millisecond), every, deadAfter, del.err)
+			}
+			if !bytes.Equal(del.answer.Batches, batches) || del.answer.Positions.LogEndOffset != 90 {
+				t.Fatalf("answer %d bytes, LEO %d", len(del.answer.Batches), del.answer.Positions.LogEndOffset)
+			}
+			// The session lives on: the next fetch goes out on it, after the
+			// pings of the wait.
+			s.Fetch(addr, testFetch(0, 90), d)
+			next := c.next(t)
+			for next.Kind == SessionPing {
+				next = c.next(t)
+			}
+			if next.Kind != SessionFetch || next.Fetch.FetchOffset != 90 {
+				t.Fatalf("frame after the answer %+v", next)
+			}
+		})
+	}
+}
+
+// trickle writes the first sent of data's pieces (of pieces) to w, one
+// every few ms, and returns when it wrote the last. A write that fails
+// (the other side closed: what it reports says why) ends it.
+func trickle(t *testing.T, w io.Writer, data []byte, pieces, sent int, every time.Duration) time.Time {
+	t.Helper()
+	size := (len(data) + pieces - 1) / pieces
+	start, last := time.Now(), time.Now()
+	for i := range sent {
+		time.Sleep(every)
+		if _, err := w.Write(data[i*size : min((i+1)*size, len(data))]); err != nil {
+			t.Logf("piece %d of %d after %s: %v", i, sent, time.Since(start).Round(time.Millisecond), err)
+			break
+		}
+		last = time.Now()
+	}
+	return last
 }

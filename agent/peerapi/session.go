@@ -140,14 +140,18 @@ type leaderSession struct {
 	srv *Server
 	id  uint64
 	// raw is the connection itself (a *net.TCPConn, or a *tls.Conn with
-	// peer TLS): writes go to it, and tcp, when it is TCP, takes sendfile.
+	// peer TLS); writes go to it through out, which gives each piece of a
+	// write peer.CallTimeout to be taken rather than a whole answer (a
+	// follower whose link was slower than about 13 Mbit/s took longer
+	// than that for an 8 MiB one, and the session ended over and over).
+	// sendfile says raw is TCP: large regions go out with sendfile(2).
 	raw       net.Conn
-	tcp       *net.TCPConn
+	out       *peer.ProgressConn
+	sendfile  bool
 	replicaID string
 	// leading says the follower asked for leading frames.
 	leading   bool
 	heartbeat time.Duration
-	deadAfter time.Duration
 	wake      chan struct{}
 	stop      chan struct{}
 	stopOnce  sync.Once
@@ -195,18 +199,20 @@ func (srv *Server) serveSession(c net.Conn, replicaID string, leading bool, hear
 		// itself, which sendfile needs.
 		raw = u.UnsafeConn()
 	}
-	s := &leaderSession{srv: srv, raw: raw, replicaID: replicaID, leading: leading, heartbeat: heartbeat, deadAfter: deadAfter,
+	s := &leaderSession{srv: srv, raw: raw, out: &peer.ProgressConn{Conn: raw, WriteIdle: peer.CallTimeout}, replicaID: replicaID,
+		leading: leading, heartbeat: heartbeat,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), parts: map[sessionKey]*sessionPart{}, lastSeen: srv.cfg.Now()}
-	s.tcp, _ = raw.(*net.TCPConn)
+	_, s.sendfile = raw.(*net.TCPConn)
 	if !srv.sessions.add(s) {
 		return
 	}
 	defer srv.sessions.remove(s)
-	srv.cfg.Logger.Debug("fetch session opened", "replica", replicaID, "heartbeat", heartbeat, "sendfile", s.tcp != nil)
+	srv.cfg.Logger.Debug("fetch session opened", "replica", replicaID, "heartbeat", heartbeat, "sendfile", s.sendfile)
 	var writer sync.WaitGroup
 	writer.Go(s.write)
 	stopWorkers := s.startWorkers()
-	err := s.read(bufio.NewReaderSize(c, 16<<10))
+	// The follower is gone once it has sent nothing for deadAfter.
+	err := s.read(bufio.NewReaderSize(&peer.ProgressConn{Conn: c, ReadIdle: deadAfter}, 16<<10))
 	s.end()
 	// Every fetch taken to a loop has its outcome in s.parts before the
 	// release lets go of them.
@@ -250,7 +256,6 @@ func (s *leaderSession) end() {
 func (s *leaderSession) read(br *bufio.Reader) error {
 	var buf []byte
 	for {
-		_ = s.raw.SetReadDeadline(time.Now().Add(s.deadAfter))
 		var req peer.SessionRequest
 		var err error
 		req, buf, err = peer.ReadSessionRequest(br, buf, s.replicaID)
@@ -440,7 +445,9 @@ func (s *leaderSession) release() {
 // write answers the fetches the reader and the replicas' changes queue,
 // and pings when it has written nothing for a heartbeat.
 func (s *leaderSession) write() {
-	bw := bufio.NewWriterSize(s.raw, sessionWriteBuffer)
+	// Without out's ReadFrom, which would send the tail of a region that
+	// overflows the buffer with sendfile: small regions are copied.
+	bw := bufio.NewWriterSize(struct{ io.Writer }{s.out}, sessionWriteBuffer)
 	ping := time.NewTimer(s.heartbeat)
 	defer ping.Stop()
 	later := time.NewTimer(time.Hour)
@@ -489,7 +496,6 @@ func (s *leaderSession) write() {
 		}
 		clear(batch)
 		if bw.Buffered() > 0 {
-			_ = s.raw.SetWriteDeadline(time.Now().Add(peer.CallTimeout))
 			if err := bw.Flush(); err != nil {
 				s.end()
 				return
@@ -610,12 +616,11 @@ func (s *leaderSession) answer(bw *bufio.Writer, p *sessionPart, hdr []byte) ([]
 	if _, err := bw.Write(hdr); err != nil {
 		return hdr, time.Time{}, err
 	}
-	_ = s.raw.SetWriteDeadline(time.Now().Add(peer.CallTimeout))
-	if region.Len >= sendfileMinBytes && s.tcp != nil {
+	if region.Len >= sendfileMinBytes && s.sendfile {
 		if err := bw.Flush(); err != nil {
 			return hdr, time.Time{}, err
 		}
-		_, err = region.WriteTo(s.tcp)
+		_, err = region.WriteTo(s.out)
 	} else {
 		_, err = region.WriteTo(bw)
 	}
