@@ -268,7 +268,7 @@ func NewManager(deps *Deps, dataDir string) *Manager {
 		replicas: map[partitionKey]*Replica{}, failed: map[partitionKey]OpenFailure{},
 		handed: map[partitionKey]replicaMeta{}, configs: map[string]election.TopicConfig{},
 		opening: map[partitionKey]bool{}, openedSignal: make(chan struct{}, 1)}
-	deps.sessions = peer.NewSessions(deps.Peers.WithMaxConns(peer.MaxConns), deps.Self, deps.Config.Replication.FetchMaxWait, m.leaderAnnounced)
+	deps.sessions = peer.NewSessions(deps.Peers.ForFetches(peer.MaxConns, deps.Config.Replication.FetchMaxWait), deps.Self, deps.Config.Replication.FetchMaxWait, m.leaderAnnounced)
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -49,6 +50,10 @@ type Clients struct {
 	// a request waits for one of them.
 	maxConns int
 	connWait time.Duration
+	// readIdle, when set, bounds the silence of a connection's reads
+	// rather than the time an answer takes (ProgressConn), and CallTimeout
+	// each piece of its writes.
+	readIdle time.Duration
 
 	mu      sync.Mutex
 	clients map[string]*fasthttp.HostClient
@@ -82,12 +87,17 @@ func NewClients(token string, maxBodySize int, stream bool, tlsFor TLSConfig) *C
 	return &Clients{token: token, maxBodySize: maxBodySize, stream: stream, tlsFor: tlsFor, maxConns: MaxConns, connWait: time.Second, clients: map[string]*fasthttp.HostClient{}}
 }
 
-// WithMaxConns returns clients with the same settings and a pool of their
-// own, holding at most n connections to one peer: requests beyond them
-// wait for one, up to CallTimeout.
-func (p *Clients) WithMaxConns(n int) *Clients {
+// ForFetches returns clients with the same settings and a pool of their
+// own for follower fetches held up to wait, holding at most n connections
+// to one peer: requests beyond them wait for one, up to CallTimeout. A
+// fetch answer carries up to the body bound (8 MiB by default), so its
+// reads are bound by silence, not by the answer's time: wait and
+// CallTimeout without a byte. (The whole answer had that, 5.5 s by
+// default, which a link below about 12 Mbit/s never met: the fetch
+// failed, was sent again and failed again while its bytes kept coming.)
+func (p *Clients) ForFetches(n int, wait time.Duration) *Clients {
 	c := NewClients(p.token, p.maxBodySize, p.stream, p.tlsFor)
-	c.maxConns, c.connWait = n, CallTimeout
+	c.maxConns, c.connWait, c.readIdle = n, CallTimeout, wait+CallTimeout
 	return c
 }
 
@@ -117,6 +127,19 @@ func (p *Clients) Client(addr string) *fasthttp.HostClient {
 		if p.tlsFor != nil {
 			c.IsTLS, c.TLSConfig = true, p.tlsFor(addr)
 			c.WriteBufferSize = TLSWriteBufferSize
+		}
+		if p.readIdle > 0 {
+			// fasthttp would set one deadline for the whole answer; TLS
+			// goes over the ProgressConn.
+			c.ReadTimeout = 0
+			readIdle := p.readIdle
+			c.Dial = func(addr string) (net.Conn, error) {
+				conn, err := fasthttp.DialTimeout(addr, CallTimeout)
+				if err != nil {
+					return nil, err
+				}
+				return &ProgressConn{Conn: conn, ReadIdle: readIdle, WriteIdle: CallTimeout}, nil
+			}
 		}
 		p.clients[addr] = c
 	}
@@ -160,8 +183,16 @@ func (p *Clients) Fetch(addr string, f Fetch) (FetchAnswer, error) {
 	f.writeArgs(req.URI().QueryArgs())
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	// A held fetch gets CallTimeout beyond its wait for the answer.
-	if err := p.Client(addr).DoTimeout(req, resp, f.MaxWait+CallTimeout); err != nil {
+	// A held fetch gets CallTimeout beyond its wait for the answer: between
+	// bytes on ForFetches's connections, for the whole answer on others.
+	c := p.Client(addr)
+	var err error
+	if p.readIdle > 0 {
+		err = c.Do(req, resp)
+	} else {
+		err = c.DoTimeout(req, resp, f.MaxWait+CallTimeout)
+	}
+	if err != nil {
 		return FetchAnswer{}, fmt.Errorf("%w: fetch from %s: %v", errUnreachable, addr, err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
