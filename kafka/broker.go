@@ -56,10 +56,13 @@ type Broker interface {
 	// when max passed, or when ctx ends; a fetch's long poll.
 	WaitForData(ctx context.Context, positions []Position, max time.Duration) error
 	// ListOffset is Kafka's ListOffsets for one partition: timestamp is
-	// -2 (earliest: the log start offset), -1 (latest: the high
-	// watermark) or a time in ms (the first offset whose record's
-	// timestamp is at or after it; -1 offset when none is).
-	// currentLeaderEpoch, when not -1, is checked as Fetch's is.
+	// EarliestTimestamp or EarliestLocalTimestamp (the log start offset),
+	// LatestTimestamp (the high watermark), MaxTimestamp (the first
+	// record with the largest timestamp below the high watermark, with
+	// that timestamp; -1 offset when the log has none) or a time in ms
+	// (the first offset whose record's timestamp is at or after it; -1
+	// offset when none is). currentLeaderEpoch, when not -1, is checked
+	// as Fetch's is.
 	ListOffset(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (OffsetAt, error)
 	// EndOffsetForEpoch is Kafka's OffsetForLeaderEpoch for one partition:
 	// the largest epoch not above epoch the leader knows of, and the
@@ -182,6 +185,20 @@ type Position struct {
 	Partition int32
 	Offset    int64
 }
+
+// The special timestamps of a ListOffsets request, and the version that
+// brought each (ReplicaManager's timestampMinSupportedVersion in Kafka).
+const (
+	LatestTimestamp   int64 = -1
+	EarliestTimestamp int64 = -2
+	// MaxTimestamp asks for the record with the largest timestamp
+	// (KIP-734, v7).
+	MaxTimestamp int64 = -3
+	// EarliestLocalTimestamp asks for the first offset on the broker's
+	// disk (KIP-405, v8): the log start, logagent having no tiered
+	// storage.
+	EarliestLocalTimestamp int64 = -4
+)
 
 // OffsetAt is a ListOffsets answer.
 type OffsetAt struct {

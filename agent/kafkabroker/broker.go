@@ -686,39 +686,66 @@ func (b *Broker) readBatches(topic string, p int, offset, maxBytes int64) ([]byt
 	return body, err
 }
 
-// ListOffset answers earliest and latest from the positions. By timestamp
-// it scans the batch headers from the log start, timestampScanBytes at a
-// time, for the first batch whose max timestamp reaches it, then that
-// batch's records: the cost grows with the log (there is no time index),
-// one read of the partition's committed bytes at worst, from the leader
-// when this agent does not serve the partition.
+// ListOffset answers earliest (and earliest local: no tiered storage, so
+// the same log start) and latest from the positions. By timestamp and by
+// max timestamp it scans the batch headers of the committed log
+// (scanCommitted), then decodes the one batch whose records it needs: the
+// cost grows with the log (there is no time index), one read of the
+// partition's committed bytes at worst, from the leader when this agent
+// does not serve the partition.
 func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (kafka.OffsetAt, error) {
-	none := kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
 	if err := b.s.Serving(); err != nil {
-		return none, err
+		return noOffset, err
 	}
 	p, err := b.kafkaPartition(topic, partition)
 	if err != nil {
-		return none, err
+		return noOffset, err
 	}
 	if err := b.checkLeaderEpoch(topic, p, currentLeaderEpoch); err != nil {
-		return none, err
+		return noOffset, err
 	}
 	pos, err := b.positions(topic, p)
 	if err != nil {
-		return none, err
+		return noOffset, err
 	}
 	switch {
-	case timestamp == -2:
+	case timestamp == kafka.EarliestTimestamp, timestamp == kafka.EarliestLocalTimestamp:
 		return kafka.OffsetAt{Offset: pos.LSO, Timestamp: -1, LeaderEpoch: -1}, nil
-	case timestamp == -1:
+	case timestamp == kafka.LatestTimestamp:
 		return kafka.OffsetAt{Offset: pos.HW, Timestamp: -1, LeaderEpoch: -1}, nil
+	case timestamp == kafka.MaxTimestamp:
+		return b.maxTimestampRecord(ctx, topic, p, pos)
 	case timestamp < 0:
-		return none, &kafka.Error{Code: kerr.InvalidRequest.Code, Message: fmt.Sprintf("timestamp %d is not -2, -1 or a time", timestamp)}
+		return noOffset, &kafka.Error{Code: kerr.InvalidRequest.Code, Message: fmt.Sprintf("timestamp %d is not -4, -3, -2, -1 or a time", timestamp)}
 	}
+	found := noOffset
+	err = b.scanCommitted(ctx, topic, p, pos, func(batch []byte) bool {
+		if record.Header(batch).MaxTimestamp() < timestamp {
+			return true
+		}
+		at, ok := b.firstAtOrAfter(batch, timestamp)
+		if ok {
+			found = at
+		}
+		return !ok
+	})
+	if err != nil {
+		return noOffset, err
+	}
+	return found, nil
+}
+
+// noOffset is a ListOffsets answer that names no record.
+var noOffset = kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+
+// scanCommitted calls fn with each whole batch of the partition from the
+// log start to the high watermark of pos, in offset order, reading
+// timestampScanBytes at a time, until fn says to stop. A batch stays
+// valid after fn returns: each read is a buffer of its own.
+func (b *Broker) scanCommitted(ctx context.Context, topic string, p int, pos LogPositions, fn func(batch []byte) (more bool)) error {
 	for offset := pos.LSO; offset < pos.HW; {
 		if err := ctx.Err(); err != nil {
-			return none, err
+			return err
 		}
 		data, err := b.readBatches(topic, p, offset, timestampScanBytes)
 		if start, ok := startPassed(err, offset); ok {
@@ -728,7 +755,7 @@ func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, 
 			continue
 		}
 		if err != nil {
-			return none, err
+			return err
 		}
 		next := offset
 		for len(data) >= record.HeaderSize {
@@ -737,20 +764,87 @@ func (b *Broker) ListOffset(ctx context.Context, topic string, partition int32, 
 			if size < record.HeaderSize || size > len(data) {
 				break // a length this read cannot hold whole: read from here
 			}
-			if h.MaxTimestamp() >= timestamp {
-				if at, ok := b.firstAtOrAfter(data[:size], timestamp); ok {
-					return at, nil
-				}
+			if h.BaseOffset() >= pos.HW {
+				return nil // committed since the positions were read
+			}
+			if !fn(data[:size]) {
+				return nil
 			}
 			next = h.NextOffset()
 			data = data[size:]
 		}
 		if next <= offset {
-			break // no whole batch read: the region ended
+			return nil // no whole batch read: the region ended
 		}
 		offset = next
 	}
-	return none, nil
+	return nil
+}
+
+// maxTimestampRecord is the first record with the largest timestamp
+// below the high watermark (KIP-734's max timestamp), as Kafka answers
+// it: the first batch whose max_timestamp is the largest, then the first
+// of its records with that timestamp, the batch's leader epoch; no record
+// for an empty log. Kafka looks through the whole log and answers no
+// record while that one is above the high watermark; this looks through
+// the committed records only, the same answer whenever Kafka names one.
+// Only the winning batch is decoded, unless its max_timestamp overstates
+// its records (a client's claim, appended before leaders rewrote it):
+// then a second scan decodes each batch that may hold a larger record
+// than those found before it.
+func (b *Broker) maxTimestampRecord(ctx context.Context, topic string, p int, pos LogPositions) (kafka.OffsetAt, error) {
+	var winner []byte
+	err := b.scanCommitted(ctx, topic, p, pos, func(batch []byte) bool {
+		if winner == nil || record.Header(batch).MaxTimestamp() > record.Header(winner).MaxTimestamp() {
+			winner = batch
+		}
+		return true
+	})
+	if err != nil || winner == nil {
+		return noOffset, err
+	}
+	if at := b.largestRecord(winner); at.Timestamp == record.Header(winner).MaxTimestamp() {
+		return at, nil
+	}
+	best := noOffset
+	found := false
+	err = b.scanCommitted(ctx, topic, p, pos, func(batch []byte) bool {
+		if found && record.Header(batch).MaxTimestamp() <= best.Timestamp {
+			return true
+		}
+		if at := b.largestRecord(batch); !found || at.Timestamp > best.Timestamp {
+			best, found = at, true
+		}
+		return true
+	})
+	if err != nil {
+		return noOffset, err
+	}
+	return best, nil
+}
+
+// largestRecord is the first record of a batch with the largest
+// timestamp among its records; the batch's first offset and max
+// timestamp when its records cannot be read.
+func (b *Broker) largestRecord(batch []byte) kafka.OffsetAt {
+	h := record.Header(batch)
+	claimed := kafka.OffsetAt{Offset: h.BaseOffset(), Timestamp: h.MaxTimestamp(), LeaderEpoch: h.LeaderEpoch()}
+	d := b.cfg.Decoders.Get().(*record.Decoder)
+	defer b.cfg.Decoders.Put(d)
+	it, err := d.Records(batch)
+	if err != nil {
+		return claimed
+	}
+	found := kafka.OffsetAt{Offset: -1, LeaderEpoch: h.LeaderEpoch()}
+	for it.Next() {
+		if rec := it.Record(); found.Offset < 0 || rec.Timestamp > found.Timestamp {
+			found.Offset, found.Timestamp = rec.Offset, rec.Timestamp
+		}
+	}
+	if it.Err() != nil || found.Offset < 0 {
+		return claimed
+	}
+	return found
 }
 
 // startPassed says whether err is a read's offset_out_of_range answer for

@@ -2,6 +2,7 @@ package kafkabroker
 
 import (
 	"context"
+	"io"
 	"strconv"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/kafka"
 	"github.com/logagent/logagent/record"
+	"github.com/logagent/logagent/segstore"
 	"github.com/logagent/logagent/wire"
 )
 
@@ -28,6 +30,9 @@ type leaderLogSidecar struct {
 	// answered.
 	lso    int64
 	trimTo int64
+	// readBytes, when not 0, bounds each read below the maxBytes asked,
+	// so that a scan takes several.
+	readBytes int64
 }
 
 func (s *leaderLogSidecar) Serving() error { return nil }
@@ -43,8 +48,11 @@ func (s *leaderLogSidecar) FetchReplica(topic string, p int) (*partition.Replica
 // LeaderFetch answers whole batches from the one holding offset, at least
 // one and then up to maxBytes.
 func (s *leaderLogSidecar) LeaderFetch(_ string, _ int, offset string, _ int32, maxBytes int64, _ time.Duration) ([]byte, LogPositions, error) {
-	if s.lso == 0 {
+	if s.lso == 0 && len(s.batches) > 0 {
 		s.lso = record.Header(s.batches[0]).BaseOffset()
+	}
+	if s.readBytes != 0 {
+		maxBytes = min(maxBytes, s.readBytes)
 	}
 	pos := LogPositions{HW: s.hw, LSO: s.lso}
 	if offset == "latest" {
@@ -186,4 +194,134 @@ func TestListOffsetScanOvertakenByRetention(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestListOffsetMaxTimestamp: ListOffsets by max timestamp (KIP-734, -3)
+// answers the first record with the largest timestamp below the high
+// watermark, with that timestamp and its batch's epoch, as Kafka's
+// UnifiedLog.fetchOffsetByTimestamp does (the first batch whose
+// max_timestamp is the largest, then the first of its records with that
+// timestamp): over one read or several, past a batch whose max_timestamp
+// overstates its records, from the new log start when retention overtakes
+// the scan; an empty log has no record (-1, -1), a log whose records have
+// no timestamp its first record at -1, as Kafka answers them.
+func TestListOffsetMaxTimestamp(t *testing.T) {
+	none := kafka.OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+	tests := []struct {
+		name    string
+		batches func(t *testing.T) [][]byte
+		lso, hw int64
+		// readBytes bounds each read (one batch of these is about 80
+		// bytes); trimTo is where retention moves the log start once the
+		// positions were read.
+		readBytes, trimTo int64
+		want              kafka.OffsetAt
+	}{
+		{"empty log", func(*testing.T) [][]byte { return nil }, 10, 10, 0, 0, none},
+		{"one batch", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 100, 300, 200)}
+		}, 0, 13, 0, 0, kafka.OffsetAt{Offset: 11, Timestamp: 300, LeaderEpoch: 1}},
+		{"a tie in a batch: the first record", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 100, 300, 300)}
+		}, 0, 13, 0, 0, kafka.OffsetAt{Offset: 11, Timestamp: 300, LeaderEpoch: 1}},
+		{"a tie between batches: the first batch", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 300, 100), testBatch(t, 12, 2, 0, 300), testBatch(t, 13, 3, 0, 200)}
+		}, 0, 14, 0, 0, kafka.OffsetAt{Offset: 10, Timestamp: 300, LeaderEpoch: 1}},
+		{"timestamps that go back", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 100, 200), testBatch(t, 12, 2, 0, 900, 300), testBatch(t, 14, 3, 0, 50, 700)}
+		}, 0, 16, 0, 0, kafka.OffsetAt{Offset: 12, Timestamp: 900, LeaderEpoch: 2}},
+		{"the largest in an earlier read", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 100), testBatch(t, 11, 2, 0, 900), testBatch(t, 12, 3, 0, 200), testBatch(t, 13, 4, 0, 900)}
+		}, 0, 14, 1, 0, kafka.OffsetAt{Offset: 11, Timestamp: 900, LeaderEpoch: 2}},
+		{"the largest in the last read", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 100), testBatch(t, 11, 2, 0, 200), testBatch(t, 12, 3, 0, 300, 900)}
+		}, 0, 14, 1, 0, kafka.OffsetAt{Offset: 13, Timestamp: 900, LeaderEpoch: 3}},
+		{"records without timestamps: the first record", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, -1, -1), testBatch(t, 12, 2, 0, -1)}
+		}, 0, 13, 0, 0, kafka.OffsetAt{Offset: 10, Timestamp: -1, LeaderEpoch: 1}},
+		{"records without timestamps before one with", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, -1, -1), testBatch(t, 12, 2, 0, -1, 5)}
+		}, 0, 14, 0, 0, kafka.OffsetAt{Offset: 13, Timestamp: 5, LeaderEpoch: 2}},
+		{"a batch that overstates: the largest record elsewhere", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 1000, 100, 200), testBatch(t, 12, 2, 0, 500, 300), testBatch(t, 14, 3, 0, 50, 700)}
+		}, 0, 16, 0, 0, kafka.OffsetAt{Offset: 15, Timestamp: 700, LeaderEpoch: 3}},
+		{"a batch that overstates: the largest record in it", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 100), testBatch(t, 11, 2, 1000, 200, 800), testBatch(t, 13, 3, 0, 700)}
+		}, 0, 14, 0, 0, kafka.OffsetAt{Offset: 12, Timestamp: 800, LeaderEpoch: 2}},
+		{"a batch that overstates, in a tie with a later one: the first", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 1000, 700), testBatch(t, 11, 2, 0, 700), testBatch(t, 12, 3, 1000, 300)}
+		}, 0, 13, 1, 0, kafka.OffsetAt{Offset: 10, Timestamp: 700, LeaderEpoch: 1}},
+		{"a larger timestamp above the high watermark", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 100, 200), testBatch(t, 12, 2, 0, 900)}
+		}, 0, 12, 0, 0, kafka.OffsetAt{Offset: 11, Timestamp: 200, LeaderEpoch: 1}},
+		{"the largest deleted by retention during the scan", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 900), testBatch(t, 11, 2, 0, 100), testBatch(t, 12, 3, 0, 300)}
+		}, 0, 13, 0, 11, kafka.OffsetAt{Offset: 12, Timestamp: 300, LeaderEpoch: 3}},
+		{"everything deleted by retention during the scan", func(t *testing.T) [][]byte {
+			return [][]byte{testBatch(t, 10, 1, 0, 900), testBatch(t, 11, 2, 0, 100)}
+		}, 0, 12, 0, 12, none},
+	}
+	decoders := &sync.Pool{New: func() any { return record.NewDecoder(record.Limits{MaxBatchBytes: 1 << 20}) }}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &leaderLogSidecar{batches: tt.batches(t), lso: tt.lso, hw: tt.hw, readBytes: tt.readBytes, trimTo: tt.trimTo}
+			b := New(Config{Sidecar: s, Decoders: decoders})
+			got, err := b.ListOffset(context.Background(), "t", 0, -1, kafka.MaxTimestamp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("ListOffset(max timestamp) = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestListOffsetEarliestLocal: earliest local (KIP-405, -4) is the log
+// start, as earliest is: logagent has no tiered storage.
+func TestListOffsetEarliestLocal(t *testing.T) {
+	s := &leaderLogSidecar{batches: [][]byte{testBatch(t, 10, 1, 0, 100), testBatch(t, 11, 2, 0, 200)}, lso: 11, hw: 12}
+	b := New(Config{Sidecar: s})
+	for _, ts := range []int64{kafka.EarliestTimestamp, kafka.EarliestLocalTimestamp} {
+		got, err := b.ListOffset(context.Background(), "t", 0, -1, ts)
+		if want := (kafka.OffsetAt{Offset: 11, Timestamp: -1, LeaderEpoch: -1}); err != nil || got != want {
+			t.Errorf("ListOffset(%d) = %+v, %v; want %+v", ts, got, err, want)
+		}
+	}
+}
+
+// segstoreSidecar serves one partition from a segstore log, each read as
+// the local path reads it (ReadLocal's region, then readBatches'
+// io.ReadAll), through LeaderFetch: the local path needs a whole replica.
+type segstoreSidecar struct {
+	Sidecar
+	log *segstore.Log
+}
+
+func (s *segstoreSidecar) Serving() error { return nil }
+
+func (s *segstoreSidecar) LookupTopic(name string) (*election.TopicMeta, bool) {
+	return (&leaderLogSidecar{}).LookupTopic(name)
+}
+
+func (s *segstoreSidecar) FetchReplica(topic string, p int) (*partition.Replica, *reply.APIError) {
+	return (&leaderLogSidecar{}).FetchReplica(topic, p)
+}
+
+func (s *segstoreSidecar) LeaderFetch(_ string, _ int, offset string, _ int32, maxBytes int64, _ time.Duration) ([]byte, LogPositions, error) {
+	pos := LogPositions{HW: s.log.HighWatermark(), LSO: s.log.LogStartOffset()}
+	if offset == "latest" {
+		return nil, pos, nil
+	}
+	from, err := strconv.ParseInt(offset, 10, 64)
+	if err != nil {
+		return nil, pos, err
+	}
+	region, err := s.log.Read(from, maxBytes, pos.HW)
+	if err != nil {
+		return nil, pos, err
+	}
+	defer region.Close()
+	data, err := io.ReadAll(region)
+	return data, pos, err
 }
