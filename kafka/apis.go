@@ -27,7 +27,7 @@ type api struct {
 var apis = []api{
 	{key: 0, min: 3, max: 11, handle: encodedBy((*Server).handleProduce)},
 	{key: 1, min: 4, max: 12, handle: typed((*Server).handleFetch)},
-	{key: 2, min: 1, max: 6, handle: encodedBy((*Server).handleListOffsets)},
+	{key: 2, min: 1, max: 8, handle: encodedBy((*Server).handleListOffsets)},
 	{key: 3, min: 0, max: 12, handle: encodedBy((*Server).handleMetadata)},
 	{key: 10, min: 0, max: 4, handle: encodedBy((*Server).handleFindCoordinator)},
 	{key: 18, min: 0, max: 3, handle: encodedBy((*Server).handleApiVersions)},

@@ -303,10 +303,19 @@ func (b *fakeBroker) ListOffset(_ context.Context, topic string, partition int32
 	}
 	batches := t.partitions[partition]
 	switch timestamp {
-	case -2:
+	case EarliestTimestamp, EarliestLocalTimestamp:
 		return OffsetAt{Offset: 0, Timestamp: -1, LeaderEpoch: 3}, nil
-	case -1:
+	case LatestTimestamp:
 		return OffsetAt{Offset: endOffset(batches), Timestamp: -1, LeaderEpoch: 3}, nil
+	case MaxTimestamp:
+		// By batch, as below: the tests that ask send one record a batch.
+		found := OffsetAt{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+		for _, batch := range batches {
+			if h := record.Header(batch[:record.HeaderSize]); found.Offset < 0 || h.MaxTimestamp() > found.Timestamp {
+				found = OffsetAt{Offset: h.BaseOffset(), Timestamp: h.MaxTimestamp(), LeaderEpoch: 3}
+			}
+		}
+		return found, nil
 	}
 	for _, batch := range batches {
 		h := record.Header(batch[:record.HeaderSize])

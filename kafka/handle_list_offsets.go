@@ -7,10 +7,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// handleListOffsets answers earliest (-2), latest (-1) or the first offset
-// at or after a timestamp for each partition. Other negative timestamps
-// (-3, max timestamp, and beyond) come with versions above the advertised
-// range and are INVALID_REQUEST.
+// handleListOffsets answers earliest (-2), latest (-1), max timestamp
+// (-3, v7+), earliest local (-4, v8+) or the first offset at or after a
+// timestamp for each partition. A special timestamp below the version
+// that brought it, or one the listener does not know (-5, the latest
+// tiered offset of v9, and beyond), is UNSUPPORTED_VERSION, as Kafka
+// answers it.
 func (s *Server) handleListOffsets(ctx context.Context, req *kmsg.ListOffsetsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
 	resp.Default()
@@ -38,8 +40,8 @@ func (s *Server) handleListOffsets(ctx context.Context, req *kmsg.ListOffsetsReq
 	}
 	each(len(items), func(i int) {
 		it := items[i]
-		if it.rp.Timestamp < -2 {
-			it.p.ErrorCode = kerr.InvalidRequest.Code
+		if !timestampSupported(it.rp.Timestamp, req.Version) {
+			it.p.ErrorCode = kerr.UnsupportedVersion.Code
 			return
 		}
 		at, err := s.cfg.Broker.ListOffset(ctx, it.t, it.rp.Partition, it.rp.CurrentLeaderEpoch, it.rp.Timestamp)
@@ -50,4 +52,16 @@ func (s *Server) handleListOffsets(ctx context.Context, req *kmsg.ListOffsetsReq
 		it.p.Offset, it.p.Timestamp, it.p.LeaderEpoch = at.Offset, at.Timestamp, at.LeaderEpoch
 	})
 	return resp, nil
+}
+
+// timestampSupported says whether a ListOffsets of version may ask for
+// timestamp.
+func timestampSupported(timestamp int64, version int16) bool {
+	switch timestamp {
+	case MaxTimestamp:
+		return version >= 7
+	case EarliestLocalTimestamp:
+		return version >= 8
+	}
+	return timestamp >= EarliestTimestamp
 }

@@ -3,11 +3,15 @@ package kafkabroker
 import (
 	"context"
 	"io"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/agent/partition"
@@ -324,4 +328,68 @@ func (s *segstoreSidecar) LeaderFetch(_ string, _ int, offset string, _ int32, m
 	defer region.Close()
 	data, err := io.ReadAll(region)
 	return data, pos, err
+}
+
+// TestKgoListMaxTimestamp: a franz-go client asking the listener for the
+// max timestamp offset (kgo sends ListOffsets at the highest version the
+// listener advertises) gets the first record with the largest committed
+// timestamp of a segstore log, read as the sidecar reads its replicas:
+// with ListOffsets advertised up to v6, the request went at v6 and was
+// refused.
+func TestKgoListMaxTimestamp(t *testing.T) {
+	l, err := segstore.Open(segstore.OSFS{}, t.TempDir(), segstore.Options{SegmentBytes: 200, MaxBatchBytes: 1 << 20, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i, ts := range [][]int64{{100, 200}, {900, 300}, {50}, {900}, {400}, {5000}} {
+		if _, _, err := l.AppendLeader(testBatch(t, 0, 0, 0, ts...), int32(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Segments of 200 bytes, two or three batches each. The last batch,
+	// 5000 at offset 7, is not committed.
+	if err := l.SetHighWatermark(7); err != nil {
+		t.Fatal(err)
+	}
+	decoders := &sync.Pool{New: func() any { return record.NewDecoder(record.Limits{MaxBatchBytes: 1 << 20}) }}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := kafka.NewServer(kafka.Config{Broker: New(Config{Sidecar: &segstoreSidecar{log: l}, Decoders: decoders}), NodeID: 1, Host: "127.0.0.1", Port: int32(ln.Addr().(*net.TCPAddr).Port), ClusterID: "c"})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		if err := srv.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ln.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = "t"
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Timestamp = kafka.MaxTimestamp
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+	t.Logf("ListOffsets v%d: error %d, offset %d, timestamp %d, leader epoch %d", req.Version, p.ErrorCode, p.Offset, p.Timestamp, p.LeaderEpoch)
+	if p.ErrorCode != 0 || p.Offset != 2 || p.Timestamp != 900 || p.LeaderEpoch != 2 {
+		t.Errorf("ListOffsets v%d of the max timestamp: error %d, offset %d, timestamp %d, leader epoch %d; want offset 2, timestamp 900, leader epoch 2",
+			req.Version, p.ErrorCode, p.Offset, p.Timestamp, p.LeaderEpoch)
+	}
 }
