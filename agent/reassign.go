@@ -99,13 +99,28 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	m, done, err := a.coord.StartReassign(callCtx, topic, p, req.Replicas)
+	// A conflict is the partition's keys changed between the start's read
+	// and its write; read again, as a cancel does: a deletion meanwhile is
+	// then the topic's 404, not a 503 its client retries forever.
+	var m election.Reassignment
+	var done bool
+	for range reassignConflictTries {
+		m, done, err = a.coord.StartReassign(callCtx, topic, p, req.Replicas)
+		if !errors.Is(err, election.ErrConflict) {
+			break
+		}
+	}
 	switch {
 	case errors.Is(err, election.ErrReassignInProgress):
 		reply.WriteError(ctx, fasthttp.StatusConflict, wire.CodeReassignmentInProgress, err.Error(), false)
 		return
 	case errors.Is(err, election.ErrInvalidTopic):
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)
+		return
+	case errors.Is(err, election.ErrUnknownTopic), errors.Is(err, election.ErrUnknownPartition):
+		// Deleted (or created again with fewer partitions) since
+		// partitionParams found it in the metadata.
+		writeMissingPartition(ctx, topic, err)
 		return
 	case errors.Is(err, election.ErrConflict):
 		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, err.Error(), true)
@@ -129,10 +144,22 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 	reply.WriteJSON(ctx, fasthttp.StatusAccepted, out)
 }
 
-// cancelConflictTries bounds how often a cancel re-reads the partition's
-// keys after they changed under it: a completion or another cancel that
-// committed first is seen on the next read and answered as such.
-const cancelConflictTries = 3
+// reassignConflictTries bounds how often a start or a cancel re-reads the
+// partition's keys after they changed under it: a completion, another
+// start or cancel, or the topic's deletion that committed first is seen on
+// the next read and answered as such.
+const reassignConflictTries = 3
+
+// writeMissingPartition answers a start or a cancel that found no topic
+// (election.ErrUnknownTopic) or no such partition of it: 404, as a name
+// the metadata does not have is answered.
+func writeMissingPartition(ctx *fasthttp.RequestCtx, topic string, err error) {
+	if errors.Is(err, election.ErrUnknownTopic) {
+		reply.WriteAPIError(ctx, reply.UnknownTopic(topic))
+		return
+	}
+	reply.WriteError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
+}
 
 // handleCancelReassign serves DELETE
 // /v1/topics/{topic}/partitions/{partition}/reassignment: the move in
@@ -153,7 +180,7 @@ func (a *Agent) handleCancelReassign(ctx *fasthttp.RequestCtx) {
 	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
 	defer cancel()
 	var back election.Reassignment
-	for range cancelConflictTries {
+	for range reassignConflictTries {
 		back, err = a.coord.CancelReassign(callCtx, topic, p)
 		if !errors.Is(err, election.ErrConflict) {
 			break
@@ -166,11 +193,8 @@ func (a *Agent) handleCancelReassign(ctx *fasthttp.RequestCtx) {
 	case errors.Is(err, election.ErrCancelNotInSync):
 		reply.WriteError(ctx, fasthttp.StatusConflict, wire.CodeNotEnoughReplicas, err.Error(), true)
 		return
-	case errors.Is(err, election.ErrUnknownTopic):
-		reply.WriteError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownTopic, err.Error(), false)
-		return
-	case errors.Is(err, election.ErrUnknownPartition):
-		reply.WriteError(ctx, fasthttp.StatusNotFound, wire.CodeUnknownPartition, err.Error(), false)
+	case errors.Is(err, election.ErrUnknownTopic), errors.Is(err, election.ErrUnknownPartition):
+		writeMissingPartition(ctx, topic, err)
 		return
 	case errors.Is(err, election.ErrInvalidTopic):
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, err.Error(), false)

@@ -151,6 +151,29 @@ func (c *Client) readPartitionKeys(ctx context.Context, topic string, partition 
 	return keys, nil
 }
 
+// missingPartition is why a partition's listing had no replicas key: the
+// topic is gone (deleted since it was looked up: ErrUnknownTopic, which the
+// API answers 404, where the missing key read as corrupt metadata was a
+// retriable 503 for ever), or it has no such partition; a topic whose
+// config is there without the key is corrupt.
+func (c *Client) missingPartition(ctx context.Context, topic string, partition int, op, rule string) error {
+	configPair, err := c.getConsistent(ctx, c.keys.config(topic), op, rule)
+	if err != nil {
+		return err
+	}
+	if configPair == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+	}
+	tc, err := decodeTopicConfig(configPair.Key, configPair.Value)
+	if err != nil {
+		return err
+	}
+	if partition < 0 || partition >= tc.Partitions {
+		return fmt.Errorf("%w: %s/%d", ErrUnknownPartition, topic, partition)
+	}
+	return corruptMissing(c.keys.replicas(topic, partition))
+}
+
 func decodeReassignment(key string, value []byte, replicas []string) (Reassignment, error) {
 	var m Reassignment
 	if err := json.Unmarshal(value, &m); err != nil {
@@ -234,7 +257,7 @@ func (c *Client) startReassign(ctx context.Context, topic string, partition int,
 	}
 	replicasPair, movePair := keys[kindReplicas], keys[kindReassign]
 	if replicasPair == nil {
-		return Reassignment{}, false, corruptMissing(replicasKey)
+		return Reassignment{}, false, c.missingPartition(ctx, topic, partition, op, rule)
 	}
 	replicas, err := decodeReplicas(replicasKey, replicasPair.Value)
 	if err != nil {
@@ -339,14 +362,7 @@ func (c *Client) CancelReassign(ctx context.Context, topic string, partition int
 	}
 	replicasPair, movePair, statePair := keys[kindReplicas], keys[kindReassign], keys[kindState]
 	if replicasPair == nil {
-		configPair, err := c.getConsistent(ctx, c.keys.config(topic), op, rule)
-		if err != nil {
-			return Reassignment{}, err
-		}
-		if configPair == nil {
-			return Reassignment{}, fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
-		}
-		return Reassignment{}, fmt.Errorf("%w: %s/%d", ErrUnknownPartition, topic, partition)
+		return Reassignment{}, c.missingPartition(ctx, topic, partition, op, rule)
 	}
 	replicas, err := decodeReplicas(replicasKey, replicasPair.Value)
 	if err != nil {

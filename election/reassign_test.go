@@ -582,3 +582,41 @@ func TestReassignReadsThePartitionAtOneIndex(t *testing.T) {
 		t.Fatalf("the cancel's way back = %+v, want back to a,b,d removing e", back)
 	}
 }
+
+// TestReassignOfATopicDeletedMeanwhile: a start or a cancel reads the
+// topic's config, then lists the partition's keys. A topic deleted between
+// the two is ErrUnknownTopic (the API's 404): the start took the missing
+// replicas key for corrupt metadata, which the API answered 503
+// service_unavailable, and a client retried it for ever.
+func TestReassignOfATopicDeletedMeanwhile(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	hook := &hookTransport{}
+	a := newTestClient(t, srv, "a", func(cfg *Config) { cfg.Consul.HttpClient = &http.Client{Transport: hook} })
+	register(t, a)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		call func(topic string) error
+	}{
+		{"start", func(topic string) error {
+			_, _, err := a.StartReassign(ctx, topic, 0, []string{"a", "b", "d"})
+			return err
+		}},
+		{"cancel", func(topic string) error {
+			_, err := a.CancelReassign(ctx, topic, 0)
+			return err
+		}},
+	} {
+		topic := "gone-" + tc.name
+		createTopic(t, a, topic, [][]string{{"a", "b", "c"}})
+		hook.arm(func() {
+			if err := a.DeleteTopic(ctx, topic); err != nil {
+				t.Errorf("the concurrent deletion: %v", err)
+			}
+		}, "/"+topic+"/0/")
+		if err := tc.call(topic); !errors.Is(err, ErrUnknownTopic) {
+			t.Errorf("a %s whose topic is deleted after its config read = %v, want ErrUnknownTopic", tc.name, err)
+		}
+	}
+}
