@@ -81,6 +81,9 @@ type Coordinator interface {
 	// CancelReassign turns the move in flight into its way back to the
 	// original replicas (docs/design.md §7.6).
 	CancelReassign(ctx context.Context, topic string, partition int) (election.Reassignment, error)
+	// CancelReassignFrom is CancelReassign of the move at reassignIndex
+	// only: a leader's cancel of a stalled self-healing move.
+	CancelReassignFrom(ctx context.Context, topic string, partition int, reassignIndex uint64) (election.Reassignment, error)
 	// CompleteReassign is the leader's last step of a move.
 	CompleteReassign(ctx context.Context, topic string, partition int, epoch int32, m election.Reassignment, replicasIndex, reassignIndex uint64, isr []string, elr []election.EligibleReplica) error
 	// SetDraining marks an agent as being drained, or no longer

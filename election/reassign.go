@@ -41,6 +41,13 @@ type Reassignment struct {
 	// flag takes it for a move like any other, which waits for them: slower,
 	// never unsafe.
 	Cancelled bool `json:"cancelled,omitempty"`
+	// Healing marks a move self-healing started to re-place a dead
+	// replica (DecidedFrom.Healing): its leader cancels it when a replica
+	// it adds makes no progress for cluster.replace_dead_after
+	// (docs/design.md §7.7). An operator's move, a drain's or a way back
+	// never has it, and is never cancelled but by an operator. An agent
+	// that predates the flag ignores it: the move then waits as any other.
+	Healing bool `json:"healing,omitempty"`
 }
 
 // NewReassignment is the move from replicas to target.
@@ -206,6 +213,9 @@ func (c *Client) StartReassign(ctx context.Context, topic string, partition int,
 type DecidedFrom struct {
 	TopicID       string
 	ReplicasIndex uint64
+	// Healing marks the move as self-healing's re-placing of a dead
+	// replica (Reassignment.Healing).
+	Healing bool
 }
 
 // StartReassignFrom is StartReassign for a target chosen from the
@@ -275,6 +285,7 @@ func (c *Client) startReassign(ctx context.Context, topic string, partition int,
 		return m, false, fmt.Errorf("%w: %s/%d is moving to %v", ErrReassignInProgress, topic, partition, m.Target)
 	}
 	m := NewReassignment(replicas, target)
+	m.Healing = from != nil && from.Healing
 	if slices.Equal(replicas, target) {
 		return m, true, nil
 	}
@@ -351,6 +362,23 @@ func (c *Client) CompleteReassign(ctx context.Context, topic string, partition i
 // already cancelled answers its way back (nothing written). A key that
 // changed between the read and the write is ErrConflict: read again.
 func (c *Client) CancelReassign(ctx context.Context, topic string, partition int) (Reassignment, error) {
+	return c.cancelReassign(ctx, topic, partition, nil)
+}
+
+// CancelReassignFrom is CancelReassign of the move whose reassign key is
+// at reassignIndex (PartitionMeta.ReassignIndex), for a leader that
+// decided from its metadata to cancel that move (a stalled self-healing
+// move, docs/design.md §7.7): ErrConflict, and nothing written, when the
+// partition has another move by then (that one completed and an operator
+// started the next, which is not the leader's to cancel); a way back
+// already there is answered as CancelReassign answers it.
+func (c *Client) CancelReassignFrom(ctx context.Context, topic string, partition int, reassignIndex uint64) (Reassignment, error) {
+	return c.cancelReassign(ctx, topic, partition, &reassignIndex)
+}
+
+// cancelReassign is CancelReassign, of the move at *reassignIndex only
+// when it is not nil.
+func (c *Client) cancelReassign(ctx context.Context, topic string, partition int, reassignIndex *uint64) (Reassignment, error) {
 	if !ValidTopicName(topic) {
 		return Reassignment{}, fmt.Errorf("%w: name %q", ErrInvalidTopic, topic)
 	}
@@ -377,6 +405,10 @@ func (c *Client) CancelReassign(ctx context.Context, topic string, partition int
 	}
 	if m.Cancelled {
 		return m, nil
+	}
+	if reassignIndex != nil && movePair.ModifyIndex != *reassignIndex {
+		return Reassignment{}, fmt.Errorf("%w: %s/%d is moving to %v at index %d, the cancel was decided from index %d",
+			ErrConflict, topic, partition, m.Target, movePair.ModifyIndex, *reassignIndex)
 	}
 	back := m.reverse()
 	// Refused here rather than left to the leader: with no original

@@ -620,3 +620,55 @@ func TestReassignOfATopicDeletedMeanwhile(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelReassignFrom: a self-healing move is marked as such (its
+// leader cancels it when it stalls, an operator's never), and the leader's
+// cancel is of the move it decided from only: once that move is gone and
+// an operator's is in flight, the cancel is ErrConflict and writes
+// nothing.
+func TestCancelReassignFrom(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	ctx := context.Background()
+	createTopic(t, a, "cf", [][]string{{"a", "b", "c"}})
+	pm := waitPartition(t, a, "cf", 0, func(PartitionMeta) bool { return true })
+	tm, _ := a.Metadata().Topic("cf")
+	m, _, err := a.StartReassignFrom(ctx, "cf", 0, DecidedFrom{TopicID: tm.Config.ID, ReplicasIndex: pm.ReplicasIndex, Healing: true}, []string{"a", "b", "d"})
+	if err != nil || !m.Healing {
+		t.Fatalf("a self-healing start = %+v, %v; want a move marked healing", m, err)
+	}
+	healing := waitPartition(t, a, "cf", 0, func(pm PartitionMeta) bool { return pm.Reassign != nil })
+	if !healing.Reassign.Healing {
+		t.Fatalf("the metadata shows the self-healing move as %+v, not healing", healing.Reassign)
+	}
+	// An operator cancels it and starts a move of their own.
+	if _, err := a.CancelReassign(ctx, "cf", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.KV().Put(&api.KVPair{Key: testPrefix + "topics/cf/0/replicas", Value: []byte(`["a","b","c"]`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.KV().Delete(testPrefix+"topics/cf/0/reassign", nil); err != nil {
+		t.Fatal(err)
+	}
+	op, _, err := a.StartReassign(ctx, "cf", 0, []string{"a", "b", "e"})
+	if err != nil || op.Healing {
+		t.Fatalf("an operator's start = %+v, %v; want a move not marked healing", op, err)
+	}
+	if _, err := a.CancelReassignFrom(ctx, "cf", 0, healing.ReassignIndex); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a cancel decided from the self-healing move, of the operator's = %v, want ErrConflict", err)
+	}
+	now := waitPartition(t, a, "cf", 0, func(pm PartitionMeta) bool {
+		return pm.Reassign != nil && !pm.Reassign.Cancelled && slices.Contains(pm.Reassign.Target, "e")
+	})
+	if got := consulReplicas(t, admin, "cf", 0); !slices.Equal(got, []string{"a", "b", "e", "c"}) {
+		t.Fatalf("replicas after the refused cancel = %v, want the operator's union", got)
+	}
+	back, err := a.CancelReassignFrom(ctx, "cf", 0, now.ReassignIndex)
+	if err != nil || !back.Cancelled || !slices.Equal(back.Target, []string{"a", "b", "c"}) {
+		t.Fatalf("a cancel decided from the move in flight = %+v, %v; want its way back", back, err)
+	}
+}

@@ -85,3 +85,59 @@ func Replace(replicas, dead, alive []string, load map[string]int) ([]string, boo
 	}
 	return target, true
 }
+
+// Added is a replica a move adds, as the partition's leader sees it: its
+// log end (its last fetch offset, -1 before its first fetch of this
+// leadership or when the leader does not follow it yet), and whether it
+// is in the ISR.
+type Added struct {
+	ID     string
+	LogEnd int64
+	InSync bool
+}
+
+// StalledSince tracks, for one move, since when each replica it adds has
+// kept the same log end outside the ISR: a replica that is dead, or whose
+// agent never opened it, never fetches, and the move waits for it for
+// ever while it holds one of the MaxHealing slots. Like DeadSince it holds
+// only what this leader saw, so a new leadership counts afresh (later,
+// never earlier).
+type StalledSince map[string]Stall
+
+// Stall is an added replica's log end and since when it has not moved.
+type Stall struct {
+	LogEnd int64
+	Since  time.Time
+}
+
+// Observe records the added replicas at now: a log end that moved starts
+// the count again, a replica in the ISR (caught up) or no longer added is
+// forgotten.
+func (s StalledSince) Observe(added []Added, now time.Time) {
+	for id := range s {
+		if !slices.ContainsFunc(added, func(a Added) bool { return a.ID == id && !a.InSync }) {
+			delete(s, id)
+		}
+	}
+	for _, a := range added {
+		if st, ok := s[a.ID]; !a.InSync && (!ok || st.LogEnd != a.LogEnd) {
+			s[a.ID] = Stall{LogEnd: a.LogEnd, Since: now}
+		}
+	}
+}
+
+// Stalled lists, sorted, the added replicas whose log end has not moved
+// for at least after at now; none when after is 0 (self-healing off).
+func (s StalledSince) Stalled(after time.Duration, now time.Time) []string {
+	if after <= 0 {
+		return nil
+	}
+	var out []string
+	for id, st := range s {
+		if now.Sub(st.Since) >= after {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -88,3 +88,42 @@ func TestDeadSince(t *testing.T) {
 		t.Errorf("after n3 came back and died again: Due = %v, want [n2]", got)
 	}
 }
+
+func TestStalledSince(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const after = time.Minute
+	s := StalledSince{}
+	steps := []struct {
+		name  string
+		at    time.Duration
+		added []Added
+		want  []string
+	}{
+		{"first look: the count starts", 0,
+			[]Added{{ID: "n4", LogEnd: -1}, {ID: "n5", LogEnd: 0}}, nil},
+		{"not yet for after", after - time.Second,
+			[]Added{{ID: "n4", LogEnd: -1}, {ID: "n5", LogEnd: 100}}, nil},
+		{"n4 never fetched for after: stalled; n5 moved and counts from then", after,
+			[]Added{{ID: "n4", LogEnd: -1}, {ID: "n5", LogEnd: 100}}, []string{"n4"}},
+		{"n5 unmoved for after too", 2*after - time.Second,
+			[]Added{{ID: "n4", LogEnd: -1}, {ID: "n5", LogEnd: 100}}, []string{"n4", "n5"}},
+		{"n4 fetched at last: its count starts again; n5 in the ISR is done", 2 * after,
+			[]Added{{ID: "n4", LogEnd: 5}, {ID: "n5", LogEnd: 100, InSync: true}}, nil},
+		{"n5 out of the ISR again counts afresh", 3*after - time.Second,
+			[]Added{{ID: "n4", LogEnd: 5}, {ID: "n5", LogEnd: 100}}, nil},
+		{"n4 unmoved since", 3 * after,
+			[]Added{{ID: "n4", LogEnd: 5}, {ID: "n5", LogEnd: 100}}, []string{"n4"}},
+		{"a replica no longer added is forgotten", 4 * after,
+			[]Added{{ID: "n5", LogEnd: 100}}, []string{"n5"}},
+	}
+	for _, st := range steps {
+		now := t0.Add(st.at)
+		s.Observe(st.added, now)
+		if got := s.Stalled(after, now); !slices.Equal(got, st.want) {
+			t.Fatalf("%s: Stalled at +%s = %v, want %v", st.name, st.at, got, st.want)
+		}
+	}
+	if got := s.Stalled(0, t0.Add(time.Hour)); got != nil {
+		t.Fatalf("with self-healing off (after 0) Stalled = %v, want none", got)
+	}
+}

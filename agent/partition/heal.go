@@ -8,6 +8,7 @@ import (
 
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/reassign"
+	"github.com/logagent/logagent/replicate"
 )
 
 // Self-healing (cluster.replace_dead_after, docs/design.md §7.7): a
@@ -83,13 +84,16 @@ func (r *Replica) maybeHeal(now time.Time) {
 		r.healBusyIndex = snap.Index
 		return
 	}
-	// An agent being drained takes no replica.
-	alive := slices.DeleteFunc(r.liveness.Alive(), snap.IsDraining)
+	// An agent being drained takes no replica, nor one whose catch-up
+	// stalled a move of this partition lately (cancelStalledHeal): it
+	// would stall the next one the same way.
+	avoid := r.avoidedAgents(now)
+	alive := slices.DeleteFunc(r.liveness.Alive(), func(id string) bool { return snap.IsDraining(id) || slices.Contains(avoid, id) })
 	target, ok := reassign.Replace(pm.Replicas, due, alive, load)
 	if !ok {
 		if !r.healWaitLogged {
 			r.healWaitLogged = true
-			r.log.Warn("cannot re-place replicas: no live agent without a replica of the partition", "dead", dead, "draining", snap.Draining(), "replicas", pm.Replicas, "alive", alive)
+			r.log.Warn("cannot re-place replicas: no live agent without a replica of the partition", "dead", dead, "draining", snap.Draining(), "replicas", pm.Replicas, "alive", alive, "stalled_lately", avoid)
 		}
 		r.healRetryAt = now.Add(healRetry)
 		return
@@ -109,7 +113,10 @@ func (r *Replica) maybeHeal(now time.Time) {
 	// was chosen from: the metadata may be behind Consul (a move another
 	// leader completed, the topic created again), and a start over other
 	// replicas would move them by this decision.
-	gen, from := r.gen, election.DecidedFrom{TopicID: r.meta.tc.ID, ReplicasIndex: pm.ReplicasIndex}
+	// A move that re-places a dead replica is self-healing's, which its
+	// leader cancels if it stalls; one only for a drain is the
+	// operator's, and waits as the operator's own moves do.
+	gen, from := r.gen, election.DecidedFrom{TopicID: r.meta.tc.ID, ReplicasIndex: pm.ReplicasIndex, Healing: len(dead) > 0}
 	r.tasks.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
 		defer cancel()
@@ -134,6 +141,120 @@ func (r *Replica) onHealResult(ev healResult) {
 		return
 	}
 	r.log.Info("move started to re-place replicas", "target", ev.target)
+}
+
+// healStall is what a leader saw of the replicas added by the
+// self-healing move whose reassign key is at index: since when each has
+// made no progress, whether its cancel is out or written (the metadata
+// shows the way back, at another index, a moment later: no second
+// cancel), and until when the next cancel waits after one that failed.
+type healStall struct {
+	index     uint64
+	since     reassign.StalledSince
+	cancelled bool
+	retryAt   time.Time
+}
+
+// healCancelResult is the outcome of a cancel of a stalled self-healing
+// move.
+type healCancelResult struct {
+	gen     uint64
+	index   uint64
+	stalled []string
+	err     error
+}
+
+// cancelStalledHeal cancels the partition's self-healing move when a
+// replica it adds has made no progress (its log end unmoved, outside the
+// ISR) for cluster.replace_dead_after, the time after which self-healing
+// takes a replica that does not answer for lost: an added replica that
+// died too, or whose agent never opens it, never fetches, and the move
+// waited for it for ever, holding one of the cluster's reassign.MaxHealing
+// slots, so that no other dead replica was re-placed until an operator
+// cancelled it. The way back frees the slot, and the partition is
+// re-placed again on another agent (maybeHeal avoids the stalled one for
+// as long again). Only self-healing's own moves are cancelled
+// (election.Reassignment.Healing): an operator's move and a drain's wait
+// as Kafka's reassignments do, until they complete or an operator
+// cancels them. The leader ticks while a move is in flight
+// (housekeepingPending), so the bound is seen within a tick.
+func (r *Replica) cancelStalledHeal(now time.Time) {
+	pm := r.meta.pm
+	after := r.deps.Config.Cluster.ReplaceDeadAfter
+	if pm.Reassign == nil || !pm.Reassign.Healing || pm.Reassign.Cancelled || after <= 0 || !r.meta.usable {
+		r.healStall = healStall{}
+		return
+	}
+	if r.healStall.since == nil || r.healStall.index != pm.ReassignIndex {
+		r.healStall = healStall{index: pm.ReassignIndex, since: reassign.StalledSince{}}
+	}
+	if r.healStall.cancelled || now.Before(r.healStall.retryAt) {
+		return
+	}
+	progress := r.leader.Progress()
+	added := make([]reassign.Added, 0, len(pm.Reassign.Adding))
+	for _, id := range pm.Reassign.Adding {
+		// One the leader does not follow yet has not fetched either.
+		a := reassign.Added{ID: id, LogEnd: -1}
+		if i := slices.IndexFunc(progress, func(s replicate.ReplicaStatus) bool { return s.ID == id }); i >= 0 {
+			a.LogEnd, a.InSync = progress[i].LogEndOffset, progress[i].InSync
+		}
+		added = append(added, a)
+	}
+	r.healStall.since.Observe(added, now)
+	stalled := r.healStall.since.Stalled(after, now)
+	if len(stalled) == 0 {
+		return
+	}
+	r.log.Warn("cancelling a self-healing move: replicas it adds made no progress for cluster.replace_dead_after",
+		"stalled", stalled, "target", pm.Reassign.Target, "adding", pm.Reassign.Adding, "replace_dead_after", after)
+	r.healStall.cancelled = true
+	gen, index := r.gen, pm.ReassignIndex
+	r.tasks.Go(func() {
+		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
+		defer cancel()
+		_, err := r.deps.Coord.CancelReassignFrom(ctx, r.topic, r.partition, index)
+		r.send(healCancelResult{gen: gen, index: index, stalled: stalled, err: err})
+	})
+}
+
+func (r *Replica) onHealCancelResult(ev healCancelResult) {
+	if ev.gen != r.gen {
+		return
+	}
+	now := r.deps.Now()
+	if ev.err != nil {
+		// The move may have moved on (ErrConflict: completed, or another
+		// one started); the next look decides from the metadata again.
+		r.log.Warn("self-healing move not cancelled", "stalled", ev.stalled, "error", ev.err)
+		if r.healStall.index == ev.index {
+			r.healStall.cancelled, r.healStall.retryAt = false, now.Add(healRetry)
+		}
+		return
+	}
+	if r.healAvoid == nil {
+		r.healAvoid = map[string]time.Time{}
+	}
+	for _, id := range ev.stalled {
+		r.healAvoid[id] = now.Add(r.deps.Config.Cluster.ReplaceDeadAfter)
+	}
+	r.log.Info("stalled self-healing move cancelled: the partition goes back, and is re-placed on other agents", "stalled", ev.stalled)
+}
+
+// avoidedAgents lists the agents maybeHeal leaves out at now: their
+// catch-up stalled a move of this partition less than
+// replace_dead_after ago.
+func (r *Replica) avoidedAgents(now time.Time) []string {
+	var out []string
+	for id, until := range r.healAvoid {
+		if now.Before(until) {
+			out = append(out, id)
+		} else {
+			delete(r.healAvoid, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // healWake is when maybeHeal should look again: its retry, or the next

@@ -53,4 +53,5 @@ func (r *Replica) livenessChanged() <-chan struct{} {
 func (r *Replica) stopLiveness() {
 	r.liveness, r.deadReplicas, r.deadSince = nil, nil, nil
 	r.healing, r.healWaitLogged, r.healRetryAt, r.healBusyIndex = false, false, time.Time{}, 0
+	r.healStall, r.healAvoid = healStall{}, nil
 }

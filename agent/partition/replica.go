@@ -134,6 +134,11 @@ type Replica struct {
 	healWaitLogged bool
 	healRetryAt    time.Time
 	healBusyIndex  uint64
+	// healStall watches the replicas a self-healing move in flight adds,
+	// and healAvoid holds until when each agent whose catch-up stalled in
+	// one takes no re-placing of this partition (heal.go).
+	healStall healStall
+	healAvoid map[string]time.Time
 
 	// producers is the partition's idempotent-producer state, as of the
 	// log end (producers.go); producersDirty says it changed since the
@@ -286,6 +291,10 @@ type Coordinator interface {
 	// refused unless the partition is still as from, the metadata the
 	// target was chosen from.
 	StartReassignFrom(ctx context.Context, topic string, partition int, from election.DecidedFrom, target []string) (election.Reassignment, bool, error)
+	// CancelReassignFrom cancels the move whose reassign key is at
+	// reassignIndex (a stalled self-healing move), refused when the
+	// partition has another move by then.
+	CancelReassignFrom(ctx context.Context, topic string, partition int, reassignIndex uint64) (election.Reassignment, error)
 	// Liveness is the latest word of Consul on which agents are dead (the
 	// watch starts on first use): leaders drop dead replicas from the ISR.
 	Liveness() *election.Liveness
@@ -658,6 +667,8 @@ func (r *Replica) handle(ev any) {
 		r.onProgress(ev)
 	case healResult:
 		r.onHealResult(ev)
+	case healCancelResult:
+		r.onHealCancelResult(ev)
 	default:
 		panic(fmt.Sprintf("agent: replica event of unknown type %T", ev))
 	}
@@ -690,6 +701,7 @@ func (r *Replica) reconcile() {
 		}
 		r.applyMinInsyncReplicas()
 		r.driveReassign(now)
+		r.cancelStalledHeal(now)
 		r.maybeHeal(now)
 		r.maybeMoveToPreferred(now)
 	}
