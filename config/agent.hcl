@@ -239,6 +239,9 @@ cluster {
   # factor without an operator. Longer than a reboot or an upgrade, so that
   # maintenance does not copy whole partitions; short enough that a second
   # failure within it is unlikely. "0s" turns it off; else 1s to 168h.
+  # A self-healing move whose added replica makes no progress for as long
+  # (its agent died too, or never opened it) is cancelled by its leader and
+  # placed again elsewhere; moves an operator started are never cancelled.
   replace_dead_after = "10m"
 }
 
