@@ -728,7 +728,9 @@ func (l *Leader) ISRCommitted(isr []string, elr []EligibleReplica, now time.Time
 
 // ISRProposalFailed reports that the proposal in flight was not written (the
 // transaction failed). The next Tick or fetch may propose again; if the
-// failure means the epoch moved, the caller resigns instead.
+// failure means the epoch moved, the caller resigns instead. A retry
+// refused after a try whose outcome is unknown does not say that (the
+// earlier try may have committed): the caller resigns then too.
 func (l *Leader) ISRProposalFailed() error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)

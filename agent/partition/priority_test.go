@@ -46,6 +46,13 @@ func startManager(t *testing.T, srv *consultest.Server, node, extraHCL string, n
 // startManagerFS is startManager with the partitions' files on fsys.
 func startManagerFS(t *testing.T, srv *consultest.Server, node, extraHCL string, now func() time.Time, fsys segstore.FS) (*Manager, *election.Client) {
 	t.Helper()
+	return startManagerCoord(t, srv, node, extraHCL, now, fsys, func(c *election.Client) Coordinator { return c })
+}
+
+// startManagerCoord is startManagerFS with the partitions asking Consul
+// through wrap(the election client), which the test may fault.
+func startManagerCoord(t *testing.T, srv *consultest.Server, node, extraHCL string, now func() time.Time, fsys segstore.FS, wrap func(*election.Client) Coordinator) (*Manager, *election.Client) {
+	t.Helper()
 	cfg, log := testConfig(t, srv, node, extraHCL)
 	coord := startCoord(t, cfg, log)
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
@@ -54,7 +61,7 @@ func startManagerFS(t *testing.T, srv *consultest.Server, node, extraHCL string,
 	m := NewManager(&Deps{
 		Self:            cfg.NodeID,
 		Config:          cfg,
-		Coord:           coord,
+		Coord:           wrap(coord),
 		Peers:           peer.NewClients("", 1<<20, false, nil),
 		LookupAgent:     func(string) (election.AgentInfo, bool) { return election.AgentInfo{}, false },
 		Log:             log,

@@ -697,7 +697,7 @@ func (r *Replica) reconcile() {
 		if r.isrRetry != nil && !now.Before(r.isrRetryAt) {
 			p := r.isrRetry
 			r.isrRetry = nil
-			r.propose(*p)
+			r.propose(*p, true)
 		}
 		r.applyMinInsyncReplicas()
 		r.driveReassign(now)

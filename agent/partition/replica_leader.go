@@ -117,7 +117,7 @@ func (r *Replica) processLeaderReady() {
 		r.changed.notify()
 	}
 	if rd.ISRProposal != nil {
-		r.propose(*rd.ISRProposal)
+		r.propose(*rd.ISRProposal, false)
 	}
 	for _, a := range rd.Acks {
 		p, ok := r.acks[a.ID]
@@ -130,7 +130,9 @@ func (r *Replica) processLeaderReady() {
 }
 
 // propose writes an ISR change with the guarded transaction, off the loop.
-func (r *Replica) propose(p replicate.ISRProposal) {
+// retry says an earlier try of p has an unknown outcome: it may have
+// committed.
+func (r *Replica) propose(p replicate.ISRProposal, retry bool) {
 	gen, idx := r.gen, r.reassignIndexes
 	r.tasks.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
@@ -141,26 +143,29 @@ func (r *Replica) propose(p replicate.ISRProposal) {
 		} else {
 			err = r.deps.Coord.ProposeISR(ctx, r.topic, r.partition, p.Epoch, p.ISR, electionELR(p.ELR))
 		}
-		r.send(isrResult{gen: gen, proposal: p, err: err})
+		r.send(isrResult{gen: gen, proposal: p, retry: retry, err: err})
 	})
 }
 
 type isrResult struct {
 	gen      uint64
 	proposal replicate.ISRProposal
-	err      error
+	// retry: an earlier try of the proposal has an unknown outcome.
+	retry bool
+	err   error
 }
 
 // onISRResult feeds an ISR transaction's outcome back: committed; not
 // leader any more (step down); a refusal because the state moved, which
 // takes Consul's ISR as the committed one (or steps down if the epoch
 // moved); a refusal before any write (no permission, invalid), which ends
-// the proposal. An unknown outcome (Consul unreachable, a timeout) is
-// retried with the same proposal still in flight, so a follower being added
-// keeps counting for the high watermark until Consul says whether it is in
-// the ISR. A committed ISR the leader state refuses steps down
-// (abdicateCommitted). No outcome leaves the proposal in flight for good:
-// the state machine proposes nothing else until it ends.
+// the proposal, unless an earlier try's outcome is unknown: then it steps
+// down (abdicateUnknown). An unknown outcome (Consul unreachable, a
+// timeout) is retried with the same proposal still in flight, so a
+// follower being added keeps counting for the high watermark until Consul
+// says whether it is in the ISR. A committed ISR the leader state refuses
+// steps down (abdicateCommitted). No outcome leaves the proposal in flight
+// for good: the state machine proposes nothing else until it ends.
 func (r *Replica) onISRResult(ev isrResult) {
 	if ev.gen != r.gen || r.leader == nil {
 		return
@@ -207,6 +212,10 @@ func (r *Replica) onISRResult(ev isrResult) {
 	case errors.Is(ev.err, context.Canceled):
 		return
 	case errors.Is(ev.err, election.ErrPermissionDenied), errors.Is(ev.err, election.ErrInvalidTopic):
+		if ev.retry {
+			r.abdicateUnknown(ev.proposal, ev.err)
+			return
+		}
 		// Refused before anything was written: the proposal is over.
 		r.log.Error("isr change refused", "isr", ev.proposal.ISR, "error", ev.err)
 		if err := r.leader.ISRProposalFailed(); err != nil {
@@ -240,6 +249,32 @@ func (r *Replica) onISRResult(ev isrResult) {
 func (r *Replica) abdicateCommitted(isr []string, elr []replicate.EligibleReplica, cause error) {
 	r.log.Error("committed isr refused by the leader state: stepping down", "epoch", r.leader.Epoch(), "isr", isr, "elr", elr, "error", cause)
 	r.stepDown(fmt.Errorf("committed isr %v refused by the leader state: %w", isr, cause), true)
+	// Campaign would hand the same leadership back until the resignation
+	// has gone through.
+	r.campaignRetryAt = r.deps.Now().Add(campaignBackoff)
+}
+
+// abdicateUnknown steps down, giving the lock back, from a leadership whose
+// ISR proposal p had a try with an unknown outcome and whose retry was then
+// refused before writing. The refusal says nothing of the earlier try,
+// which may have committed: ending the proposal (ISRProposalFailed) would
+// have the HW stop waiting for a follower p adds while Consul's ISR, which
+// elections pick from, may hold it, and the next leader may lack writes
+// acknowledged with acks=all after that; a completion of a move may have
+// replaced the replica set too. Re-reading Consul's state would not settle
+// it: the read may be refused as the write was, the Coordinator offers no
+// consistent read of a partition's state, and a state still at the index
+// the earlier try was guarded by does not rule out that try's being
+// applied after the read; only a write at that index fences it, and writes
+// are what is refused. Keeping the proposal in flight and retrying would
+// keep the HW safe but, refused for good (a revoked token, a proposal
+// invalid against the replicas), leave it in flight for good: no follower
+// would leave the ISR again. Stepping down is safe whatever Consul holds:
+// the next election, this replica's campaign included, starts from the
+// state it reads there.
+func (r *Replica) abdicateUnknown(p replicate.ISRProposal, cause error) {
+	r.log.Error("isr change refused after a try whose outcome is unknown: stepping down", "epoch", p.Epoch, "isr", p.ISR, "replicas", p.Replicas, "error", cause)
+	r.stepDown(fmt.Errorf("isr change %v refused after a try whose outcome is unknown: %w", p.ISR, cause), true)
 	// Campaign would hand the same leadership back until the resignation
 	// has gone through.
 	r.campaignRetryAt = r.deps.Now().Add(campaignBackoff)
