@@ -926,10 +926,17 @@ func (l *Leader) ProposeReassignment(target []string) error {
 // members in target, which this leader admitted, so they hold the committed
 // log, and the ELR keeps only target replicas (the removed ones leave the
 // replica set). It refuses (ErrInvalidInput) unless no ISR change is in
-// flight, the leader is in target and target is within the replica set.
+// flight, the leader is in target, target is within the replica set and
+// at least min_insync_replicas: min_insync_replicas raised while the move
+// ran (an alter racing the moves, election.AlterTopic) must not have the
+// way back commit a replica set SetReplicas refuses and no leader can
+// start on; the move waits for it to be lowered again.
 func (l *Leader) ProposeCancel(target []string) error {
 	if err := l.checkLastMoveStep(target); err != nil {
 		return err
+	}
+	if len(target) < l.minISR {
+		return fmt.Errorf("%w: cancel target %v is smaller than min insync replicas %d", ErrInvalidInput, target, l.minISR)
 	}
 	isr := slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool { return !slices.Contains(target, id) })
 	c := &isrChange{isr: l.inReplicaOrder(isr), replicas: slices.Clone(target)}

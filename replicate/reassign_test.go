@@ -105,6 +105,15 @@ func TestSetReplicasAndProposeReassignmentRefuse(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, func(l *Leader) error { return l.ProposeReassignment([]string{"L", "F2"}) }},
+		// A cancelled move's way back to an original list smaller than
+		// min ISR (raised while the move ran) would commit a replica set
+		// the leader then refuses, and no leader could start on it.
+		{"cancel back below min ISR", nil, func(l *Leader) error { return l.ProposeCancel([]string{"L"}) }},
+		{"cancel back below a raised min ISR", func(t *testing.T, l *Leader) {
+			if err := l.SetMinInsyncReplicas(3); err != nil {
+				t.Fatal(err)
+			}
+		}, func(l *Leader) error { return l.ProposeCancel([]string{"L", "F1"}) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -112,12 +121,16 @@ func TestSetReplicasAndProposeReassignmentRefuse(t *testing.T) {
 			if c.setup != nil {
 				c.setup(t, l)
 			}
-			before := l.Replicas()
+			l.Ready()
+			before, inFlight := l.Replicas(), l.InFlight()
 			if err := c.call(l); !errors.Is(err, ErrInvalidInput) {
 				t.Fatalf("= %v, want ErrInvalidInput", err)
 			}
 			if got := l.Replicas(); !slices.Equal(got, before) {
 				t.Fatalf("replicas changed to %v by a refused call", got)
+			}
+			if l.InFlight() != inFlight || l.Ready().ISRProposal != nil {
+				t.Fatal("a refused call proposed a change")
 			}
 		})
 	}
