@@ -123,7 +123,7 @@ func (c *cluster) produce(acks Acks, values ...string) (AckID, int64) {
 		c.t.Fatal(err)
 	}
 	last := n.log.logEnd() - 1
-	if err := n.leader.Appended(last); err != nil {
+	if err := n.leader.Appended(last, c.now); err != nil {
 		c.t.Fatal(err)
 	}
 	c.nextAck++

@@ -14,7 +14,7 @@
 //	CanAppend(acks) ─────────────────────────► nil | ErrNotEnoughReplicas | ErrNotLeader
 //	Fetch(req, now) ─────────┐  ┌────────┐ ──► FetchResult (HW, log end, diverging epoch)
 //	OffsetForEpoch(req) ─────┤  │        │ ──► EpochEndOffset
-//	Appended(last) ──────────┤  │        │
+//	Appended(last, now) ─────┤  │        │
 //	Synced(last) ────────────┼─►│ Leader │     Ready() LeaderReady:
 //	WaitAck(id, last, acks) ─┤  │        │ ──►   HighWatermark  checkpoint it, publish it
 //	Tick(now) ───────────────┤  │        │ ──►   ISRProposal    write it with the guarded txn

@@ -124,8 +124,17 @@ type replicaProgress struct {
 	retiring bool
 	// parked says its latest fetch, at the leader's log end, is held in a
 	// live fetch session (FollowerParked): it counts as caught up until
-	// the fetch is answered or the session ends.
+	// the leader's log moves past it (parkPassed), or until the fetch is
+	// answered or the session ends if that comes first.
 	parked bool
+	// parkPassed is when an append moved the leader's log past the parked
+	// fetch, zero before. A parked follower stands for one that fetches
+	// at the log end all the time, so that is when it stopped being
+	// caught up (Kafka's lastCaughtUpTimeMs: the latest time the leader's
+	// log end was at most its fetch offset), however long its answer
+	// then takes to go out: a session's writer may spend long on a slow
+	// link sending other partitions' answers first.
+	parkPassed time.Time
 }
 
 type pendingAck struct {
@@ -296,7 +305,7 @@ func (l *Leader) Progress() []ReplicaStatus {
 			s.LogEndOffset = l.logEnd
 		} else {
 			p := l.followers[id]
-			s.LogEndOffset, s.LastCaughtUp, s.Retiring = p.logEnd, p.lastCaughtUp, p.retiring
+			s.LogEndOffset, s.LastCaughtUp, s.Retiring = p.logEnd, p.caughtUpAsOf(), p.retiring
 		}
 		out = append(out, s)
 	}
@@ -341,14 +350,21 @@ func (l *Leader) CanAppend(acks Acks) error {
 }
 
 // Appended reports that the log wrote records up to and including
-// lastOffset. In replicated mode they count toward the HW at once; in fsync
-// mode once Synced reports them.
-func (l *Leader) Appended(lastOffset int64) error {
+// lastOffset at now. In replicated mode they count toward the HW at once;
+// in fsync mode once Synced reports them. A parked follower (FollowerParked)
+// counts as caught up only until now: from then on it lags, however long
+// its parked fetch takes to be answered.
+func (l *Leader) Appended(lastOffset int64, now time.Time) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
 	if err := l.appended(lastOffset); err != nil {
 		return err
+	}
+	for _, p := range l.followers {
+		if p.parked && p.parkPassed.IsZero() {
+			p.parkPassed = now
+		}
 	}
 	l.updateHighWatermark()
 	return nil
@@ -429,10 +445,7 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 		if end.Diverges(req.LastFetchedEpoch, req.FetchOffset) {
 			// Any fetch ends a park (FollowerParked): this follower is
 			// not at the log end, whatever it sent before.
-			if p.parked {
-				p.parked = false
-				p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
-			}
+			p.endPark(now)
 			// A follower whose fetch passed this check earlier in the
 			// epoch held a prefix of this log up to what it reported;
 			// now its log is not one (it changed under it: lost records,
@@ -455,7 +468,9 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 
 	// Kafka's Replica.updateFetchState: a follower at the leader's log end is
 	// caught up now; one that reached where the leader's log ended at its
-	// previous fetch was caught up as of that fetch.
+	// previous fetch was caught up as of that fetch, or, if that fetch was
+	// parked, as long as the park lasted.
+	p.endPark(now)
 	if req.FetchOffset >= l.logEnd {
 		p.lastCaughtUp = maxTime(p.lastCaughtUp, now)
 	} else if req.FetchOffset >= p.lastFetchLeaderLogEnd {
@@ -464,7 +479,6 @@ func (l *Leader) Fetch(req FetchRequest, now time.Time) (FetchResult, error) {
 	p.lastFetchLeaderLogEnd = l.logEnd
 	p.lastFetchTime = now
 	p.logEnd = req.FetchOffset
-	p.parked = false
 	p.dataLoss = req.DataLoss
 	p.retiring = req.Retiring
 
@@ -494,10 +508,10 @@ func (l *Leader) OffsetForEpoch(req EpochRequest) (EpochEndOffset, error) {
 // FollowerParked reports that the follower's latest fetch, which Fetch has
 // just recorded at the leader's log end, is held in a live fetch session
 // (docs/design.md §7.9) instead of being asked again every fetch_max_wait:
-// until FollowerUnparked or its next Fetch the follower counts as caught
-// up, however long it waits, without an input per round. It refuses
-// (ErrInvalidInput) a fetch offset other than the log end, and fails like
-// Fetch for another epoch or a stranger.
+// until FollowerUnparked, its next Fetch or an append (Appended) the
+// follower counts as caught up, however long it waits, without an input
+// per round. It refuses (ErrInvalidInput) a fetch offset other than the
+// log end, and fails like Fetch for another epoch or a stranger.
 func (l *Leader) FollowerParked(id string, epoch int32, fetchOffset int64) error {
 	p, err := l.checkRequest(id, epoch)
 	if err != nil {
@@ -506,7 +520,7 @@ func (l *Leader) FollowerParked(id string, epoch int32, fetchOffset int64) error
 	if fetchOffset != l.logEnd || p.logEnd != l.logEnd {
 		return fmt.Errorf("%w: %q parked at %d (recorded %d), log end %d", ErrInvalidInput, id, fetchOffset, p.logEnd, l.logEnd)
 	}
-	p.parked = true
+	p.parked, p.parkPassed = true, time.Time{}
 	return nil
 }
 
@@ -514,19 +528,40 @@ func (l *Leader) FollowerParked(id string, epoch int32, fetchOffset int64) error
 // answered (the log or the HW moved on), dropped, or its session ended, in
 // which case at is the session's last sign of life, so a follower whose
 // host vanished is removed lagTimeMax after it was last heard of, as if it
-// had stopped fetching then. It counts as caught up as of at, and from then
-// on by Kafka's rule again. A follower no longer parked (a later Fetch
-// came first) is left as it is.
+// had stopped fetching then. It counts as caught up as of at, or as of the
+// append that moved the log past its fetch if that came first (an answer
+// written long after the append does not make it any more caught up), and
+// from then on by Kafka's rule again. A follower no longer parked (a later
+// Fetch came first) is left as it is.
 func (l *Leader) FollowerUnparked(id string, epoch int32, at time.Time) error {
 	p, err := l.checkRequest(id, epoch)
 	if err != nil {
 		return err
 	}
-	if p.parked {
-		p.parked = false
-		p.lastCaughtUp = maxTime(p.lastCaughtUp, at)
-	}
+	p.endPark(at)
 	return nil
+}
+
+// endPark ends p's park, if it has one, at end: it was caught up until
+// then, or until the leader's log moved past it if that was earlier.
+func (p *replicaProgress) endPark(end time.Time) {
+	if !p.parked {
+		return
+	}
+	if !p.parkPassed.IsZero() && p.parkPassed.Before(end) {
+		end = p.parkPassed
+	}
+	p.lastCaughtUp = maxTime(p.lastCaughtUp, end)
+	p.parked, p.parkPassed = false, time.Time{}
+}
+
+// caughtUpAsOf is when p was last known to be caught up: for a parked
+// follower, until the leader's log moved past it.
+func (p *replicaProgress) caughtUpAsOf() time.Time {
+	if p.parked {
+		return maxTime(p.lastCaughtUp, p.parkPassed)
+	}
+	return p.lastCaughtUp
 }
 
 // Tick moves the leader's time: it fails acks past their deadline and, with
@@ -561,12 +596,13 @@ func (l *Leader) Tick(now time.Time) {
 // TickNeeded reports whether a Tick, now or at any later time, could do
 // anything before another call changes the leader: a write waits for its
 // acknowledgement (its deadline), an ISR follower is dead, says it lost
-// data or is caught up only by the clock (lagging behind the log end and
-// not parked, so LagTimeMax may run out), a parked follower outside the ISR
-// meets the join rule, or the ELR can be cleared. False, the leader's state
-// does not depend on time: the agent stops ticking it, so thousands of idle
-// partitions cost no wakes (docs/design.md §7). An ISR change in flight
-// waits for ISRCommitted or ISRProposalFailed, calls both.
+// data or is caught up only by the clock (lagging behind the log end, a
+// parked one too once an append passed it, so LagTimeMax may run out), a
+// parked follower outside the ISR meets the join rule, or the ELR can be
+// cleared. False, the leader's state does not depend on time: the agent
+// stops ticking it, so thousands of idle partitions cost no wakes
+// (docs/design.md §7). An ISR change in flight waits for ISRCommitted or
+// ISRProposalFailed, calls both.
 func (l *Leader) TickNeeded() bool {
 	if l.resigned {
 		return false
@@ -583,7 +619,7 @@ func (l *Leader) TickNeeded() bool {
 	// As maybeShrinkISR and then maybeExpandISR see them, with the clock
 	// left out of caughtUp.
 	for _, id := range l.isr {
-		if p := l.followers[id]; id != l.self && (l.dead[id] || l.lostData(p) || !(p.parked || p.logEnd == l.logEnd)) {
+		if p := l.followers[id]; id != l.self && (l.dead[id] || l.lostData(p) || p.logEnd != l.logEnd) {
 			return true
 		}
 	}
@@ -801,10 +837,11 @@ func (l *Leader) endOffsetForEpoch(epoch int32) (EpochEndOffset, error) {
 	return EpochEndOffset{Epoch: found, EndOffset: end}, nil
 }
 
-// caughtUp is Kafka's Replica.isCaughtUp, and a parked follower, which
-// reached the log end and waits in a live session for it to move.
+// caughtUp is Kafka's Replica.isCaughtUp, a parked follower counting as
+// caught up until the leader's log moved past it (while it has not, it is
+// at the log end).
 func (l *Leader) caughtUp(p *replicaProgress, now time.Time) bool {
-	return p.parked || p.logEnd == l.logEnd || now.Sub(p.lastCaughtUp) <= l.lagTimeMax
+	return p.logEnd == l.logEnd || now.Sub(p.caughtUpAsOf()) <= l.lagTimeMax
 }
 
 // maybeExpandISR proposes adding a follower outside the ISR whose log reached

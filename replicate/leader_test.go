@@ -77,14 +77,22 @@ func fetchOK(t *testing.T, l *Leader, replica string, offset int64, now time.Tim
 	return res
 }
 
+// appendTo appends n records to the leader's log at t0, which only a
+// parked follower's lag depends on (appendAt).
 func appendTo(t *testing.T, l *Leader, m *memLog, n int) int64 {
+	t.Helper()
+	return appendAt(t, l, m, n, t0)
+}
+
+// appendAt appends n records to the leader's log at now.
+func appendAt(t *testing.T, l *Leader, m *memLog, n int, now time.Time) int64 {
 	t.Helper()
 	for range n {
 		if err := m.append(memRecord{Epoch: l.Epoch(), Value: "x"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Appended(m.logEnd() - 1); err != nil {
+	if err := l.Appended(m.logEnd()-1, now); err != nil {
 		t.Fatal(err)
 	}
 	return m.logEnd() - 1
@@ -691,7 +699,7 @@ func TestResignFailsPendingAcks(t *testing.T) {
 	}
 	inputs := map[string]error{
 		"CanAppend":         l.CanAppend(AcksLeader),
-		"Appended":          l.Appended(last + 1),
+		"Appended":          l.Appended(last+1, t0),
 		"Synced":            l.Synced(last),
 		"WaitAck":           l.WaitAck(4, last, AcksAll, time.Time{}),
 		"ISRCommitted":      l.ISRCommitted([]string{"L"}, nil, t0),
@@ -771,7 +779,7 @@ func TestWaitAckRejectsMisuse(t *testing.T) {
 			t.Errorf("%s: WaitAck = %v, want ErrInvalidInput", tt.name, err)
 		}
 	}
-	if err := l.Appended(last - 1); !errors.Is(err, ErrInvalidInput) {
+	if err := l.Appended(last-1, t0); !errors.Is(err, ErrInvalidInput) {
 		t.Errorf("Appended below the log end: %v, want ErrInvalidInput", err)
 	}
 	if err := l.Synced(last + 1); !errors.Is(err, ErrInvalidInput) {

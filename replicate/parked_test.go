@@ -2,6 +2,7 @@ package replicate
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -29,8 +30,9 @@ func shrinkProposal(l *Leader, now time.Time) []string {
 // TestParkedFollowerStaysInSync: a follower whose fetch waits in a session
 // at the leader's log end sends nothing while the partition is idle; when
 // the log moves on after longer than lag time max, it is still in sync
-// until its parked fetch has been answered and lag time max has passed
-// since, exactly as a follower that fetched at that moment.
+// until lag time max has passed since the append, exactly as a follower
+// that fetched at that moment, or since its session was last heard of if
+// that was earlier.
 func TestParkedFollowerStaysInSync(t *testing.T) {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	cases := []struct {
@@ -59,7 +61,7 @@ func TestParkedFollowerStaysInSync(t *testing.T) {
 			}
 			l.Ready()
 			// F1 keeps fetching; F2 sends nothing after its fetch at 1 s.
-			appendTo(t, l, m, 1)
+			appendAt(t, l, m, 1, at(60))
 			fetchOK(t, l, "F1", 9, at(60))
 			if c.unparkAt != 0 {
 				if err := l.FollowerUnparked("F2", l.Epoch(), at(c.unparkAt)); err != nil {
@@ -107,7 +109,7 @@ func TestParkRules(t *testing.T) {
 	// by Kafka's rule again.
 	fetchOK(t, l, "F1", 8, at(1))
 	parkF2(t, l, at(1))
-	appendTo(t, l, m, 2)
+	appendAt(t, l, m, 2, at(1))
 	fetchOK(t, l, "F2", 9, at(2)) // behind the log end (10)
 	if err := l.FollowerUnparked("F2", 4, at(30)); err != nil {
 		t.Fatal(err)
@@ -136,25 +138,114 @@ func TestParkRules(t *testing.T) {
 // TestParkedFollowerRejoins: a follower whose fetch reached the log end
 // while a change was in flight (so that fetch proposed nothing) and then
 // parked sends no other fetch; the next tick after the change proposes
-// adding it, as its next fetch would have.
+// adding it, as its next fetch would have, and still does after an append
+// passed its park, while its log meets the join rule.
 func TestParkedFollowerRejoins(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	l, _ := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
-	fetchOK(t, l, "F1", 8, at(1))
-	l.Ready()
-	// F2 never fetched: out at 11 s.
-	if isr := shrinkProposal(l, at(11)); !slices.Equal(isr, []string{"L", "F1"}) {
-		t.Fatalf("proposal %v, want F2 out", isr)
+	for _, appendFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("append before the tick %t", appendFirst), func(t *testing.T) {
+			l, m := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+			fetchOK(t, l, "F1", 8, at(1))
+			l.Ready()
+			// F2 never fetched: out at 11 s.
+			if isr := shrinkProposal(l, at(11)); !slices.Equal(isr, []string{"L", "F1"}) {
+				t.Fatalf("proposal %v, want F2 out", isr)
+			}
+			parkF2(t, l, at(12)) // with the shrink in flight: no proposal
+			if rd := l.Ready(); rd.ISRProposal != nil {
+				t.Fatalf("a proposal while one is in flight: %+v", rd.ISRProposal)
+			}
+			if err := l.ISRCommitted([]string{"L", "F1"}, nil, at(12)); err != nil {
+				t.Fatal(err)
+			}
+			if appendFirst {
+				fetchOK(t, l, "F1", 8, at(12))
+				appendAt(t, l, m, 1, at(12)) // the HW stays at 8, F1's
+			}
+			if !l.TickNeeded() {
+				t.Error("no tick needed with a parked follower that may join")
+			}
+			if isr := shrinkProposal(l, at(12)); !slices.Equal(isr, []string{"L", "F1", "F2"}) {
+				t.Fatalf("proposal %v after the shrink, want F2 back", isr)
+			}
+		})
 	}
-	parkF2(t, l, at(12)) // with the shrink in flight: no proposal
-	if rd := l.Ready(); rd.ISRProposal != nil {
-		t.Fatalf("a proposal while one is in flight: %+v", rd.ISRProposal)
+}
+
+// TestAppendEndsAParkedFollowersCatchUp: a parked follower counts as
+// caught up until the leader's log moves past its fetch, not until its
+// parked fetch is answered: a session's writer may take long to get to
+// that answer (other partitions' answers before it on a slow link), and
+// meanwhile acks=all writes waited on a follower that held none of them.
+// Before, it counted as caught up for as long as the park lasted, and from
+// the answer's time on: never removed while its answer did not go out.
+func TestAppendEndsAParkedFollowersCatchUp(t *testing.T) {
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	cases := []struct {
+		name string
+		// unparkAt is when the parked fetch ended (zero: not yet).
+		unparkAt float64
+		// againAt is when the leader appends again (zero: never).
+		againAt float64
+		// fetchAt is when F2 fetches again at 8, behind the log end, from
+		// elsewhere than the session that holds its park (zero: never).
+		fetchAt float64
+		tickAt  float64
+		out     bool
+	}{
+		{name: "not answered: in sync until 70", tickAt: 70, out: false},
+		{name: "not answered: out after 70", tickAt: 70.01, out: true},
+		{name: "not answered, an hour later", tickAt: 3600, out: true},
+		{name: "answered late at 69: out after 70 all the same", unparkAt: 69, tickAt: 70.01, out: true},
+		{name: "answered after the tick", unparkAt: 75, tickAt: 70.01, out: true},
+		{name: "appended again at 65: out after 70", againAt: 65, tickAt: 70.01, out: true},
+		{name: "fetched again behind the log end at 65: in sync until 70", fetchAt: 65, tickAt: 70, out: false},
+		{name: "fetched again behind the log end at 65: out after 70", fetchAt: 65, tickAt: 70.01, out: true},
+		{name: "session ended, last heard of at 58: out after 68", unparkAt: 58, tickAt: 68.01, out: true},
 	}
-	if err := l.ISRCommitted([]string{"L", "F1"}, nil, at(12)); err != nil {
-		t.Fatal(err)
-	}
-	if isr := shrinkProposal(l, at(12)); !slices.Equal(isr, []string{"L", "F1", "F2"}) {
-		t.Fatalf("proposal %v after the shrink, want F2 back", isr)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l, m := newTestLeader(t, leaderOpts{durability: DurabilityReplicated})
+			fetchOK(t, l, "F1", 8, at(1))
+			parkF2(t, l, at(1))
+			l.Ready()
+			if l.TickNeeded() {
+				t.Fatal("tick needed with every follower at the log end")
+			}
+			// F2's park is passed at 60 s; F1 keeps fetching.
+			appendAt(t, l, m, 1, at(60))
+			fetchOK(t, l, "F1", 9, at(60))
+			if got := progressOf(l, "F2").LastCaughtUp; !got.Equal(at(60)) {
+				t.Errorf("F2 last caught up %s after the append at 60s, want 60s", got.Sub(t0))
+			}
+			if !l.TickNeeded() {
+				t.Error("no tick needed with F2 in the ISR, behind the log end")
+			}
+			if c.againAt != 0 {
+				appendAt(t, l, m, 1, at(c.againAt))
+				fetchOK(t, l, "F1", 10, at(c.againAt))
+			}
+			if c.fetchAt != 0 {
+				fetchOK(t, l, "F2", 8, at(c.fetchAt))
+			}
+			if c.unparkAt != 0 && c.unparkAt < c.tickAt {
+				if err := l.FollowerUnparked("F2", l.Epoch(), at(c.unparkAt)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			isr := shrinkProposal(l, at(c.tickAt))
+			if got := isr != nil && !slices.Contains(isr, "F2"); got != c.out {
+				t.Fatalf("F2 proposed for removal: %t (proposal %v), want %t", got, isr, c.out)
+			}
+			if c.unparkAt != 0 && c.unparkAt >= c.tickAt {
+				if err := l.FollowerUnparked("F2", l.Epoch(), at(c.unparkAt)); err != nil {
+					t.Fatal(err)
+				}
+				if got := progressOf(l, "F2").LastCaughtUp; !got.Equal(at(60)) {
+					t.Errorf("F2 last caught up %s after its answer at %gs, want 60s", got.Sub(t0), c.unparkAt)
+				}
+			}
+		})
 	}
 }
 

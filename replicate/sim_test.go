@@ -604,7 +604,7 @@ func (s *sim) produce() {
 		s.fail("%s appends: %v", n.id, err)
 	}
 	last := n.log.logEnd() - 1
-	s.must(n.leader.Appended(last))
+	s.must(n.leader.Appended(last, s.now))
 	s.nextAck++
 	s.acks[s.nextAck] = simAck{first: first, acks: acks, values: values}
 	s.must(n.leader.WaitAck(s.nextAck, last, acks, s.now.Add(time.Second)))

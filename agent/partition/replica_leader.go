@@ -417,7 +417,7 @@ func (r *Replica) produceOne(req *produceRequest) bool {
 	} else if ok {
 		r.producersDirty = true
 	}
-	if err := r.leader.Appended(last); err != nil {
+	if err := r.leader.Appended(last, r.deps.Now()); err != nil {
 		r.failLog(err)
 		req.reply <- ProduceOutcome{Base: base, Last: last, Epoch: epoch, Appended: true, Err: err}
 		return false

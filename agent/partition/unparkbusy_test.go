@@ -19,6 +19,7 @@ import (
 func TestUnparkDoesNotWaitForABusyLoop(t *testing.T) {
 	r, clock, leader, _ := parkedFollower(t) // lag_time_max 10 s
 	// The log moves on, which wakes the session.
+	appended := clock.t
 	reply := make(chan ProduceOutcome, 1)
 	r.onProduce(&produceRequest{batch: testBatch(t, []string{"a"}), acks: replicate.AcksLeader, epoch: AnyEpoch, reply: reply})
 	if out := <-reply; out.Err != nil {
@@ -51,16 +52,19 @@ func TestUnparkDoesNotWaitForABusyLoop(t *testing.T) {
 	}
 
 	// The loop takes the unpark before anything else it does for a
-	// follower (here a stranger's fetch, which it refuses): n2 is caught up
-	// as of at, not parked any more, and leaves the ISR lag_time_max after
-	// it.
+	// follower (here a stranger's fetch, which it refuses): n2 is not
+	// parked any more, caught up as of the append that woke the session
+	// (not of the answer, at), and leaves the ISR lag_time_max after it.
 	takeUnparks(t, r)
+	if r.HoldsPark("n2", 1) {
+		t.Fatal("the loop still holds n2's park after taking its unpark")
+	}
 	for _, after := range []time.Duration{10 * time.Second, 10*time.Second + time.Millisecond} {
-		leader.Tick(at.Add(after))
+		leader.Tick(appended.Add(after))
 		rd := leader.Ready()
 		out := rd.ISRProposal != nil && slices.Equal(rd.ISRProposal.ISR, []string{"n1"})
 		if want := after > 10*time.Second; out != want {
-			t.Fatalf("%s after the unpark: proposal %+v, want n2 out: %t", after, rd.ISRProposal, want)
+			t.Fatalf("%s after the append: proposal %+v, want n2 out: %t", after, rd.ISRProposal, want)
 		}
 	}
 }
