@@ -68,10 +68,8 @@ type Broker interface {
 	// the largest epoch not above epoch the leader knows of, and the
 	// offset where it ended (the log end offset for the current epoch).
 	EndOffsetForEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, epoch int32) (leaderEpoch int32, endOffset int64, err error)
-	// InitProducerID returns a new producer id and its epoch 0, or, when
-	// producerID is not -1, the next epoch of that id (fencing older
-	// instances).
-	InitProducerID(ctx context.Context, producerID int64, epoch int16) (int64, int16, error)
+	// InitProducerID returns a new producer id and its epoch 0.
+	InitProducerID(ctx context.Context) (int64, int16, error)
 }
 
 // Topic is one topic as Metadata shows it. Partitions are in partition

@@ -336,12 +336,9 @@ func (b *fakeBroker) EndOffsetForEpoch(_ context.Context, topic string, partitio
 	return min(epoch, 3), endOffset(t.partitions[partition]), nil
 }
 
-func (b *fakeBroker) InitProducerID(_ context.Context, producerID int64, epoch int16) (int64, int16, error) {
+func (b *fakeBroker) InitProducerID(context.Context) (int64, int16, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if producerID != -1 {
-		return producerID, epoch + 1, nil
-	}
 	b.nextPID++
 	return b.nextPID, 0, nil
 }

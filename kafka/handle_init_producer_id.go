@@ -7,8 +7,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// handleInitProducerID gives an idempotent producer its id, or the next
-// epoch of the id it has (v3+, KIP-360). A transactional id is refused
+// handleInitProducerID gives an idempotent producer a new id at epoch 0,
+// also when it names the id and epoch it used last (v3+, KIP-360's bump):
+// Kafka's coordinator answers every request without a transactional id
+// so. Bumping the named id's epoch instead answered an epoch the producer
+// had passed already when it bumped locally (kgo and the Java producer
+// do), which leaders refuse, an id this cluster never handed out with the
+// fatal UNKNOWN_PRODUCER_ID, and a stale id with the next epoch of the
+// producer that holds it now, fencing it. A transactional id is refused
 // with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions are not
 // implemented, and clients take that code as fatal, so a transactional
 // producer fails at once instead of retrying what can never succeed.
@@ -22,11 +28,7 @@ func (s *Server) handleInitProducerID(ctx context.Context, req *kmsg.InitProduce
 	}
 	ctx, cancel := requestContext(ctx, 0)
 	defer cancel()
-	producerID, epoch := int64(-1), int16(-1)
-	if req.Version >= 3 {
-		producerID, epoch = req.ProducerID, req.ProducerEpoch
-	}
-	id, e, err := s.cfg.Broker.InitProducerID(ctx, producerID, epoch)
+	id, e, err := s.cfg.Broker.InitProducerID(ctx)
 	if err != nil {
 		resp.ErrorCode = ErrorCode(err)
 		return resp, nil

@@ -930,28 +930,17 @@ func (b *Broker) EndOffsetForEpoch(ctx context.Context, topic string, part int32
 	}
 }
 
-// InitProducerID reserves a producer id, or the next epoch of one, as
-// POST /v1/producers does. The epoch a client sends with its id (KIP-360)
-// is not compared with the current one: the allocator bumps whatever epoch
-// the id has, as the HTTP API's does (docs/kafka.md).
-func (b *Broker) InitProducerID(ctx context.Context, producerID int64, _ int16) (int64, int16, error) {
+// InitProducerID reserves a new producer id, as POST /v1/producers
+// without a body does. A Kafka producer gets a new one also when it names
+// the id it had (the listener does not pass it on, docs/kafka.md).
+func (b *Broker) InitProducerID(ctx context.Context) (int64, int16, error) {
 	if err := b.s.Serving(); err != nil {
 		return -1, -1, err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, peer.CallTimeout)
 	defer cancel()
-	var id int64
-	var epoch int16
-	var err error
-	if producerID < 0 {
-		id, epoch, err = b.coord.AllocateProducerID(callCtx)
-	} else {
-		id, epoch, err = b.coord.BumpProducerEpoch(callCtx, producerID)
-	}
-	switch {
-	case errors.Is(err, election.ErrUnknownProducerID):
-		return -1, -1, reply.NewAPIError(fasthttp.StatusNotFound, wire.CodeUnknownProducerID, err.Error(), false)
-	case err != nil:
+	id, epoch, err := b.coord.AllocateProducerID(callCtx)
+	if err != nil {
 		// Retriable for Kafka clients, as a coordinator that is moving.
 		return -1, -1, &kafka.Error{Code: kerr.CoordinatorNotAvailable.Code, Message: "cannot reserve a producer id in Consul: " + err.Error()}
 	}

@@ -113,8 +113,6 @@ type Coordinator interface {
 	// AllocateProducerID reserves a new idempotent-producer id, unique in
 	// the cluster, at epoch 0.
 	AllocateProducerID(ctx context.Context) (int64, int16, error)
-	// BumpProducerEpoch hands out the next epoch of an allocated id.
-	BumpProducerEpoch(ctx context.Context, id int64) (int64, int16, error)
 	// The consumer groups' stored states, which ListGroups lists.
 	groupcoord.Store
 }
