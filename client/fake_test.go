@@ -44,6 +44,9 @@ type fakeAgent struct {
 	// the fake's normal behaviour; call counts from 0 per endpoint.
 	onProduce func(call int, pc produceCall) *fakeAnswer
 	onFetch   func(call int, query url.Values) *fakeAnswer
+	// onDescribe, when set, may answer GET /v1/topics/{topic} (or hold it
+	// with release) before the fake's normal answer.
+	onDescribe func(call int) *fakeAnswer
 	// initAnswer, when set, answers every POST /v1/producers.
 	initAnswer *fakeAnswer
 
@@ -510,8 +513,15 @@ func (f *fakeAgent) listTopics(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeAgent) describeTopic(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	call := f.describes
 	f.describes++
+	hook := f.onDescribe
+	f.mu.Unlock()
+	if hook != nil && f.scripted(w, hook(call)) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	name := r.PathValue("topic")
 	if _, ok := f.topics[name]; !ok {
 		writeFakeError(w, http.StatusNotFound, CodeUnknownTopic, "no topic "+name, false, nil)

@@ -279,8 +279,11 @@ type ctxWatch struct {
 // topicState is what a producer knows of one topic.
 type topicState struct {
 	name string
-	path string     // of the produce endpoint, escaped
-	meta sync.Mutex // one DescribeTopic of the topic at a time
+	path string // of the produce endpoint, escaped
+	// meta holds a token while a DescribeTopic of the topic runs: one at a
+	// time, and a Produce waiting for it can leave when its context ends
+	// (a sync.Mutex cannot be left).
+	meta chan struct{}
 	// Guarded by Producer.mu.
 	partitions int // 0 until known, or after the agent denied it
 	metadataAt time.Time
@@ -805,7 +808,7 @@ func (p *Producer) topic(name string) (*topicState, error) {
 	if err := ValidateTopicName(name); err != nil {
 		return nil, err
 	}
-	t := &topicState{name: name, path: topicPath(name) + "/records"}
+	t := &topicState{name: name, path: topicPath(name) + "/records", meta: make(chan struct{}, 1)}
 	p.topics[name] = t
 	return t, nil
 }
@@ -822,8 +825,12 @@ func (p *Producer) partitionCount(ctx context.Context, t *topicState) (int, erro
 	if n, ok := fresh(); ok {
 		return n, nil
 	}
-	t.meta.Lock()
-	defer t.meta.Unlock()
+	select {
+	case t.meta <- struct{}{}:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("produce to %q: waiting for the partition count: %w", t.name, ctx.Err())
+	}
+	defer func() { <-t.meta }()
 	n, ok := fresh()
 	if ok {
 		return n, nil

@@ -1006,3 +1006,51 @@ func BenchmarkProduceBatches(b *testing.B) {
 		})
 	}
 }
+
+// TestProduceWaitingForAnotherPartitionCountKeepsItsContext: a Produce
+// that waits while another one reads the topic's partition count returns
+// when its own context ends, as Produce says, however long the other read
+// takes.
+func TestProduceWaitingForAnotherPartitionCountKeepsItsContext(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 3)
+	release, open := holdAnswers(t)
+	reading := make(chan struct{})
+	f.onDescribe = func(call int) *fakeAnswer {
+		if call > 0 {
+			return nil
+		}
+		close(reading)
+		return &fakeAnswer{release: release}
+	}
+	p := mustProducer(t, f.newClient(), "t")
+	ctx := testContext(t)
+	first := make(chan error, 1)
+	go func() {
+		_, err := p.Produce(context.Background(), Message{Value: []byte("a")})
+		first <- err
+	}()
+	<-reading
+
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() {
+		_, err := p.Produce(short, Message{Value: []byte("b")})
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Produce waiting for the partition count: %v, want its deadline", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("Produce still waits for another's partition count 5s after its context ended")
+		open()
+		<-second
+	}
+	open()
+	if err := <-first; err != nil {
+		t.Fatalf("first Produce: %v", err)
+	}
+}
