@@ -59,6 +59,10 @@ type Client struct {
 	// done, no request is sent.
 	closing, closed bool
 	open            map[closer]struct{} // producers and consumers not closed
+	// closeDone is closed when the first Close returns: a later (or
+	// concurrent) Close waits for it, so that none returns while the
+	// first is still flushing producers.
+	closeDone chan struct{}
 }
 
 // closer is a producer or consumer that Client.Close closes.
@@ -103,7 +107,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{base: base, clock: systemClock{}, open: map[closer]struct{}{}}
+	c := &Client{base: base, clock: systemClock{}, open: map[closer]struct{}{}, closeDone: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
@@ -135,14 +139,21 @@ func New(addr string, opts ...Option) (*Client, error) {
 // ctx bounds that), waits for their goroutines, and closes the idle
 // connections of the Client's own transport. Afterwards every call of the
 // Client, and of what was made from it, fails with an error that matches
-// ErrClosed. It returns the errors of those Close calls.
+// ErrClosed. It returns the errors of those Close calls. A Close after the
+// first waits for it (or for ctx), and returns nil.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		return nil
+		select {
+		case <-c.closeDone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("client: close: waiting for another Close: %w", ctx.Err())
+		}
 	}
 	c.closing = true
+	defer close(c.closeDone)
 	open := make([]closer, 0, len(c.open))
 	for x := range c.open {
 		open = append(open, x)

@@ -187,10 +187,11 @@
 //
 // Client.Close closes every Producer, MultiConsumer and GroupConsumer made
 // from the Client that is still open, waiting for their goroutines, then
-// the Client's idle connections; every later call fails with ErrClosed.
-// Each of them also has a Close of its own. Client.Stats and
-// Producer.Stats count the records and bytes produced and consumed, the
-// failed records and fetches, the retries and what is in flight.
+// the Client's idle connections; every later call fails with ErrClosed,
+// and a Close while another runs waits for it. Each of them also has a
+// Close of its own. Client.Stats and Producer.Stats count the records and
+// bytes produced and consumed, the failed records and fetches, the
+// retries and what is in flight.
 //
 // # Errors
 //

@@ -231,6 +231,44 @@ func TestClientCloseClosesWhatItMade(t *testing.T) {
 	eventually(t, "goroutines gone", func() bool { return runtime.NumGoroutine() <= before })
 }
 
+// TestClientCloseWaitsForAnotherClose: a Close while another Close of the
+// Client is flushing waits for it (or for its own context): returning at
+// once, it let a program that closed its Client twice (a deferred Close and
+// a signal handler's) exit while the records were still being sent.
+func TestClientCloseWaitsForAnotherClose(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	release, open := holdAnswers(t)
+	f.onProduce = func(int, produceCall) *fakeAnswer { return &fakeAnswer{release: release} }
+	c := f.newClient()
+	ctx := testContext(t)
+	p, err := c.NewProducer(WithDefaultTopic("t"), WithLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := mustProduce(t, p, ctx, Message{Value: []byte("v"), Partition: ToPartition(0)})
+	first := make(chan error, 1)
+	go func() { first <- c.Close(ctx) }()
+	eventually(t, "the first Close under way", func() bool {
+		_, err := c.NewProducer(WithDefaultTopic("t"))
+		return errors.Is(err, ErrClosed)
+	})
+
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	if err := c.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close while another Close flushes: %v, want it to wait until its context ends", err)
+	}
+	open()
+	if err := <-first; err != nil {
+		t.Fatalf("first Close: %v", err)
+	}
+	mustResult(t, queued)
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close after the first one: %v", err)
+	}
+}
+
 // TestProducerStats: a Producer and its Client count the records written,
 // failed and retried, and what is in flight.
 func TestProducerStats(t *testing.T) {
