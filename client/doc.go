@@ -36,12 +36,13 @@
 // none), through one buffer (WithMaxBufferedBytes) and one producer id, as
 // a Kafka producer does. It accumulates records per topic and partition
 // and sends each partition's records as one binary batch when the batch
-// reaches WithMaxBatchBytes or has waited WithLinger, or on Flush or
-// Close. Records of one partition are written in the order they were
-// produced, retries included: an idempotent producer (the default) has up
-// to WithMaxInFlight requests per partition in flight (5 by default) and
-// the leader's sequence check keeps them in order; one that is not
-// idempotent has one at a time.
+// reaches WithMaxBatchBytes or has waited WithLinger, on Flush or Close,
+// or when a Produce waits for room in the buffer. Records of one
+// partition are written in the order they were produced, retries
+// included: an idempotent producer (the default) has up to WithMaxInFlight
+// requests per partition in flight (5 by default) and the leader's
+// sequence check keeps them in order; one that is not idempotent has one
+// at a time.
 //
 // The partition of a record, within its topic, is, in order:
 // Message.Partition when set; else, for a non-nil key,

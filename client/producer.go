@@ -145,7 +145,8 @@ func WithMaxBatchBytes(n int) ProducerOption {
 }
 
 // WithMaxBufferedBytes caps the records that are queued or in flight
-// (default 32 MiB); Produce and Send block while the buffer is full.
+// (default 32 MiB); Produce and Send block while the buffer is full, and
+// the batches waiting for their linger are sent at once then.
 func WithMaxBufferedBytes(n int) ProducerOption {
 	return func(c *producerConfig) { c.maxBufferedBytes = n }
 }
@@ -773,6 +774,11 @@ func (p *Producer) reserve(ctx context.Context, size int) error {
 		if p.spaceFreed == nil {
 			p.spaceFreed = make(chan struct{})
 		}
+		// Only answers free space: a batch left to its linger would hold
+		// its part of the buffer, and this Produce, until the linger ends
+		// (Kafka's accumulator, too, sends every batch while a producer
+		// waits for memory).
+		p.sendLingeringLocked()
 		freed := p.spaceFreed
 		p.mu.Unlock()
 		select {
@@ -780,6 +786,18 @@ func (p *Producer) reserve(ctx context.Context, size int) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for buffer space: %w", ctx.Err())
 		}
+	}
+}
+
+// sendLingeringLocked makes every queued batch ready, as if its linger
+// were over.
+func (p *Producer) sendLingeringLocked() {
+	for _, q := range p.queues {
+		for _, b := range q.batches {
+			b.ready = true
+			stopLinger(b)
+		}
+		p.kickLocked(q)
 	}
 }
 

@@ -589,6 +589,48 @@ func TestProduceBlocksWhileTheBufferIsFull(t *testing.T) {
 	}
 }
 
+// TestProduceIntoAFullBufferSendsLingeringBatches: a Produce that finds the
+// buffer full of records that only wait for their linger does not wait
+// for the linger: those batches go at once, and their answers make room.
+// (Kafka's accumulator sends every batch while a producer waits for
+// memory.) The clock never moves: before, the Produce waited out the hour.
+func TestProduceIntoAFullBufferSendsLingeringBatches(t *testing.T) {
+	cases := []struct {
+		name       string
+		partitions []int // of the records that fill the buffer, then of the one that waits
+	}{
+		{"one partition", []int{0, 0}},
+		{"several partitions", []int{0, 1, 2}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeAgent(t)
+			f.addTopic("t", 3)
+			p := mustProducer(t, f.newClient(WithClock(newFakeClock(false))), "t",
+				WithLinger(time.Hour), WithMaxBatchBytes(1024), WithMaxBufferedBytes(1024))
+			ctx := testContext(t)
+			size := 1000 / len(c.partitions)
+			var futures []*Future
+			for _, part := range c.partitions[:len(c.partitions)-1] {
+				futures = append(futures, mustProduce(t, p, ctx, Message{Value: bytes.Repeat([]byte("x"), size), Partition: ToPartition(part)}))
+			}
+			short, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			last, err := p.Produce(short, Message{Value: bytes.Repeat([]byte("y"), size), Partition: ToPartition(c.partitions[len(c.partitions)-1])})
+			if err != nil {
+				t.Fatalf("Produce into a buffer full of lingering records: %v", err)
+			}
+			for _, fu := range futures {
+				mustResult(t, fu)
+			}
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			mustResult(t, last)
+		})
+	}
+}
+
 func TestProducerAcksAndCompression(t *testing.T) {
 	cases := []struct {
 		acks       Acks
