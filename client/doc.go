@@ -97,7 +97,9 @@
 //     goes on under a new producer id.
 //   - out_of_order_sequence that no older batch explains: the batch and every
 //     record of the partition not yet written fail with an error that matches
-//     ErrOutOfOrderSequence, and the partition goes on under a new producer id.
+//     ErrOutOfOrderSequence (and ErrOutcomeUnknown for the batch if an earlier
+//     attempt's outcome was unknown: that copy may still be written), and the
+//     partition goes on under a new producer id.
 //   - invalid_producer_epoch: another instance took the producer id over with
 //     a newer epoch (Client.ReinitProducer). The producer is fenced: every
 //     record not yet written, and every later Produce, fails with an error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,6 +212,64 @@ func TestIdempotentProducerLostBatchInFlight(t *testing.T) {
 			}
 			t.Logf("answers: %v", f.produceAnswers())
 		})
+	}
+}
+
+// TestIdempotentOutcomeStaysUnknownAfterOutOfOrder: batch B's first
+// attempt has an unknown outcome, its resend overtakes the older batch A
+// and is answered out_of_order_sequence, and B's delivery timeout passes
+// before A is written. B fails with an unknown outcome: the out-of-order
+// answer said only that the leader did not hold B then, and B's first copy
+// (resent by the agent on its own within its timeout) may still land after
+// A. The partition goes on under a new producer id. Before, the out-of-order
+// answer made B "not written", its sequence was given to the next batch C
+// under the same id, and once B's first copy landed the leader answered C
+// as a duplicate of it: C was reported written at B's offset, and lost.
+func TestIdempotentOutcomeStaysUnknownAfterOutOfOrder(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	releaseA, openA := holdAnswers(t)
+	var staleB produceCall
+	var seenB atomic.Bool
+	f.onProduce = func(call int, pc produceCall) *fakeAnswer {
+		switch {
+		case pc.seq == 1 && pc.producer.Epoch == 0 && string(pc.records[0].Value) == "a":
+			return &fakeAnswer{release: releaseA}
+		case pc.seq == 2 && string(pc.records[0].Value) == "b" && !seenB.Swap(true):
+			staleB = pc
+			return &fakeAnswer{hangUp: true}
+		}
+		return nil
+	}
+	clock := newFakeClock(true)
+	p := mustProducer(t, f.newClient(WithClock(clock)), "t", WithLinger(0), WithDeliveryTimeout(3*time.Second))
+	ctx := testContext(t)
+	if _, err := p.Send(ctx, Message{Value: []byte("0"), Partition: ToPartition(0)}); err != nil {
+		t.Fatal(err)
+	}
+	a := mustProduce(t, p, ctx, Message{Value: []byte("a"), Partition: ToPartition(0)})
+	eventually(t, "A sent", func() bool { return len(f.produceCalls()) == 2 })
+	b := mustProduce(t, p, ctx, Message{Value: []byte("b"), Partition: ToPartition(0)})
+	eventually(t, "B's resend answered out of order", func() bool {
+		return slices.Contains(f.produceAnswers(), CodeOutOfOrderSequence)
+	})
+	clock.Advance(time.Minute)
+	openA()
+	mustResult(t, a)
+	if _, err := b.Wait(ctx); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Errorf("B, whose first attempt's outcome was unknown: %v, want an unknown outcome", err)
+	}
+	// B's first copy reaches the leader now.
+	if _, code := f.appendProduce(staleB); code != "" {
+		t.Fatalf("B's first copy refused: %s", code)
+	}
+	res, err := p.Send(ctx, Message{Value: []byte("c"), Partition: ToPartition(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := f.stored("t", 0)
+	if res.Offset >= int64(len(stored)) || string(stored[res.Offset].Value) != "c" {
+		t.Errorf("C reported written at offset %d, which holds %q", res.Offset, stored[min(res.Offset, int64(len(stored)-1))].Value)
 	}
 }
 

@@ -1185,16 +1185,18 @@ func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 			p.mu.Unlock()
 			return
 		case errors.Is(err, ErrOutOfOrderSequence):
-			// Nothing was appended: the leader's log does not hold b.
-			b.maybeWritten = false
+			// The leader's log does not hold b now, but an earlier attempt
+			// whose outcome was unknown may still land (the agent resends
+			// a batch itself within its timeout): b.maybeWritten stands,
+			// so b's sequence is never given to another batch of this id.
 			switch {
 			case b.olderFailed != nil:
-				p.failLocked(q, b, fmt.Errorf("produce to %s/%d: records not written: an older batch failed (%w): %w", q.topic, q.partition, b.olderFailed, err))
+				p.failLocked(q, b, fmt.Errorf("produce to %s/%d: an older batch failed (%w); last attempt: %w", q.topic, q.partition, b.olderFailed, err))
 			case b.priorPending:
 				// b overtook an older batch that is not written yet.
 				b.waitPrior = true
 			default:
-				fatal := fmt.Errorf("produce to %s/%d: %s: records not written, the partition's pending records fail: %w", q.topic, q.partition, formatProducer(id, b.seq), err)
+				fatal := fmt.Errorf("produce to %s/%d: %s: the partition's pending records fail: %w", q.topic, q.partition, formatProducer(id, b.seq), err)
 				// The leader expects another sequence of this id: the
 				// partition moves to a new one.
 				q.broken = fatal
