@@ -35,11 +35,13 @@ type ProgressConn struct {
 }
 
 // progressChunk is the most a write hands the kernel under one deadline: a
-// peer that takes less than this per WriteIdle (13 KiB/s at CallTimeout) is
-// taken for gone. Sending an 8 MiB file region over loopback in pieces of
-// 64 KiB, 256 KiB or 1 MiB ran at the speed of one sendfile loop (about
-// 1 GB/s each, the receiver's copy the bound).
-const progressChunk = 64 << 10
+// peer that takes less than this per WriteIdle (210 KB/s at CallTimeout,
+// under 2 Mbit/s) is taken for gone. Sending an 8 MiB file region over
+// loopback in pieces of 64 KiB, 256 KiB or 1 MiB ran at the speed of one
+// sendfile loop (about 1 GB/s each, the receiver's copy the bound); the
+// largest takes the fewest system calls (testcluster's
+// TestReplicaFetchUsesSendfile allows one per 256 KiB).
+const progressChunk = 1 << 20
 
 // Read reads from the connection, waiting at most ReadIdle for bytes.
 func (c *ProgressConn) Read(p []byte) (int, error) {

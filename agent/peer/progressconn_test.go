@@ -19,10 +19,13 @@ import (
 // every such answer cut and its session ended over and over.
 func TestProgressConnWritesBoundSilence(t *testing.T) {
 	const (
-		idle    = 100 * time.Millisecond
-		size    = 4 << 20
+		idle    = 400 * time.Millisecond
+		size    = 8 << 20
 		readBuf = 64 << 10
-		every   = 5 * time.Millisecond // size/readBuf*every = 3.2 idle at least
+		// A piece of progressChunk is read within a quarter of idle (room
+		// for sleeps that overrun on a loaded host); the whole payload
+		// takes size/readBuf*every, 2 idle at least.
+		every = idle / 4 * readBuf / progressChunk
 	)
 	payload := make([]byte, size)
 	for i := range payload {
@@ -42,8 +45,8 @@ func TestProgressConnWritesBoundSilence(t *testing.T) {
 	}{
 		{name: "write to a peer that keeps reading", readUpTo: size},
 		{name: "sendfile to a peer that keeps reading", sendfile: true, readUpTo: size},
-		{name: "write to a peer that stops reading", readUpTo: 1 << 20},
-		{name: "sendfile to a peer that stops reading", sendfile: true, readUpTo: 1 << 20},
+		{name: "write to a peer that stops reading", readUpTo: 4 << 20},
+		{name: "sendfile to a peer that stops reading", sendfile: true, readUpTo: 4 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			writer, reader := tcpPair(t)

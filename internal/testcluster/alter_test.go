@@ -472,7 +472,9 @@ func TestUnknownStorageSettingTakesReplicasOffline(t *testing.T) {
 
 	setStorage(`{"retention_bytes":4096}`)
 	leader, _ = c.WaitLeader(topic, 0, 30*time.Second)
-	f, err := leader.Fetch(topic, 0, *res.BaseOffset, 1<<20, 0)
+	// A new leader starts from its checkpointed high watermark, which may
+	// trail the record until its followers' next fetches: wait for it.
+	f, err := leader.Fetch(topic, 0, *res.BaseOffset, 1<<20, 10*time.Second)
 	if err != nil || string(decodeRecords(t, f.Batches)[*res.BaseOffset]) != "kept" {
 		t.Fatalf("read back the record written before: %v", err)
 	}
