@@ -82,6 +82,12 @@ func (a *Agent) handleCreateTopic(ctx *fasthttp.RequestCtx) {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "body is not a topic: "+err.Error(), false)
 		return
 	}
+	// The sidecars create the offsets topic with its own storage (no
+	// retention, small segments); one created here would have the topic
+	// defaults', and alter and delete refuse it.
+	if refuseInternalTopic(ctx, req.Name, "created") {
+		return
+	}
 	tc, assignment, err := a.createTopic(req, nil)
 	switch {
 	case err == nil:
