@@ -38,6 +38,12 @@ type Config struct {
 	// after that many records, or that long.
 	RestateAfter int64
 	RestateEvery time.Duration
+	// HighWatermarkWait bounds how long a commit above the high watermark
+	// its partition's leader reports waits for it to catch up before it is
+	// refused: a new leader's trails its predecessor's for a moment, and
+	// members read up to the predecessor's. Zero means
+	// DefaultHighWatermarkWait.
+	HighWatermarkWait time.Duration
 }
 
 // Defaults of the restatement.
@@ -45,6 +51,9 @@ const (
 	DefaultRestateAfter = 100_000
 	DefaultRestateEvery = 24 * time.Hour
 )
+
+// DefaultHighWatermarkWait is Config.HighWatermarkWait's default.
+const DefaultHighWatermarkWait = 5 * time.Second
 
 // loadTimeout bounds how long a request waits for a new coordinator's
 // high watermark to reach the log end offset it took over with.
@@ -142,6 +151,9 @@ func New(cfg Config) *Coordinator {
 	}
 	if cfg.RestateEvery <= 0 {
 		cfg.RestateEvery = DefaultRestateEvery
+	}
+	if cfg.HighWatermarkWait <= 0 {
+		cfg.HighWatermarkWait = DefaultHighWatermarkWait
 	}
 	c := &Coordinator{
 		cfg:    cfg,
@@ -779,6 +791,23 @@ func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string
 		if oc.Partition < 0 || oc.Partition >= c.cfg.Host.Partitions(oc.Topic) {
 			return fmt.Errorf("%w: %v", ErrUnknownTopic, tp)
 		}
+		if err := c.awaitHighWatermark(ctx, s, groupID, tp, oc.Offset); err != nil {
+			return err
+		}
+	}
+	return s.commit(ctx, c, records, allowed)
+}
+
+// awaitHighWatermark returns once tp's high watermark, as its leader
+// reports it, reaches offset. A new leader's trails what its predecessor
+// committed until its followers fetch again, and members read up to the
+// predecessor's: an offset above it is refused (not retriable) only when
+// HighWatermarkWait did not bring the high watermark to it.
+func (c *Coordinator) awaitHighWatermark(ctx context.Context, s *shard, groupID string, tp group.TopicPartition, offset int64) error {
+	timeout := time.NewTimer(c.cfg.HighWatermarkWait)
+	defer timeout.Stop()
+	pause := 20 * time.Millisecond
+	for {
 		_, hw, err := c.cfg.Host.Positions(ctx, tp)
 		if err != nil {
 			return fmt.Errorf("%w: high watermark of %v: %v", ErrUnavailable, tp, err)
@@ -786,12 +815,19 @@ func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string
 		s.mu.Lock()
 		s.hw[tp] = max(s.hw[tp], hw)
 		s.mu.Unlock()
-		if oc.Offset > hw {
+		if offset <= hw {
+			return nil
+		}
+		select {
+		case <-time.After(pause):
+			pause = min(2*pause, 500*time.Millisecond)
+		case <-timeout.C:
 			return fmt.Errorf("%w: group %q, %v: offset %d, high watermark %d",
-				group.ErrOffsetBeyondHighWatermark, groupID, tp, oc.Offset, hw)
+				group.ErrOffsetBeyondHighWatermark, groupID, tp, offset, hw)
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v: offset %d above the high watermark %d: %v", ErrUnavailable, tp, offset, hw, ctx.Err())
 		}
 	}
-	return s.commit(ctx, c, records, allowed)
 }
 
 // recordOverhead bounds what a record's framing adds to its key and value

@@ -182,7 +182,7 @@ func newTestCoordinatorWith(t *testing.T, h Host, s *fakeStore, clock *fakeClock
 	t.Helper()
 	c := New(Config{Partitions: 3, Host: h, Store: s, Now: clock.Now, Logger: hclog.NewNullLogger(),
 		TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20},
-		RestateAfter: restateAfter})
+		RestateAfter: restateAfter, HighWatermarkWait: 50 * time.Millisecond})
 	t.Cleanup(c.Close)
 	return c
 }
