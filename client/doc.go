@@ -161,7 +161,9 @@
 // commits it and the next owner starts there, not at a later "latest".
 // When it asks for partitions back, the consumer stops
 // fetching them, commits their positions, calls WithOnRevoked, and only
-// then heartbeats without them. A member that is fenced or whose session
+// then heartbeats without them; a commit that has not succeeded within
+// half the session timeout is given up (the heartbeats wait for it), and
+// the next owner reads again what was not committed. A member that is fenced or whose session
 // ended drops every partition (WithOnRevoked, without a commit, which the
 // agent would refuse) and joins again, as a new member unless
 // WithMemberID.

@@ -870,8 +870,14 @@ func (g *GroupConsumer) revoke(ctx context.Context, ps []*groupPartition) bool {
 		<-d
 	}
 	deadline := g.clock.Now().Add(g.cfg.sessionTimeout / 2)
+	// This goroutine sends the member's heartbeats: a commit the agent
+	// holds (a coordinator loading, a slow offsets partition) must not
+	// outlast the session, or the coordinator ends it and gives away every
+	// partition of the member, not only these.
+	cctx, cancel := context.WithTimeout(ctx, g.cfg.sessionTimeout/2)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
-		err := g.commitPartitions(ctx, tps)
+		err := g.commitPartitions(cctx, tps)
 		switch {
 		case err == nil, ctx.Err() != nil:
 		case errors.Is(err, ErrStaleMemberEpoch):
@@ -880,7 +886,7 @@ func (g *GroupConsumer) revoke(ctx context.Context, ps []*groupPartition) bool {
 			g.dropAll()
 			return true
 		case fetchRetriable(err) && g.clock.Now().Before(deadline):
-			if sleep(ctx, g.clock, g.backoff.delay(attempt, 0)) == nil {
+			if sleep(cctx, g.clock, g.backoff.delay(attempt, 0)) == nil {
 				continue
 			}
 		}
