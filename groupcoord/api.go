@@ -48,6 +48,9 @@ var (
 	// changed, or the outcome is unknown and the state is reloaded.
 	// Retriable.
 	ErrUnavailable = errors.New("groupcoord: coordinator unavailable")
+	// ErrNotAppended: Host.AppendOffsets refused a batch before appending
+	// it (too few in-sync replicas), so the log is as it was.
+	ErrNotAppended = errors.New("groupcoord: offsets batch not appended")
 )
 
 // PartitionFor is the offsets partition, out of n, that stores group's
@@ -73,7 +76,8 @@ type Host interface {
 	OffsetsLeader(p int) (LeaderState, bool)
 	// AppendOffsets appends batch (count records) to offsets partition p
 	// as its leader at epoch, with acks=all, and returns the batch's base
-	// offset once it is committed; an error leaves the outcome unknown.
+	// offset once it is committed; an error leaves the outcome unknown,
+	// but one that matches ErrNotAppended.
 	AppendOffsets(ctx context.Context, p int, epoch int32, batch []byte, count int) (int64, error)
 	// TrimOffsets deletes the whole segments of offsets partition p below
 	// offset, a committed offset: everything before it was restated after

@@ -960,6 +960,14 @@ func (s *shard) appendRecords(ctx context.Context, c *Coordinator, units [][]gro
 			// before it; the client's retry commits the same again.
 			err = changedHandsError{p: s.p}
 		}
+		if err != nil && errors.Is(err, ErrNotAppended) && !s.dropped {
+			// The log is as it was, and so are the offsets applied: the
+			// shard stays. Dropped, it was rebuilt at every commit while
+			// the partition lacked in-sync replicas, holding the lock
+			// every shard's requests take.
+			s.mu.Unlock()
+			return 0, fmt.Errorf("%w: append to %s/%d: %v", ErrUnavailable, OffsetsTopic, s.p, err)
+		}
 		if err != nil {
 			s.drop()
 			s.mu.Unlock()

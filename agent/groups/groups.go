@@ -91,9 +91,19 @@ func (h host) AppendOffsets(ctx context.Context, p int, epoch int32, batch []byt
 	}
 	base, apiErr := h.r.s.AppendLocal(r, groupcoord.OffsetsTopic, p, batch, count, replicate.AcksAll, epoch, groupAppendTimeout)
 	if apiErr != nil {
-		return 0, apiErr
+		return 0, appendError(apiErr)
 	}
 	return *base, nil
+}
+
+// appendError is a refused append of commits as the coordinator takes it:
+// one refused before the append (too few in-sync replicas) left the log as
+// it was, which its shard needs to know to stay loaded.
+func appendError(e *reply.APIError) error {
+	if e.Code == wire.CodeNotEnoughReplicas {
+		return fmt.Errorf("%w: %w", groupcoord.ErrNotAppended, e)
+	}
+	return e
 }
 
 func (h host) TrimOffsets(p int, offset int64) error {
