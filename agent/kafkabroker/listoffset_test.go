@@ -353,26 +353,7 @@ func TestKgoListMaxTimestamp(t *testing.T) {
 		t.Fatal(err)
 	}
 	decoders := &sync.Pool{New: func() any { return record.NewDecoder(record.Limits{MaxBatchBytes: 1 << 20}) }}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := kafka.NewServer(kafka.Config{Broker: New(Config{Sidecar: &segstoreSidecar{log: l}, Decoders: decoders}), NodeID: 1, Host: "127.0.0.1", Port: int32(ln.Addr().(*net.TCPAddr).Port), ClusterID: "c"})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		if err := srv.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	}()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(ln.Addr().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kgoAgainst(t, New(Config{Sidecar: &segstoreSidecar{log: l}, Decoders: decoders}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrListOffsetsRequest()
@@ -392,4 +373,31 @@ func TestKgoListMaxTimestamp(t *testing.T) {
 		t.Errorf("ListOffsets v%d of the max timestamp: error %d, offset %d, timestamp %d, leader epoch %d; want offset 2, timestamp 900, leader epoch 2",
 			req.Version, p.ErrorCode, p.Offset, p.Timestamp, p.LeaderEpoch)
 	}
+}
+
+// kgoAgainst serves b on a Kafka listener on loopback until the test ends
+// and returns a kgo client of it, closed first.
+func kgoAgainst(t *testing.T, b *Broker) *kgo.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := kafka.NewServer(kafka.Config{Broker: b, NodeID: 1, Host: "127.0.0.1", Port: int32(ln.Addr().(*net.TCPAddr).Port), ClusterID: "c"})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ln.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }

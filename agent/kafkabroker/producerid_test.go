@@ -3,17 +3,14 @@ package kafkabroker
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/logagent/logagent/election"
-	"github.com/logagent/logagent/kafka"
 )
 
 // producerIDCoordinator is an allocator that knows ids below next, each at
@@ -63,26 +60,7 @@ func (servingSidecar) Serving() error { return nil }
 // got that producer's next epoch, fencing it and sharing its sequences.
 func TestInitProducerIDNamingAnIdGetsANewOne(t *testing.T) {
 	coord := &producerIDCoordinator{next: 10, epochs: map[int64]int16{3: 0}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := kafka.NewServer(kafka.Config{Broker: New(Config{Sidecar: servingSidecar{}, Coordinator: coord}), NodeID: 1, Host: "127.0.0.1", Port: int32(ln.Addr().(*net.TCPAddr).Port), ClusterID: "c"})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		if err := srv.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	}()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(ln.Addr().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kgoAgainst(t, New(Config{Sidecar: servingSidecar{}, Coordinator: coord}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
