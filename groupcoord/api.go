@@ -51,6 +51,11 @@ var (
 	// ErrNotAppended: Host.AppendOffsets refused a batch before appending
 	// it (too few in-sync replicas), so the log is as it was.
 	ErrNotAppended = errors.New("groupcoord: offsets batch not appended")
+	// ErrCommitSuperseded: a commit of the group's partition that reached
+	// the coordinator later was queued first (this one waited for a high
+	// watermark meanwhile); appended now, it would take the committed
+	// offset back. Not retriable: a retry would arrive later still.
+	ErrCommitSuperseded = errors.New("groupcoord: a later commit of the partition went first")
 )
 
 // PartitionFor is the offsets partition, out of n, that stores group's

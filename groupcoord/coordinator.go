@@ -98,6 +98,13 @@ type shard struct {
 	// hw caches partitions' high watermarks for commit checks: they only
 	// grow, so an offset at or below the cached one needs no request.
 	hw map[group.TopicPartition]int64
+	// arrivals numbers the commits as they reach the shard; queued is the
+	// latest arrival queued per group and partition. A commit that waited
+	// for a high watermark while a later one of the same partition was
+	// queued is refused (ErrCommitSuperseded): appended after it, it would
+	// take the committed offset back.
+	arrivals uint64
+	queued   map[commitKey]uint64
 
 	// pending commits wait for the one flusher (turn, capacity 1).
 	pending []*pendingCommit
@@ -134,6 +141,11 @@ type entry struct {
 	saved []byte
 	// waiters are the held heartbeats, by member.
 	waiters map[string]*waiter
+}
+
+type commitKey struct {
+	group string
+	tp    group.TopicPartition
 }
 
 type pendingCommit struct {
@@ -318,7 +330,7 @@ func (c *Coordinator) shardFor(ctx context.Context, groupID string) (*shard, err
 				continue
 			}
 			s = &shard{p: p, epoch: st.Epoch, groups: make(map[string]*entry), classic: make(map[string]*classicEntry),
-				hw: make(map[group.TopicPartition]int64), turn: make(chan struct{}, 1)}
+				hw: make(map[group.TopicPartition]int64), queued: make(map[commitKey]uint64), turn: make(chan struct{}, 1)}
 			start := c.cfg.Now()
 			offsets, n, err := c.rebuild(p, st.LogStartOffset, st.HighWatermark)
 			if err != nil {
@@ -776,10 +788,28 @@ func (c *Coordinator) Commit(ctx context.Context, groupID string, req CommitRequ
 // (from the shard's cache, refreshed from the partition's leader for an
 // offset above it), and returns when they are committed and applied.
 // allowed checks the commit again as its records are queued (shard.commit).
+//
+// A commit that waited for a high watermark to catch up (the lock
+// released for up to HighWatermarkWait) is refused if a commit of one of
+// its partitions that reached the shard after it was queued meanwhile:
+// appended after that one, it would take the committed offset back, and
+// the partition's next owner would read again what was consumed and
+// committed. Its caller has usually given up on it and committed again;
+// one that has not learns that a later commit went first. A commit that
+// did not wait (at most one look at a high watermark) is queued in arrival
+// order but for the moments between its locks, and is never refused for
+// that: two commits of one partition that close together are concurrent,
+// with no order to keep; a look that lasts is bounded by the caller's
+// deadline (ctx), past which nothing is queued.
 func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string, offsets []OffsetCommit, records []group.Record, allowed func() error) error {
 	if err := c.checkCommitSize(len(offsets), records); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.arrivals++
+	arrival := s.arrivals
+	s.mu.Unlock()
+	waited := false
 	for _, oc := range offsets {
 		tp := group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}
 		s.mu.Lock()
@@ -791,41 +821,59 @@ func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string
 		if oc.Partition < 0 || oc.Partition >= c.cfg.Host.Partitions(oc.Topic) {
 			return fmt.Errorf("%w: %v", ErrUnknownTopic, tp)
 		}
-		if err := c.awaitHighWatermark(ctx, s, groupID, tp, oc.Offset); err != nil {
+		paused, err := c.awaitHighWatermark(ctx, s, groupID, tp, oc.Offset)
+		if err != nil {
 			return err
 		}
+		waited = waited || paused
 	}
-	return s.commit(ctx, c, records, allowed)
+	return s.commit(ctx, c, records, func() error {
+		if err := allowed(); err != nil {
+			return err
+		}
+		for _, oc := range offsets {
+			tp := group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}
+			if waited && s.queued[commitKey{groupID, tp}] > arrival {
+				return fmt.Errorf("%w: group %q, %v: offset %d", ErrCommitSuperseded, groupID, tp, oc.Offset)
+			}
+		}
+		for _, oc := range offsets {
+			k := commitKey{groupID, group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}}
+			s.queued[k] = max(s.queued[k], arrival)
+		}
+		return nil
+	})
 }
 
 // awaitHighWatermark returns once tp's high watermark, as its leader
 // reports it, reaches offset. A new leader's trails what its predecessor
 // committed until its followers fetch again, and members read up to the
 // predecessor's: an offset above it is refused (not retriable) only when
-// HighWatermarkWait did not bring the high watermark to it.
-func (c *Coordinator) awaitHighWatermark(ctx context.Context, s *shard, groupID string, tp group.TopicPartition, offset int64) error {
+// HighWatermarkWait did not bring the high watermark to it. paused says
+// whether it had to wait for it (more than the first look).
+func (c *Coordinator) awaitHighWatermark(ctx context.Context, s *shard, groupID string, tp group.TopicPartition, offset int64) (paused bool, err error) {
 	timeout := time.NewTimer(c.cfg.HighWatermarkWait)
 	defer timeout.Stop()
 	pause := 20 * time.Millisecond
-	for {
+	for ; ; paused = true {
 		_, hw, err := c.cfg.Host.Positions(ctx, tp)
 		if err != nil {
-			return fmt.Errorf("%w: high watermark of %v: %v", ErrUnavailable, tp, err)
+			return paused, fmt.Errorf("%w: high watermark of %v: %v", ErrUnavailable, tp, err)
 		}
 		s.mu.Lock()
 		s.hw[tp] = max(s.hw[tp], hw)
 		s.mu.Unlock()
 		if offset <= hw {
-			return nil
+			return paused, nil
 		}
 		select {
 		case <-time.After(pause):
 			pause = min(2*pause, 500*time.Millisecond)
 		case <-timeout.C:
-			return fmt.Errorf("%w: group %q, %v: offset %d, high watermark %d",
+			return paused, fmt.Errorf("%w: group %q, %v: offset %d, high watermark %d",
 				group.ErrOffsetBeyondHighWatermark, groupID, tp, offset, hw)
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %v: offset %d above the high watermark %d: %v", ErrUnavailable, tp, offset, hw, ctx.Err())
+			return paused, fmt.Errorf("%w: %v: offset %d above the high watermark %d: %v", ErrUnavailable, tp, offset, hw, ctx.Err())
 		}
 	}
 }
@@ -856,12 +904,21 @@ func (c *Coordinator) checkCommitSize(offsets int, records []group.Record) error
 // wait for a partition's high watermark, which releases the lock, a member
 // that expired meanwhile had its commit written after the new owner's,
 // which it overwrote.
+//
+// A commit whose caller has given up (ctx done) is not queued, and one
+// still queued when its caller gives up is taken out: the caller answered
+// its client, whose next commit must not be overtaken by this one. Only a
+// commit already in an append can still land after its caller left.
 func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Record, allowed func() error) error {
 	pc := &pendingCommit{records: records, done: make(chan error, 1)}
 	s.mu.Lock()
 	if s.dropped {
 		s.mu.Unlock()
 		return changedHandsError{p: s.p}
+	}
+	if err := ctx.Err(); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: commit not appended: %v", ErrUnavailable, err)
 	}
 	if allowed != nil {
 		if err := allowed(); err != nil {
@@ -876,6 +933,15 @@ func (s *shard) commit(ctx context.Context, c *Coordinator, records []group.Reco
 		case err := <-pc.done:
 			return err
 		case <-ctx.Done():
+			s.mu.Lock()
+			i := slices.Index(s.pending, pc)
+			if i >= 0 {
+				s.pending = slices.Delete(s.pending, i, i+1)
+			}
+			s.mu.Unlock()
+			if i >= 0 {
+				return fmt.Errorf("%w: commit not appended: %v", ErrUnavailable, ctx.Err())
+			}
 			return fmt.Errorf("%w: commit outcome unknown: %v", ErrUnavailable, ctx.Err())
 		case s.turn <- struct{}{}:
 			s.mu.Lock()

@@ -49,6 +49,7 @@ const (
 	CodeFencedMemberEpoch         = "fenced_member_epoch"
 	CodeStaleMemberEpoch          = "stale_member_epoch"
 	CodeNotOwner                  = "not_owner"
+	CodeCommitSuperseded          = "commit_superseded"
 	CodeOffsetBeyondHighWatermark = "offset_beyond_high_watermark"
 	CodeGroupNotEmpty             = "group_not_empty"
 	CodeCoordinatorNotAvailable   = "coordinator_not_available"

@@ -257,6 +257,8 @@ func APIError(err error) *reply.APIError {
 		status, code = fasthttp.StatusConflict, wire.CodeStaleMemberEpoch
 	case errors.Is(err, group.ErrNotOwner):
 		status, code = fasthttp.StatusConflict, wire.CodeNotOwner
+	case errors.Is(err, groupcoord.ErrCommitSuperseded):
+		status, code = fasthttp.StatusConflict, wire.CodeCommitSuperseded
 	case errors.Is(err, group.ErrOffsetBeyondHighWatermark):
 		status, code = fasthttp.StatusBadRequest, wire.CodeOffsetBeyondHighWatermark
 	case errors.Is(err, groupcoord.ErrUnknownTopic):
