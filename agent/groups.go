@@ -85,7 +85,11 @@ func (a *Agent) handlePeerGroupOp(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	op := groups.Op{Name: string(args.Peek("op")), Group: string(args.Peek("group")), Member: string(args.Peek("member")),
 		Topic: string(args.Peek("topic")), Body: ctx.PostBody()}
-	v, err := a.groupRouter.RunLocal(context.Background(), op)
+	// Only as long as the sidecar waits: a commit it gave up on, appended
+	// after its client's next one, took the committed offset back.
+	rctx, cancel := groups.PeerContext(ctx.Request.Header.Peek(wire.HeaderTimeoutMS))
+	defer cancel()
+	v, err := a.groupRouter.RunLocal(rctx, op)
 	if err != nil {
 		reply.WriteAPIError(ctx, groups.APIError(err))
 		return

@@ -91,6 +91,12 @@ const (
 	// HeaderProxied marks a fetch one agent proxies to another, so the
 	// receiver serves it or refuses it but never proxies it again.
 	HeaderProxied = "Logagent-Proxied"
+	// HeaderTimeoutMS is how long, in milliseconds, the sidecar that
+	// forwards a group operation to its coordinator still waits for the
+	// answer: the coordinator stops the operation then, so a commit the
+	// sidecar gave up on is not appended after the client's next one.
+	// Relative, not a deadline, so that the agents' clocks need not agree.
+	HeaderTimeoutMS = "Logagent-Timeout-Ms"
 )
 
 // Content types.

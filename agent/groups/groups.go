@@ -29,6 +29,7 @@ import (
 //
 //	sidecar                                           coordinator
 //	POST /v1/replica/groups?op=commit&group=g[&member=m][&topic=t]
+//	Logagent-Timeout-Ms: <what is left of the sidecar's deadline>
 //	<the client's JSON body>                  ──►
 //	                                    ◄──  200 <the operation's JSON answer>
 //	                                    ◄──  503 coordinator_not_available (not the
@@ -38,7 +39,10 @@ import (
 //	                                    ◄──  any other error: relayed to the client
 //
 // Every operation can be retried: a join carries the member id the sidecar
-// chose, a commit states offsets, not increments.
+// chose, a commit states offsets, not increments. The coordinator runs an
+// operation only as long as the sidecar waits for it (PeerContext): an
+// operation the sidecar gave up on and the client retried or followed with
+// a newer commit must not land after it.
 const (
 	// PeerPath is the peer API's route of group operations.
 	PeerPath = "/v1/replica/groups"
@@ -48,6 +52,10 @@ const (
 	// groupAppendTimeout bounds one append of commits.
 	groupAppendTimeout = 10 * time.Second
 	groupRetryPause    = 100 * time.Millisecond
+	// maxPeerTimeout is the longest a sidecar waits for a coordinator's
+	// answer; it bounds an operation whose sender did not say (an agent
+	// from before wire.HeaderTimeoutMS) or said more.
+	maxPeerTimeout = groupRouteTimeout + groupcoord.MaxHeartbeatWait
 	// offsetsSegmentBytes is the segment size of the offsets topic, which
 	// bounds what a new coordinator reads besides the restatement.
 	offsetsSegmentBytes = 16 << 20
@@ -230,6 +238,17 @@ func (r *Router) RunLocal(ctx context.Context, op Op) (any, error) {
 	return run(r, ctx, op)
 }
 
+// PeerContext is the context a coordinator runs a sidecar's operation
+// under: it ends when the sidecar stops waiting for the answer (timeout,
+// wire.HeaderTimeoutMS), at most maxPeerTimeout.
+func PeerContext(timeout []byte) (context.Context, context.CancelFunc) {
+	d := maxPeerTimeout
+	if ms, err := strconv.ParseInt(string(timeout), 10, 64); err == nil && ms < d.Milliseconds() {
+		d = time.Duration(max(ms, 0)) * time.Millisecond
+	}
+	return context.WithTimeout(context.Background(), d)
+}
+
 // DecodeStrict decodes a group request's body (reply.DecodeOneObject) as
 // groupcoord's invalid request when it is not one.
 func DecodeStrict(body []byte, v any) error {
@@ -333,20 +352,8 @@ func (r *Router) runOnce(op Op, deadline time.Time) ([]byte, *reply.APIError) {
 		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"coordinator "+pm.State.Leader+" is not among the registered agents", true)
 	}
-	req := r.cfg.Peers.NewRequest(info.PeerAddr, PeerPath)
+	req := r.peerRequest(info.PeerAddr, op, deadline)
 	defer fasthttp.ReleaseRequest(req)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType(wire.ContentTypeJSON)
-	args := req.URI().QueryArgs()
-	args.Set("op", op.Name)
-	args.Set("group", op.Group)
-	if op.HasMemberParam {
-		args.Set("member", op.Member)
-	}
-	if op.Topic != "" {
-		args.Set("topic", op.Topic)
-	}
-	req.SetBodyRaw(op.Body)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if err := r.cfg.Peers.Client(info.PeerAddr).DoDeadline(req, resp, deadline); err != nil {
@@ -357,6 +364,26 @@ func (r *Router) runOnce(op Op, deadline time.Time) ([]byte, *reply.APIError) {
 		return nil, reply.RelayedError(resp)
 	}
 	return append([]byte(nil), resp.Body()...), nil
+}
+
+// peerRequest is op as the coordinator at addr gets it, to be answered by
+// deadline; the caller releases it.
+func (r *Router) peerRequest(addr string, op Op, deadline time.Time) *fasthttp.Request {
+	req := r.cfg.Peers.NewRequest(addr, PeerPath)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType(wire.ContentTypeJSON)
+	req.Header.Set(wire.HeaderTimeoutMS, strconv.FormatInt(deadline.Sub(r.cfg.Now()).Milliseconds(), 10))
+	args := req.URI().QueryArgs()
+	args.Set("op", op.Name)
+	args.Set("group", op.Group)
+	if op.HasMemberParam {
+		args.Set("member", op.Member)
+	}
+	if op.Topic != "" {
+		args.Set("topic", op.Topic)
+	}
+	req.SetBodyRaw(op.Body)
+	return req
 }
 
 // createOffsetsTopic creates the offsets topic on the first use of a group.
