@@ -497,7 +497,6 @@ func (c *Coordinator) wake(e *entry) {
 	for _, m := range e.g.Ready().Wake {
 		if w := e.waiters[m]; w != nil {
 			w.wake()
-			delete(e.waiters, m)
 		}
 	}
 }
@@ -603,6 +602,10 @@ func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req
 	}
 	arrived := c.cfg.Now()
 	var timer <-chan time.Time
+	// mine is this heartbeat's hold once woken with news: it stays
+	// registered until the heartbeat runs again, so that a later
+	// heartbeat of the member arriving in between supersedes it.
+	var mine *waiter
 	for {
 		s, e, err := c.knownGroup(ctx, groupID)
 		if err != nil {
@@ -611,6 +614,20 @@ func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req
 		if err := c.refreshPartitions(e, nil); err != nil {
 			s.mu.Unlock()
 			return MemberResponse{}, err
+		}
+		if w := e.waiters[member]; w != mine || mine != nil && mine.superseded {
+			if mine != nil {
+				// A later heartbeat of the member ran or is held:
+				// applied now, this one would set the session and the
+				// owned set back to older ones.
+				return c.currentLocked(s, e, groupID, member)
+			}
+			// Applied first, a held heartbeat woken later would be
+			// applied after this one.
+			w.supersede()
+			delete(e.waiters, member)
+		} else if mine != nil {
+			delete(e.waiters, member)
 		}
 		// A woken heartbeat runs again with its arrival time, so that the
 		// hold does not lengthen the member's session.
@@ -631,36 +648,47 @@ func (c *Coordinator) Heartbeat(ctx context.Context, groupID, member string, req
 			timer = time.After(min(wait, e.g.SessionTimeout(member)/3))
 		}
 		w := &waiter{ch: make(chan struct{})}
-		if old := e.waiters[member]; old != nil {
-			old.supersede()
-		}
 		e.waiters[member] = w
 		s.mu.Unlock()
 		select {
 		case <-w.ch:
 		case <-timer:
 		case <-ctx.Done():
+			s.mu.Lock()
+			if e.waiters[member] == w {
+				delete(e.waiters, member)
+			}
+			s.mu.Unlock()
 			return MemberResponse{}, ctx.Err()
 		}
 		s.mu.Lock()
-		if e.waiters[member] == w {
-			delete(e.waiters, member)
-		}
 		if w.superseded || !w.woken() {
 			// The member sent another heartbeat (or joined again), or
 			// the wait ended without news: answer what it has now,
 			// changing nothing; its owned set may be outdated.
-			r, err := e.g.Current(member)
-			s.mu.Unlock()
-			if err != nil {
-				return MemberResponse{}, err
+			if e.waiters[member] == w {
+				delete(e.waiters, member)
 			}
-			return memberResponse(groupID, member, r), nil
+			return c.currentLocked(s, e, groupID, member)
 		}
 		s.mu.Unlock()
-		// News, or the shard ended: heartbeat again to learn which.
-		wait = 0
+		// News, or the shard ended: heartbeat again to learn which,
+		// unless the member's next heartbeat comes first (or a new
+		// shard serves the group, which has not heard of this hold: it
+		// answers what the member has).
+		wait, mine = 0, w
 	}
+}
+
+// currentLocked answers a heartbeat with what the member has, changing
+// nothing, and unlocks s.
+func (c *Coordinator) currentLocked(s *shard, e *entry, groupID, member string) (MemberResponse, error) {
+	r, err := e.g.Current(member)
+	s.mu.Unlock()
+	if err != nil {
+		return MemberResponse{}, err
+	}
+	return memberResponse(groupID, member, r), nil
 }
 
 // waiter is a held heartbeat; ch is closed to answer it.
@@ -671,11 +699,17 @@ type waiter struct {
 	superseded bool
 }
 
-func (w *waiter) wake() { close(w.ch) }
+// wake answers the hold; a woken waiter stays registered until its
+// heartbeat runs again (Heartbeat), so wake may find it woken already.
+func (w *waiter) wake() {
+	if !w.woken() {
+		close(w.ch)
+	}
+}
 
 func (w *waiter) supersede() {
 	w.superseded = true
-	close(w.ch)
+	w.wake()
 }
 
 func (w *waiter) woken() bool {
