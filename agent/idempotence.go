@@ -151,10 +151,11 @@ func producerAPIError(e *partition.ProducerError) *reply.APIError {
 }
 
 // unknownOutcome says whether a failed produce may have been appended: only
-// then does an idempotent sender try again after it.
+// then does an idempotent sender try again after it. storage_error is one:
+// the log may fail after the append, and the recovered log may keep it.
 func unknownOutcome(e *reply.APIError) bool {
 	switch e.Code {
-	case wire.CodeAckTimeout, wire.CodeNotLeaderAfterAppend, wire.CodeNotEnoughReplicasAfterAppend:
+	case wire.CodeAckTimeout, wire.CodeNotLeaderAfterAppend, wire.CodeNotEnoughReplicasAfterAppend, wire.CodeStorageError:
 		return true
 	}
 	return e.Status == fasthttp.StatusBadGateway

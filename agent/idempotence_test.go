@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/replicate"
 	"github.com/logagent/logagent/wire"
@@ -125,6 +126,39 @@ func TestInitProducerRefusesBadBodies(t *testing.T) {
 			a.handleInitProducer(&ctx)
 			if ctx.Response.StatusCode() != fasthttp.StatusBadRequest || !strings.Contains(string(ctx.Response.Body()), `"code":"`+wire.CodeInvalidRequest+`"`) {
 				t.Fatalf("%s: %d %s, want 400 %s", body, ctx.Response.StatusCode(), ctx.Response.Body(), wire.CodeInvalidRequest)
+			}
+		})
+	}
+}
+
+// TestUnknownOutcome: the produce errors after which the leader may have
+// appended the batch are those an idempotent sender resends and after which
+// a lane is dropped (its next sequence is not known); the refusals that
+// appended nothing are not. storage_error may follow the append (the log
+// failed writing or syncing it, and the recovered log may keep it): a lane
+// given back after it would hand the same sequence to the next request,
+// which the leader would answer as a duplicate of the first, unwritten.
+func TestUnknownOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		status  int
+		code    string
+		unknown bool
+	}{
+		{fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, true},
+		{fasthttp.StatusServiceUnavailable, wire.CodeNotLeaderAfterAppend, true},
+		{fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicasAfterAppend, true},
+		{fasthttp.StatusServiceUnavailable, wire.CodeStorageError, true},
+		{fasthttp.StatusBadGateway, wire.CodeInternal, true},
+		{fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, false},
+		{fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, false},
+		{fasthttp.StatusConflict, wire.CodeNotLeader, false},
+		{fasthttp.StatusConflict, wire.CodeOutOfOrderSequence, false},
+		{fasthttp.StatusInsufficientStorage, wire.CodeInsufficientStorage, false},
+		{fasthttp.StatusBadRequest, wire.CodeCorruptBatch, false},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			if got := unknownOutcome(reply.NewAPIError(tc.status, tc.code, "x", false)); got != tc.unknown {
+				t.Fatalf("unknownOutcome(%d %s) = %v, want %v", tc.status, tc.code, got, tc.unknown)
 			}
 		})
 	}
