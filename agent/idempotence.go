@@ -188,8 +188,10 @@ func newLanes(alloc func(ctx context.Context) (int64, int16, error)) *lanes {
 	return &lanes{alloc: alloc, free: map[partitionKey][]*lane{}}
 }
 
-// take returns a free lane of the partition, or a new one.
-func (l *lanes) take(key partitionKey) (*lane, error) {
+// take returns a free lane of the partition, or a new one allocated by
+// deadline: a produce request waits for the allocation, and is answered by
+// its own timeout even when Consul is slow to answer.
+func (l *lanes) take(key partitionKey, deadline time.Time) (*lane, error) {
 	l.mu.Lock()
 	if free := l.free[key]; len(free) > 0 {
 		ln := free[len(free)-1]
@@ -198,7 +200,7 @@ func (l *lanes) take(key partitionKey) (*lane, error) {
 		return ln, nil
 	}
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	id, epoch, err := l.alloc(ctx)
 	if err != nil {
@@ -236,7 +238,7 @@ func (a *Agent) produceBatch(topic string, partition int, batch []byte, count in
 	}
 	key := partitionKey{topic: topic, partition: partition}
 	for attempt := 1; ; attempt++ {
-		ln, err := a.lanes.take(key)
+		ln, err := a.lanes.take(key, minTime(deadline, a.now().Add(peerCallTimeout)))
 		if err != nil {
 			a.log.Warn("no producer id for the sidecar's forward: sending it without idempotence", "topic", topic, "partition", partition, "error", err)
 			record.StampProducer(batch, record.NoProducerID, -1, record.NoSequence)

@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -161,5 +163,34 @@ func TestUnknownOutcome(t *testing.T) {
 				t.Fatalf("unknownOutcome(%d %s) = %v, want %v", tc.status, tc.code, got, tc.unknown)
 			}
 		})
+	}
+}
+
+// TestLanesTakeBoundedByDeadline: a new lane's producer id is asked for by
+// the deadline take is given (the request's), not by a fixed Consul call
+// timeout: a produce with timeout=500ms waited up to 5 s for a slow
+// Consul. A free lane is taken without asking.
+func TestLanesTakeBoundedByDeadline(t *testing.T) {
+	deadline := time.Unix(1_700_000_000, 0).Add(500 * time.Millisecond)
+	var asked []time.Time
+	l := newLanes(func(ctx context.Context) (int64, int16, error) {
+		d, ok := ctx.Deadline()
+		if !ok {
+			t.Fatal("the allocation has no deadline")
+		}
+		asked = append(asked, d)
+		return int64(len(asked)), 0, nil
+	})
+	key := partitionKey{topic: "t"}
+	ln, err := l.take(key, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 1 || !asked[0].Equal(deadline) {
+		t.Fatalf("allocation deadlines %v, want [%v]", asked, deadline)
+	}
+	l.give(key, ln)
+	if again, err := l.take(key, deadline); err != nil || again != ln || len(asked) != 1 {
+		t.Fatalf("take after give = %v, %v after %d allocations; want the free lane without allocating", again, err, len(asked))
 	}
 }
