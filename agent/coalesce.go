@@ -171,10 +171,13 @@ func (c *coalescer) send(g *produceGroup) {
 	batch, count := g.members[0].batch, g.members[0].count
 	if len(g.members) > 1 {
 		var err error
-		if batch, count, err = c.merge(g.members); err != nil {
+		if batch, count, err = c.merge(g.members); err != nil || len(batch) > c.maxBytes {
 			// Valid batches that one batch cannot hold together (their
-			// timestamps too far apart for its deltas): each goes as it
-			// came, answered on its own.
+			// timestamps too far apart for its deltas), or only over the
+			// bound (deltas from the first member's record take more
+			// bytes than from each batch's own, and the bound may be the
+			// leader's batch limit): each goes as it came, answered on
+			// its own.
 			c.sendOneByOne(g)
 			return
 		}

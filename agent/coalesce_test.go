@@ -250,3 +250,50 @@ func TestCoalescerSendsIdempotentBatchesSideBySide(t *testing.T) {
 		t.Fatal("no group send: concurrent idempotent batches went one by one")
 	}
 }
+
+// TestCoalescerMergedBatchWithinMaxBytes: members within max_batch_bytes
+// together can make a larger combined batch (a record's timestamp delta
+// from the first member's takes more bytes than from its own batch's
+// first): such a group goes one by one, each caller answered with its own
+// offsets, rather than as a batch over the bound, which a leader whose
+// batch limit it is refuses for every caller.
+func TestCoalescerMergedBatchWithinMaxBytes(t *testing.T) {
+	build := func(ts int64, prefix string, n int) []byte {
+		var b record.Builder
+		for i := range n {
+			if err := b.Add(ts, nil, fmt.Appendf(nil, "%s%d", prefix, i), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch, err := b.AppendTo(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return batch
+	}
+	// b's records are a day after a's: 1 byte of timestamp delta each in
+	// their own batch, 5 in a combined one.
+	a, b := build(1, "a", 200), build(1+24*3600*1000, "b", 200)
+	limit := len(a) + len(b)
+	f := &fakeLog{}
+	c := newTestCoalescer(time.Second, limit, f)
+	ma := &groupMember{batch: a, count: 200, done: make(chan struct{})}
+	mb := &groupMember{batch: b, count: 200, done: make(chan struct{})}
+	c.send(&produceGroup{key: groupKey{topic: "t", acks: replicate.AcksAll}, members: []*groupMember{ma, mb}, bytes: limit, deadline: time.Now().Add(time.Minute)})
+	for i, n := range f.sizes {
+		if n > limit {
+			t.Fatalf("batch %d is %d bytes, over max_batch_bytes %d", i, n, limit)
+		}
+	}
+	for _, m := range []struct {
+		g      *groupMember
+		prefix string
+	}{{ma, "a"}, {mb, "b"}} {
+		if m.g.err != nil || m.g.resp.BaseOffset == nil || *m.g.resp.LastOffset-*m.g.resp.BaseOffset != 199 {
+			t.Fatalf("caller %s answered %+v %v", m.prefix, m.g.resp, m.g.err)
+		}
+		if got := f.values[*m.g.resp.BaseOffset]; got != m.prefix+"0" {
+			t.Fatalf("caller %s told offset %d, which holds %q", m.prefix, *m.g.resp.BaseOffset, got)
+		}
+	}
+}
