@@ -52,6 +52,7 @@ const (
 	CodeStaleMemberEpoch             = wire.CodeStaleMemberEpoch
 	CodeNotOwner                     = wire.CodeNotOwner
 	CodeOffsetBeyondHighWatermark    = wire.CodeOffsetBeyondHighWatermark
+	CodeCommitSuperseded             = wire.CodeCommitSuperseded
 	CodeGroupNotEmpty                = wire.CodeGroupNotEmpty
 	CodeCoordinatorNotAvailable      = wire.CodeCoordinatorNotAvailable
 	CodeInternalTopic                = wire.CodeInternalTopic
@@ -130,9 +131,13 @@ var (
 	ErrStaleMemberEpoch          = errors.New("client: stale member epoch")
 	ErrNotOwner                  = errors.New("client: member does not own the partition")
 	ErrOffsetBeyondHighWatermark = errors.New("client: offset beyond the high watermark")
-	ErrGroupNotEmpty             = errors.New("client: group not empty")
-	ErrCoordinatorNotAvailable   = errors.New("client: group coordinator not available")
-	ErrInternalTopic             = errors.New("client: internal topic")
+	// ErrCommitSuperseded: the commit waited (for its partition's high
+	// watermark) while a later commit of the partition went first, and was
+	// refused rather than take the committed offset back.
+	ErrCommitSuperseded        = errors.New("client: a later commit of the partition went first")
+	ErrGroupNotEmpty           = errors.New("client: group not empty")
+	ErrCoordinatorNotAvailable = errors.New("client: group coordinator not available")
+	ErrInternalTopic           = errors.New("client: internal topic")
 
 	// ErrReassignmentInProgress: the partition's replicas are being moved
 	// already; a second move waits until the first is done.
@@ -190,6 +195,7 @@ var codeSentinels = map[string]error{
 	CodeStaleMemberEpoch:          ErrStaleMemberEpoch,
 	CodeNotOwner:                  ErrNotOwner,
 	CodeOffsetBeyondHighWatermark: ErrOffsetBeyondHighWatermark,
+	CodeCommitSuperseded:          ErrCommitSuperseded,
 	CodeGroupNotEmpty:             ErrGroupNotEmpty,
 	CodeCoordinatorNotAvailable:   ErrCoordinatorNotAvailable,
 	CodeInternalTopic:             ErrInternalTopic,
