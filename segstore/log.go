@@ -339,6 +339,8 @@ func (l *Log) mustRoll(seg *segment, pos int64, info batchInfo, needEntry bool, 
 		return false
 	}
 	switch {
+	case seg.cutFrom:
+		return true // a truncation freed what is at pos: see truncate
 	case pos+info.size > l.opts.SegmentBytes:
 		return true
 	case info.next-seg.base > math.MaxUint32:
@@ -753,7 +755,10 @@ func (l *Log) ReadBytes(offset, maxBytes, limit int64) ([]byte, error) {
 // truncation is durable when Truncate returns.
 //
 // Reads bounded by the high watermark are not disturbed: truncation never
-// goes below it in a correct replica, and a region beyond it cannot exist.
+// goes below it in a correct replica. A region read above it (up to the
+// log end offset) whose bytes are cut reads a short file, an error, never
+// the batches appended after the cut: the cut bytes' file is never written
+// again (see truncate).
 func (l *Log) Truncate(offset int64) error {
 	l.appendMu.Lock()
 	defer l.appendMu.Unlock()
@@ -780,6 +785,19 @@ func (l *Log) truncate(offset int64) error {
 	if found {
 		cutAt = logPosition{offset: cut.base, segmentBase: target.base, pos: cut.pos}
 	}
+	// Bytes cut from a segment file are never written again: an open
+	// Region (a follower's fetch read up to the LEO) may still name them,
+	// and sendfile would send the new batches under the old region. A cut
+	// at a segment's start deletes the segment (its regions keep the
+	// unlinked file) and the log goes on at the end of the one before; a
+	// cut inside one makes the next append roll (cutFrom); a cut at the
+	// first segment's start replaces its files (below).
+	if cutAt.pos == 0 && ti > 0 {
+		ti--
+		target = l.segments[ti]
+		cutAt = logPosition{offset: target.next.Load(), segmentBase: target.base, pos: target.size.Load()}
+	}
+	cutInside := cutAt.pos < target.size.Load()
 
 	l.metaMu.Lock()
 	defer l.metaMu.Unlock()
@@ -826,6 +844,13 @@ func (l *Log) truncate(offset int64) error {
 	if err := l.deleteSegments(removed); err != nil {
 		return err
 	}
+	if cutInside && cutAt.pos > 0 {
+		target.cutFrom = true
+	} else if cutInside {
+		if err := l.replaceFirstSegment(target); err != nil {
+			return err
+		}
+	}
 
 	l.syncMu.Lock()
 	l.syncGen++
@@ -837,6 +862,29 @@ func (l *Log) truncate(offset int64) error {
 	l.clampHW(l.lso.Load(), cutAt.offset)
 	l.epochs.truncateFromEnd(cutAt.offset)
 	l.logger.Info("truncated log", "offset", offset, "log_end_offset", cutAt.offset, "deleted_segments", len(removed))
+	return nil
+}
+
+// replaceFirstSegment gives the log's only segment, emptied by a truncation
+// and durably so, new files of the same name: regions of the old ones read
+// their end there, never the batches appended next. Caller holds appendMu;
+// readers do not reach the segment meanwhile (the log ends at its base).
+func (l *Log) replaceFirstSegment(old *segment) error {
+	if err := old.remove(l.fs); err != nil {
+		return l.fail(err)
+	}
+	seg, err := createSegment(l, old.base, l.opts.IndexBytes)
+	if err != nil {
+		return l.fail(err)
+	}
+	l.mu.Lock()
+	l.segments[0] = seg
+	l.active = seg
+	l.mu.Unlock()
+	old.release()
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return l.fail(fmt.Errorf("segstore: fsync directory: %w", err))
+	}
 	return nil
 }
 

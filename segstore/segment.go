@@ -64,6 +64,9 @@ type segment struct {
 	// Owned by the appender.
 	lastIndexedPos int64
 	firstAppendAt  time.Time
+	// cutFrom: a truncation cut batches off the end of the file, which
+	// open Regions may still send, so nothing is appended to it again.
+	cutFrom bool
 
 	refs atomic.Int32
 
