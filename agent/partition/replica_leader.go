@@ -247,11 +247,7 @@ func (r *Replica) onISRResult(ev isrResult) {
 // decides again from Consul's state and the replicas read together; this
 // replica runs in it like the others.
 func (r *Replica) abdicateCommitted(isr []string, elr []replicate.EligibleReplica, cause error) {
-	r.log.Error("committed isr refused by the leader state: stepping down", "epoch", r.leader.Epoch(), "isr", isr, "elr", elr, "error", cause)
-	r.stepDown(fmt.Errorf("committed isr %v refused by the leader state: %w", isr, cause), true)
-	// Campaign would hand the same leadership back until the resignation
-	// has gone through.
-	r.campaignRetryAt = r.deps.Now().Add(campaignBackoff)
+	r.abdicate("committed isr refused by the leader state", cause, "isr", isr, "elr", elr)
 }
 
 // abdicateUnknown steps down, giving the lock back, from a leadership whose
@@ -273,10 +269,15 @@ func (r *Replica) abdicateCommitted(isr []string, elr []replicate.EligibleReplic
 // the next election, this replica's campaign included, starts from the
 // state it reads there.
 func (r *Replica) abdicateUnknown(p replicate.ISRProposal, cause error) {
-	r.log.Error("isr change refused after a try whose outcome is unknown: stepping down", "epoch", p.Epoch, "isr", p.ISR, "replicas", p.Replicas, "error", cause)
-	r.stepDown(fmt.Errorf("isr change %v refused after a try whose outcome is unknown: %w", p.ISR, cause), true)
-	// Campaign would hand the same leadership back until the resignation
-	// has gone through.
+	r.abdicate("isr change refused after a try whose outcome is unknown", cause, "isr", p.ISR, "replicas", p.Replicas)
+}
+
+// abdicate steps down for why, giving the lock back, and holds this
+// replica's next campaign, which would hand the same leadership back until
+// the resignation has gone through. kv are what the log line adds.
+func (r *Replica) abdicate(why string, cause error, kv ...any) {
+	r.log.Error(why+": stepping down", append(append([]any{"epoch", r.leader.Epoch()}, kv...), "error", cause)...)
+	r.stepDown(fmt.Errorf("%s: %w", why, cause), true)
 	r.campaignRetryAt = r.deps.Now().Add(campaignBackoff)
 }
 
