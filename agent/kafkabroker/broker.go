@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -397,28 +398,23 @@ func (b *Broker) TopicConfigs(name string) (map[string]string, error) {
 }
 
 // kafkaRetentionMS is a Kafka retention.ms (at least -1) as logagent's
-// retention in ms, 0 for no bound: Kafka's -1, and any value beyond what a
-// time.Duration holds (partition.MaxRetentionMS, about 292 years; Kafka's
-// Long.MAX_VALUE is a common "forever"), which converted to a Duration
-// wrapped around to a negative or a short bound. Kafka's 0 bounds the
-// records' age at nothing (every sealed segment goes): logagent's 0 is no
-// bound, so it is the smallest bound, 1 ms.
-func kafkaRetentionMS(n int64) int64 {
-	switch {
-	case n < 0 || n > partition.MaxRetentionMS:
-		return 0
-	case n == 0:
-		return 1
-	}
-	return n
-}
+// retention in ms (kafkaRetention): a value beyond what a time.Duration
+// holds (partition.MaxRetentionMS, about 292 years; Kafka's Long.MAX_VALUE
+// is a common "forever") converted to a Duration wrapped around to a
+// negative or a short bound, so it is no bound too.
+func kafkaRetentionMS(n int64) int64 { return kafkaRetention(n, partition.MaxRetentionMS) }
 
 // kafkaRetentionBytes is a Kafka retention.bytes (at least -1) as
-// logagent's: -1, no bound, is 0, and Kafka's 0 (every sealed segment
-// goes) the smallest bound, 1 byte.
-func kafkaRetentionBytes(n int64) int64 {
+// logagent's (kafkaRetention).
+func kafkaRetentionBytes(n int64) int64 { return kafkaRetention(n, math.MaxInt64) }
+
+// kafkaRetention is a Kafka retention bound as logagent's, 0 for no bound:
+// Kafka's -1, and anything above most. Kafka's 0 bounds at nothing (every
+// sealed segment goes): logagent's 0 is no bound, so it is the smallest
+// bound, 1.
+func kafkaRetention(n, most int64) int64 {
 	switch {
-	case n < 0:
+	case n < 0 || n > most:
 		return 0
 	case n == 0:
 		return 1
