@@ -1051,7 +1051,7 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 				// good; keeping the segment costs only space, which
 				// retention_bytes still bounds, and the error makes the
 				// damage seen.
-				ageErrs = append(ageErrs, fmt.Errorf("segstore: segment %d kept by time retention, its age unknown: %w", s.base, err))
+				ageErrs = append(ageErrs, ageUnknown(s, err))
 			}
 		}
 	}
@@ -1081,7 +1081,7 @@ func (l *Log) ApplyRetention(below int64) (int, error) {
 				if err != nil {
 					// Its age unknown, as above: time retention keeps
 					// it, size retention goes on.
-					ageErrs = append(ageErrs, fmt.Errorf("segstore: segment %d kept by time retention, its age unknown: stat %s: %w", s.base, s.logPath, err))
+					ageErrs = append(ageErrs, ageUnknown(s, fmt.Errorf("stat %s: %w", s.logPath, err)))
 					ts = unknownTimestamp
 				} else {
 					ts = mt.UnixMilli()
@@ -1154,6 +1154,12 @@ func (l *Log) deleteFrontLocked(segs []*segment, n int, why string) (int, error)
 	return n, nil
 }
 
+// ageUnknown is why time retention keeps s: its newest timestamp could not
+// be learnt.
+func ageUnknown(s *segment, err error) error {
+	return fmt.Errorf("segstore: segment %d kept by time retention, its age unknown: %w", s.base, err)
+}
+
 // expiryCandidates returns, with a reference and a pin on its log file
 // each (a deletion may unlink it meanwhile), the oldest non-active segments
 // below below whose newest timestamp is unknown, and an error for each of
@@ -1169,7 +1175,7 @@ func (l *Log) expiryCandidates(below int64) ([]*segment, []error) {
 	for i := 0; i < len(l.segments)-1 && l.segments[i+1].base <= below; i++ {
 		if s := l.segments[i]; s.maxTimestamp.Load() == unknownTimestamp {
 			if _, err := s.log.pin(); err != nil {
-				errs = append(errs, fmt.Errorf("segstore: segment %d kept by time retention, its age unknown: %w", s.base, err))
+				errs = append(errs, ageUnknown(s, err))
 				continue
 			}
 			s.acquire()
