@@ -4,8 +4,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/logagent/logagent/replicate"
 )
 
 // TestLateAnswerOfAParkPassedByAnAppend: n2's fetch is parked at the log
@@ -21,11 +19,7 @@ func TestLateAnswerOfAParkPassedByAnAppend(t *testing.T) {
 
 	clock.t = clock.t.Add(time.Minute)
 	appended := clock.t
-	reply := make(chan ProduceOutcome, 1)
-	r.onProduce(&produceRequest{batch: testBatch(t, []string{"a"}), acks: replicate.AcksLeader, epoch: AnyEpoch, reply: reply})
-	if out := <-reply; out.Err != nil {
-		t.Fatalf("produce: %+v", out)
-	}
+	appendOne(t, r)
 	if !r.HoldsPark("n2", 1) {
 		t.Fatal("the append ended the loop's park: the session would not unpark it")
 	}

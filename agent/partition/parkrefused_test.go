@@ -39,11 +39,7 @@ func TestRefusedFetchEndsThePark(t *testing.T) {
 			r.onUnpark(unparkRequest{replicaID: "n2", epoch: 1, session: 1, at: clock.t})
 
 			// The log moves on; n2 sends nothing the leader takes.
-			reply := make(chan ProduceOutcome, 1)
-			r.onProduce(&produceRequest{batch: testBatch(t, []string{"a"}), acks: replicate.AcksLeader, epoch: AnyEpoch, reply: reply})
-			if out := <-reply; out.Err != nil {
-				t.Fatalf("produce: %+v", out)
-			}
+			appendOne(t, r)
 			for _, after := range []time.Duration{5 * time.Second, 10*time.Second + time.Millisecond} {
 				now := clock.t.Add(after)
 				if !leader.TickNeeded() {

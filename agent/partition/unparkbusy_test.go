@@ -20,11 +20,7 @@ func TestUnparkDoesNotWaitForABusyLoop(t *testing.T) {
 	r, clock, leader, _ := parkedFollower(t) // lag_time_max 10 s
 	// The log moves on, which wakes the session.
 	appended := clock.t
-	reply := make(chan ProduceOutcome, 1)
-	r.onProduce(&produceRequest{batch: testBatch(t, []string{"a"}), acks: replicate.AcksLeader, epoch: AnyEpoch, reply: reply})
-	if out := <-reply; out.Err != nil {
-		t.Fatalf("produce: %+v", out)
-	}
+	appendOne(t, r)
 
 	// The loop is busy: its queue is full (the loop of this test never
 	// runs, so it stays full).
@@ -127,4 +123,15 @@ func parkedFollower(t *testing.T) (*Replica, *fakeNow, *replicate.Leader, chan L
 		t.Fatalf("n2's fetch at the log end: %+v, want it parked", out)
 	}
 	return r, clock, leader, fr
+}
+
+// appendOne has the leader's loop append one record, acks=1, as a produce
+// does.
+func appendOne(t *testing.T, r *Replica) {
+	t.Helper()
+	reply := make(chan ProduceOutcome, 1)
+	r.onProduce(&produceRequest{batch: testBatch(t, []string{"a"}), acks: replicate.AcksLeader, epoch: AnyEpoch, reply: reply})
+	if out := <-reply; out.Err != nil {
+		t.Fatalf("produce: %+v", out)
+	}
 }
