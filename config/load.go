@@ -183,10 +183,8 @@ func parseAndMerge(files []string) (*fileRoot, rangeMap, hcl.Diagnostics) {
 		for key, r := range fileRanges {
 			if decodeFailed(d, r) {
 				clearKey(reflect.ValueOf(&root).Elem(), key)
-				delete(fileRanges, key)
+				continue
 			}
-		}
-		for key, r := range fileRanges {
 			ranges[key] = r
 		}
 		mergeInto(reflect.ValueOf(merged).Elem(), reflect.ValueOf(&root).Elem())
