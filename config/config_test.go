@@ -27,6 +27,14 @@ func testEnv() Environment {
 	}
 }
 
+// requireErrorContaining stops the test unless err says want.
+func requireErrorContaining(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want an error containing %q", err, want)
+	}
+}
+
 func writeFile(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -324,9 +332,7 @@ func TestAdvertiseAddress(t *testing.T) {
 			env.InterfaceAddrs = addrs(c.ips...)
 			cfg, err := LoadWith(env, writeFile(t, t.TempDir(), "a.hcl", c.hcl))
 			if c.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("got %v, want an error containing %q", err, c.wantErr)
-				}
+				requireErrorContaining(t, err, c.wantErr)
 				return
 			}
 			if err != nil {
@@ -477,9 +483,7 @@ func TestNodeIDFromHostName(t *testing.T) {
 			env.Hostname = func() (string, error) { return c.host, nil }
 			cfg, err := LoadWith(env)
 			if c.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("got %v, want an error containing %q", err, c.wantErr)
-				}
+				requireErrorContaining(t, err, c.wantErr)
 				return
 			}
 			if err != nil {
@@ -570,18 +574,14 @@ func TestConsulAddress(t *testing.T) {
 				return
 			}
 			want := fmt.Sprintf("%s:2:13: Invalid consul.address: %q %s", p, c.address, c.wantErr)
-			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("got %v, want an error containing %q", err, want)
-			}
+			requireErrorContaining(t, err, want)
 		})
 	}
 	t.Run("from CONSUL_HTTP_ADDR", func(t *testing.T) {
 		t.Setenv("CONSUL_HTTP_ADDR", "127.0.0.1:port")
 		_, err := LoadWith(testEnv())
 		want := `Invalid consul.address: "127.0.0.1:port" (from CONSUL_HTTP_ADDR) has port "port"`
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("got %v, want an error containing %q", err, want)
-		}
+		requireErrorContaining(t, err, want)
 	})
 }
 
@@ -641,9 +641,7 @@ func TestDataDirNotADirectory(t *testing.T) {
 				return
 			}
 			want := p + ":2:12: Invalid data_dir: " + c.wantErr
-			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("got %v, want an error containing %q", err, want)
-			}
+			requireErrorContaining(t, err, want)
 		})
 	}
 }
@@ -729,8 +727,6 @@ func TestRelativePathsAreRelativeToTheirFile(t *testing.T) {
 		t.Chdir(t.TempDir())
 		_, err := LoadWith(testEnv(), p)
 		want := p + ":2:16: Invalid client.token_file: " + filepath.Join(f.dir, "absent-token") + ": open "
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("got %v, want an error containing %q", err, want)
-		}
+		requireErrorContaining(t, err, want)
 	})
 }
