@@ -35,6 +35,16 @@ func requireErrorContaining(t *testing.T, err error, want string) {
 	}
 }
 
+// requireDiagnostics stops the test unless err carries diagnostics.
+func requireDiagnostics(t *testing.T, err error) *DiagnosticsError {
+	t.Helper()
+	var de *DiagnosticsError
+	if !errors.As(err, &de) {
+		t.Fatalf("got %v, want diagnostics", err)
+	}
+	return de
+}
+
 func writeFile(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -275,10 +285,7 @@ func TestEveryProblemReportedAtOnce(t *testing.T) {
 		"}\n"
 	p := writeFile(t, t.TempDir(), "three.hcl", body)
 	_, err := LoadWith(testEnv(), p)
-	var de *DiagnosticsError
-	if !errors.As(err, &de) {
-		t.Fatalf("got %v, want diagnostics", err)
-	}
+	de := requireDiagnostics(t, err)
 	var lines []int
 	for _, d := range de.Diags {
 		if d.Subject == nil || d.Subject.Filename != p {
@@ -453,10 +460,7 @@ func TestEveryProblemReported(t *testing.T) {
 	p := writeFile(t, t.TempDir(), "agent.hcl",
 		"limits {\n  max_record_bytes = \"0\"\n}\nproducer {\n  max_batch_bytes = \"16MiB\"\n}\n")
 	_, err := LoadWith(testEnv(), p)
-	var de *DiagnosticsError
-	if !errors.As(err, &de) {
-		t.Fatalf("got %v, want diagnostics", err)
-	}
+	requireDiagnostics(t, err)
 	for _, want := range []string{"limits.max_record_bytes", "above replication.fetch_max_bytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q is not reported:\n%v", want, err)
@@ -521,10 +525,7 @@ func TestValueThatDoesNotDecodeReportedOnce(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := writeFile(t, t.TempDir(), "agent.hcl", c.hcl)
 			_, err := LoadWith(testEnv(), p)
-			var de *DiagnosticsError
-			if !errors.As(err, &de) {
-				t.Fatalf("got %v, want diagnostics", err)
-			}
+			de := requireDiagnostics(t, err)
 			var got []string
 			for _, d := range de.Diags {
 				got = append(got, strings.TrimPrefix(FormatDiagnostic(d), p+":"))

@@ -166,10 +166,7 @@ func TestTLSProblemsReportedAtOnce(t *testing.T) {
 	f := newTLSFixture(t)
 	p := writeFile(t, t.TempDir(), "agent.hcl", tlsHCL("peer", f.garbage, f.otherKey, f.missing)+tlsHCL("client", f.cert, f.otherKey, f.garbage))
 	_, err := LoadWith(testEnv(), p)
-	var de *DiagnosticsError
-	if !errors.As(err, &de) {
-		t.Fatalf("got %v, want diagnostics", err)
-	}
+	de := requireDiagnostics(t, err)
 	var got []string
 	for _, d := range de.Diags {
 		got = append(got, fmt.Sprintf("%d %s", d.Subject.Start.Line, d.Summary))
