@@ -115,16 +115,25 @@ func (v *validator) address(key string, s *string) string {
 		v.errorf(key, "%q is not host:port: %v", *s, err)
 		return ""
 	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 1 || p > 65535 {
+	if !validPort(port) {
 		v.errorf(key, "port %q is not a number from 1 to 65535", port)
 		return ""
 	}
-	if host != "" && net.ParseIP(host) == nil && !validHostname(host) {
+	if host != "" && !validHost(host) {
 		v.errorf(key, "host %q is neither an IP address nor a host name", host)
 		return ""
 	}
 	return *s
+}
+
+func validPort(port string) bool {
+	p, err := strconv.Atoi(port)
+	return err == nil && p >= 1 && p <= 65535
+}
+
+// validHost reports whether h is an IP address or a host name.
+func validHost(h string) bool {
+	return net.ParseIP(h) != nil || validHostname(h)
 }
 
 func validHostname(h string) bool {
@@ -548,14 +557,14 @@ func checkConsulAddress(addr string) error {
 		if err != nil {
 			return fmt.Errorf("is not host:port: %v", err)
 		}
-		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		if !validPort(port) {
 			return fmt.Errorf("has port %q, not a number from 1 to 65535", port)
 		}
 		host = h
 	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		host = host[1 : len(host)-1]
 	}
-	if host == "" || net.ParseIP(host) == nil && !validHostname(host) {
+	if !validHost(host) {
 		return fmt.Errorf("has the host %q, neither an IP address nor a host name", host)
 	}
 	return nil
