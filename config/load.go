@@ -64,7 +64,8 @@ type Environment struct {
 	// Hostname supplies the default node_id.
 	Hostname func() (string, error)
 	// InterfaceAddrs supplies the default peer.advertise_address when
-	// peer.address listens on every interface.
+	// peer.address listens on every interface, and tells whether an
+	// advertise address is this host's (where another listener may take it).
 	InterfaceAddrs func() ([]net.Addr, error)
 }
 
