@@ -27,17 +27,7 @@ func TestHeldHeartbeatNotAppliedAfterALaterOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	owned := j.Assigned
-	held := make(chan error, 1)
-	go func() {
-		_, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: j.MemberEpoch, Owned: owned, WaitMS: 10_000})
-		held <- err
-	}()
-	s := c.shards[PartitionFor("g", 3)]
-	for waiting := false; !waiting; runtime.Gosched() {
-		s.mu.Lock()
-		waiting = s.groups["g"].waiters["a"] != nil
-		s.mu.Unlock()
-	}
+	held := holdHeartbeat(ctx, c, "a", HeartbeatRequest{MemberEpoch: j.MemberEpoch, Owned: owned, WaitMS: 10_000})
 	// The member gave up on the held heartbeat and sends another, which
 	// its session counts from.
 	clock.Add(9 * time.Second)
@@ -58,6 +48,23 @@ func TestHeldHeartbeatNotAppliedAfterALaterOne(t *testing.T) {
 	if _, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: j.MemberEpoch, Owned: owned}); errors.Is(err, group.ErrUnknownMember) {
 		t.Fatalf("member expired 21 s after its last heartbeat, with a 30 s session: the held one, older, was applied after it (%v)", err)
 	}
+}
+
+// holdHeartbeat sends member's heartbeat req of group g, and returns once
+// the coordinator holds it; its outcome comes on the channel.
+func holdHeartbeat(ctx context.Context, c *Coordinator, member string, req HeartbeatRequest) <-chan error {
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Heartbeat(ctx, "g", member, req)
+		held <- err
+	}()
+	s := c.shards[PartitionFor("g", 3)]
+	for waiting := false; !waiting; runtime.Gosched() {
+		s.mu.Lock()
+		waiting = s.groups["g"].waiters[member] != nil
+		s.mu.Unlock()
+	}
+	return held
 }
 
 // leaderHookHost blocks one call of OffsetsLeader, which every request
@@ -119,17 +126,7 @@ func TestWokenHeartbeatNotAppliedAfterALaterOne(t *testing.T) {
 	if len(a.Assigned) != 2 || len(b.Assigned) != 2 {
 		t.Fatalf("a %v, b %v: want two partitions each", a.Assigned, b.Assigned)
 	}
-	held := make(chan error, 1)
-	go func() {
-		_, err := c.Heartbeat(ctx, "g", "a", HeartbeatRequest{MemberEpoch: a.MemberEpoch, Owned: a.Assigned, WaitMS: 30_000})
-		held <- err
-	}()
-	s := c.shards[PartitionFor("g", 3)]
-	for waiting := false; !waiting; runtime.Gosched() {
-		s.mu.Lock()
-		waiting = s.groups["g"].waiters["a"] != nil
-		s.mu.Unlock()
-	}
+	held := holdHeartbeat(ctx, c, "a", HeartbeatRequest{MemberEpoch: a.MemberEpoch, Owned: a.Assigned, WaitMS: 30_000})
 	// b leaves, which wakes a's held heartbeat (its partitions are free);
 	// it stops before it runs again (the call after Leave's).
 	h.hmu.Lock()
@@ -155,6 +152,7 @@ func TestWokenHeartbeatNotAppliedAfterALaterOne(t *testing.T) {
 	close(h.release)
 	// Its answer, whatever it is, goes to nobody: the member gave up on it.
 	heldErr := <-held
+	s := c.shards[PartitionFor("g", 3)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.groups["g"].g.Current("a")
