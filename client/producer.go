@@ -534,15 +534,13 @@ func (p *Producer) Flush(ctx context.Context) error {
 	var waits []*Future
 	for _, q := range p.queues {
 		for _, b := range q.batches {
-			b.ready = true
-			stopLinger(b)
 			waits = appendFutures(waits, b)
 		}
 		for _, b := range q.window {
 			waits = appendFutures(waits, b)
 		}
-		p.kickLocked(q)
 	}
+	p.sendLingeringLocked()
 	p.mu.Unlock()
 	for _, f := range waits {
 		select {
