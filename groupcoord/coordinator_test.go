@@ -175,14 +175,18 @@ func (c *fakeClock) Add(d time.Duration) {
 
 func newTestCoordinator(t *testing.T, h Host, s *fakeStore, clock *fakeClock) *Coordinator {
 	t.Helper()
-	return newTestCoordinatorWith(t, h, s, clock, 0)
+	return newTestCoordinatorWith(t, h, s, clock, func(*Config) {})
 }
 
-func newTestCoordinatorWith(t *testing.T, h Host, s *fakeStore, clock *fakeClock, restateAfter int64) *Coordinator {
+// newTestCoordinatorWith is newTestCoordinator's with the changes set
+// makes to its Config.
+func newTestCoordinatorWith(t *testing.T, h Host, s *fakeStore, clock *fakeClock, set func(*Config)) *Coordinator {
 	t.Helper()
-	c := New(Config{Partitions: 3, Host: h, Store: s, Now: clock.Now, Logger: hclog.NewNullLogger(),
+	cfg := Config{Partitions: 3, Host: h, Store: s, Now: clock.Now, Logger: hclog.NewNullLogger(),
 		TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20},
-		RestateAfter: restateAfter, HighWatermarkWait: 50 * time.Millisecond})
+		HighWatermarkWait: 50 * time.Millisecond}
+	set(&cfg)
+	c := New(cfg)
 	t.Cleanup(c.Close)
 	return c
 }
@@ -458,7 +462,7 @@ func TestRestatementBoundsTheRebuild(t *testing.T) {
 	for p := range int32(4) {
 		h.hw[group.TopicPartition{Topic: "t", Partition: p}] = 1 << 40
 	}
-	c := newTestCoordinatorWith(t, h, s, clock, 50)
+	c := newTestCoordinatorWith(t, h, s, clock, func(cfg *Config) { cfg.RestateAfter = 50 })
 	j, _ := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
 	commit := func(p int32, off int64) {
 		t.Helper()
@@ -480,7 +484,7 @@ func TestRestatementBoundsTheRebuild(t *testing.T) {
 		t.Fatalf("%d records kept after restatements, want at most RestateAfter plus a restatement", kept)
 	}
 	h.epoch++
-	c2 := newTestCoordinatorWith(t, h, s, clock, 50)
+	c2 := newTestCoordinatorWith(t, h, s, clock, func(cfg *Config) { cfg.RestateAfter = 50 })
 	o, err := c2.Offsets(ctx, "g", "")
 	if err != nil {
 		t.Fatal(err)

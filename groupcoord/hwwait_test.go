@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/logagent/logagent/group"
-	"github.com/logagent/logagent/record"
 )
 
 // TestCommitWaitsForATrailingHighWatermark: a commit above the high
@@ -38,10 +35,7 @@ func TestCommitWaitsForATrailingHighWatermark(t *testing.T) {
 			fh.mu.Unlock()
 		}
 	}, nil)
-	c := New(Config{Partitions: 3, Host: h, Store: st, Now: clock.Now, Logger: hclog.NewNullLogger(),
-		TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20},
-		HighWatermarkWait: time.Minute})
-	t.Cleanup(c.Close)
+	c := newTestCoordinatorWith(t, h, st, clock, func(cfg *Config) { cfg.HighWatermarkWait = time.Minute })
 	j, err := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "a"})
 	if err != nil {
 		t.Fatal(err)
