@@ -443,9 +443,7 @@ func TestStartReassignFrom(t *testing.T) {
 	register(t, a)
 	ctx := context.Background()
 	createTopic(t, a, "hf", [][]string{{"a", "b", "c"}})
-	pm := waitPartition(t, a, "hf", 0, func(PartitionMeta) bool { return true })
-	tm, _ := a.Metadata().Topic("hf")
-	decided := DecidedFrom{TopicID: tm.Config.ID, ReplicasIndex: pm.ReplicasIndex}
+	decided := decidedFrom(t, a, "hf", func(PartitionMeta) bool { return true })
 	noMove := func(what string) {
 		t.Helper()
 		if pair, _, _ := admin.KV().Get(testPrefix+"topics/hf/0/reassign", nil); pair != nil {
@@ -467,28 +465,36 @@ func TestStartReassignFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	createTopic(t, a, "hf", [][]string{{"a", "b", "c"}})
-	pm = waitPartition(t, a, "hf", 0, func(pm PartitionMeta) bool { return pm.ReplicasIndex > decided.ReplicasIndex })
-	tm, _ = a.Metadata().Topic("hf")
-	if tm.Config.ID == decided.TopicID {
-		t.Fatalf("the topic created again has the old id %s", tm.Config.ID)
+	current := decidedFrom(t, a, "hf", func(pm PartitionMeta) bool { return pm.ReplicasIndex > decided.ReplicasIndex })
+	if current.TopicID == decided.TopicID {
+		t.Fatalf("the topic created again has the old id %s", current.TopicID)
 	}
 	if _, _, err := a.StartReassignFrom(ctx, "hf", 0, decided, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("a start decided for the deleted topic, on the new one = %v, want ErrConflict", err)
 	}
 	// The right index of another incarnation is still another one.
-	if _, _, err := a.StartReassignFrom(ctx, "hf", 0, DecidedFrom{TopicID: decided.TopicID, ReplicasIndex: pm.ReplicasIndex}, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
+	if _, _, err := a.StartReassignFrom(ctx, "hf", 0, DecidedFrom{TopicID: decided.TopicID, ReplicasIndex: current.ReplicasIndex}, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("a start naming the deleted topic's id = %v, want ErrConflict", err)
 	}
 	noMove("topic created again")
 
 	// Decided from the partition as it is: the move starts.
-	m, done, err := a.StartReassignFrom(ctx, "hf", 0, DecidedFrom{TopicID: tm.Config.ID, ReplicasIndex: pm.ReplicasIndex}, []string{"a", "b", "d"})
+	m, done, err := a.StartReassignFrom(ctx, "hf", 0, current, []string{"a", "b", "d"})
 	if err != nil || done || !slices.Equal(m.Target, []string{"a", "b", "d"}) {
 		t.Fatalf("a start decided from the current metadata = %+v, done %t, %v", m, done, err)
 	}
 	if got := consulReplicas(t, admin, "hf", 0); !slices.Equal(got, []string{"a", "b", "d", "c"}) {
 		t.Fatalf("replicas after the start = %v, want the union", got)
 	}
+}
+
+// decidedFrom waits until c's metadata shows partition 0 of topic as ok
+// accepts, and returns what a target chosen from it is decided from.
+func decidedFrom(t *testing.T, c *Client, topic string, ok func(PartitionMeta) bool) DecidedFrom {
+	t.Helper()
+	pm := waitPartition(t, c, topic, 0, ok)
+	tm, _ := c.Metadata().Topic(topic)
+	return DecidedFrom{TopicID: tm.Config.ID, ReplicasIndex: pm.ReplicasIndex}
 }
 
 // hookTransport runs action once, the first time it is armed and sees a
@@ -634,9 +640,9 @@ func TestCancelReassignFrom(t *testing.T) {
 	register(t, a)
 	ctx := context.Background()
 	createTopic(t, a, "cf", [][]string{{"a", "b", "c"}})
-	pm := waitPartition(t, a, "cf", 0, func(PartitionMeta) bool { return true })
-	tm, _ := a.Metadata().Topic("cf")
-	m, _, err := a.StartReassignFrom(ctx, "cf", 0, DecidedFrom{TopicID: tm.Config.ID, ReplicasIndex: pm.ReplicasIndex, Healing: true}, []string{"a", "b", "d"})
+	from := decidedFrom(t, a, "cf", func(PartitionMeta) bool { return true })
+	from.Healing = true
+	m, _, err := a.StartReassignFrom(ctx, "cf", 0, from, []string{"a", "b", "d"})
 	if err != nil || !m.Healing {
 		t.Fatalf("a self-healing start = %+v, %v; want a move marked healing", m, err)
 	}
