@@ -1402,15 +1402,6 @@ func TestResignOfAnEndedLeadershipKeepsTheNewerOnesLock(t *testing.T) {
 	a := newTestClient(t, srv, "a")
 	register(t, a)
 	createTopic(t, a, "rs", [][]string{{"a", "b"}})
-	leaderKey := keyspace{prefix: testPrefix}.leader("rs", 0)
-	holder := func() string {
-		t.Helper()
-		pair, _, err := srv.Client().KV().Get(leaderKey, &api.QueryOptions{RequireConsistent: true})
-		if err != nil || pair == nil {
-			t.Fatalf("get %s: %v, %v", leaderKey, pair, err)
-		}
-		return pair.Session
-	}
 
 	first := campaign(t, a, "rs", 0)
 	// What the lease loop does when the lease lapses: the leadership ends,
@@ -1425,7 +1416,7 @@ func TestResignOfAnEndedLeadershipKeepsTheNewerOnesLock(t *testing.T) {
 	if err := first.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := holder(), sessionOf(a); got != want {
+	if got, want := leaderHolder(t, srv, "rs", 0), sessionOf(a); got != want {
 		t.Fatalf("after the resignation of epoch %d the leader key is held by %q, want %q (epoch %d still leads)",
 			first.Epoch(), got, want, second.Epoch())
 	}
@@ -1438,7 +1429,7 @@ func TestResignOfAnEndedLeadershipKeepsTheNewerOnesLock(t *testing.T) {
 	if err := second.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := holder(); got != "" {
+	if got := leaderHolder(t, srv, "rs", 0); got != "" {
 		t.Fatalf("after resigning the last leadership the leader key is held by %q, want free", got)
 	}
 }
