@@ -395,25 +395,55 @@ func (ta *testAgent) mustProduce(topic string, partition int, lines ...string) p
 	return r
 }
 
-// fetchValues reads a partition from offset on an agent's replica and
-// decodes the records' values by offset.
+// fetchValues reads a partition from offset to its high watermark on an
+// agent's replica and decodes the records' values by offset.
 func (ta *testAgent) fetchValues(topic string, partition int, offset int64) map[int64]string {
 	t := ta.c.t
 	t.Helper()
-	status, body := ta.call("GET", fmt.Sprintf("/v1/topics/%s/partitions/%d/records?offset=%d&max_bytes=%d", topic, partition, offset, 64<<20), "", nil)
-	if status != 200 {
-		t.Fatalf("fetch from %s: %d %s", ta.nodeID, status, body)
+	return readValues(t, offset, func(offset int64) []byte {
+		status, body := ta.call("GET", fmt.Sprintf("/v1/topics/%s/partitions/%d/records?offset=%d&max_bytes=%d", topic, partition, offset, 64<<20), "", nil)
+		if status != 200 {
+			t.Fatalf("fetch from %s at %d: %d %s", ta.nodeID, offset, status, body)
+		}
+		return body
+	})
+}
+
+// readValues decodes the values of every record from offset on, calling read
+// until it answers nothing: a read answers from one segment at most, as a
+// Kafka fetch does, and a truncation (a leader change) makes the next append
+// start a segment, so one read is not the whole log.
+func readValues(t *testing.T, offset int64, read func(offset int64) []byte) map[int64]string {
+	t.Helper()
+	out := map[int64]string{}
+	for {
+		batches := read(offset)
+		if len(batches) == 0 {
+			return out
+		}
+		next := decodeValuesInto(t, out, batches)
+		if next <= offset {
+			t.Fatalf("a read at %d answered batches ending before it, at %d", offset, next)
+		}
+		offset = next
 	}
-	return decodeValues(t, body)
 }
 
 func decodeValues(t *testing.T, batches []byte) map[int64]string {
+	t.Helper()
+	out := map[int64]string{}
+	decodeValuesInto(t, out, batches)
+	return out
+}
+
+// decodeValuesInto adds the values of batches' records to out by offset and
+// returns the offset after the last batch.
+func decodeValuesInto(t *testing.T, out map[int64]string, batches []byte) (next int64) {
 	t.Helper()
 	split, err := record.SplitBatches(batches, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[int64]string{}
 	d := record.NewDecoder(record.Limits{})
 	for _, b := range split {
 		it, err := d.Records(b)
@@ -426,8 +456,9 @@ func decodeValues(t *testing.T, batches []byte) map[int64]string {
 		if err := it.Err(); err != nil {
 			t.Fatal(err)
 		}
+		next = it.Header().NextOffset()
 	}
-	return out
+	return next
 }
 
 func sortedKeys(m map[int64]string) []int64 {

@@ -154,14 +154,13 @@ func checkAcked(t *testing.T, c *testCluster, topic string, acked map[int64]stri
 		}
 		log := ta.agent.replicas.Get(topic, 0).CurrentLog()
 		hw := log.HighWatermark()
-		b, err := log.ReadBytes(0, 64<<20, hw)
-		if err != nil {
-			t.Fatalf("%s: read its log: %v", ta.nodeID, err)
-		}
-		local := map[int64]string{}
-		if len(b) > 0 {
-			local = decodeValues(t, b)
-		}
+		local := readValues(t, 0, func(offset int64) []byte {
+			b, err := log.ReadBytes(offset, 64<<20, hw)
+			if err != nil {
+				t.Fatalf("%s: read its log at %d: %v", ta.nodeID, offset, err)
+			}
+			return b
+		})
 		for off, v := range acked {
 			if local[off] != v {
 				t.Fatalf("%s holds %q at %d below its high watermark %d, want the acknowledged %q", ta.nodeID, local[off], off, hw, v)
