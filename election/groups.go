@@ -13,7 +13,8 @@ import (
 // the group's membership and assignment at <prefix>groups/<group id,
 // path-escaped>, written with a CAS on the index it last read or wrote, on
 // membership and assignment changes only. The value is opaque here (the
-// coordinator's JSON). Two coordinators of one group (an old leader of
+// coordinator's JSON). A deleted group's key is deleted with a CAS on
+// the same index. Two coordinators of one group (an old leader of
 // the offsets partition that has not noticed its loss yet, and the new
 // one) cannot both write: the CAS of the second fails, and it reloads.
 
@@ -42,6 +43,24 @@ func (c *Client) SaveGroupState(ctx context.Context, group string, value []byte,
 		return 0, fmt.Errorf("%w: group state %s moved from index %d: %s", ErrConflict, key, index, txnErrors(resp))
 	}
 	return resp.Results[0].KV.ModifyIndex, nil
+}
+
+// DeleteGroupState deletes a group's stored state if the key is still at
+// index, the index of the state the caller holds. A lost CAS is
+// ErrConflict: another coordinator wrote it since (a member joined), and
+// the group is no longer the one the caller decided to delete. A key
+// already gone counts as deleted, as Consul's delete-cas answers.
+func (c *Client) DeleteGroupState(ctx context.Context, group string, index uint64) error {
+	key := c.keys.group(group)
+	op := &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: key, Index: index}
+	ok, resp, err := c.txn(ctx, api.TxnOps{{KV: op}}, "delete "+key, keyRule(c.keys.prefix))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: group state %s moved from index %d: %s", ErrConflict, key, index, txnErrors(resp))
+	}
+	return nil
 }
 
 // GroupStates lists the ids of the groups with a stored state.

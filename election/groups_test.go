@@ -46,4 +46,22 @@ func TestGroupStates(t *testing.T) {
 	if !slices.Equal(ids, []string{id, "other"}) {
 		t.Fatalf("GroupStates = %q", ids)
 	}
+
+	// A delete at an index the key has moved from (a join wrote since)
+	// fails and leaves the state; at the current index it deletes.
+	if err := a.DeleteGroupState(ctx, id, idx); !errors.Is(err, ErrConflict) {
+		t.Fatalf("DeleteGroupState at a stale index = %v, want ErrConflict", err)
+	}
+	if v, _, err := a.LoadGroupState(ctx, id); err != nil || v == nil {
+		t.Fatalf("state after a refused delete = %q, %v", v, err)
+	}
+	if err := a.DeleteGroupState(ctx, id, idx2); err != nil {
+		t.Fatalf("DeleteGroupState at the current index = %v", err)
+	}
+	if v, got, err := a.LoadGroupState(ctx, id); err != nil || v != nil || got != 0 {
+		t.Fatalf("LoadGroupState after the delete = %q, %d, %v", v, got, err)
+	}
+	if ids, err := a.GroupStates(ctx); err != nil || !slices.Equal(ids, []string{"other"}) {
+		t.Fatalf("GroupStates after the delete = %q, %v", ids, err)
+	}
 }

@@ -36,7 +36,7 @@ var (
 	// not exist, or a partition beyond its count.
 	ErrUnknownTopic = errors.New("groupcoord: unknown topic or partition")
 	// ErrGroupNotEmpty: offsets reset while members own partitions of the
-	// topic.
+	// topic, or a group deleted while it has members.
 	ErrGroupNotEmpty = errors.New("groupcoord: group has members owning the topic")
 	// ErrInvalidSessionTimeout: a classic member's session timeout
 	// outside MinSessionTimeout to MaxSessionTimeout (Kafka's
@@ -104,6 +104,9 @@ type Host interface {
 type Store interface {
 	LoadGroupState(ctx context.Context, group string) ([]byte, uint64, error)
 	SaveGroupState(ctx context.Context, group string, value []byte, index uint64) (uint64, error)
+	// DeleteGroupState deletes the group's state if its key is still at
+	// index; an error leaves it (election.ErrConflict: it moved).
+	DeleteGroupState(ctx context.Context, group string, index uint64) error
 	GroupStates(ctx context.Context) ([]string, error)
 }
 

@@ -1269,6 +1269,78 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 	return out, nil
 }
 
+// Delete deletes a group that has no members, as Kafka's DeleteGroups
+// does: its stored state, with a CAS on the index this coordinator holds,
+// and its committed offsets, by a group tombstone appended with acks=all
+// through the shard's flusher, which every rebuild applies as it applies
+// commits. A group with members of either protocol is ErrGroupNotEmpty; one
+// with neither a stored state, a classic entry nor committed offsets is
+// ErrUnknownGroup.
+//
+// Both happen in one hold of the shard's lock, as the tombstone is queued
+// (shard.commit's allowed): a join after it creates a new group, whose
+// commits the log takes after the tombstone, and commits of the deleted
+// group queued before it land before it, so the tombstone deletes them
+// too. A CAS that fails (another coordinator wrote the group since: a
+// member joined there) changes nothing and is ErrUnavailable, as a failed
+// save: the group is forgotten here, and the retry finds it with members.
+// An append that fails after the state was deleted leaves the offsets as
+// the log has them; a retry finds the group through them and appends the
+// tombstone again, or, if the first one landed, answers ErrUnknownGroup.
+func (c *Coordinator) Delete(ctx context.Context, groupID string) error {
+	tomb, err := group.GroupTombstone(groupID)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	s, err := c.shardFor(ctx, groupID)
+	if err != nil {
+		return err
+	}
+	s.mu.Unlock()
+	if err := s.commit(ctx, c, []group.Record{tomb}, func() error { return c.deleteLocked(ctx, s, groupID) }); err != nil {
+		return err
+	}
+	c.log.Info("group deleted", "group", groupID, "partition", s.p)
+	return nil
+}
+
+// deleteLocked checks that the group exists and is empty, deletes its
+// stored state and forgets it. Called with s.mu held, as Delete's
+// tombstone is queued.
+func (c *Coordinator) deleteLocked(ctx context.Context, s *shard, groupID string) error {
+	ce := s.classic[groupID]
+	if ce != nil && ce.g.Members() > 0 {
+		return fmt.Errorf("%w: group %q has members of Kafka's classic protocol", ErrGroupNotEmpty, groupID)
+	}
+	e, err := c.loadGroup(ctx, s, groupID, false)
+	if err != nil {
+		return err
+	}
+	if e != nil && e.g.Members() > 0 {
+		return fmt.Errorf("%w: group %q has %d members", ErrGroupNotEmpty, groupID, e.g.Members())
+	}
+	// An entry never saved is a join that failed before it changed
+	// anything: not a group.
+	stored := e != nil && e.saved != nil
+	if !stored && ce == nil && len(s.offsets.Group(groupID)) == 0 {
+		return fmt.Errorf("%w: %q", group.ErrUnknownGroup, groupID)
+	}
+	if stored {
+		if err := c.cfg.Store.DeleteGroupState(ctx, groupID, e.index); err != nil {
+			delete(s.groups, groupID)
+			return fmt.Errorf("%w: delete group %q: %v", ErrUnavailable, groupID, err)
+		}
+	}
+	delete(s.groups, groupID)
+	delete(s.classic, groupID)
+	for k := range s.queued {
+		if k.group == groupID {
+			delete(s.queued, k)
+		}
+	}
+	return nil
+}
+
 // Describe describes a group: members, and every partition of the topics
 // it subscribes to or committed, with committed offset, HW and lag.
 func (c *Coordinator) Describe(ctx context.Context, groupID, self string) (Description, error) {

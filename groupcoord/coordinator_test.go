@@ -146,6 +146,18 @@ func (s *fakeStore) SaveGroupState(_ context.Context, g string, v []byte, index 
 	return s.next, nil
 }
 
+func (s *fakeStore) DeleteGroupState(_ context.Context, g string, index uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.index[g] != index && s.index[g] != 0 {
+		return fmt.Errorf("%w: at %d, not %d", election.ErrConflict, s.index[g], index)
+	}
+	delete(s.values, g)
+	delete(s.index, g)
+	s.writes++
+	return nil
+}
+
 func (s *fakeStore) GroupStates(context.Context) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
