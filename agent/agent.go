@@ -594,6 +594,7 @@ func (a *Agent) clientRoutes() *router {
 	rt.add(fasthttp.MethodGet, "/v1/rebalance", a.handleRebalancePlan)
 	rt.add(fasthttp.MethodGet, "/v1/groups", a.handleListGroups)
 	rt.add(fasthttp.MethodGet, "/v1/groups/{group}", a.handleGroupOp("describe"))
+	rt.add(fasthttp.MethodDelete, "/v1/groups/{group}", a.handleGroupOp("delete"))
 	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members", a.handleGroupOp("join"))
 	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members/{member}/heartbeat", a.handleGroupOp("heartbeat"))
 	rt.add(fasthttp.MethodDelete, "/v1/groups/{group}/members/{member}", a.handleGroupOp("leave"))

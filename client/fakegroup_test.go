@@ -59,6 +59,7 @@ func (f *fakeAgent) registerGroups(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/groups/{group}/offsets", f.commitGroup)
 	mux.HandleFunc("GET /v1/groups/{group}/offsets", f.groupOffsets)
 	mux.HandleFunc("POST /v1/groups/{group}/offsets/reset", f.resetGroup)
+	mux.HandleFunc("DELETE /v1/groups/{group}", f.deleteGroup)
 }
 
 func tpLess(a, b TopicPartition) int {
@@ -618,6 +619,22 @@ func (f *fakeAgent) describeGroup(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeFakeJSON(w, http.StatusOK, d)
+}
+
+func (f *fakeAgent) deleteGroup(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := r.PathValue("group")
+	g := f.groupLocked(name, false)
+	switch {
+	case g == nil:
+		writeFakeError(w, http.StatusNotFound, CodeUnknownGroup, "no group "+name, false, nil)
+	case len(g.members) > 0:
+		writeFakeError(w, http.StatusConflict, CodeGroupNotEmpty, name+" has members", false, nil)
+	default:
+		delete(f.groups, name)
+		writeFakeJSON(w, http.StatusOK, map[string]any{})
+	}
 }
 
 func (f *fakeAgent) resetGroup(w http.ResponseWriter, r *http.Request) {

@@ -694,6 +694,9 @@ func TestGroupAdmin(t *testing.T) {
 	if _, err := c.ResetOffsets(ctx, "g", "t", "earliest"); !errors.Is(err, ErrGroupNotEmpty) {
 		t.Errorf("reset with a member: %v, want ErrGroupNotEmpty", err)
 	}
+	if err := c.DeleteGroup(ctx, "g"); !errors.Is(err, ErrGroupNotEmpty) {
+		t.Errorf("delete with a member: %v, want ErrGroupNotEmpty", err)
+	}
 	col.stop()
 	if err := gc.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -710,6 +713,15 @@ func TestGroupAdmin(t *testing.T) {
 	if _, err := c.ResetOffsets(ctx, "g", "t", "11"); !errors.Is(err, ErrOffsetBeyondHighWatermark) {
 		t.Errorf("reset beyond the HW: %v", err)
 	}
+	if err := c.DeleteGroup(ctx, "g"); err != nil {
+		t.Errorf("delete the emptied group: %v", err)
+	}
+	if _, err := c.CommittedOffsets(ctx, "g", ""); !errors.Is(err, ErrUnknownGroup) {
+		t.Errorf("offsets of the deleted group: %v, want ErrUnknownGroup", err)
+	}
+	if err := c.DeleteGroup(ctx, "g"); !errors.Is(err, ErrUnknownGroup) {
+		t.Errorf("delete a deleted group: %v, want ErrUnknownGroup", err)
+	}
 	if _, err := c.DescribeGroup(ctx, "nope"); !errors.Is(err, ErrUnknownGroup) {
 		t.Errorf("describe an unknown group: %v", err)
 	}
@@ -719,6 +731,7 @@ func TestGroupAdmin(t *testing.T) {
 	before := len(f.groupEvents())
 	for _, call := range []error{
 		func() error { _, err := c.DescribeGroup(ctx, ""); return err }(),
+		c.DeleteGroup(ctx, strings.Repeat("g", 256)),
 		func() error { _, err := c.ResetOffsets(ctx, strings.Repeat("g", 256), "t", "0"); return err }(),
 	} {
 		if !errors.Is(call, ErrInvalidGroupID) {

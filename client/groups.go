@@ -172,3 +172,19 @@ func (c *Client) ResetOffsets(ctx context.Context, group, topic, to string) ([]P
 	}
 	return out.Offsets, nil
 }
+
+// DeleteGroup deletes a group and its committed offsets, as
+// kafka-consumer-groups --delete does: a join afterwards starts a new
+// group. The agent refuses (ErrGroupNotEmpty) while the group has members,
+// and answers ErrUnknownGroup for a group with neither a stored state nor
+// committed offsets (also for a delete retried after its first try
+// deleted it).
+func (c *Client) DeleteGroup(ctx context.Context, group string) error {
+	if err := validateGroupID("group", group); err != nil {
+		return err
+	}
+	if err := c.doJSON(ctx, http.MethodDelete, groupPath(group), nil, nil); err != nil {
+		return fmt.Errorf("delete group %q: %w", group, err)
+	}
+	return nil
+}

@@ -46,6 +46,7 @@ var apis = []api{
 	{key: 14, min: 0, max: 5, handle: encodedBy((*Server).handleSyncGroup), groups: true},
 	{key: 15, min: 0, max: 5, handle: encodedBy((*Server).handleDescribeGroups), groups: true},
 	{key: 16, min: 0, max: 4, handle: encodedBy((*Server).handleListGroups), groups: true},
+	{key: 42, min: 0, max: 2, handle: encodedBy((*Server).handleDeleteGroups), groups: true},
 }
 
 // apiTable indexes the handler table by key and builds the ApiVersions

@@ -8,7 +8,7 @@ import (
 // Groups is what the listener needs of the sidecar for consumer groups:
 // the classic group protocol (JoinGroup, SyncGroup, Heartbeat,
 // LeaveGroup) with client-side assignors, committed offsets, and the
-// admin views (DescribeGroups, ListGroups). Each method is safe for
+// admin views and deletion (DescribeGroups, ListGroups, DeleteGroups). Each method is safe for
 // concurrent use; an error is answered with ErrorCode's code (an *Error
 // carries Kafka's group codes: ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS,
 // UNKNOWN_MEMBER_ID, ...). The sidecar forwards every call to the group's
@@ -38,6 +38,10 @@ type Groups interface {
 	DescribeGroup(ctx context.Context, group string) (GroupDescription, error)
 	// ListGroups lists the groups of the cluster.
 	ListGroups(ctx context.Context) ([]GroupListing, error)
+	// DeleteGroup deletes a group without members and its committed
+	// offsets (NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND
+	// for none).
+	DeleteGroup(ctx context.Context, group string) error
 }
 
 // GroupProtocol is one assignor of a JoinGroup, with its metadata. The

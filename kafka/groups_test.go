@@ -243,6 +243,21 @@ func (f *fakeGroups) ListGroups(context.Context) ([]GroupListing, error) {
 	return out, nil
 }
 
+func (f *fakeGroups) DeleteGroup(_ context.Context, groupID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := f.groups[groupID]
+	switch {
+	case g != nil && g.Members() > 0:
+		return &Error{Code: kerr.NonEmptyGroup.Code}
+	case g == nil && f.offsets[groupID] == nil:
+		return &Error{Code: kerr.GroupIDNotFound.Code}
+	}
+	delete(f.groups, groupID)
+	delete(f.offsets, groupID)
+	return nil
+}
+
 func startGroupServer(t *testing.T) (*testServer, *fakeGroups) {
 	t.Helper()
 	fg := newFakeGroups()
@@ -465,6 +480,28 @@ func TestGroupErrors(t *testing.T) {
 	instance := "static-1"
 	if r := join("", &instance); r.code != kerr.InvalidRequest.Code {
 		t.Fatalf("static member's join: %+v", r)
+	}
+
+	// DeleteGroups (kadm's): each group answered on its own, refused
+	// while it has members, unknown when there is none.
+	adm := kadm.NewClient(cl)
+	res, err := adm.DeleteGroups(ctx, "wire", "nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res["wire"].Err, kerr.NonEmptyGroup) || !errors.Is(res["nope"].Err, kerr.GroupIDNotFound) {
+		t.Fatalf("DeleteGroups with a member: %+v", res)
+	}
+	leave := kmsg.NewPtrLeaveGroupRequest()
+	leave.Group = "wire"
+	lm := kmsg.NewLeaveGroupRequestMember()
+	lm.MemberID = r.member
+	leave.Members = append(leave.Members, lm)
+	if resp, err := leave.RequestWith(ctx, cl); err != nil || resp.ErrorCode != 0 || resp.Members[0].ErrorCode != 0 {
+		t.Fatalf("leave: %+v, %v", resp, err)
+	}
+	if res, err := adm.DeleteGroups(ctx, "wire"); err != nil || res["wire"].Err != nil {
+		t.Fatalf("DeleteGroups of the emptied group: %+v, %v", res, err)
 	}
 }
 

@@ -223,6 +223,9 @@ var ops = map[string]func(r *Router, ctx context.Context, op Op) (any, error){
 	"reset": withBody(func(r *Router, ctx context.Context, op Op, req groupcoord.ResetRequest) (any, error) {
 		return r.s.Coordinator().Reset(ctx, op.Group, req)
 	}),
+	"delete": func(r *Router, ctx context.Context, op Op) (any, error) {
+		return struct{}{}, r.s.Coordinator().Delete(ctx, op.Group)
+	},
 	"describe": func(r *Router, ctx context.Context, op Op) (any, error) {
 		return r.s.Coordinator().Describe(ctx, op.Group, r.cfg.NodeID)
 	},

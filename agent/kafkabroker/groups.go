@@ -198,6 +198,20 @@ func (k groups) DescribeGroup(ctx context.Context, groupID string) (kafka.GroupD
 	return out, nil
 }
 
+// DeleteGroup runs the HTTP API's delete on the group's coordinator: its
+// refusals carry wire codes, answered as Kafka's (group_not_empty as
+// NON_EMPTY_GROUP, unknown_group as GROUP_ID_NOT_FOUND,
+// coordinator_not_available as COORDINATOR_NOT_AVAILABLE).
+func (k groups) DeleteGroup(ctx context.Context, groupID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, e := k.b.s.RunGroupOp("delete", groupID, nil, 0); e != nil {
+		return e
+	}
+	return nil
+}
+
 // ListGroups merges the groups stored in Consul (those of the HTTP API's
 // protocol, listed as Kafka lists KIP-848 groups: type consumer) with what
 // every agent's coordinator holds in memory: its classic groups and the

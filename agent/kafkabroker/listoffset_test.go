@@ -375,7 +375,7 @@ func TestKgoListMaxTimestamp(t *testing.T) {
 	}
 }
 
-// kgoAgainst serves b on a Kafka listener on loopback until the test ends
+// kgoAgainst serves b (and its groups) on a Kafka listener on loopback until the test ends
 // and returns a kgo client of it, closed first.
 func kgoAgainst(t *testing.T, b *Broker) *kgo.Client {
 	t.Helper()
@@ -383,7 +383,8 @@ func kgoAgainst(t *testing.T, b *Broker) *kgo.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := kafka.NewServer(kafka.Config{Broker: b, NodeID: 1, Host: "127.0.0.1", Port: int32(ln.Addr().(*net.TCPAddr).Port), ClusterID: "c"})
+	srv := kafka.NewServer(kafka.Config{Broker: b, Groups: b.Groups(), NodeID: 1, Host: "127.0.0.1",
+		Port: int32(ln.Addr().(*net.TCPAddr).Port), ClusterID: "c"})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
