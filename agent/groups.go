@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -43,6 +44,11 @@ func (a *Agent) handleGroupOp(name string) fasthttp.RequestHandler {
 		op := groups.Op{Name: name, Group: pathParam(ctx, "group"), Member: pathParam(ctx, "member"),
 			HasMemberParam: name == "heartbeat" || name == "leave", Body: ctx.PostBody()}
 		op.Topic = string(ctx.QueryArgs().Peek("topic"))
+		rctx, cancel, ok := callerContext(ctx, a.now())
+		if !ok {
+			return
+		}
+		defer cancel()
 		var wait time.Duration
 		switch name {
 		case "join":
@@ -65,7 +71,7 @@ func (a *Agent) handleGroupOp(name string) fasthttp.RequestHandler {
 			}
 			wait = time.Duration(req.WaitMS) * time.Millisecond
 		}
-		body, e := a.groupRouter.Run(op, wait)
+		body, e := a.groupRouter.Run(rctx, op, wait)
 		if e != nil {
 			reply.WriteAPIError(ctx, e)
 			return
@@ -74,6 +80,27 @@ func (a *Agent) handleGroupOp(name string) fasthttp.RequestHandler {
 		ctx.SetContentType(wire.ContentTypeJSON)
 		ctx.SetBody(append(body, '\n'))
 	}
+}
+
+// callerContext is the context a group request runs under: it ends when
+// its caller stops waiting for the answer, the timeout parameter (as a
+// produce's), and has no deadline without it (the sidecar's own bound
+// applies). A commit the sidecar retried after its client had timed out
+// landed after the client's next commit, taking the committed offset back.
+// It answers false having written the error of a bad timeout.
+func callerContext(ctx *fasthttp.RequestCtx, now time.Time) (context.Context, context.CancelFunc, bool) {
+	v := ctx.QueryArgs().Peek("timeout")
+	if len(v) == 0 {
+		return context.Background(), func() {}, true
+	}
+	d, err := time.ParseDuration(string(v))
+	if err != nil || d < 0 {
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+			fmt.Sprintf("timeout=%q must be a duration of 0s or more", v), false)
+		return nil, nil, false
+	}
+	rctx, cancel := context.WithDeadline(context.Background(), now.Add(d))
+	return rctx, cancel, true
 }
 
 // handlePeerGroupOp serves a sidecar's group operation on this agent's
@@ -131,7 +158,7 @@ func (a *Agent) groupFetch(ctx *fasthttp.RequestCtx, topic string, partition int
 	}
 	body, _ := json.Marshal(groupcoord.FetchRequest{MemberID: string(args.Peek("member_id")), MemberEpoch: int32(epoch),
 		Topic: topic, Partition: int32(partition)})
-	answer, e := a.groupRouter.Run(groups.Op{Name: "fetch", Group: groupID, Body: body}, 0)
+	answer, e := a.groupRouter.Run(context.Background(), groups.Op{Name: "fetch", Group: groupID, Body: body}, 0)
 	if e != nil {
 		reply.WriteAPIError(ctx, e)
 		return false

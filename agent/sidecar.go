@@ -164,8 +164,8 @@ func (s sidecarService) EpochEndOffset(peerAddr string, q peer.EpochQuery) (repl
 	return s.a.forwarder.EpochEndOffset(peerAddr, q)
 }
 
-func (s sidecarService) RunGroupOp(name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError) {
-	return s.a.groupRouter.Run(groups.Op{Name: name, Group: group, Body: body}, wait)
+func (s sidecarService) RunGroupOp(ctx context.Context, name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError) {
+	return s.a.groupRouter.Run(ctx, groups.Op{Name: name, Group: group, Body: body}, wait)
 }
 
 func (s sidecarService) KnownAgents() []election.AgentInfo { return s.a.agents.all() }

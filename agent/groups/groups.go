@@ -39,10 +39,12 @@ import (
 //	                                    ◄──  any other error: relayed to the client
 //
 // Every operation can be retried: a join carries the member id the sidecar
-// chose, a commit states offsets, not increments. The coordinator runs an
-// operation only as long as the sidecar waits for it (PeerContext): an
-// operation the sidecar gave up on and the client retried or followed with
-// a newer commit must not land after it.
+// chose, a commit states offsets, not increments. The sidecar's deadline is
+// its caller's (the HTTP request's timeout parameter, the Kafka request's
+// deadline), at most groupRouteTimeout (plus a heartbeat's wait), and the
+// coordinator runs an operation only as long as the sidecar waits for it
+// (PeerContext): an operation the client gave up on and retried or
+// followed with a newer commit must not land after it.
 const (
 	// PeerPath is the peer API's route of group operations.
 	PeerPath = "/v1/replica/groups"
@@ -296,23 +298,38 @@ func APIError(err error) *reply.APIError {
 }
 
 // Run sends op to the group's coordinator, wherever it is, until it
-// answers or groupRouteTimeout passes, and returns the answer's JSON.
-func (r *Router) Run(op Op, wait time.Duration) ([]byte, *reply.APIError) {
+// answers, and returns the answer's JSON. It gives up when ctx ends (its
+// deadline is the caller's: the HTTP request's timeout, the Kafka
+// request's) or groupRouteTimeout (plus wait, what the coordinator may hold
+// op) passes, the sooner. Retried past the caller's deadline, a commit the
+// caller had given up on (and committed again since, maybe through another
+// sidecar) landed seconds after the newer one, taking the committed offset
+// back.
+func (r *Router) Run(ctx context.Context, op Op, wait time.Duration) ([]byte, *reply.APIError) {
 	deadline := r.cfg.Now().Add(groupRouteTimeout + wait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if !r.cfg.Now().Before(deadline) || ctx.Err() != nil {
+		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
+			"the caller's deadline passed before the group operation was sent", true)
+	}
 	for {
-		body, e := r.runOnce(op, deadline)
+		body, e := r.runOnce(ctx, op, deadline)
 		if e == nil || e.Code != wire.CodeCoordinatorNotAvailable || r.cfg.Now().Add(groupRetryPause).After(deadline) {
 			return body, e
 		}
 		select {
 		case <-time.After(groupRetryPause):
+		case <-ctx.Done():
+			return nil, e
 		case <-r.cfg.Stopping:
 			return nil, e
 		}
 	}
 }
 
-func (r *Router) runOnce(op Op, deadline time.Time) ([]byte, *reply.APIError) {
+func (r *Router) runOnce(ctx context.Context, op Op, deadline time.Time) ([]byte, *reply.APIError) {
 	snap := r.cfg.Coordinator.Metadata()
 	if _, ok := snap.Topic(groupcoord.OffsetsTopic); !ok {
 		if err := r.createOffsetsTopic(); err != nil {
@@ -337,7 +354,7 @@ func (r *Router) runOnce(op Op, deadline time.Time) ([]byte, *reply.APIError) {
 		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,
 			"no coordinator: "+r.s.NoLeaderMessage(groupcoord.OffsetsTopic, p), true)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if pm.State.Leader == r.cfg.NodeID {
 		v, err := ops[op.Name](r, ctx, op)

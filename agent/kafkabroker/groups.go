@@ -22,8 +22,9 @@ import (
 // (illegal generation, rebalance in progress, ...) as a Kafka error code
 // inside a 200 answer (ClassicAnswer), so that they cross the peer hop
 // unchanged; only a coordinator that is not there (or not ready) answers
-// 503, which the sidecar retries for its group route timeout and then
-// answers COORDINATOR_NOT_AVAILABLE, so the client looks for it again.
+// 503, which the sidecar retries for its group route timeout, or until the
+// request's deadline when sooner, and then answers
+// COORDINATOR_NOT_AVAILABLE, so the client looks for it again.
 //
 // A JoinGroup or SyncGroup that must wait is held by the coordinator at
 // most groupcoord.MaxClassicWait per call (under the peer client's read
@@ -57,7 +58,10 @@ func (k groups) call(ctx context.Context, name, groupID string, req any, wait ti
 	if err != nil {
 		return err
 	}
-	answer, e := k.b.s.RunGroupOp(name, groupID, body, wait)
+	// Under the request's deadline: the routing retries an unavailable
+	// coordinator no longer than the client waits, so a commit the client
+	// gave up on does not land after the one it sends next.
+	answer, e := k.b.s.RunGroupOp(ctx, name, groupID, body, wait)
 	if e != nil {
 		// Answered with its wire code's Kafka code
 		// (COORDINATOR_NOT_AVAILABLE, ...).
@@ -167,7 +171,7 @@ func (k groups) FetchOffsets(ctx context.Context, groupID string) ([]kafka.Commi
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	answer, e := k.b.s.RunGroupOp("offsets", groupID, nil, 0)
+	answer, e := k.b.s.RunGroupOp(ctx, "offsets", groupID, nil, 0)
 	if e != nil {
 		if e.Code == wire.CodeUnknownGroup {
 			return nil, nil
@@ -206,7 +210,7 @@ func (k groups) DeleteGroup(ctx context.Context, groupID string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if _, e := k.b.s.RunGroupOp("delete", groupID, nil, 0); e != nil {
+	if _, e := k.b.s.RunGroupOp(ctx, "delete", groupID, nil, 0); e != nil {
 		return e
 	}
 	return nil

@@ -90,10 +90,11 @@ type Sidecar interface {
 	EpochEndOffset(peerAddr string, q peer.EpochQuery) (replicate.EpochEndOffset, error)
 
 	// RunGroupOp sends a group operation (its name and JSON body) to the
-	// group's coordinator, wherever it is, until it answers or the
-	// sidecar's group route timeout (plus wait, what the coordinator may
-	// hold it) passes, and returns the answer's JSON.
-	RunGroupOp(name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError)
+	// group's coordinator, wherever it is, until it answers, ctx ends (the
+	// Kafka request's deadline) or the sidecar's group route timeout (plus
+	// wait, what the coordinator may hold it) passes, and returns the
+	// answer's JSON.
+	RunGroupOp(ctx context.Context, name, group string, body []byte, wait time.Duration) ([]byte, *reply.APIError)
 	// KnownAgents are the agents of the agent's directory.
 	KnownAgents() []election.AgentInfo
 	// ClassicList is this agent's coordinator's list of its classic groups
