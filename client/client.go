@@ -254,6 +254,11 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 // answer into out (when out is not nil). A non-2xx answer is an *Error; no
 // answer is a transport error.
 func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
+	return c.doJSONQuery(ctx, method, path, nil, in, out)
+}
+
+// doJSONQuery is doJSON with a query.
+func (c *Client) doJSONQuery(ctx context.Context, method, path string, query url.Values, in, out any) error {
 	var body []byte
 	if in != nil {
 		var err error
@@ -261,7 +266,7 @@ func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) e
 			return fmt.Errorf("client: %s %s: %w", method, path, err)
 		}
 	}
-	req, err := c.newRequest(ctx, method, path, nil, body)
+	req, err := c.newRequest(ctx, method, path, query, body)
 	if err != nil {
 		return err
 	}

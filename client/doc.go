@@ -178,6 +178,11 @@
 // ListGroups, DescribeGroup, CommittedOffsets and ResetOffsets are the
 // group administration calls.
 //
+// Every group request carries what is left of its context's deadline (the
+// timeout parameter, docs/api.md "Consumer groups"): the agent gives the
+// operation up then, so a commit given up on here cannot land after the
+// next one and take the committed offset back.
+//
 // # Moving replicas
 //
 // MovePartition, Reassignment and CancelMove start, follow and cancel the

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +62,14 @@ type fakeAgent struct {
 	// from 0 per op.
 	onGroup    func(op string, call int) *fakeAnswer
 	groupCalls map[string]int
+	// groupRequests is every group request ("METHOD /path"), with its
+	// timeout parameter.
+	groupRequests []fakeGroupRequest
+}
+
+// fakeGroupRequest is a group request as the fake received it.
+type fakeGroupRequest struct {
+	what, timeout string
 }
 
 type fakeTopic struct {
@@ -151,6 +160,11 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 	})
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Logf("fake agent: %s %s", r.Method, r.URL.RequestURI())
+		if strings.HasPrefix(r.URL.Path, "/v1/groups/") {
+			f.mu.Lock()
+			f.groupRequests = append(f.groupRequests, fakeGroupRequest{r.Method + " " + r.URL.Path, r.URL.Query().Get("timeout")})
+			f.mu.Unlock()
+		}
 		mux.ServeHTTP(w, r)
 	}))
 	t.Cleanup(f.srv.Close)

@@ -516,7 +516,7 @@ func (g *GroupConsumer) commitLocked(ctx context.Context, offsets []PartitionOff
 			Committed []PartitionOffset `json:"committed"`
 		}
 		cctx, cancel := context.WithTimeout(ctx, groupCallTimeout)
-		err := g.client.doJSON(cctx, http.MethodPost, g.path+"/offsets", in, &out)
+		err := g.client.doGroupJSON(cctx, http.MethodPost, g.path+"/offsets", nil, in, &out)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("commit offsets of group %q: %w", g.group, err)
@@ -588,7 +588,7 @@ func (g *GroupConsumer) Close(ctx context.Context) error {
 	}
 	if member != "" {
 		lctx, cancel := context.WithTimeout(ctx, groupCallTimeout)
-		lerr := g.client.doJSON(lctx, http.MethodDelete, g.memberPath(member), nil, nil)
+		lerr := g.client.doGroupJSON(lctx, http.MethodDelete, g.memberPath(member), nil, nil, nil)
 		cancel()
 		if lerr != nil && !errors.Is(lerr, ErrUnknownMember) {
 			err = errors.Join(err, fmt.Errorf("leave group %q: %w", g.group, lerr))
@@ -629,7 +629,7 @@ func (g *GroupConsumer) join(ctx context.Context) (*groupAnswer, error) {
 	var a groupAnswer
 	ctx, cancel := context.WithTimeout(ctx, groupCallTimeout)
 	defer cancel()
-	if err := g.client.doJSON(ctx, http.MethodPost, g.path+"/members", in, &a); err != nil {
+	if err := g.client.doGroupJSON(ctx, http.MethodPost, g.path+"/members", nil, in, &a); err != nil {
 		return nil, fmt.Errorf("join group %q: %w", g.group, err)
 	}
 	if a.MemberID == "" || (in.MemberID != "" && a.MemberID != in.MemberID) {
@@ -649,7 +649,7 @@ func (g *GroupConsumer) sendHeartbeat(ctx context.Context, member string, epoch 
 	var a groupAnswer
 	ctx, cancel := context.WithTimeout(ctx, wait+requestGrace)
 	defer cancel()
-	if err := g.client.doJSON(ctx, http.MethodPost, g.memberPath(member)+"/heartbeat", in, &a); err != nil {
+	if err := g.client.doGroupJSON(ctx, http.MethodPost, g.memberPath(member)+"/heartbeat", nil, in, &a); err != nil {
 		return nil, fmt.Errorf("heartbeat of member %q of group %q: %w", member, g.group, err)
 	}
 	if a.MemberID != member {

@@ -783,3 +783,73 @@ func TestNewGroupConsumerRefusesBadOptions(t *testing.T) {
 		t.Errorf("%d group requests for refused options", n)
 	}
 }
+
+// TestGroupRequestsCarryTheirDeadline: every group request sends what is
+// left of its context's deadline as the timeout parameter, so that the
+// agent gives the operation up when the client does. Without it the agent
+// retried an unavailable coordinator for its own 15 s: a commit the client
+// had given up on, and then sent again or followed with a newer one, could
+// land after it and take the committed offset back.
+func TestGroupRequestsCarryTheirDeadline(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	fill(t, f, 1, 0, 5)
+	c := f.newClient()
+	const bound = 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	gc := mustGroupConsumer(t, c, WithAutoCommitInterval(0))
+	col := collect(t, gc)
+	eventually(t, "every record", func() bool { return col.total() == 5 })
+	if err := gc.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DescribeGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CommittedOffsets(ctx, "g", "t"); err != nil {
+		t.Fatal(err)
+	}
+	col.stop()
+	if err := gc.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ResetOffsets(ctx, "g", "t", "earliest"); err != nil {
+		t.Fatal(err)
+	}
+	// A context without a deadline sends none: the agent's own bound.
+	if _, err := c.CommittedOffsets(context.Background(), "g", ""); err != nil {
+		t.Fatal(err)
+	}
+
+	f.mu.Lock()
+	requests := slices.Clone(f.groupRequests)
+	f.mu.Unlock()
+	seen := map[string]int{}
+	for _, r := range requests {
+		most := bound // the request's own bound
+		switch {
+		case r.what == "POST /v1/groups/g/members":
+			most = groupCallTimeout
+		case strings.HasSuffix(r.what, "/heartbeat"):
+			most = maxHeartbeatWait + requestGrace
+		case r.what == "GET /v1/groups/g/offsets" && r.timeout == "":
+			// The consumer's look at where a partition starts, and the
+			// last call: no deadline.
+			seen["without a deadline"]++
+			continue
+		}
+		seen[r.what]++
+		d, err := time.ParseDuration(r.timeout)
+		if err != nil || d <= 0 || d > most {
+			t.Errorf("%s sent timeout=%q, want what is left of its deadline, at most %v", r.what, r.timeout, most)
+		}
+	}
+	for _, want := range []string{"POST /v1/groups/g/members", "POST /v1/groups/g/members/member-1/heartbeat",
+		"POST /v1/groups/g/offsets", "GET /v1/groups/g", "GET /v1/groups/g/offsets", "DELETE /v1/groups/g/members/member-1",
+		"POST /v1/groups/g/offsets/reset", "without a deadline"} {
+		if seen[want] == 0 {
+			t.Errorf("no %s request among %v", want, requests)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // ErrInvalidGroupID is returned, before any request, for a group or member
@@ -24,6 +25,22 @@ func validateGroupID(what, id string) error {
 }
 
 func groupPath(group string) string { return "/v1/groups/" + url.PathEscape(group) }
+
+// doGroupJSON is doJSON for a group endpoint: what is left of ctx's
+// deadline goes as the timeout parameter, so that the agent gives the
+// operation up when this client does. Without it the agent retried an
+// unavailable coordinator for its own 15 s: a commit given up on here, and
+// then sent again or followed by a newer one, could land after it and take
+// the committed offset back.
+func (c *Client) doGroupJSON(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	if d, ok := ctx.Deadline(); ok {
+		if query == nil {
+			query = url.Values{}
+		}
+		query.Set("timeout", max(d.Sub(c.clock.Now()), 0).Truncate(time.Millisecond).String())
+	}
+	return c.doJSONQuery(ctx, method, path, query, in, out)
+}
 
 // TopicPartition names one partition of a topic, as the group API does:
 // {"topic":"orders","partition":0}.
@@ -115,7 +132,7 @@ func (c *Client) DescribeGroup(ctx context.Context, group string) (*GroupDescrip
 		return nil, err
 	}
 	var d GroupDescription
-	if err := c.doJSON(ctx, http.MethodGet, groupPath(group), nil, &d); err != nil {
+	if err := c.doGroupJSON(ctx, http.MethodGet, groupPath(group), nil, nil, &d); err != nil {
 		return nil, fmt.Errorf("describe group %q: %w", group, err)
 	}
 	if d.Group != group {
@@ -131,17 +148,17 @@ func (c *Client) CommittedOffsets(ctx context.Context, group, topic string) ([]C
 	if err := validateGroupID("group", group); err != nil {
 		return nil, err
 	}
-	path := groupPath(group) + "/offsets"
+	var query url.Values
 	if topic != "" {
 		if err := ValidateTopicName(topic); err != nil {
 			return nil, err
 		}
-		path += "?topic=" + url.QueryEscape(topic)
+		query = url.Values{"topic": {topic}}
 	}
 	var out struct {
 		Offsets []CommittedOffset `json:"offsets"`
 	}
-	if err := c.doJSON(ctx, http.MethodGet, path, nil, &out); err != nil {
+	if err := c.doGroupJSON(ctx, http.MethodGet, groupPath(group)+"/offsets", query, nil, &out); err != nil {
 		return nil, fmt.Errorf("committed offsets of group %q: %w", group, err)
 	}
 	return out.Offsets, nil
@@ -167,7 +184,7 @@ func (c *Client) ResetOffsets(ctx context.Context, group, topic, to string) ([]P
 	var out struct {
 		Offsets []PartitionOffset `json:"offsets"`
 	}
-	if err := c.doJSON(ctx, http.MethodPost, groupPath(group)+"/offsets/reset", in, &out); err != nil {
+	if err := c.doGroupJSON(ctx, http.MethodPost, groupPath(group)+"/offsets/reset", nil, in, &out); err != nil {
 		return nil, fmt.Errorf("reset offsets of group %q, topic %q: %w", group, topic, err)
 	}
 	return out.Offsets, nil
