@@ -1,6 +1,7 @@
 package kafkabroker
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ type groupOpSidecar struct {
 	ops     []string
 }
 
-func (s *groupOpSidecar) RunGroupOp(name, group string, _ []byte, _ time.Duration) ([]byte, *reply.APIError) {
+func (s *groupOpSidecar) RunGroupOp(_ context.Context, name, group string, _ []byte, _ time.Duration) ([]byte, *reply.APIError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ops = append(s.ops, name+" "+group)
