@@ -152,10 +152,15 @@ func producerAPIError(e *partition.ProducerError) *reply.APIError {
 
 // unknownOutcome says whether a failed produce may have been appended: only
 // then does an idempotent sender try again after it. storage_error is one:
-// the log may fail after the append, and the recovered log may keep it.
+// the log may fail after the append, and the recovered log may keep it. So
+// is internal, whatever its status: an unexpected error may follow the
+// append (the leader loop's Appended refusing what the log wrote), and a
+// lane given back after it handed its sequence to the next request, which
+// the leader answered as a duplicate of the first, unwritten.
 func unknownOutcome(e *reply.APIError) bool {
 	switch e.Code {
-	case wire.CodeAckTimeout, wire.CodeNotLeaderAfterAppend, wire.CodeNotEnoughReplicasAfterAppend, wire.CodeStorageError:
+	case wire.CodeAckTimeout, wire.CodeNotLeaderAfterAppend, wire.CodeNotEnoughReplicasAfterAppend, wire.CodeStorageError,
+		wire.CodeInternal:
 		return true
 	}
 	return e.Status == fasthttp.StatusBadGateway

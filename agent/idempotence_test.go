@@ -151,6 +151,7 @@ func TestUnknownOutcome(t *testing.T) {
 		{fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicasAfterAppend, true},
 		{fasthttp.StatusServiceUnavailable, wire.CodeStorageError, true},
 		{fasthttp.StatusBadGateway, wire.CodeInternal, true},
+		{fasthttp.StatusInternalServerError, wire.CodeInternal, true},
 		{fasthttp.StatusServiceUnavailable, wire.CodeNotEnoughReplicas, false},
 		{fasthttp.StatusServiceUnavailable, wire.CodeLeaderNotAvailable, false},
 		{fasthttp.StatusConflict, wire.CodeNotLeader, false},

@@ -188,6 +188,9 @@ func (a *Agent) produceError(topic string, p int, out partition.ProduceOutcome) 
 			"the disk of "+reply.PartitionName(topic, p)+" on "+a.cfg.NodeID+" is full: "+err.Error(), true)
 	case errors.Is(err, segstore.ErrFailed), errors.Is(err, segstore.ErrClosed):
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeStorageError, err.Error(), true)
+	case out.Appended:
+		return reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal,
+			err.Error()+": after the append: the outcome is unknown, a retry may duplicate it", false)
 	default:
 		return reply.NewAPIError(fasthttp.StatusInternalServerError, wire.CodeInternal, err.Error(), false)
 	}

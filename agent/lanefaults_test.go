@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"testing"
+
+	"github.com/logagent/logagent/election"
+	"github.com/logagent/logagent/wire"
+)
+
+// peerProxy stands between the other agents and one agent's peer API. It
+// passes every request on; an armed one answers the next produce forward,
+// once the agent behind it has answered, with 500 internal: what a leader
+// answers when an unexpected error follows its append.
+type peerProxy struct {
+	addr  string
+	armed atomic.Bool
+}
+
+func startPeerProxy(t *testing.T, target string) *peerProxy {
+	t.Helper()
+	p := &peerProxy{}
+	pass := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: target})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != peerProducePath || !p.armed.CompareAndSwap(true, false) {
+			pass.ServeHTTP(w, r)
+			return
+		}
+		answered := httptest.NewRecorder()
+		pass.ServeHTTP(answered, r)
+		w.Header().Set("Content-Type", wire.ContentTypeJSON)
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintf(w, `{"error":{"code":%q,"message":"injected in place of the leader's %d answer","retriable":false}}`, wire.CodeInternal, answered.Code)
+	}))
+	t.Cleanup(srv.Close)
+	p.addr = srv.Listener.Addr().String()
+	return p
+}
+
+// startProxiedCluster starts n agents whose directories give, for each
+// agent, the address of a peerProxy in front of its peer API.
+func startProxiedCluster(t *testing.T, n int, setup func(*Agent)) (*testCluster, map[string]*peerProxy) {
+	t.Helper()
+	proxies := map[string]*peerProxy{}
+	c := newTestCluster(t, n, "", func(a *Agent) {
+		list := a.agents.list
+		a.agents.list = func(ctx context.Context) ([]election.AgentInfo, error) {
+			agents, err := list(ctx)
+			for i := range agents {
+				if p, ok := proxies[agents[i].NodeID]; ok {
+					agents[i].PeerAddr = p.addr
+				}
+			}
+			return agents, err
+		}
+		if setup != nil {
+			setup(a)
+		}
+	})
+	for _, ta := range c.agents {
+		proxies[ta.nodeID] = startPeerProxy(t, ta.peer)
+	}
+	for _, ta := range c.agents {
+		ta.start()
+	}
+	return c, proxies
+}
+
+// sidecarAndLeader creates a topic of one partition and one replica and
+// returns its leader and the other agent, whose produces are forwarded.
+func sidecarAndLeader(c *testCluster, topic string) (sidecar, leader *testAgent) {
+	c.t.Helper()
+	c.createTopic(c.agents[0], topic, 1, 1, 1)
+	leader, _ = c.waitLeader(topic, 0, 1)
+	for _, ta := range c.agents {
+		if ta != leader {
+			return ta, leader
+		}
+	}
+	c.t.Fatal("no agent other than the leader")
+	return nil, nil
+}
+
+// TestLaneAfterAnInternalErrorOfTheLeader: a 500 internal from the leader
+// may follow its append (the leader loop's Appended failing after the log
+// wrote the batch answers it), so a plain request sent on one of the
+// sidecar's lanes is resent after it, as after any unknown outcome, and
+// the lane does not go back with the sequence it used. Given back, the
+// next request went with the same producer id and sequence, and the
+// leader answered it as a duplicate of the first: acknowledged, never
+// written.
+func TestLaneAfterAnInternalErrorOfTheLeader(t *testing.T) {
+	c, proxies := startProxiedCluster(t, 2, nil)
+	sidecar, leader := sidecarAndLeader(c, "internal")
+	sidecar.mustProduce("internal", 0, "warm")
+
+	proxies[leader.nodeID].armed.Store(true)
+	status, body := sidecar.produce("internal", 0, "acks=all", wire.ContentTypeNDJSON, []byte("a"))
+	if status != 200 {
+		t.Errorf("a produce whose first answer was 500 internal: %d %s, want it resent and answered 200", status, body)
+	}
+	b := sidecar.mustProduce("internal", 0, "b")
+	got := leader.fetchValues("internal", 0, 0)
+	if got[*b.BaseOffset] != "b" || len(got) != 3 {
+		t.Fatalf("b was acknowledged at offset %d; the log holds %v, want warm, a and b", *b.BaseOffset, got)
+	}
+}
