@@ -111,7 +111,11 @@ func (a *Agent) forwardRaw(snap *election.Snapshot, topic string, partition int,
 	}
 	timeout := deadline.Sub(a.now())
 	if timeout <= 0 {
-		return nil, reply.NewAPIError(fasthttp.StatusGatewayTimeout, wire.CodeAckTimeout, "the request's timeout passed before the write was forwarded", false)
+		// Nothing left the sidecar: not an unknown outcome (ack_timeout),
+		// which dropped the lane and told the client its write might be in.
+		return nil, fmt.Errorf("%w: %w", errForwardRefused,
+			reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeTimeoutBeforeWrite,
+				"the request's timeout passed before the write was forwarded to leader "+leader+": nothing was written", true))
 	}
 	req := a.forwarder.NewRequest(info.PeerAddr, peerProducePath)
 	defer fasthttp.ReleaseRequest(req)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -109,5 +110,31 @@ func TestLaneAfterAnInternalErrorOfTheLeader(t *testing.T) {
 	got := leader.fetchValues("internal", 0, 0)
 	if got[*b.BaseOffset] != "b" || len(got) != 3 {
 		t.Fatalf("b was acknowledged at offset %d; the log holds %v, want warm, a and b", *b.BaseOffset, got)
+	}
+}
+
+// TestLaneBackAfterTheTimeoutPassedBeforeTheForward: a request whose
+// timeout passed before its forward left the sidecar wrote nothing; the
+// answer says so and is retriable (503 timeout_before_write), and the lane
+// goes back with its sequence. It was 504 ack_timeout, an unknown outcome:
+// the client was told its write might be in, and the lane was dropped.
+func TestLaneBackAfterTheTimeoutPassedBeforeTheForward(t *testing.T) {
+	c := startTestCluster(t, 2, "")
+	sidecar, leader := sidecarAndLeader(c, "late")
+	sidecar.mustProduce("late", 0, "warm")
+
+	status, body := sidecar.produce("late", 0, "acks=all&timeout=0s", wire.ContentTypeNDJSON, []byte("late"))
+	if e := errorCode(t, body); status != 503 || e.Code != wire.CodeTimeoutBeforeWrite || !e.Retriable {
+		t.Errorf("a produce whose timeout passed before the forward: %d %s, want 503 timeout_before_write, retriable", status, body)
+	}
+	lanes := sidecar.agent.lanes
+	lanes.mu.Lock()
+	free := slices.Clone(lanes.free[partitionKey{topic: "late", partition: 0}])
+	lanes.mu.Unlock()
+	if len(free) != 1 || free[0].next != 1 {
+		t.Errorf("free lanes %+v, want the one lane back at sequence 1", free)
+	}
+	if got := leader.fetchValues("late", 0, 0); len(got) != 1 {
+		t.Errorf("the log holds %v, want warm only", got)
 	}
 }

@@ -69,8 +69,8 @@
 // another 5xx or an answer that breaks the API contract, or the connection
 // was lost after the request was sent. Refusals before the append
 // (not_enough_replicas, leader_not_available, not_leader,
-// fenced_leader_epoch, service_unavailable, insufficient_storage, or a 4xx
-// the agent marks retriable) and connections that could not be made are
+// fenced_leader_epoch, service_unavailable, insufficient_storage,
+// timeout_before_write, or a 4xx the agent marks retriable) and connections that could not be made are
 // retried, with capped exponential backoff and jitter, until
 // WithDeliveryTimeout (2 minutes by default, counted from a batch's first
 // attempt); other refusals fail at once.

@@ -43,6 +43,7 @@ const (
 	CodeAckTimeout                   = wire.CodeAckTimeout
 	CodeStorageError                 = wire.CodeStorageError
 	CodeInsufficientStorage          = wire.CodeInsufficientStorage
+	CodeTimeoutBeforeWrite           = wire.CodeTimeoutBeforeWrite
 	CodeOutOfOrderSequence           = wire.CodeOutOfOrderSequence
 	CodeInvalidProducerEpoch         = wire.CodeInvalidProducerEpoch
 	CodeUnknownProducerID            = wire.CodeUnknownProducerID
@@ -108,6 +109,9 @@ var (
 	ErrAckTimeout                   = errors.New("client: timed out waiting for the in-sync replicas")
 	ErrStorage                      = errors.New("client: storage error on the agent")
 	ErrInsufficientStorage          = errors.New("client: the partition's disk is full")
+	// ErrTimeoutBeforeWrite: the request's timeout passed before the agent
+	// sent the write to the partition's leader; nothing was written.
+	ErrTimeoutBeforeWrite = errors.New("client: timed out before the write was sent to the leader")
 	// ErrOutOfOrderSequence: the partition's leader found a gap in an
 	// idempotent producer's sequence; nothing of the request was written.
 	ErrOutOfOrderSequence = errors.New("client: out of order sequence")
@@ -185,6 +189,7 @@ var codeSentinels = map[string]error{
 	CodeAckTimeout:                   ErrAckTimeout,
 	CodeStorageError:                 ErrStorage,
 	CodeInsufficientStorage:          ErrInsufficientStorage,
+	CodeTimeoutBeforeWrite:           ErrTimeoutBeforeWrite,
 	CodeOutOfOrderSequence:           ErrOutOfOrderSequence,
 	CodeInvalidProducerEpoch:         ErrInvalidProducerEpoch,
 	CodeUnknownProducerID:            ErrUnknownProducerID,
@@ -319,7 +324,8 @@ var outcomeUnknownCodes = map[string]bool{
 
 // Codes that the agent sends only before it appends anything, and that are
 // worth retrying: leadership moves, the ISR grows back, the agent finishes
-// starting, space is freed on a full disk.
+// starting, space is freed on a full disk, a request's timeout passed
+// before its write left the sidecar.
 var retriableBeforeAppendCodes = map[string]bool{
 	CodeNotEnoughReplicas:   true,
 	CodeLeaderNotAvailable:  true,
@@ -327,6 +333,7 @@ var retriableBeforeAppendCodes = map[string]bool{
 	CodeFencedLeaderEpoch:   true,
 	CodeServiceUnavailable:  true,
 	CodeInsufficientStorage: true,
+	CodeTimeoutBeforeWrite:  true,
 }
 
 // maxErrorBodyBytes bounds how much of an error answer is read.

@@ -51,6 +51,7 @@ var codeForWire = map[string]*kerr.Error{
 	wire.CodeNotEnoughReplicasAfterAppend: kerr.NotEnoughReplicasAfterAppend,
 	wire.CodeNotLeaderAfterAppend:         kerr.NotLeaderForPartition,
 	wire.CodeAckTimeout:                   kerr.RequestTimedOut,
+	wire.CodeTimeoutBeforeWrite:           kerr.RequestTimedOut,
 	wire.CodeStorageError:                 kerr.KafkaStorageError,
 	wire.CodeInsufficientStorage:          kerr.KafkaStorageError,
 	wire.CodeOutOfOrderSequence:           kerr.OutOfOrderSequenceNumber,

@@ -37,6 +37,9 @@ const (
 	CodeAckTimeout                   = "ack_timeout"
 	CodeStorageError                 = "storage_error"
 	CodeInsufficientStorage          = "insufficient_storage"
+	// CodeTimeoutBeforeWrite: the request's timeout passed before the
+	// sidecar sent its write to the leader; nothing was written.
+	CodeTimeoutBeforeWrite = "timeout_before_write"
 
 	// Idempotent producers (docs/api.md, "Exactly-once appends").
 	CodeOutOfOrderSequence   = "out_of_order_sequence"
