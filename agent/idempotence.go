@@ -233,7 +233,8 @@ const laneAttempts = 3
 // agent leads it, else forwarded. An idempotent batch (the client's, or a
 // plain acks=all batch given one of the sidecar's lanes) is sent again
 // after an unknown outcome until the deadline; a plain one only after
-// refusals that appended nothing.
+// refusals that appended nothing. A plain batch for which no lane can be
+// had, or whose lanes the leader all refused, goes without idempotence.
 func (a *Agent) produceBatch(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *reply.APIError) {
 	if record.Header(batch).ProducerID() >= 0 {
 		return a.sendBatch(topic, partition, batch, count, acks, true, deadline)
@@ -241,13 +242,31 @@ func (a *Agent) produceBatch(topic string, partition int, batch []byte, count in
 	if acks != replicate.AcksAll || a.lanes == nil {
 		return a.sendBatch(topic, partition, batch, count, acks, false, deadline)
 	}
+	resp, e, sent := a.produceOnLane(topic, partition, batch, count, acks, deadline)
+	if sent {
+		return resp, e
+	}
+	if !a.now().Before(deadline) {
+		// Sent now, a local append would land after the deadline and
+		// answer an unknown outcome that nobody resends.
+		return produceResponse{}, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeTimeoutBeforeWrite,
+			"the request's timeout passed before the write could be sent with one of the sidecar's producer ids: nothing was written", true)
+	}
+	record.StampProducer(batch, record.NoProducerID, -1, record.NoSequence)
+	return a.sendBatch(topic, partition, batch, count, acks, false, deadline)
+}
+
+// produceOnLane sends a plain batch on one of the sidecar's lanes; sent is
+// false, with nothing written, when no lane could be had or the leader
+// refused every lane tried: a plain client never asked for a producer
+// sequence, and out_of_order_sequence (not retriable) told it of one.
+func (a *Agent) produceOnLane(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *reply.APIError, bool) {
 	key := partitionKey{topic: topic, partition: partition}
 	for attempt := 1; ; attempt++ {
 		ln, err := a.lanes.take(key, minTime(deadline, a.now().Add(peerCallTimeout)))
 		if err != nil {
-			a.log.Warn("no producer id for the sidecar's forward: sending it without idempotence", "topic", topic, "partition", partition, "error", err)
-			record.StampProducer(batch, record.NoProducerID, -1, record.NoSequence)
-			return a.sendBatch(topic, partition, batch, count, acks, false, deadline)
+			a.log.Warn("no producer id for a plain produce: it goes without idempotence", "topic", topic, "partition", partition, "error", err)
+			return produceResponse{}, nil, false
 		}
 		record.StampProducer(batch, ln.id, ln.epoch, ln.next)
 		resp, e := a.sendBatch(topic, partition, batch, count, acks, true, deadline)
@@ -257,7 +276,7 @@ func (a *Agent) produceBatch(topic string, partition int, batch []byte, count in
 			a.lanes.give(key, ln)
 			// The application sent this once; a resend was the sidecar's.
 			resp.Duplicate = false
-			return resp, nil
+			return resp, nil, true
 		case e.Code == wire.CodeOutOfOrderSequence || e.Code == wire.CodeInvalidProducerEpoch:
 			// Refused before any append: the leader does not know the
 			// lane's state as this sidecar does. A fresh lane starts over.
@@ -265,12 +284,13 @@ func (a *Agent) produceBatch(topic string, partition int, batch []byte, count in
 			if attempt < laneAttempts && a.now().Before(deadline) {
 				continue
 			}
-			return resp, e
+			a.log.Warn("leader refused every lane tried: the plain produce goes without idempotence", "topic", topic, "partition", partition, "lanes", attempt)
+			return produceResponse{}, nil, false
 		case unknownOutcome(e):
-			return resp, e
+			return resp, e, true
 		default:
 			a.lanes.give(key, ln)
-			return resp, e
+			return resp, e, true
 		}
 	}
 }

@@ -138,3 +138,43 @@ func TestLaneBackAfterTheTimeoutPassedBeforeTheForward(t *testing.T) {
 		t.Errorf("the log holds %v, want warm only", got)
 	}
 }
+
+// TestPlainProduceAfterEveryLaneRefused: when the leader refuses every
+// lane a plain request tries (out_of_order_sequence: it does not know the
+// lanes' state as the sidecar does), nothing was written, and the request
+// goes without idempotence, as when no lane can be had; with its timeout
+// passed, it is answered 503 timeout_before_write (a local append would
+// land after the deadline, an unknown outcome nobody resends). The client,
+// which sent no producer fields, got 409 out_of_order_sequence: not
+// retriable, and about a sequence it never sent.
+func TestPlainProduceAfterEveryLaneRefused(t *testing.T) {
+	c := startTestCluster(t, 1, "")
+	n1 := c.agents[0]
+	c.createTopic(n1, "refused", 1, 1, 1)
+	c.waitLeader("refused", 0, 1)
+	// Producer 77 is at sequence 1 on the partition; the sidecar's lanes
+	// of that id think it is at 7.
+	header := http.Header{wire.HeaderProducerID: {"77"}, wire.HeaderProducerEpoch: {"0"}, wire.HeaderSequence: {"0"}}
+	if status, body := c.callAddr(n1.client, "POST", "/v1/topics/refused/records?partition=0", wire.ContentTypeNDJSON, []byte("idempotent"), header); status != 200 {
+		t.Fatalf("idempotent produce: %d %s", status, body)
+	}
+	stale := func(n int) {
+		for range n {
+			n1.agent.lanes.give(partitionKey{topic: "refused", partition: 0}, &lane{id: 77, next: 7})
+		}
+	}
+
+	stale(1)
+	status, body := n1.produce("refused", 0, "acks=all&timeout=0s", wire.ContentTypeNDJSON, []byte("late"))
+	if e := errorCode(t, body); status != 503 || e.Code != wire.CodeTimeoutBeforeWrite || !e.Retriable {
+		t.Errorf("a plain produce whose lane the leader refused after its timeout: %d %s, want 503 timeout_before_write, retriable", status, body)
+	}
+	stale(laneAttempts)
+	status, body = n1.produce("refused", 0, "acks=all", wire.ContentTypeNDJSON, []byte("plain"))
+	if status != 200 {
+		t.Errorf("a plain produce whose lanes the leader refused: %d %s, want it sent without idempotence and written", status, body)
+	}
+	if got := n1.fetchValues("refused", 0, 0); len(got) != 2 || got[1] != "plain" {
+		t.Errorf("the log holds %v, want the idempotent record and the plain one once", got)
+	}
+}
