@@ -475,6 +475,16 @@ func (b *Broker) Produce(ctx context.Context, req kafka.ProduceRequest) (_ kafka
 		deadline = d
 	}
 	baseOffset, duplicate, apiErr := b.s.ProduceBatch(req.Topic, p, batch, count, acks, deadline)
+	if apiErr != nil && apiErr.Code == wire.CodeInternal {
+		// An unexpected error of a produce (a 500 that may follow the
+		// leader's append, a leader's answer the sidecar could not decode)
+		// leaves its outcome unknown: Kafka's REQUEST_TIMED_OUT, which
+		// producers retry, an idempotent one with the same sequence. The
+		// UNKNOWN_SERVER_ERROR internal maps to is not retriable: kgo
+		// failed records that may have been written. The agent's answer
+		// stays in the chain for the produce metrics.
+		return failed, fmt.Errorf("%w: %w", &kafka.Error{Code: kerr.RequestTimedOut.Code, Message: "the outcome is unknown"}, apiErr)
+	}
 	if apiErr != nil {
 		return failed, apiErr
 	}
