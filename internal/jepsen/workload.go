@@ -93,13 +93,14 @@ const retryClientTimeout = produceTimeout + 1500*time.Millisecond
 // (agent/produce.go): the write certainly did not happen, so the same
 // value may be retried without risking a duplicate.
 var refusedCodes = map[string]bool{
-	"not_leader":           true,
-	"leader_not_available": true,
-	"not_enough_replicas":  true,
-	"unknown_topic":        true,
-	"unknown_partition":    true,
-	"service_unavailable":  true,
-	"invalid_request":      true,
+	wire.CodeNotLeader:          true,
+	wire.CodeLeaderNotAvailable: true,
+	wire.CodeNotEnoughReplicas:  true,
+	wire.CodeUnknownTopic:       true,
+	wire.CodeUnknownPartition:   true,
+	wire.CodeServiceUnavailable: true,
+	wire.CodeInvalidRequest:     true,
+	wire.CodeTimeoutBeforeWrite: true,
 }
 
 // classify maps a produce answer to an outcome, and names the leader's
