@@ -68,7 +68,10 @@
 // ISRCommitted or ISRProposalFailed after a proposal; a refused ISRCommitted
 // (Consul committed an ISR or ELR this leader cannot take) leaves the
 // proposal in flight and the HW over the wrong ISR, so the caller resigns
-// instead of leading on. A HW checkpoint need not be written before acks
+// instead of leading on. Members of Consul's ISR or ELR that are not
+// replicas are no refusal: NewLeader and ISRCommitted leave them out and
+// propose the state without them (ISRProposal.NonReplicas, for the caller
+// to warn about), the HW standing still until that commits. A HW checkpoint need not be written before acks
 // are answered: an acknowledged record is safe because it is on every ISR
 // member, not because of the checkpoint.
 package replicate

@@ -62,6 +62,11 @@ type ISRProposal struct {
 	// the same transaction sets the replica set to it. After ISRCommitted
 	// the caller hands the committed replica set to SetReplicas.
 	Replicas []string
+	// NonReplicas, when not empty, are what the change takes out of
+	// Consul's ISR and ELR because they are not replicas: Consul named
+	// them at the leader's election (NewLeader) or in an ISRCommitted.
+	// The caller warns about them: Consul's state was corrupt.
+	NonReplicas []string
 }
 
 // EligibleReplica is a replica outside the ISR that still holds every
@@ -153,6 +158,9 @@ type isrChange struct {
 	added string
 	// replicas is the replica set a reassignment's completion sets.
 	replicas []string
+	// nonReplicas are what the change takes out of Consul's ISR and ELR
+	// (ISRProposal.NonReplicas).
+	nonReplicas []string
 }
 
 // Leader is the leader's replication state for one partition: it validates
@@ -171,10 +179,16 @@ type Leader struct {
 	ownLog
 	hw int64
 
-	isr       []string
-	elr       []EligibleReplica
-	inFlight  *isrChange
-	followers map[string]*replicaProgress
+	isr []string
+	elr []EligibleReplica
+	// nonReplicas are what Consul's ISR and ELR, as last committed, name
+	// outside the replicas (withoutNonReplicas); isr and elr leave them
+	// out. Until a change without them commits the HW does not grow: they
+	// count as ISR members whose log end is unknown, as the followers any
+	// shrink removes count until it commits.
+	nonReplicas []string
+	inFlight    *isrChange
+	followers   map[string]*replicaProgress
 	// dead are the followers Consul last said are dead (SetDeadFollowers).
 	dead map[string]bool
 
@@ -188,8 +202,12 @@ type Leader struct {
 // NewLeader returns the state of a replica that just became leader. Every
 // follower in the ISR counts as caught up at now, and every follower's log
 // end is unknown until it fetches, so the HW waits for each ISR member's
-// first fetch of the epoch.
+// first fetch of the epoch. Members of the ISR or ELR that are not
+// replicas it leaves out (withoutNonReplicas): its first Ready proposes
+// Consul's ISR and ELR without them, and the HW waits for that change.
 func NewLeader(cfg LeaderConfig, now time.Time) (*Leader, error) {
+	var nonReplicas []string
+	cfg.ISR, cfg.ELR, nonReplicas = withoutNonReplicas(cfg.ISR, cfg.ELR, cfg.Replicas)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -208,7 +226,8 @@ func NewLeader(cfg LeaderConfig, now time.Time) (*Leader, error) {
 		ackIDs:     make(map[AckID]struct{}),
 	}
 	l.isr = l.inReplicaOrder(cfg.ISR)
-	l.elr = slices.Clone(cfg.ELR)
+	l.elr = cfg.ELR
+	l.nonReplicas = nonReplicas
 	for _, id := range l.replicas {
 		if id == l.self {
 			continue
@@ -220,8 +239,37 @@ func NewLeader(cfg LeaderConfig, now time.Time) (*Leader, error) {
 		}
 		l.followers[id] = p
 	}
+	if len(nonReplicas) > 0 {
+		l.maybeShrinkISR(now)
+	}
 	l.updateHighWatermark()
 	return l, nil
+}
+
+// withoutNonReplicas splits Consul's isr and elr into the members that are
+// replicas, in their order, and the ones that are not (an operator's edit,
+// a bug, a move that removed a replica racing a stale ISR write). Leaving
+// those out only shrinks the ISR and ELR, which a leader in the ISR may
+// always do (Kafka's rule: it holds the committed log, and the HW only
+// ever counted replicas): a non-replica fetches nothing (ErrNotReplica),
+// so no record the HW passed depends on it, and a campaign needs to be a
+// replica. Refusing them instead had the leader step down, and whoever won
+// the next epoch meet the same state: the epoch climbed and the partition
+// took no writes until Consul was repaired.
+func withoutNonReplicas(isr []string, elr []EligibleReplica, replicas []string) ([]string, []EligibleReplica, []string) {
+	var nonReplicas []string
+	notReplica := func(id string) bool {
+		if slices.Contains(replicas, id) {
+			return false
+		}
+		if !slices.Contains(nonReplicas, id) {
+			nonReplicas = append(nonReplicas, id)
+		}
+		return true
+	}
+	isr = slices.DeleteFunc(slices.Clone(isr), notReplica)
+	elr = slices.DeleteFunc(slices.Clone(elr), func(e EligibleReplica) bool { return notReplica(e.ID) })
+	return isr, elr, nonReplicas
 }
 
 func (cfg *LeaderConfig) validate() error {
@@ -257,12 +305,13 @@ func (cfg *LeaderConfig) validate() error {
 	if err := checkMembers("replicas", cfg.Replicas, nil); err != nil {
 		return invalid("%v", err)
 	}
-	if err := checkMembers("ISR", cfg.ISR, cfg.Replicas); err != nil {
+	// NewLeader left out the non-replicas.
+	if err := checkMembers("ISR", cfg.ISR, nil); err != nil {
 		return invalid("%v", err)
 	}
 	for _, e := range cfg.ELR {
-		if !slices.Contains(cfg.Replicas, e.ID) || slices.Contains(cfg.ISR, e.ID) || e.ID == cfg.Self {
-			return invalid("eligible replica %q is not a follower outside the ISR %v", e.ID, cfg.ISR)
+		if slices.Contains(cfg.ISR, e.ID) {
+			return invalid("eligible replica %q is in the ISR %v", e.ID, cfg.ISR)
 		}
 	}
 	if latest, ok := cfg.EpochCache.LatestEpoch(); !ok || latest != cfg.Epoch {
@@ -567,7 +616,8 @@ func (p *replicaProgress) caughtUpAsOf() time.Time {
 // Tick moves the leader's time: it fails acks past their deadline and, with
 // no ISR change in flight, proposes removing every ISR follower that has not
 // caught up within LagTimeMax or that Consul says is dead (SetDeadFollowers),
-// or else adding a parked follower that meets the ISR-join rule.
+// and every non-replica Consul's ISR and ELR name, or else adding a parked
+// follower that meets the ISR-join rule.
 // The HW keeps counting a removed follower until ISRCommitted confirms the
 // removal.
 func (l *Leader) Tick(now time.Time) {
@@ -598,9 +648,10 @@ func (l *Leader) Tick(now time.Time) {
 // acknowledgement (its deadline), an ISR follower is dead, says it lost
 // data or is caught up only by the clock (lagging behind the log end, a
 // parked one too once an append passed it, so LagTimeMax may run out), a
-// parked follower outside the ISR meets the join rule, or the ELR can be
-// cleared. False, the leader's state does not depend on time: the agent
-// stops ticking it, so thousands of idle partitions cost no wakes
+// parked follower outside the ISR meets the join rule, the ELR can be
+// cleared, or Consul's ISR or ELR names a non-replica. False, the leader's
+// state does not depend on time: the agent stops ticking it, so thousands
+// of idle partitions cost no wakes
 // (docs/design.md §7). An ISR change in flight waits for ISRCommitted or
 // ISRProposalFailed, calls both.
 func (l *Leader) TickNeeded() bool {
@@ -613,7 +664,7 @@ func (l *Leader) TickNeeded() bool {
 	if l.inFlight != nil {
 		return false
 	}
-	if len(l.elr) > 0 && len(l.isr) >= l.minISR {
+	if len(l.nonReplicas) > 0 || len(l.elr) > 0 && len(l.isr) >= l.minISR {
 		return true
 	}
 	// As maybeShrinkISR and then maybeExpandISR see them, with the clock
@@ -708,7 +759,7 @@ func (l *Leader) SetDeadFollowers(ids []string, now time.Time) error {
 
 // maybeShrinkISR proposes, with no ISR change in flight, removing every ISR
 // follower that is dead, says it lost its data, or has not caught up within
-// LagTimeMax.
+// LagTimeMax, and every non-replica Consul's ISR and ELR name.
 func (l *Leader) maybeShrinkISR(now time.Time) {
 	if l.inFlight != nil {
 		return
@@ -717,8 +768,8 @@ func (l *Leader) maybeShrinkISR(now time.Time) {
 		p := l.followers[id]
 		return id != l.self && (l.dead[id] || l.lostData(p) || !l.caughtUp(p, now))
 	}
-	if slices.ContainsFunc(l.isr, out) {
-		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), out)})
+	if slices.ContainsFunc(l.isr, out) || len(l.nonReplicas) > 0 {
+		l.propose(&isrChange{isr: slices.DeleteFunc(slices.Clone(l.isr), out), nonReplicas: slices.Clone(l.nonReplicas)})
 	}
 }
 
@@ -729,24 +780,29 @@ func (l *Leader) maybeShrinkISR(now time.Time) {
 // A follower the change adds counts as caught up at now: it reached the HW
 // to be proposed, and a lastCaughtUp from before it joined (none at all, for
 // one that never reached the leader's log end in this epoch) would have the
-// next Tick remove it again at once. It refuses (ErrInvalidInput) an ISR
-// that lacks the leader or names a replica it does not know, and an ELR
-// entry in the ISR or outside the replicas; the proposal then stays in
-// flight and the HW counts the ISR it had, which is not what Consul may
-// elect from: the caller resigns.
+// next Tick remove it again at once. Members of isr or elr that are not
+// replicas it leaves out (withoutNonReplicas) and takes the rest as
+// committed, then proposes Consul's ISR and ELR without them (and without
+// any follower a Tick would remove); the HW waits for that change. It
+// refuses (ErrInvalidInput) an ISR that lacks the leader or names a replica
+// twice, and an ELR entry in the ISR; the proposal then stays in flight
+// and the HW counts the ISR it had, which is not what Consul may elect
+// from: the caller resigns. A leader outside Consul's ISR cannot show that
+// it holds the committed log, so it may not repair that ISR either.
 func (l *Leader) ISRCommitted(isr []string, elr []EligibleReplica, now time.Time) error {
 	if l.resigned {
 		return fmt.Errorf("%w: epoch %d resigned", ErrNotLeader, l.epoch)
 	}
-	if err := checkMembers("committed ISR", isr, l.replicas); err != nil {
+	isr, elr, nonReplicas := withoutNonReplicas(isr, elr, l.replicas)
+	if err := checkMembers("committed ISR", isr, nil); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
 	}
 	if !slices.Contains(isr, l.self) {
 		return fmt.Errorf("%w: committed ISR %v lacks the leader %q", ErrInvalidInput, isr, l.self)
 	}
 	for _, e := range elr {
-		if !slices.Contains(l.replicas, e.ID) || slices.Contains(isr, e.ID) {
-			return fmt.Errorf("%w: eligible replica %q is not a replica outside the ISR %v", ErrInvalidInput, e.ID, isr)
+		if slices.Contains(isr, e.ID) {
+			return fmt.Errorf("%w: eligible replica %q is in the ISR %v", ErrInvalidInput, e.ID, isr)
 		}
 	}
 	for _, id := range isr {
@@ -756,8 +812,12 @@ func (l *Leader) ISRCommitted(isr []string, elr []EligibleReplica, now time.Time
 		}
 	}
 	l.isr = l.inReplicaOrder(isr)
-	l.elr = slices.Clone(elr)
+	l.elr = elr
+	l.nonReplicas = nonReplicas
 	l.inFlight = nil
+	if len(nonReplicas) > 0 {
+		l.maybeShrinkISR(now)
+	}
 	l.updateHighWatermark()
 	return nil
 }
@@ -875,7 +935,7 @@ func (l *Leader) lostData(p *replicaProgress) bool {
 func (l *Leader) propose(c *isrChange) {
 	c.elr = l.eligibleAfter(c.isr)
 	l.inFlight = c
-	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr), Replicas: slices.Clone(c.replicas)}
+	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr), Replicas: slices.Clone(c.replicas), NonReplicas: slices.Clone(c.nonReplicas)}
 }
 
 // Replicas is the replica set this leader accepts follower requests from.
@@ -1027,12 +1087,13 @@ func (l *Leader) eligibleAfter(isr []string) []EligibleReplica {
 
 // updateHighWatermark sets the HW to the minimum log end over the maximal ISR
 // (the committed ISR plus a pending addition) when that is higher, unless the
-// committed ISR is below min_insync_replicas (KAFKA-15583) or Consul still
+// committed ISR is below min_insync_replicas (KAFKA-15583), Consul still
 // names eligible leader replicas (which hold every committed record only
-// while the HW stands still), then settles the acks.
+// while the HW stands still) or non-replicas (nonReplicas), then settles
+// the acks.
 func (l *Leader) updateHighWatermark() {
 	defer l.settleAcks()
-	if len(l.isr) < l.minISR || len(l.elr) > 0 {
+	if len(l.isr) < l.minISR || len(l.elr) > 0 || len(l.nonReplicas) > 0 {
 		return
 	}
 	candidate := l.durableEnd()

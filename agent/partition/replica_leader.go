@@ -116,8 +116,14 @@ func (r *Replica) processLeaderReady() {
 		}
 		r.changed.notify()
 	}
-	if rd.ISRProposal != nil {
-		r.propose(*rd.ISRProposal, false)
+	if p := rd.ISRProposal; p != nil {
+		if len(p.NonReplicas) > 0 {
+			// Consul's state was edited or written wrong: say so, the
+			// leader repairs it but someone should know.
+			r.log.Warn("consul's isr or elr names agents that are not replicas: taking them out",
+				"non_replicas", p.NonReplicas, "replicas", r.leader.Replicas(), "epoch", p.Epoch, "isr", p.ISR, "elr", p.ELR)
+		}
+		r.propose(*p, false)
 	}
 	for _, a := range rd.Acks {
 		p, ok := r.acks[a.ID]
@@ -236,16 +242,18 @@ func (r *Replica) onISRResult(ev isrResult) {
 
 // abdicateCommitted steps down, giving the lock back, from a leadership
 // whose ISR and ELR, as committed in Consul at its epoch, its state machine
-// refused (an ISR without the leader, a member or eligible replica it does
-// not know as a replica). Going on would be unsafe, not just stuck: its HW
-// counts only the ISR it knows, while Consul may elect any member of the
-// committed one, or an eligible replica while that HW moves on, after
-// acknowledged writes it never waited for; and a leader outside Consul's
-// ISR must not acknowledge at all. Clearing the proposal and proposing
-// again would keep it acknowledging under that HW until a change commits,
-// and then write its own view over a state it could not read. An election
-// decides again from Consul's state and the replicas read together; this
-// replica runs in it like the others.
+// refused (an ISR without the leader or naming a replica twice, an
+// eligible replica in the ISR; members that are not replicas it takes out
+// with an ISR change of its own instead, replicate.ISRProposal.NonReplicas).
+// Going on would be unsafe, not just stuck: its HW counts only the ISR it
+// knows, while Consul may elect any member of the committed one, or an
+// eligible replica while that HW moves on, after acknowledged writes it
+// never waited for; and a leader outside Consul's ISR must not acknowledge
+// at all. Clearing the proposal and proposing again would keep it
+// acknowledging under that HW until a change commits, and then write its
+// own view over a state it could not read. An election decides again from
+// Consul's state and the replicas read together; this replica runs in it
+// like the others.
 func (r *Replica) abdicateCommitted(isr []string, elr []replicate.EligibleReplica, cause error) {
 	r.abdicate("committed isr refused by the leader state", cause, "isr", isr, "elr", elr)
 }
