@@ -31,14 +31,27 @@ const (
 // including zombie leaders that learn late that they lost. Leaders hear
 // which nodes are dead (the crashed ones, and now and then a live one). A model of Consul
 // elects leaders from the ISR and applies ISR changes only from the current
-// leader. It checks, at every step:
+// leader. Followers fetch on fetch sessions (sim_park_test.go), where a
+// fetch with nothing to answer is parked as the agent parks it and answered
+// late (an append, a HW move, a leadership change, another fetch, or for no
+// reason of the leader's), or let go of by a forget or the session's end;
+// producers pause now and then so that parks last. It checks, at every
+// step:
 //
 //   - no record below any replica's HW ever changes or disappears, so
 //     replicas are identical below the HW, and every acknowledged acks=all
 //     record is among them;
 //   - every new leader has every such record;
 //   - a follower never truncates below its own HW;
-//   - a leader's HW never goes backwards within its epoch;
+//   - a leader's HW never goes backwards within its epoch, and never
+//     passes the fetch offset a member of its maximal ISR last sent:
+//     parks and unparks never move a follower's position;
+//   - a leader never counts a follower caught up later than the latest
+//     time its log end was at most what the follower fetched (or when it
+//     started leading, or the follower joined the ISR);
+//   - a parked follower is proposed for removal for lag only once an
+//     append passed its park more than lag_time_max ago, and then by the
+//     first tick with no change in flight;
 //
 // and, once faults stop, that the replicas converge to identical logs that
 // hold every acknowledged record.
@@ -69,6 +82,7 @@ const (
 	msgMetadata
 	msgISRTxn
 	msgISRTxnResult
+	msgForget
 )
 
 // simMessage is anything in flight: a follower request or its answer, a
@@ -80,9 +94,14 @@ type simMessage struct {
 	from string
 	to   string // "" for the controller
 	// gen and reqID tie an answer or a timeout to the request's sender and
-	// role: a stale one is ignored, as the agent ignores a late answer.
+	// role: a stale one is ignored, as the agent ignores a late answer. A
+	// forget's reqID is the fetch it forgets.
 	gen   int
 	reqID int
+	// session is a fetch's session, 0 for a GET; knownHW the leader HW
+	// its follower knows.
+	session int
+	knownHW int64
 
 	fetch     FetchRequest
 	result    FetchResult
@@ -115,10 +134,21 @@ type simNode struct {
 	leader   *Leader
 	leaderHW int64 // the leader's last HW in this role, to check it only grows
 
-	follower     *Follower
-	followLeader string
-	outstanding  int // reqID of the follower's request in flight
-	backoff      bool
+	follower      *Follower
+	followLeader  string
+	outstanding   int // reqID of the follower's request in flight
+	backoff       bool
+	knownLeaderHW int64
+	// sessions are the follower side's open fetch sessions, by leader.
+	sessions map[string]int
+
+	// lv is the current (or last) leadership; parks are the fetches its
+	// sessions hold, unparks those the loop has not taken yet.
+	lv      *simLeadership
+	parks   []*simPark
+	unparks []simUnpark
+	// sessionSeen is the latest request each session brought.
+	sessionSeen map[int]int
 
 	checkedHW int64 // records below it were checked against the committed prefix
 }
@@ -149,9 +179,15 @@ type sim struct {
 	wronglyDead      string
 	wronglyDeadUntil time.Time
 
-	queue   []*simMessage
-	seq     int
-	nextReq int
+	queue       []*simMessage
+	seq         int
+	nextReq     int
+	nextSession int
+	// producePct is the run's chance of a write per step, and quietUntil
+	// ends a pause of the producers: both let fetches park, some for
+	// longer than lag_time_max.
+	producePct int
+	quietUntil time.Time
 
 	// committed is the longest prefix any replica had below its HW; every
 	// replica's records below its HW must match it.
@@ -164,6 +200,16 @@ type sim struct {
 	trace []string
 	stats struct {
 		produced, acked, crashes, elections, isrChanges, truncations, diverging, wrongDeaths int
+		// parks: fetches parked; passedParks: parks an append passed;
+		// parkAnswers: parked fetches answered, by what woke them;
+		// lateAnswers: answered more than lag_time_max after an append
+		// passed them; sessionEnds and forgets: parks let go of
+		// without an answer; refusedUnparks: parks a refused fetch
+		// ended; staleUnparks: unparks the loop dropped (not held, or
+		// no longer leading); parkedRemovals: parked followers
+		// proposed for removal.
+		parks, passedParks, lateAnswers, sessionEnds, forgets, refusedUnparks, staleUnparks, parkedRemovals int
+		parkAnswers                                                                                         map[string]int
 	}
 }
 
@@ -176,12 +222,14 @@ func newSim(t *testing.T, seed uint64) *sim {
 		durability: []Durability{DurabilityFsync, DurabilityReplicated}[rng.IntN(2)],
 		minISR:     1 + rng.IntN(2),
 		lagTimeMax: 100 * time.Millisecond,
+		producePct: 10 + rng.IntN(21),
 		start:      t0,
 		now:        t0,
 		faults:     true,
 		acked:      make(map[int64]memRecord),
 		acks:       make(map[AckID]simAck),
 	}
+	s.stats.parkAnswers = map[string]int{}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		s.nodes = append(s.nodes, &simNode{id: id, log: newMemLog(), up: true})
 	}
@@ -216,6 +264,9 @@ func (s *sim) fail(format string, args ...any) {
 	}
 	for _, n := range s.nodes {
 		s.t.Logf("%s up=%t gen=%d log=%v", n.id, n.up, n.gen, n.log)
+		for _, p := range n.parks {
+			s.t.Logf("%s holds %s's fetch %+v parked at %s (session %d, answer at %s, end at %s)", n.id, p.from, p.fetch, s.at(p.parkedAt), p.session, s.at(p.answerAt), s.at(p.endAt))
+		}
 	}
 	s.t.Logf("controller %+v; %s, min ISR %d", s.ctl, s.durability, s.minISR)
 	s.t.Fatalf("seed %d (repeat with %s=%d %s=1): %s", s.seed, testseed.Env, s.seed, simIterationsEnv, fmt.Sprintf(format, args...))
@@ -254,10 +305,17 @@ func (s *sim) step() {
 		}
 	}
 	s.maybeElect()
+	s.serveParks()
+	for _, n := range s.nodes {
+		if n.up && len(n.unparks) > 0 && s.rng.IntN(4) == 0 {
+			s.takeUnparks(n)
+		}
+	}
 	dead := s.deadNodes()
 	for _, n := range s.nodes {
 		if n.up && n.leader != nil && !n.leader.Resigned() {
 			s.must(n.leader.SetDeadFollowers(dead, s.now))
+			n.lv.dead = dead
 			s.pumpLeader(n)
 			if !n.leader.TickNeeded() {
 				// The agent stops ticking such a leader: a Tick at
@@ -269,10 +327,12 @@ func (s *sim) step() {
 			}
 			n.leader.Tick(s.now)
 			s.pumpLeader(n)
+			s.checkParkedLag(n)
 		}
 	}
+	quiet := s.now.Before(s.quietUntil)
 	switch r := s.rng.IntN(100); {
-	case r < 30 && s.faults:
+	case r < s.producePct && s.faults && !quiet:
 		s.produce()
 	case r < 60 || !s.faults:
 		s.syncNode(s.nodes[s.rng.IntN(len(s.nodes))])
@@ -283,6 +343,12 @@ func (s *sim) step() {
 		}
 		if s.rng.IntN(1000) < 4 {
 			s.changeLeader()
+		}
+		if s.rng.IntN(1000) < 3 {
+			s.breakSession()
+		}
+		if !quiet && s.rng.IntN(1000) < 10 {
+			s.quietUntil = s.now.Add(time.Duration(s.rng.IntN(300)) * time.Millisecond)
 		}
 		if s.rng.IntN(1000) < 3 {
 			s.stats.wrongDeaths++
@@ -315,7 +381,7 @@ func (s *sim) sendAfter(m *simMessage, extra time.Duration) {
 	if s.rng.IntN(10) == 0 {
 		delay = time.Duration(s.rng.IntN(100)) * time.Millisecond
 	}
-	droppable := m.kind != msgMetadata && m.kind != msgISRTxn && m.kind != msgISRTxnResult && m.kind != msgTimeout
+	droppable := m.kind != msgMetadata && m.kind != msgISRTxn && m.kind != msgISRTxnResult && m.kind != msgTimeout && m.kind != msgForget
 	if droppable && s.faults && s.rng.IntN(100) < 3 {
 		s.tracef("drop %s", s.describe(m))
 		s.timeout(m)
@@ -368,6 +434,8 @@ func (s *sim) describe(m *simMessage) string {
 		return fmt.Sprintf("metadata to %s %+v", m.to, m.view)
 	case msgISRTxn:
 		return fmt.Sprintf("ISR txn from %s epoch %d %v", m.from, m.epoch, m.isr)
+	case msgForget:
+		return fmt.Sprintf("forget %s->%s session %d", m.from, m.to, m.session)
 	default:
 		return fmt.Sprintf("ISR txn result to %s committed %t", m.to, m.committed)
 	}
@@ -388,6 +456,8 @@ func (s *sim) deliver(m *simMessage) {
 	switch m.kind {
 	case msgFetch:
 		s.serveFetch(n, m)
+	case msgForget:
+		s.deliverForget(n, m)
 	case msgMetadata:
 		s.learn(n, m.view)
 	case msgISRTxnResult:
@@ -395,7 +465,13 @@ func (s *sim) deliver(m *simMessage) {
 			return
 		}
 		s.tracef("%s: %s", n.id, s.describe(m))
+		n.lv.added = ""
 		if m.committed {
+			for _, id := range m.isr {
+				if !slices.Contains(n.leader.ISR(), id) {
+					n.lv.floor[id] = s.now
+				}
+			}
 			s.must(n.leader.ISRCommitted(m.isr, nil, s.now))
 		} else {
 			s.must(n.leader.ISRProposalFailed())
@@ -418,23 +494,6 @@ func (s *sim) deliver(m *simMessage) {
 	}
 }
 
-// serveFetch is the leader side of the agent's replica fetch handler.
-func (s *sim) serveFetch(n *simNode, m *simMessage) {
-	reply := &simMessage{kind: msgFetchResponse, from: n.id, to: m.from, gen: m.gen, reqID: m.reqID}
-	if n.leader == nil || n.leader.Resigned() {
-		reply.err = fmt.Errorf("%w: %s does not lead", ErrNotLeader, n.id)
-		s.send(reply)
-		return
-	}
-	res, err := n.leader.Fetch(m.fetch, s.now)
-	reply.result, reply.err, reply.leaderEnd = res, err, n.log.logEnd()
-	if err == nil && res.Diverging == nil {
-		reply.records = n.log.read(m.fetch.FetchOffset, 1+s.rng.IntN(64))
-	}
-	s.send(reply)
-	s.pumpLeader(n)
-}
-
 func (s *sim) handleFetchResponse(n *simNode, m *simMessage) {
 	f := n.follower
 	switch {
@@ -445,6 +504,7 @@ func (s *sim) handleFetchResponse(n *simNode, m *simMessage) {
 		s.must(f.FetchFailed())
 	case m.result.Diverging != nil:
 		s.stats.diverging++
+		n.knownLeaderHW = max(n.knownLeaderHW, m.result.HighWatermark)
 		s.must(f.FetchResponded(m.result))
 	default:
 		if len(m.records) > 0 {
@@ -460,6 +520,7 @@ func (s *sim) handleFetchResponse(n *simNode, m *simMessage) {
 			}
 		}
 		n.backoff = false
+		n.knownLeaderHW = max(n.knownLeaderHW, m.result.HighWatermark)
 		s.must(f.FetchResponded(m.result))
 	}
 }
@@ -476,7 +537,7 @@ func (s *sim) pumpFollower(n *simNode) {
 		case rd.Truncate != nil:
 			s.truncate(n, *rd.Truncate)
 		case rd.Fetch != nil:
-			s.sendRequest(n, &simMessage{kind: msgFetch, fetch: *rd.Fetch})
+			s.sendRequest(n, &simMessage{kind: msgFetch, fetch: *rd.Fetch, session: s.sessionFor(n, n.followLeader), knownHW: n.knownLeaderHW})
 		}
 	}
 }
@@ -516,18 +577,25 @@ func (s *sim) pumpLeader(n *simNode) {
 				s.fail("%s's HW went from %d to %d in epoch %d", n.id, n.leaderHW, rd.HighWatermark, n.leader.Epoch())
 			}
 			n.leaderHW = rd.HighWatermark
+			if !n.leader.Resigned() {
+				s.checkHW(n, rd.HighWatermark)
+			}
 			s.checkpointHW(n, rd.HighWatermark)
 		}
 		for _, a := range rd.Acks {
 			s.finishAck(a)
 		}
 		if p := rd.ISRProposal; p != nil {
+			s.checkProposal(n, p)
 			s.tracef("%s proposes ISR %v at epoch %d", n.id, p.ISR, p.Epoch)
 			s.send(&simMessage{kind: msgISRTxn, from: n.id, gen: n.gen, epoch: p.Epoch, isr: p.ISR})
 		}
 	}
 	if n.leader != nil && n.leader.HighWatermark() < n.leaderHW {
 		s.fail("%s's HW %d is below the %d it reported", n.id, n.leader.HighWatermark(), n.leaderHW)
+	}
+	if n.leader != nil && !n.leader.Resigned() {
+		s.checkLeaderView(n)
 	}
 }
 
@@ -605,6 +673,14 @@ func (s *sim) produce() {
 	}
 	last := n.log.logEnd() - 1
 	s.must(n.leader.Appended(last, s.now))
+	n.lv.appends = append(n.lv.appends, simAppend{at: s.now, end: last + 1})
+	for _, id := range s.replicaIDs() {
+		if sp := n.lv.parked[id]; sp != nil && sp.passed.IsZero() {
+			sp.passed = s.now
+			s.stats.passedParks++
+			s.tracef("%s's append passes %s's park at %d", n.id, id, sp.offset)
+		}
+	}
 	s.nextAck++
 	s.acks[s.nextAck] = simAck{first: first, acks: acks, values: values}
 	s.must(n.leader.WaitAck(s.nextAck, last, acks, s.now.Add(time.Second)))
@@ -647,6 +723,7 @@ func (s *sim) crash(n *simNode) {
 		n.log.crash()
 	}
 	n.up, n.restart = false, s.now.Add(time.Duration(20+s.rng.IntN(300))*time.Millisecond)
+	s.crashParks(n)
 	n.gen++
 	n.leader, n.follower, n.outstanding = nil, nil, 0
 	n.checkedHW = min(n.checkedHW, n.log.hw)
@@ -730,6 +807,7 @@ func (s *sim) elect(n *simNode) {
 }
 
 func (s *sim) becomeLeader(n *simNode) {
+	s.forget(n)
 	n.view = s.cloneView()
 	n.gen++
 	n.follower, n.outstanding = nil, 0
@@ -750,6 +828,7 @@ func (s *sim) becomeLeader(n *simNode) {
 	}, s.now)
 	s.must(err)
 	n.leader, n.leaderHW = l, n.log.hw
+	n.lv = newSimLeadership(s.ctl.epoch, slices.DeleteFunc(s.replicaIDs(), func(id string) bool { return id == n.id }), s.ctl.isr, n.log.logEnd(), s.now)
 	s.pumpLeader(n)
 }
 
@@ -770,6 +849,9 @@ func (s *sim) learn(n *simNode, v simView) {
 	if v.leader == "" || v.leader == n.id || (n.follower != nil && n.follower.LeaderEpoch() == v.epoch) {
 		return
 	}
+	if n.followLeader != v.leader {
+		s.forget(n)
+	}
 	n.gen++
 	n.outstanding, n.backoff = 0, false
 	f, err := NewFollower(FollowerConfig{
@@ -783,7 +865,7 @@ func (s *sim) learn(n *simNode, v simView) {
 	})
 	s.must(err)
 	s.tracef("%s follows %s in epoch %d", n.id, v.leader, v.epoch)
-	n.follower, n.followLeader = f, v.leader
+	n.follower, n.followLeader, n.knownLeaderHW = f, v.leader, f.HighWatermark()
 	s.pumpFollower(n)
 }
 
