@@ -26,8 +26,9 @@
 // (the page cache may still serve it) and keeps the high watermark.
 //
 // Running out of space (ENOSPC, EDQUOT) while appending, rolling,
-// checkpointing, or writing the checkpoint that must precede a truncation
-// or a retention deletion is not an I/O error: the call returns an error matching
+// checkpointing, or writing the checkpoint (or, at the first segment's
+// start, creating the new files) that must precede a truncation or a
+// retention deletion is not an I/O error: the call returns an error matching
 // ErrNoSpace, any part of the refused write is cut off the file again, and
 // the log stays usable, for reads and for appends once space is freed. Only
 // a refusal after part of a multi-batch append was published fails the log.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -791,13 +792,14 @@ func (l *Log) truncate(offset int64) error {
 	// at a segment's start deletes the segment (its regions keep the
 	// unlinked file) and the log goes on at the end of the one before; a
 	// cut inside one makes the next append roll (cutFrom); a cut at the
-	// first segment's start replaces its files (below).
+	// first segment's start replaces its files (replaceFirstSegment).
 	if cutAt.pos == 0 && ti > 0 {
 		ti--
 		target = l.segments[ti]
 		cutAt = logPosition{offset: target.next.Load(), segmentBase: target.base, pos: target.size.Load()}
 	}
 	cutInside := cutAt.pos < target.size.Load()
+	replace := cutInside && cutAt.pos == 0
 
 	l.metaMu.Lock()
 	defer l.metaMu.Unlock()
@@ -809,6 +811,14 @@ func (l *Log) truncate(offset int64) error {
 			return l.failUnlessNoSpace(err)
 		}
 		l.recoveryPoint = cutAt
+	}
+	if replace {
+		// The new files exist before anything is cut: a full disk
+		// refuses the truncation here, with the log as it was, rather
+		// than fail it after the cut.
+		if err := l.createReplacementFiles(target.base); err != nil {
+			return l.failUnlessNoSpace(err)
+		}
 	}
 
 	removed := slices.Clone(l.segments[ti+1:])
@@ -844,12 +854,12 @@ func (l *Log) truncate(offset int64) error {
 	if err := l.deleteSegments(removed); err != nil {
 		return err
 	}
-	if cutInside && cutAt.pos > 0 {
-		target.cutFrom = true
-	} else if cutInside {
+	if replace {
 		if err := l.replaceFirstSegment(target); err != nil {
 			return err
 		}
+	} else if cutInside {
+		target.cutFrom = true
 	}
 
 	l.syncMu.Lock()
@@ -865,20 +875,64 @@ func (l *Log) truncate(offset int64) error {
 	return nil
 }
 
-// replaceFirstSegment gives the log's only segment, emptied by a truncation
-// and durably so, new files of the same name: regions of the old ones read
-// their end there, never the batches appended next. Caller holds appendMu;
-// readers do not reach the segment meanwhile (the log ends at its base).
-func (l *Log) replaceFirstSegment(old *segment) error {
-	if err := old.remove(l.fs); err != nil {
-		return l.fail(err)
+// replacementPath is where createReplacementFiles puts the new file of the
+// segment at base with suffix until replaceFirstSegment renames it over the
+// segment's own. Recovery removes it (a .tmp file).
+func (l *Log) replacementPath(base int64, suffix string) string {
+	return filepath.Join(l.dir, segmentFileName(base, suffix)+tmpSuffix)
+}
+
+// createReplacementFiles creates the empty files replaceFirstSegment puts
+// in place of the segment at base. Out of space it removes what it created
+// and returns an ErrNoSpace error: they are new files, and a roll refuses
+// a full disk the same way.
+func (l *Log) createReplacementFiles(base int64) error {
+	for _, suffix := range []string{logSuffix, indexSuffix} {
+		f, err := l.fs.OpenFile(l.replacementPath(base, suffix), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+		if err == nil {
+			err = f.Close()
+		}
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("segstore: create segment: %w", err)
+		if !isNoSpace(err) {
+			return err
+		}
+		for _, suffix := range []string{logSuffix, indexSuffix} {
+			if rerr := l.fs.Remove(l.replacementPath(base, suffix)); rerr != nil && !isNotExist(rerr) {
+				return fmt.Errorf("segstore: remove a segment refused for space: %w (after %w)", rerr, err)
+			}
+		}
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	}
-	seg, err := createSegment(l, old.base, l.opts.IndexBytes)
-	if err != nil {
+	return nil
+}
+
+// replaceFirstSegment gives the log's only segment, emptied by a truncation
+// and durably so, the new files createReplacementFiles made, renamed over
+// its own: regions of the old ones read their end there, never the batches
+// appended next. Renaming, not removing and creating, needs no space once
+// the cut is made, so nothing after it is refused for space. Caller holds
+// appendMu; readers do not reach the segment meanwhile (the log ends at its
+// base).
+func (l *Log) replaceFirstSegment(old *segment) error {
+	// Its names are about to be the new files': nothing opens them for
+	// old again.
+	old.forget()
+	for _, suffix := range []string{indexSuffix, logSuffix} {
+		tmp := l.replacementPath(old.base, suffix)
+		if err := l.fs.Rename(tmp, strings.TrimSuffix(tmp, tmpSuffix)); err != nil {
+			return l.fail(fmt.Errorf("segstore: replace segment %d: %w", old.base, err))
+		}
+	}
+	seg := newSegment(l, old.base)
+	if err := seg.index.activate(l.opts.IndexBytes); err != nil {
+		seg.closeFiles()
 		return l.fail(err)
 	}
 	l.mu.Lock()
-	l.segments[0] = seg
+	l.segments[len(l.segments)-1] = seg
 	l.active = seg
 	l.mu.Unlock()
 	old.release()

@@ -3,12 +3,15 @@ package segstore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
+
+	"github.com/logagent/logagent/record"
 )
 
 // TestNoSpaceLeavesLogUsable: an append or a checkpoint the file system
@@ -353,4 +356,121 @@ func TestReopenOnFullDisk(t *testing.T) {
 		t.Fatalf("after the crash: end %d (want %d), %d batches (want %d)", l3.LogEndOffset(), end, len(got), len(want)+len(more))
 	}
 	checkIndexes(t, l3)
+}
+
+// TestNoSpaceAfterATruncation: after a truncation the next append must not
+// write where the cut bytes were (regiontrunc_test.go): a cut at the first
+// segment's start gives that segment new files, a cut inside a segment makes
+// the next append roll, a cut at a later segment's start goes on at the end
+// of the segment before. On a full disk each of them is refused with
+// ErrNoSpace, never a failed log (which would cost the partition an
+// election), and the log goes on once space is back. A crash after each step
+// recovers what was fsynced by then.
+func TestNoSpaceAfterATruncation(t *testing.T) {
+	seed := testSeed(t)
+	cuts := []struct {
+		name string
+		// cut picks the index of the batch truncated at.
+		cut func(l *Log, batches [][]byte) int
+	}{
+		{"at the first segment's start", func(*Log, [][]byte) int { return 0 }},
+		{"inside a segment", func(*Log, [][]byte) int { return 4 }},
+		{"at a later segment's start", func(l *Log, batches [][]byte) int {
+			return slices.IndexFunc(batches, func(b []byte) bool { return record.Header(b).BaseOffset() == l.segments[1].base })
+		}},
+	}
+	// The steps, a crash after each.
+	const (
+		crashAfterFullTruncate = iota // Truncate on the full disk
+		crashAfterFullAppend          // an append on the full disk
+		crashAfterSpaceBack           // Truncate again, appends, Sync
+	)
+	steps := []string{"a truncation on a full disk", "an append on a full disk", "space came back"}
+	for _, tc := range cuts {
+		for crashAt, step := range steps {
+			t.Run(fmt.Sprintf("%s/crash after %s", tc.name, step), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 44))
+				opts := smallOptions(t, newClock())
+				fsys, _, l := newFaultLog(t, opts)
+				// Not checkpointed: the truncation has no recovery point
+				// to lower, so what it needs on the full disk is its own.
+				old := appendN(t, l, rng, 30, 1, 200)
+				if len(l.segments) < 2 {
+					t.Fatalf("%d segments, want at least 2", len(l.segments))
+				}
+				if _, err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				i := tc.cut(l, old)
+				from := record.Header(old[i]).BaseOffset()
+				refusesTruncate := i == 0
+				// want is what the log holds after each step, all of it
+				// fsynced.
+				var want [][]byte
+				crash := func() {
+					t.Helper()
+					fsys.Crash()
+					l.Close()
+					crashed := filepath.Join(t.TempDir(), "p0")
+					if err := fsys.Reconstruct(filepath.Dir(crashed), rand.New(rand.NewPCG(seed, 45))); err != nil {
+						t.Fatal(err)
+					}
+					l := openLog(t, OSFS{}, crashed, opts)
+					defer l.Close()
+					if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
+						t.Fatalf("after a crash: %d batches, want the %d fsynced", len(got), len(want))
+					}
+					checkIndexes(t, l)
+					checkEpochs(t, l, want)
+				}
+				noSpace := func(op string, err error) {
+					t.Helper()
+					if !errors.Is(err, ErrNoSpace) || errors.Is(err, ErrFailed) {
+						t.Fatalf("%s on a full disk: %v, want ErrNoSpace, not ErrFailed", op, err)
+					}
+					if err := l.usable(); err != nil {
+						t.Fatalf("log not usable after %s was refused for space: %v", op, err)
+					}
+					if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
+						t.Fatalf("after %s was refused: %d batches, want %d", op, len(got), len(want))
+					}
+					checkEpochs(t, l, want)
+				}
+
+				fsys.Inject(Fault{Op: OpWrite, Err: syscall.ENOSPC, Partial: true, Sticky: true})
+				fsys.Inject(Fault{Op: OpCreate, Err: syscall.ENOSPC, Sticky: true})
+				err := l.Truncate(from)
+				if refusesTruncate {
+					want = old
+					noSpace("the truncation", err)
+				} else if want = old[:i]; err != nil {
+					t.Fatalf("truncate on a full disk: %v", err)
+				}
+				if crashAt == crashAfterFullTruncate {
+					crash()
+					return
+				}
+				_, _, err = l.AppendLeader(makeBatch(rng, batchSpec{epoch: 2, payload: 200}), 2)
+				noSpace("an append", err)
+				if crashAt == crashAfterFullAppend {
+					crash()
+					return
+				}
+
+				fsys.Clear()
+				if err := l.Truncate(from); err != nil {
+					t.Fatalf("truncate once space is back: %v", err)
+				}
+				want = append(slices.Clip(old[:i]), appendN(t, l, rng, 20, 2, 200)...)
+				if _, err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
+					t.Fatalf("once space is back: %d batches, want %d", len(got), len(want))
+				}
+				checkIndexes(t, l)
+				crash()
+			})
+		}
+	}
 }

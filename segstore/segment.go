@@ -216,9 +216,7 @@ func (s *segment) closePooled(deleted bool) {
 // ones close, and none is opened again. The caller then releases the log's
 // reference.
 func (s *segment) remove(fsys FS) error {
-	s.closePooled(true)
-	s.log.drop()
-	s.index.file.drop()
+	s.forget()
 	err := fsys.Remove(s.logPath)
 	if ierr := fsys.Remove(s.indexPath); ierr != nil && !isNotExist(ierr) && err == nil {
 		err = ierr
@@ -227,6 +225,15 @@ func (s *segment) remove(fsys FS) error {
 		return fmt.Errorf("segstore: delete segment %d: %w", s.base, err)
 	}
 	return nil
+}
+
+// forget closes the idle descriptors of the segment's files and makes
+// sure none is opened again by name (the files are about to be unlinked or
+// replaced); descriptors in use stay valid.
+func (s *segment) forget() {
+	s.closePooled(true)
+	s.log.drop()
+	s.index.file.drop()
 }
 
 func (s *segment) closeFiles() {
