@@ -563,3 +563,34 @@ func TestSyncRacingFailedEvictionFsync(t *testing.T) {
 		t.Errorf("Sync: %v, want ErrFailed", r.err)
 	}
 }
+
+// TestReadWhoseSeekFailsClosesItsDescriptor: a Read whose read descriptor
+// cannot be positioned returns the error and gives the descriptor back to
+// the cache, which counts it closed; counted open for ever, it would hold
+// one of the bound's places. A pooled descriptor that was closed under its
+// region (a plain *os.File seeks without failing otherwise) makes the seek
+// fail.
+func TestReadWhoseSeekFailsClosesItsDescriptor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 46))
+	opts := smallOptions(t, newClock())
+	opts.Files = NewFileCache(64) // no evictions: only the reads move the count
+	l := openLog(t, OSFS{}, t.TempDir(), opts)
+	defer l.Close()
+	appendN(t, l, rng, 3, 1, 100)
+	open := l.files.Open()
+	r, err := l.Read(0, 1<<20, l.LogEndOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.File.Close()
+	r.Close() // pools the closed descriptor
+	if _, err := l.Read(0, 1<<20, l.LogEndOffset()); err == nil {
+		t.Fatal("a read through a closed descriptor succeeded")
+	}
+	if got := l.files.Open(); got != open {
+		t.Fatalf("the cache counts %d descriptors open after the failed read, %d before the reads", got, open)
+	}
+	if got := readAll(t, l, l.LogEndOffset()); len(got) != 3 {
+		t.Fatalf("read %d batches after the failed read, want 3", len(got))
+	}
+}

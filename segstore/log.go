@@ -725,7 +725,9 @@ func (l *Log) Read(offset, maxBytes, limit int64) (*Region, error) {
 		return &Region{}, nil
 	}
 	if _, err := f.Seek(start, io.SeekStart); err != nil {
-		f.Close()
+		// Not pooled: a descriptor that cannot be positioned serves no
+		// region.
+		seg.closeReader(f)
 		seg.release()
 		return nil, fmt.Errorf("segstore: seek %s: %w", seg.logPath, err)
 	}

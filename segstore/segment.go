@@ -183,6 +183,15 @@ func (s *segment) putReader(f *os.File) {
 		c.closeVictims(victims)
 		return
 	}
+	c.mu.Unlock()
+	s.closeReader(f)
+}
+
+// closeReader closes a descriptor reader returned, for the cache to count
+// it closed.
+func (s *segment) closeReader(f *os.File) {
+	c := s.l.files
+	c.mu.Lock()
 	c.closing++
 	c.mu.Unlock()
 	c.closeVictims([]any{&pooledReader{seg: s, f: f}})
