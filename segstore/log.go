@@ -818,7 +818,7 @@ func (l *Log) truncate(offset int64) error {
 		// The new files exist before anything is cut: a full disk
 		// refuses the truncation here, with the log as it was, rather
 		// than fail it after the cut.
-		if err := l.createReplacementFiles(target.base); err != nil {
+		if err := l.createSegmentFiles(target.base); err != nil {
 			return l.failUnlessNoSpace(err)
 		}
 	}
@@ -877,20 +877,22 @@ func (l *Log) truncate(offset int64) error {
 	return nil
 }
 
-// replacementPath is where createReplacementFiles puts the new file of the
-// segment at base with suffix until replaceFirstSegment renames it over the
-// segment's own. Recovery removes it (a .tmp file).
-func (l *Log) replacementPath(base int64, suffix string) string {
+// newSegmentPath is where createSegmentFiles puts the file of the segment
+// at base with suffix until installSegmentFiles renames it to the
+// segment's name. Recovery removes it (a .tmp file).
+func (l *Log) newSegmentPath(base int64, suffix string) string {
 	return filepath.Join(l.dir, segmentFileName(base, suffix)+tmpSuffix)
 }
 
-// createReplacementFiles creates the empty files replaceFirstSegment puts
-// in place of the segment at base. Out of space it removes what it created
-// and returns an ErrNoSpace error: they are new files, and a roll refuses
-// a full disk the same way.
-func (l *Log) createReplacementFiles(base int64) error {
+// createSegmentFiles creates, under temporary names, the empty files of
+// the segment at base that a truncation installs (installSegmentFiles)
+// once it has cut what it must. Made before anything is cut, they let a
+// full disk refuse the truncation with the log as it was, as it refuses a
+// roll: out of space, it removes what it created and returns an
+// ErrNoSpace error.
+func (l *Log) createSegmentFiles(base int64) error {
 	for _, suffix := range []string{logSuffix, indexSuffix} {
-		f, err := l.fs.OpenFile(l.replacementPath(base, suffix), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+		f, err := l.fs.OpenFile(l.newSegmentPath(base, suffix), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 		if err == nil {
 			err = f.Close()
 		}
@@ -901,36 +903,57 @@ func (l *Log) createReplacementFiles(base int64) error {
 		if !isNoSpace(err) {
 			return err
 		}
-		for _, suffix := range []string{logSuffix, indexSuffix} {
-			if rerr := l.fs.Remove(l.replacementPath(base, suffix)); rerr != nil && !isNotExist(rerr) {
-				return fmt.Errorf("segstore: remove a segment refused for space: %w (after %w)", rerr, err)
-			}
-		}
-		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+		return l.dropSegmentFiles(base, fmt.Errorf("%w: %w", ErrNoSpace, err))
 	}
 	return nil
 }
 
+// dropSegmentFiles removes the files createSegmentFiles made for base, when
+// err refused what they were for, and returns err, or the failure of the
+// removal. A failed log leaves them to recovery.
+func (l *Log) dropSegmentFiles(base int64, err error) error {
+	if l.failure.Load() != nil {
+		return err
+	}
+	for _, suffix := range []string{logSuffix, indexSuffix} {
+		if rerr := l.fs.Remove(l.newSegmentPath(base, suffix)); rerr != nil && !isNotExist(rerr) {
+			return l.fail(fmt.Errorf("segstore: remove a segment refused for space: %w (after %w)", rerr, err))
+		}
+	}
+	return err
+}
+
+// installSegmentFiles renames the files createSegmentFiles made to the
+// names of the segment at base, over any files there (their descriptors
+// in use stay valid), and returns the new, empty, active segment. Renaming
+// needs no space, so nothing after a truncation's cut is refused for it.
+// The directory entries become durable with the next directory fsync.
+func (l *Log) installSegmentFiles(base int64) (*segment, error) {
+	for _, suffix := range []string{indexSuffix, logSuffix} {
+		tmp := l.newSegmentPath(base, suffix)
+		if err := l.fs.Rename(tmp, strings.TrimSuffix(tmp, tmpSuffix)); err != nil {
+			return nil, fmt.Errorf("segstore: install segment %d: %w", base, err)
+		}
+	}
+	seg := newSegment(l, base)
+	if err := seg.index.activate(l.opts.IndexBytes); err != nil {
+		seg.closeFiles()
+		return nil, err
+	}
+	return seg, nil
+}
+
 // replaceFirstSegment gives the log's only segment, emptied by a truncation
-// and durably so, the new files createReplacementFiles made, renamed over
-// its own: regions of the old ones read their end there, never the batches
-// appended next. Renaming, not removing and creating, needs no space once
-// the cut is made, so nothing after it is refused for space. Caller holds
+// and durably so, the new files createSegmentFiles made: regions of the old
+// ones read their end there, never the batches appended next. Caller holds
 // appendMu; readers do not reach the segment meanwhile (the log ends at its
 // base).
 func (l *Log) replaceFirstSegment(old *segment) error {
 	// Its names are about to be the new files': nothing opens them for
 	// old again.
 	old.forget()
-	for _, suffix := range []string{indexSuffix, logSuffix} {
-		tmp := l.replacementPath(old.base, suffix)
-		if err := l.fs.Rename(tmp, strings.TrimSuffix(tmp, tmpSuffix)); err != nil {
-			return l.fail(fmt.Errorf("segstore: replace segment %d: %w", old.base, err))
-		}
-	}
-	seg := newSegment(l, old.base)
-	if err := seg.index.activate(l.opts.IndexBytes); err != nil {
-		seg.closeFiles()
+	seg, err := l.installSegmentFiles(old.base)
+	if err != nil {
 		return l.fail(err)
 	}
 	l.mu.Lock()
@@ -975,30 +998,43 @@ func (l *Log) TruncateFully(newStart int64) error {
 	return l.truncateFully(newStart)
 }
 
-// truncateFully first empties the log durably at its start offset, then
-// moves the start offset and the recovery point there (recovery starts a
-// log that holds nothing at or above the checkpointed start offset over,
-// empty, at that offset, and trusts no recovery point at or below it), and
-// only then replaces the segments. Every crash in between recovers to the
-// old log, an empty log at the old start, or the new one.
+// truncateFully first creates the new segment's files under temporary
+// names, which recovery removes, then empties the log durably at its start
+// offset, then moves the start offset and the recovery point there
+// (recovery starts a log that holds nothing at or above the checkpointed
+// start offset over, empty, at that offset, and trusts no recovery point at
+// or below it), and only then replaces the segments. Every crash in between
+// recovers to the old log, an empty log at the old start, or the new one.
 func (l *Log) truncateFully(newStart int64) error {
 	if newStart < 0 {
 		return fmt.Errorf("%w: negative log start offset %d", ErrInvalidArgument, newStart)
 	}
 	lso := l.lso.Load()
+	moves := newStart != lso
+	if moves {
+		// The new start's segment files exist before anything changes:
+		// a full disk refuses the truncation here rather than fail the
+		// log once its start offset moved on disk.
+		if err := l.createSegmentFiles(newStart); err != nil {
+			return l.failUnlessNoSpace(err)
+		}
+	}
 	if l.leo.Load() > lso {
 		if err := l.truncate(lso); err != nil {
+			if moves {
+				return l.dropSegmentFiles(newStart, err)
+			}
 			return err
 		}
 	}
 	l.metaMu.Lock()
 	defer l.metaMu.Unlock()
 	start := logPosition{offset: newStart, segmentBase: newStart}
-	if newStart != lso {
+	if moves {
 		if err := writeOffsetCheckpoint(l.fs, l.dir, logStartOffsetFile, newStart); err != nil {
 			// Refused for space, the log is whole (empty at its start)
 			// and the checkpoint on disk the old one.
-			return l.failUnlessNoSpace(err)
+			return l.dropSegmentFiles(newStart, l.failUnlessNoSpace(err))
 		}
 		if err := writeRecoveryPoint(l.fs, l.dir, start); err != nil {
 			return l.fail(err)
@@ -1006,7 +1042,7 @@ func (l *Log) truncateFully(newStart int64) error {
 		l.recoveryPoint = start
 		// The log is one empty segment at lso now, so newStart names no
 		// existing file.
-		seg, err := createSegment(l, newStart, l.opts.IndexBytes)
+		seg, err := l.installSegmentFiles(newStart)
 		if err != nil {
 			return l.fail(err)
 		}

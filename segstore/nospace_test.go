@@ -474,3 +474,97 @@ func TestNoSpaceAfterATruncation(t *testing.T) {
 		}
 	}
 }
+
+// TestNoSpaceForTheSegmentOfAFullTruncation: TruncateFully (a follower
+// below the leader's log start) needs a new segment at the new start. A
+// disk that still takes the checkpoints but not that segment's files
+// (other partitions filled it meanwhile) refuses the truncation with
+// ErrNoSpace and leaves the log as it was, never failed; once space is
+// back it goes through. A crash after either step recovers what was
+// fsynced by then.
+func TestNoSpaceForTheSegmentOfAFullTruncation(t *testing.T) {
+	seed := testSeed(t)
+	for _, crashAfterRefusal := range []bool{true, false} {
+		name := "crash after space came back"
+		if crashAfterRefusal {
+			name = "crash after the refusal"
+		}
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 47))
+			opts := smallOptions(t, newClock())
+			fsys, _, l := newFaultLog(t, opts)
+			want := appendN(t, l, rng, 30, 1, 200)
+			if _, err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			newStart := l.LogEndOffset() + 100
+			wantStart := int64(0)
+			crash := func() {
+				t.Helper()
+				fsys.Crash()
+				l.Close()
+				crashed := filepath.Join(t.TempDir(), "p0")
+				if err := fsys.Reconstruct(filepath.Dir(crashed), rand.New(rand.NewPCG(seed, 48))); err != nil {
+					t.Fatal(err)
+				}
+				l := openLog(t, OSFS{}, crashed, opts)
+				defer l.Close()
+				if got := l.LogStartOffset(); got != wantStart {
+					t.Fatalf("after a crash the log starts at %d, want %d", got, wantStart)
+				}
+				if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
+					t.Fatalf("after a crash: %d batches, want the %d fsynced", len(got), len(want))
+				}
+				checkIndexes(t, l)
+				checkEpochs(t, l, want)
+			}
+
+			fsys.Inject(Fault{Op: OpCreate, Path: segmentFileName(newStart, logSuffix), Err: syscall.ENOSPC, Sticky: true})
+			err := l.TruncateFully(newStart)
+			if !errors.Is(err, ErrNoSpace) || errors.Is(err, ErrFailed) {
+				t.Fatalf("TruncateFully on a full disk: %v, want ErrNoSpace, not ErrFailed", err)
+			}
+			if err := l.usable(); err != nil {
+				t.Fatalf("log not usable after a refusal for space: %v", err)
+			}
+			if l.LogStartOffset() != wantStart {
+				t.Fatalf("log starts at %d after the refusal, want %d", l.LogStartOffset(), wantStart)
+			}
+			if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("after the refusal: %d batches, want %d", len(got), len(want))
+			}
+			if crashAfterRefusal {
+				crash()
+				return
+			}
+
+			fsys.Clear()
+			if err := l.TruncateFully(newStart); err != nil {
+				t.Fatalf("TruncateFully once space is back: %v", err)
+			}
+			if l.LogStartOffset() != newStart || l.LogEndOffset() != newStart {
+				t.Fatalf("log [%d, %d) after TruncateFully(%d)", l.LogStartOffset(), l.LogEndOffset(), newStart)
+			}
+			wantStart = newStart
+			want = nil
+			for range 20 {
+				b := makeBatch(rng, batchSpec{base: l.LogEndOffset(), epoch: 2, payload: 200})
+				if err := l.AppendFollower(b, 2); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, b)
+			}
+			if _, err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			checkIndexes(t, l)
+			crash()
+		})
+	}
+}
