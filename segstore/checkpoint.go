@@ -128,7 +128,10 @@ func writeCheckpointFile(fsys FS, dir, name string, lines [][]int64) error {
 		return fmt.Errorf("segstore: checkpoint %s: close: %w", name, err)
 	}
 	if err := fsys.Rename(tmp, path); err != nil {
-		return fmt.Errorf("segstore: checkpoint %s: rename: %w", name, err)
+		// rename(2) is refused for space when the directory has no room
+		// for the entry; the file in place is untouched, as after a
+		// refused write.
+		return noSpaceCheckpoint(fsys, tmp, fmt.Errorf("segstore: checkpoint %s: rename: %w", name, err))
 	}
 	if err := fsys.SyncDir(dir); err != nil {
 		return fmt.Errorf("segstore: checkpoint %s: fsync directory: %w", name, err)

@@ -568,3 +568,64 @@ func TestNoSpaceForTheSegmentOfAFullTruncation(t *testing.T) {
 		})
 	}
 }
+
+// TestNoSpaceRenamingACheckpoint: rename(2) is refused for space (ENOSPC,
+// EDQUOT) when the directory has no room for the new entry. A checkpoint
+// refused there is refused like one whose write was: the file in place
+// stays, its temporary file is removed, the call returns ErrNoSpace and
+// the log stays usable; the next Checkpoint writes it.
+func TestNoSpaceRenamingACheckpoint(t *testing.T) {
+	seed := testSeed(t)
+	for _, name := range []string{epochCheckpointFile, hwCheckpointFile, recoveryPointFile} {
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 49))
+			opts := smallOptions(t, newClock())
+			fsys, dir, l := newFaultLog(t, opts)
+			want := appendN(t, l, rng, 5, 1, 200)
+			if _, err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.SetHighWatermark(l.LogEndOffset()); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, name)
+			before, err := os.ReadFile(path)
+			if err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+
+			fsys.Inject(Fault{Op: OpRename, Path: name + tmpSuffix, Err: syscall.ENOSPC})
+			err = l.Checkpoint()
+			if !errors.Is(err, ErrNoSpace) || errors.Is(err, ErrFailed) {
+				t.Fatalf("checkpoint whose rename is refused for space: %v, want ErrNoSpace, not ErrFailed", err)
+			}
+			if err := l.usable(); err != nil {
+				t.Fatalf("log not usable after a refusal for space: %v", err)
+			}
+			if after, err := os.ReadFile(path); !bytes.Equal(after, before) || (err != nil && !os.IsNotExist(err)) {
+				t.Fatalf("%s holds %q (%v) after the refusal, %q before", name, after, err, before)
+			}
+			if _, err := os.Stat(path + tmpSuffix); !os.IsNotExist(err) {
+				t.Fatalf("the refused checkpoint's temporary file is still there (%v)", err)
+			}
+
+			if err := l.Checkpoint(); err != nil {
+				t.Fatalf("checkpoint once space is back: %v", err)
+			}
+			if l.CheckpointPending() {
+				t.Fatal("checkpoint pending after a checkpoint that succeeded")
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l = openLog(t, OSFS{}, dir, opts)
+			defer l.Close()
+			if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("after a reopen: %d batches, want %d", len(got), len(want))
+			}
+			if l.HighWatermark() != l.LogEndOffset() {
+				t.Fatalf("high watermark %d after a reopen, want %d", l.HighWatermark(), l.LogEndOffset())
+			}
+		})
+	}
+}
