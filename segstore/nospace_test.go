@@ -344,13 +344,7 @@ func TestReopenOnFullDisk(t *testing.T) {
 	end := l2.LogEndOffset()
 	// A crash now (no Close) recovers from the checkpoints written after
 	// space came back.
-	fsys.Crash()
-	l2.Close()
-	crashed := filepath.Join(t.TempDir(), "p0")
-	if err := fsys.Reconstruct(filepath.Dir(crashed), rand.New(rand.NewPCG(testSeed(t), 43))); err != nil {
-		t.Fatal(err)
-	}
-	l3 := openLog(t, OSFS{}, crashed, opts)
+	l3 := crashAndReopen(t, fsys, l2, opts, rand.New(rand.NewPCG(testSeed(t), 43)))
 	defer l3.Close()
 	if got := readAll(t, l3, l3.LogEndOffset()); l3.LogEndOffset() != end || !slices.EqualFunc(got, append(want, more...), bytes.Equal) {
 		t.Fatalf("after the crash: end %d (want %d), %d batches (want %d)", l3.LogEndOffset(), end, len(got), len(want)+len(more))
@@ -409,13 +403,7 @@ func TestNoSpaceAfterATruncation(t *testing.T) {
 				var want [][]byte
 				crash := func() {
 					t.Helper()
-					fsys.Crash()
-					l.Close()
-					crashed := filepath.Join(t.TempDir(), "p0")
-					if err := fsys.Reconstruct(filepath.Dir(crashed), rand.New(rand.NewPCG(seed, 45))); err != nil {
-						t.Fatal(err)
-					}
-					l := openLog(t, OSFS{}, crashed, opts)
+					l := crashAndReopen(t, fsys, l, opts, rand.New(rand.NewPCG(seed, 45)))
 					defer l.Close()
 					if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, want, bytes.Equal) {
 						t.Fatalf("after a crash: %d batches, want the %d fsynced", len(got), len(want))
@@ -507,13 +495,7 @@ func TestNoSpaceForTheSegmentOfAFullTruncation(t *testing.T) {
 			wantStart := int64(0)
 			crash := func() {
 				t.Helper()
-				fsys.Crash()
-				l.Close()
-				crashed := filepath.Join(t.TempDir(), "p0")
-				if err := fsys.Reconstruct(filepath.Dir(crashed), rand.New(rand.NewPCG(seed, 48))); err != nil {
-					t.Fatal(err)
-				}
-				l := openLog(t, OSFS{}, crashed, opts)
+				l := crashAndReopen(t, fsys, l, opts, rand.New(rand.NewPCG(seed, 48)))
 				defer l.Close()
 				if got := l.LogStartOffset(); got != wantStart {
 					t.Fatalf("after a crash the log starts at %d, want %d", got, wantStart)
@@ -628,4 +610,17 @@ func TestNoSpaceRenamingACheckpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// crashAndReopen crashes fsys under l (what no fsync covered may be lost),
+// closes l, and opens what a crash left, rebuilt by rng, on the real disk.
+func crashAndReopen(t *testing.T, fsys *FaultFS, l *Log, opts Options, rng *rand.Rand) *Log {
+	t.Helper()
+	fsys.Crash()
+	l.Close()
+	crashed := filepath.Join(t.TempDir(), "p0")
+	if err := fsys.Reconstruct(filepath.Dir(crashed), rng); err != nil {
+		t.Fatal(err)
+	}
+	return openLog(t, OSFS{}, crashed, opts)
 }
