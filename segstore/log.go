@@ -988,7 +988,10 @@ func (l *Log) deleteSegments(segs []*segment) error {
 
 // TruncateFully discards the whole log and starts it again, empty, at
 // newStart (a follower whose log lies entirely outside the leader's).
-// Durable when it returns.
+// Durable when it returns. Refused for space (ErrNoSpace), the log is
+// usable and either as it was or, its new start offset's checkpoint
+// refused, emptied at its old start offset: the caller tells them apart by
+// the log end offset.
 func (l *Log) TruncateFully(newStart int64) error {
 	l.appendMu.Lock()
 	defer l.appendMu.Unlock()

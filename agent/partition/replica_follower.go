@@ -117,9 +117,18 @@ func (r *Replica) truncate(t replicate.Truncation) bool {
 	}
 	if err != nil {
 		if errors.Is(err, segstore.ErrNoSpace) && !errors.Is(err, segstore.ErrFailed) {
-			// Refused before it changed anything: follow again later,
-			// which decides the truncation again from the log.
+			// Refused for space, the log usable: follow again later, which
+			// decides the truncation again from the log. A full truncation
+			// may have emptied the log at its start before its checkpoint
+			// was refused: the producer state must not keep what it lost.
 			r.log.Warn("cannot truncate the partition log: its disk is full", "offset", t.Offset, "error", err)
+			if log.LogEndOffset() != before {
+				r.producersTruncated(t.Restart)
+				if r.logFailed {
+					return false
+				}
+				r.reportedEnd = min(r.reportedEnd, log.LogEndOffset())
+			}
 			r.restartFollowing()
 			return false
 		}
