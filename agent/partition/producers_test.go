@@ -40,17 +40,7 @@ func appendIdempotent(t *testing.T, r *Replica, id int64, seq int32, n int) int6
 // appendIdempotentAt is appendIdempotent with records of timestamp ts (ms).
 func appendIdempotentAt(t *testing.T, r *Replica, id int64, seq int32, n int, ts int64) int64 {
 	t.Helper()
-	var b record.Builder
-	b.SetProducer(id, 0, seq)
-	for i := 0; i < n; i++ {
-		if err := b.Add(ts, nil, []byte("v"), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	batch, err := b.AppendTo(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	batch := idempotentBatch(t, id, seq, n, ts)
 	if d := r.producers.Check(id, 0, seq, int32(n)); d.Verdict != producer.Append {
 		t.Fatalf("check of producer %d seq %d: %v", id, seq, d.Verdict)
 	}
@@ -63,6 +53,24 @@ func appendIdempotentAt(t *testing.T, r *Replica, id int64, seq int32, n int, ts
 	}
 	r.producersDirty = true
 	return base
+}
+
+// idempotentBatch is a batch of producer id (epoch 0) at seq: n records of
+// timestamp ts (ms).
+func idempotentBatch(t *testing.T, id int64, seq int32, n int, ts int64) []byte {
+	t.Helper()
+	var b record.Builder
+	b.SetProducer(id, 0, seq)
+	for i := 0; i < n; i++ {
+		if err := b.Add(ts, nil, []byte("v"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return batch
 }
 
 // wantDuplicate checks that a resend of (id, seq, n) is a duplicate of the

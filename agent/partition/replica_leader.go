@@ -422,7 +422,21 @@ func (r *Replica) produceOne(req *produceRequest) bool {
 		return false
 	}
 	if ok, err := applyProducerBatch(r.producers, h, r.deps.Now()); err != nil {
-		r.log.Warn("appended batch not recorded in the producer state", "offset", base, "error", err)
+		// Check allowed the batch's fields and the log put it at its end,
+		// so Apply refuses it only when the state holds batches past the
+		// log end: the state and the log disagree. Acknowledged with the
+		// state not knowing it, the batch's resend was appended again.
+		// The state is rebuilt from the log, as at open, which reaches
+		// the batch; a rebuild that does not (the log refused a read)
+		// leaves the outcome to the log's recovery.
+		r.log.Error("the producer state disagrees with the log; rebuilding it", "offset", base, "error", err)
+		r.loadProducers()
+		if d := r.producers.Check(h.ProducerID(), h.ProducerEpoch(), h.BaseSequence(), h.RecordCount()); d.Verdict != producer.Duplicate || d.Original.BaseOffset != base {
+			err = fmt.Errorf("agent: producer state rebuilt without the batch appended at %d: %w", base, err)
+			r.failLog(err)
+			req.reply <- ProduceOutcome{Base: base, Last: last, Epoch: epoch, Appended: true, Err: err}
+			return false
+		}
 	} else if ok {
 		r.producersDirty = true
 	}
