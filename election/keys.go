@@ -273,12 +273,31 @@ func decodeState(key string, value []byte) (PartitionState, error) {
 	if st.Epoch < 0 || len(st.ISR) == 0 {
 		return PartitionState{}, fmt.Errorf("%w: %s: epoch %d, isr %v", ErrCorruptMetadata, key, st.Epoch, st.ISR)
 	}
+	// The ISR is a set, and a repeat (an operator's edit) names the same
+	// member again. Passed on, the leader's state machine refused it and
+	// stepped down, and every election met it again: the epoch climbed and
+	// the partition took no writes. Read as the set, every reader (the
+	// campaign's eligibility, cleanElectionISR's count against
+	// min_insync_replicas, the leader) sees the same members, and the next
+	// election or ISR change writes it back without the repeat.
+	st.ISR = withoutRepeats(st.ISR)
 	for _, e := range st.ELR {
 		if e.Node == "" || slices.Contains(st.ISR, e.Node) {
 			return PartitionState{}, fmt.Errorf("%w: %s: eligible replica %q is empty or in the ISR %v", ErrCorruptMetadata, key, e.Node, st.ISR)
 		}
 	}
 	return st, nil
+}
+
+// withoutRepeats is ids without the later occurrences of each id.
+func withoutRepeats(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func decodeReplicas(key string, value []byte) ([]string, error) {

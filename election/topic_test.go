@@ -235,6 +235,37 @@ func TestDecodeStateRejectsImpossibleValues(t *testing.T) {
 	}
 }
 
+// TestDecodeStateReadsTheISRAsASet: an ISR naming a member twice (an
+// operator's edit) is read without the repeat. Passed on, the leader's
+// state machine refused it and every election met it again (agent/partition
+// TestRepeatedMemberInConsulISRIsHarmless), and a clean election counted
+// the repeat towards min_insync_replicas: [a a b] less the dead leader b
+// was written as [a a], two members for one.
+func TestDecodeStateReadsTheISRAsASet(t *testing.T) {
+	tests := []struct {
+		value string
+		isr   []string
+		// clean is the ISR a's clean election writes, b dead, min ISR 2.
+		clean []string
+	}{
+		{`{"leader":"b","epoch":3,"isr":["a","a","b"]}`, []string{"a", "b"}, []string{"a", "b"}},
+		{`{"leader":"b","epoch":3,"isr":["b","a","b","c","a"]}`, []string{"b", "a", "c"}, []string{"a", "c"}},
+		{`{"leader":"b","epoch":3,"isr":["a","b","c"]}`, []string{"a", "b", "c"}, []string{"a", "c"}},
+	}
+	for _, tt := range tests {
+		st, err := decodeState("k", []byte(tt.value))
+		if err != nil {
+			t.Fatalf("decodeState(%s): %v", tt.value, err)
+		}
+		if !slices.Equal(st.ISR, tt.isr) {
+			t.Errorf("decodeState(%s).ISR = %v, want %v", tt.value, st.ISR, tt.isr)
+		}
+		if got := st.cleanElectionISR("a", true, 2); !slices.Equal(got, tt.clean) {
+			t.Errorf("decodeState(%s).cleanElectionISR(a, leader dead, min 2) = %v, want %v", tt.value, got, tt.clean)
+		}
+	}
+}
+
 func TestKeyspaceParsesTombstones(t *testing.T) {
 	k := keyspace{prefix: "logagent/"}
 	id, _, kind := k.parse(k.tombstone("ABC123"))

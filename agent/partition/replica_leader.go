@@ -242,9 +242,10 @@ func (r *Replica) onISRResult(ev isrResult) {
 
 // abdicateCommitted steps down, giving the lock back, from a leadership
 // whose ISR and ELR, as committed in Consul at its epoch, its state machine
-// refused (an ISR without the leader or naming a replica twice, an
-// eligible replica in the ISR; members that are not replicas it takes out
-// with an ISR change of its own instead, replicate.ISRProposal.NonReplicas).
+// refused (an ISR without the leader, an eligible replica in the ISR;
+// members that are not replicas it takes out with an ISR change of its own
+// instead, replicate.ISRProposal.NonReplicas, and a member named twice
+// election reads once).
 // Going on would be unsafe, not just stuck: its HW counts only the ISR it
 // knows, while Consul may elect any member of the committed one, or an
 // eligible replica while that HW moves on, after acknowledged writes it
