@@ -356,3 +356,62 @@ func TestAlterMinISRAboveAMovedPartitionsReplicas(t *testing.T) {
 		t.Fatalf("min_insync_replicas 2 = %+v, %v", tc, err)
 	}
 }
+
+// TestAlterMinISRRacingAShrinkingMove: an alter raising
+// min_insync_replicas checks every partition's replicas and moves as it
+// read them, and its write was guarded by the config's index only; a move
+// started between its read and its write (shrinking a partition, which
+// checked the target against the min_insync_replicas it read) left the
+// config's check unchanged. Both committed: min_insync_replicas 3 with a
+// move to 2 replicas in flight, the state the alter exists to refuse. A
+// leader that completes the move before it learns the new setting writes
+// replicas that no leader can start on (replicate.NewLeader refuses
+// min_insync_replicas above the replicas): from the partition's next
+// election on, each winner resigns and the epoch climbs. A start that
+// leaves a partition fewer replicas now writes the config at the index it
+// checked, so the alter decided before it fails its cas, and read again
+// it is refused.
+func TestAlterMinISRRacingAShrinkingMove(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	ctx := context.Background()
+	createTopic(t, a, "race", [][]string{{"a", "b", "c"}, {"a", "b", "c"}}, func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 })
+	configIndex := func() uint64 {
+		t.Helper()
+		pair, _, err := srv.Client().KV().Get(a.keys.config("race"), &api.QueryOptions{RequireConsistent: true})
+		if err != nil || pair == nil {
+			t.Fatalf("read the config: %v, %v", pair, err)
+		}
+		return pair.ModifyIndex
+	}
+	minISR3 := func(tc TopicConfig, _ [][]string) (TopicConfig, [][]string, error) {
+		tc.MinInsyncReplicas = 3
+		return tc, nil, nil
+	}
+
+	// A move that keeps the count leaves the config alone.
+	before := configIndex()
+	if _, _, err := a.StartReassign(ctx, "race", 1, []string{"b", "c", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if after := configIndex(); after != before {
+		t.Fatalf("a move keeping 3 replicas wrote the config (index %d to %d)", before, after)
+	}
+
+	_, err := a.AlterTopic(ctx, "race", func(tc TopicConfig, replicas [][]string) (TopicConfig, [][]string, error) {
+		// Between the alter's read and its write.
+		if _, _, err := a.StartReassign(ctx, "race", 0, []string{"a", "b"}); err != nil {
+			t.Errorf("the move's start: %v", err)
+		}
+		return minISR3(tc, replicas)
+	})
+	if !errors.Is(err, ErrConflict) {
+		tc, _, _, fewest, rerr := a.readTopic(ctx, "race", "read", keyRule(a.keys.prefix))
+		t.Fatalf("alter to min_insync_replicas 3 racing a move of partition 0 to 2 replicas = %v (config now %+v, fewest replicas %v, %v), want ErrConflict", err, tc, fewest, rerr)
+	}
+	if _, err := a.AlterTopic(ctx, "race", minISR3); !errors.Is(err, ErrInvalidTopic) || !strings.Contains(err.Error(), "partition 0") {
+		t.Fatalf("the alter again = %v, want ErrInvalidTopic naming partition 0 (moving to 2 replicas)", err)
+	}
+}

@@ -45,6 +45,7 @@ import (
 //	replicas  CreateTopic                     cas 0
 //	          AlterTopic (new partitions)     check-index config, delete-tree, cas 0
 //	          StartReassign := union          check-index config, cas replicas, cas reassign 0
+//	                                          (a shrinking target: cas config, flags one up)
 //	                                          (StartReassignFrom: at the index decided from)
 //	          CompleteReassign := target      the ISR change txn + cas replicas, delete-cas reassign
 //	reassign  StartReassign / CompleteReassign (above)

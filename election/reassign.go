@@ -195,7 +195,9 @@ func decodeReassignment(key string, value []byte, replicas []string) (Reassignme
 // StartReassign starts moving a partition's replicas to target: one
 // transaction [check-index config, cas replicas := the union, cas reassign
 // 0 := the move] over a consistent read of the config, then of the
-// partition's keys at one index. A target
+// partition's keys at one index; for a target shorter than the replicas
+// the check-index is a cas of the config, so that an AlterTopic decided
+// before the move fails (startReassign). A target
 // with a repeated or invalid node, or fewer replicas than the topic's
 // min_insync_replicas, is ErrInvalidTopic; a move already in flight
 // ErrReassignInProgress; a target equal to the replicas is no move (done
@@ -289,8 +291,22 @@ func (c *Client) startReassign(ctx context.Context, topic string, partition int,
 	if slices.Equal(replicas, target) {
 		return m, true, nil
 	}
+	configGuard := &api.KVTxnOp{Verb: api.KVCheckIndex, Key: configPair.Key, Index: configPair.ModifyIndex}
+	if len(target) < len(replicas) {
+		// The move leaves the partition fewer replicas than AlterTopic
+		// counts for it (readTopic's fewest), so a raise of
+		// min_insync_replicas decided before this start and written after
+		// it would leave a move, then replicas, that no leader can start
+		// on (replicate.NewLeader): the epoch climbs from the next
+		// election on. The alter writes the config with a cas at the
+		// index it read: this writes the config's value as it is, with
+		// its KV flags (which nothing else reads) one up, since Consul
+		// leaves an unchanged entry's index where it is, and so the alter
+		// fails and reads this move again.
+		configGuard = &api.KVTxnOp{Verb: api.KVCAS, Key: configPair.Key, Index: configPair.ModifyIndex, Value: configPair.Value, Flags: configPair.Flags + 1}
+	}
 	ops := api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: configPair.Key, Index: configPair.ModifyIndex}},
+		{KV: configGuard},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: replicasKey, Index: replicasPair.ModifyIndex, Value: encodeJSON(m.Union())}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: reassignKey, Index: 0, Value: encodeJSON(m)}},
 	}
