@@ -168,9 +168,17 @@ func (g *Classic) Generation() int32 { return g.generation }
 // State is the group's state.
 func (g *Classic) State() ClassicState { return g.state }
 
-// Members is the number of members, those waiting for their member id
-// (ErrMemberIDRequired) included.
-func (g *Classic) Members() int { return len(g.members) + len(g.pending) }
+// Members is the number of members. A member id handed out with
+// ErrMemberIDRequired and not used yet makes no member, as in Kafka (its
+// GroupMetadata keeps pending members apart): a group with only those is
+// Empty, so it may be deleted, reset or taken over by the HTTP API's
+// protocol.
+func (g *Classic) Members() int { return len(g.members) }
+
+// Pending is the number of member ids handed out with ErrMemberIDRequired
+// and not used yet: until they expire (Tick), a join with one must find the
+// group.
+func (g *Classic) Pending() int { return len(g.pending) }
 
 // Join is a member's JoinGroup. done says whether the answer is final:
 // otherwise the join phase is under way, and the answer is JoinAnswer's

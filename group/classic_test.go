@@ -79,8 +79,9 @@ func wantErr(t *testing.T, what string, err, want error) {
 	}
 }
 
-// TestClassicMemberIDRequired: a v4+ first join is given its id and the
-// join phase waits for it; with it the member joins and leads.
+// TestClassicMemberIDRequired: a v4+ first join is given its id, which
+// makes no member of the still Empty group, and the join phase waits for
+// it; with it the member joins and leads.
 func TestClassicMemberIDRequired(t *testing.T) {
 	g := newClassic(t)
 	req := joinReq("", "m1")
@@ -89,8 +90,10 @@ func TestClassicMemberIDRequired(t *testing.T) {
 	if !errors.Is(err, ErrMemberIDRequired) || !done || r.MemberID != "m1" {
 		t.Fatalf("first join: %+v, %v, %v; want MEMBER_ID_REQUIRED with m1", r, done, err)
 	}
-	if g.Members() != 1 || g.State() != ClassicEmpty {
-		t.Fatalf("pending member: %d members, state %v", g.Members(), g.State())
+	// An id handed out makes no member (Kafka's pending members are apart
+	// from its members): the group is empty.
+	if g.Members() != 0 || g.Pending() != 1 || g.State() != ClassicEmpty {
+		t.Fatalf("pending member: %d members, %d pending, state %v; want 0, 1, Empty", g.Members(), g.Pending(), g.State())
 	}
 	r = join(t, g, joinReq("m1", ""), t0, true)
 	wantJoin(t, r, 1, "m1", "range", "m1")

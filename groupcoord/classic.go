@@ -450,7 +450,8 @@ func (c *Coordinator) ClassicList() []ClassicSummary {
 }
 
 // tickClassic expires the classic groups' sessions and join phases that
-// are due, and forgets groups left without members (their offsets stay).
+// are due, and forgets groups left without members or member ids handed
+// out (their offsets stay).
 // Called with s.mu held.
 func (c *Coordinator) tickClassic(s *shard, now time.Time) {
 	for id, ce := range s.classic {
@@ -462,7 +463,7 @@ func (c *Coordinator) tickClassic(s *shard, now time.Time) {
 			}
 			ce.notify()
 		}
-		if ce.g.Members() == 0 {
+		if ce.g.Members() == 0 && ce.g.Pending() == 0 {
 			delete(s.classic, id)
 		}
 	}

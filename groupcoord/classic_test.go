@@ -233,3 +233,57 @@ func TestClassicSimpleCommitWithPendingMemberID(t *testing.T) {
 		t.Fatalf("simple commit to a group with a member: %v, want ErrUnknownMember", err)
 	}
 }
+
+// TestClassicPendingMemberIDIsNoMember: a classic group whose only trace
+// is a member id handed out with MEMBER_ID_REQUIRED has no member, as in
+// Kafka, so a delete, an offset reset and an HTTP join go ahead (all three
+// were refused as a group with a member until the id expired); the id
+// survives the coordinator's tick until then. After the delete or the HTTP
+// join the id is gone with the classic group: a classic join with it is
+// UNKNOWN_MEMBER_ID, or INCONSISTENT_GROUP_PROTOCOL beside the HTTP
+// member; after the reset it joins.
+func TestClassicPendingMemberIDIsNoMember(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		op       func(c *Coordinator) error
+		thenJoin error // what the classic join with the handed-out id gets; nil: it joins
+	}{
+		{"delete", func(c *Coordinator) error { return c.Delete(ctx, "g") }, group.ErrUnknownMember},
+		{"reset", func(c *Coordinator) error {
+			_, err := c.Reset(ctx, "g", ResetRequest{Topic: "t", To: "earliest"})
+			return err
+		}, nil},
+		{"HTTP join", func(c *Coordinator) error {
+			_, err := c.Join(ctx, "g", JoinRequest{Topics: []string{"t"}, MemberID: "h"})
+			return err
+		}, group.ErrInconsistentProtocol},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, st, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+			h.hw[group.TopicPartition{Topic: "t", Partition: 0}] = 100
+			c := newTestCoordinator(t, h, st, clock)
+			req := classicJoinReq("", "p1")
+			req.RequireKnownMemberID = true
+			if r, err := c.ClassicJoin(ctx, "g", req); !errors.Is(err, group.ErrMemberIDRequired) || r.MemberID != "p1" {
+				t.Fatalf("first join: %+v, %v; want MEMBER_ID_REQUIRED with p1", r, err)
+			}
+			clock.Add(time.Second)
+			c.tick()
+			if err := tc.op(c); err != nil {
+				t.Fatalf("%s with only a member id handed out: %v", tc.name, err)
+			}
+			r, err := c.ClassicJoin(ctx, "g", classicJoinReq("p1", ""))
+			if tc.thenJoin != nil {
+				if !errors.Is(err, tc.thenJoin) {
+					t.Fatalf("join with the handed-out id after the %s: %+v, %v; want %v", tc.name, r, err, tc.thenJoin)
+				}
+				return
+			}
+			if err != nil || !r.Done || r.Generation != 1 {
+				t.Fatalf("join with the handed-out id after the %s: %+v, %v", tc.name, r, err)
+			}
+		})
+	}
+}

@@ -572,6 +572,12 @@ func (c *Coordinator) Join(ctx context.Context, groupID string, req JoinRequest)
 	if err := c.save(ctx, s, groupID, e); err != nil {
 		return MemberResponse{}, err
 	}
+	// An empty classic group gives way, as Kafka replaces an empty classic
+	// group by a consumer group: its member ids handed out and not used
+	// yet go with it, so that a classic join with one cannot put a classic
+	// member beside this one (a classic join creating the group again
+	// checks for members of this protocol).
+	delete(s.classic, groupID)
 	c.log.Info("member joined", "group", groupID, "member", member, "topics", req.Topics, "epoch", e.g.Epoch())
 	return memberResponse(groupID, member, r), nil
 }
