@@ -34,6 +34,7 @@ func TestEveryCommandWithTheAgentDown(t *testing.T) {
 		{"group list", []string{"group", "list", "-timeout", timeout}, 2 * time.Second},
 		{"group describe", []string{"group", "describe", "g", "-timeout", timeout}, 2 * time.Second},
 		{"group reset-offsets", []string{"group", "reset-offsets", "g", "-topic", "t", "-to", "0", "-timeout", timeout}, 2 * time.Second},
+		{"group delete", []string{"group", "delete", "g", "-timeout", timeout}, 2 * time.Second},
 		{"produce", []string{"produce", "-topic", "t", "-timeout", timeout}, 2 * time.Second},
 		{"produce to a partition", []string{"produce", "-topic", "t", "-partition", "0", "-timeout", timeout}, 2 * time.Second},
 		{"consume", []string{"consume", "-topic", "t", "-timeout", timeout}, 2 * time.Second},

@@ -40,6 +40,7 @@ func (f *fakeClientAPI) registerGroups(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/groups/{group}/offsets", f.commit)
 	mux.HandleFunc("GET /v1/groups/{group}/offsets", f.offsets)
 	mux.HandleFunc("POST /v1/groups/{group}/offsets/reset", f.resetOffsets)
+	mux.HandleFunc("DELETE /v1/groups/{group}", f.deleteGroup)
 }
 
 func (f *fakeClientAPI) groupLocked(name string) *fakeCLIGroup {
@@ -339,6 +340,21 @@ func (f *fakeClientAPI) resetOffsets(w http.ResponseWriter, r *http.Request) {
 		g.committed[client.TopicPartition{Topic: o.Topic, Partition: o.Partition}] = o.Offset
 	}
 	fakeJSON(w, http.StatusOK, map[string]any{"offsets": out})
+}
+
+func (f *fakeClientAPI) deleteGroup(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := r.PathValue("group")
+	switch g := f.groups[name]; {
+	case !g.known():
+		fakeError(w, http.StatusNotFound, client.CodeUnknownGroup, nil)
+	case len(g.members) > 0:
+		fakeError(w, http.StatusConflict, client.CodeGroupNotEmpty, nil)
+	default:
+		delete(f.groups, name)
+		fakeJSON(w, http.StatusOK, struct{}{})
+	}
 }
 
 // memberOffsetLocked checks a member's fetch and returns the offset it

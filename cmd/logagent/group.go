@@ -15,6 +15,7 @@ var groupSubcommands = []subcommand[func(args []string, stdout, stderr io.Writer
 	{"list", "list the consumer groups: epoch and members", runGroupList},
 	{"describe", "show a group's partitions (owner, committed offset, HW, lag) and members: group describe G", runGroupDescribe},
 	{"reset-offsets", "set a group's committed offsets of a topic: group reset-offsets G -topic T -to earliest|latest|N", runGroupResetOffsets},
+	{"delete", "delete a group without members and its committed offsets: group delete G", runGroupDelete},
 }
 
 func runGroup(args []string, stdout, stderr io.Writer) error {
@@ -23,11 +24,16 @@ func runGroup(args []string, stdout, stderr io.Writer) error {
 
 // groupError says what to do next about the errors a group command can
 // meet at addr: bad arguments are bad usage, a group that is not empty a
-// failure saying whose consumers to stop, the rest as explain says.
+// failure saying whose consumers to stop (those of topic, or all of them
+// when topic is ""), the rest as explain says.
 func groupError(err error, addr string, timeout time.Duration, group, topic string) error {
 	var e *client.Error
 	if errors.Is(err, client.ErrGroupNotEmpty) && errors.As(err, &e) {
-		return &explained{line: fmt.Sprintf("%s: stop the group's consumers of topic %s first ('logagent group describe %s' shows who owns what)", e.Message, topic, group), err: err}
+		whose := "the group's consumers"
+		if topic != "" {
+			whose += " of topic " + topic
+		}
+		return &explained{line: fmt.Sprintf("%s: stop %s first ('logagent group describe %s' shows who owns what)", e.Message, whose, group), err: err}
 	}
 	return explain(usageError(err), addr, timeout)
 }
@@ -156,4 +162,23 @@ func runGroupResetOffsets(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%d\t%d\n", o.Partition, o.Offset)
 	}
 	return tw.Flush()
+}
+
+func runGroupDelete(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("group delete", stderr)
+	group := fs.String("group", "", "the group's id (or give it as the argument)")
+	addr, timeout := addrFlag(fs), timeoutFlag(fs)
+	if err := parseFlagsWithArg(fs, args, group, "group", "-group", "G"); err != nil {
+		return err
+	}
+	c, ctx, cancel, err := agentCall(addr, *timeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := c.DeleteGroup(ctx, *group); err != nil {
+		return groupError(err, c.Addr(), *timeout, *group, "")
+	}
+	fmt.Fprintf(stdout, "deleted group %s\n", *group)
+	return nil
 }

@@ -232,8 +232,15 @@ func TestGroupCommands(t *testing.T) {
 		{"reset unknown group", []string{"group", "reset-offsets", "-addr", addr, "nope", "-topic", "t", "-to", "0"}, 1, nil, []string{"unknown_group"}},
 		{"consume what another member holds", []string{"consume", "-addr", addr, "-topic", "t", "-group", "busy", "-timeout", "1s"}, 1, nil, []string{
 			"logagent consume: the group busy gave this member no partition within 1s (others may own them all: 'logagent group describe busy' shows who owns what)\n"}},
-		{"no subcommand", []string{"group"}, 2, nil, []string{"Usage: logagent group <list|describe|reset-offsets>"}},
-		{"unknown subcommand", []string{"group", "delete"}, 2, nil, []string{`unknown subcommand "delete"`}},
+		{"delete while a member is in it", []string{"group", "delete", "-addr", addr, "busy"}, 1, nil, []string{
+			"group_not_empty", "stop the group's consumers first ('logagent group describe busy' shows who owns what)"}},
+		{"delete without a group", []string{"group", "delete", "-addr", addr}, 2, nil, []string{"name the group: -group G, or G as the argument"}},
+		{"delete a bad group id", []string{"group", "delete", "-addr", addr, strings.Repeat("g", 256)}, 2, nil, []string{"invalid group or member id"}},
+		{"delete", []string{"group", "delete", "-addr", addr, "-group", "g"}, 0, []string{"deleted group g\n"}, nil},
+		{"delete again", []string{"group", "delete", "-addr", addr, "g"}, 1, nil, []string{"unknown_group", "'logagent group list' shows the groups"}},
+		{"describe once deleted", []string{"group", "describe", "-addr", addr, "g"}, 1, nil, []string{"unknown_group"}},
+		{"no subcommand", []string{"group"}, 2, nil, []string{"Usage: logagent group <list|describe|reset-offsets|delete>"}},
+		{"unknown subcommand", []string{"group", "remove"}, 2, nil, []string{`unknown subcommand "remove"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -242,7 +249,10 @@ func TestGroupCommands(t *testing.T) {
 			checkCLI(t, c, code, out.String(), errb.String())
 		})
 	}
-	if got := f.committedOf("g"); got[client.TopicPartition{Topic: "t", Partition: 0}] != 0 {
-		t.Errorf("after the reset to earliest, committed %v", got)
+	if got := f.committedOf("g"); len(got) != 0 {
+		t.Errorf("after the delete, committed %v", got)
+	}
+	if n := f.groupMembers("busy"); n != 1 {
+		t.Errorf("the refused delete left busy with %d member(s), want 1", n)
 	}
 }
