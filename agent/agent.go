@@ -419,12 +419,13 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 	a.clientAPIs = peer.NewClients(string(a.clientToken), fetchBodyLimit(a.cfg), false, a.clientAPITLSFor())
 	a.groupRouter = a.newGroupRouter(peer.NewClients(string(a.peerToken), fetchBodyLimit(a.cfg), false, a.peerTLSFor()))
 	a.groups = groupcoord.New(groupcoord.Config{
-		Partitions: a.cfg.Groups.OffsetsPartitions,
-		Host:       a.groupRouter.Host(),
-		Store:      a.coord,
-		Now:        a.now,
-		Logger:     a.log.Named("groups"),
-		Limits:     a.recordLimits,
+		Partitions:       a.cfg.Groups.OffsetsPartitions,
+		Host:             a.groupRouter.Host(),
+		Store:            a.coord,
+		Now:              a.now,
+		Logger:           a.log.Named("groups"),
+		Limits:           a.recordLimits,
+		OffsetsRetention: a.cfg.Groups.OffsetsRetention,
 	})
 	runErr := a.join(ctx)
 	if runErr == nil {

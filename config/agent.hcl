@@ -227,6 +227,12 @@ groups {
   offsets_partitions = 8
   # Replicas of each offsets partition; commits are acks=all writes to it.
   offsets_replication_factor = 3
+  # Unlike the two above, applies to every group, not at the creation: a
+  # group that has had no member and no commit for this long is deleted
+  # with its committed offsets, as Kafka's offsets.retention.minutes (a
+  # coordinator failover starts the count again); "0s" keeps groups until
+  # they are deleted.
+  offsets_retention = "168h"
 }
 
 # What the agents do for the cluster as a whole.

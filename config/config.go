@@ -144,10 +144,15 @@ type Cluster struct {
 }
 
 // Groups configures the consumer groups' offsets topic, created on the
-// first use of a group (docs/design.md §7.3).
+// first use of a group (docs/design.md §7.3), and how long a group without
+// members is kept.
 type Groups struct {
 	OffsetsPartitions        int
 	OffsetsReplicationFactor int
+	// OffsetsRetention: a group that has had no member and no commit for
+	// this long is deleted, its committed offsets with it (Kafka's
+	// offsets.retention.minutes); 0 keeps groups until they are deleted.
+	OffsetsRetention time.Duration
 }
 
 // Limits bound what a client may send.

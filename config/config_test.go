@@ -88,6 +88,7 @@ func TestDefaults(t *testing.T) {
 		{"replication_factor", cfg.TopicDefaults.ReplicationFactor, 3},
 		{"min_insync_replicas", cfg.TopicDefaults.MinInsyncReplicas, 2},
 		{"unclean", cfg.TopicDefaults.UncleanLeaderElection, false},
+		{"offsets_retention", cfg.Groups.OffsetsRetention, 168 * time.Hour},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -226,6 +227,9 @@ func TestInvalid(t *testing.T) {
 		{"prefix without slash", "consul {\n  prefix = \"logagent\"\n}\n", 2, "ending in '/'"},
 		{"wrong type", "topic_defaults {\n  partitions = \"many\"\n}\n", 2, "Unsuitable value type"},
 		{"fetch wait above lag", "replication {\n  lag_time_max = \"1s\"\n  fetch_max_wait = \"2s\"\n}\n", 3, "must be below replication.lag_time_max"},
+		{"offsets retention below a minute", "groups {\n  offsets_retention = \"30s\"\n}\n", 2, `30s is below the minimum 1m0s ("0s" keeps groups until they are deleted)`},
+		{"offsets retention negative", "groups {\n  offsets_retention = \"-1h\"\n}\n", 2, "-1h0m0s is below the minimum 0s"},
+		{"offsets retention not a duration", "groups {\n  offsets_retention = \"7 days\"\n}\n", 2, `"7 days" is not a duration`},
 		{"rebalance delay too short", "replication {\n  leader_rebalance_delay = \"100ms\"\n}\n", 2, "outside the allowed range 1s to 24h0m0s"},
 		{"reassign throttle below 1KiB", "replication {\n  reassign_max_bytes_per_second = \"100\"\n}\n", 2, "below the minimum 1KiB (0 turns the bound off)"},
 		{"reassign throttle not a size", "replication {\n  reassign_max_bytes_per_second = \"fast\"\n}\n", 2, `"fast" is not a size`},

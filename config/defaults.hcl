@@ -60,6 +60,7 @@ limits {
 groups {
   offsets_partitions         = 8
   offsets_replication_factor = 3
+  offsets_retention          = "168h"
 }
 
 cluster {

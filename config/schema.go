@@ -28,8 +28,9 @@ type fileCluster struct {
 }
 
 type fileGroups struct {
-	OffsetsPartitions        *int `hcl:"offsets_partitions,optional"`
-	OffsetsReplicationFactor *int `hcl:"offsets_replication_factor,optional"`
+	OffsetsPartitions        *int    `hcl:"offsets_partitions,optional"`
+	OffsetsReplicationFactor *int    `hcl:"offsets_replication_factor,optional"`
+	OffsetsRetention         *string `hcl:"offsets_retention,optional"`
 }
 
 type fileClient struct {

@@ -297,6 +297,10 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	if n := c.Groups.OffsetsReplicationFactor; n < 1 {
 		v.errorf("groups.offsets_replication_factor", "%d must be at least 1", n)
 	}
+	c.Groups.OffsetsRetention = v.duration("groups.offsets_retention", f.Groups.OffsetsRetention, 0, 0)
+	if d := c.Groups.OffsetsRetention; d > 0 && d < time.Minute {
+		v.errorf("groups.offsets_retention", "%s is below the minimum 1m0s (\"0s\" keeps groups until they are deleted)", d)
+	}
 	return c, v.diags
 }
 

@@ -465,6 +465,7 @@ func (c *Coordinator) tickClassic(s *shard, now time.Time) {
 		}
 		if ce.g.Members() == 0 && ce.g.Pending() == 0 {
 			delete(s.classic, id)
+			s.active[id] = now
 		}
 	}
 }

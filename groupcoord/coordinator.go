@@ -44,6 +44,11 @@ type Config struct {
 	// members read up to the predecessor's. Zero means
 	// DefaultHighWatermarkWait.
 	HighWatermarkWait time.Duration
+	// OffsetsRetention is how long a group without members is kept, as
+	// Kafka's offsets.retention.minutes (KIP-211): the tick deletes a
+	// group that had no member, commit or change for that long, as Delete
+	// does (expireGroups). Zero keeps every group until it is deleted.
+	OffsetsRetention time.Duration
 }
 
 // Defaults of the restatement.
@@ -54,6 +59,18 @@ const (
 
 // DefaultHighWatermarkWait is Config.HighWatermarkWait's default.
 const DefaultHighWatermarkWait = 5 * time.Second
+
+// expiryCheckInterval is how often the tick looks for groups past
+// OffsetsRetention (Kafka's offsets.retention.check.interval.ms), and
+// expiryTimeout bounds one group's deletion.
+const (
+	expiryCheckInterval = 10 * time.Minute
+	expiryTimeout       = 10 * time.Second
+)
+
+// errInUse: a group about to expire was used again before its deletion was
+// queued.
+var errInUse = errors.New("groupcoord: group used again")
 
 // loadTimeout bounds how long a request waits for a new coordinator's
 // high watermark to reach the log end offset it took over with.
@@ -75,6 +92,8 @@ type Coordinator struct {
 
 	mu     sync.Mutex
 	shards map[int]*shard
+	// expiryCheckedAt is when the tick last looked for expired groups.
+	expiryCheckedAt time.Time
 
 	stop chan struct{}
 	done chan struct{}
@@ -116,6 +135,14 @@ type shard struct {
 	// restateFloor is the records count below which a restatement is
 	// not worth it (twice the offsets at the last look).
 	restateFloor int64
+	// loadedAt is when the shard was loaded, and active when this
+	// coordinator last saw each group in use (a member gone, a commit or
+	// reset queued, its classic group forgotten once empty; a group with
+	// members is in use anyway): what a predecessor saw is not kept, so
+	// OffsetsRetention counts from the load at the earliest
+	// (expiredLocked).
+	loadedAt time.Time
+	active   map[string]time.Time
 }
 
 // storedState is what a coordinator stores of a group in Consul: the
@@ -205,12 +232,28 @@ func (c *Coordinator) run() {
 	}
 }
 
-// tick drops shards whose leadership ended and expires sessions.
+// tick drops shards whose leadership ended, expires sessions and, every
+// expiryCheckInterval, groups past OffsetsRetention.
 func (c *Coordinator) tick() {
+	now := c.cfg.Now()
 	c.mu.Lock()
 	shards := slices.Collect(maps.Values(c.shards))
+	expire := c.cfg.OffsetsRetention > 0 && now.Sub(c.expiryCheckedAt) >= expiryCheckInterval
+	if expire {
+		c.expiryCheckedAt = now
+	}
 	c.mu.Unlock()
-	now := c.cfg.Now()
+	// Groups with a stored state only (no offsets, not loaded since the
+	// shard was) are found in Consul.
+	var stored []string
+	if expire {
+		ctx, cancel := context.WithTimeout(context.Background(), expiryTimeout)
+		var err error
+		if stored, err = c.cfg.Store.GroupStates(ctx); err != nil {
+			c.log.Warn("listing groups to expire failed", "error", err)
+		}
+		cancel()
+	}
 	for _, s := range shards {
 		st, ok := c.cfg.Host.OffsetsLeader(s.p)
 		s.mu.Lock()
@@ -222,6 +265,7 @@ func (c *Coordinator) tick() {
 		}
 		for id, e := range s.groups {
 			if dead := e.g.Tick(now); len(dead) > 0 {
+				s.active[id] = now
 				c.log.Info("members expired", "group", id, "members", dead, "epoch", e.g.Epoch())
 				if err := c.save(context.Background(), s, id, e); err != nil {
 					c.log.Warn("storing group state failed", "group", id, "error", err)
@@ -237,6 +281,9 @@ func (c *Coordinator) tick() {
 				c.log.Warn("restating offsets failed", "partition", s.p, "error", err)
 			}
 			cancel()
+		}
+		if expire {
+			c.expireGroups(s, stored, now)
 		}
 	}
 }
@@ -330,7 +377,8 @@ func (c *Coordinator) shardFor(ctx context.Context, groupID string) (*shard, err
 				continue
 			}
 			s = &shard{p: p, epoch: st.Epoch, groups: make(map[string]*entry), classic: make(map[string]*classicEntry),
-				hw: make(map[group.TopicPartition]int64), queued: make(map[commitKey]uint64), turn: make(chan struct{}, 1)}
+				hw: make(map[group.TopicPartition]int64), queued: make(map[commitKey]uint64), turn: make(chan struct{}, 1),
+				active: make(map[string]time.Time)}
 			start := c.cfg.Now()
 			offsets, n, err := c.rebuild(p, st.LogStartOffset, st.HighWatermark)
 			if err != nil {
@@ -338,6 +386,7 @@ func (c *Coordinator) shardFor(ctx context.Context, groupID string) (*shard, err
 				return nil, err
 			}
 			s.offsets, s.records, s.restatedAt = offsets, int64(n), c.cfg.Now()
+			s.loadedAt = s.restatedAt
 			c.shards[p] = s
 			c.log.Info("coordinator loaded", "partition", p, "epoch", st.Epoch, "records", n,
 				"from", st.LogStartOffset, "to", st.HighWatermark, "took", c.cfg.Now().Sub(start))
@@ -753,6 +802,7 @@ func (c *Coordinator) Leave(ctx context.Context, groupID, member string) error {
 	if err := e.g.Leave(member); err != nil {
 		return err
 	}
+	s.active[groupID] = c.cfg.Now()
 	if w := e.waiters[member]; w != nil {
 		w.supersede()
 		delete(e.waiters, member)
@@ -881,6 +931,7 @@ func (c *Coordinator) appendCommit(ctx context.Context, s *shard, groupID string
 			k := commitKey{groupID, group.TopicPartition{Topic: oc.Topic, Partition: oc.Partition}}
 			s.queued[k] = max(s.queued[k], arrival)
 		}
+		s.active[groupID] = c.cfg.Now()
 		return nil
 	})
 }
@@ -1268,7 +1319,13 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 	if err := c.checkCommitSize(len(records), records); err != nil {
 		return ResetResponse{}, err
 	}
-	if err := s.commit(ctx, c, records, func() error { return resettable(s.groups[groupID]) }); err != nil {
+	if err := s.commit(ctx, c, records, func() error {
+		if err := resettable(s.groups[groupID]); err != nil {
+			return err
+		}
+		s.active[groupID] = c.cfg.Now()
+		return nil
+	}); err != nil {
 		return ResetResponse{}, err
 	}
 	c.log.Info("offsets reset", "group", groupID, "topic", req.Topic, "to", req.To)
@@ -1294,8 +1351,7 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 // the log has them; a retry finds the group through them and appends the
 // tombstone again, or, if the first one landed, answers ErrUnknownGroup.
 func (c *Coordinator) Delete(ctx context.Context, groupID string) error {
-	tomb, err := group.GroupTombstone(groupID)
-	if err != nil {
+	if _, err := group.GroupTombstone(groupID); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
 	s, err := c.shardFor(ctx, groupID)
@@ -1303,11 +1359,102 @@ func (c *Coordinator) Delete(ctx context.Context, groupID string) error {
 		return err
 	}
 	s.mu.Unlock()
-	if err := s.commit(ctx, c, []group.Record{tomb}, func() error { return c.deleteLocked(ctx, s, groupID) }); err != nil {
+	if err := c.deleteGroup(ctx, s, groupID, nil); err != nil {
 		return err
 	}
 	c.log.Info("group deleted", "group", groupID, "partition", s.p)
 	return nil
+}
+
+// deleteGroup is Delete's on shard s: check (nil: none) runs first in the
+// hold of the lock that deletes the group and queues its tombstone.
+func (c *Coordinator) deleteGroup(ctx context.Context, s *shard, groupID string, check func() error) error {
+	tomb, err := group.GroupTombstone(groupID)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	return s.commit(ctx, c, []group.Record{tomb}, func() error {
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		return c.deleteLocked(ctx, s, groupID)
+	})
+}
+
+// expireGroups deletes the groups of shard s that expiredLocked says are
+// past OffsetsRetention at now, as Delete does (Kafka expires an empty
+// group's offsets, then the group): those with committed offsets, those
+// loaded here, and those of stored (every group with a stored state) that
+// hash to s. Each is checked again as its deletion is queued: a commit,
+// join or reset since keeps it.
+func (c *Coordinator) expireGroups(s *shard, stored []string, now time.Time) {
+	n := c.offsetsPartitions()
+	s.mu.Lock()
+	ids := map[string]bool{}
+	for _, id := range s.offsets.Groups() {
+		ids[id] = true
+	}
+	for id := range s.groups {
+		ids[id] = true
+	}
+	for _, id := range stored {
+		if PartitionFor(id, n) == s.p {
+			ids[id] = true
+		}
+	}
+	var due []string
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		if c.expiredLocked(s, id, now) {
+			due = append(due, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range due {
+		ctx, cancel := context.WithTimeout(context.Background(), expiryTimeout)
+		err := c.deleteGroup(ctx, s, id, func() error {
+			if !c.expiredLocked(s, id, now) {
+				return fmt.Errorf("%w: %q", errInUse, id)
+			}
+			return nil
+		})
+		cancel()
+		switch {
+		case err == nil:
+			c.log.Info("group expired", "group", id, "partition", s.p, "retention", c.cfg.OffsetsRetention)
+		case errors.Is(err, errInUse), errors.Is(err, ErrGroupNotEmpty), errors.Is(err, group.ErrUnknownGroup):
+			// Members not loaded here until the delete looked, or gone
+			// meanwhile: nothing to expire.
+		default:
+			c.log.Warn("expiring group failed", "group", id, "partition", s.p, "error", err)
+		}
+	}
+}
+
+// expiredLocked says whether group id is past OffsetsRetention at now: no
+// classic group (members or member ids handed out), no members loaded
+// here, and its commits, the last time this coordinator saw it in use and
+// the shard's load all at least OffsetsRetention before now. A group whose
+// stored state has members not loaded yet passes; deleteLocked refuses it.
+// Called with s.mu held.
+func (c *Coordinator) expiredLocked(s *shard, id string, now time.Time) bool {
+	if s.classic[id] != nil {
+		return false
+	}
+	if e := s.groups[id]; e != nil && e.g.Members() > 0 {
+		return false
+	}
+	last := s.loadedAt
+	if t := s.active[id]; t.After(last) {
+		last = t
+	}
+	for _, po := range s.offsets.Group(id) {
+		if po.CommitTime.After(last) {
+			last = po.CommitTime
+		}
+	}
+	return now.Sub(last) >= c.cfg.OffsetsRetention
 }
 
 // deleteLocked checks that the group exists and is empty, deletes its
@@ -1339,6 +1486,7 @@ func (c *Coordinator) deleteLocked(ctx context.Context, s *shard, groupID string
 	}
 	delete(s.groups, groupID)
 	delete(s.classic, groupID)
+	delete(s.active, groupID)
 	for k := range s.queued {
 		if k.group == groupID {
 			delete(s.queued, k)
