@@ -200,7 +200,7 @@ func (c *Client) DeleteGroup(ctx context.Context, group string) error {
 	if err := validateGroupID("group", group); err != nil {
 		return err
 	}
-	if err := c.doJSON(ctx, http.MethodDelete, groupPath(group), nil, nil); err != nil {
+	if err := c.doGroupJSON(ctx, http.MethodDelete, groupPath(group), nil, nil, nil); err != nil {
 		return fmt.Errorf("delete group %q: %w", group, err)
 	}
 	return nil
