@@ -219,8 +219,8 @@ limits {
 
 # Consumer groups keep their committed offsets in the internal topic
 # __consumer_offsets, created on the first use of a group; the leader of the
-# partition a group hashes to is its coordinator. Both settings apply only
-# when the topic is created: groups hash over the topic's partitions.
+# partition a group hashes to is its coordinator. The first two settings
+# apply only when the topic is created: groups hash over its partitions.
 groups {
   # Partitions of the offsets topic: how many agents can share the groups'
   # coordination (1 to 1000).

@@ -66,6 +66,10 @@ const DefaultHighWatermarkWait = 5 * time.Second
 const (
 	expiryCheckInterval = 10 * time.Minute
 	expiryTimeout       = 10 * time.Second
+	// maxExpiriesPerCheck bounds the deletions of one check: each is an
+	// acks=all append (and a Consul write) made by the tick, which expires
+	// sessions too; the groups past it wait for the next check.
+	maxExpiriesPerCheck = 64
 )
 
 // errInUse: a group about to expire was used again before its deletion was
@@ -246,6 +250,7 @@ func (c *Coordinator) tick() {
 	// Groups with a stored state only (no offsets, not loaded since the
 	// shard was) are found in Consul.
 	var stored []string
+	budget := maxExpiriesPerCheck
 	if expire {
 		ctx, cancel := context.WithTimeout(context.Background(), expiryTimeout)
 		var err error
@@ -283,7 +288,7 @@ func (c *Coordinator) tick() {
 			cancel()
 		}
 		if expire {
-			c.expireGroups(s, stored, now)
+			budget -= c.expireGroups(s, stored, now, budget)
 		}
 	}
 }
@@ -1388,8 +1393,9 @@ func (c *Coordinator) deleteGroup(ctx context.Context, s *shard, groupID string,
 // group's offsets, then the group): those with committed offsets, those
 // loaded here, and those of stored (every group with a stored state) that
 // hash to s. Each is checked again as its deletion is queued: a commit,
-// join or reset since keeps it.
-func (c *Coordinator) expireGroups(s *shard, stored []string, now time.Time) {
+// join or reset since keeps it. It deletes at most budget groups (those
+// refused, in use again or not empty, do not count) and returns how many.
+func (c *Coordinator) expireGroups(s *shard, stored []string, now time.Time, budget int) int {
 	n := c.offsetsPartitions()
 	s.mu.Lock()
 	ids := map[string]bool{}
@@ -1411,7 +1417,12 @@ func (c *Coordinator) expireGroups(s *shard, stored []string, now time.Time) {
 		}
 	}
 	s.mu.Unlock()
-	for _, id := range due {
+	deleted := 0
+	for i, id := range due {
+		if deleted == budget {
+			c.log.Info("more groups past their retention than one check deletes: the rest wait for the next", "partition", s.p, "left", len(due)-i)
+			break
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), expiryTimeout)
 		err := c.deleteGroup(ctx, s, id, func() error {
 			if !c.expiredLocked(s, id, now) {
@@ -1422,6 +1433,7 @@ func (c *Coordinator) expireGroups(s *shard, stored []string, now time.Time) {
 		cancel()
 		switch {
 		case err == nil:
+			deleted++
 			c.log.Info("group expired", "group", id, "partition", s.p, "retention", c.cfg.OffsetsRetention)
 		case errors.Is(err, errInUse), errors.Is(err, ErrGroupNotEmpty), errors.Is(err, group.ErrUnknownGroup):
 			// Members not loaded here until the delete looked, or gone
@@ -1430,6 +1442,7 @@ func (c *Coordinator) expireGroups(s *shard, stored []string, now time.Time) {
 			c.log.Warn("expiring group failed", "group", id, "partition", s.p, "error", err)
 		}
 	}
+	return deleted
 }
 
 // expiredLocked says whether group id is past OffsetsRetention at now: no

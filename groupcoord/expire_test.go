@@ -3,6 +3,7 @@ package groupcoord
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -125,5 +126,55 @@ func TestGroupsExpireAfterOffsetsRetention(t *testing.T) {
 	want(c2, "a week after the failover", map[string]bool{"live": true, "simple": false, idle: false})
 	if d, err := c2.Describe(ctx, "live", "n1"); err != nil || len(d.Members) != 1 || d.Partitions[1].Committed != 5 {
 		t.Fatalf("live after two weeks: %+v, %v", d, err)
+	}
+}
+
+// TestGroupExpiryBoundedPerCheck: the tick deletes the groups past
+// OffsetsRetention itself, each with an acks=all append, between session
+// expiries; a check deletes at most maxExpiriesPerCheck of them, and the
+// next check (expiryCheckInterval later) the rest.
+func TestGroupExpiryBoundedPerCheck(t *testing.T) {
+	ctx := context.Background()
+	const week = 7 * 24 * time.Hour
+	h, st, clock := newFakeHost(), newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	for p := range int32(4) {
+		h.hw[group.TopicPartition{Topic: "t", Partition: p}] = 100
+	}
+	c := newTestCoordinatorWith(t, h, st, clock, func(cfg *Config) { cfg.OffsetsRetention = week })
+	const groups = maxExpiriesPerCheck + 10
+	for i := range groups {
+		id := fmt.Sprintf("g%d", i)
+		j, err := c.Join(ctx, id, JoinRequest{Topics: []string{"t"}, SessionTimeoutMS: 300_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Leave(ctx, id, j.MemberID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func() int {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		n := 0
+		for _, v := range st.values {
+			if v != nil {
+				n++
+			}
+		}
+		return n
+	}
+	if n := stored(); n != groups {
+		t.Fatalf("%d groups stored, want %d", n, groups)
+	}
+	c.tick() // the first check, nothing due
+	clock.Add(week + time.Minute)
+	c.tick()
+	if n := stored(); n != groups-maxExpiriesPerCheck {
+		t.Fatalf("after one check %d groups stored, want %d: one check deletes at most %d", n, groups-maxExpiriesPerCheck, maxExpiriesPerCheck)
+	}
+	clock.Add(expiryCheckInterval)
+	c.tick()
+	if n := stored(); n != 0 {
+		t.Fatalf("after the next check %d groups stored, want none", n)
 	}
 }
