@@ -50,7 +50,8 @@ type Options struct {
 	// as valid (fsyncgate): Open keeps only what a successful fsync of
 	// Reopen covered and cuts the rest. The new log's high watermark is
 	// Reopen's (which may be newer than the checkpoint), clamped to what
-	// Open kept.
+	// Open kept. Regions of Reopen may still name what Open cuts: those
+	// bytes are never written again in the same file (see Truncate).
 	Reopen *Log
 	// Files is the cache of open descriptors this log shares with the other
 	// logs of the process, whose bound is per process (docs/design.md §5,

@@ -142,6 +142,9 @@ type segmentRecovery struct {
 	syncLog   bool
 	syncIndex bool
 	created   bool
+	// cut: recovery cut bytes off the end of the log file, which the next
+	// append must not write again (see cutSegment).
+	cut bool
 }
 
 // walkResult is how far a validation walk got.
@@ -246,11 +249,45 @@ func (r *recovery) cutUnsynced(synced logPosition) error {
 	if size > synced.pos {
 		r.l.logger.Warn("cutting what no successful fsync covered", "segment", s.base,
 			"position", synced.pos, "offset", synced.offset, "bytes", size-synced.pos)
-		if err := s.log.Truncate(synced.pos); err != nil {
-			return fmt.Errorf("segstore: recover: truncate %s: %w", s.logPath, err)
+		if err := r.cutSegment(keep-1, synced.pos, size); err != nil {
+			return err
 		}
-		r.cutBytes += size - synced.pos
 		r.state[keep-1].syncLog = true
+	}
+	return nil
+}
+
+// cutSegment ends segment i's file at pos, below its size. The failed log
+// this Open replaces (or a log closed in this process) may have published
+// the cut bytes, and a Region of it may still name them: they are never
+// written again in the same file (as after Truncate). A cut inside the
+// segment makes its next append roll (segmentRecovery.cut); a cut at its
+// start gives it new, empty files of the same name instead, renamed over
+// the old ones, so that a crash leaves one or the other.
+func (r *recovery) cutSegment(i int, pos, size int64) error {
+	old := r.segs[i]
+	r.cutBytes += size - pos
+	if pos > 0 {
+		if err := old.log.Truncate(pos); err != nil {
+			return fmt.Errorf("segstore: recover: truncate %s: %w", old.logPath, err)
+		}
+		r.state[i].cut = true
+		return nil
+	}
+	if err := r.l.createSegmentFiles(old.base); err != nil {
+		return fmt.Errorf("segstore: recover: %w", err)
+	}
+	// Its names are about to be the new files': nothing opens them for
+	// old again.
+	old.forget()
+	old.release()
+	r.segs[i] = openSegment(r.l, old.base)
+	r.dirChanged = true
+	for _, suffix := range []string{indexSuffix, logSuffix} {
+		tmp := r.l.newSegmentPath(old.base, suffix)
+		if err := r.l.fs.Rename(tmp, strings.TrimSuffix(tmp, tmpSuffix)); err != nil {
+			return fmt.Errorf("segstore: recover: replace segment %d: %w", old.base, err)
+		}
 	}
 	return nil
 }
@@ -491,6 +528,7 @@ func (r *recovery) scan(from int, pos, offset int64, entries []indexEntry) error
 			rebuilt:   res.entries,
 			syncLog:   scanned || r.state[i].syncLog,
 			syncIndex: scanned || r.state[i].syncIndex,
+			cut:       r.state[i].cut,
 		}
 		if res.err != nil {
 			r.l.logger.Warn("cutting a torn or corrupt tail", "segment", s.base,
@@ -513,17 +551,17 @@ func (r *recovery) cut(i int, res walkResult) error {
 		return fmt.Errorf("segstore: recover %s: %w", s.logPath, err)
 	}
 	if size > res.endPos {
-		if err := s.log.Truncate(res.endPos); err != nil {
-			return fmt.Errorf("segstore: recover: truncate %s: %w", s.logPath, err)
+		if err := r.cutSegment(i, res.endPos, size); err != nil {
+			return err
 		}
-		r.cutBytes += size - res.endPos
+		s = r.segs[i]
 	}
 	s.size.Store(res.endPos)
 	s.next.Store(res.endOffset)
 	if res.entries == nil {
 		res.entries = []indexEntry{}
 	}
-	r.state[i] = segmentRecovery{rebuilt: res.entries, syncLog: true, syncIndex: true}
+	r.state[i] = segmentRecovery{rebuilt: res.entries, syncLog: true, syncIndex: true, cut: r.state[i].cut}
 	return r.dropAfter(i)
 }
 
@@ -697,6 +735,9 @@ func (r *recovery) finish() error {
 		if err := last.index.activate(l.opts.IndexBytes); err != nil {
 			return err
 		}
+	}
+	for i, s := range r.segs {
+		s.cutFrom = r.state[i].cut
 	}
 	last.lastIndexedPos = last.index.lastPos()
 	if last.size.Load() > 0 {

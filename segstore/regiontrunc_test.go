@@ -2,6 +2,7 @@ package segstore
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -76,5 +77,103 @@ func TestRegionAfterTruncateAndAppend(t *testing.T) {
 			}
 			checkIndexes(t, l)
 		})
+	}
+}
+
+// TestRegionAfterFailedLogIsReopened: a Region read above the synced
+// offset (a follower's fetch, limit = LEO) stays open while the log fails,
+// is reopened (Options.Reopen) and takes other batches at the same
+// offsets. Bytes the failed log published and the reopened log no longer
+// holds, cut by the reopen itself (what no fsync covered) or by a
+// truncation before the failure, are never written again in the same
+// file: reading the region gives the bytes it named or an error, never the
+// new batches under the old positions.
+func TestRegionAfterFailedLogIsReopened(t *testing.T) {
+	seed := testSeed(t)
+	for _, tc := range []struct {
+		name string
+		// prepare appends, and returns the batches the reopened log keeps
+		// and the offset of the first one the region starts at, which the
+		// reopened log must not hold.
+		prepare func(t *testing.T, l *Log, rng *rand.Rand) (kept [][]byte, from int64)
+		// fail makes the log fail, with the region from from open.
+		fail func(t *testing.T, fsys *FaultFS, l *Log, rng *rand.Rand, from int64)
+	}{
+		{
+			name: "the reopen cuts a segment's unsynced tail",
+			prepare: func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
+				kept := appendN(t, l, rng, 6, 1, 200)
+				if _, err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				from := l.LogEndOffset()
+				appendN(t, l, rng, 6, 1, 200)
+				return kept, from
+			},
+			fail: failSync,
+		},
+		{
+			name: "the reopen cuts a segment no fsync covered",
+			prepare: func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
+				appendN(t, l, rng, 6, 1, 200)
+				return nil, 0
+			},
+			fail: failSync,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 57))
+			clock := newClock()
+			opts := smallOptions(t, clock)
+			opts.SegmentBytes = 1 << 16
+			fsys, dir, l := newFaultLog(t, opts)
+			kept, from := tc.prepare(t, l, rng)
+			region, err := l.Read(from, 1<<20, l.LogEndOffset())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer region.Close()
+			want, err := l.ReadBytes(from, 1<<20, l.LogEndOffset())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if region.Len == 0 || region.Len != int64(len(want)) {
+				t.Fatalf("region of %d bytes, want %d", region.Len, len(want))
+			}
+			tc.fail(t, fsys, l, rng, from)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			reopen := opts
+			reopen.Reopen = l
+			l2 := openLog(t, fsys, dir, reopen)
+			defer l2.Close()
+			if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, kept, bytes.Equal) {
+				t.Fatalf("reopened log holds %d batches, want %d", len(got), len(kept))
+			}
+			if err := l2.AssignEpoch(2, l2.LogEndOffset()); err != nil {
+				t.Fatal(err)
+			}
+			more := appendN(t, l2, rng, 12, 2, 200)
+			got, err := io.ReadAll(region)
+			if err == nil && !bytes.Equal(got, want) {
+				t.Fatalf("the region read %d bytes that are not the batches it held (epoch %d at its start), without an error", len(got), record.Header(got).LeaderEpoch())
+			}
+			wantLog := slices.Concat(kept, more)
+			if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, wantLog, bytes.Equal) {
+				t.Fatal("content after the reopen and append differs")
+			}
+			checkIndexes(t, l2)
+		})
+	}
+}
+
+// failSync fails the log with a failed fsync of its segment.
+func failSync(t *testing.T, fsys *FaultFS, l *Log, rng *rand.Rand, _ int64) {
+	t.Helper()
+	appendN(t, l, rng, 1, 1, 200)
+	fsys.Inject(Fault{Op: OpSync, Path: ".log"})
+	if _, err := l.Sync(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("sync: %v, want the injected failure", err)
 	}
 }

@@ -64,8 +64,9 @@ type segment struct {
 	// Owned by the appender.
 	lastIndexedPos int64
 	firstAppendAt  time.Time
-	// cutFrom: a truncation cut batches off the end of the file, which
-	// open Regions may still send, so nothing is appended to it again.
+	// cutFrom: a truncation, or a recovery, cut batches off the end of the
+	// file, which open Regions (of this log or of the failed one it
+	// replaces) may still send, so nothing is appended to it again.
 	cutFrom bool
 
 	refs atomic.Int32
