@@ -63,6 +63,11 @@ type Log struct {
 	// segment's log.
 	unsyncedSealed []*segment // each holds a reference
 	dirDirty       bool
+	// closedSegments are the segments Close released, as their regions
+	// may still see them: an Open with this log as Options.Reopen makes
+	// its appends roll past the bytes they name (recovery.go, finish).
+	// Written by Close.
+	closedSegments []closedSegment
 
 	// Guarded by metaMu: the values on disk.
 	recoveryPoint  logPosition
@@ -82,6 +87,15 @@ type Log struct {
 	dataLoss *DataLossError
 	// openScanned is how many log bytes Open validated (for tests and logs).
 	openScanned int64
+}
+
+// closedSegment is what a closed log's regions may name of one segment's
+// file: up to size (the most it published since it last cut), and more if
+// cut (a truncation cut what it had published).
+type closedSegment struct {
+	base int64
+	size int64
+	cut  bool
 }
 
 // usable reports whether the log is closed or failed.
@@ -834,6 +848,12 @@ func (l *Log) truncate(offset int64) error {
 	}
 	target.next.Store(cutAt.offset)
 	target.size.Store(cutAt.pos)
+	// Set with the size it no longer publishes, before the file is cut:
+	// a truncation that fails after this leaves it for Close to hand on
+	// to the reopened log (closedSegments).
+	if cutInside && !replace {
+		target.cutFrom = true
+	}
 	l.leo.Store(cutAt.offset)
 	l.active = target
 	l.mu.Unlock()
@@ -860,8 +880,6 @@ func (l *Log) truncate(offset int64) error {
 		if err := l.replaceFirstSegment(target); err != nil {
 			return err
 		}
-	} else if cutInside {
-		target.cutFrom = true
 	}
 
 	l.syncMu.Lock()
@@ -1454,7 +1472,9 @@ func (l *Log) Close() error {
 		s.release()
 	}
 	l.unsyncedSealed = nil
-	for _, s := range segs {
+	l.closedSegments = make([]closedSegment, len(segs))
+	for i, s := range segs {
+		l.closedSegments[i] = closedSegment{base: s.base, size: s.size.Load(), cut: s.cutFrom}
 		s.release()
 	}
 	return err

@@ -736,8 +736,22 @@ func (r *recovery) finish() error {
 			return err
 		}
 	}
+	var before []closedSegment
+	if prev := l.opts.Reopen; prev != nil {
+		before = prev.closedSegments
+	}
 	for i, s := range r.segs {
 		s.cutFrom = r.state[i].cut
+		// Regions of the replaced log may name bytes past this end: cut
+		// by its truncations, by this recovery, or by an earlier Open
+		// that failed after its cut (the file no longer shows it). Both
+		// lists are in base order.
+		for len(before) > 0 && before[0].base < s.base {
+			before = before[1:]
+		}
+		if len(before) > 0 && before[0].base == s.base && (before[0].cut || before[0].size > s.size.Load()) {
+			s.cutFrom = true
+		}
 	}
 	last.lastIndexedPos = last.index.lastPos()
 	if last.size.Load() > 0 {

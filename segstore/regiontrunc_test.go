@@ -98,6 +98,9 @@ func TestRegionAfterFailedLogIsReopened(t *testing.T) {
 		prepare func(t *testing.T, l *Log, rng *rand.Rand) (kept [][]byte, from int64)
 		// fail makes the log fail, with the region from from open.
 		fail func(t *testing.T, fsys *FaultFS, l *Log, rng *rand.Rand, from int64)
+		// firstOpenFails: the first Open after the failure fails after
+		// its cut (an fsync of its own), and the replica opens again.
+		firstOpenFails bool
 	}{
 		{
 			name: "the reopen cuts a segment's unsynced tail",
@@ -113,12 +116,45 @@ func TestRegionAfterFailedLogIsReopened(t *testing.T) {
 			fail: failSync,
 		},
 		{
+			name: "an Open that fails cuts a segment's unsynced tail before the reopen",
+			prepare: func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
+				kept := appendN(t, l, rng, 6, 1, 200)
+				if _, err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				from := l.LogEndOffset()
+				appendN(t, l, rng, 6, 1, 200)
+				return kept, from
+			},
+			fail:           failSync,
+			firstOpenFails: true,
+		},
+		{
 			name: "the reopen cuts a segment no fsync covered",
 			prepare: func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
 				appendN(t, l, rng, 6, 1, 200)
 				return nil, 0
 			},
 			fail: failSync,
+		},
+		{
+			name: "a truncation cut a segment before the log failed",
+			prepare: func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
+				old := appendN(t, l, rng, 12, 1, 200)
+				if _, err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				return old[:6], record.Header(old[6]).BaseOffset()
+			},
+			fail: func(t *testing.T, fsys *FaultFS, l *Log, rng *rand.Rand, from int64) {
+				if err := l.Truncate(from); err != nil {
+					t.Fatal(err)
+				}
+				// The append rolls (the truncation cut the segment);
+				// the reopen deletes that unsynced segment and ends the
+				// log at the cut again.
+				failSync(t, fsys, l, rng, from)
+			},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,6 +182,13 @@ func TestRegionAfterFailedLogIsReopened(t *testing.T) {
 			}
 			reopen := opts
 			reopen.Reopen = l
+			if tc.firstOpenFails {
+				fsys.Inject(Fault{Op: OpSync, Path: ".log"})
+				if _, err := Open(fsys, dir, reopen); err == nil {
+					t.Fatal("open succeeded despite the injected fsync failure")
+				}
+				fsys.Clear()
+			}
 			l2 := openLog(t, fsys, dir, reopen)
 			defer l2.Close()
 			if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, kept, bytes.Equal) {
@@ -175,5 +218,35 @@ func failSync(t *testing.T, fsys *FaultFS, l *Log, rng *rand.Rand, _ int64) {
 	fsys.Inject(Fault{Op: OpSync, Path: ".log"})
 	if _, err := l.Sync(); !errors.Is(err, ErrFailed) {
 		t.Fatalf("sync: %v, want the injected failure", err)
+	}
+}
+
+// TestReopenThatCutNothingDoesNotRoll: the rule above costs a segment only
+// when bytes were cut. A reopen after a failure that left nothing unsynced
+// appends to the segment it found.
+func TestReopenThatCutNothingDoesNotRoll(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 58))
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	opts.SegmentBytes = 1 << 16
+	fsys, dir, l := newFaultLog(t, opts)
+	appendN(t, l, rng, 6, 1, 200)
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Inject(Fault{Op: OpSync, Path: ".index"})
+	if err := l.Checkpoint(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("checkpoint: %v, want the injected failure", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopen := opts
+	reopen.Reopen = l
+	l2 := openLog(t, fsys, dir, reopen)
+	defer l2.Close()
+	appendN(t, l2, rng, 1, 1, 200)
+	if n := len(l2.segments); n != 1 {
+		t.Fatalf("%d segments after a reopen that cut nothing and one append, want 1", n)
 	}
 }
