@@ -33,7 +33,9 @@
 // the log stays usable, for reads and for appends once space is freed. Only
 // a refusal after part of a multi-batch append was published fails the log.
 // Open, too, works on a full disk when it needs to cut nothing below the
-// recovery point: it keeps the recovery point it found.
+// recovery point nor a segment back to its start (which gets new files): it
+// keeps the recovery point it found, and reads a segment whose rebuilt index
+// it cannot write without one until the next Open.
 //
 // # Recovery
 //

@@ -255,8 +255,10 @@ func (ix *index) replace(entries []indexEntry) error {
 		binary.BigEndian.PutUint32(buf[i*indexEntrySize:], e.rel)
 		binary.BigEndian.PutUint32(buf[i*indexEntrySize+4:], e.pos)
 	}
-	if _, err := ix.file.WriteAt(buf, 0); err != nil {
-		return fmt.Errorf("segstore: write index %s: %w", ix.path, err)
+	if len(buf) > 0 {
+		if _, err := ix.file.WriteAt(buf, 0); err != nil {
+			return fmt.Errorf("segstore: write index %s: %w", ix.path, err)
+		}
 	}
 	if err := ix.file.Truncate(int64(len(buf))); err != nil {
 		return fmt.Errorf("segstore: trim index %s: %w", ix.path, err)

@@ -624,3 +624,52 @@ func crashAndReopen(t *testing.T, fsys *FaultFS, l *Log, opts Options, rng *rand
 	}
 	return openLog(t, OSFS{}, crashed, opts)
 }
+
+// TestNoSpaceToRebuildAnIndex: Open finds indexes it must rebuild (lost
+// entries, in a sealed segment and in the active one) on a full disk, where
+// a rebuilt index larger than its file cannot be written. The indexes only
+// speed up reads, so Open proceeds without them rather than keep the
+// partition offline until space returns: it serves every batch, refuses
+// appends for space, and once space is back the next Open rebuilds them.
+func TestNoSpaceToRebuildAnIndex(t *testing.T) {
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	root := t.TempDir()
+	dir := filepath.Join(root, "p0")
+	batches := buildClosedLog(t, dir, opts)
+	idx := segmentFiles(t, dir, indexSuffix)
+	truncateFile(t, idx[1], 1<<20)
+	truncateFile(t, idx[len(idx)-1], 1<<20)
+
+	fsys, err := NewFaultFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.Inject(Fault{Op: OpWrite, Err: syscall.ENOSPC, Sticky: true})
+	fsys.Inject(Fault{Op: OpAllocate, Err: syscall.ENOSPC, Sticky: true})
+	fsys.Inject(Fault{Op: OpCreate, Err: syscall.ENOSPC, Sticky: true})
+	l, err := Open(fsys, dir, opts)
+	if err != nil {
+		t.Fatalf("open on a full disk: %v", err)
+	}
+	if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, batches, bytes.Equal) {
+		t.Fatal("content differs on the full disk")
+	}
+	if _, _, err := l.AppendLeader(makeBatch(nil, batchSpec{epoch: 1}), 1); !errors.Is(err, ErrNoSpace) || errors.Is(err, ErrFailed) {
+		t.Fatalf("append on the full disk: %v, want ErrNoSpace", err)
+	}
+	fsys.Clear()
+	more := makeBatch(nil, batchSpec{epoch: 1, payload: 150})
+	if _, _, err := l.AppendLeader(more, 1); err != nil {
+		t.Fatalf("append once space is back: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, fsys, dir, opts)
+	defer l.Close()
+	if got := readAll(t, l, l.LogEndOffset()); !slices.EqualFunc(got, append(batches, more), bytes.Equal) {
+		t.Fatal("content differs after space came back")
+	}
+	checkIndexes(t, l)
+}

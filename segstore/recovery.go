@@ -667,6 +667,24 @@ func (r *recovery) checkpointTail(tail logPosition, lso int64) (logPosition, err
 	return r.rp, nil
 }
 
+// replaceIndex writes a rebuilt index. Out of space (the rebuilt index may
+// be larger than the file: entries were lost), the segment goes on without
+// one rather than keep the log offline until space returns: an index only
+// speeds reads up, and a lookup without entries walks from the segment
+// start. The next Open finds the entries missing and rebuilds them. The
+// segment takes no more appends: entries for later batches would hide the
+// missing ones from that check (it trusts the entries before the last).
+func (r *recovery) replaceIndex(s *segment, entries []indexEntry) error {
+	err := s.index.replace(entries)
+	if err == nil || !isNoSpace(err) {
+		return err
+	}
+	r.l.logger.Warn("no space to write a rebuilt index; reading the segment without one until the next open",
+		"segment", s.base, "entries", len(entries), "error", err)
+	s.cutFrom = true
+	return s.index.replace(nil)
+}
+
 // finish settles the start offset, writes the rebuilt indexes, syncs what
 // recovery touched and writes the recovery point at the log end.
 func (r *recovery) finish() error {
@@ -716,7 +734,7 @@ func (r *recovery) finish() error {
 	for i, s := range r.segs {
 		st := r.state[i]
 		if st.rebuilt != nil {
-			if err := s.index.replace(st.rebuilt); err != nil {
+			if err := r.replaceIndex(s, st.rebuilt); err != nil {
 				return err
 			}
 		}
@@ -741,7 +759,9 @@ func (r *recovery) finish() error {
 		before = prev.closedSegments
 	}
 	for i, s := range r.segs {
-		s.cutFrom = r.state[i].cut
+		if r.state[i].cut {
+			s.cutFrom = true
+		}
 		// Regions of the replaced log may name bytes past this end: cut
 		// by its truncations, by this recovery, or by an earlier Open
 		// that failed after its cut (the file no longer shows it). Both
