@@ -42,7 +42,12 @@
 // included: an idempotent producer (the default) has up to WithMaxInFlight
 // requests per partition in flight (5 by default) and the leader's
 // sequence check keeps them in order; one that is not idempotent has one
-// at a time.
+// at a time. The check holds only for a producer id the leader knows: it
+// appends a batch of one it does not know (never seen, or forgotten after
+// retention deleted its last batch or producer.id_expiration passed) at any
+// sequence. So a partition's first batch under a producer id, and its first
+// after it was idle (no batch in flight or ready to go), goes alone, and
+// the next ones follow once the leader has acknowledged it.
 //
 // The partition of a record, within its topic, is, in order:
 // Message.Partition when set; else, for a non-nil key,

@@ -279,6 +279,22 @@ func (f *fakeAgent) appendProduce(pc produceCall) (fakeProduceAnswer, string) {
 	return fakeProduceAnswer{produceAnswer: answer(base, epoch)}, ""
 }
 
+// forgetProducers drops the state of every producer of a partition, as a
+// leader does on its retention tick for a producer whose last batch
+// retention deleted (producer.State.RemoveBefore) or that wrote nothing
+// for producer.id_expiration (State.Expire). Like State.Check for a
+// producer it does not know, appendProduce then appends the producer's
+// next batch at any sequence.
+func (f *fakeAgent) forgetProducers(topic string, partition int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.producerStates {
+		if k.topic == topic && k.partition == partition {
+			delete(f.producerStates, k)
+		}
+	}
+}
+
 // initProducer is POST /v1/producers.
 func (f *fakeAgent) initProducer(w http.ResponseWriter, r *http.Request) {
 	var in struct {

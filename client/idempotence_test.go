@@ -152,12 +152,15 @@ func TestIdempotentProducerLostBatchInFlight(t *testing.T) {
 			f := newFakeAgent(t)
 			f.addTopic("t", 1)
 			release, open := holdAnswers(t)
+			release0, open0 := holdAnswers(t)
 			var released atomic.Bool
 			var overflow atomic.Int32
 			// Batch 0 confirms the producer; batch 1 is k; batches 2 to
 			// window are in flight with k; batch window+1 must wait for k.
 			f.onProduce = func(call int, pc produceCall) *fakeAnswer {
 				switch {
+				case call == 0:
+					return &fakeAnswer{release: release0}
 				case call == 1:
 					return &fakeAnswer{release: release, hangUp: true}
 				case pc.seq == int32(window+1) && !released.Load():
@@ -170,10 +173,14 @@ func TestIdempotentProducerLostBatchInFlight(t *testing.T) {
 			var futures []*Future
 			for i := 0; i <= window+1; i++ {
 				futures = append(futures, mustProduce(t, p, ctx, Message{Value: fmt.Appendf(nil, "r%d", i), Partition: ToPartition(0)}))
-				if i == 0 {
+				if i == 1 {
+					// k is queued behind batch 0, so the partition is not
+					// idle when batch 0 is acknowledged: the window opens
+					// (an idle partition starts again with one batch).
+					open0()
 					mustResult(t, futures[0])
 				}
-				if i > 0 && i < window {
+				if i < window {
 					// One record, one batch: the next is produced once
 					// this one is on the wire.
 					eventually(t, fmt.Sprintf("request of record %d", i), func() bool { return len(f.produceCalls()) == i+1 })
@@ -229,10 +236,13 @@ func TestIdempotentOutcomeStaysUnknownAfterOutOfOrder(t *testing.T) {
 	f := newFakeAgent(t)
 	f.addTopic("t", 1)
 	releaseA, openA := holdAnswers(t)
+	release0, open0 := holdAnswers(t)
 	var staleB produceCall
 	var seenB atomic.Bool
 	f.onProduce = func(call int, pc produceCall) *fakeAnswer {
 		switch {
+		case call == 0:
+			return &fakeAnswer{release: release0}
 		case pc.seq == 1 && pc.producer.Epoch == 0 && string(pc.records[0].Value) == "a":
 			return &fakeAnswer{release: releaseA}
 		case pc.seq == 2 && string(pc.records[0].Value) == "b" && !seenB.Swap(true):
@@ -244,10 +254,13 @@ func TestIdempotentOutcomeStaysUnknownAfterOutOfOrder(t *testing.T) {
 	clock := newFakeClock(true)
 	p := mustProducer(t, f.newClient(WithClock(clock)), "t", WithLinger(0), WithDeliveryTimeout(3*time.Second))
 	ctx := testContext(t)
-	if _, err := p.Send(ctx, Message{Value: []byte("0"), Partition: ToPartition(0)}); err != nil {
-		t.Fatal(err)
-	}
+	first := mustProduce(t, p, ctx, Message{Value: []byte("0"), Partition: ToPartition(0)})
+	eventually(t, "batch 0 sent", func() bool { return len(f.produceCalls()) == 1 })
+	// A is queued behind batch 0, so the partition is not idle when batch
+	// 0 is acknowledged: the window opens, and B goes while A is in flight.
 	a := mustProduce(t, p, ctx, Message{Value: []byte("a"), Partition: ToPartition(0)})
+	open0()
+	mustResult(t, first)
 	eventually(t, "A sent", func() bool { return len(f.produceCalls()) == 2 })
 	b := mustProduce(t, p, ctx, Message{Value: []byte("b"), Partition: ToPartition(0)})
 	eventually(t, "B's resend answered out of order", func() bool {
@@ -466,4 +479,79 @@ func TestIdempotentProducerOnAnAgentWithoutIt(t *testing.T) {
 	if n := len(srv.produceCalls()); n != 0 {
 		t.Fatalf("%d produce requests without a producer id", n)
 	}
+}
+
+// TestIdempotentProducerForgottenByTheLeader: the leader forgets the
+// producer while the partition is idle (retention deleted its last batch,
+// or producer.id_expiration passed), and the producer then sends a burst of
+// batches. A leader appends a batch of a producer it does not know at any
+// sequence, so whichever batch of the burst reaches it first is appended.
+// The producer sends the burst's first batch alone, and the others once the
+// leader acknowledged it, so the burst lands in order even when the first
+// request is slow. Before, the burst went out at once: the later batches
+// overtook the slow first one and were appended (sequences 2 and 3 at
+// offsets 1 and 2), the first was answered out_of_order_sequence and failed
+// although it was never written, and the later records were acknowledged
+// after it.
+func TestIdempotentProducerForgottenByTheLeader(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	release, open := holdAnswers(t)
+	f.onProduce = func(call int, pc produceCall) *fakeAnswer {
+		if pc.seq == 1 {
+			// The burst's first batch reaches the leader last, if the
+			// others are sent with it.
+			return &fakeAnswer{release: release}
+		}
+		return nil
+	}
+	// One record per batch: each fills its batch.
+	p := mustProducer(t, f.newClient(WithClock(newFakeClock(true))), "t", WithLinger(0), WithMaxBatchBytes(record.HeaderSize+1))
+	ctx := testContext(t)
+	if _, err := p.Send(ctx, Message{Value: []byte("r0"), Partition: ToPartition(0)}); err != nil {
+		t.Fatal(err)
+	}
+	// The partition goes idle: r0's batch leaves the window (Send returns
+	// once r0 is acknowledged, before that), and the leader forgets the
+	// producer meanwhile.
+	eventually(t, "the window empty", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.queues[TopicPartition{Topic: "t", Partition: 0}].window) == 0
+	})
+	f.forgetProducers("t", 0)
+	var futures []*Future
+	for i := 1; i <= 3; i++ {
+		futures = append(futures, mustProduce(t, p, ctx, Message{Value: fmt.Appendf(nil, "r%d", i), Partition: ToPartition(0)}))
+	}
+	eventually(t, "the burst's later batches answered, or kept back", func() bool {
+		p.mu.Lock()
+		q := p.queues[TopicPartition{Topic: "t", Partition: 0}]
+		kept := len(q.window) == 1 && len(q.batches) == 2
+		p.mu.Unlock()
+		answered := 0
+		for _, a := range f.produceAnswers() {
+			if a != "" {
+				answered++
+			}
+		}
+		return kept || answered == 3 // all but the first batch's
+	})
+	open()
+	for i, fu := range futures {
+		res, err := fu.Wait(ctx)
+		if err != nil {
+			t.Errorf("record r%d: %v", i+1, err)
+		} else if res.Offset != int64(i+1) {
+			t.Errorf("record r%d at offset %d, want %d", i+1, res.Offset, i+1)
+		}
+	}
+	var stored []string
+	for _, r := range f.stored("t", 0) {
+		stored = append(stored, string(r.Value))
+	}
+	if want := []string{"r0", "r1", "r2", "r3"}; !slices.Equal(stored, want) {
+		t.Errorf("stored %q, want %q", stored, want)
+	}
+	t.Logf("answers: %v", f.produceAnswers())
 }

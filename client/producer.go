@@ -309,10 +309,15 @@ type partitionQueue struct {
 	// numbered with.
 	session *producerSession
 	nextSeq int32
-	// confirmed: the leader acknowledged a batch of session. Until then one
-	// batch at a time: a leader that does not know the producer id accepts
-	// any sequence, so a second batch that overtook the first would be
-	// written before it.
+	// confirmed: the leader acknowledged a batch of session, and the
+	// partition has not been idle since. Otherwise one batch at a time: a
+	// leader that does not know the producer id accepts any sequence, so a
+	// second batch that overtook the first would be written before it. A
+	// leader forgets a producer it knew (retention deleted its last batch,
+	// or producer.id_expiration passed) once the producer has written
+	// nothing for a while, so each burst after an idle spell starts with
+	// one batch, and the leader knows the producer's sequence again before
+	// the next one leaves.
 	confirmed bool
 	// broken: a batch of session failed, so the ones after it cannot be
 	// written under session. No batch is sent until window drains; then the
@@ -1000,6 +1005,10 @@ func (p *Producer) finish(q *partitionQueue, b *batch) {
 	q.window = q.window[n:]
 	if len(q.window) == 0 && q.broken != nil {
 		q.session, q.nextSeq, q.confirmed, q.broken = new(producerSession), 0, false, nil
+	}
+	if len(q.window) == 0 && (len(q.batches) == 0 || !q.batches[0].ready) {
+		// Idle: the leader may forget the producer before its next batch.
+		q.confirmed = false
 	}
 	close(q.changed)
 	q.changed = make(chan struct{})
