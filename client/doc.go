@@ -47,7 +47,11 @@
 // retention deleted its last batch or producer.id_expiration passed) at any
 // sequence. So a partition's first batch under a producer id, and its first
 // after it was idle (no batch in flight or ready to go), goes alone, and
-// the next ones follow once the leader has acknowledged it.
+// the next ones follow once the leader has acknowledged it. After an
+// attempt that was not written (a refusal, or an unknown outcome: a new
+// leader may not know the producer either), the partition's resends and
+// new batches go one at a time, oldest first, until the leader
+// acknowledges one.
 //
 // The partition of a record, within its topic, is, in order:
 // Message.Partition when set; else, for a non-nil key,

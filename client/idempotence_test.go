@@ -223,8 +223,9 @@ func TestIdempotentProducerLostBatchInFlight(t *testing.T) {
 }
 
 // TestIdempotentOutcomeStaysUnknownAfterOutOfOrder: batch B's first
-// attempt has an unknown outcome, its resend overtakes the older batch A
-// and is answered out_of_order_sequence, and B's delivery timeout passes
+// attempt has an unknown outcome, its resend (sent once the leader
+// acknowledged the older batch 0) overtakes the older batch A and is
+// answered out_of_order_sequence, and B's delivery timeout passes
 // before A is written. B fails with an unknown outcome: the out-of-order
 // answer said only that the leader did not hold B then, and B's first copy
 // (resent by the agent on its own within its timeout) may still land after
@@ -235,17 +236,20 @@ func TestIdempotentProducerLostBatchInFlight(t *testing.T) {
 func TestIdempotentOutcomeStaysUnknownAfterOutOfOrder(t *testing.T) {
 	f := newFakeAgent(t)
 	f.addTopic("t", 1)
-	releaseA, openA := holdAnswers(t)
+	releaseP, openP := holdAnswers(t)
 	release0, open0 := holdAnswers(t)
+	releaseA, openA := holdAnswers(t)
 	var staleB produceCall
 	var seenB atomic.Bool
 	f.onProduce = func(call int, pc produceCall) *fakeAnswer {
-		switch {
-		case call == 0:
+		switch v := string(pc.records[0].Value); {
+		case v == "p":
+			return &fakeAnswer{release: releaseP}
+		case v == "0":
 			return &fakeAnswer{release: release0}
-		case pc.seq == 1 && pc.producer.Epoch == 0 && string(pc.records[0].Value) == "a":
+		case pc.seq == 2 && pc.producer.Epoch == 0 && v == "a":
 			return &fakeAnswer{release: releaseA}
-		case pc.seq == 2 && string(pc.records[0].Value) == "b" && !seenB.Swap(true):
+		case pc.seq == 3 && v == "b" && !seenB.Swap(true):
 			staleB = pc
 			return &fakeAnswer{hangUp: true}
 		}
@@ -254,15 +258,25 @@ func TestIdempotentOutcomeStaysUnknownAfterOutOfOrder(t *testing.T) {
 	clock := newFakeClock(true)
 	p := mustProducer(t, f.newClient(WithClock(clock)), "t", WithLinger(0), WithDeliveryTimeout(3*time.Second))
 	ctx := testContext(t)
+	// Batch 0 is queued behind P, so the partition is not idle when P is
+	// acknowledged: the window opens, and A and B go while 0 is in flight.
+	prime := mustProduce(t, p, ctx, Message{Value: []byte("p"), Partition: ToPartition(0)})
+	eventually(t, "P sent", func() bool { return len(f.produceCalls()) == 1 })
 	first := mustProduce(t, p, ctx, Message{Value: []byte("0"), Partition: ToPartition(0)})
-	eventually(t, "batch 0 sent", func() bool { return len(f.produceCalls()) == 1 })
-	// A is queued behind batch 0, so the partition is not idle when batch
-	// 0 is acknowledged: the window opens, and B goes while A is in flight.
+	openP()
+	mustResult(t, prime)
+	eventually(t, "batch 0 sent", func() bool { return len(f.produceCalls()) == 2 })
 	a := mustProduce(t, p, ctx, Message{Value: []byte("a"), Partition: ToPartition(0)})
+	eventually(t, "A sent", func() bool { return len(f.produceCalls()) == 3 })
+	b := mustProduce(t, p, ctx, Message{Value: []byte("b"), Partition: ToPartition(0)})
+	eventually(t, "B's first attempt lost", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.queues[TopicPartition{Topic: "t", Partition: 0}].confirmed
+	})
+	// B's resend waits for the leader to acknowledge a batch again: batch 0.
 	open0()
 	mustResult(t, first)
-	eventually(t, "A sent", func() bool { return len(f.produceCalls()) == 2 })
-	b := mustProduce(t, p, ctx, Message{Value: []byte("b"), Partition: ToPartition(0)})
 	eventually(t, "B's resend answered out of order", func() bool {
 		return slices.Contains(f.produceAnswers(), CodeOutOfOrderSequence)
 	})
@@ -551,6 +565,84 @@ func TestIdempotentProducerForgottenByTheLeader(t *testing.T) {
 		stored = append(stored, string(r.Value))
 	}
 	if want := []string{"r0", "r1", "r2", "r3"}; !slices.Equal(stored, want) {
+		t.Errorf("stored %q, want %q", stored, want)
+	}
+	t.Logf("answers: %v", f.produceAnswers())
+}
+
+// TestIdempotentProducerForgottenWhileResending: two batches in flight are
+// refused before the append (not_leader), and the leader that answers
+// their resends does not know the producer (retention deleted its last
+// batch, or producer.id_expiration passed during a long leader change). The
+// producer resends them one at a time, oldest first, until the leader
+// acknowledges one, so the partition keeps their order. Before, both
+// resends went at once: the later one reached the leader first and was
+// appended, and the older one was answered out_of_order_sequence and failed
+// although it was never written.
+func TestIdempotentProducerForgottenWhileResending(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 1)
+	release0, open0 := holdAnswers(t)
+	releaseA, openA := holdAnswers(t)
+	refuse := make(chan struct{})
+	var firsts atomic.Int32
+	var seenA, seenB atomic.Bool
+	f.onProduce = func(call int, pc produceCall) *fakeAnswer {
+		v := string(pc.records[0].Value)
+		switch {
+		case call == 0:
+			return &fakeAnswer{release: release0}
+		case v == "a" && !seenA.Swap(true), v == "b" && !seenB.Swap(true):
+			// Both first attempts are refused once both are in flight,
+			// and the producer is forgotten before either resend.
+			if firsts.Add(1) == 2 {
+				f.forgetProducers("t", 0)
+				close(refuse)
+			}
+			return &fakeAnswer{release: refuse, status: 409, code: CodeNotLeader, retriable: true}
+		case v == "a":
+			return &fakeAnswer{release: releaseA}
+		}
+		return nil
+	}
+	p := mustProducer(t, f.newClient(WithClock(newFakeClock(true))), "t", WithLinger(0))
+	ctx := testContext(t)
+	first := mustProduce(t, p, ctx, Message{Value: []byte("0"), Partition: ToPartition(0)})
+	eventually(t, "batch 0 sent", func() bool { return len(f.produceCalls()) == 1 })
+	// A is queued behind batch 0, so the partition is not idle when batch
+	// 0 is acknowledged: the window opens, and B goes while A is in flight.
+	a := mustProduce(t, p, ctx, Message{Value: []byte("a"), Partition: ToPartition(0)})
+	open0()
+	mustResult(t, first)
+	eventually(t, "A sent", func() bool { return len(f.produceCalls()) == 2 })
+	b := mustProduce(t, p, ctx, Message{Value: []byte("b"), Partition: ToPartition(0)})
+	eventually(t, "B's resend answered, or B kept back until A is acknowledged", func() bool {
+		calls, answers := f.produceCalls(), f.produceAnswers()
+		resentA, answeredB := false, 0
+		for i, pc := range calls {
+			switch v := string(pc.records[0].Value); {
+			case v == "a" && i > 1:
+				resentA = true
+			case v == "b" && i < len(answers) && answers[i] != "":
+				answeredB++
+			}
+		}
+		p.mu.Lock()
+		confirmed := p.queues[TopicPartition{Topic: "t", Partition: 0}].confirmed
+		p.mu.Unlock()
+		return answeredB == 2 || resentA && answeredB == 1 && !confirmed
+	})
+	openA()
+	for name, fu := range map[string]*Future{"a": a, "b": b} {
+		if _, err := fu.Wait(ctx); err != nil {
+			t.Errorf("record %s: %v", name, err)
+		}
+	}
+	var stored []string
+	for _, r := range f.stored("t", 0) {
+		stored = append(stored, string(r.Value))
+	}
+	if want := []string{"0", "a", "b"}; !slices.Equal(stored, want) {
 		t.Errorf("stored %q, want %q", stored, want)
 	}
 	t.Logf("answers: %v", f.produceAnswers())

@@ -317,7 +317,8 @@ type partitionQueue struct {
 	// or producer.id_expiration passed) once the producer has written
 	// nothing for a while, so each burst after an idle spell starts with
 	// one batch, and the leader knows the producer's sequence again before
-	// the next one leaves.
+	// the next one leaves. An attempt that was not written (or not known
+	// to be) unsets it too (batch.waitConfirmed).
 	confirmed bool
 	// broken: a batch of session failed, so the ones after it cannot be
 	// written under session. No batch is sent until window drains; then the
@@ -348,6 +349,12 @@ type batch struct {
 	priorPending bool
 	// waitPrior: resend once every older batch is written.
 	waitPrior bool
+	// waitConfirmed: an attempt was not written, or not known to be:
+	// resend once the leader has acknowledged a batch of the session
+	// again, or once every older batch is done. The leader may have lost
+	// the producer meanwhile (a new leader after a long failover, at its
+	// retention tick), and then appends whichever resend reaches it first.
+	waitConfirmed bool
 	// olderFailed: an older batch of the window failed; this one cannot be
 	// written after it.
 	olderFailed error
@@ -1225,6 +1232,11 @@ func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 		case outcome == attemptUnknown:
 			b.maybeWritten = true
 		}
+		// Until the leader acknowledges a batch of the session again, one
+		// batch at a time, oldest first: new batches wait for room in the
+		// window, resends for waitConfirmed.
+		q.confirmed = false
+		b.waitConfirmed = true
 		p.mu.Unlock()
 		lastErr = err
 		p.backOff(attempt, err)
@@ -1232,9 +1244,11 @@ func (p *Producer) deliverIdempotent(q *partitionQueue, b *batch) {
 }
 
 // stopReasonLocked says why b is not sent again, if it is not; it waits
-// first, while b is to be resent after older batches that are not done.
+// first, while b is to be resent after older batches that are not done
+// (waitPrior), or after the leader acknowledged the session again
+// (waitConfirmed).
 func (p *Producer) stopReasonLocked(q *partitionQueue, b *batch, attempt int, lastErr error) error {
-	for b.waitPrior && q.window[0] != b && b.olderFailed == nil && p.fenced == nil && p.life.Err() == nil {
+	for (b.waitPrior || b.waitConfirmed && !q.confirmed) && q.window[0] != b && b.olderFailed == nil && p.fenced == nil && p.life.Err() == nil {
 		changed := q.changed
 		p.mu.Unlock()
 		select {
@@ -1243,7 +1257,7 @@ func (p *Producer) stopReasonLocked(q *partitionQueue, b *batch, attempt int, la
 		}
 		p.mu.Lock()
 	}
-	b.waitPrior = false
+	b.waitPrior, b.waitConfirmed = false, false
 	switch {
 	case p.fenced != nil:
 		return p.fenced
