@@ -12,13 +12,23 @@ import (
 func (s *Server) handleDescribeGroups(ctx context.Context, req *kmsg.DescribeGroupsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 	resp.Default()
-	resp.Groups = make([]kmsg.DescribeGroupsResponseGroup, len(req.Groups))
-	each(len(req.Groups), func(i int) {
+	// A group named twice is described once: each description holds
+	// every member's metadata and assignment.
+	var groups []string
+	seen := make(map[string]bool, len(req.Groups))
+	for _, g := range req.Groups {
+		if !seen[g] {
+			seen[g] = true
+			groups = append(groups, g)
+		}
+	}
+	resp.Groups = make([]kmsg.DescribeGroupsResponseGroup, len(groups))
+	each(len(groups), func(i int) {
 		rg := kmsg.NewDescribeGroupsResponseGroup()
-		rg.Group = req.Groups[i]
+		rg.Group = groups[i]
 		cctx, cancel := requestContext(ctx, 0)
 		defer cancel()
-		d, err := s.cfg.Groups.DescribeGroup(cctx, req.Groups[i])
+		d, err := s.cfg.Groups.DescribeGroup(cctx, groups[i])
 		rg.ErrorCode = ErrorCode(err)
 		if err == nil {
 			rg.State, rg.ProtocolType, rg.Protocol = d.State, d.ProtocolType, d.Protocol

@@ -20,25 +20,39 @@ func (s *Server) handleOffsetFetch(ctx context.Context, req *kmsg.OffsetFetchReq
 		topics map[string][]int32 // nil: all
 		order  []string
 	}
+	// A topic named twice is answered once with the partitions of both,
+	// and a group named twice once: an answer per naming repeated a
+	// group's every committed offset, or a topic's last partition list,
+	// that many times (a 400 KB frame naming a group of 100 offsets
+	// 100,000 times was 13 GB of heap).
+	addTopic := func(a *ask, topic string, partitions []int32) {
+		if _, ok := a.topics[topic]; !ok {
+			a.order = append(a.order, topic)
+		}
+		a.topics[topic] = append(a.topics[topic], partitions...)
+	}
 	var asks []ask
 	if req.Version < 8 {
 		a := ask{group: req.Group}
 		if req.Topics != nil {
 			a.topics = map[string][]int32{}
 			for _, t := range req.Topics {
-				a.topics[t.Topic] = t.Partitions
-				a.order = append(a.order, t.Topic)
+				addTopic(&a, t.Topic, t.Partitions)
 			}
 		}
 		asks = append(asks, a)
 	} else {
+		seen := make(map[string]bool, len(req.Groups))
 		for _, g := range req.Groups {
+			if seen[g.Group] {
+				continue
+			}
+			seen[g.Group] = true
 			a := ask{group: g.Group}
 			if g.Topics != nil {
 				a.topics = map[string][]int32{}
 				for _, t := range g.Topics {
-					a.topics[t.Topic] = t.Partitions
-					a.order = append(a.order, t.Topic)
+					addTopic(&a, t.Topic, t.Partitions)
 				}
 			}
 			asks = append(asks, a)
