@@ -12,8 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// ErrFrameSize is a request frame whose size is not in (0, MaxRequestBytes]:
-// the connection is closed without reading the frame.
+// ErrFrameSize is a request frame whose size is not in (0, MaxRequestBytes],
+// or above its API key's limit: the connection is closed without reading
+// the frame (past its key).
 var ErrFrameSize = errors.New("kafka: request frame size out of range")
 
 // ErrHeader is a request header that does not decode.
@@ -24,8 +25,10 @@ var ErrHeader = errors.New("kafka: malformed request header")
 const readChunk = 64 << 10
 
 // readFrame reads one request frame (a 4-byte big-endian size, then that
-// many bytes) into buf, grown as needed, and returns it.
-func readFrame(r io.Reader, limit int32, buf []byte) ([]byte, error) {
+// many bytes) into buf, grown as needed, and returns it. A size <= 0 or
+// above limit is refused before anything of the frame is read, one above
+// keyLimit of the frame's API key (its first two bytes) before more is.
+func readFrame(r io.Reader, limit int32, keyLimit func(key int16) int32, buf []byte) ([]byte, error) {
 	var size [4]byte
 	if _, err := io.ReadFull(r, size[:]); err != nil {
 		return nil, err
@@ -35,7 +38,18 @@ func readFrame(r io.Reader, limit int32, buf []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameSize, n, limit)
 	}
 	buf = buf[:0]
-	for remaining := int(n); remaining > 0; {
+	if n >= 2 {
+		var key [2]byte
+		if _, err := io.ReadFull(r, key[:]); err != nil {
+			return nil, err
+		}
+		k := int16(binary.BigEndian.Uint16(key[:]))
+		if kl := keyLimit(k); n > kl {
+			return nil, fmt.Errorf("%w: %d bytes, limit %d for API key %d", ErrFrameSize, n, kl, k)
+		}
+		buf = append(buf, key[:]...)
+	}
+	for remaining := int(n) - len(buf); remaining > 0; {
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, min(remaining, max(len(buf), readChunk)))
 		}

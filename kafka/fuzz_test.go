@@ -96,7 +96,7 @@ func FuzzRequest(f *testing.F) {
 		r := bytes.NewReader(data)
 		var buf []byte
 		for {
-			frame, err := readFrame(r, limit, buf)
+			frame, err := readFrame(r, limit, s.frameLimit, buf)
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, ErrFrameSize) {
 					t.Fatalf("readFrame: %v", err)

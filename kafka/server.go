@@ -36,7 +36,8 @@ type Config struct {
 	Logger hclog.Logger
 	// MaxRequestBytes bounds a request frame: a larger size (or one <= 0)
 	// closes the connection before anything of the frame is read. Zero
-	// means DefaultMaxRequestBytes.
+	// means DefaultMaxRequestBytes. It is Produce's limit; every other
+	// API key has a smaller one of its own (limits.go), capped by it.
 	MaxRequestBytes int32
 	// IdleTimeout closes a connection that sends no request for this
 	// long (from its last answer, or from its accept); zero means
@@ -220,7 +221,7 @@ func (s *Server) serveOne(c *conn) error {
 	if err := c.nc.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout)); err != nil {
 		return errConnDone
 	}
-	frame, err := readFrame(c.r, s.cfg.MaxRequestBytes, c.in)
+	frame, err := readFrame(c.r, s.cfg.MaxRequestBytes, s.frameLimit, c.in)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			s.log.Debug("closing idle connection", "remote", c.remote, "idle_timeout", s.cfg.IdleTimeout)
@@ -281,6 +282,9 @@ func (s *Server) decodeRequest(frame []byte) (requestHeader, kmsg.Request, api, 
 	req.SetVersion(h.version)
 	if err := req.ReadFrom(h.body); err != nil {
 		return h, nil, api{}, fmt.Errorf("%w: %w", errBody, err)
+	}
+	if err := checkItems(req); err != nil {
+		return h, nil, api{}, err
 	}
 	return h, req, a, nil
 }
