@@ -31,7 +31,9 @@ type codedError interface {
 }
 
 // codeForWire maps the sidecar's error codes to Kafka's (docs/kafka.md,
-// "Errors"). Codes missing here are answered UNKNOWN_SERVER_ERROR.
+// "Pointing an application at the sidecar": what the answers mean). Codes
+// missing here are answered UNKNOWN_SERVER_ERROR; a produce answers
+// internal REQUEST_TIMED_OUT (kafkabroker's Broker.Produce).
 var codeForWire = map[string]*kerr.Error{
 	wire.CodeInvalidRequest:               kerr.InvalidRequest,
 	wire.CodeServiceUnavailable:           kerr.BrokerNotAvailable,
