@@ -184,11 +184,12 @@
 // partitions move at once. Delivery is at least once: the records a member
 // got after its last commit are read again by the partition's next owner.
 //
-// ListGroups, DescribeGroup, CommittedOffsets and ResetOffsets are the
-// group administration calls.
+// ListGroups, DescribeGroup, CommittedOffsets, ResetOffsets and
+// DeleteGroup are the group administration calls.
 //
-// Every group request carries what is left of its context's deadline (the
-// timeout parameter, docs/api.md "Consumer groups"): the agent gives the
+// Every group request but ListGroups (read from Consul, under the agent's
+// own bound) carries what is left of its context's deadline (the timeout
+// parameter, docs/api.md "Consumer groups"): the agent gives the
 // operation up then, so a commit given up on here cannot land after the
 // next one and take the committed offset back.
 //

@@ -193,9 +193,9 @@ func (c *Client) ResetOffsets(ctx context.Context, group, topic, to string) ([]P
 // DeleteGroup deletes a group and its committed offsets, as
 // kafka-consumer-groups --delete does: a join afterwards starts a new
 // group. The agent refuses (ErrGroupNotEmpty) while the group has members,
-// and answers ErrUnknownGroup for a group with neither a stored state nor
-// committed offsets (also for a delete retried after its first try
-// deleted it).
+// and answers ErrUnknownGroup for a group with neither a stored state,
+// committed offsets nor Kafka clients' group in the coordinator's memory
+// (also for a delete retried after its first try deleted it).
 func (c *Client) DeleteGroup(ctx context.Context, group string) error {
 	if err := validateGroupID("group", group); err != nil {
 		return err
