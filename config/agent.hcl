@@ -228,10 +228,11 @@ groups {
   # Replicas of each offsets partition; commits are acks=all writes to it.
   offsets_replication_factor = 3
   # Unlike the two above, applies to every group, not at the creation: a
-  # group that has had no member and no commit for this long is deleted
-  # with its committed offsets, as Kafka's offsets.retention.minutes (a
-  # coordinator failover starts the count again); "0s" keeps groups until
-  # they are deleted.
+  # group that has had no member, no commit and no offset reset for this
+  # long is deleted with its committed offsets, as Kafka's
+  # offsets.retention.minutes (checked every 10 minutes; a coordinator
+  # failover starts the count again); "0s" keeps groups until they are
+  # deleted, else at least "1m".
   offsets_retention = "168h"
 }
 

@@ -38,7 +38,7 @@ func commands() []command {
 		{"topic", "create, list, describe or delete topics", runTopic},
 		{"produce", "write records from stdin, one per line", runProduce},
 		{"consume", "print the records of a topic, a partition, or what a consumer group gives", runConsume},
-		{"group", "list or describe consumer groups, reset their offsets", runGroup},
+		{"group", "list, describe or delete consumer groups, reset their offsets", runGroup},
 		{"partition", "move a partition's replicas to other agents", runPartition},
 		{"node", "drain an agent: move its replicas and leaderships to others", runNode},
 		{"rebalance", "even out replicas and preferred leaders over the agents (dry run; -execute)", runRebalance},
