@@ -44,14 +44,14 @@
 // sequence check keeps them in order; one that is not idempotent has one
 // at a time. The check holds only for a producer id the leader knows: it
 // appends a batch of one it does not know (never seen, or forgotten after
-// retention deleted its last batch or producer.id_expiration passed) at any
-// sequence. So a partition's first batch under a producer id, and its first
-// after it was idle (no batch in flight or ready to go), goes alone, and
-// the next ones follow once the leader has acknowledged it. After an
-// attempt that was not written (a refusal, or an unknown outcome: a new
-// leader may not know the producer either), the partition's resends and
-// new batches go one at a time, oldest first, until the leader
-// acknowledges one.
+// producer.id_expiration passed, or known only from batches a restarted
+// leader's log no longer holds) at any sequence. So a partition's first
+// batch under a producer id, and its first after it was idle (no batch in
+// flight or ready to go), goes alone, and the next ones follow once the
+// leader has acknowledged it. After an attempt that was not written (a
+// refusal, or an unknown outcome: a new leader may not know the producer
+// either), the partition's resends and new batches go one at a time,
+// oldest first, until the leader acknowledges one.
 //
 // The partition of a record, within its topic, is, in order:
 // Message.Partition when set; else, for a non-nil key,

@@ -313,11 +313,12 @@ type partitionQueue struct {
 	// partition has not been idle since. Otherwise one batch at a time: a
 	// leader that does not know the producer id accepts any sequence, so a
 	// second batch that overtook the first would be written before it. A
-	// leader forgets a producer it knew (retention deleted its last batch,
-	// or producer.id_expiration passed) once the producer has written
-	// nothing for a while, so each burst after an idle spell starts with
-	// one batch, and the leader knows the producer's sequence again before
-	// the next one leaves. An attempt that was not written (or not known
+	// leader forgets a producer it knew once the producer has written
+	// nothing for producer.id_expiration (or, restarted without a usable
+	// snapshot, knows only the producers whose batches its log still
+	// holds), so each burst after an idle spell starts with one batch, and
+	// the leader knows the producer's sequence again before the next one
+	// leaves. An attempt that was not written (or not known
 	// to be) unsets it too (batch.waitConfirmed).
 	confirmed bool
 	// broken: a batch of session failed, so the ones after it cannot be

@@ -21,8 +21,9 @@ import (
 // resends in order with the same sequences, a new instance bumping the
 // epoch while the old one may still resend), the log is truncated above its
 // high watermark, and the test checks that the log the State lets through
-// never holds a record twice, unless Expire or RemoveBefore forgot its
-// producer in between, which the contract allows.
+// never holds a record twice, unless Expire forgot its producer in between,
+// which the contract allows (retention does not forget producers:
+// RemoveBefore).
 
 // modelProducer is one producer in the model.
 type modelProducer struct {
@@ -34,12 +35,13 @@ type modelProducer struct {
 	// cut the window of retained batches down (or to nothing) and the
 	// batches it once dropped do not come back.
 	floor int
-	// tombNext, tombOffset and tombTS stand for the last batch once a
-	// truncation has cut every retained one: the producer continues at
-	// tombNext, the base sequence of the oldest batch cut; everything of it
-	// is at or below tombOffset; tombTS is the last batch's MaxTimestamp.
-	tombNext           int32
-	tombOffset, tombTS int64
+	// tombNext and tombTS stand for the last batch once a truncation has
+	// cut every retained one: the producer continues at tombNext, the base
+	// sequence of the oldest batch cut; tombTS is the last batch's
+	// MaxTimestamp. (Where its batches are does not matter: retention,
+	// which removes them from the log's start, does not forget producers.)
+	tombNext int32
+	tombTS   int64
 }
 
 // retained is the model's rule for the batches a resend is a duplicate of:
@@ -52,11 +54,11 @@ func (m *modelProducer) retained() []Batch {
 	return m.hist[max(i, len(m.hist)-5):]
 }
 
-func (m *modelProducer) last() (offset, ts int64) {
+func (m *modelProducer) lastTimestamp() int64 {
 	if r := m.retained(); len(r) > 0 {
-		return r[len(r)-1].LastOffset, r[len(r)-1].MaxTimestamp
+		return r[len(r)-1].MaxTimestamp
 	}
-	return m.tombOffset, m.tombTS
+	return m.tombTS
 }
 
 type model struct {
@@ -135,21 +137,21 @@ func (md *model) truncate(offset int64) {
 		case len(before) > 0 && len(m.hist) > start:
 			m.floor = start
 		case len(before) > 0:
-			m.floor, m.tombOffset, m.tombTS = len(m.hist), offset-1, lastTS
+			m.floor, m.tombTS = len(m.hist), lastTS
 			m.tombNext = before[0].BaseSequence
 			md.cutAll++
 		default:
-			m.floor, m.tombOffset = len(m.hist), min(m.tombOffset, offset-1)
+			m.floor = len(m.hist)
 		}
 	}
 }
 
-// forget removes the producers whose last batch gone says is gone, and
-// returns their ids.
-func (md *model) forget(gone func(offset, ts int64) bool) []int64 {
+// forget removes the producers whose last batch's timestamp gone says is
+// gone, and returns their ids.
+func (md *model) forget(gone func(ts int64) bool) []int64 {
 	var ids []int64
 	for pid, m := range md.producers {
-		if gone(m.last()) {
+		if gone(m.lastTimestamp()) {
 			delete(md.producers, pid)
 			ids = append(ids, pid)
 		}
@@ -464,11 +466,10 @@ func (w *world) step() {
 	case r < 85:
 		w.nowMs += w.rng.Int64N(simExpiration.Milliseconds() / 8)
 		w.expire()
-	case r < 87: // retention
+	case r < 87: // retention: the log loses batches, the producers stay known
 		w.logStart += w.rng.Int64N((w.hw-w.logStart)/2 + 1)
 		w.note("log start %d", w.logStart)
 		w.st.RemoveBefore(w.logStart)
-		w.forgotten(w.md.forget(func(offset, _ int64) bool { return offset < w.logStart }))
 		w.dropFromLog(func(lb logBatch) bool { return lb.BaseOffset >= w.logStart })
 	case r < 91:
 		b, err := w.st.MarshalSnapshot(nil, w.end)
@@ -493,7 +494,7 @@ func (w *world) expire() {
 	w.note("expire at %d", w.nowMs)
 	w.st.Expire(time.UnixMilli(w.nowMs))
 	cutoff := w.nowMs - w.md.expire
-	w.forgotten(w.md.forget(func(_, ts int64) bool { return ts <= cutoff }))
+	w.forgotten(w.md.forget(func(ts int64) bool { return ts <= cutoff }))
 }
 
 func (w *world) forgotten(ids []int64) {

@@ -89,7 +89,7 @@ type entry struct {
 	// lastOffset and lastTimestamp are the LastOffset and MaxTimestamp of
 	// the last retained batch; with no batch left, lastOffset is below the
 	// truncation point and lastTimestamp that of the last truncated batch.
-	// They drive RemoveBefore and Expire.
+	// lastTimestamp drives Expire; lastOffset, TruncateTo.
 	lastOffset    int64
 	lastTimestamp int64
 	// seen is when (ms, the replica's clock) a batch of the producer was
@@ -168,8 +168,9 @@ type Decision struct {
 //
 // The rules (KIP-98, as Kafka's ProducerAppendInfo.checkSequence and
 // ProducerStateEntry.findDuplicateBatch apply them):
-//   - an unknown producer (never seen, expired, removed by retention) may
-//     start at any epoch and sequence;
+//   - an unknown producer (never seen, or expired: retention deleting its
+//     batches does not forget it, see RemoveBefore) may start at any epoch
+//     and sequence;
 //   - an epoch below the producer's is InvalidProducerEpoch;
 //   - an epoch above it must start at sequence 0, else OutOfOrderSequence;
 //   - at the same epoch, a batch with the base and last sequence of a
@@ -334,17 +335,17 @@ func (s *State) TruncateTo(offset int64) {
 }
 
 // RemoveBefore records that the log now starts at logStartOffset (retention
-// deleted what was below it): a producer whose last batch is below it is
-// forgotten, so its next batch is accepted at any sequence. A producer with
-// a batch at or above it keeps all its retained batches, also those below
-// it: a resend of one is still a duplicate, answered with offsets the log
-// no longer holds.
+// deleted what was below it). Every producer keeps its epoch, next sequence
+// and retained batches, also those below it: a resend of one is still a
+// duplicate, answered with offsets the log no longer holds, and a batch out
+// of order is still refused. Only Expire forgets producers. This is Kafka's
+// rule since KIP-360 (ProducerStateManager.onLogStartOffsetIncremented
+// leaves the producers alone): retention on a busy partition can delete a
+// producer's batches seconds after they were written, by other producers'
+// traffic, and a forgotten producer still writing would have its resend
+// after an unknown outcome appended twice, and its batches in flight
+// accepted at any sequence, out of order.
 func (s *State) RemoveBefore(logStartOffset int64) {
-	for pid, e := range s.producers {
-		if e.lastOffset < logStartOffset {
-			delete(s.producers, pid)
-		}
-	}
 	s.end = max(s.end, logStartOffset)
 }
 

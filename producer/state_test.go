@@ -268,43 +268,78 @@ func TestTruncateToRepeatedly(t *testing.T) {
 	}
 }
 
-func TestRemoveBefore(t *testing.T) {
-	log := cat(run(1, 0, 0, 0, 2, 2), run(2, 0, 0, 4, 1, 1, 1), run(1, 0, 4, 7, 1))
+// TestRemoveBeforeKeepsProducers: retention deleting a producer's batches
+// (the log start moves past them) does not forget it, as in Kafka since
+// KIP-360. Forgotten, its resend of a batch whose outcome it did not learn
+// was appended again, and a batch of it sent past a gap was appended out of
+// order, since an unknown producer starts at any sequence.
+func TestRemoveBeforeKeepsProducers(t *testing.T) {
+	p1 := run(1, 0, 0, 0, 1, 1, 1, 1, 1) // sequences 0-4 at offsets 0-4
 	s := New(Options{})
-	mustApply(t, s, log...)
-	s.TruncateTo(8) // nothing cut: producer 1 ends at 7
-	s.RemoveBefore(7)
-	if s.Len() != 1 {
-		t.Fatalf("Len %d after RemoveBefore(7), want 1: producer 2 ends at 6", s.Len())
-	}
-	for _, c := range []check{
-		{pid: 2, seq: 7, count: 1, verdict: Append},
-		// Producer 1 keeps its batches below the log start.
-		{pid: 1, seq: 0, count: 2, verdict: Duplicate, original: log[0]},
+	mustApply(t, s, p1...)
+	s.RemoveBefore(5)
+	checks := []check{
+		{pid: 1, seq: 4, count: 1, verdict: Duplicate, original: p1[4]},
+		{pid: 1, seq: 0, count: 1, verdict: Duplicate, original: p1[0]},
+		{pid: 1, seq: 7, count: 1, verdict: OutOfOrderSequence, expected: 5},
 		{pid: 1, seq: 5, count: 1, verdict: Append},
-	} {
+		{pid: 1, epoch: 1, seq: 3, count: 1, verdict: OutOfOrderSequence, expected: 0},
+	}
+	for _, c := range checks {
 		c.run(t, s)
 	}
-	s.RemoveBefore(8)
-	if s.Len() != 0 {
-		t.Fatalf("Len %d after RemoveBefore(8), want 0", s.Len())
+	if s.Len() != 1 {
+		t.Fatalf("Len %d after RemoveBefore(5), want 1: retention forgot the producer", s.Len())
 	}
+	// The snapshot holds it, with every batch below the log start.
+	b, err := s.MarshalSnapshot(nil, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, end, err := UnmarshalSnapshot(b, Options{})
+	if err != nil || end != 5 || restored.Len() != 1 {
+		t.Fatalf("UnmarshalSnapshot: end %d, %d producers, %v; want 5, 1, nil", end, restored.Len(), err)
+	}
+	for _, c := range checks {
+		c.run(t, restored)
+	}
+
 	// The log now starts at 20: the next batch cannot be below it.
 	s.RemoveBefore(20)
-	if err := s.Apply(run(1, 0, 0, 19, 1)[0]); !errors.Is(err, ErrInvalidInput) {
+	if err := s.Apply(run(2, 0, 0, 19, 1)[0]); !errors.Is(err, ErrInvalidInput) {
 		t.Fatalf("Apply below the log start = %v, want ErrInvalidInput", err)
 	}
-	mustApply(t, s, run(1, 0, 0, 20, 1)...)
+	mustApply(t, s, run(1, 0, 5, 20, 1)...)
+	(check{pid: 1, seq: 6, count: 1, verdict: Append}).run(t, s)
 
-	// A producer whose batches were all truncated goes once the log start
-	// passes the truncation point.
+	// A producer whose batches were all truncated keeps its epoch and
+	// next sequence when the log start passes the truncation point.
 	s = New(Options{})
-	mustApply(t, s, run(1, 0, 0, 0, 1, 1)...)
+	mustApply(t, s, run(1, 2, 0, 0, 1, 1)...)
 	s.TruncateTo(1)
 	s.TruncateTo(0)
 	s.RemoveBefore(0)
+	s.RemoveBefore(3)
+	for _, c := range []check{
+		{pid: 1, epoch: 2, seq: 1, count: 1, verdict: OutOfOrderSequence, expected: 0},
+		{pid: 1, epoch: 1, seq: 0, count: 1, verdict: InvalidProducerEpoch},
+		{pid: 1, epoch: 2, seq: 0, count: 1, verdict: Append},
+	} {
+		c.run(t, s)
+	}
+
+	// Only Expire forgets: a producer retention deleted goes once its last
+	// batch is Expiration old.
+	s = New(Options{Expiration: time.Hour})
+	mustApply(t, s, run(1, 0, 0, 0, 1)...) // MaxTimestamp 0
+	s.RemoveBefore(1)
+	s.Expire(time.UnixMilli(time.Hour.Milliseconds() - 1))
+	if s.Len() != 1 {
+		t.Fatalf("Len %d: expired before its Expiration", s.Len())
+	}
+	s.Expire(time.UnixMilli(time.Hour.Milliseconds()))
 	if s.Len() != 0 {
-		t.Fatalf("Len %d: a producer with nothing left in a log starting at 0 is kept", s.Len())
+		t.Fatalf("Len %d: not expired at its Expiration", s.Len())
 	}
 }
 

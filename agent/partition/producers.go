@@ -24,12 +24,15 @@ import (
 //	<partition dir>/producers.snapshot   producer.State as of end offset E
 //
 // written (atomically: temporary file, fsync, rename, directory fsync) on
-// the retention tick (every minute) when the state changed, and at a clean
-// close: a busy partition pays one small fsync a minute, and the scan at
-// open covers at most a minute of appends after a crash. At
-// open the snapshot is used when E is within the log, and the batches from
-// E to the log end are applied to it; one beyond the log end (the log lost
-// an unsynced tail) or unreadable is ignored and the whole log is scanned.
+// the retention tick (every minute) when the state changed or the log start
+// passed E, and at a clean close: a busy partition pays one small fsync a
+// minute, and the scan at open covers at most a minute of appends after a
+// crash. At open the snapshot is used when E is within the log (from its
+// start to its end), and the batches from E to the log end are applied to
+// it; one beyond the log end (the log lost an unsynced tail), below the log
+// start (retention deleted batches it does not have) or unreadable is
+// ignored and the whole log is scanned. The snapshot keeps the producers
+// whose batches retention deleted, which the log no longer shows.
 // A truncation below E removes the snapshot, durably, before anything is
 // appended again, since a log cut and refilled past E would make it
 // describe batches the log no longer has (a crash in between leaves a log
@@ -62,10 +65,20 @@ func (r *Replica) loadProducers() {
 	log := r.CurrentLog()
 	opts := r.deps.ProducerOptions
 	state, from := r.readProducerSnapshot(log, opts)
+	if state != nil && from < log.LogStartOffset() {
+		// Retention deleted batches after the snapshot's end (the agent
+		// stopped between the retention run and the snapshot it makes
+		// due): the producers of those batches would be known at the
+		// sequences they had before them, and their next batch refused
+		// as out of order. Kafka, which keeps no snapshot below the log
+		// start, forgets them too: the log from its start is all there is.
+		r.log.Info("producer snapshot ends below the log start; scanning the log",
+			"snapshot_end", from, "log_start_offset", log.LogStartOffset())
+		state = nil
+	}
 	if state == nil {
 		state, from = producer.New(opts), log.LogStartOffset()
 	}
-	from = max(from, log.LogStartOffset())
 	// The producers of the batches after the snapshot are seen now: one
 	// of them may resend a batch whose outcome it did not learn. Those of
 	// the snapshot alone keep the expiry their timestamps give (seeing
@@ -239,7 +252,11 @@ func (r *Replica) deleteProducerSnapshotFile() error {
 }
 
 // maintainProducers runs on the retention tick: forget expired producers
-// and those retention removed, and write the snapshot if anything changed.
+// (retention deleting a producer's batches does not forget it:
+// producer.State.RemoveBefore), and write the snapshot if anything changed
+// or if the log start passed the snapshot's end, which loadProducers would
+// not use: the producers retention deleted the batches of are kept across a
+// restart too.
 func (r *Replica) maintainProducers() {
 	if r.logFailed || r.producers == nil {
 		return
@@ -248,7 +265,7 @@ func (r *Replica) maintainProducers() {
 	before := r.producers.Len()
 	r.producers.RemoveBefore(log.LogStartOffset())
 	r.producers.Expire(r.deps.Now())
-	if r.producers.Len() != before {
+	if r.producers.Len() != before || (r.producers.Len() > 0 && r.producerSnapshotEnd < log.LogStartOffset()) {
 		r.producersDirty = true
 	}
 	if r.producersDirty {

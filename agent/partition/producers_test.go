@@ -3,6 +3,7 @@ package partition
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,4 +230,80 @@ func TestProducerJustAppendedNotExpired(t *testing.T) {
 	base := appendIdempotentAt(t, r, 42, 0, 1, old)
 	r.maintainProducers() // the retention tick, a second later
 	wantDuplicate(t, r, "resend right after the append", 42, 0, 1, base)
+}
+
+// appendOtherTraffic appends plain batches (other producers' traffic) until
+// the log has a sealed segment for retention to delete, and commits them.
+func appendOtherTraffic(t *testing.T, r *Replica) {
+	t.Helper()
+	log := r.CurrentLog()
+	for !log.HasSealedSegments() || log.LogEndOffset()%4 != 0 {
+		var b record.Builder
+		if err := b.Add(time.Now().UnixMilli(), nil, []byte(strings.Repeat("x", 400)), nil); err != nil {
+			t.Fatal(err)
+		}
+		batch, err := b.AppendTo(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := log.AppendLeader(batch, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := log.SetHighWatermark(log.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProducerKeptWhenRetentionDeletesItsBatches: retention deleting a
+// producer's last batch (size retention on a busy partition, by other
+// producers' traffic) does not forget the producer, on the tick nor
+// across a restart: its resend is still a duplicate, and its batch past a
+// gap still out of order. A snapshot retention left behind (the agent
+// stopped before the tick that follows the deletion) is not used: the
+// batches it misses are gone from the log too.
+func TestProducerKeptWhenRetentionDeletesItsBatches(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "t-0")
+	fsys := segstore.OSFS{}
+	r := producerTestReplica(t, fsys, dir)
+	base := appendIdempotent(t, r, 7, 0, 2)
+	r.writeProducerSnapshot()
+	appendIdempotent(t, r, 9, 0, 1)
+	appendOtherTraffic(t, r)
+	r.CurrentLog().SetRetention(0, 1)
+	r.applyRetention()
+	if start := r.CurrentLog().LogStartOffset(); start <= base+1 {
+		t.Fatalf("log start %d: retention did not delete producer 7's batch at %d", start, base)
+	}
+	wantKept := func(what string) {
+		t.Helper()
+		wantDuplicate(t, r, what, 7, 0, 2, base)
+		if d := r.producers.Check(7, 0, 3, 1); d.Verdict != producer.OutOfOrderSequence || d.ExpectedSequence != 2 {
+			t.Fatalf("%s: producer 7 seq 3 past a gap: %v expecting %d, want out_of_order_sequence expecting 2", what, d.Verdict, d.ExpectedSequence)
+		}
+	}
+	// The agent stops before the tick: its snapshot ends below the log
+	// start and misses producer 9's batch, which the log lost too.
+	r.CurrentLog().Close()
+	r = producerTestReplica(t, fsys, dir)
+	if r.producers.Len() != 0 {
+		t.Fatalf("%d producers known from a snapshot that ends below the log start %d", r.producers.Len(), r.CurrentLog().LogStartOffset())
+	}
+
+	r.CurrentLog().Close()
+	dir = filepath.Join(t.TempDir(), "t-0")
+	r = producerTestReplica(t, fsys, dir)
+	base = appendIdempotent(t, r, 7, 0, 2)
+	r.writeProducerSnapshot()
+	appendOtherTraffic(t, r)
+	r.CurrentLog().SetRetention(0, 1)
+	r.applyRetention()
+	r.maintainProducers() // the retention tick
+	wantKept("after the retention tick")
+	r.CurrentLog().Close()
+	r = producerTestReplica(t, fsys, dir)
+	if r.producerSnapshotEnd < r.CurrentLog().LogStartOffset() {
+		t.Fatalf("snapshot end %d below the log start %d after the tick", r.producerSnapshotEnd, r.CurrentLog().LogStartOffset())
+	}
+	wantKept("after a restart")
 }
