@@ -30,6 +30,11 @@ type Leadership struct {
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
 
+	// replicas and replicasIndex are the partition's replicas, and their
+	// key's ModifyIndex, in the snapshot the election was decided on.
+	replicas      []string
+	replicasIndex uint64
+
 	mu         sync.Mutex
 	state      PartitionState
 	stateIndex uint64
@@ -52,6 +57,14 @@ func (l *Leadership) State() PartitionState {
 	st := l.state
 	st.ISR = slices.Clone(st.ISR)
 	return st
+}
+
+// DecidedReplicas is the partition's replica set in the metadata snapshot
+// the election was decided on, and the replicas key's ModifyIndex there:
+// the caller's own copy of the metadata may lag it, and Consul's ISR may
+// name a replica the older set lacks (one a move just added).
+func (l *Leadership) DecidedReplicas() ([]string, uint64) {
+	return slices.Clone(l.replicas), l.replicasIndex
 }
 
 // Done is closed when the leadership ends.
@@ -486,6 +499,7 @@ func (c *Client) tryLead(ctx context.Context, pm PartitionMeta, minISR int, sess
 		acquiredIndex: resp.Results[1].KV.ModifyIndex, leaderIndex: resp.Results[0].KV.ModifyIndex,
 		ctx: ctxLead, cancel: cancelLead,
 		state: newState, stateIndex: resp.Results[1].KV.ModifyIndex,
+		replicas: slices.Clone(pm.Replicas), replicasIndex: pm.ReplicasIndex,
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

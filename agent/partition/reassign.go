@@ -27,8 +27,8 @@ func (r *Replica) syncReplicas() {
 		return
 	}
 	if r.meta.pm.ReplicasIndex <= r.replicasFloor {
-		// Metadata from before this leader's own completion: the union it
-		// shows is over.
+		// Metadata from before this leader's own completion (the union it
+		// shows is over) or older than its election's.
 		return
 	}
 	if err := r.leader.SetReplicas(want); err != nil {

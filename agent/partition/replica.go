@@ -196,9 +196,11 @@ type Replica struct {
 	// from (reassign.go).
 	reassignRetryAt time.Time
 	reassignIndexes reassignIndexes
-	// replicasFloor is the replicas key's index this leadership's
-	// completion of a move replaced: metadata at or below it is older
-	// than the replica set the leader follows.
+	// replicasFloor is the replicas key's index of the snapshot this
+	// leadership's election was decided on, when the replica's own
+	// metadata lagged it, or the one its completion of a move replaced:
+	// metadata at or below it is no newer than the replica set the leader
+	// follows.
 	replicasFloor uint64
 	// catchUp counts the bytes sent to replicas being added.
 	catchUp catchUp

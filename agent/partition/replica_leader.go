@@ -39,11 +39,19 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 		return
 	}
 	st := l.State()
+	// The replica's metadata may lag the snapshot the election was decided
+	// on: Consul's ISR may then name a replica a move just added, which the
+	// older set would have the leader take for a non-replica and take out
+	// of the ISR.
+	replicas, floor := r.meta.pm.Replicas, uint64(0)
+	if decided, index := l.DecidedReplicas(); index > r.meta.pm.ReplicasIndex {
+		replicas, floor = decided, index
+	}
 	leader, err := replicate.NewLeader(replicate.LeaderConfig{
 		Self:              r.deps.Self,
 		Epoch:             l.Epoch(),
 		EpochStartOffset:  leo,
-		Replicas:          r.meta.pm.Replicas,
+		Replicas:          replicas,
 		ISR:               st.ISR,
 		ELR:               replicateELR(st.ELR),
 		MinInsyncReplicas: r.meta.tc.MinInsyncReplicas,
@@ -63,13 +71,13 @@ func (r *Replica) becomeLeader(l *election.Leadership) {
 	r.parkMu.Lock()
 	clear(r.parkedBy)
 	r.parkMu.Unlock()
-	r.replicasFloor = 0
+	r.replicasFloor = floor
 	r.leaderTicker, r.leaderTickEvery = time.NewTicker(leaderTickMin), leaderTickMin
 	r.isrRetry = nil
 	r.log.Info("leading", "epoch", l.Epoch(), "log_end_offset", leo, "high_watermark", leader.HighWatermark(), "isr", st.ISR)
 	r.deps.Hooks.leaderElected()
 	if r.deps.AnnounceLeadership != nil {
-		r.deps.AnnounceLeadership(peer.Leading{Topic: r.topic, Partition: r.partition, Epoch: l.Epoch(), Leader: r.deps.Self}, r.meta.pm.Replicas)
+		r.deps.AnnounceLeadership(peer.Leading{Topic: r.topic, Partition: r.partition, Epoch: l.Epoch(), Leader: r.deps.Self}, replicas)
 	}
 	if r.deps.Durability == replicate.DurabilityFsync {
 		r.requestSync()
