@@ -60,8 +60,10 @@ func (e *ProducerError) Error() string {
 }
 
 // loadProducers builds the producer state of the current log: from the
-// snapshot when it is usable, then the batches after it.
-func (r *Replica) loadProducers() {
+// snapshot when it is usable, then the batches after it. An error says the
+// state does not reach the log end: a read the log refused, or a batch the
+// state refused.
+func (r *Replica) loadProducers() error {
 	log := r.CurrentLog()
 	opts := r.deps.ProducerOptions
 	state, from := r.readProducerSnapshot(log, opts)
@@ -96,6 +98,7 @@ func (r *Replica) loadProducers() {
 	if state.Len() > 0 || scanned > 0 {
 		r.log.Debug("producer state loaded", "producers", state.Len(), "snapshot_end", from, "batches_scanned", scanned)
 	}
+	return err
 }
 
 // readProducerSnapshot reads the snapshot if it describes a prefix of log.
@@ -195,23 +198,41 @@ func producerBatch(h record.Header) producer.Batch {
 
 // appliedBatches records what a follower appended: batches, back to back,
 // as the leader sent them and the log verified them (CRCs included, so
-// only the headers are read again here).
-func (r *Replica) appliedBatches(batches []byte) {
+// only the headers are read again here). A batch the state refuses means
+// the state and the log disagree (it holds batches past the log end): left
+// so, this replica, once it led, appended a resend of the batch again or
+// answered it as a duplicate of records that are not there. The state is
+// then rebuilt from the log, as at open, before the follower reports a
+// position past the batch; a rebuild that does not reach the log end fails
+// the log, whose recovery decides, and appliedBatches reports false.
+func (r *Replica) appliedBatches(batches []byte) bool {
 	for len(batches) > 0 {
 		h, size, err := record.ParseHeader(batches, len(batches))
 		if err != nil || size > len(batches) {
 			// The log accepted these bytes after the same checks.
 			r.log.Error("appended batches do not split; rebuilding the producer state", "error", err)
-			r.loadProducers()
-			return
+			return r.rebuildProducers()
 		}
 		ok, err := applyProducerBatch(r.producers, h, r.deps.Now())
 		if err != nil {
-			r.log.Warn("appended batch not recorded in the producer state", "offset", h.BaseOffset(), "error", err)
+			r.log.Error("the producer state disagrees with the log; rebuilding it", "offset", h.BaseOffset(), "error", err)
+			// The rebuild reads every batch appended, the rest of these too.
+			return r.rebuildProducers()
 		}
 		r.producersDirty = r.producersDirty || ok
 		batches = batches[size:]
 	}
+	return true
+}
+
+// rebuildProducers builds a follower's producer state from its log again,
+// and fails the log when the state cannot reach its end.
+func (r *Replica) rebuildProducers() bool {
+	if err := r.loadProducers(); err != nil {
+		r.failLog(fmt.Errorf("agent: producer state rebuilt short of the log end: %w", err))
+		return false
+	}
+	return true
 }
 
 // producersTruncated follows a truncation of the log to its new end: the

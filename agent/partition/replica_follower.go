@@ -274,7 +274,9 @@ func (r *Replica) onFetchAnswered(ev fetchAnswered) {
 			_ = r.follower.FetchFailed()
 			return
 		}
-		r.appliedBatches(ev.answer.Batches)
+		if !r.appliedBatches(ev.answer.Batches) {
+			return
+		}
 		if err := r.follower.Appended(log.LogEndOffset() - 1); err != nil {
 			r.followerBroken(err)
 			return
