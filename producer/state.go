@@ -20,8 +20,10 @@ import (
 // TruncateTo relies on the window too.
 const NumBatchesToRetain = 5
 
-// DefaultExpiration is the Expiration used when Options leaves it zero: the
-// default of Kafka's producer.id.expiration.ms.
+// DefaultExpiration is the Expiration used when Options leaves it zero.
+// Kafka's producer.id.expiration.ms defaults to one day (KIP-854); this
+// keeps a week, as the topics' default retention, so a producer silent for
+// a day and a batch resent after it are still told apart.
 const DefaultExpiration = 7 * 24 * time.Hour
 
 // ErrInvalidInput is a call the caller should not have made: a batch no
