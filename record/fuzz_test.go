@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -29,15 +30,28 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := NewDecoder(fuzzLimits)
+		split, errSplit := SplitBatches(data, fuzzLimits.MaxBatchBytes)
 		rest := data
-		for len(rest) > 0 {
+		for i := 0; len(rest) > 0; i++ {
 			batch, next, err := NextBatch(rest, fuzzLimits.MaxBatchBytes)
 			if err != nil {
 				requireKnownError(t, err)
+				if want := fmt.Sprintf("record: batch at byte %d: %v", len(data)-len(rest), err); errSplit == nil || errSplit.Error() != want {
+					t.Fatalf("NextBatch says %v at byte %d, SplitBatches says %v", err, len(data)-len(rest), errSplit)
+				}
+				if len(split) != i {
+					t.Fatalf("SplitBatches returned %d batches before its error, NextBatch found %d", len(split), i)
+				}
 				break
+			}
+			if i >= len(split) || !bytes.Equal(split[i], batch) {
+				t.Fatalf("batch %d of SplitBatches differs from NextBatch's", i)
 			}
 			checkDecodes(t, d, batch)
 			rest = next
+		}
+		if len(rest) == 0 && errSplit != nil {
+			t.Fatalf("NextBatch read the whole region, SplitBatches says %v", errSplit)
 		}
 		if len(data) >= HeaderSize {
 			batch := bytes.Clone(data)
