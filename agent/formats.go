@@ -117,6 +117,10 @@ func (a *Agent) buildOne(body, key []byte) ([]byte, int, error) {
 // and records that together make a batch over the log's batch limit
 // (records of a few bytes cost more as a batch than as text: a 16 MiB body
 // of 2-byte lines made a batch of 91 MB, refused by the log as corrupt).
+// The record limit applies to its encoded length too, which the log's
+// readers bound (an ndjson fetch, the coalescer, a lookup by time): a
+// 92-byte value under a 100-byte limit was written as a record of 101
+// bytes that no ndjson fetch could then read.
 func (a *Agent) addRecord(b *record.Builder, ts int64, key, value []byte, headers []record.RecordHeader) error {
 	size := len(key) + len(value)
 	for _, h := range headers {
@@ -125,6 +129,10 @@ func (a *Agent) addRecord(b *record.Builder, ts int64, key, value []byte, header
 	if limit := a.recordLimits.MaxRecordBytes; limit > 0 && size > limit {
 		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge,
 			fmt.Sprintf("a record of %d bytes is over limits.max_record_bytes (%d)", size, limit), false)
+	}
+	if limit, encoded := a.recordLimits.MaxRecordBytes, b.RecordLen(ts, key, value, headers); limit > 0 && encoded > limit {
+		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge,
+			fmt.Sprintf("a record of %d bytes, %d encoded, is over limits.max_record_bytes (%d)", size, encoded, limit), false)
 	}
 	if err := b.Add(ts, key, value, headers); err != nil {
 		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), false)

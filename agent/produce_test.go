@@ -24,7 +24,7 @@ import (
 )
 
 // unitAgent is an Agent for handler-level tests that need no Consul.
-func unitAgent(t *testing.T) *Agent {
+func unitAgent(t testing.TB) *Agent {
 	t.Helper()
 	cfg, err := config.Load()
 	if err != nil {

@@ -70,6 +70,16 @@ func (b *Builder) Len() int { return int(b.count) }
 // Producers use it to cap batches before compression.
 func (b *Builder) Size() int { return HeaderSize + len(b.records) }
 
+// RecordLen is the length field of the record that Add would append next
+// with these arguments: what a Decoder bounds with Limits.MaxRecordBytes.
+func (b *Builder) RecordLen(timestamp int64, key, value []byte, headers []RecordHeader) int {
+	first := timestamp
+	if b.count > 0 {
+		first = b.firstTimestamp
+	}
+	return recordBodySize(timestamp-first, b.count, key, value, headers)
+}
+
 // Add appends a record with the given timestamp (milliseconds). Key and
 // value may be nil (null) or empty; headers may have nil values. The
 // record's offset delta is its position in the batch. Add copies what it
