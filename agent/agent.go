@@ -162,10 +162,14 @@ type Agent struct {
 
 	peerToken    []byte
 	recordLimits record.Limits
-	decoders     sync.Pool
-	roundRobin   atomic.Uint64
-	agents       *directory
-	replicas     *partition.Manager
+	// decoders check what clients send (recordLimits); logDecoders read
+	// what the log holds, bounded by the batch only: a record written
+	// before limits.max_record_bytes was lowered stays readable.
+	decoders    sync.Pool
+	logDecoders sync.Pool
+	roundRobin  atomic.Uint64
+	agents      *directory
+	replicas    *partition.Manager
 	// forwarder sends produces to other agents' peer APIs; fetchProxy
 	// streams fetches from leaders' client APIs; clientAPIs asks leaders'
 	// client APIs for positions.
@@ -209,6 +213,7 @@ func New(cfg *config.Config, log hclog.Logger, coord Coordinator) *Agent {
 		MaxRecordBytes: int(cfg.Limits.MaxRecordBytes),
 	}
 	a.decoders.New = func() any { return record.NewDecoder(a.recordLimits) }
+	a.logDecoders.New = func() any { return record.NewDecoder(record.Limits{MaxBatchBytes: a.recordLimits.MaxBatchBytes}) }
 	if cfg.Producer.Linger > 0 {
 		a.coalesce = newCoalescer(cfg.Producer.Linger, int(min(cfg.Producer.MaxBatchBytes, int64(maxBatchBytes(cfg)))), &a.decoders,
 			func(key groupKey, batch []byte, count int, deadline time.Time) (produceResponse, *reply.APIError) {

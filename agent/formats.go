@@ -197,8 +197,8 @@ func (a *Agent) writeNDJSON(ctx *fasthttp.RequestCtx, region *segstore.Region, o
 	if err != nil {
 		return fmt.Errorf("agent: read fetch region: %w", err)
 	}
-	d := a.decoders.Get().(*record.Decoder)
-	defer a.decoders.Put(d)
+	d := a.logDecoders.Get().(*record.Decoder)
+	defer a.logDecoders.Put(d)
 	var out, line bytes.Buffer
 	enc := json.NewEncoder(&line)
 	full := false

@@ -233,3 +233,25 @@ func TestJSONHeadersRoundTrip(t *testing.T) {
 		t.Fatalf("%d lines, want %d", i, len(headers))
 	}
 }
+
+// TestNDJSONServesRecordsOverTodaysLimit: limits.max_record_bytes bounds
+// what a client may send, not what the log holds; a record written before
+// an operator lowered it (unitAgent's limit is 100 bytes) is still served.
+// The ndjson fetch decoded the log with the produce path's limits and
+// failed on it, at every fetch of that offset.
+func TestNDJSONServesRecordsOverTodaysLimit(t *testing.T) {
+	a := unitAgent(t)
+	var b record.Builder
+	value := strings.Repeat("v", 300)
+	if err := b.Add(1, nil, []byte(value), nil); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := b.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"offset":0,"timestamp":1,"value":"` + value + "\"}\n"
+	if got := string(fetchNDJSON(t, a, batch)); got != want {
+		t.Fatalf("ndjson fetch of a 300-byte record under a 100-byte limit: %q, want %q", got, want)
+	}
+}

@@ -36,7 +36,7 @@ func (a *Agent) newKafkaBroker() *kafkabroker.Broker {
 		Coordinator:       a.coord,
 		NodeID:            a.cfg.NodeID,
 		Stopping:          a.stopping,
-		Decoders:          &a.decoders,
+		Decoders:          &a.logDecoders,
 		ProduceTimeout:    defaultProduceTimeout,
 		MaxProduceTimeout: maxProduceTimeout,
 		ObserveProduce: func(acks int16, err error, d time.Duration) {

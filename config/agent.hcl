@@ -208,9 +208,9 @@ producer {
 }
 
 limits {
-  # The largest record a client may send: its key, value and header keys
-  # and values together (in a binary batch or through the Kafka listener,
-  # the record's encoded length: those and a few bytes of varints).
+  # The largest record a client may send, as the record's encoded length:
+  # its key, value and header keys and values together and a few bytes of
+  # varints, whatever the body's format.
   max_record_bytes = "1MiB"
   # The largest produce request body; larger ones are refused with 413
   # before they are read.

@@ -126,7 +126,8 @@ type Config struct {
 	NodeID string
 	// Stopping is closed when the agent stops: long polls end.
 	Stopping <-chan struct{}
-	// Decoders is the agent's pool of *record.Decoder.
+	// Decoders is the agent's pool of *record.Decoder for batches the log
+	// holds (bounded by the batch, not limits.max_record_bytes).
 	Decoders *sync.Pool
 	// ProduceTimeout is a produce's timeout when the request names none,
 	// MaxProduceTimeout its bound: the HTTP produce's.
