@@ -850,8 +850,10 @@ func (l *Log) truncate(offset int64) error {
 	target.size.Store(cutAt.pos)
 	// Set with the size it no longer publishes, before the file is cut:
 	// a truncation that fails after this leaves it for Close to hand on
-	// to the reopened log (closedSegments).
-	if cutInside && !replace {
+	// to the reopened log (closedSegments). A replaced segment's mark
+	// goes with its old files; one whose replacement failed after the
+	// file was emptied in place gets new files from that Open.
+	if cutInside {
 		target.cutFrom = true
 	}
 	l.leo.Store(cutAt.offset)

@@ -145,6 +145,9 @@ type segmentRecovery struct {
 	// cut: recovery cut bytes off the end of the log file, which the next
 	// append must not write again (see cutSegment).
 	cut bool
+	// renewed: the segment got new, empty files (cutSegment at its start),
+	// which no Region of the replaced log names.
+	renewed bool
 }
 
 // walkResult is how far a validation walk got.
@@ -210,6 +213,9 @@ func (r *recovery) run() error {
 		if err := r.cutUnsynced(prev.syncedPosition()); err != nil {
 			return err
 		}
+		if err := r.renewEmptied(prev.closedSegments); err != nil {
+			return err
+		}
 	}
 	if len(r.segs) > 0 {
 		if err := r.recoverSegments(); err != nil {
@@ -257,6 +263,31 @@ func (r *recovery) cutUnsynced(synced logPosition) error {
 	return nil
 }
 
+// renewEmptied gives new files to a segment a truncation of the replaced
+// log cut and that is now empty: a truncation at the first segment's start
+// empties the file in place before it renames the new files over it, and
+// may fail in between. An empty segment takes its next append at position
+// 0 whatever its mark, where a Region of the replaced log may still name
+// the batches the truncation cut.
+func (r *recovery) renewEmptied(closed []closedSegment) error {
+	for i, s := range r.segs {
+		j := slices.IndexFunc(closed, func(c closedSegment) bool { return c.base == s.base })
+		if j < 0 || !closed[j].cut {
+			continue
+		}
+		size, err := s.log.Size()
+		if err != nil {
+			return fmt.Errorf("segstore: recover %s: %w", s.logPath, err)
+		}
+		if size == 0 {
+			if err := r.cutSegment(i, 0, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // cutSegment ends segment i's file at pos, below its size. The failed log
 // this Open replaces (or a log closed in this process) may have published
 // the cut bytes, and a Region of it may still name them: they are never
@@ -282,6 +313,7 @@ func (r *recovery) cutSegment(i int, pos, size int64) error {
 	old.forget()
 	old.release()
 	r.segs[i] = openSegment(r.l, old.base)
+	r.state[i].renewed = true
 	r.dirChanged = true
 	for _, suffix := range []string{indexSuffix, logSuffix} {
 		tmp := r.l.newSegmentPath(old.base, suffix)
@@ -769,7 +801,7 @@ func (r *recovery) finish() error {
 		for len(before) > 0 && before[0].base < s.base {
 			before = before[1:]
 		}
-		if len(before) > 0 && before[0].base == s.base && (before[0].cut || before[0].size > s.size.Load()) {
+		if len(before) > 0 && before[0].base == s.base && !r.state[i].renewed && (before[0].cut || before[0].size > s.size.Load()) {
 			s.cutFrom = true
 		}
 	}

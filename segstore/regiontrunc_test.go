@@ -156,6 +156,24 @@ func TestRegionAfterFailedLogIsReopened(t *testing.T) {
 				failSync(t, fsys, l, rng, from)
 			},
 		},
+		{
+			name: "a truncation at the first segment's start failed at its rename",
+			prepare: func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
+				appendN(t, l, rng, 12, 1, 200)
+				if _, err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				return nil, 0
+			},
+			fail: func(t *testing.T, fsys *FaultFS, l *Log, _ *rand.Rand, from int64) {
+				// The old file is emptied in place and synced; the
+				// new files are not renamed over it.
+				fsys.Inject(Fault{Op: OpRename, Path: ".log" + tmpSuffix})
+				if err := l.Truncate(from); !errors.Is(err, ErrFailed) {
+					t.Fatalf("truncate: %v, want the injected failure", err)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 57))
