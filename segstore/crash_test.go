@@ -480,3 +480,66 @@ func checkEpochs(t testing.TB, l *Log, batches [][]byte) {
 		t.Fatalf("epoch cache %v, batches say %v", got, want)
 	}
 }
+
+// TestRetriedReopenMakesTheFailedOpensCutDurable: an Open with
+// Options.Reopen cuts what no successful fsync of the failed log covered,
+// and fails before that cut is durable (its own fsync fails); the agent
+// opens again with the same Reopen, which finds nothing left to cut. A
+// crash then must recover the log that Open returned ("syncs what it kept
+// and writes R at the new log end, so a second crash recovers the same
+// log"), never the batches it cut: the failed log's unsynced batches came
+// back, valid and contiguous after R, under the offsets the reopened log
+// had given other batches (TestCrashRecoveryAfterReopen, seed 1222).
+func TestRetriedReopenMakesTheFailedOpensCutDurable(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 59))
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	opts.SegmentBytes = 1 << 16
+	fsys, dir, l := newFaultLog(t, opts)
+	kept := appendN(t, l, rng, 6, 1, 200)
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// The recovery point at the synced end: recovery validates (and
+	// syncs) nothing below it.
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l, rng, 6, 1, 200)
+	failSync(t, fsys, l, rng, 0)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopen := opts
+	reopen.Reopen = l
+	fsys.Inject(Fault{Op: OpSync, Path: ".log"})
+	if _, err := Open(fsys, dir, reopen); !errors.Is(err, ErrInjected) {
+		t.Fatalf("open: %v, want the injected fsync failure after its cut", err)
+	}
+	fsys.Clear()
+	l2 := openLog(t, fsys, dir, reopen)
+	if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, kept, bytes.Equal) {
+		t.Fatalf("reopened log holds %d batches, want %d", len(got), len(kept))
+	}
+	fsys.Crash()
+	l2.Close()
+	// Each reconstruction picks at random what survives of the unsynced
+	// writes: nothing, a prefix (torn or not), or everything.
+	root := t.TempDir()
+	for i := range 40 {
+		post := filepath.Join(root, fmt.Sprint(i))
+		if err := fsys.Reconstruct(post, rng); err != nil {
+			t.Fatal(err)
+		}
+		l3, err := Open(OSFS{}, filepath.Join(post, "p0"), opts)
+		if err != nil {
+			t.Fatalf("reconstruction %d: recovery failed: %v", i, err)
+		}
+		got := readAll(t, l3, l3.LogEndOffset())
+		l3.Close()
+		if !slices.EqualFunc(got, kept, bytes.Equal) {
+			t.Fatalf("reconstruction %d: recovered %d batches, want the %d the reopened log held", i, len(got), len(kept))
+		}
+	}
+}

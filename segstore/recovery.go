@@ -231,6 +231,13 @@ func (r *recovery) run() error {
 // The recovery point is never beyond synced (Checkpoint writes synced
 // positions), so the validation that follows starts below the cut.
 func (r *recovery) cutUnsynced(synced logPosition) error {
+	// An earlier Open with the same Reopen may have made these cuts and
+	// failed before they were durable (the owner retries a failed
+	// reopen): the files then show nothing to cut, and a crash would
+	// bring the cut batches back after the recovery point, valid, under
+	// offsets the reopened log gives other batches. So the segment synced
+	// names and the directory are synced whatever this Open cuts.
+	r.dirChanged = true
 	keep := len(r.segs)
 	for keep > 0 && r.segs[keep-1].base > synced.segmentBase {
 		keep--
@@ -248,6 +255,7 @@ func (r *recovery) cutUnsynced(synced logPosition) error {
 	if s.base != synced.segmentBase {
 		return nil
 	}
+	r.state[keep-1].syncLog = true
 	size, err := s.log.Size()
 	if err != nil {
 		return fmt.Errorf("segstore: recover %s: %w", s.logPath, err)
@@ -258,7 +266,6 @@ func (r *recovery) cutUnsynced(synced logPosition) error {
 		if err := r.cutSegment(keep-1, synced.pos, size); err != nil {
 			return err
 		}
-		r.state[keep-1].syncLog = true
 	}
 	return nil
 }
