@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -36,7 +37,33 @@ import (
 // SEGSTORE_SEED replays: iteration i uses seed+i, and a failing subtest is
 // named by its seed.
 func TestCrashRecovery(t *testing.T) {
-	iters := envInt(t, "SEGSTORE_CRASH_ITERS", 1000)
+	crashSweep(t, 1000, false)
+}
+
+// TestCrashRecoveryAfterReopen is TestCrashRecovery's sweep with log
+// failures: the workload also injects faults (failed fsyncs mostly, and
+// failed writes, truncations, renames, creations, removals) that fail the
+// log mid-stream, and takes Regions (a follower's fetch, limit = LEO). A
+// failed log is recovered as the agent does it: closed, and opened again
+// in process with Options.Reopen = the failed log, an Open that fails (a
+// fault on its own truncate, create, rename or fsync) retried with the same
+// Reopen. Besides TestCrashRecovery's checks, every reopened log must hold
+// one of the states the failed operation may have left, cut to no less than
+// what a Sync reported durable, with consistent indexes and epochs; and
+// every Region, read at the end, must give the bytes it named or an error,
+// never other batches. The workload goes on after each reopen (appends,
+// truncations, rolls, retention, more failures) until the crash.
+//
+// SEGSTORE_CRASH_ITERS sets the number of iterations (default 60, kept
+// small for the package's default run), SEGSTORE_SEED replays.
+func TestCrashRecoveryAfterReopen(t *testing.T) {
+	crashSweep(t, 60, true)
+}
+
+// crashSweep runs the crash iterations; reopens adds log failures and
+// Regions to the workload (TestCrashRecoveryAfterReopen).
+func crashSweep(t *testing.T, defaultIters int, reopens bool) {
+	iters := envInt(t, "SEGSTORE_CRASH_ITERS", defaultIters)
 	seed := testSeed(t)
 	root := t.TempDir()
 	stats := map[string]int{}
@@ -45,7 +72,7 @@ func TestCrashRecovery(t *testing.T) {
 		s := seed + uint64(i)
 		dir := filepath.Join(root, fmt.Sprint(i))
 		ok := t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			crashIteration(t, s, dir, stats)
+			crashIteration(t, s, dir, stats, reopens)
 		})
 		os.RemoveAll(dir)
 		if !ok {
@@ -128,9 +155,19 @@ type crashRun struct {
 	m     crashModel
 	epoch int32
 	stats map[string]int
+	// reopens: the workload injects faults that fail the log, recovers it
+	// in process (Options.Reopen), and takes Regions.
+	reopens bool
+	regions []crashRegion
 }
 
-func crashIteration(t *testing.T, seed uint64, dir string, stats map[string]int) {
+// crashRegion is a Region the workload took and the bytes it named then.
+type crashRegion struct {
+	region *Region
+	want   []byte
+}
+
+func crashIteration(t *testing.T, seed uint64, dir string, stats map[string]int, reopens bool) {
 	rng := rand.New(rand.NewPCG(seed, 0x5e9))
 	clock := newClock()
 	opts := Options{
@@ -157,10 +194,16 @@ func crashIteration(t *testing.T, seed uint64, dir string, stats map[string]int)
 		t.Fatal(err)
 	}
 	r := &crashRun{t: t, seed: seed, rng: rng, clock: clock, opts: opts, fsys: fsys,
-		dir: filepath.Join(work, "p0"), epoch: 1, stats: stats}
-	fsys.CrashAfter(rng.IntN(160))
+		dir: filepath.Join(work, "p0"), epoch: 1, stats: stats, reopens: reopens}
+	if reopens {
+		// Failures and reopens take operations of their own: crash later.
+		fsys.CrashAfter(40 + rng.IntN(320))
+	} else {
+		fsys.CrashAfter(rng.IntN(160))
+	}
 
 	cands, during := r.workload()
+	r.checkRegions(len(r.regions))
 	if !fsys.Crashed() {
 		fsys.Crash()
 		during = "end"
@@ -260,15 +303,34 @@ func (r *crashRun) workload() ([]crashModel, string) {
 	for step := 0; step < 120; step++ {
 		prev := r.m.clone()
 		var name string
+		err = nil
 		cands := func(ms ...crashModel) []crashModel { return ms }
-		switch p := rng.IntN(100); {
+		// failed: the states the disk may hold if the operation fails
+		// (crashed, or failed the log); nil for the model as it is.
+		var failed []crashModel
+		ops := 100
+		if r.reopens {
+			ops = 112
+		}
+		switch p := rng.IntN(ops); {
+		case p >= 106:
+			name = "take region"
+			err = r.takeRegion()
+		case p >= 100:
+			name = "inject fault"
+			faults := []FaultOp{OpSync, OpSync, OpSync, OpSync, OpWrite, OpTruncate, OpRename, OpSyncDir, OpCreate, OpRemove}
+			ft := Fault{Op: faults[rng.IntN(len(faults))], Nth: 1 + rng.IntN(8), Partial: rng.IntN(2) == 0}
+			r.fsys.Inject(ft)
+			t.Logf("injected a fault on the %s %d from now", ft.Op, ft.Nth)
 		case p < 28:
 			name = "append leader"
 			if rng.IntN(20) == 0 {
 				r.epoch++
 			}
 			b := r.batchesAt(0, 0, 1)[0]
-			if _, _, err = r.l.AppendLeader(b, r.epoch); err == nil || isCrash(err) {
+			// Written in part or whole before a crash or a log failure, the
+			// batch may survive a crash (the model's states are prefixes).
+			if _, _, err = r.l.AppendLeader(b, r.epoch); err == nil || isCrash(err) || r.reopens {
 				r.record(b)
 			}
 		case p < 42:
@@ -277,7 +339,7 @@ func (r *crashRun) workload() ([]crashModel, string) {
 				r.epoch++
 			}
 			bs := r.batchesAt(r.m.leo(), r.epoch, 1+rng.IntN(3))
-			if err = r.l.AppendFollower(slices.Concat(bs...), r.epoch); err == nil || isCrash(err) {
+			if err = r.l.AppendFollower(slices.Concat(bs...), r.epoch); err == nil || isCrash(err) || r.reopens {
 				r.record(bs...)
 			}
 		case p < 56:
@@ -300,16 +362,16 @@ func (r *crashRun) workload() ([]crashModel, string) {
 			offset := r.m.lso + rng.Int64N(r.m.leo()-r.m.lso+1)
 			if err = r.l.Truncate(offset); err == nil {
 				r.m = r.m.cut(offset)
-			} else if isCrash(err) {
-				return cands(prev, prev.cut(offset)), name
+			} else {
+				failed = cands(prev, prev.cut(offset))
 			}
 		case p < 76:
 			name = "truncate fully"
 			start := max(0, r.m.leo()+rng.Int64N(100)-50)
 			if err = r.l.TruncateFully(start); err == nil {
 				r.m = r.m.restart(start)
-			} else if isCrash(err) {
-				return cands(prev, prev.cut(prev.lso), prev.restart(start)), name
+			} else {
+				failed = cands(prev, prev.cut(prev.lso), prev.restart(start))
 			}
 		case p < 84:
 			name = "retention"
@@ -324,14 +386,13 @@ func (r *crashRun) workload() ([]crashModel, string) {
 					r.stats["(retention deleted segments)"]++
 				}
 				r.m = r.m.dropBelow(r.l.LogStartOffset())
-			} else if isCrash(err) {
-				out := cands(prev)
+			} else {
+				failed = cands(prev)
 				for _, b := range bases {
 					if b > prev.lso && b <= below {
-						out = append(out, prev.dropBelow(b))
+						failed = append(failed, prev.dropBelow(b))
 					}
 				}
-				return out, name
 			}
 		case p < 89:
 			name = "clock"
@@ -342,14 +403,25 @@ func (r *crashRun) workload() ([]crashModel, string) {
 			err = r.l.AssignEpoch(r.epoch, r.m.leo())
 		case p < 94:
 			name = "restart"
+			// A restart is a new process: the Regions go with the old
+			// one. Open without Reopen promises them nothing.
+			r.checkRegions(len(r.regions))
 			if err = r.l.Close(); err == nil {
-				r.l, err = Open(r.fsys, r.dir, r.opts)
-				if err == nil {
-					r.verifyExact()
+				var l *Log
+				l, err = Open(r.fsys, r.dir, r.opts)
+				if err != nil && !isCrash(err) && r.reopens {
+					// A fault injected earlier failed the Open: the
+					// owner opens again.
+					r.stats["(restart's open failed)"]++
+					r.fsys.Clear()
+					l, err = Open(r.fsys, r.dir, r.opts)
 				}
-			}
-			if isCrash(err) {
-				r.l = nil
+				if err == nil {
+					r.l = l
+					r.verifyExact()
+				} else if isCrash(err) {
+					r.l = nil
+				}
 			}
 		default:
 			name = "read"
@@ -357,12 +429,118 @@ func (r *crashRun) workload() ([]crashModel, string) {
 			err = r.checkRead(off)
 		}
 		t.Logf("%s: log [%d, %d) synced %d, err %v", name, r.m.lso, r.m.leo(), r.m.synced, err)
-		if err != nil {
-			r.mustCrash(name, err)
-			return cands(r.m), name
+		if err == nil {
+			continue
 		}
+		if failed == nil {
+			failed = cands(r.m)
+		}
+		if !isCrash(err) && r.reopens && r.l != nil && r.l.failure.Load() != nil {
+			r.stats["(log failed)"]++
+			if r.reopen(failed) {
+				return failed, name + " (reopen)"
+			}
+			continue
+		}
+		r.mustCrash(name, err)
+		return failed, name
 	}
 	return []crashModel{r.m}, "end"
+}
+
+// reopen recovers the failed log r.l as the agent does: closes it and opens
+// it again in process with Options.Reopen = the failed log, retrying with
+// the same Reopen an Open that a fault of its own (truncate, create,
+// rename, fsync) fails. The reopened log must hold one of the states in
+// failed, cut no lower than what a Sync reported durable; the model becomes
+// that state. It reports whether the FS crashed meanwhile.
+func (r *crashRun) reopen(failed []crashModel) (crashed bool) {
+	t, rng := r.t, r.rng
+	prev := r.l
+	if err := prev.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("close of the failed log: %v", err)
+	}
+	r.l = nil
+	r.fsys.Clear()
+	opts := r.opts
+	opts.Reopen = prev
+	for attempt := 0; ; attempt++ {
+		if attempt < 3 && rng.IntN(2) == 0 {
+			faults := []FaultOp{OpTruncate, OpCreate, OpRename, OpSync, OpSyncDir, OpWrite}
+			ft := Fault{Op: faults[rng.IntN(len(faults))], Nth: 1 + rng.IntN(3)}
+			r.fsys.Inject(ft)
+			t.Logf("reopen %d: injected a fault on the %s %d from now", attempt, ft.Op, ft.Nth)
+		}
+		l, err := Open(r.fsys, r.dir, opts)
+		r.fsys.Clear()
+		if err == nil {
+			r.l = l
+			break
+		}
+		if isCrash(err) {
+			return true
+		}
+		if !errors.Is(err, ErrInjected) {
+			t.Fatalf("reopen %d: unexpected error %v", attempt, err)
+		}
+		r.stats["(reopen failed, retried)"]++
+	}
+	r.stats["(reopened)"]++
+	got := r.verify(r.l, failed)
+	lso, leo := r.l.LogStartOffset(), r.l.LogEndOffset()
+	for _, c := range failed {
+		if matchModel(got, lso, leo, c) == "" {
+			r.m = c.cut(leo)
+			r.m.synced = leo
+			break
+		}
+	}
+	t.Logf("reopened: log [%d, %d)", lso, leo)
+	return false
+}
+
+// takeRegion reads a Region as a follower's fetch does (limit = LEO) and
+// keeps it open, with the bytes it names now, for checkRegions. It keeps
+// at most 6 open.
+func (r *crashRun) takeRegion() error {
+	if len(r.regions) >= 6 {
+		r.checkRegions(1)
+	}
+	off := r.m.lso + r.rng.Int64N(r.m.leo()-r.m.lso+1)
+	maxBytes := int64(1 + r.rng.IntN(3000))
+	region, err := r.l.Read(off, maxBytes, r.m.leo())
+	if err != nil {
+		return err
+	}
+	want, err := r.l.ReadBytes(off, maxBytes, r.m.leo())
+	if err != nil {
+		region.Close()
+		return err
+	}
+	if region.Len != int64(len(want)) {
+		r.t.Fatalf("region at %d of %d bytes, ReadBytes gave %d", off, region.Len, len(want))
+	}
+	r.regions = append(r.regions, crashRegion{region: region, want: want})
+	return nil
+}
+
+// checkRegions reads and closes the n oldest Regions taken: each gives the
+// bytes it named when taken, or an error, never other bytes.
+func (r *crashRun) checkRegions(n int) {
+	r.t.Helper()
+	for _, cr := range r.regions[:n] {
+		got, err := io.ReadAll(cr.region)
+		cr.region.Close()
+		switch {
+		case err != nil:
+			r.stats["(region read failed)"]++
+		case !bytes.Equal(got, cr.want):
+			r.t.Fatalf("a region of %d bytes read %d bytes that are not the ones it named, without an error", len(cr.want), len(got))
+		default:
+			r.stats["(region read whole)"]++
+		}
+	}
+	r.regions = slices.Delete(r.regions, 0, n)
 }
 
 func isCrash(err error) bool { return errors.Is(err, ErrCrashed) }
