@@ -90,6 +90,17 @@ func TestRegionAfterTruncateAndAppend(t *testing.T) {
 // new batches under the old positions.
 func TestRegionAfterFailedLogIsReopened(t *testing.T) {
 	seed := testSeed(t)
+	// unsyncedTail appends six synced batches, then six more the region
+	// starts at.
+	unsyncedTail := func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
+		kept := appendN(t, l, rng, 6, 1, 200)
+		if _, err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		from := l.LogEndOffset()
+		appendN(t, l, rng, 6, 1, 200)
+		return kept, from
+	}
 	for _, tc := range []struct {
 		name string
 		// prepare appends, and returns the batches the reopened log keeps
@@ -103,29 +114,13 @@ func TestRegionAfterFailedLogIsReopened(t *testing.T) {
 		firstOpenFails bool
 	}{
 		{
-			name: "the reopen cuts a segment's unsynced tail",
-			prepare: func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
-				kept := appendN(t, l, rng, 6, 1, 200)
-				if _, err := l.Sync(); err != nil {
-					t.Fatal(err)
-				}
-				from := l.LogEndOffset()
-				appendN(t, l, rng, 6, 1, 200)
-				return kept, from
-			},
-			fail: failSync,
+			name:    "the reopen cuts a segment's unsynced tail",
+			prepare: unsyncedTail,
+			fail:    failSync,
 		},
 		{
-			name: "an Open that fails cuts a segment's unsynced tail before the reopen",
-			prepare: func(t *testing.T, l *Log, rng *rand.Rand) ([][]byte, int64) {
-				kept := appendN(t, l, rng, 6, 1, 200)
-				if _, err := l.Sync(); err != nil {
-					t.Fatal(err)
-				}
-				from := l.LogEndOffset()
-				appendN(t, l, rng, 6, 1, 200)
-				return kept, from
-			},
+			name:           "an Open that fails cuts a segment's unsynced tail before the reopen",
+			prepare:        unsyncedTail,
 			fail:           failSync,
 			firstOpenFails: true,
 		},
