@@ -31,8 +31,12 @@ import (
 // start to its end), and the batches from E to the log end are applied to
 // it; one beyond the log end (the log lost an unsynced tail), below the log
 // start (retention deleted batches it does not have) or unreadable is
-// ignored and the whole log is scanned. The snapshot keeps the producers
-// whose batches retention deleted, which the log no longer shows.
+// ignored and the whole log is scanned. One whose state refuses a batch
+// of the log after E (it holds batches the log does not have: written
+// before a truncation it did not see) is removed and the whole log
+// scanned, at open and at every rebuild (a reopen, a refused append). The
+// snapshot keeps the producers whose batches retention deleted, which the
+// log no longer shows.
 // A truncation below E removes the snapshot, durably, before anything is
 // appended again, since a log cut and refilled past E would make it
 // describe batches the log no longer has (a crash in between leaves a log
@@ -60,7 +64,9 @@ func (e *ProducerError) Error() string {
 }
 
 // loadProducers builds the producer state of the current log: from the
-// snapshot when it is usable, then the batches after it. An error says the
+// snapshot when it is usable, then the batches after it (a snapshot whose
+// state refuses one of them is removed, and the whole log scanned). At
+// open, at a reopen and at every rebuild. An error says the
 // state does not reach the log end: a read the log refused, or a batch the
 // state refused.
 func (r *Replica) loadProducers() error {
@@ -78,6 +84,7 @@ func (r *Replica) loadProducers() error {
 			"snapshot_end", from, "log_start_offset", log.LogStartOffset())
 		state = nil
 	}
+	fromSnapshot := state != nil
 	if state == nil {
 		state, from = producer.New(opts), log.LogStartOffset()
 	}
@@ -87,6 +94,21 @@ func (r *Replica) loadProducers() error {
 	// them all at every open would keep dead producers for as long as the
 	// agent restarts within the expiration).
 	scanned, err := scanProducers(log, state, from, r.deps.Now())
+	// kept: a snapshot that disagrees with the log and could not be
+	// removed, which the next snapshot must replace.
+	kept := false
+	if fromSnapshot && errors.Is(err, errProducerStateRefused) {
+		// The snapshot holds batches the log does not have (written
+		// before a truncation it did not see): kept, every rebuild, open
+		// and reopen loaded it again and refused the same batch, and the
+		// partition failed its log again and again. The log is the
+		// truth, and without a snapshot the next open scans it whole.
+		r.log.Warn("producer snapshot disagrees with the log; removing it and scanning the whole log",
+			"snapshot", filepath.Join(r.dir, producerSnapshotFile), "snapshot_end", from, "error", err)
+		kept = !r.discardProducerSnapshot()
+		state, from = producer.New(opts), log.LogStartOffset()
+		scanned, err = scanProducers(log, state, from, r.deps.Now())
+	}
 	if err != nil {
 		// The log refused a read: it is failing. The state holds what was
 		// read; failLog rebuilds it from the reopened log.
@@ -94,7 +116,7 @@ func (r *Replica) loadProducers() error {
 	}
 	state.RemoveBefore(log.LogStartOffset())
 	state.Expire(r.deps.Now())
-	r.producers, r.producersDirty = state, false
+	r.producers, r.producersDirty = state, kept
 	if state.Len() > 0 || scanned > 0 {
 		r.log.Debug("producer state loaded", "producers", state.Len(), "snapshot_end", from, "batches_scanned", scanned)
 	}
@@ -138,6 +160,10 @@ func (r *Replica) readProducerSnapshot(log *segstore.Log, opts producer.Options)
 	return state, end
 }
 
+// errProducerStateRefused is a producer scan's batch that the state it
+// builds refuses: the state started from holds batches the log does not.
+var errProducerStateRefused = errors.New("agent: producer scan: a batch of the log refused by the producer state")
+
 // scanProducers applies the batches of log from offset on to state, and
 // answers how many batches of idempotent producers it applied.
 func scanProducers(log *segstore.Log, state *producer.State, from int64, now time.Time) (int, error) {
@@ -158,7 +184,7 @@ func scanProducers(log *segstore.Log, state *producer.State, from int64, now tim
 			h := record.Header(batch)
 			ok, err := applyProducerBatch(state, h, now)
 			if err != nil {
-				return applied, fmt.Errorf("agent: producer scan at %d: %w", h.BaseOffset(), err)
+				return applied, fmt.Errorf("%w: at %d: %w", errProducerStateRefused, h.BaseOffset(), err)
 			}
 			if ok {
 				applied++
@@ -261,6 +287,18 @@ func (r *Replica) removeProducerSnapshot() {
 		return
 	}
 	r.producerSnapshotEnd = -1
+}
+
+// discardProducerSnapshot removes a snapshot that disagrees with the log,
+// and answers whether it is gone. One that stays is replaced by the next
+// snapshot; until then each open finds it wrong again and scans the log.
+func (r *Replica) discardProducerSnapshot() bool {
+	if err := r.deleteProducerSnapshotFile(); err != nil {
+		r.log.Warn("cannot remove the producer snapshot that disagrees with the log", "error", err)
+		return false
+	}
+	r.producerSnapshotEnd = -1
+	return true
 }
 
 // deleteProducerSnapshotFile removes the snapshot file, if any, durably.
