@@ -195,10 +195,12 @@ func newLanes(alloc func(ctx context.Context) (int64, int16, error)) *lanes {
 
 // take returns a free lane of the partition, or a new one allocated by
 // deadline: a produce request waits for the allocation, and is answered by
-// its own timeout even when Consul is slow to answer.
-func (l *lanes) take(key partitionKey, deadline time.Time) (*lane, error) {
+// its own timeout even when Consul is slow to answer. With fresh, always a
+// new one: after a leader refused a lane, the free lanes of the partition
+// may be as stale as the refused one (its leader's state changed).
+func (l *lanes) take(key partitionKey, deadline time.Time, fresh bool) (*lane, error) {
 	l.mu.Lock()
-	if free := l.free[key]; len(free) > 0 {
+	if free := l.free[key]; len(free) > 0 && !fresh {
 		ln := free[len(free)-1]
 		l.free[key] = free[:len(free)-1]
 		l.mu.Unlock()
@@ -263,7 +265,7 @@ func (a *Agent) produceBatch(topic string, partition int, batch []byte, count in
 func (a *Agent) produceOnLane(topic string, partition int, batch []byte, count int, acks replicate.Acks, deadline time.Time) (produceResponse, *reply.APIError, bool) {
 	key := partitionKey{topic: topic, partition: partition}
 	for attempt := 1; ; attempt++ {
-		ln, err := a.lanes.take(key, minTime(deadline, a.now().Add(peerCallTimeout)))
+		ln, err := a.lanes.take(key, minTime(deadline, a.now().Add(peerCallTimeout)), attempt > 1)
 		if err != nil {
 			a.log.Warn("no producer id for a plain produce: it goes without idempotence", "topic", topic, "partition", partition, "error", err)
 			return produceResponse{}, nil, false
@@ -279,7 +281,8 @@ func (a *Agent) produceOnLane(topic string, partition int, batch []byte, count i
 			return resp, nil, true
 		case e.Code == wire.CodeOutOfOrderSequence || e.Code == wire.CodeInvalidProducerEpoch:
 			// Refused before any append: the leader does not know the
-			// lane's state as this sidecar does. A fresh lane starts over.
+			// lane's state as this sidecar does. A fresh lane starts over;
+			// the refused one is dropped.
 			a.log.Warn("leader refused a lane's sequence; using a new producer id", "topic", topic, "partition", partition, "producer_id", ln.id, "error", e.Message)
 			if attempt < laneAttempts && a.now().Before(deadline) {
 				continue

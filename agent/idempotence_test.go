@@ -170,7 +170,8 @@ func TestUnknownOutcome(t *testing.T) {
 // TestLanesTakeBoundedByDeadline: a new lane's producer id is asked for by
 // the deadline take is given (the request's), not by a fixed Consul call
 // timeout: a produce with timeout=500ms waited up to 5 s for a slow
-// Consul. A free lane is taken without asking.
+// Consul. A free lane is taken without asking, unless a fresh one is asked
+// for (after a leader refused a lane), and then within the same deadline.
 func TestLanesTakeBoundedByDeadline(t *testing.T) {
 	deadline := time.Unix(1_700_000_000, 0).Add(500 * time.Millisecond)
 	var asked []time.Time
@@ -183,7 +184,7 @@ func TestLanesTakeBoundedByDeadline(t *testing.T) {
 		return int64(len(asked)), 0, nil
 	})
 	key := partitionKey{topic: "t"}
-	ln, err := l.take(key, deadline)
+	ln, err := l.take(key, deadline, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,12 @@ func TestLanesTakeBoundedByDeadline(t *testing.T) {
 		t.Fatalf("allocation deadlines %v, want [%v]", asked, deadline)
 	}
 	l.give(key, ln)
-	if again, err := l.take(key, deadline); err != nil || again != ln || len(asked) != 1 {
+	if again, err := l.take(key, deadline, false); err != nil || again != ln || len(asked) != 1 {
 		t.Fatalf("take after give = %v, %v after %d allocations; want the free lane without allocating", again, err, len(asked))
+	}
+	l.give(key, ln)
+	fresh, err := l.take(key, deadline, true)
+	if err != nil || fresh == ln || len(asked) != 2 || !asked[1].Equal(deadline) {
+		t.Fatalf("fresh take = %v, %v, allocation deadlines %v; want a new lane allocated by %v", fresh, err, asked, deadline)
 	}
 }

@@ -140,41 +140,95 @@ func TestLaneBackAfterTheTimeoutPassedBeforeTheForward(t *testing.T) {
 }
 
 // TestPlainProduceAfterEveryLaneRefused: when the leader refuses every
-// lane a plain request tries (out_of_order_sequence: it does not know the
-// lanes' state as the sidecar does), nothing was written, and the request
+// lane a plain request tries (invalid_producer_epoch: it does not know the
+// lanes' state as the sidecar does, and here the fresh lanes too are given
+// the stale producer id and epoch), nothing was written, and the request
 // goes without idempotence, as when no lane can be had; with its timeout
 // passed, it is answered 503 timeout_before_write (a local append would
 // land after the deadline, an unknown outcome nobody resends). The client,
 // which sent no producer fields, got 409 out_of_order_sequence: not
 // retriable, and about a sequence it never sent.
 func TestPlainProduceAfterEveryLaneRefused(t *testing.T) {
-	c := startTestCluster(t, 1, "")
+	var allocated atomic.Int32
+	c := startTestClusterWith(t, 1, "", func(a *Agent) {
+		a.lanes.alloc = func(context.Context) (int64, int16, error) {
+			allocated.Add(1)
+			return 77, 0, nil
+		}
+	})
 	n1 := c.agents[0]
 	c.createTopic(n1, "refused", 1, 1, 1)
 	c.waitLeader("refused", 0, 1)
-	// Producer 77 is at sequence 1 on the partition; the sidecar's lanes
-	// of that id think it is at 7.
-	header := http.Header{wire.HeaderProducerID: {"77"}, wire.HeaderProducerEpoch: {"0"}, wire.HeaderSequence: {"0"}}
+	// Producer 77 is at epoch 1 on the partition; the sidecar's lanes of
+	// that id, the free ones and the new ones, are at epoch 0.
+	header := http.Header{wire.HeaderProducerID: {"77"}, wire.HeaderProducerEpoch: {"1"}, wire.HeaderSequence: {"0"}}
 	if status, body := c.callAddr(n1.client, "POST", "/v1/topics/refused/records?partition=0", wire.ContentTypeNDJSON, []byte("idempotent"), header); status != 200 {
 		t.Fatalf("idempotent produce: %d %s", status, body)
 	}
-	stale := func(n int) {
-		for range n {
-			n1.agent.lanes.give(partitionKey{topic: "refused", partition: 0}, &lane{id: 77, next: 7})
-		}
-	}
+	n1.agent.lanes.give(partitionKey{topic: "refused", partition: 0}, &lane{id: 77, next: 7})
 
-	stale(1)
 	status, body := n1.produce("refused", 0, "acks=all&timeout=0s", wire.ContentTypeNDJSON, []byte("late"))
 	if e := errorCode(t, body); status != 503 || e.Code != wire.CodeTimeoutBeforeWrite || !e.Retriable {
 		t.Errorf("a plain produce whose lane the leader refused after its timeout: %d %s, want 503 timeout_before_write, retriable", status, body)
 	}
-	stale(laneAttempts)
+	if n := allocated.Load(); n != 0 {
+		t.Errorf("%d producer ids allocated after the timeout passed, want none", n)
+	}
 	status, body = n1.produce("refused", 0, "acks=all", wire.ContentTypeNDJSON, []byte("plain"))
 	if status != 200 {
 		t.Errorf("a plain produce whose lanes the leader refused: %d %s, want it sent without idempotence and written", status, body)
 	}
+	if n := allocated.Load(); n != laneAttempts {
+		t.Errorf("%d producer ids allocated, want %d: a new lane for each attempt", n, laneAttempts)
+	}
 	if got := n1.fetchValues("refused", 0, 0); len(got) != 2 || got[1] != "plain" {
+		t.Errorf("the log holds %v, want the idempotent record and the plain one once", got)
+	}
+}
+
+// TestPlainProduceRetriesOnAFreshLane: after the leader refused a lane
+// (out_of_order_sequence: its state of the lane's producer is not the
+// sidecar's), the retry is sent on a new producer id, not on another free
+// lane of the partition, which may be as stale: one request took three
+// stale lanes from the pool, one after the other, and then went without
+// idempotence. Now it is written on a fresh lane at its second attempt,
+// and the other stale lanes stay free.
+func TestPlainProduceRetriesOnAFreshLane(t *testing.T) {
+	c := startTestCluster(t, 1, "")
+	n1 := c.agents[0]
+	c.createTopic(n1, "stale", 1, 1, 1)
+	c.waitLeader("stale", 0, 1)
+	// Producer 77 is at sequence 1 on the partition; the sidecar's free
+	// lanes of that id think it is at 7.
+	header := http.Header{wire.HeaderProducerID: {"77"}, wire.HeaderProducerEpoch: {"0"}, wire.HeaderSequence: {"0"}}
+	if status, body := c.callAddr(n1.client, "POST", "/v1/topics/stale/records?partition=0", wire.ContentTypeNDJSON, []byte("idempotent"), header); status != 200 {
+		t.Fatalf("idempotent produce: %d %s", status, body)
+	}
+	key := partitionKey{topic: "stale", partition: 0}
+	lanes := n1.agent.lanes
+	for range laneAttempts {
+		lanes.give(key, &lane{id: 77, next: 7})
+	}
+
+	if status, body := n1.produce("stale", 0, "acks=all", wire.ContentTypeNDJSON, []byte("plain")); status != 200 {
+		t.Fatalf("a plain produce whose first lane the leader refused: %d %s", status, body)
+	}
+	lanes.mu.Lock()
+	free := slices.Clone(lanes.free[key])
+	lanes.mu.Unlock()
+	var stale, fresh int
+	for _, ln := range free {
+		switch {
+		case ln.id == 77 && ln.next == 7:
+			stale++
+		case ln.id != 77 && ln.next == 1:
+			fresh++
+		}
+	}
+	if len(free) != laneAttempts || stale != laneAttempts-1 || fresh != 1 {
+		t.Errorf("free lanes %+v, want the %d stale lanes not tried and a new one at sequence 1, which wrote the record", free, laneAttempts-1)
+	}
+	if got := n1.fetchValues("stale", 0, 0); len(got) != 2 || got[1] != "plain" {
 		t.Errorf("the log holds %v, want the idempotent record and the plain one once", got)
 	}
 }
