@@ -44,6 +44,15 @@ type Groups interface {
 	DeleteGroup(ctx context.Context, group string) error
 }
 
+// invalidGroupID says whether a membership API (JoinGroup, SyncGroup,
+// Heartbeat, LeaveGroup) is answered INVALID_GROUP_ID, as Kafka's
+// coordinator answers an empty group id there. The offset and admin APIs
+// take the empty id as a group's, as Kafka does for backward
+// compatibility.
+func invalidGroupID(group string) bool {
+	return group == ""
+}
+
 // GroupProtocol is one assignor of a JoinGroup, with its metadata. The
 // byte slices the listener passes to Groups (protocol metadata, SyncGroup
 // assignments) are the callee's to keep: the listener copies them out of

@@ -87,6 +87,15 @@ func codeOf(err error) error {
 	return err
 }
 
+// checkGroupID refuses what the sidecar's coordinator refuses: a group id
+// it cannot hold (the empty one), answered INVALID_REQUEST.
+func checkGroupID(id string) error {
+	if _, err := group.NewClassic(id); err != nil {
+		return &Error{Code: kerr.InvalidRequest.Code, Message: err.Error()}
+	}
+	return nil
+}
+
 func (f *fakeGroups) classic(id string) *group.Classic {
 	g := f.groups[id]
 	if g == nil {
@@ -114,6 +123,9 @@ func (f *fakeGroups) hold(ctx context.Context, answer func() bool) error {
 }
 
 func (f *fakeGroups) JoinGroup(ctx context.Context, req JoinGroupRequest) (JoinGroupResult, error) {
+	if err := checkGroupID(req.Group); err != nil {
+		return JoinGroupResult{}, err
+	}
 	f.mu.Lock()
 	f.ids++
 	jr := group.ClassicJoinRequest{MemberID: req.MemberID, NewMemberID: fmt.Sprintf("member-%d", f.ids),
@@ -141,6 +153,9 @@ func (f *fakeGroups) JoinGroup(ctx context.Context, req JoinGroupRequest) (JoinG
 }
 
 func (f *fakeGroups) SyncGroup(ctx context.Context, req SyncGroupRequest) ([]byte, error) {
+	if err := checkGroupID(req.Group); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	g := f.classic(req.Group)
 	a, done, err := g.Sync(group.ClassicSyncRequest{MemberID: req.MemberID, Generation: req.Generation,
@@ -160,12 +175,18 @@ func (f *fakeGroups) SyncGroup(ctx context.Context, req SyncGroupRequest) ([]byt
 }
 
 func (f *fakeGroups) Heartbeat(_ context.Context, groupID, member string, generation int32) error {
+	if err := checkGroupID(groupID); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return codeOf(f.classic(groupID).Heartbeat(member, generation, time.Now()))
 }
 
 func (f *fakeGroups) LeaveGroup(_ context.Context, groupID string, members []string) ([]error, error) {
+	if err := checkGroupID(groupID); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	errs := f.classic(groupID).Leave(members, time.Now())
@@ -244,6 +265,9 @@ func (f *fakeGroups) ListGroups(context.Context) ([]GroupListing, error) {
 }
 
 func (f *fakeGroups) DeleteGroup(_ context.Context, groupID string) error {
+	if err := checkGroupID(groupID); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	g := f.groups[groupID]
@@ -448,7 +472,7 @@ func TestKgoGroupConsume(t *testing.T) {
 
 // TestGroupErrors: what a client that breaks the rules is answered, at
 // the wire: a heartbeat of an old generation, an unknown member's commit,
-// a static member's join.
+// a static member's join, an empty group id.
 func TestGroupErrors(t *testing.T) {
 	ts, _ := startGroupServer(t)
 	ctx := testContext(t)
@@ -502,6 +526,49 @@ func TestGroupErrors(t *testing.T) {
 	}
 	if res, err := adm.DeleteGroups(ctx, "wire"); err != nil || res["wire"].Err != nil {
 		t.Fatalf("DeleteGroups of the emptied group: %+v, %v", res, err)
+	}
+
+	// An empty group id: the membership APIs answer INVALID_GROUP_ID, as
+	// Kafka's coordinator does; DeleteGroups takes it as a group's, as
+	// Kafka does, and there is none. All were INVALID_REQUEST, the
+	// coordinator's refusal of the id.
+	res, err = adm.DeleteGroups(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[""].Err, kerr.GroupIDNotFound) {
+		t.Errorf("DeleteGroups of the empty group id: %+v, want GROUP_ID_NOT_FOUND", res[""])
+	}
+	joinEmpty := kmsg.NewPtrJoinGroupRequest()
+	joinEmpty.ProtocolType, joinEmpty.SessionTimeoutMillis, joinEmpty.RebalanceTimeoutMillis = "consumer", 10_000, 10_000
+	syncEmpty := kmsg.NewPtrSyncGroupRequest()
+	syncEmpty.MemberID, syncEmpty.Generation = "m", 1
+	heartbeatEmpty := kmsg.NewPtrHeartbeatRequest()
+	heartbeatEmpty.MemberID, heartbeatEmpty.Generation = "m", 1
+	leaveEmpty := kmsg.NewPtrLeaveGroupRequest()
+	leaveEmpty.Members = append(leaveEmpty.Members, kmsg.NewLeaveGroupRequestMember())
+	for _, c := range []struct {
+		api string
+		req kmsg.Request
+	}{{"JoinGroup", joinEmpty}, {"SyncGroup", syncEmpty}, {"Heartbeat", heartbeatEmpty}, {"LeaveGroup", leaveEmpty}} {
+		resp, err := cl.Request(ctx, c.req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.api, err)
+		}
+		var code int16
+		switch r := resp.(type) {
+		case *kmsg.JoinGroupResponse:
+			code = r.ErrorCode
+		case *kmsg.SyncGroupResponse:
+			code = r.ErrorCode
+		case *kmsg.HeartbeatResponse:
+			code = r.ErrorCode
+		case *kmsg.LeaveGroupResponse:
+			code = r.ErrorCode
+		}
+		if code != kerr.InvalidGroupID.Code {
+			t.Errorf("%s of the empty group id: %s, want INVALID_GROUP_ID", c.api, kerr.ErrorForCode(code))
+		}
 	}
 }
 

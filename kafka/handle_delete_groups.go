@@ -3,12 +3,15 @@ package kafka
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // handleDeleteGroups serves DeleteGroups v0-v2: each group (concurrently)
 // is deleted by its coordinator, refused NON_EMPTY_GROUP while it has
-// members and GROUP_ID_NOT_FOUND when there is none.
+// members and GROUP_ID_NOT_FOUND when there is none. Kafka takes an empty
+// group id here as a group's (for backward compatibility), which no group
+// of the sidecar has (group ids are 1 to 255 bytes): GROUP_ID_NOT_FOUND.
 func (s *Server) handleDeleteGroups(ctx context.Context, req *kmsg.DeleteGroupsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DeleteGroupsResponse)
 	resp.Default()
@@ -16,6 +19,11 @@ func (s *Server) handleDeleteGroups(ctx context.Context, req *kmsg.DeleteGroupsR
 	each(len(req.Groups), func(i int) {
 		rg := kmsg.NewDeleteGroupsResponseGroup()
 		rg.Group = req.Groups[i]
+		if rg.Group == "" {
+			rg.ErrorCode = kerr.GroupIDNotFound.Code
+			resp.Groups[i] = rg
+			return
+		}
 		cctx, cancel := requestContext(ctx, 0)
 		defer cancel()
 		rg.ErrorCode = ErrorCode(s.cfg.Groups.DeleteGroup(cctx, req.Groups[i]))

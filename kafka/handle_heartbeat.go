@@ -11,6 +11,10 @@ import (
 func (s *Server) handleHeartbeat(ctx context.Context, req *kmsg.HeartbeatRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
 	resp.Default()
+	if invalidGroupID(req.Group) {
+		resp.ErrorCode = kerr.InvalidGroupID.Code
+		return resp, nil
+	}
 	if req.InstanceID != nil {
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return resp, nil

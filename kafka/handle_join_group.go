@@ -24,6 +24,10 @@ func (s *Server) handleJoinGroup(ctx context.Context, req *kmsg.JoinGroupRequest
 	resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
 	resp.Default()
 	resp.MemberID = req.MemberID
+	if invalidGroupID(req.Group) {
+		resp.ErrorCode = kerr.InvalidGroupID.Code
+		return resp, nil
+	}
 	if req.InstanceID != nil {
 		s.log.Warn("refused a static group member: group.instance.id is not supported", "group", req.Group, "instance_id", *req.InstanceID)
 		resp.ErrorCode = kerr.InvalidRequest.Code

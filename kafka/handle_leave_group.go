@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -11,6 +12,10 @@ import (
 func (s *Server) handleLeaveGroup(ctx context.Context, req *kmsg.LeaveGroupRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
 	resp.Default()
+	if invalidGroupID(req.Group) {
+		resp.ErrorCode = kerr.InvalidGroupID.Code
+		return resp, nil
+	}
 	ids := []string{req.MemberID}
 	if req.Version >= 3 {
 		ids = ids[:0]

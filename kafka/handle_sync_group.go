@@ -13,6 +13,10 @@ import (
 func (s *Server) handleSyncGroup(ctx context.Context, req *kmsg.SyncGroupRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
 	resp.Default()
+	if invalidGroupID(req.Group) {
+		resp.ErrorCode = kerr.InvalidGroupID.Code
+		return resp, nil
+	}
 	if req.InstanceID != nil {
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return resp, nil
