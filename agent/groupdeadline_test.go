@@ -151,14 +151,17 @@ func TestGroupCommitEndsWithItsCallersTimeout(t *testing.T) {
 func TestGroupTimeoutParamChecked(t *testing.T) {
 	a := unitAgent(t)
 	a.state.Store(stateServing)
+	a.coord = &groupStatesCoordinator{}
 	rt := &router{}
 	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/offsets", a.handleGroupOp("commit"))
 	rt.add(fasthttp.MethodGet, "/v1/groups/{group}", a.handleGroupOp("describe"))
+	rt.add(fasthttp.MethodGet, "/v1/groups", a.handleListGroups)
 	for _, tc := range []struct{ method, path string }{
 		{"POST", "/v1/groups/g/offsets?timeout=soon"},
 		{"POST", "/v1/groups/g/offsets?timeout=-1s"},
 		{"POST", "/v1/groups/g/offsets?timeout=5"},
 		{"GET", "/v1/groups/g?timeout=1x"},
+		{"GET", "/v1/groups?timeout=soon"},
 	} {
 		var ctx fasthttp.RequestCtx
 		ctx.Request.Header.SetMethod(tc.method)
@@ -167,6 +170,57 @@ func TestGroupTimeoutParamChecked(t *testing.T) {
 		rt.handle(&ctx)
 		if e := errorCode(t, ctx.Response.Body()); ctx.Response.StatusCode() != 400 || e.Code != wire.CodeInvalidRequest {
 			t.Errorf("%s %s: %d %s (%s), want 400 invalid_request", tc.method, tc.path, ctx.Response.StatusCode(), e.Code, e.Message)
+		}
+	}
+}
+
+// groupStatesCoordinator answers the list of stored groups (none) and
+// records the deadline it was asked by.
+type groupStatesCoordinator struct {
+	Coordinator
+	deadline time.Time
+}
+
+func (c *groupStatesCoordinator) GroupStates(ctx context.Context) ([]string, error) {
+	c.deadline, _ = ctx.Deadline()
+	return nil, nil
+}
+
+// TestListGroupsHonoursTimeout: GET /v1/groups reads Consul as long as its
+// caller waits (the timeout parameter), as the other group endpoints run,
+// and a Consul call's bound at most. It ignored the parameter, reading
+// Consul for up to 5 s whatever the caller's deadline.
+func TestListGroupsHonoursTimeout(t *testing.T) {
+	a := unitAgent(t)
+	a.state.Store(stateServing)
+	coord := &groupStatesCoordinator{}
+	a.coord = coord
+	for _, tc := range []struct {
+		query string
+		want  time.Time // the caller's deadline; zero for none
+	}{
+		{"?timeout=2s", a.now().Add(2 * time.Second)},
+		{"?timeout=0s", a.now()},
+		{"", time.Time{}},
+	} {
+		coord.deadline = time.Time{}
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod("GET")
+		ctx.Request.SetRequestURI("/v1/groups" + tc.query)
+		before := time.Now()
+		a.handleListGroups(&ctx)
+		after := time.Now()
+		if ctx.Response.StatusCode() != 200 {
+			t.Errorf("GET /v1/groups%s: %d %s, want 200", tc.query, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		got := coord.deadline
+		switch {
+		case !tc.want.IsZero() && !got.Equal(tc.want):
+			t.Errorf("GET /v1/groups%s read Consul by %v, want by the caller's deadline %v", tc.query, got, tc.want)
+		case tc.want.IsZero() && (got.Before(before.Add(peerCallTimeout)) || got.After(after.Add(peerCallTimeout))):
+			// Without a caller's deadline, the Consul call's own bound
+			// (on the real clock: unitAgent's is fixed).
+			t.Errorf("GET /v1/groups read Consul by %v, want %v after the request", got, peerCallTimeout)
 		}
 	}
 }

@@ -124,12 +124,19 @@ func (a *Agent) handlePeerGroupOp(ctx *fasthttp.RequestCtx) {
 	reply.WriteJSON(ctx, fasthttp.StatusOK, v)
 }
 
-// handleListGroups serves GET /v1/groups from Consul.
+// handleListGroups serves GET /v1/groups from Consul, as long as its
+// caller waits (the timeout parameter, as the other group endpoints) and
+// at most a Consul call's bound.
 func (a *Agent) handleListGroups(ctx *fasthttp.RequestCtx) {
 	if !a.serving(ctx) {
 		return
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)
+	rctx, cancelCaller, ok := callerContext(ctx, a.now())
+	if !ok {
+		return
+	}
+	defer cancelCaller()
+	cctx, cancel := context.WithTimeout(rctx, peerCallTimeout)
 	defer cancel()
 	list, err := groupcoord.List(cctx, a.coord)
 	if err != nil {
