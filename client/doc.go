@@ -187,10 +187,9 @@
 // ListGroups, DescribeGroup, CommittedOffsets, ResetOffsets and
 // DeleteGroup are the group administration calls.
 //
-// Every group request but ListGroups (read from Consul, under the agent's
-// own bound) carries what is left of its context's deadline (the timeout
-// parameter, docs/api.md "Consumer groups"): the agent gives the
-// operation up then, so a commit given up on here cannot land after the
+// Every group request carries what is left of its context's deadline
+// (the timeout parameter, docs/api.md "Consumer groups"): the agent gives
+// the operation up then, so a commit given up on here cannot land after the
 // next one and take the committed offset back.
 //
 // # Moving replicas

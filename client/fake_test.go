@@ -160,7 +160,7 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 	})
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Logf("fake agent: %s %s", r.Method, r.URL.RequestURI())
-		if strings.HasPrefix(r.URL.Path, "/v1/groups/") {
+		if r.URL.Path == "/v1/groups" || strings.HasPrefix(r.URL.Path, "/v1/groups/") {
 			f.mu.Lock()
 			f.groupRequests = append(f.groupRequests, fakeGroupRequest{r.Method + " " + r.URL.Path, r.URL.Query().Get("timeout")})
 			f.mu.Unlock()

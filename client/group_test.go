@@ -821,6 +821,9 @@ func TestGroupRequestsCarryTheirDeadline(t *testing.T) {
 	if _, err := c.CommittedOffsets(context.Background(), "g", ""); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.ListGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.DeleteGroup(ctx, "g"); err != nil {
 		t.Fatal(err)
 	}
@@ -850,7 +853,7 @@ func TestGroupRequestsCarryTheirDeadline(t *testing.T) {
 	}
 	for _, want := range []string{"POST /v1/groups/g/members", "POST /v1/groups/g/members/member-1/heartbeat",
 		"POST /v1/groups/g/offsets", "GET /v1/groups/g", "GET /v1/groups/g/offsets", "DELETE /v1/groups/g/members/member-1",
-		"POST /v1/groups/g/offsets/reset", "DELETE /v1/groups/g", "without a deadline"} {
+		"POST /v1/groups/g/offsets/reset", "GET /v1/groups", "DELETE /v1/groups/g", "without a deadline"} {
 		if seen[want] == 0 {
 			t.Errorf("no %s request among %v", want, requests)
 		}

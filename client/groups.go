@@ -115,7 +115,7 @@ func (c *Client) ListGroups(ctx context.Context) ([]GroupSummary, error) {
 	var out struct {
 		Groups *[]GroupSummary `json:"groups"`
 	}
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/groups", nil, &out); err != nil {
+	if err := c.doGroupJSON(ctx, http.MethodGet, "/v1/groups", nil, nil, &out); err != nil {
 		return nil, fmt.Errorf("list groups: %w", err)
 	}
 	if out.Groups == nil {
