@@ -949,11 +949,8 @@ func (l *Log) dropSegmentFiles(base int64, err error) error {
 // needs no space, so nothing after a truncation's cut is refused for it.
 // The directory entries become durable with the next directory fsync.
 func (l *Log) installSegmentFiles(base int64) (*segment, error) {
-	for _, suffix := range []string{indexSuffix, logSuffix} {
-		tmp := l.newSegmentPath(base, suffix)
-		if err := l.fs.Rename(tmp, strings.TrimSuffix(tmp, tmpSuffix)); err != nil {
-			return nil, fmt.Errorf("segstore: install segment %d: %w", base, err)
-		}
+	if err := l.renameSegmentFiles(base); err != nil {
+		return nil, err
 	}
 	seg := newSegment(l, base)
 	if err := seg.index.activate(l.opts.IndexBytes); err != nil {
@@ -961,6 +958,18 @@ func (l *Log) installSegmentFiles(base int64) (*segment, error) {
 		return nil, err
 	}
 	return seg, nil
+}
+
+// renameSegmentFiles renames the files createSegmentFiles made for base
+// to the segment's names, over any files there.
+func (l *Log) renameSegmentFiles(base int64) error {
+	for _, suffix := range []string{indexSuffix, logSuffix} {
+		tmp := l.newSegmentPath(base, suffix)
+		if err := l.fs.Rename(tmp, strings.TrimSuffix(tmp, tmpSuffix)); err != nil {
+			return fmt.Errorf("segstore: install segment %d: %w", base, err)
+		}
+	}
+	return nil
 }
 
 // replaceFirstSegment gives the log's only segment, emptied by a truncation

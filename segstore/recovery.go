@@ -322,11 +322,8 @@ func (r *recovery) cutSegment(i int, pos, size int64) error {
 	r.segs[i] = openSegment(r.l, old.base)
 	r.state[i].renewed = true
 	r.dirChanged = true
-	for _, suffix := range []string{indexSuffix, logSuffix} {
-		tmp := r.l.newSegmentPath(old.base, suffix)
-		if err := r.l.fs.Rename(tmp, strings.TrimSuffix(tmp, tmpSuffix)); err != nil {
-			return fmt.Errorf("segstore: recover: replace segment %d: %w", old.base, err)
-		}
+	if err := r.l.renameSegmentFiles(old.base); err != nil {
+		return fmt.Errorf("segstore: recover: %w", err)
 	}
 	return nil
 }
