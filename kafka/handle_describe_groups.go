@@ -14,14 +14,7 @@ func (s *Server) handleDescribeGroups(ctx context.Context, req *kmsg.DescribeGro
 	resp.Default()
 	// A group named twice is described once: each description holds
 	// every member's metadata and assignment.
-	var groups []string
-	seen := make(map[string]bool, len(req.Groups))
-	for _, g := range req.Groups {
-		if !seen[g] {
-			seen[g] = true
-			groups = append(groups, g)
-		}
-	}
+	groups := distinctBy(req.Groups, func(g string) string { return g })
 	resp.Groups = make([]kmsg.DescribeGroupsResponseGroup, len(groups))
 	each(len(groups), func(i int) {
 		rg := kmsg.NewDescribeGroupsResponseGroup()

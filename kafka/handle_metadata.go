@@ -85,22 +85,30 @@ func (s *Server) handleMetadata(_ context.Context, req *kmsg.MetadataRequest) (k
 // set of them. Every answer repeats its topic's partitions, so a 300 KB
 // frame naming a topic of 100 partitions 100,000 times was 3.4 GB of heap.
 func distinctMetadataTopics(topics []kmsg.MetadataRequestTopic) []kmsg.MetadataRequestTopic {
-	names := make(map[string]bool, len(topics))
-	ids := make(map[[16]byte]bool)
-	out := topics[:0:0]
-	for _, rt := range topics {
+	type key struct {
+		name   string
+		id     [16]byte
+		byName bool
+	}
+	return distinctBy(topics, func(rt kmsg.MetadataRequestTopic) key {
 		if rt.Topic != nil {
-			if names[*rt.Topic] {
-				continue
-			}
-			names[*rt.Topic] = true
-		} else {
-			if ids[rt.TopicID] {
-				continue
-			}
-			ids[rt.TopicID] = true
+			return key{name: *rt.Topic, byName: true}
 		}
-		out = append(out, rt)
+		return key{id: rt.TopicID}
+	})
+}
+
+// distinctBy is xs without the elements whose key an earlier one has, in
+// order: a request may name a topic or group again and again, and an
+// answer per naming multiplied the heap.
+func distinctBy[T any, K comparable](xs []T, key func(T) K) []T {
+	seen := make(map[K]bool, len(xs))
+	out := xs[:0:0]
+	for _, x := range xs {
+		if k := key(x); !seen[k] {
+			seen[k] = true
+			out = append(out, x)
+		}
 	}
 	return out
 }

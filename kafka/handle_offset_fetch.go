@@ -42,12 +42,7 @@ func (s *Server) handleOffsetFetch(ctx context.Context, req *kmsg.OffsetFetchReq
 		}
 		asks = append(asks, a)
 	} else {
-		seen := make(map[string]bool, len(req.Groups))
-		for _, g := range req.Groups {
-			if seen[g.Group] {
-				continue
-			}
-			seen[g.Group] = true
+		for _, g := range distinctBy(req.Groups, func(g kmsg.OffsetFetchRequestGroup) string { return g.Group }) {
 			a := ask{group: g.Group}
 			if g.Topics != nil {
 				a.topics = map[string][]int32{}
