@@ -702,22 +702,85 @@ func TestRetriedReopenMakesTheFailedOpensCutDurable(t *testing.T) {
 	}
 	fsys.Crash()
 	l2.Close()
-	// Each reconstruction picks at random what survives of the unsynced
-	// writes: nothing, a prefix (torn or not), or everything.
+	recoverReconstructions(t, fsys, rng, opts, func(i int, got [][]byte) {
+		if !slices.EqualFunc(got, kept, bytes.Equal) {
+			t.Fatalf("reconstruction %d: recovered %d batches, want the %d the reopened log held", i, len(got), len(kept))
+		}
+	})
+}
+
+// recoverReconstructions rebuilds the crashed fsys 40 times, recovers each
+// with Open and hands check the batches it holds. Each reconstruction picks
+// at random what survives of the unsynced writes: nothing, a prefix (torn
+// or not), or everything.
+func recoverReconstructions(t *testing.T, fsys *FaultFS, rng *rand.Rand, opts Options, check func(i int, got [][]byte)) {
+	t.Helper()
 	root := t.TempDir()
 	for i := range 40 {
 		post := filepath.Join(root, fmt.Sprint(i))
 		if err := fsys.Reconstruct(post, rng); err != nil {
 			t.Fatal(err)
 		}
-		l3, err := Open(OSFS{}, filepath.Join(post, "p0"), opts)
+		l, err := Open(OSFS{}, filepath.Join(post, "p0"), opts)
 		if err != nil {
 			t.Fatalf("reconstruction %d: recovery failed: %v", i, err)
 		}
-		got := readAll(t, l3, l3.LogEndOffset())
-		l3.Close()
-		if !slices.EqualFunc(got, kept, bytes.Equal) {
-			t.Fatalf("reconstruction %d: recovered %d batches, want the %d the reopened log held", i, len(got), len(kept))
-		}
+		got := readAll(t, l, l.LogEndOffset())
+		l.Close()
+		check(i, got)
 	}
+}
+
+// TestReopenDeletesSegmentsAfterADurableEnd: a truncation inside the first
+// of two synced segments cuts the file and fails at its fsync, before it
+// deletes the second. The Open that replaces the failed log finds the
+// first segment ending at the cut, which no fsync covered, and deletes the
+// second; a crash after that Open must recover the whole log or the cut
+// one, never the first segment's old batches without the second's
+// (TestCrashRecoveryAfterReopen, seed 1796532361767519267: recovery made
+// the deletions durable and not the cut, and lost synced batches).
+func TestReopenDeletesSegmentsAfterADurableEnd(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 60))
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	// Room for every file: the cache's fsync of a file it evicts would
+	// make the cut durable by chance.
+	opts.Files = NewFileCache(DefaultMaxOpenFiles)
+	fsys, dir, l := newFaultLog(t, opts)
+	all := appendN(t, l, rng, 40, 1, 200)
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// The recovery point at the log end: the truncation lowers it to the
+	// cut, and the Open finds nothing to validate in the first segment.
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.segments) < 2 {
+		t.Fatalf("%d segments, want at least 2", len(l.segments))
+	}
+	keep := slices.IndexFunc(all, func(b []byte) bool { return record.Header(b).NextOffset() >= l.segments[1].base }) / 2
+	cut := record.Header(all[keep]).BaseOffset()
+	fsys.Inject(Fault{Op: OpSync, Path: ".log"})
+	if err := l.Truncate(cut); !errors.Is(err, ErrFailed) {
+		t.Fatalf("truncate: %v, want the injected fsync failure", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Clear()
+	reopen := opts
+	reopen.Reopen = l
+	l2 := openLog(t, fsys, dir, reopen)
+	if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, all[:keep], bytes.Equal) {
+		t.Fatalf("reopened log holds %d batches, want the %d below the cut", len(got), keep)
+	}
+	fsys.Crash()
+	l2.Close()
+	recoverReconstructions(t, fsys, rng, opts, func(i int, got [][]byte) {
+		if !slices.EqualFunc(got, all, bytes.Equal) && !slices.EqualFunc(got, all[:keep], bytes.Equal) {
+			t.Fatalf("reconstruction %d: recovered %d batches, want the %d of the truncated log or all %d", i, len(got), keep, len(all))
+		}
+	})
 }

@@ -601,8 +601,19 @@ func (r *recovery) cut(i int, res walkResult) error {
 	return r.dropAfter(i)
 }
 
-// dropAfter deletes the segments after i.
+// dropAfter deletes the segments after i. Segment i's end is made durable
+// first: its file may show a truncation that no fsync covered (a process
+// that died, or the failed log this Open replaces, cut it and failed before
+// its fsync), and a crash that undid that truncation after the deletions
+// were durable would recover segment i's old batches with the later ones
+// gone: a log ending below what a Sync reported durable, and holding
+// batches the truncation cut.
 func (r *recovery) dropAfter(i int) error {
+	if i >= 0 && i+1 < len(r.segs) {
+		if err := r.segs[i].syncLog(); err != nil {
+			return fmt.Errorf("segstore: recover: %w", err)
+		}
+	}
 	for _, s := range r.segs[i+1:] {
 		s.release()
 		if err := r.removeSegmentFiles(s.base); err != nil {
