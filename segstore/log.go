@@ -42,6 +42,11 @@ type Log struct {
 
 	segments []*segment // guarded by mu (writes also hold appendMu); the last is active
 	active   *segment   // appendMu
+	// detached are the segments a truncation took out of segments and has
+	// not deleted yet: a truncation that fails in between leaves them on
+	// disk, where Regions may name their bytes, for Close to hand on
+	// (closedSegments). Guarded by mu (writes also hold appendMu).
+	detached []closedSegment
 
 	// Published positions, readable without locks.
 	leo atomic.Int64
@@ -96,6 +101,14 @@ type closedSegment struct {
 	base int64
 	size int64
 	cut  bool
+}
+
+func closedSegmentsOf(segs []*segment) []closedSegment {
+	out := make([]closedSegment, len(segs))
+	for i, s := range segs {
+		out[i] = closedSegment{base: s.base, size: s.size.Load(), cut: s.cutFrom}
+	}
+	return out
 }
 
 // usable reports whether the log is closed or failed.
@@ -838,8 +851,17 @@ func (l *Log) truncate(offset int64) error {
 	}
 
 	removed := slices.Clone(l.segments[ti+1:])
+	// The log's references to removed go with deleteSegments, or with a
+	// failure before it.
+	failBeforeDelete := func(err error) error {
+		for _, s := range removed {
+			s.release()
+		}
+		return l.fail(err)
+	}
 	l.mu.Lock()
 	l.segments = slices.Clip(l.segments[:ti+1])
+	l.detached = closedSegmentsOf(removed)
 	if target != l.active {
 		err = target.index.activate(l.opts.IndexBytes)
 	}
@@ -860,7 +882,7 @@ func (l *Log) truncate(offset int64) error {
 	l.active = target
 	l.mu.Unlock()
 	if err != nil {
-		return l.fail(err)
+		return failBeforeDelete(err)
 	}
 
 	target.lastIndexedPos = target.index.lastPos()
@@ -870,14 +892,17 @@ func (l *Log) truncate(offset int64) error {
 		target.maxTimestamp.Store(noTimestamp)
 	}
 	if err := target.log.Truncate(cutAt.pos); err != nil {
-		return l.fail(fmt.Errorf("segstore: truncate %s: %w", target.logPath, err))
+		return failBeforeDelete(fmt.Errorf("segstore: truncate %s: %w", target.logPath, err))
 	}
 	if err := target.syncLog(); err != nil {
-		return l.fail(err)
+		return failBeforeDelete(err)
 	}
 	if err := l.deleteSegments(removed); err != nil {
 		return err
 	}
+	l.mu.Lock()
+	l.detached = nil
+	l.mu.Unlock()
 	if replace {
 		if err := l.replaceFirstSegment(target); err != nil {
 			return err
@@ -1002,10 +1027,13 @@ func (l *Log) deleteSegments(segs []*segment) error {
 	if len(segs) == 0 {
 		return nil
 	}
-	for _, s := range segs {
+	for i, s := range segs {
 		err := s.remove(l.fs)
 		s.release()
 		if err != nil {
+			for _, rest := range segs[i+1:] {
+				rest.release()
+			}
 			return l.fail(err)
 		}
 	}
@@ -1478,14 +1506,17 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	segs := l.segments
 	l.segments = nil
+	detached := l.detached
+	l.detached = nil
 	l.mu.Unlock()
 	for _, s := range l.unsyncedSealed {
 		s.release()
 	}
 	l.unsyncedSealed = nil
-	l.closedSegments = make([]closedSegment, len(segs))
-	for i, s := range segs {
-		l.closedSegments[i] = closedSegment{base: s.base, size: s.size.Load(), cut: s.cutFrom}
+	// A failed truncation's segments follow the ones it kept: the list
+	// stays in base order.
+	l.closedSegments = append(closedSegmentsOf(segs), detached...)
+	for _, s := range segs {
 		s.release()
 	}
 	return err

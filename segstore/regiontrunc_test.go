@@ -263,3 +263,74 @@ func TestReopenThatCutNothingDoesNotRoll(t *testing.T) {
 		t.Fatalf("%d segments after a reopen that cut nothing and one append, want 1", n)
 	}
 }
+
+// TestRegionOfASegmentAFailedTruncationDetached: a truncation takes the
+// segments after its cut out of the log before it deletes them; one that
+// fails in between leaves them on disk. A Region of such a segment, which
+// an earlier truncation cut (its appends roll), must not read the batches
+// the reopened log appends there once it is the last segment again
+// (TestCrashRecoveryAfterReopen, seed 425737: Close handed on only the
+// segments still in the list, and the reopened log appended in place).
+func TestRegionOfASegmentAFailedTruncationDetached(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 61))
+	clock := newClock()
+	opts := smallOptions(t, clock)
+	fsys, dir, l := newFaultLog(t, opts)
+	old := appendN(t, l, rng, 30, 1, 200)
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.segments) < 2 {
+		t.Fatalf("%d segments, want at least 2", len(l.segments))
+	}
+	second := l.segments[1].base
+	i := slices.IndexFunc(old, func(b []byte) bool { return record.Header(b).BaseOffset() > second })
+	from := record.Header(old[i]).BaseOffset()
+	region, err := l.Read(from, 1<<20, l.LogEndOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer region.Close()
+	want, err := l.ReadBytes(from, 1<<20, l.LogEndOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Inside the second segment: its next append rolls, unsynced.
+	if err := l.Truncate(from); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l, rng, 2, 1, 200)
+	// In the first segment, failing at the file's truncation: the
+	// second segment is out of the list, not deleted.
+	fsys.Inject(Fault{Op: OpTruncate, Path: ".log"})
+	if err := l.Truncate(record.Header(old[1]).BaseOffset()); !errors.Is(err, ErrFailed) {
+		t.Fatalf("truncate: %v, want the injected failure", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Clear()
+	reopen := opts
+	reopen.Reopen = l
+	l2 := openLog(t, fsys, dir, reopen)
+	defer l2.Close()
+	// The reopen deleted the unsynced third segment: the second is last.
+	kept := old[:i]
+	if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, kept, bytes.Equal) {
+		t.Fatalf("reopened log holds %d batches, want %d", len(got), len(kept))
+	}
+	if err := l2.AssignEpoch(2, l2.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	// Batches of one size: enough of them to cover the region's bytes
+	// if they went to its file.
+	more := appendN(t, l2, rng, len(want)/len(old[0])+1, 2, 200)
+	got, err := io.ReadAll(region)
+	if err == nil && !bytes.Equal(got, want) {
+		t.Fatalf("the region read %d bytes that are not the batches it held (epoch %d at its start), without an error", len(got), record.Header(got).LeaderEpoch())
+	}
+	if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, slices.Concat(kept, more), bytes.Equal) {
+		t.Fatal("content after the reopen and append differs")
+	}
+	checkIndexes(t, l2)
+}
