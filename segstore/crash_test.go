@@ -766,13 +766,7 @@ func TestReopenDeletesSegmentsAfterADurableEnd(t *testing.T) {
 	if err := l.Truncate(cut); !errors.Is(err, ErrFailed) {
 		t.Fatalf("truncate: %v, want the injected fsync failure", err)
 	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	fsys.Clear()
-	reopen := opts
-	reopen.Reopen = l
-	l2 := openLog(t, fsys, dir, reopen)
+	l2 := reopenFailedLog(t, fsys, dir, opts, l)
 	if got := readAll(t, l2, l2.LogEndOffset()); !slices.EqualFunc(got, all[:keep], bytes.Equal) {
 		t.Fatalf("reopened log holds %d batches, want the %d below the cut", len(got), keep)
 	}

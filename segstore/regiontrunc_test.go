@@ -177,17 +177,10 @@ func TestRegionAfterFailedLogIsReopened(t *testing.T) {
 			opts.SegmentBytes = 1 << 16
 			fsys, dir, l := newFaultLog(t, opts)
 			kept, from := tc.prepare(t, l, rng)
-			region, err := l.Read(from, 1<<20, l.LogEndOffset())
-			if err != nil {
-				t.Fatal(err)
-			}
+			region, want := openRegion(t, l, from)
 			defer region.Close()
-			want, err := l.ReadBytes(from, 1<<20, l.LogEndOffset())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if region.Len == 0 || region.Len != int64(len(want)) {
-				t.Fatalf("region of %d bytes, want %d", region.Len, len(want))
+			if region.Len == 0 {
+				t.Fatal("empty region")
 			}
 			tc.fail(t, fsys, l, rng, from)
 			if err := l.Close(); err != nil {
@@ -286,15 +279,8 @@ func TestRegionOfASegmentAFailedTruncationDetached(t *testing.T) {
 	second := l.segments[1].base
 	i := slices.IndexFunc(old, func(b []byte) bool { return record.Header(b).BaseOffset() > second })
 	from := record.Header(old[i]).BaseOffset()
-	region, err := l.Read(from, 1<<20, l.LogEndOffset())
-	if err != nil {
-		t.Fatal(err)
-	}
+	region, want := openRegion(t, l, from)
 	defer region.Close()
-	want, err := l.ReadBytes(from, 1<<20, l.LogEndOffset())
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Inside the second segment: its next append rolls, unsynced.
 	if err := l.Truncate(from); err != nil {
 		t.Fatal(err)
@@ -306,13 +292,7 @@ func TestRegionOfASegmentAFailedTruncationDetached(t *testing.T) {
 	if err := l.Truncate(record.Header(old[1]).BaseOffset()); !errors.Is(err, ErrFailed) {
 		t.Fatalf("truncate: %v, want the injected failure", err)
 	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	fsys.Clear()
-	reopen := opts
-	reopen.Reopen = l
-	l2 := openLog(t, fsys, dir, reopen)
+	l2 := reopenFailedLog(t, fsys, dir, opts, l)
 	defer l2.Close()
 	// The reopen deleted the unsynced third segment: the second is last.
 	kept := old[:i]
@@ -333,4 +313,36 @@ func TestRegionOfASegmentAFailedTruncationDetached(t *testing.T) {
 		t.Fatal("content after the reopen and append differs")
 	}
 	checkIndexes(t, l2)
+}
+
+// openRegion reads a Region from offset up to the log end (a follower's
+// fetch) and the bytes it names now.
+func openRegion(t *testing.T, l *Log, from int64) (*Region, []byte) {
+	t.Helper()
+	region, err := l.Read(from, 1<<20, l.LogEndOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := l.ReadBytes(from, 1<<20, l.LogEndOffset())
+	if err != nil {
+		region.Close()
+		t.Fatal(err)
+	}
+	if region.Len != int64(len(want)) {
+		region.Close()
+		t.Fatalf("region of %d bytes, ReadBytes gave %d", region.Len, len(want))
+	}
+	return region, want
+}
+
+// reopenFailedLog closes the failed log l and opens it again as the agent
+// does (Options.Reopen = l), with no fault armed.
+func reopenFailedLog(t *testing.T, fsys *FaultFS, dir string, opts Options, l *Log) *Log {
+	t.Helper()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Clear()
+	opts.Reopen = l
+	return openLog(t, fsys, dir, opts)
 }
