@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/producer"
 	"github.com/logagent/logagent/record"
 	"github.com/logagent/logagent/segstore"
@@ -306,4 +308,45 @@ func TestProducerKeptWhenRetentionDeletesItsBatches(t *testing.T) {
 		t.Fatalf("snapshot end %d below the log start %d after the tick", r.producerSnapshotEnd, r.CurrentLog().LogStartOffset())
 	}
 	wantKept("after a restart")
+}
+
+// TestProducerSnapshotFollowsALogStartMovedOffTheTick: the log start moves
+// outside the retention tick too: a retention change applied at once
+// (logagent topic alter), and a follower deleting below its leader's log
+// start. Each rewrites the producer snapshot when the start passes its
+// end, as the tick does, so that a restart right after it still knows the
+// producer whose batches went: its resend is a duplicate (before, the
+// snapshot was rewritten only at the next tick, up to retentionInterval
+// later, and a restart in between forgot the producer).
+func TestProducerSnapshotFollowsALogStartMovedOffTheTick(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		move func(t *testing.T, r *Replica)
+	}{
+		{"a retention change applied at once", func(t *testing.T, r *Replica) {
+			r.meta = replicaMeta{usable: true, tc: election.TopicConfig{ID: "id", Name: "t", Partitions: 1,
+				ReplicationFactor: 1, MinInsyncReplicas: 1, Storage: json.RawMessage(`{"retention_bytes":1}`)}}
+			r.applyTopicStorage()
+		}},
+		{"a follower following its leader's log start", func(t *testing.T, r *Replica) {
+			r.followLogStart(r.CurrentLog().LogEndOffset())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "t-0")
+			fsys := segstore.OSFS{}
+			r := producerTestReplica(t, fsys, dir)
+			base := appendIdempotent(t, r, 7, 0, 2)
+			r.writeProducerSnapshot()
+			appendOtherTraffic(t, r)
+			tc.move(t, r)
+			if start := r.CurrentLog().LogStartOffset(); start <= base {
+				t.Fatalf("log start %d: producer 7's batch at %d was not deleted", start, base)
+			}
+			// A restart before the next retention tick.
+			r.CurrentLog().Close()
+			r = producerTestReplica(t, fsys, dir)
+			wantDuplicate(t, r, "after a restart", 7, 0, 2, base)
+		})
+	}
 }

@@ -691,10 +691,7 @@ func (r *Replica) reconcile() {
 	// checkpoint; retention and producer expiry every retentionInterval
 	// while they could remove something.
 	r.runWhenDue(now, &r.checkpointAt, CheckpointInterval, r.checkpoint, r.CurrentLog().CheckpointPending)
-	r.runWhenDue(now, &r.retentionAt, retentionInterval, func() {
-		r.applyRetention()
-		r.maintainProducers()
-	}, r.retentionPending)
+	r.runWhenDue(now, &r.retentionAt, retentionInterval, r.retain, r.retentionPending)
 	if r.role == RoleLeader {
 		if r.isrRetry != nil && !now.Before(r.isrRetryAt) {
 			p := r.isrRetry
@@ -1300,6 +1297,14 @@ func (r *Replica) onCheckpointResult(ev checkpointResult) {
 	default:
 		r.failLog(fmt.Errorf("checkpoint: %w", ev.err))
 	}
+}
+
+// retain applies retention and then maintains the producer state, whose
+// snapshot must not end below the new log start (maintainProducers): a
+// restart in between would forget the producers of the deleted batches.
+func (r *Replica) retain() {
+	r.applyRetention()
+	r.maintainProducers()
 }
 
 func (r *Replica) applyRetention() {

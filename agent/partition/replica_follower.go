@@ -313,12 +313,18 @@ func (r *Replica) followLogStart(leaderStart int64) {
 	if leaderStart <= log.LogStartOffset() {
 		return
 	}
+	start := log.LogStartOffset()
 	if _, err := log.DeleteBefore(leaderStart); err != nil {
 		if errors.Is(err, segstore.ErrFailed) {
 			r.failLog(fmt.Errorf("delete below the leader's log start: %w", err))
 			return
 		}
 		r.log.Warn("cannot delete below the leader's log start", "leader_log_start_offset", leaderStart, "error", err)
+	}
+	if log.LogStartOffset() != start {
+		// As after retention (retain): the snapshot must not end below
+		// the new start.
+		r.maintainProducers()
 	}
 }
 

@@ -17,7 +17,7 @@ func (r *Replica) applyTopicStorage() {
 	log := r.CurrentLog()
 	log.SetRetention(opts.Retention, opts.RetentionBytes)
 	r.log.Info("retention changed", "retention", opts.Retention, "retention_bytes", opts.RetentionBytes)
-	r.applyRetention()
+	r.retain()
 }
 
 // applyMinInsyncReplicas hands a leader a changed min_insync_replicas.
