@@ -8,7 +8,10 @@ import (
 )
 
 // handleDeleteTopics deletes each topic (concurrently), named or, from v6,
-// by topic id.
+// by topic id. A name or id the request gives more than once is answered
+// once, INVALID_REQUEST, and not deleted, as Kafka's controller answers it
+// (each naming had been a deletion of its own, all but one answered
+// UNKNOWN_TOPIC_OR_PARTITION).
 func (s *Server) handleDeleteTopics(ctx context.Context, req *kmsg.DeleteTopicsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
 	resp.Default()
@@ -22,6 +25,18 @@ func (s *Server) handleDeleteTopics(ctx context.Context, req *kmsg.DeleteTopicsR
 			targets[i].Topic = &req.TopicNames[i]
 		}
 	}
+	targets, duplicates := splitDuplicateTopics(targets)
+	for _, rt := range duplicates {
+		t := kmsg.NewDeleteTopicsResponseTopic()
+		t.Topic, t.TopicID = rt.Topic, rt.TopicID
+		t.ErrorCode = kerr.InvalidRequest.Code
+		msg := "Duplicate topic name."
+		if rt.Topic == nil {
+			msg = "Duplicate topic id."
+		}
+		t.ErrorMessage = &msg
+		resp.Topics = append(resp.Topics, t)
+	}
 	var byID map[[16]byte]string
 	for _, rt := range targets {
 		if rt.Topic == nil && byID == nil {
@@ -33,10 +48,11 @@ func (s *Server) handleDeleteTopics(ctx context.Context, req *kmsg.DeleteTopicsR
 			}
 		}
 	}
-	resp.Topics = make([]kmsg.DeleteTopicsResponseTopic, len(targets))
+	answered := len(resp.Topics)
+	resp.Topics = append(resp.Topics, make([]kmsg.DeleteTopicsResponseTopic, len(targets))...)
 	each(len(targets), func(i int) {
 		rt := targets[i]
-		t := &resp.Topics[i]
+		t := &resp.Topics[answered+i]
 		*t = kmsg.NewDeleteTopicsResponseTopic()
 		t.Topic, t.TopicID = rt.Topic, rt.TopicID
 		name := ""
@@ -56,4 +72,35 @@ func (s *Server) handleDeleteTopics(ctx context.Context, req *kmsg.DeleteTopicsR
 		}
 	})
 	return resp, nil
+}
+
+// splitDuplicateTopics returns the deletion targets named (or, without a
+// name, identified) once, and one target for each name or id given more
+// than once.
+func splitDuplicateTopics(targets []kmsg.DeleteTopicsRequestTopic) (once, duplicates []kmsg.DeleteTopicsRequestTopic) {
+	type key struct {
+		name  string
+		id    [16]byte
+		named bool
+	}
+	keyOf := func(rt kmsg.DeleteTopicsRequestTopic) key {
+		if rt.Topic != nil {
+			return key{name: *rt.Topic, named: true}
+		}
+		return key{id: rt.TopicID}
+	}
+	count := make(map[key]int, len(targets))
+	for _, rt := range targets {
+		count[keyOf(rt)]++
+	}
+	for _, rt := range targets {
+		switch n := count[keyOf(rt)]; {
+		case n == 1:
+			once = append(once, rt)
+		case n > 1:
+			duplicates = append(duplicates, rt)
+			count[keyOf(rt)] = 0 // answered once
+		}
+	}
+	return once, duplicates
 }

@@ -2,8 +2,11 @@ package kafka
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -119,5 +122,75 @@ func TestRepeatedNamesAnsweredOnce(t *testing.T) {
 				t.Errorf("answered %d entries with %d partitions in all; want %d with %d", entries, partitions, tt.wantEntries, tt.wantPart)
 			}
 		})
+	}
+}
+
+// TestRepeatedNamesInDeletions: DeleteTopics naming a topic (or, from v6,
+// giving its id) more than once answers it once, INVALID_REQUEST, and
+// deletes nothing of it, as Kafka's controller; the other topics go.
+// DeleteGroups naming a group more than once deletes it and answers it
+// once, as Kafka's coordinator. Each naming had been a deletion of its
+// own: the first succeeded, the others answered not found.
+func TestRepeatedNamesInDeletions(t *testing.T) {
+	ts, fg := startGroupServer(t)
+	for _, name := range []string{"twice", "once", "by-id"} {
+		createTopic(t, ts, name, 1)
+	}
+	ids := map[string][16]byte{}
+	for _, tp := range ts.broker.Topics() {
+		ids[tp.Name] = tp.ID
+	}
+	if err := fg.CommitOffsets(context.Background(), CommitRequest{Group: "g", Generation: -1,
+		Offsets: []OffsetCommit{{Topic: "once", Partition: 0, Offset: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	c := dialRaw(t, ts.addr)
+
+	dt := kmsg.NewPtrDeleteTopicsRequest()
+	dt.Version = 6
+	for _, name := range []string{"twice", "once", "twice", "twice"} {
+		rt := kmsg.NewDeleteTopicsRequestTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		dt.Topics = append(dt.Topics, rt)
+	}
+	for range 2 {
+		rt := kmsg.NewDeleteTopicsRequestTopic()
+		rt.TopicID = ids["by-id"]
+		dt.Topics = append(dt.Topics, rt)
+	}
+	c.send(c.frame(dt))
+	dresp := kmsg.NewPtrDeleteTopicsResponse()
+	dresp.Version = dt.Version
+	c.read(dresp)
+	got := map[string]int16{}
+	for _, rt := range dresp.Topics {
+		if rt.Topic != nil {
+			got[*rt.Topic] = rt.ErrorCode
+		} else {
+			got["by-id (id)"] = rt.ErrorCode
+		}
+	}
+	want := map[string]int16{"twice": kerr.InvalidRequest.Code, "once": 0, "by-id (id)": kerr.InvalidRequest.Code}
+	if len(dresp.Topics) != len(want) || !maps.Equal(got, want) {
+		t.Errorf("DeleteTopics answered %d entries %v, want %v", len(dresp.Topics), got, want)
+	}
+	var left []string
+	for _, tp := range ts.broker.Topics() {
+		left = append(left, tp.Name)
+	}
+	slices.Sort(left)
+	if !slices.Equal(left, []string{"by-id", "twice"}) {
+		t.Errorf("topics left %v, want [by-id twice]", left)
+	}
+
+	dg := kmsg.NewPtrDeleteGroupsRequest()
+	dg.Version = 2
+	dg.Groups = []string{"g", "g", "g"}
+	c.send(c.frame(dg))
+	gresp := kmsg.NewPtrDeleteGroupsResponse()
+	gresp.Version = dg.Version
+	c.read(gresp)
+	if len(gresp.Groups) != 1 || gresp.Groups[0].Group != "g" || gresp.Groups[0].ErrorCode != 0 {
+		t.Errorf("DeleteGroups of g named three times answered %+v, want g deleted, once", gresp.Groups)
 	}
 }
