@@ -309,5 +309,13 @@ func decodeReplicas(key string, value []byte) ([]string, error) {
 	if len(replicas) == 0 {
 		return nil, fmt.Errorf("%w: %s: no replicas", ErrCorruptMetadata, key)
 	}
-	return replicas, nil
+	if slices.Contains(replicas, "") {
+		return nil, fmt.Errorf("%w: %s: an empty replica id in %q", ErrCorruptMetadata, key, replicas)
+	}
+	// As the ISR (decodeState): a repeat (an operator's edit) names the
+	// same replica again, and the set is what every reader sees. Passed
+	// on, the leader's state machine refused it and stepped down, and
+	// every election met it again: the epoch climbed and the partition
+	// took no writes.
+	return withoutRepeats(replicas), nil
 }

@@ -266,6 +266,36 @@ func TestDecodeStateReadsTheISRAsASet(t *testing.T) {
 	}
 }
 
+// TestDecodeReplicas: a replicas key naming a replica twice is read as
+// the set, in first-seen order (the preferred leader stays first); one
+// holding an empty id, or none, is corrupt.
+func TestDecodeReplicas(t *testing.T) {
+	tests := []struct {
+		value   string
+		want    []string
+		corrupt bool
+	}{
+		{`["a","b","c"]`, []string{"a", "b", "c"}, false},
+		{`["a","b","b","c"]`, []string{"a", "b", "c"}, false},
+		{`["b","a","b"]`, []string{"b", "a"}, false},
+		{`["a","","c"]`, nil, true},
+		{`[]`, nil, true},
+		{`{"a":1}`, nil, true},
+	}
+	for _, tt := range tests {
+		got, err := decodeReplicas("k", []byte(tt.value))
+		if tt.corrupt {
+			if !errors.Is(err, ErrCorruptMetadata) {
+				t.Errorf("decodeReplicas(%s) = %v, %v; want ErrCorruptMetadata", tt.value, got, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("decodeReplicas(%s) = %v, %v; want %v", tt.value, got, err, tt.want)
+		}
+	}
+}
+
 func TestKeyspaceParsesTombstones(t *testing.T) {
 	k := keyspace{prefix: "logagent/"}
 	id, _, kind := k.parse(k.tombstone("ABC123"))

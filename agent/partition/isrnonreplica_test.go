@@ -125,11 +125,7 @@ func leadsOnThroughOddState(t *testing.T, isr []string, elr []election.EligibleR
 		t.Fatalf("n1 leads at epoch %d, want %d", v.Epoch, epoch)
 	}
 	follow(t, r, "n2", 0, epoch)
-	acked := make(chan ProduceOutcome, 1)
-	go func() {
-		acked <- r.Produce(testBatch(t, []string{"a"}), replicate.AcksAll, AnyEpoch, time.Now().Add(5*time.Second), 6*time.Second)
-	}()
-	waitFor(t, func() bool { return r.CurrentLog().LogEndOffset() == 1 }, "the write appended")
+	acked := appendAcksAll(t, r, "a")
 	follow(t, r, "n2", 1, epoch)
 	if out := <-acked; out.Err != nil {
 		t.Fatalf("acks=all write fetched by n2 answered %v; want acknowledged at epoch %d with ISR %v", out.Err, epoch, r.CurrentView().ISR)
@@ -174,4 +170,17 @@ func writeConsulState(t *testing.T, srv *consultest.Server, topic string, change
 		t.Fatalf("write %s: %v, %v", key, ok, err)
 	}
 	return read
+}
+
+// appendAcksAll produces value acks=all on the leader r (5 s timeout) and
+// returns, once the leader appended it (its first write), the channel its
+// outcome comes on.
+func appendAcksAll(t *testing.T, r *Replica, value string) <-chan ProduceOutcome {
+	t.Helper()
+	acked := make(chan ProduceOutcome, 1)
+	go func() {
+		acked <- r.Produce(testBatch(t, []string{value}), replicate.AcksAll, AnyEpoch, time.Now().Add(5*time.Second), 6*time.Second)
+	}()
+	waitFor(t, func() bool { return r.CurrentLog().LogEndOffset() == 1 }, "the write appended")
+	return acked
 }

@@ -47,11 +47,7 @@ func TestCommittedISRRefusedStepsDown(t *testing.T) {
 
 			// An acks=all write that n2 fetches and n3 does not: the HW
 			// waits for n3 until it leaves the ISR.
-			acked := make(chan ProduceOutcome, 1)
-			go func() {
-				acked <- r.Produce(testBatch(t, []string{"a"}), replicate.AcksAll, AnyEpoch, time.Now().Add(5*time.Second), 6*time.Second)
-			}()
-			waitFor(t, func() bool { return r.CurrentLog().LogEndOffset() == 1 }, "the write appended")
+			acked := appendAcksAll(t, r, "a")
 			follow(t, r, "n2", 1, epoch)
 
 			if st := writeConsulState(t, srv, topic, func(st *election.PartitionState) { st.ISR, st.ELR = tt.isr, tt.elr }); st.Leader != "n1" || st.Epoch != epoch {
