@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -211,6 +212,16 @@ func buildSnapshotFrom(prev *Snapshot, keys keyspace, index uint64, pairs api.KV
 				pm.leaderIndex = pk.leader.ModifyIndex
 			}
 			tm.Partitions[p] = pm
+		}
+		// Fewer replicas than min_insync_replicas (a hand edit: creation,
+		// alter and moves refuse it) make every leader's state machine
+		// refuse to lead: elected again and again, the epoch climbed and
+		// the partition took no writes.
+		for p, pm := range tm.Partitions {
+			if n := len(pm.Replicas); n > 0 && n < tc.MinInsyncReplicas {
+				tm.Err = fmt.Errorf("%w: %s: %d replicas %q, fewer than the topic's min_insync_replicas %d",
+					ErrCorruptMetadata, keys.replicas(name, p), n, pm.Replicas, tc.MinInsyncReplicas)
+			}
 		}
 	}
 	return snap

@@ -15,8 +15,10 @@ import (
 // leader stays at its epoch and takes acks=all writes (before, the
 // leader's state machine refused the repeat and stepped down, won the
 // next epoch, met it again: the epoch went from 1 to 5 within 5 s and the
-// partition took no writes). An empty replica id is corrupt metadata: the
-// topic is not led until the key is repaired, and no epoch is spent on it.
+// partition took no writes). An empty replica id, and fewer replicas than
+// min_insync_replicas (which no leader accepts), are corrupt metadata: the
+// topic is not led until the key is repaired, and no epoch is spent on it
+// (before, both climbed the same way).
 func TestOddReplicasKeyInConsul(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
@@ -25,6 +27,7 @@ func TestOddReplicasKeyInConsul(t *testing.T) {
 	}{
 		{"a member twice", []string{"n1", "n2", "n2", "n3"}, true},
 		{"an empty id", []string{"n1", "", "n3"}, false},
+		{"fewer than min_insync_replicas", []string{"n1"}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := consultest.Start(t)
