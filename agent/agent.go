@@ -431,6 +431,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) (err error) {
 		Logger:           a.log.Named("groups"),
 		Limits:           a.recordLimits,
 		OffsetsRetention: a.cfg.Groups.OffsetsRetention,
+		MaxStateBytes:    election.MaxGroupStateBytes,
 	})
 	runErr := a.join(ctx)
 	if runErr == nil {

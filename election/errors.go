@@ -50,6 +50,9 @@ var (
 	// ErrConflict is an ISR change that lost a race with another change at
 	// the same epoch: re-read the state and decide again.
 	ErrConflict = errors.New("election: conflicting state change")
+	// ErrValueTooLarge is a value larger than one Consul write takes
+	// (MaxGroupStateBytes for a group's state); nothing was written.
+	ErrValueTooLarge = errors.New("election: value too large for Consul")
 
 	// Loss causes, from Leadership.Err.
 

@@ -29,11 +29,25 @@ func (c *Client) LoadGroupState(ctx context.Context, group string) ([]byte, uint
 	return pair.Value, pair.ModifyIndex, nil
 }
 
+// MaxGroupStateBytes is the largest group state SaveGroupState writes.
+// Consul takes a transaction of at most 512 KiB (txn_max_req_len, its
+// default), in which a value goes base64-encoded (4/3 of its size), beside
+// the operation's key (a group id of 255 bytes path-escaped: up to 765) and
+// framing: TestGroupStateBound writes a state of this size under the
+// longest key through a Consul server.
+const MaxGroupStateBytes = 380 << 10
+
 // SaveGroupState writes a group's state if the key is still at index (0:
 // absent), and returns the new index. A lost CAS is ErrConflict: another
-// coordinator wrote it.
+// coordinator wrote it. A value over MaxGroupStateBytes is
+// ErrValueTooLarge, sent nowhere: Consul refused it with an error every
+// retry met again.
 func (c *Client) SaveGroupState(ctx context.Context, group string, value []byte, index uint64) (uint64, error) {
 	key := c.keys.group(group)
+	if len(value) > MaxGroupStateBytes {
+		return 0, fmt.Errorf("%w: group state %s of %d bytes, more than the %d one Consul transaction holds",
+			ErrValueTooLarge, key, len(value), MaxGroupStateBytes)
+	}
 	op := &api.KVTxnOp{Verb: api.KVCAS, Key: key, Index: index, Value: value}
 	ok, resp, err := c.txn(ctx, api.TxnOps{{KV: op}}, "write "+key, keyRule(c.keys.prefix))
 	if err != nil {

@@ -1,9 +1,11 @@
 package election
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/logagent/logagent/internal/consultest"
@@ -63,5 +65,29 @@ func TestGroupStates(t *testing.T) {
 	}
 	if ids, err := a.GroupStates(ctx); err != nil || !slices.Equal(ids, []string{"other"}) {
 		t.Fatalf("GroupStates after the delete = %q, %v", ids, err)
+	}
+}
+
+// TestGroupStateBound: a group state of MaxGroupStateBytes under the
+// longest key (a 255-byte group id that path-escapes to 765 bytes) fits
+// in one transaction of a Consul server with its defaults, and one byte
+// more is ErrValueTooLarge, sent nowhere (Consul answered it "Request
+// body too large", which every retry met again).
+func TestGroupStateBound(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	ctx := context.Background()
+	id := strings.Repeat("%", 255)
+	value := bytes.Repeat([]byte("x"), MaxGroupStateBytes)
+	idx, err := a.SaveGroupState(ctx, id, value, 0)
+	if err != nil {
+		t.Fatalf("SaveGroupState of %d bytes: %v", len(value), err)
+	}
+	if got, _, err := a.LoadGroupState(ctx, id); err != nil || !bytes.Equal(got, value) {
+		t.Fatalf("LoadGroupState: %d bytes, %v; want the %d written", len(got), err, len(value))
+	}
+	if _, err := a.SaveGroupState(ctx, id, append(value, 'x'), idx); !errors.Is(err, ErrValueTooLarge) {
+		t.Fatalf("SaveGroupState of %d bytes: %v, want ErrValueTooLarge", len(value)+1, err)
 	}
 }

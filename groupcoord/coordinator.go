@@ -49,6 +49,10 @@ type Config struct {
 	// group that had no member, commit or change for that long, as Delete
 	// does (expireGroups). Zero keeps every group until it is deleted.
 	OffsetsRetention time.Duration
+	// MaxStateBytes is the largest group state Store takes
+	// (election.MaxGroupStateBytes); a change that would make a larger
+	// one is refused with ErrInvalidRequest. Zero means no bound.
+	MaxStateBytes int
 }
 
 // Defaults of the restatement.
@@ -533,17 +537,33 @@ func (c *Coordinator) save(ctx context.Context, s *shard, id string, e *entry) e
 	if string(b) == string(e.saved) {
 		return nil
 	}
+	if max := c.cfg.MaxStateBytes; max > 0 && len(b) > max {
+		// The store refuses it, and every retry of the change that made
+		// it would meet the same refusal (503 unavailable, retried until
+		// the callers gave up): the change is refused, and the group
+		// stays as stored.
+		c.forgetEntry(s, id, e)
+		return fmt.Errorf("%w: group %q's state would take %d bytes, more than the %d the group store holds: fewer members or partitions per group (docs/api.md, \"Consumer groups\")",
+			ErrInvalidRequest, id, len(b), max)
+	}
 	index, err := c.cfg.Store.SaveGroupState(ctx, id, b, e.index)
 	if err != nil {
-		for m, w := range e.waiters {
-			w.wake()
-			delete(e.waiters, m)
-		}
-		delete(s.groups, id)
+		c.forgetEntry(s, id, e)
 		return fmt.Errorf("%w: store group %q: %v", ErrUnavailable, id, err)
 	}
 	e.index, e.saved = index, b
 	return nil
+}
+
+// forgetEntry drops a group whose change was not stored, waking its held
+// heartbeats: the next request restores what the store holds. Called with
+// s.mu held.
+func (c *Coordinator) forgetEntry(s *shard, id string, e *entry) {
+	for m, w := range e.waiters {
+		w.wake()
+		delete(e.waiters, m)
+	}
+	delete(s.groups, id)
 }
 
 // wake answers the held heartbeats of the members Ready names.
