@@ -537,14 +537,14 @@ func (c *Coordinator) save(ctx context.Context, s *shard, id string, e *entry) e
 	if string(b) == string(e.saved) {
 		return nil
 	}
-	if max := c.cfg.MaxStateBytes; max > 0 && len(b) > max {
+	if limit := c.cfg.MaxStateBytes; limit > 0 && len(b) > limit {
 		// The store refuses it, and every retry of the change that made
 		// it would meet the same refusal (503 unavailable, retried until
 		// the callers gave up): the change is refused, and the group
 		// stays as stored.
 		c.forgetEntry(s, id, e)
 		return fmt.Errorf("%w: group %q's state would take %d bytes, more than the %d the group store holds: fewer members or partitions per group (docs/api.md, \"Consumer groups\")",
-			ErrInvalidRequest, id, len(b), max)
+			ErrInvalidRequest, id, len(b), limit)
 	}
 	index, err := c.cfg.Store.SaveGroupState(ctx, id, b, e.index)
 	if err != nil {
