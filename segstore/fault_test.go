@@ -415,3 +415,32 @@ func TestTornTailIsCut(t *testing.T) {
 		})
 	}
 }
+
+// TestReadIOErrorIsNotCorruption: a read that cannot open a segment's file
+// (the cache closed its idle descriptor; descriptors ran out) fails with
+// the I/O error, not as corrupt data: it reported "corrupt data in ... at
+// position 0" (ErrCorrupt) and logged that the index did not match the
+// log before walking the segment again.
+func TestReadIOErrorIsNotCorruption(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 62))
+	opts := smallOptions(t, newClock())
+	fsys, _, l := newFaultLog(t, opts)
+	defer l.Close()
+	batches := appendN(t, l, rng, 60, 1, 200)
+	if len(l.segments) < 4 {
+		t.Fatalf("%d segments, want at least 4 (the cache holds 3 files)", len(l.segments))
+	}
+	// The middle of the first segment: its file was closed when later
+	// segments were written, and an index entry comes before the batch.
+	first := l.segments[0]
+	i := slices.IndexFunc(batches, func(b []byte) bool { return record.Header(b).NextOffset() >= l.segments[1].base }) - 1
+	fsys.Inject(Fault{Op: OpOpen, Path: segmentFileName(first.base, logSuffix), Sticky: true})
+	_, err := l.ReadBytes(record.Header(batches[i]).BaseOffset(), 1<<20, l.LogEndOffset())
+	if err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrInjected) {
+		t.Fatalf("read of a segment whose file cannot be opened: %v; want the open's error, not ErrCorrupt", err)
+	}
+	fsys.Clear()
+	if got, err := l.ReadBytes(record.Header(batches[i]).BaseOffset(), 1<<20, l.LogEndOffset()); err != nil || !bytes.HasPrefix(got, batches[i]) {
+		t.Fatalf("read again: %d bytes, %v", len(got), err)
+	}
+}

@@ -607,7 +607,7 @@ func (l *Log) segmentFor(offset int64) (int, *segment) {
 func (l *Log) findBatch(seg *segment, target, size int64) (batchInfo, bool, error) {
 	e := seg.index.floorByOffset(uint32(target - seg.base))
 	info, found, err := l.walkTo(seg, int64(e.pos), seg.base+int64(e.rel), target, size)
-	if err != nil && e.pos > 0 {
+	if errors.Is(err, ErrCorrupt) && e.pos > 0 {
 		// The index entry does not point where it should: fall back to the
 		// segment start rather than fail a read the log itself can serve.
 		l.logger.Warn("index entry does not match the log; scanning the segment", "segment", seg.base, "position", e.pos, "error", err)
@@ -626,10 +626,15 @@ func (l *Log) walkTo(seg *segment, pos, expect, target, size int64) (batchInfo, 
 			return batchInfo{}, false, nil
 		}
 		if err == nil && first && info.base != expect {
-			err = fmt.Errorf("batch base offset %d, index says %d", info.base, expect)
+			err = fmt.Errorf("%w: batch base offset %d, index says %d", record.ErrCorrupt, info.base, expect)
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrShort):
 			return batchInfo{}, false, &CorruptError{Path: seg.logPath, Position: w.pos, Err: err}
+		case err != nil:
+			// The file could not be read (or opened: the cache closes
+			// idle descriptors): not damage, and no reason to walk again.
+			return batchInfo{}, false, fmt.Errorf("segstore: read %s: %w", seg.logPath, err)
 		}
 		if info.next > target {
 			return info, true, nil
