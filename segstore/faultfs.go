@@ -170,6 +170,25 @@ func (f *FaultFS) CrashAfter(n int) {
 	f.armed, f.crashAt = true, f.ops+n
 }
 
+// HoldCrash keeps the crash point CrashAfter set from being reached until
+// the returned func is called, which moves it on by the operations counted
+// meanwhile: a test's own checks between two steps of the workload it
+// crashes (reads that make a file cache close and fsync files) do not
+// spend the workload's operations.
+func (f *FaultFS) HoldCrash() (release func()) {
+	f.mu.Lock()
+	armed, start := f.armed, f.ops
+	f.armed = false
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if armed {
+			f.armed, f.crashAt = true, f.crashAt+f.ops-start
+		}
+	}
+}
+
 // Crash simulates a crash now.
 func (f *FaultFS) Crash() {
 	f.mu.Lock()
