@@ -126,10 +126,8 @@ func (a *Agent) addRecord(b *record.Builder, ts int64, key, value []byte, header
 	for _, h := range headers {
 		size += len(h.Key) + len(h.Value)
 	}
-	if limit := a.recordLimits.MaxRecordBytes; limit > 0 && size > limit {
-		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge,
-			fmt.Sprintf("a record of %d bytes is over limits.max_record_bytes (%d)", size, limit), false)
-	}
+	// The encoded length is always above the bytes given: one check
+	// bounds both.
 	if limit, encoded := a.recordLimits.MaxRecordBytes, b.RecordLen(ts, key, value, headers); limit > 0 && encoded > limit {
 		return reply.NewAPIError(fasthttp.StatusRequestEntityTooLarge, wire.CodeRecordTooLarge,
 			fmt.Sprintf("a record of %d bytes, %d encoded, is over limits.max_record_bytes (%d)", size, encoded, limit), false)

@@ -78,18 +78,8 @@ func (s *Server) handleDeleteTopics(ctx context.Context, req *kmsg.DeleteTopicsR
 // name, identified) once, and one target for each name or id given more
 // than once.
 func splitDuplicateTopics(targets []kmsg.DeleteTopicsRequestTopic) (once, duplicates []kmsg.DeleteTopicsRequestTopic) {
-	type key struct {
-		name  string
-		id    [16]byte
-		named bool
-	}
-	keyOf := func(rt kmsg.DeleteTopicsRequestTopic) key {
-		if rt.Topic != nil {
-			return key{name: *rt.Topic, named: true}
-		}
-		return key{id: rt.TopicID}
-	}
-	count := make(map[key]int, len(targets))
+	keyOf := func(rt kmsg.DeleteTopicsRequestTopic) topicRef { return topicRefOf(rt.Topic, rt.TopicID) }
+	count := make(map[topicRef]int, len(targets))
 	for _, rt := range targets {
 		count[keyOf(rt)]++
 	}

@@ -103,6 +103,13 @@ type closedSegment struct {
 	cut  bool
 }
 
+// releaseSegments gives up the log's references to segs.
+func releaseSegments(segs []*segment) {
+	for _, s := range segs {
+		s.release()
+	}
+}
+
 func closedSegmentsOf(segs []*segment) []closedSegment {
 	out := make([]closedSegment, len(segs))
 	for i, s := range segs {
@@ -859,9 +866,7 @@ func (l *Log) truncate(offset int64) error {
 	// The log's references to removed go with deleteSegments, or with a
 	// failure before it.
 	failBeforeDelete := func(err error) error {
-		for _, s := range removed {
-			s.release()
-		}
+		releaseSegments(removed)
 		return l.fail(err)
 	}
 	l.mu.Lock()
@@ -1036,9 +1041,7 @@ func (l *Log) deleteSegments(segs []*segment) error {
 		err := s.remove(l.fs)
 		s.release()
 		if err != nil {
-			for _, rest := range segs[i+1:] {
-				rest.release()
-			}
+			releaseSegments(segs[i+1:])
 			return l.fail(err)
 		}
 	}
@@ -1521,9 +1524,7 @@ func (l *Log) Close() error {
 	// A failed truncation's segments follow the ones it kept: the list
 	// stays in base order.
 	l.closedSegments = append(closedSegmentsOf(segs), detached...)
-	for _, s := range segs {
-		s.release()
-	}
+	releaseSegments(segs)
 	return err
 }
 

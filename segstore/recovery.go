@@ -613,6 +613,9 @@ func (r *recovery) dropAfter(i int) error {
 		if err := r.segs[i].syncLog(); err != nil {
 			return fmt.Errorf("segstore: recover: %w", err)
 		}
+		// Durable as it stands: finish need not fsync it again unless a
+		// later step cuts it and asks for it (cutUnsynced).
+		r.state[i].syncLog = false
 	}
 	for _, s := range r.segs[i+1:] {
 		s.release()
