@@ -52,9 +52,17 @@ func assign(subs map[string][]string, counts map[string]int32, previous map[Topi
 
 	target := make(map[TopicPartition]string)
 	held := make(map[string][]TopicPartition, len(ids))
+	// placed counts each member's partitions that the previous target did
+	// not give it, so that movable does not search a member that has none
+	// (when a member joins a group of thousands of partitions that all
+	// stayed put, every move would scan them all).
+	placed := make(map[string]int, len(ids))
 	give := func(tp TopicPartition, id string) {
 		target[tp] = id
 		held[id] = append(held[id], tp)
+		if previous[tp] != id {
+			placed[id]++
+		}
 	}
 	for _, t := range topics {
 		for p := range counts[t] {
@@ -92,9 +100,12 @@ func assign(subs map[string][]string, counts map[string]int32, previous map[Topi
 				if len(held[b])+1 >= len(held[a]) {
 					break
 				}
-				if k := movable(held[a], subscribed[b], previous, a); k >= 0 {
+				if k := movable(held[a], subscribed[b], previous, a, placed[a] > 0); k >= 0 {
 					tp := held[a][k]
 					held[a] = slices.Delete(held[a], k, k+1)
+					if previous[tp] != a {
+						placed[a]--
+					}
 					give(tp, b)
 					moved = true
 					break
@@ -111,12 +122,16 @@ func assign(subs map[string][]string, counts map[string]int32, previous map[Topi
 // move to a member subscribed to topics, or -1 if none can go: one the
 // previous target did not give to a if there is one (step 2 placed it, so
 // moving it changes nothing a was meant to keep), else the last one.
-func movable(from []TopicPartition, topics map[string]bool, previous map[TopicPartition]string, a string) int {
+// anyPlaced says whether from holds any partition step 2 placed.
+func movable(from []TopicPartition, topics map[string]bool, previous map[TopicPartition]string, a string, anyPlaced bool) int {
 	pick := -1
 	for k := len(from) - 1; k >= 0; k-- {
 		tp := from[k]
 		if !topics[tp.Topic] {
 			continue
+		}
+		if !anyPlaced {
+			return k
 		}
 		if previous[tp] != a {
 			return k

@@ -84,3 +84,29 @@ func BenchmarkRebalance(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSecondMemberJoins: a member joins a group whose one member holds
+// all 10,000 partitions of a topic (config's largest), and leaves again:
+// the balance step moves 5,000 partitions, each to be picked among the
+// holder's.
+func BenchmarkSecondMemberJoins(b *testing.B) {
+	g, err := New("g", Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.SetPartitions("t", 10_000); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := g.Join("first", []string{"t"}, 10*time.Second, t0); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := g.Join("second", []string{"t"}, 10*time.Second, t0); err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Leave("second"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
