@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -474,8 +473,8 @@ func (c *Coordinator) loadGroup(ctx context.Context, s *shard, id string, create
 	}
 	var g *group.Group
 	if value != nil {
-		var st storedState
-		if err := json.Unmarshal(value, &st); err != nil {
+		st, err := decodeState(value)
+		if err != nil {
 			return nil, fmt.Errorf("%w: stored state of group %q: %v", ErrUnavailable, id, err)
 		}
 		if st.CoordinatorEpoch > s.epoch {
@@ -530,7 +529,7 @@ func (c *Coordinator) knownGroup(ctx context.Context, groupID string) (*shard, *
 // next request restores what Consul holds. Called with s.mu held.
 func (c *Coordinator) save(ctx context.Context, s *shard, id string, e *entry) error {
 	defer c.wake(e)
-	b, err := json.Marshal(storedState{State: e.g.State(), CoordinatorEpoch: s.epoch})
+	b, err := encodeState(storedState{State: e.g.State(), CoordinatorEpoch: s.epoch}, c.cfg.MaxStateBytes)
 	if err != nil {
 		return fmt.Errorf("%w: encode group %q: %v", ErrUnavailable, id, err)
 	}
@@ -1647,8 +1646,8 @@ func List(ctx context.Context, store Store) (ListResponse, error) {
 		if value == nil {
 			continue
 		}
-		var st group.State
-		if err := json.Unmarshal(value, &st); err != nil {
+		st, err := decodeState(value)
+		if err != nil {
 			return ListResponse{}, fmt.Errorf("%w: stored state of group %q: %v", ErrUnavailable, id, err)
 		}
 		out.Groups = append(out.Groups, GroupSummary{Group: id, Epoch: st.Epoch, Members: len(st.Members)})
