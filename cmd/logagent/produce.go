@@ -25,7 +25,9 @@ func runProduce(args []string, stdout, stderr io.Writer) error {
 // produce sends each line of stdin (without its line ending) as one record,
 // batched, and prints where they went. Empty lines are skipped, as the
 // agent does for a text/plain produce. It stops at the first record that
-// fails, and at ctx's end, after waiting for the records already sent.
+// fails, and at ctx's end (Ctrl-C, SIGTERM), which is a failure too, also
+// while stdin has nothing to read, after waiting for the records already
+// sent.
 func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("produce", stderr)
 	topic := fs.String("topic", "", "the topic to write to (required)")
@@ -125,10 +127,33 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	scanner := bufio.NewScanner(stdin)
 	// Room for the line ending, \r\n at most: it is not part of the record.
 	scanner.Buffer(make([]byte, 0, min(*maxLine+2, 64<<10)), *maxLine+2)
+	in := readLines(scanner)
+	defer close(in.stop)
 	var readErr error
 	lines, stoppedAt := 0, 0
 read:
-	for scanner.Scan() {
+	for {
+		in.next <- struct{}{}
+		var line []byte
+		var more bool
+		select {
+		case line, more = <-in.got:
+		case <-failed:
+			stoppedAt = lines + 1
+			break read
+		case <-ctx.Done():
+			readErr = fmt.Errorf("interrupted: stopped reading stdin after line %d: %w", lines, ctx.Err())
+			break read
+		}
+		if !more {
+			if err := in.err; err != nil {
+				if errors.Is(err, bufio.ErrTooLong) {
+					err = fmt.Errorf("longer than -max-line-bytes %d", *maxLine)
+				}
+				readErr = fmt.Errorf("stdin after line %d: %w", lines, err)
+			}
+			break
+		}
 		select {
 		case <-failed:
 			stoppedAt = lines + 1
@@ -136,14 +161,14 @@ read:
 		default:
 		}
 		lines++
-		if len(scanner.Bytes()) > *maxLine {
+		if len(line) > *maxLine {
 			readErr = fmt.Errorf("stdin after line %d: longer than -max-line-bytes %d", lines-1, *maxLine)
 			break
 		}
-		if len(scanner.Bytes()) == 0 {
+		if len(line) == 0 {
 			continue
 		}
-		m.Value = scanner.Bytes()
+		m.Value = line
 		if len(delim) > 0 {
 			// The producer copies key and value: the scanner's buffer
 			// is reused for the next line.
@@ -158,12 +183,6 @@ read:
 			break
 		}
 		futures <- f
-	}
-	if err := scanner.Err(); err != nil && readErr == nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("longer than -max-line-bytes %d", *maxLine)
-		}
-		readErr = fmt.Errorf("stdin after line %d: %w", lines, err)
 	}
 	close(futures)
 	// Records already given to the producer get their chance even after
@@ -186,6 +205,47 @@ read:
 		return fail(closeErr)
 	}
 	return nil
+}
+
+// lineReader hands out the lines of stdin, read by a goroutine of its own:
+// a read of a terminal or of an idle pipe cannot be interrupted, and
+// Ctrl-C, SIGTERM or a failed record must still stop produce while stdin
+// has nothing to say.
+type lineReader struct {
+	// next asks for a line; got answers it, valid until the next is asked
+	// for (the scanner reuses its buffer), and is closed at the end of
+	// stdin.
+	next chan struct{}
+	got  chan []byte
+	// stop ends the goroutine; one blocked reading stdin ends once that
+	// read returns.
+	stop chan struct{}
+	// err is the scanner's error, to be read once got is closed.
+	err error
+}
+
+func readLines(scanner *bufio.Scanner) *lineReader {
+	in := &lineReader{next: make(chan struct{}), got: make(chan []byte), stop: make(chan struct{})}
+	go func() {
+		defer close(in.got)
+		for {
+			select {
+			case <-in.next:
+			case <-in.stop:
+				return
+			}
+			if !scanner.Scan() {
+				in.err = scanner.Err()
+				return
+			}
+			select {
+			case in.got <- scanner.Bytes():
+			case <-in.stop:
+				return
+			}
+		}
+	}()
+	return in
 }
 
 // produceTally counts outcomes; the offsets of one partition arrive in

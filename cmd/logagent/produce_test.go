@@ -114,3 +114,54 @@ func TestProduceIdempotentWithAnAgent(t *testing.T) {
 		t.Errorf("%d producer ids, want one per idempotent run: %v", len(producers), producers)
 	}
 }
+
+// TestProduceStopsWhileStdinIsIdle: produce reading a terminal, or a pipe
+// with nothing more to say, stops at Ctrl-C or SIGTERM (the end of its
+// context) and at a record that failed without waiting for another line:
+// it reports the records sent and fails saying where it stopped.
+func TestProduceStopsWhileStdinIsIdle(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	cases := []struct {
+		name      string
+		partition string // 7: the topic has no such partition
+		interrupt bool
+		stdout    string
+		err       string
+	}{
+		{"interrupted", "0", true, "produced 1 record(s) to topic t\n  partition 0: offsets 0-0 (1 record(s))\n",
+			"interrupted: stopped reading stdin after line 1: context canceled"},
+		{"a record failed", "7", false, "produced 0 record(s) to topic t\n",
+			"1 of 1 record(s) sent not acknowledged; stopped reading stdin at line 2: it and the lines after it were not sent"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdin, feed := io.Pipe()
+			// A reader still blocked on stdin ends when the test does.
+			t.Cleanup(func() { feed.Close() })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var stdout, stderr syncBuffer
+			done := make(chan error, 1)
+			sent := len(f.produceQueries())
+			go func() {
+				done <- produce(ctx, []string{"-addr", f.srv.URL, "-topic", "t", "-partition", c.partition, "-linger", "0"}, stdin, &stdout, &stderr)
+			}()
+			if _, err := io.WriteString(feed, "one\n"); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, 10*time.Second, "the line's produce request", func() bool { return len(f.produceQueries()) > sent })
+			if c.interrupt {
+				cancel()
+			}
+			select {
+			case err := <-done:
+				if code := exitCodeOf(err); code != exitFailure || err.Error() != c.err || stdout.String() != c.stdout {
+					t.Errorf("exit %d, error %v, stdout %q; want exit 1, error %q, stdout %q\nstderr: %s", code, err, stdout.String(), c.err, c.stdout, stderr.String())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("produce still waiting for a line of stdin after 10s; stdout %q, stderr %q", stdout.String(), stderr.String())
+			}
+		})
+	}
+}
