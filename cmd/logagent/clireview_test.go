@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,24 @@ func TestNDJSONRepeatedHeaderKeepsLast(t *testing.T) {
 	}
 	if _, dup := got["headers_base64"]; dup {
 		t.Errorf("header h repeated, last value \"x\": got %s", b.String())
+	}
+}
+
+// TestConsumeSaysWhichPartitionFailed: consume reads every partition
+// unless -partition names one, so the failure of one of them must say
+// which: the agent's own message ("offset 2 is outside the log") does not,
+// and the bounds it gives are that partition's alone.
+func TestConsumeSaysWhichPartitionFailed(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	for p, stdin := range []string{"a\nb\n", "c\nd\n", "e\n"} {
+		if code, _, stderr := runData(context.Background(), []string{"produce", "-addr", f.srv.URL, "-topic", "t", "-partition", strconv.Itoa(p)}, stdin); code != 0 {
+			t.Fatal(stderr)
+		}
+	}
+	code, stdout, stderr := runData(context.Background(), []string{"consume", "-addr", f.srv.URL, "-topic", "t", "-from", "2"}, "")
+	want := "partition 2: fake: offset_out_of_range: the log holds offsets 0 to 0 (log start 0, high watermark 1); -from earliest or -from latest start inside it\n"
+	if code != exitFailure || !strings.HasSuffix(stderr, want) {
+		t.Errorf("consume -from 2 of partitions holding 2, 2 and 1 record(s): exit %d, stdout %q, stderr %q; want exit 1 and stderr ending %q", code, stdout, stderr, want)
 	}
 }

@@ -123,8 +123,25 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		consumers = append(consumers, cons)
 	}
-	return fail(r.partitions(ctx, consumers))
+	err = r.partitions(ctx, consumers)
+	var failed *partitionError
+	if *partition == allPartitions && errors.As(err, &failed) {
+		// The agent's message ("offset 100 is outside the log") does not
+		// say which of the partitions it is about.
+		return &explained{line: fmt.Sprintf("partition %d: %v", partitions[failed.index], fail(failed.err)), err: err}
+	}
+	return fail(err)
 }
+
+// partitionError is the failure of the consumer at index of those
+// reader.partitions read.
+type partitionError struct {
+	index int
+	err   error
+}
+
+func (e *partitionError) Error() string { return e.err.Error() }
+func (e *partitionError) Unwrap() error { return e.err }
 
 // describeTopic describes topic within timeout.
 func describeTopic(ctx context.Context, c *client.Client, topic string, timeout time.Duration) (*client.TopicInfo, error) {
@@ -173,7 +190,8 @@ func (r *reader) print(records []client.Record) error {
 	return nil
 }
 
-// partitions reads consumers side by side, one goroutine each.
+// partitions reads consumers side by side, one goroutine each. A
+// consumer's failure comes as a *partitionError.
 func (r *reader) partitions(ctx context.Context, consumers []*client.Consumer) error {
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
@@ -194,9 +212,9 @@ func (r *reader) partitions(ctx context.Context, consumers []*client.Consumer) e
 			return nil
 		}
 	}
-	for _, err := range errs {
+	for i, err := range errs {
 		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
+			return &partitionError{index: i, err: err}
 		}
 	}
 	for _, err := range errs {
