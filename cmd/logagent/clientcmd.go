@@ -150,8 +150,13 @@ func checkAgent(ctx context.Context, c *client.Client, timeout time.Duration) er
 }
 
 // agentCall returns a client of addr and a context bounded by timeout, for
-// the commands that make one round of requests.
+// the commands that make one round of requests. A timeout that is not
+// positive is bad usage: the requests would fail at once, as if the agent
+// did not answer.
 func agentCall(addr *agentFlags, timeout time.Duration) (*client.Client, context.Context, context.CancelFunc, error) {
+	if timeout <= 0 {
+		return nil, nil, nil, fmt.Errorf("%w: -timeout %v: want a positive duration", errUsage, timeout)
+	}
 	c, err := newAgentClient(addr, nil)
 	if err != nil {
 		return nil, nil, nil, err

@@ -127,3 +127,23 @@ func TestConsumeSaysWhichPartitionFailed(t *testing.T) {
 		t.Errorf("consume -from 2 of partitions holding 2, 2 and 1 record(s): exit %d, stdout %q, stderr %q; want exit 1 and stderr ending %q", code, stdout, stderr, want)
 	}
 }
+
+// TestTimeoutMustBePositive: a -timeout of 0 or less is bad usage, as
+// consume says; the commands that make one round of requests took it and
+// failed at once, saying that the agent (which was up) did not answer.
+func TestTimeoutMustBePositive(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	for _, args := range [][]string{
+		{"status"}, {"topic", "list"}, {"topic", "describe", "t"}, {"topic", "create", "u"},
+		{"topic", "alter", "t", "-partitions", "4"}, {"topic", "delete", "t"}, {"group", "list"},
+	} {
+		for _, timeout := range []string{"0s", "-1s"} {
+			var stdout, stderr bytes.Buffer
+			code := run(append(args, "-addr", f.srv.URL, "-timeout", timeout), &stdout, &stderr)
+			if want := "-timeout " + timeout + ": want a positive duration"; code != exitUsage || !strings.Contains(stderr.String(), want) {
+				t.Errorf("%v -timeout %s: exit %d, stderr %q; want exit 2 and %q", args, timeout, code, stderr.String(), want)
+			}
+		}
+	}
+}
