@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,6 +146,36 @@ func TestTimeoutMustBePositive(t *testing.T) {
 			if want := "-timeout " + timeout + ": want a positive duration"; code != exitUsage || !strings.Contains(stderr.String(), want) {
 				t.Errorf("%v -timeout %s: exit %d, stderr %q; want exit 2 and %q", args, timeout, code, stderr.String(), want)
 			}
+		}
+	}
+}
+
+// TestTopicChangeWithoutAnswer: an agent that does not answer a topic
+// change within -timeout may have it and make it all the same (a
+// creation of many partitions takes up to 35 s), so the command must say
+// so, and how to find out, instead of asking whether the agent runs.
+func TestTopicChangeWithoutAnswer(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"topic", "create", "big", "-partitions", "10000"}, "it may create topic big all the same"},
+		{[]string{"topic", "alter", "big", "-partitions", "20000"}, "it may alter topic big all the same"},
+		{[]string{"topic", "delete", "big"}, "it may delete topic big all the same"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append(c.args, "-addr", srv.URL, "-timeout", "200ms"), &stdout, &stderr)
+		if code != exitFailure || !strings.Contains(stderr.String(), c.want) || !strings.Contains(stderr.String(), "'logagent topic describe big' shows whether it did") {
+			t.Errorf("%v, unanswered: exit %d, stderr %q; want exit 1 and %q", c.args, code, stderr.String(), c.want)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -56,6 +57,9 @@ func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 	fail := func(err error) error { return explain(usageError(err), c.Addr(), *timeout) }
 	spec := client.TopicSpec{Name: *name, Partitions: *partitions, ReplicationFactor: *replication, MinInsyncReplicas: *minISR}
 	if err := c.CreateTopic(ctx, spec); err != nil {
+		if unanswered := unansweredChange(err, c.Addr(), *timeout, "create", *name); unanswered != nil {
+			return unanswered
+		}
 		return fail(err)
 	}
 	// The agent answers once its metadata has the topic: its description
@@ -76,6 +80,22 @@ func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	return fail(waitLeaders(ctx, c, info, "created", stdout, stderr))
+}
+
+// unansweredChange explains a change (create, alter, delete) of topic that
+// the agent at addr did not answer within timeout; nil for any other
+// error. An agent that got the request may make the change all the same
+// (it takes up to 35 s to create a topic of 10,000 partitions,
+// docs/api.md), so explain's "is the agent running?" alone would have the
+// user believe that nothing was done.
+func unansweredChange(err error, addr string, timeout time.Duration, change, topic string) error {
+	var answered *client.Error
+	if !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &answered) {
+		return nil
+	}
+	return &explained{line: fmt.Sprintf("no answer from the agent at %s within -timeout %s: %s; if it got the request, it may %s topic %s all the same "+
+		"(a topic of many partitions takes longer: a larger -timeout waits for it), 'logagent topic describe %s' shows whether it did",
+		addr, timeout, reachHint, change, topic, topic), err: err}
 }
 
 // lowReplication warns when the topic got fewer replicas than asked, or,
@@ -237,6 +257,9 @@ func runTopicAlter(args []string, stdout, stderr io.Writer) error {
 	fail := func(err error) error { return explain(usageError(err), c.Addr(), *timeout) }
 	after, err := c.AlterTopic(ctx, *name, changes)
 	if err != nil {
+		if unanswered := unansweredChange(err, c.Addr(), *timeout, "alter", *name); unanswered != nil {
+			return unanswered
+		}
 		return fail(err)
 	}
 	fmt.Fprintf(stdout, "altered topic %s:\n", after.Name)
@@ -298,6 +321,9 @@ func runTopicDelete(args []string, stdout, stderr io.Writer) error {
 	}
 	defer cancel()
 	if err := c.DeleteTopic(ctx, *name); err != nil {
+		if unanswered := unansweredChange(err, c.Addr(), *timeout, "delete", *name); unanswered != nil {
+			return unanswered
+		}
 		return explain(usageError(err), c.Addr(), *timeout)
 	}
 	fmt.Fprintf(stdout, "deleted topic %s\n", *name)
