@@ -183,6 +183,8 @@
 // revocation and by Close, which then leaves the group so that its
 // partitions move at once. Delivery is at least once: the records a member
 // got after its last commit are read again by the partition's next owner.
+// A member that could not process what Poll returned leaves with
+// CloseWithoutCommit, so that those records are read again.
 //
 // ListGroups, DescribeGroup, CommittedOffsets, ResetOffsets and
 // DeleteGroup are the group administration calls.

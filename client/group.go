@@ -541,6 +541,18 @@ const groupCallTimeout = 30 * time.Second
 // leave's error; the consumer is closed either way. A Close after the
 // first waits for it (or for ctx) and returns ErrGroupConsumerClosed.
 func (g *GroupConsumer) Close(ctx context.Context) error {
+	return g.close(ctx, true)
+}
+
+// CloseWithoutCommit is Close without its commit, for a consumer that could
+// not process what Poll returned (its output failed): the group reads the
+// records after its last commit again, where Close would count them
+// consumed. Commits made before stand.
+func (g *GroupConsumer) CloseWithoutCommit(ctx context.Context) error {
+	return g.close(ctx, false)
+}
+
+func (g *GroupConsumer) close(ctx context.Context, commit bool) error {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -563,7 +575,10 @@ func (g *GroupConsumer) Close(ctx context.Context) error {
 		return nil
 	}
 
-	err := g.commitOwned(ctx)
+	var err error
+	if commit {
+		err = g.commitOwned(ctx)
+	}
 	if errors.Is(err, ErrStaleMemberEpoch) {
 		// A heartbeat answer that was cut short may have carried a new
 		// epoch: ask for it at once, and commit again.

@@ -577,6 +577,42 @@ func TestGroupConsumerCloseCommitsAndLeaves(t *testing.T) {
 	}
 }
 
+// TestGroupConsumerCloseWithoutCommit: a consumer that could not process
+// what Poll gave it leaves without committing, and the next member reads
+// those records again.
+func TestGroupConsumerCloseWithoutCommit(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 2)
+	fill(t, f, 2, 0, 10)
+	c := f.newClient()
+	gc, err := c.NewGroupConsumer("g", []string{"t"}, WithAutoCommitInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := collect(t, gc)
+	eventually(t, "every record", func() bool { return col.total() == 20 })
+	col.stop()
+	member, _ := gc.Member()
+	if err := gc.CloseWithoutCommit(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	log := f.groupEvents()
+	if indexOf(log, "leave "+member) < 0 || slices.ContainsFunc(log, func(e string) bool { return strings.HasPrefix(e, "commit ") }) {
+		t.Errorf("events %v: want the leave and no commit", log)
+	}
+	if err := gc.Close(testContext(t)); !errors.Is(err, ErrGroupConsumerClosed) {
+		t.Errorf("Close after CloseWithoutCommit: %v", err)
+	}
+	next := mustGroupConsumer(t, c)
+	col2 := collect(t, next)
+	eventually(t, "the records again", func() bool { return col2.total() == 20 })
+	for p := range 2 {
+		if got := col2.offsets(TopicPartition{"t", p}); !slices.Equal(got, span(0, 10)) {
+			t.Errorf("t/%d: the next member read %v, want 0-9", p, got)
+		}
+	}
+}
+
 func TestGroupConsumerStaleEpochOnFetch(t *testing.T) {
 	f := newFakeAgent(t)
 	f.addTopic("t", 1)

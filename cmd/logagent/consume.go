@@ -278,7 +278,8 @@ const groupCloseTimeout = 10 * time.Second
 // committed offsets (or reset, OffsetEarliest or OffsetLatest, where there
 // are none). It commits what it printed every second and at the end, then
 // leaves the group, also when ctx ends (Ctrl-C, SIGTERM), which is then a
-// success. Without follow it ends once every partition it owns is caught
+// success; when its output fails it leaves without the last commit, so the
+// group reads again what it could not print. Without follow it ends once every partition it owns is caught
 // up to the high watermark of its first answer, and fails when the group
 // gives it no partition, or the agent nothing, within r.idle.
 func (r *reader) group(ctx context.Context, c *client.Client, group, topic string, reset int64, fetch client.GroupOption) error {
@@ -288,6 +289,7 @@ func (r *reader) group(ctx context.Context, c *client.Client, group, topic strin
 	}
 	end := map[client.TopicPartition]int64{} // without follow: the HW of each partition's first answer
 	var runErr error
+	printed := true // false once printing what Poll returned failed
 	for runErr == nil {
 		records, err := r.pollGroup(ctx, gc)
 		if err != nil {
@@ -303,6 +305,7 @@ func (r *reader) group(ctx context.Context, c *client.Client, group, topic strin
 		// Flushed before the next Poll, whose periodic commit counts
 		// these records as consumed.
 		if runErr = r.print(plain); runErr != nil {
+			printed = false
 			break
 		}
 		if !r.follow && caughtUp(gc.Status(), end) {
@@ -311,7 +314,13 @@ func (r *reader) group(ctx context.Context, c *client.Client, group, topic strin
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), groupCloseTimeout)
 	defer cancel()
-	if err := gc.Close(closeCtx); err != nil {
+	closeGroup := gc.Close
+	if !printed {
+		// Close would commit past the records it could not print (a
+		// full disk under stdout): the group reads them again instead.
+		closeGroup = gc.CloseWithoutCommit
+	}
+	if err := closeGroup(closeCtx); err != nil {
 		err = fmt.Errorf("%w: the group reads the records after its last commit again", err)
 		return errors.Join(runErr, err)
 	}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -254,5 +256,38 @@ func TestGroupCommands(t *testing.T) {
 	}
 	if n := f.groupMembers("busy"); n != 1 {
 		t.Errorf("the refused delete left busy with %d member(s), want 1", n)
+	}
+}
+
+// failingWriter refuses every write, as a full disk refuses stdout
+// redirected to a file.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// TestConsumeGroupOutputFailsCommitsNothing: consume -group whose output
+// fails leaves the group without committing what it could not print, so
+// the group reads those records again. Before, the last commit of its
+// Close counted them consumed: lost to the group.
+func TestConsumeGroupOutputFailsCommitsNothing(t *testing.T) {
+	f := groupFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	err := consume(ctx, []string{"-addr", f.srv.URL, "-topic", "t", "-group", "g"}, failingWriter{}, &stderr)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("consume with a failing stdout: %v, want the write's error (stderr %s)", err, stderr.String())
+	}
+	for tp, o := range f.committedOf("g") {
+		if o != 0 {
+			t.Errorf("committed %v at %d: records that were never printed count as consumed", tp, o)
+		}
+	}
+	if n := f.groupMembers("g"); n != 0 {
+		t.Errorf("%d member(s) after the command, want it to leave", n)
+	}
+	code, stdout, errOut := runData(ctx, []string{"consume", "-addr", f.srv.URL, "-topic", "t", "-group", "g"}, "")
+	if code != 0 || len(strings.Split(strings.TrimSpace(stdout), "\n")) != 5 {
+		t.Errorf("the group's next read: exit %d, %q (stderr %s); want the 5 records again", code, stdout, errOut)
 	}
 }
