@@ -79,6 +79,13 @@ func (f *agentFlags) options() (token string, tlsCfg *tls.Config, err error) {
 	return token, tlsCfg, nil
 }
 
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
 // timeoutFlag registers -timeout for commands that make a few requests.
 func timeoutFlag(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("timeout", 10*time.Second, "give up after this long")

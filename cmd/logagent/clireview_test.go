@@ -179,3 +179,29 @@ func TestTopicChangeWithoutAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicCreateWaitsLongerForManyPartitions: without -timeout, topic
+// create of many partitions waits for the agent's answer past the shared
+// 10s (the agents answer within 5s plus 3ms per partition). Before, the
+// creation of 1,000 partitions answered after 10.3s was given up on, "no
+// answer from the agent", while the agent created it.
+func TestTopicCreateWaitsLongerForManyPartitions(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(10300 * time.Millisecond):
+		}
+		fakeError(w, http.StatusConflict, client.CodeTopicExists, nil)
+	}))
+	t.Cleanup(srv.Close)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"topic", "create", "big", "-partitions", "1000", "-addr", srv.URL}, &stdout, &stderr)
+	if code != exitFailure || !strings.Contains(stderr.String(), client.CodeTopicExists) {
+		t.Fatalf("exit %d, stderr %q; want exit 1 with the agent's answer, %s", code, stderr.String(), client.CodeTopicExists)
+	}
+	if got, want := topicCreateTimeout(1000), 20*time.Second; got != want {
+		t.Errorf("topicCreateTimeout(1000) = %v, want %v", got, want)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -51,8 +50,7 @@ func produce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	idempotentSet := false
-	fs.Visit(func(f *flag.Flag) { idempotentSet = idempotentSet || f.Name == "idempotent" })
+	idempotentSet := flagGiven(fs, "idempotent")
 	if *topic == "" {
 		return fmt.Errorf("%w: -topic is required", errUsage)
 	}
