@@ -200,8 +200,10 @@ func decodeReassignment(key string, value []byte, replicas []string) (Reassignme
 // before the move fails (startReassign). A target
 // with a repeated or invalid node, or fewer replicas than the topic's
 // min_insync_replicas, is ErrInvalidTopic; a move already in flight
-// ErrReassignInProgress; a target equal to the replicas is no move (done
-// true, nothing written). Any key that changed between the read and the
+// ErrReassignInProgress, unless it is a move to this very target (not a
+// cancel's way back), which is answered as started (nothing written: a
+// retry of a start whose answer was lost); a target equal to the replicas
+// is no move (done true, nothing written). Any key that changed between the read and the
 // write is ErrConflict: read again. The target is the caller's whole
 // wish, whatever the replicas are (an operator's partition move); a
 // target chosen from the metadata goes through StartReassignFrom.
@@ -283,6 +285,13 @@ func (c *Client) startReassign(ctx context.Context, topic string, partition int,
 		m, err := decodeReassignment(reassignKey, movePair.Value, replicas)
 		if err != nil {
 			return Reassignment{}, false, err
+		}
+		if !m.Cancelled && slices.Equal(m.Target, target) {
+			// This very move: the retry of a start whose transaction
+			// committed though its answer was lost (a timeout, answered
+			// 503 retriable), which was refused as another move in
+			// flight, its caller told its own move was someone else's.
+			return m, false, nil
 		}
 		return m, false, fmt.Errorf("%w: %s/%d is moving to %v", ErrReassignInProgress, topic, partition, m.Target)
 	}

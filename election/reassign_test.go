@@ -1,9 +1,11 @@
 package election
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -172,6 +174,95 @@ func TestReassign(t *testing.T) {
 			t.Fatalf("a move beside replicas that are not its union: topic %+v, want ErrCorruptMetadata", tm)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lostAnswerTransport sends a transaction on to Consul and, once armed,
+// loses the answer of the first one whose operations name a key ending in
+// suffix: the transaction commits, the caller gets an error, as after a
+// timeout or a connection reset on the way back.
+type lostAnswerTransport struct {
+	mu     sync.Mutex
+	suffix string
+}
+
+func (l *lostAnswerTransport) arm(suffix string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.suffix = suffix
+}
+
+func (l *lostAnswerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	l.mu.Lock()
+	lose := false
+	if l.suffix != "" && req.Method == http.MethodPut && req.URL.Path == "/v1/txn" && req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			l.mu.Unlock()
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		if lose = bytes.Contains(body, []byte(l.suffix+`"`)); lose {
+			l.suffix = ""
+		}
+	}
+	l.mu.Unlock()
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !lose {
+		return resp, err
+	}
+	resp.Body.Close()
+	return nil, errors.New("connection reset by peer (test: the answer was lost)")
+}
+
+// TestStartReassignRetriedAfterALostAnswer: a start whose transaction
+// committed but whose answer was lost fails (the API's 503, retriable);
+// its retry finds its own move in flight. It was refused
+// ErrReassignInProgress (409 reassignment_in_progress, "the partition is
+// being moved already"), the caller told its own move was another's; it
+// is answered as the start, and writes nothing. A start to another target,
+// or to the target of a cancel's way back, is still refused.
+func TestStartReassignRetriedAfterALostAnswer(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	admin := srv.Client()
+	lost := &lostAnswerTransport{}
+	a := newTestClient(t, srv, "a", func(cfg *Config) { cfg.Consul.HttpClient = &http.Client{Transport: lost} })
+	register(t, a)
+	ctx := context.Background()
+	createTopic(t, a, "rt", [][]string{{"a", "b", "c"}})
+
+	lost.arm("/rt/0/reassign")
+	if _, _, err := a.StartReassign(ctx, "rt", 0, []string{"a", "b", "d"}); err == nil {
+		t.Fatal("a start whose answer was lost succeeded")
+	}
+	if moveKey(t, admin, "rt", 0) == nil {
+		t.Fatal("the start whose answer was lost did not commit: the test proves nothing")
+	}
+	pair, _, err := admin.KV().Get(testPrefix+"topics/rt/0/reassign", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, done, err := a.StartReassign(ctx, "rt", 0, []string{"a", "b", "d"})
+	if err != nil || done {
+		t.Fatalf("the retry of a start that committed = done %t, %v; want its move, as started", done, err)
+	}
+	if !slices.Equal(m.Target, []string{"a", "b", "d"}) || !slices.Equal(m.Adding, []string{"d"}) || !slices.Equal(m.Removing, []string{"c"}) {
+		t.Fatalf("the retry answered %+v, want the move to a,b,d", m)
+	}
+	if again, _, _ := admin.KV().Get(testPrefix+"topics/rt/0/reassign", nil); again == nil || again.ModifyIndex != pair.ModifyIndex {
+		t.Fatalf("the retry wrote the move again: %+v", again)
+	}
+
+	if _, _, err := a.StartReassign(ctx, "rt", 0, []string{"a", "b", "e"}); !errors.Is(err, ErrReassignInProgress) {
+		t.Fatalf("a start to another target while the move is in flight = %v, want ErrReassignInProgress", err)
+	}
+	if _, err := a.CancelReassign(ctx, "rt", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.StartReassign(ctx, "rt", 0, []string{"a", "b", "c"}); !errors.Is(err, ErrReassignInProgress) {
+		t.Fatalf("a start to the target of the way back in flight = %v, want ErrReassignInProgress", err)
 	}
 }
 
