@@ -99,6 +99,7 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
+	before, _ := a.coord.Metadata().Partition(topic, p)
 	// A conflict is the partition's keys changed between the start's read
 	// and its write; read again, as a cancel does: a deletion meanwhile is
 	// then the topic's 404, not a 503 its client retries forever.
@@ -136,10 +137,13 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 	}
 	out.Move = &reassignMove{Target: m.Target, Adding: m.Adding, Removing: m.Removing}
 	// Answer once this agent's metadata shows the move, so that a GET
-	// that follows sees it.
+	// that follows sees it, or shows it done: a move that copies nothing
+	// (a reorder, a shrink) its leader completes as soon as it sees it,
+	// and this agent's watch may read only after the completion. Waiting
+	// for the move alone, the answer waited out its whole timeout then.
 	a.waitMetadata(callCtx, func(snap *election.Snapshot) bool {
 		pm, ok := snap.Partition(topic, p)
-		return ok && pm.Reassign != nil
+		return ok && (pm.Reassign != nil || (pm.ReplicasIndex > before.ReplicasIndex && slices.Equal(pm.Replicas, m.Target)))
 	})
 	reply.WriteJSON(ctx, fasthttp.StatusAccepted, out)
 }

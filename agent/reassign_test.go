@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/wire"
@@ -65,4 +68,67 @@ func TestStartReassignOfATopicDeletedMeanwhile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// completedCoordinator answers a start only once this agent's metadata
+// shows the move over: its leader completed it before this agent's watch
+// showed it in flight, as when the watch's next read (WatchMinGap after
+// its last) comes after both writes. A move that copies nothing, a
+// reorder or a shrink, is completed by its leader as soon as it sees it.
+type completedCoordinator struct {
+	Coordinator
+}
+
+func (c *completedCoordinator) StartReassign(ctx context.Context, topic string, partition int, target []string) (election.Reassignment, bool, error) {
+	m, done, err := c.Coordinator.StartReassign(ctx, topic, partition, target)
+	if err != nil || done {
+		return m, done, err
+	}
+	for {
+		snap := c.Metadata()
+		if pm, ok := snap.Partition(topic, partition); ok && pm.Reassign == nil && slices.Equal(pm.Replicas, target) {
+			return m, false, nil
+		}
+		select {
+		case <-snap.Changed():
+		case <-ctx.Done():
+			return m, false, ctx.Err()
+		}
+	}
+}
+
+// TestStartReassignAnswersAMoveAlreadyOver: a POST reassignment answers
+// once this agent's metadata shows the move, so that a GET after it sees
+// it; a reorder, which its leader completes at once, may never be shown
+// in flight there (the watch read after its completion). The answer then
+// waited out its whole timeout (peerCallTimeout, 5 s) for a move long
+// over: rebalance -execute, whose leadership moves are reorders, could sit 5 s
+// on such a move. A metadata that shows the move done answers too.
+func TestStartReassignAnswersAMoveAlreadyOver(t *testing.T) {
+	c := startTestClusterWith(t, 2, "", func(a *Agent) {
+		a.coord = &completedCoordinator{Coordinator: a.coord}
+	})
+	n1 := c.agents[0]
+	c.createTopic(n1, "reorder", 1, 2, 1)
+	var replicas []string
+	c.waitFor(10*time.Second, "reorder/0 led with both replicas in the ISR", func() bool {
+		pm, ok := n1.coord.Metadata().Partition("reorder", 0)
+		replicas = pm.Replicas
+		return ok && pm.LeaderSession != "" && len(pm.State.ISR) == 2
+	})
+	target := []string{replicas[1], replicas[0]}
+	body, err := json.Marshal(map[string][]string{"replicas": target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	status, answer := n1.call(http.MethodPost, "/v1/topics/reorder/partitions/0/reassignment", "application/json", body)
+	took := time.Since(start)
+	if status != http.StatusAccepted {
+		t.Fatalf("POST reassignment of a reorder: %d %s, want 202", status, answer)
+	}
+	if took >= peerCallTimeout {
+		t.Fatalf("POST reassignment of a reorder its leader completed at once answered after %s: it waited out its %s timeout for a move already over", took, peerCallTimeout)
+	}
+	t.Logf("answered in %s: %s", took, answer)
 }
