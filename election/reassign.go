@@ -44,9 +44,11 @@ type Reassignment struct {
 	// Healing marks a move self-healing started to re-place a dead
 	// replica (DecidedFrom.Healing): its leader cancels it when a replica
 	// it adds makes no progress for cluster.replace_dead_after
-	// (docs/design.md §7.7). An operator's move, a drain's or a way back
-	// never has it, and is never cancelled but by an operator. An agent
-	// that predates the flag ignores it: the move then waits as any other.
+	// (docs/design.md §7.7). An operator's move or a drain's never has
+	// it, and is never cancelled but by an operator. A cancel's way back
+	// keeps it, so that the leader leaves the replicas the cancelled move
+	// added out of the partition's next re-placing. An agent that
+	// predates the flag ignores it: the move then waits as any other.
 	Healing bool `json:"healing,omitempty"`
 }
 
@@ -82,9 +84,10 @@ func (m Reassignment) Original() []string {
 }
 
 // reverse is the way back of m: to its original list, removing what it
-// added. Its union holds the same replicas as m's.
+// added. Its union holds the same replicas as m's. The way back of a
+// self-healing move is marked Healing too.
 func (m Reassignment) reverse() Reassignment {
-	return Reassignment{Target: m.Original(), Adding: []string{}, Removing: slices.Clone(m.Adding), Cancelled: true}
+	return Reassignment{Target: m.Original(), Adding: []string{}, Removing: slices.Clone(m.Adding), Cancelled: true, Healing: m.Healing}
 }
 
 // validate checks the move's own lists and that replicas, the replicas key

@@ -148,6 +148,8 @@ func (r *Replica) onHealResult(ev healResult) {
 // made no progress, whether its cancel is out or written (the metadata
 // shows the way back, at another index, a moment later: no second
 // cancel), and until when the next cancel waits after one that failed.
+// At a way back's index (since nil) it says the way back was looked at
+// (avoidCancelledHeal).
 type healStall struct {
 	index     uint64
 	since     reassign.StalledSince
@@ -177,12 +179,18 @@ type healCancelResult struct {
 // (election.Reassignment.Healing): an operator's move and a drain's wait
 // as Kafka's reassignments do, until they complete or an operator
 // cancels them. The leader ticks while a move is in flight
-// (housekeepingPending), so the bound is seen within a tick.
+// (housekeepingPending), so the bound is seen within a tick. The way back
+// of a self-healing move cancelled otherwise has the agents it added left
+// out of the next re-placing (avoidCancelledHeal).
 func (r *Replica) cancelStalledHeal(now time.Time) {
 	pm := r.meta.pm
 	after := r.deps.Config.Cluster.ReplaceDeadAfter
-	if pm.Reassign == nil || !pm.Reassign.Healing || pm.Reassign.Cancelled || after <= 0 || !r.meta.usable {
+	if pm.Reassign == nil || !pm.Reassign.Healing || after <= 0 || !r.meta.usable {
 		r.healStall = healStall{}
+		return
+	}
+	if pm.Reassign.Cancelled {
+		r.avoidCancelledHeal(now)
 		return
 	}
 	if r.healStall.since == nil || r.healStall.index != pm.ReassignIndex {
@@ -239,6 +247,34 @@ func (r *Replica) onHealCancelResult(ev healCancelResult) {
 		r.healAvoid[id] = now.Add(r.deps.Config.Cluster.ReplaceDeadAfter)
 	}
 	r.log.Info("stalled self-healing move cancelled: the partition goes back, and is re-placed on other agents", "stalled", ev.stalled)
+}
+
+// avoidCancelledHeal leaves the replicas a cancelled self-healing move
+// added (its way back's removing) out of the partition's re-placing for
+// replace_dead_after, once per way back, unless this leadership cancelled
+// the move itself (it leaves out the stalled ones then,
+// onHealCancelResult). A move an operator cancelled (partition move
+// -cancel) was started again by the next look as soon as the way back was
+// done, onto the same agents (the fewest replicas: they had just lost
+// this one), its copy begun again from nothing and the cancel undone.
+func (r *Replica) avoidCancelledHeal(now time.Time) {
+	pm := r.meta.pm
+	if r.healStall.index == pm.ReassignIndex {
+		return
+	}
+	own := r.healStall.cancelled
+	r.healStall = healStall{index: pm.ReassignIndex}
+	if own {
+		return
+	}
+	if r.healAvoid == nil {
+		r.healAvoid = map[string]time.Time{}
+	}
+	for _, id := range pm.Reassign.Removing {
+		r.healAvoid[id] = now.Add(r.deps.Config.Cluster.ReplaceDeadAfter)
+	}
+	r.log.Info("self-healing move cancelled: the agents it added take no replica of the partition for cluster.replace_dead_after",
+		"added", pm.Reassign.Removing, "back_to", pm.Reassign.Target, "replace_dead_after", r.deps.Config.Cluster.ReplaceDeadAfter)
 }
 
 // avoidedAgents lists the agents maybeHeal leaves out at now: their
