@@ -81,8 +81,13 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req reassignRequest
-	if err := reply.DecodeOneObject(ctx.PostBody(), &req); err != nil || len(req.Replicas) == 0 {
+	if err := reply.DecodeOneObject(ctx.PostBody(), &req); err != nil {
 		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf(`the body must be {"replicas":["n1","n2",...]}: %v`, err), false)
+		return
+	}
+	if len(req.Replicas) == 0 {
+		reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+			`"replicas" is empty or missing: the body must be {"replicas":["n1","n2",...]}, the new replica list, the first the preferred leader`, false)
 		return
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), peerCallTimeout)

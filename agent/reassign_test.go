@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,4 +132,38 @@ func TestStartReassignAnswersAMoveAlreadyOver(t *testing.T) {
 		t.Fatalf("POST reassignment of a reorder its leader completed at once answered after %s: it waited out its %s timeout for a move already over", took, peerCallTimeout)
 	}
 	t.Logf("answered in %s: %s", took, answer)
+}
+
+// TestStartReassignRefusesBadReplicaLists: every replica list a move
+// cannot take is 400 invalid_request, not retriable, saying what is wrong.
+// An empty or missing list was answered `the body must be
+// {"replicas":[...]}: <nil>`, the decoder's error where there was none.
+func TestStartReassignRefusesBadReplicaLists(t *testing.T) {
+	c := startTestCluster(t, 2, "")
+	n1 := c.agents[0]
+	c.createTopic(n1, "bad", 1, 2, 2)
+	for _, tc := range []struct {
+		name, body string
+		says       string
+	}{
+		{"empty list", `{"replicas":[]}`, `"replicas" is empty`},
+		{"null list", `{"replicas":null}`, `"replicas" is empty`},
+		{"no list", `{}`, `"replicas" is empty`},
+		{"a node twice", `{"replicas":["n1","n1"]}`, `"n1" is invalid or repeated`},
+		{"an unknown node", `{"replicas":["n1","n9"]}`, `"n9" is not a live agent`},
+		{"fewer than min_insync_replicas", `{"replicas":["n1"]}`, "fewer replicas than min_insync_replicas 2"},
+		{"another field", `{"replicas":["n1","n2"],"force":true}`, `unknown field "force"`},
+		{"not an object", `["n1","n2"]`, "not a JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := n1.call(http.MethodPost, "/v1/topics/bad/partitions/0/reassignment", "application/json", []byte(tc.body))
+			e := errorCode(t, body)
+			if status != http.StatusBadRequest || e.Code != wire.CodeInvalidRequest || e.Retriable {
+				t.Fatalf("POST %s: %d %s (retriable %t): %s, want 400 %s", tc.body, status, e.Code, e.Retriable, e.Message, wire.CodeInvalidRequest)
+			}
+			if !strings.Contains(e.Message, tc.says) || strings.Contains(e.Message, "<nil>") {
+				t.Fatalf("POST %s answered %q, want it to say %q", tc.body, e.Message, tc.says)
+			}
+		})
+	}
 }
