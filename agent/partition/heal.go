@@ -77,7 +77,7 @@ func (r *Replica) maybeHeal(now time.Time) {
 		}
 		return
 	}
-	load, moving := replicaLoad(snap)
+	load, moving := replicaLoad(snap, r.liveness)
 	if moving >= reassign.MaxHealing {
 		// Try again with the next snapshot: the one that shows a move
 		// done, not after a fixed delay.
@@ -310,9 +310,13 @@ func (r *Replica) healWake() time.Time {
 	return next
 }
 
-// replicaLoad counts each agent's replicas in the snapshot, and the moves
-// in flight.
-func replicaLoad(s *election.Snapshot) (map[string]int, int) {
+// replicaLoad counts the replicas each agent holds in s, and the moves in
+// flight that take one of the cluster's reassign.MaxHealing slots: those
+// that can complete. A move whose target keeps or adds an agent lv says is
+// dead waits for it to join the ISR (a replica it keeps died during the
+// move, a drain's added agent died): counted, two of them stopped every
+// re-placing in the cluster, in the second failure self-healing is for.
+func replicaLoad(s *election.Snapshot, lv *election.Liveness) (map[string]int, int) {
 	load, moving := map[string]int{}, 0
 	for _, name := range s.Topics() {
 		tm, _ := s.Topic(name)
@@ -320,7 +324,7 @@ func replicaLoad(s *election.Snapshot) (map[string]int, int) {
 			for _, id := range pm.Replicas {
 				load[id]++
 			}
-			if pm.Reassign != nil {
+			if pm.Reassign != nil && len(lv.DeadAmong(pm.Reassign.Target)) == 0 {
 				moving++
 			}
 		}

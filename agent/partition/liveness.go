@@ -32,8 +32,9 @@ func (r *Replica) applyLiveness() {
 	}
 	r.deadSince.Observe(dead, r.deps.Now())
 	// An agent that came (or came back) may be the one a waiting
-	// re-placing needs.
-	r.healRetryAt = time.Time{}
+	// re-placing needs, and one that died may free a healing slot
+	// (replicaLoad).
+	r.healRetryAt, r.healBusyIndex = time.Time{}, 0
 	if err := r.leader.SetDeadFollowers(dead, r.deps.Now()); err != nil {
 		r.log.Debug("dead followers refused", "error", err)
 	}

@@ -1,0 +1,52 @@
+package partition
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/logagent/logagent/internal/consultest"
+)
+
+// TestMovesWaitingOnADeadAgentTakeNoHealingSlot: two moves in flight keep
+// the dead n3 in their targets (a replica they keep died during them), so
+// they wait for it for ever. They must not take the cluster's two healing
+// slots (reassign.MaxHealing): c/0, whose n3 is due to be re-placed, is
+// re-placed. Before, every re-placing in the cluster waited behind them.
+func TestMovesWaitingOnADeadAgentTakeNoHealingSlot(t *testing.T) {
+	srv := consultest.Start(t)
+	for _, n := range []string{"n2", "n4", "n5"} {
+		startElectionOnly(t, srv, n) // alive; n3 is never registered: dead
+	}
+	m, coord := startManager(t, srv, "n1", "cluster {\n  replace_dead_after = \"2s\"\n}\n", time.Now)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, topic := range []string{"a", "b"} {
+		createTopic(t, coord, topic, [][]string{{"n1", "n2", "n3"}}, 1)
+		waitLeading(t, m, topic)
+		// n2 moves to n4 while n3 stays: the move waits for n3.
+		if _, _, err := coord.StartReassign(ctx, topic, 0, []string{"n1", "n3", "n4"}); err != nil {
+			t.Fatalf("move of %s/0: %v", topic, err)
+		}
+	}
+	createTopic(t, coord, "c", [][]string{{"n1", "n2", "n3"}}, 1)
+	waitLeading(t, m, "c")
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		pm, _ := coord.Metadata().Partition("c", 0)
+		if pm.Reassign != nil && !slices.Contains(pm.Reassign.Target, "n3") {
+			t.Logf("c/0 moving to %v", pm.Reassign.Target)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s on, c/0 is %v with move %+v: its dead n3 is not re-placed while two moves wait for n3", pm.Replicas, pm.Reassign)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, topic := range []string{"a", "b"} {
+		if pm, _ := coord.Metadata().Partition(topic, 0); pm.Reassign == nil || !slices.Equal(pm.Reassign.Target, []string{"n1", "n3", "n4"}) {
+			t.Errorf("%s/0's move is %+v, want the operator's, still waiting", topic, pm.Reassign)
+		}
+	}
+}
