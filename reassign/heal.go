@@ -99,7 +99,8 @@ type Added struct {
 // StalledSince tracks, for one move, since when each replica it adds has
 // kept the same log end outside the ISR: a replica that is dead, or whose
 // agent never opened it, never fetches, and the move waits for it for
-// ever while it holds one of the MaxHealing slots. Like DeadSince it holds
+// ever (holding one of the MaxHealing slots while its agent is alive).
+// Like DeadSince it holds
 // only what this leader saw, so a new leadership counts afresh (later,
 // never earlier).
 type StalledSince map[string]Stall

@@ -74,9 +74,8 @@ func (w *logWatch) Write(p []byte) (int, error) {
 // (replace_dead_after 0), a partition n1, n2, n3 whose n3 is dead has n2
 // drained. A dead replica is then never due, and the drain's move must not
 // keep it in its target either: it would wait for n3 to join the ISR
-// forever, holding one of the cluster's two healing slots (every drain
-// and re-placing in the cluster stalls behind two such moves). The leader
-// waits, says why, and starts the move once n3 is back.
+// forever, and keep every other move of the partition from starting. The
+// leader waits, says why, and starts the move once n3 is back.
 func TestDrainWithSelfHealingOffWaitsForTheDeadReplica(t *testing.T) {
 	srv := consultest.Start(t)
 	for _, n := range []string{"n2", "n4", "n5"} {
@@ -101,7 +100,7 @@ func TestDrainWithSelfHealingOffWaitsForTheDeadReplica(t *testing.T) {
 	for !waiting.seen.Load() {
 		pm, _ := coord.Metadata().Partition("hs0", 0)
 		if pm.Reassign != nil {
-			t.Fatalf("with self-healing off and n3 dead, the drain of n2 started a move to %v: it waits for the dead n3 forever, holding a healing slot", pm.Reassign.Target)
+			t.Fatalf("with self-healing off and n3 dead, the drain of n2 started a move to %v: it waits for the dead n3 forever", pm.Reassign.Target)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("20 s after the drain the leader has neither started a move nor said it waits for the dead n3 (partition %+v)", pm)
