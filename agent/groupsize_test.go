@@ -10,6 +10,9 @@ import (
 	"github.com/logagent/logagent/wire"
 )
 
+// oneOffsetsPartition makes a one-agent cluster's offsets topic fit it.
+const oneOffsetsPartition = "groups {\n  offsets_partitions = 1\n  offsets_replication_factor = 1\n}\n"
+
 // TestGroupOfManyPartitionsIsStored: a group over 800 partitions of a
 // topic with the longest name, joined by a member with the longest id,
 // is stored and described. Its plain state takes about 480 KB, more than
@@ -17,7 +20,7 @@ import (
 // to store; the compact form (groupcoord/statecodec.go) takes a few
 // hundred bytes.
 func TestGroupOfManyPartitionsIsStored(t *testing.T) {
-	c := startTestClusterWith(t, 1, "groups {\n  offsets_partitions = 1\n  offsets_replication_factor = 1\n}\n", nil)
+	c := startTestClusterWith(t, 1, oneOffsetsPartition, nil)
 	topic := strings.Repeat("t", 249)
 	c.createTopic(c.agents[0], topic, 800, 1, 1)
 	member := strings.Repeat("m", 255)
@@ -46,7 +49,7 @@ func TestGroupOfManyPartitionsIsStored(t *testing.T) {
 // 503 coordinator unavailable, and the sidecar and the client retried the
 // same refused write until their timeouts.
 func TestGroupTooLargeToStoreIsRefused(t *testing.T) {
-	c := startTestClusterWith(t, 1, "groups {\n  offsets_partitions = 1\n  offsets_replication_factor = 1\n}\n", nil)
+	c := startTestClusterWith(t, 1, oneOffsetsPartition, nil)
 	var topics []string
 	for i := range 8 {
 		topic := fmt.Sprintf("%c%s", 'a'+i, strings.Repeat("t", 248))

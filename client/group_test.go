@@ -532,14 +532,7 @@ func TestGroupConsumerCloseCommitsAndLeaves(t *testing.T) {
 	fill(t, f, 2, 0, 10)
 	c := f.newClient()
 	var ev events
-	gc, err := c.NewGroupConsumer("g", []string{"t"}, WithAutoCommitInterval(0), WithOnRevoked(ev.note("revoked")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := collect(t, gc)
-	eventually(t, "every record", func() bool { return col.total() == 20 })
-	col.stop()
-	member, _ := gc.Member()
+	gc, member := readEvery(t, c, 20, WithAutoCommitInterval(0), WithOnRevoked(ev.note("revoked")))
 	if err := gc.Close(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -577,6 +570,21 @@ func TestGroupConsumerCloseCommitsAndLeaves(t *testing.T) {
 	}
 }
 
+// readEvery returns a member of group g on topic t that has been handed
+// its n records, polling no more, and the member's id.
+func readEvery(t *testing.T, c *Client, n int, opts ...GroupOption) (*GroupConsumer, string) {
+	t.Helper()
+	gc, err := c.NewGroupConsumer("g", []string{"t"}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := collect(t, gc)
+	eventually(t, "every record", func() bool { return col.total() == n })
+	col.stop()
+	member, _ := gc.Member()
+	return gc, member
+}
+
 // TestGroupConsumerCloseWithoutCommit: a consumer that could not process
 // what Poll gave it leaves without committing, and the next member reads
 // those records again.
@@ -585,14 +593,7 @@ func TestGroupConsumerCloseWithoutCommit(t *testing.T) {
 	f.addTopic("t", 2)
 	fill(t, f, 2, 0, 10)
 	c := f.newClient()
-	gc, err := c.NewGroupConsumer("g", []string{"t"}, WithAutoCommitInterval(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := collect(t, gc)
-	eventually(t, "every record", func() bool { return col.total() == 20 })
-	col.stop()
-	member, _ := gc.Member()
+	gc, member := readEvery(t, c, 20, WithAutoCommitInterval(0))
 	if err := gc.CloseWithoutCommit(testContext(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -206,10 +206,11 @@ func decodeReassignment(key string, value []byte, replicas []string) (Reassignme
 // ErrReassignInProgress, unless it is a move to this very target (not a
 // cancel's way back), which is answered as started (nothing written: a
 // retry of a start whose answer was lost); a target equal to the replicas
-// is no move (done true, nothing written). Any key that changed between the read and the
-// write is ErrConflict: read again. The target is the caller's whole
-// wish, whatever the replicas are (an operator's partition move); a
-// target chosen from the metadata goes through StartReassignFrom.
+// is no move (done true, nothing written). Any key that changed between
+// the read and the write is ErrConflict: read again. The target is the
+// caller's whole wish, whatever the replicas are (an operator's partition
+// move); a target chosen from the metadata goes through
+// StartReassignFrom.
 func (c *Client) StartReassign(ctx context.Context, topic string, partition int, target []string) (Reassignment, bool, error) {
 	return c.startReassign(ctx, topic, partition, target, nil)
 }

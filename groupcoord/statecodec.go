@@ -212,16 +212,12 @@ func expand(cs compactState) (storedState, error) {
 		for _, member := range slices.Sorted(maps.Keys(byMember)) {
 			prev := int32(-1)
 			for _, r := range byMember[member] {
-				if err := targets.take(prev, r[0], r[1]); err != nil {
+				err := targets.expand(&prev, r[0], r[1], func(p int32) {
+					entries = append(entries, group.TargetEntry{Topic: topic, Partition: p, Member: member})
+				})
+				if err != nil {
 					return storedState{}, fmt.Errorf("target of topic %q, member %q: %w", topic, member, err)
 				}
-				for p := r[0]; ; p++ {
-					entries = append(entries, group.TargetEntry{Topic: topic, Partition: p, Member: member})
-					if p == r[1] {
-						break
-					}
-				}
-				prev = r[1]
 			}
 		}
 		slices.SortStableFunc(entries, func(a, b group.TargetEntry) int { return cmp.Compare(a.Partition, b.Partition) })
@@ -247,16 +243,12 @@ func expandGrants(byTopic map[string][][3]int32, budget *runBudget) ([]group.Gra
 	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
 		prev := int32(-1)
 		for _, r := range byTopic[topic] {
-			if err := budget.take(prev, r[0], r[1]); err != nil {
+			err := budget.expand(&prev, r[0], r[1], func(p int32) {
+				out = append(out, group.GrantState{Topic: topic, Partition: p, Epoch: r[2]})
+			})
+			if err != nil {
 				return nil, fmt.Errorf("topic %q: %w", topic, err)
 			}
-			for p := r[0]; ; p++ {
-				out = append(out, group.GrantState{Topic: topic, Partition: p, Epoch: r[2]})
-				if p == r[1] {
-					break
-				}
-			}
-			prev = r[1]
 		}
 	}
 	return out, nil
@@ -266,16 +258,25 @@ func expandGrants(byTopic map[string][][3]int32, budget *runBudget) ([]group.Gra
 // them in and counts the partitions they expand to.
 type runBudget struct{ left int }
 
-// take checks the run [first, last] that follows one ending at prev (-1
-// for the first run of a list) and counts its partitions.
-func (b *runBudget) take(prev, first, last int32) error {
-	if first <= prev || last < first {
-		return fmt.Errorf("%w: run [%d, %d] after one ending at %d", errStateFormat, first, last, prev)
+// expand checks the run [first, last] that follows one ending at *prev
+// (-1 for the first run of a list), counts its partitions, calls add with
+// each, and moves *prev to last.
+func (b *runBudget) expand(prev *int32, first, last int32, add func(partition int32)) error {
+	if first <= *prev || last < first {
+		return fmt.Errorf("%w: run [%d, %d] after one ending at %d", errStateFormat, first, last, *prev)
 	}
 	n := int(last) - int(first) + 1
 	if n > b.left {
 		return fmt.Errorf("%w: more than %d partitions", errStateFormat, maxStoredEntries)
 	}
 	b.left -= n
+	// Up to last inclusive without p++ past it: last may be MaxInt32.
+	for p := first; ; p++ {
+		add(p)
+		if p == last {
+			break
+		}
+	}
+	*prev = last
 	return nil
 }

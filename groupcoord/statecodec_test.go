@@ -220,7 +220,7 @@ func TestGroupOfTenThousandPartitionsIsStored(t *testing.T) {
 	}
 }
 
-func mustMarshal(t *testing.T, v any) []byte {
+func mustMarshal(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -234,7 +234,7 @@ func mustMarshal(t *testing.T, v any) []byte {
 func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte(`{"epoch":2,"target":[{"topic":"t","partition":0,"member":"m"}]}`))
 	f.Add([]byte(`{"format":2,"epoch":3,"target":{"t":{"m":[[0,4],[6,9]]}},"members":[{"id":"m","topics":["t"],"session_timeout_ms":1000,"epoch":3,"prev_epoch":1,"assigned":{"t":[[0,3,2],[4,4,3]]},"revoking":{}}]}`))
-	f.Add(mustMarshalF(f, compact(randomStoredState(rand.New(rand.NewPCG(3, 4))))))
+	f.Add(mustMarshal(f, compact(randomStoredState(rand.New(rand.NewPCG(3, 4))))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := decodeState(b)
 		if err != nil {
@@ -253,12 +253,4 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("%q decoded to %s, written compact and read back as %s", b, want, got)
 		}
 	})
-}
-
-func mustMarshalF(f *testing.F, v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		f.Fatal(err)
-	}
-	return b
 }

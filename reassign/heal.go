@@ -100,9 +100,8 @@ type Added struct {
 // kept the same log end outside the ISR: a replica that is dead, or whose
 // agent never opened it, never fetches, and the move waits for it for
 // ever (holding one of the MaxHealing slots while its agent is alive).
-// Like DeadSince it holds
-// only what this leader saw, so a new leadership counts afresh (later,
-// never earlier).
+// Like DeadSince it holds only what this leader saw, so a new leadership
+// counts afresh (later, never earlier).
 type StalledSince map[string]Stall
 
 // Stall is an added replica's log end and since when it has not moved.

@@ -56,10 +56,10 @@ func (r *Replica) maybeHeal(now time.Time) {
 	// A replica dead but not due yet would stay in the target, and the
 	// move would wait for it to join the ISR forever (while in flight it
 	// keeps any other move, this one's re-placing of it too, from
-	// starting): wait until it is due, or alive again. With self-healing off
-	// (replace_dead_after 0) a dead replica is never due: the partition
-	// waits until it is alive again (a liveness change wakes the leader),
-	// or an operator's partition move replaces it.
+	// starting): wait until it is due, or alive again. With self-healing
+	// off (replace_dead_after 0) a dead replica is never due: the
+	// partition waits until it is alive again (a liveness change wakes the
+	// leader), or an operator's partition move replaces it.
 	for _, id := range pm.Replicas {
 		since, ok := r.deadSince[id]
 		if !ok || slices.Contains(due, id) {

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/logagent/logagent/internal/consultest"
 )
 
 // TestCancelledHealingMoveIsNotStartedAgain: a partition n1, n3 whose n3
@@ -19,13 +17,9 @@ import (
 // leader now leaves the agents the cancelled move added out of the
 // partition's next re-placing for replace_dead_after: n3 goes to n4.
 func TestCancelledHealingMoveIsNotStartedAgain(t *testing.T) {
-	srv := consultest.Start(t)
-	for _, n := range []string{"n2", "n4"} {
-		startElectionOnly(t, srv, n) // alive; n3 is never registered: dead
-	}
 	const after = time.Minute
 	clock := &steppedClock{t: time.Now()}
-	m, coord := startManager(t, srv, "n1", "cluster {\n  replace_dead_after = \"1m\"\n}\n", clock.now)
+	_, m, coord := startHealing(t, []string{"n2", "n4"}, after.String(), clock.now) // n3 dead
 	createTopic(t, coord, "hc", [][]string{{"n1", "n3"}}, 1)
 	waitLeading(t, m, "hc")
 	// The leader has seen n3 dead once it drops it from the ISR.

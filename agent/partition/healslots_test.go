@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/logagent/logagent/internal/consultest"
 )
 
 // TestMovesWaitingOnADeadAgentTakeNoHealingSlot: two moves in flight keep
@@ -15,11 +13,7 @@ import (
 // slots (reassign.MaxHealing): c/0, whose n3 is due to be re-placed, is
 // re-placed. Before, every re-placing in the cluster waited behind them.
 func TestMovesWaitingOnADeadAgentTakeNoHealingSlot(t *testing.T) {
-	srv := consultest.Start(t)
-	for _, n := range []string{"n2", "n4", "n5"} {
-		startElectionOnly(t, srv, n) // alive; n3 is never registered: dead
-	}
-	m, coord := startManager(t, srv, "n1", "cluster {\n  replace_dead_after = \"2s\"\n}\n", time.Now)
+	_, m, coord := startHealing(t, []string{"n2", "n4", "n5"}, "2s", time.Now) // n3 dead
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, topic := range []string{"a", "b"} {

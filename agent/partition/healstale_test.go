@@ -11,8 +11,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
-
-	"github.com/logagent/logagent/internal/consultest"
 )
 
 // pauseOnLine is an hclog sink that, at the first line holding want,
@@ -46,11 +44,7 @@ func (p *pauseOnLine) Write(b []byte) (int, error) {
 // election/ checks it; here the deletion stops the replica, and its
 // start with it, first.)
 func TestHealStartIsGuardedByWhatItDecidedFrom(t *testing.T) {
-	srv := consultest.Start(t)
-	for _, n := range []string{"n2", "n4", "n5"} {
-		startElectionOnly(t, srv, n) // alive; n3 is never registered: dead
-	}
-	m, coord := startManager(t, srv, "n1", "cluster {\n  replace_dead_after = \"3s\"\n}\n", time.Now)
+	srv, m, coord := startHealing(t, []string{"n2", "n4", "n5"}, "3s", time.Now) // n3 dead
 	decided := &pauseOnLine{want: "re-placing replicas", hit: make(chan struct{}), resume: make(chan struct{})}
 	started := &logWatch{want: "move started to re-place replicas"}
 	refused := &logWatch{want: "re-placing replicas did not start"}

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/internal/consultest"
 )
 
@@ -19,11 +21,7 @@ import (
 // join the ISR forever, and while it is in flight self-healing starts no
 // other move, so n3 is never re-placed once it is due either.
 func TestDrainKeepsNoDeadReplicaInTarget(t *testing.T) {
-	srv := consultest.Start(t)
-	for _, n := range []string{"n2", "n4", "n5"} {
-		startElectionOnly(t, srv, n) // alive; n3 is never registered: dead
-	}
-	m, coord := startManager(t, srv, "n1", "cluster {\n  replace_dead_after = \"4s\"\n}\n", time.Now)
+	_, m, coord := startHealing(t, []string{"n2", "n4", "n5"}, "4s", time.Now) // n3 dead
 	createTopic(t, coord, "hs", [][]string{{"n1", "n2", "n3"}}, 1)
 	waitLeading(t, m, "hs")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -77,11 +75,7 @@ func (w *logWatch) Write(p []byte) (int, error) {
 // forever, and keep every other move of the partition from starting. The
 // leader waits, says why, and starts the move once n3 is back.
 func TestDrainWithSelfHealingOffWaitsForTheDeadReplica(t *testing.T) {
-	srv := consultest.Start(t)
-	for _, n := range []string{"n2", "n4", "n5"} {
-		startElectionOnly(t, srv, n) // alive; n3 is not registered: dead
-	}
-	m, coord := startManager(t, srv, "n1", "cluster {\n  replace_dead_after = \"0s\"\n}\n", time.Now)
+	srv, m, coord := startHealing(t, []string{"n2", "n4", "n5"}, "0s", time.Now) // n3 dead
 	waiting := &logWatch{want: "self-healing is off"}
 	m.deps.Log.(hclog.InterceptLogger).RegisterSink(hclog.NewSinkAdapter(&hclog.LoggerOptions{Level: hclog.Warn, Output: waiting}))
 	createTopic(t, coord, "hs0", [][]string{{"n1", "n2", "n3"}}, 1)
@@ -126,4 +120,17 @@ func TestDrainWithSelfHealingOffWaitsForTheDeadReplica(t *testing.T) {
 		t.Fatalf("the drain's move once n3 is back goes to %v, want n2 replaced and n3 kept", target)
 	}
 	t.Logf("move target %v", target)
+}
+
+// startHealing starts Consul, an election client for each agent in alive
+// (an agent never started is dead to the others), and n1's manager with
+// cluster.replace_dead_after set.
+func startHealing(t *testing.T, alive []string, replaceDeadAfter string, now func() time.Time) (*consultest.Server, *Manager, *election.Client) {
+	t.Helper()
+	srv := consultest.Start(t)
+	for _, n := range alive {
+		startElectionOnly(t, srv, n)
+	}
+	m, coord := startManager(t, srv, "n1", fmt.Sprintf("cluster {\n  replace_dead_after = %q\n}\n", replaceDeadAfter), now)
+	return srv, m, coord
 }

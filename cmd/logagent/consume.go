@@ -279,9 +279,10 @@ const groupCloseTimeout = 10 * time.Second
 // are none). It commits what it printed every second and at the end, then
 // leaves the group, also when ctx ends (Ctrl-C, SIGTERM), which is then a
 // success; when its output fails it leaves without the last commit, so the
-// group reads again what it could not print. Without follow it ends once every partition it owns is caught
-// up to the high watermark of its first answer, and fails when the group
-// gives it no partition, or the agent nothing, within r.idle.
+// group reads again what it could not print. Without follow it ends once
+// every partition it owns is caught up to the high watermark of its first
+// answer, and fails when the group gives it no partition, or the agent
+// nothing, within r.idle.
 func (r *reader) group(ctx context.Context, c *client.Client, group, topic string, reset int64, fetch client.GroupOption) error {
 	gc, err := c.NewGroupConsumer(group, []string{topic}, client.WithResetPolicy(reset), client.WithAutoCommitInterval(time.Second), fetch)
 	if err != nil {

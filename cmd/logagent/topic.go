@@ -62,10 +62,7 @@ func runTopicCreate(args []string, stdout, stderr io.Writer) error {
 	fail := func(err error) error { return explain(usageError(err), c.Addr(), *timeout) }
 	spec := client.TopicSpec{Name: *name, Partitions: *partitions, ReplicationFactor: *replication, MinInsyncReplicas: *minISR}
 	if err := c.CreateTopic(ctx, spec); err != nil {
-		if unanswered := unansweredChange(err, c.Addr(), *timeout, "create", *name); unanswered != nil {
-			return unanswered
-		}
-		return fail(err)
+		return changeFailed(err, c.Addr(), *timeout, "create", *name)
 	}
 	// The agent answers once its metadata has the topic: its description
 	// says what was created, defaults filled in.
@@ -94,16 +91,16 @@ func topicCreateTimeout(partitions int) time.Duration {
 	return 10*time.Second + time.Duration(partitions)*10*time.Millisecond
 }
 
-// unansweredChange explains a change (create, alter, delete) of topic that
-// the agent at addr did not answer within timeout; nil for any other
-// error. An agent that got the request may make the change all the same
-// (it takes up to 35 s to create a topic of 10,000 partitions,
-// docs/api.md), so explain's "is the agent running?" alone would have the
-// user believe that nothing was done.
-func unansweredChange(err error, addr string, timeout time.Duration, change, topic string) error {
+// changeFailed explains the failure of a change (create, alter, delete) of
+// topic asked of the agent at addr within timeout, as explain does. One
+// the agent did not answer may be made all the same (it takes up to 35 s
+// to create a topic of 10,000 partitions, docs/api.md), so explain's "is
+// the agent running?" alone would have the user believe that nothing was
+// done.
+func changeFailed(err error, addr string, timeout time.Duration, change, topic string) error {
 	var answered *client.Error
 	if !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &answered) {
-		return nil
+		return explain(usageError(err), addr, timeout)
 	}
 	return &explained{line: fmt.Sprintf("no answer from the agent at %s within -timeout %s: %s; if it got the request, it may %s topic %s all the same "+
 		"(a topic of many partitions takes longer: a larger -timeout waits for it), 'logagent topic describe %s' shows whether it did",
@@ -269,10 +266,7 @@ func runTopicAlter(args []string, stdout, stderr io.Writer) error {
 	fail := func(err error) error { return explain(usageError(err), c.Addr(), *timeout) }
 	after, err := c.AlterTopic(ctx, *name, changes)
 	if err != nil {
-		if unanswered := unansweredChange(err, c.Addr(), *timeout, "alter", *name); unanswered != nil {
-			return unanswered
-		}
-		return fail(err)
+		return changeFailed(err, c.Addr(), *timeout, "alter", *name)
 	}
 	fmt.Fprintf(stdout, "altered topic %s:\n", after.Name)
 	lines := []string{"(the agent's answer does not say what the topic had before: an older agent)"}
@@ -333,10 +327,7 @@ func runTopicDelete(args []string, stdout, stderr io.Writer) error {
 	}
 	defer cancel()
 	if err := c.DeleteTopic(ctx, *name); err != nil {
-		if unanswered := unansweredChange(err, c.Addr(), *timeout, "delete", *name); unanswered != nil {
-			return unanswered
-		}
-		return explain(usageError(err), c.Addr(), *timeout)
+		return changeFailed(err, c.Addr(), *timeout, "delete", *name)
 	}
 	fmt.Fprintf(stdout, "deleted topic %s\n", *name)
 	return nil
