@@ -181,10 +181,15 @@
 // records it returns count as consumed. Positions are committed every
 // WithAutoCommitInterval (1s by default) by Poll, and by Commit, by a
 // revocation and by Close, which then leaves the group so that its
-// partitions move at once. Delivery is at least once: the records a member
-// got after its last commit are read again by the partition's next owner.
-// A member that could not process what Poll returned leaves with
-// CloseWithoutCommit, so that those records are read again.
+// partitions move at once. A periodic commit, made when Poll is called
+// again, covers what the Polls before returned; a revocation, which comes
+// while the application may still be processing what the latest Poll
+// returned, commits only up to the first of those records, so that the
+// partition's next owner reads them again. Delivery is at least once: the
+// records a member got after its last commit are read again by the
+// partition's next owner. A member that could not process what Poll
+// returned leaves with CloseWithoutCommit, so that those records are read
+// again.
 //
 // ListGroups, DescribeGroup, CommittedOffsets, ResetOffsets and
 // DeleteGroup are the group administration calls.

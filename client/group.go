@@ -157,9 +157,13 @@ type GroupConsumer struct {
 // groupPartition is an owned partition. Its fields are guarded by the
 // GroupConsumer's mu, but cons, which only the running fetcher uses.
 type groupPartition struct {
-	tp        TopicPartition
-	cons      *Consumer
-	position  int64 // next offset Poll hands out; -1 unknown
+	tp       TopicPartition
+	cons     *Consumer
+	position int64 // next offset Poll hands out; -1 unknown
+	// inHand is the first offset of the records the latest Poll handed
+	// out, which the application may still be processing; -1 when that
+	// Poll handed out none. They count as processed at its next Poll.
+	inHand    int64
 	committed int64 // -1 none known
 	hw        int64
 	// buffered is the last answer's records not yet handed out; answered
@@ -317,9 +321,17 @@ func (g *GroupConsumer) broadcastLocked() {
 // the next partition so that none waits behind the others. It waits until
 // there are records or a fetch came back empty (its max wait passed), so
 // it may return none. The records it returns count as consumed: commits
-// (periodic ones, which Poll itself makes when they are due, Commit, a
-// revocation's, Close's) take the member's position past them.
+// (periodic ones, which Poll itself makes when they are due, Commit,
+// Close's) take the member's position past them. A revocation, which the
+// heartbeat goroutine makes while the application may still be processing
+// what the latest Poll returned, commits only the records returned before
+// it: those of the latest Poll are read again by the next owner.
 func (g *GroupConsumer) Poll(ctx context.Context) ([]GroupRecord, error) {
+	g.mu.Lock()
+	for _, p := range g.owned {
+		p.inHand = -1
+	}
+	g.mu.Unlock()
 	for {
 		g.mu.Lock()
 		if g.closed {
@@ -408,6 +420,12 @@ func (g *GroupConsumer) takeLocked() ([]GroupRecord, bool) {
 			out = append(out, GroupRecord{Topic: p.tp.Topic, Record: r})
 		}
 		g.client.stats.consumed(p.buffered)
+		if len(p.buffered) > 0 && p.inHand < 0 {
+			p.inHand = p.buffered[0].Offset
+			if p.position >= 0 {
+				p.inHand = p.position
+			}
+		}
 		if p.fetchNext >= 0 {
 			p.position = p.fetchNext
 		}
@@ -463,19 +481,27 @@ func (g *GroupConsumer) CommitOffsets(ctx context.Context, offsets map[TopicPart
 
 // commitOwned commits the positions that moved, of every owned partition.
 func (g *GroupConsumer) commitOwned(ctx context.Context) error {
-	return g.commitPartitions(ctx, nil)
+	return g.commitPartitions(ctx, nil, false)
 }
 
 // commitPartitions commits the positions that moved of only (every owned
-// partition when only is nil).
-func (g *GroupConsumer) commitPartitions(ctx context.Context, only []TopicPartition) error {
+// partition when only is nil). With processedOnly, a partition the latest
+// Poll returned records of is committed at the first of them.
+func (g *GroupConsumer) commitPartitions(ctx context.Context, only []TopicPartition, processedOnly bool) error {
 	g.commitMu.Lock()
 	defer g.commitMu.Unlock()
 	g.mu.Lock()
 	var list []PartitionOffset
 	add := func(p *groupPartition) {
-		if p != nil && !p.released && p.position >= 0 && p.position != p.committed {
-			list = append(list, PartitionOffset{Topic: p.tp.Topic, Partition: p.tp.Partition, Offset: p.position})
+		if p == nil || p.released {
+			return
+		}
+		offset := p.position
+		if processedOnly && p.inHand >= 0 {
+			offset = p.inHand
+		}
+		if offset >= 0 && offset != p.committed {
+			list = append(list, PartitionOffset{Topic: p.tp.Topic, Partition: p.tp.Partition, Offset: offset})
 		}
 	}
 	if only == nil {
@@ -836,7 +862,7 @@ func (g *GroupConsumer) newPartition(tp TopicPartition) (*groupPartition, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &groupPartition{tp: tp, cons: cons, position: -1, committed: -1, hw: -1, fetchNext: -1, drained: make(chan struct{}, 1)}
+	p := &groupPartition{tp: tp, cons: cons, position: -1, inHand: -1, committed: -1, hw: -1, fetchNext: -1, drained: make(chan struct{}, 1)}
 	// Where a reset policy (or a reset out of range) starts the partition
 	// is its position from then on, before Poll takes an answer: a commit
 	// then (a revocation's, Close's) keeps the records fetched from it for
@@ -861,7 +887,8 @@ func (g *GroupConsumer) newPartition(tp TopicPartition) (*groupPartition, error)
 	return p, nil
 }
 
-// revoke stops the partitions, commits their positions and releases them.
+// revoke stops the partitions, commits the positions the application has
+// processed (Poll's inHand) and releases them.
 // A commit refused for a stale epoch keeps them (stopped) and reports
 // false: the next heartbeat brings the epoch, and the revocation again.
 func (g *GroupConsumer) revoke(ctx context.Context, ps []*groupPartition) bool {
@@ -892,7 +919,7 @@ func (g *GroupConsumer) revoke(ctx context.Context, ps []*groupPartition) bool {
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.sessionTimeout/2)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		err := g.commitPartitions(cctx, tps)
+		err := g.commitPartitions(cctx, tps, true)
 		switch {
 		case err == nil, ctx.Err() != nil:
 		case errors.Is(err, ErrStaleMemberEpoch):

@@ -1,9 +1,12 @@
 package client
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/record"
 )
 
 // TestGroupConsumerRevocationCommitLeavesTimeToHeartbeat: a revocation's
@@ -64,5 +67,53 @@ func TestGroupConsumerRevocationCommitLeavesTimeToHeartbeat(t *testing.T) {
 	defer mu.Unlock()
 	if took := heartbeatAt.Sub(hungAt); took >= session {
 		t.Errorf("member-1's next heartbeat came %v after its commit was held, not within its session timeout %v", took, session)
+	}
+}
+
+// TestGroupConsumerRevocationCommitsOnlyProcessedRecords: a revocation
+// comes from the heartbeat goroutine, while the application may still be
+// processing what its latest Poll returned; committing past those records
+// lost them when the member died processing them (the next owner started
+// after them). It commits what the Polls before returned, and the next
+// owner reads the latest Poll's records again.
+func TestGroupConsumerRevocationCommitsOnlyProcessedRecords(t *testing.T) {
+	f := newFakeAgent(t)
+	f.addTopic("t", 2)
+	fill(t, f, 2, 0, 10)
+	c := f.newClient()
+	gcA := mustGroupConsumer(t, c, WithAutoCommitInterval(0))
+	ctx := testContext(t)
+	pollUntil := func(want int) []GroupRecord {
+		t.Helper()
+		var got []GroupRecord
+		for len(got) < want {
+			records, err := gcA.Poll(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, records...)
+		}
+		return got
+	}
+	pollUntil(20)
+	// The application comes back for more: the 20 records are processed.
+	pollAfterLastRecord(t, ctx, gcA)
+	appendValues(t, f, record.CodecNone, 1, values(10, 15)...)
+	if inHand := pollUntil(5); inHand[0].Partition != 1 || inHand[0].Offset != 10 {
+		t.Fatalf("the latest Poll returned %s@%d first, want t/1@10", inHand[0].TopicPartition(), inHand[0].Offset)
+	}
+
+	// member-1 is still processing t/1's 10-14 when member-2 joins.
+	gcB := mustGroupConsumer(t, c, WithAutoCommitInterval(0))
+	colB := collect(t, gcB)
+	tp := TopicPartition{"t", 1}
+	// t/1 is granted to member-2 once member-1 committed and released it.
+	eventually(t, "member-2 owns t/1", func() bool { return slices.Equal(gcB.Assigned(), []TopicPartition{tp}) })
+	if o, _ := f.committedOffset("g", tp); o != 10 {
+		t.Fatalf("the revocation committed t/1 at %d, want 10: the records the latest Poll returned (10-14) are not processed yet", o)
+	}
+	eventually(t, "member-2 reads t/1", func() bool { return len(colB.offsets(tp)) >= 5 })
+	if got := colB.offsets(tp); !slices.Equal(got, span(10, 15)) {
+		t.Errorf("member-2 read t/1's %v, want 10-14 again", got)
 	}
 }
