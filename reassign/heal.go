@@ -52,8 +52,8 @@ func (d DeadSince) Due(replicas []string, after time.Duration, now time.Time) []
 // replica's place (so the preferred leader stays where it was unless it is
 // the one replaced): the agent with the fewest replicas in load first,
 // then by node id, each pick counted before the next. ok is false when
-// some dead replica has no such agent: a move that kept it would wait for
-// it forever, and one that dropped it would lower the replication factor,
+// some dead replica has no such agent: a move that kept it would not
+// re-place it, and one that dropped it would lower the replication factor,
 // so the partition waits for an agent to come (or come back).
 func Replace(replicas, dead, alive []string, load map[string]int) ([]string, bool) {
 	if len(dead) == 0 {

@@ -38,6 +38,10 @@ type State struct {
 	// Successors are the followers that could take the leadership over
 	// holding the leader's whole log (replicate.Leader.Successors).
 	Successors []string
+	// Dead are the replicas Consul says are dead.
+	Dead []string
+	// MinISR is the topic's min_insync_replicas.
+	MinISR int
 }
 
 // Kind names a step.
@@ -75,6 +79,9 @@ type Step struct {
 	Waiting []string
 	To      []string
 	Target  []string
+	// DeadKept are the target replicas a completion leaves outside the
+	// ISR: replicas the move keeps (not adds) that Consul says are dead.
+	DeadKept []string
 }
 
 // Next is the leader's next step of a move. Its order is the safety
@@ -84,6 +91,18 @@ type Step struct {
 // handover to a target replica among its successors; and the completion,
 // which only removes, waits for any ISR change in flight, so that the ISR
 // it leaves is exactly the target.
+//
+// A replica the move keeps (one of the target that it does not add) and
+// that Consul says is dead is not waited for: it died during the move, and
+// the move would wait for it for ever (a self-healing move, whose purpose
+// was to replace another dead replica, among them), keeping every other
+// move of the partition, self-healing's re-placing of this one too, from
+// starting. The completion leaves it outside the ISR, as it was before the
+// move ended; it joins again by the join rule if it comes back, or is
+// re-placed like any dead replica. Nothing it removes is needed: the added
+// replicas are in the ISR. Unless the ISR would go below
+// min_insync_replicas where it is not now (a drain's removed replica still
+// in sync), in which case the move waits, as acks=all writes would stop.
 //
 // A cancel's way back waits for no target replica: its target is the list
 // the partition had, whose members need not all be in the ISR (one may be
@@ -99,16 +118,35 @@ func Next(s State) Step {
 	if s.Move.Cancel {
 		return handOverOrComplete(s)
 	}
-	var waiting []string
+	var waiting, deadKept []string
 	for _, id := range s.Move.Target {
-		if !slices.Contains(s.ISR, id) {
+		switch {
+		case slices.Contains(s.ISR, id):
+		case slices.Contains(s.Dead, id) && !slices.Contains(s.Move.Adding, id):
+			deadKept = append(deadKept, id)
+		default:
 			waiting = append(waiting, id)
 		}
 	}
 	if len(waiting) > 0 {
 		return Step{Kind: Wait, Reason: "target replicas are catching up", Waiting: waiting}
 	}
-	return handOverOrComplete(s)
+	if len(deadKept) > 0 {
+		after := 0
+		for _, id := range s.ISR {
+			if slices.Contains(s.Move.Target, id) {
+				after++
+			}
+		}
+		if after < s.MinISR && after < len(s.ISR) {
+			return Step{Kind: Wait, Reason: fmt.Sprintf("completing without the dead kept replicas would leave %d in the ISR, below min_insync_replicas %d", after, s.MinISR), Waiting: deadKept}
+		}
+	}
+	step := handOverOrComplete(s)
+	if step.Kind == Complete {
+		step.DeadKept = deadKept
+	}
+	return step
 }
 
 // handOverOrComplete is the end of a move once its target may take over:

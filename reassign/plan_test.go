@@ -62,6 +62,27 @@ func TestNext(t *testing.T) {
 		{"a move that only removes (RF 3 to 2)",
 			State{Self: "n1", Move: Move{Target: []string{"n1", "n2"}, Removing: []string{"n3"}}, Replicas: []string{"n1", "n2", "n3"}, ISR: []string{"n1", "n2", "n3"}},
 			Step{Kind: Complete, Target: []string{"n1", "n2"}}},
+		{"a kept replica died during the move: complete without it",
+			State{Self: "n1", Move: move, Replicas: union, ISR: []string{"n1", "n4"}, Dead: []string{"n2", "n3"}, MinISR: 2},
+			Step{Kind: Complete, Target: move.Target, DeadKept: []string{"n2"}}},
+		{"an added replica dead: wait for it",
+			State{Self: "n1", Move: move, Replicas: union, ISR: []string{"n1", "n2"}, Dead: []string{"n3", "n4"}, MinISR: 2},
+			Step{Kind: Wait, Waiting: []string{"n4"}}},
+		{"a kept replica out of the ISR but alive: wait for it",
+			State{Self: "n1", Move: move, Replicas: union, ISR: []string{"n1", "n4"}, Dead: []string{"n3"}, MinISR: 2},
+			Step{Kind: Wait, Waiting: []string{"n2"}}},
+		{"a kept replica dead, the removed one in sync: completing would take the ISR below min_insync_replicas",
+			State{Self: "n1", Move: move, Replicas: union, ISR: []string{"n1", "n4", "n3"}, Dead: []string{"n2"}, MinISR: 3},
+			Step{Kind: Wait, Waiting: []string{"n2"}}},
+		{"a kept replica dead, the removed one in sync, min_insync_replicas still met after",
+			State{Self: "n1", Move: move, Replicas: union, ISR: []string{"n1", "n4", "n3"}, Dead: []string{"n2"}, MinISR: 2},
+			Step{Kind: Complete, Target: move.Target, DeadKept: []string{"n2"}}},
+		{"a kept replica dead, the ISR already below min_insync_replicas: complete, it goes no lower",
+			State{Self: "n1", Move: move, Replicas: union, ISR: []string{"n1", "n4"}, Dead: []string{"n2", "n3"}, MinISR: 3},
+			Step{Kind: Complete, Target: move.Target, DeadKept: []string{"n2"}}},
+		{"a kept replica dead, the leader removed: hand over first",
+			State{Self: "n3", Move: move, Replicas: union, ISR: []string{"n1", "n4", "n3"}, Dead: []string{"n2"}, MinISR: 2, Successors: []string{"n4", "n1"}},
+			Step{Kind: HandOver, To: []string{"n1", "n4"}}},
 		{"a move to all new replicas, the old leader still leads",
 			State{Self: "n1", Move: Move{Target: []string{"n4", "n5"}, Adding: []string{"n4", "n5"}, Removing: []string{"n1", "n2"}},
 				Replicas: []string{"n4", "n5", "n1", "n2"}, ISR: []string{"n1", "n2", "n4"}, Successors: []string{"n2", "n4"}},
@@ -70,18 +91,19 @@ func TestNext(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := Next(c.s)
-			if got.Kind != c.want.Kind || !slices.Equal(got.Waiting, c.want.Waiting) || !slices.Equal(got.To, c.want.To) || !slices.Equal(got.Target, c.want.Target) {
+			if got.Kind != c.want.Kind || !slices.Equal(got.Waiting, c.want.Waiting) || !slices.Equal(got.To, c.want.To) || !slices.Equal(got.Target, c.want.Target) || !slices.Equal(got.DeadKept, c.want.DeadKept) {
 				t.Fatalf("Next = %+v (%s), want %+v (%s)", got, got.Kind, c.want, c.want.Kind)
 			}
 			if got.Kind == Wait && got.Reason == "" {
 				t.Errorf("a wait without a reason")
 			}
 			// Safety: a completion only ever with the leader and every
-			// target replica in the committed ISR.
+			// added replica in the committed ISR; a target replica
+			// outside it is a dead one the move kept.
 			if got.Kind == Complete {
 				for _, id := range got.Target {
-					if !slices.Contains(c.s.ISR, id) {
-						t.Errorf("completion with %s outside the ISR %v", id, c.s.ISR)
+					if !slices.Contains(c.s.ISR, id) && (slices.Contains(c.s.Move.Adding, id) || !slices.Contains(c.s.Dead, id) || !slices.Contains(got.DeadKept, id)) {
+						t.Errorf("completion with %s outside the ISR %v, not a dead kept replica", id, c.s.ISR)
 					}
 				}
 				if !slices.Contains(got.Target, c.s.Self) {

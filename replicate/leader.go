@@ -994,23 +994,31 @@ func (l *Leader) SetReplicas(replicas []string) error {
 // (docs/design.md §7.6): the replica set becomes target and the ISR loses
 // every replica outside it, in one change. It refuses (ErrInvalidInput)
 // unless no ISR change is in flight, the leader is in target, target is
-// within the replica set and every target replica is in the committed ISR:
-// the ISR the change leaves is then exactly target, every member of which
-// this leader admitted, so it holds the committed log, and it is at least
-// min_insync_replicas, so it leaves no eligible replicas.
-func (l *Leader) ProposeReassignment(target []string) error {
+// within the replica set and at least min_insync_replicas, and every target
+// replica is in the committed ISR but those of deadKept, which must be
+// target replicas this leader was told are dead (SetDeadFollowers): the
+// replicas the move kept that died during it (reassign.Next), which stay
+// outside the ISR. Every replica the move added is thus in the ISR the
+// change leaves, each admitted by this leader, so that ISR holds the
+// committed log; the ELR it leaves keeps only target replicas.
+func (l *Leader) ProposeReassignment(target, deadKept []string) error {
 	if err := l.checkLastMoveStep(target); err != nil {
 		return err
 	}
 	if len(target) < l.minISR {
 		return fmt.Errorf("%w: target %v is smaller than min insync replicas %d", ErrInvalidInput, target, l.minISR)
 	}
+	for _, id := range deadKept {
+		if !slices.Contains(target, id) || !l.dead[id] {
+			return fmt.Errorf("%w: %q left out of the ISR is not a target replica Consul says is dead", ErrInvalidInput, id)
+		}
+	}
 	for _, id := range target {
-		if !slices.Contains(l.isr, id) {
+		if !slices.Contains(l.isr, id) && !slices.Contains(deadKept, id) {
 			return fmt.Errorf("%w: target replica %q is not in the ISR %v", ErrInvalidInput, id, l.isr)
 		}
 	}
-	l.propose(&isrChange{isr: l.inReplicaOrder(target), replicas: slices.Clone(target)})
+	l.proposeLastMoveStep(target)
 	return nil
 }
 
@@ -1035,12 +1043,18 @@ func (l *Leader) ProposeCancel(target []string) error {
 	if len(target) < l.minISR {
 		return fmt.Errorf("%w: cancel target %v is smaller than min insync replicas %d", ErrInvalidInput, target, l.minISR)
 	}
+	l.proposeLastMoveStep(target)
+	return nil
+}
+
+// proposeLastMoveStep proposes the replica set target, the committed ISR's
+// members in it as the ISR and the ELR's as the ELR.
+func (l *Leader) proposeLastMoveStep(target []string) {
 	isr := slices.DeleteFunc(slices.Clone(l.isr), func(id string) bool { return !slices.Contains(target, id) })
 	c := &isrChange{isr: l.inReplicaOrder(isr), replicas: slices.Clone(target)}
 	c.elr = slices.DeleteFunc(l.eligibleAfter(c.isr), func(e EligibleReplica) bool { return !slices.Contains(target, e.ID) })
 	l.inFlight = c
 	l.ready.ISRProposal = &ISRProposal{Epoch: l.epoch, ISR: slices.Clone(c.isr), ELR: slices.Clone(c.elr), Replicas: slices.Clone(c.replicas)}
-	return nil
 }
 
 // checkLastMoveStep is what the last step of a move and of a cancelled

@@ -21,7 +21,7 @@ func TestReassignmentThroughTheLeader(t *testing.T) {
 	if err := l.SetReplicas([]string{"L", "F1", "N", "F2"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.ProposeReassignment([]string{"L", "F1", "N"}); !errors.Is(err, ErrInvalidInput) {
+	if err := l.ProposeReassignment([]string{"L", "F1", "N"}, nil); !errors.Is(err, ErrInvalidInput) {
 		t.Fatalf("completion before N is in the ISR = %v, want ErrInvalidInput", err)
 	}
 	// N fetches from the start: outside the ISR, it holds the HW back not
@@ -40,13 +40,13 @@ func TestReassignmentThroughTheLeader(t *testing.T) {
 	if rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, []string{"L", "F1", "N", "F2"}) || rd.ISRProposal.Replicas != nil {
 		t.Fatalf("proposal after N caught up = %+v, want N added (and no replica change)", rd.ISRProposal)
 	}
-	if err := l.ProposeReassignment([]string{"L", "F1", "N"}); !errors.Is(err, ErrInvalidInput) {
+	if err := l.ProposeReassignment([]string{"L", "F1", "N"}, nil); !errors.Is(err, ErrInvalidInput) {
 		t.Fatalf("completion with a change in flight = %v, want ErrInvalidInput", err)
 	}
 	if err := l.ISRCommitted(rd.ISRProposal.ISR, nil, t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.ProposeReassignment([]string{"L", "F1", "N"}); err != nil {
+	if err := l.ProposeReassignment([]string{"L", "F1", "N"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	rd = l.Ready()
@@ -97,14 +97,14 @@ func TestSetReplicasAndProposeReassignmentRefuse(t *testing.T) {
 			}
 			fetchOK(t, l, "N", 8, t0) // proposes adding N
 		}, func(l *Leader) error { return l.SetReplicas([]string{"L", "F1", "F2"}) }},
-		{"target outside the replicas", nil, func(l *Leader) error { return l.ProposeReassignment([]string{"L", "F1", "X"}) }},
-		{"target without the leader", nil, func(l *Leader) error { return l.ProposeReassignment([]string{"F1", "F2"}) }},
-		{"target below min ISR", nil, func(l *Leader) error { return l.ProposeReassignment([]string{"L"}) }},
+		{"target outside the replicas", nil, func(l *Leader) error { return l.ProposeReassignment([]string{"L", "F1", "X"}, nil) }},
+		{"target without the leader", nil, func(l *Leader) error { return l.ProposeReassignment([]string{"F1", "F2"}, nil) }},
+		{"target below min ISR", nil, func(l *Leader) error { return l.ProposeReassignment([]string{"L"}, nil) }},
 		{"target member outside the ISR", func(t *testing.T, l *Leader) {
 			if err := l.ISRCommitted([]string{"L", "F1"}, nil, t0); err != nil {
 				t.Fatal(err)
 			}
-		}, func(l *Leader) error { return l.ProposeReassignment([]string{"L", "F2"}) }},
+		}, func(l *Leader) error { return l.ProposeReassignment([]string{"L", "F2"}, nil) }},
 		// A cancelled move's way back to an original list smaller than
 		// min ISR (raised while the move ran) would commit a replica set
 		// the leader then refuses, and no leader could start on it.
@@ -139,7 +139,7 @@ func TestSetReplicasAndProposeReassignmentRefuse(t *testing.T) {
 	if err := l.SetReplicas([]string{"L", "F1", "F2"}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("SetReplicas after resigning = %v", err)
 	}
-	if err := l.ProposeReassignment([]string{"L", "F1"}); !errors.Is(err, ErrNotLeader) {
+	if err := l.ProposeReassignment([]string{"L", "F1"}, nil); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("ProposeReassignment after resigning = %v", err)
 	}
 }
@@ -208,5 +208,60 @@ func TestCancelThroughTheLeader(t *testing.T) {
 	}
 	if p := l.Ready().ISRProposal; p == nil || !slices.Equal(p.ISR, []string{"L", "F1"}) || !slices.Equal(p.Replicas, []string{"L", "F1", "F2"}) {
 		t.Fatalf("cancel proposal without N and F2 in the ISR = %+v", p)
+	}
+}
+
+// TestReassignmentLeavesADeadKeptReplicaOut: a move of L, F1, F2 to
+// L, F1, N (replacing the dead F2) whose kept F1 dies once N is in the ISR
+// completes with F1 outside the ISR, and only for a replica Consul says is
+// dead: the move waited for F1 for ever.
+func TestReassignmentLeavesADeadKeptReplicaOut(t *testing.T) {
+	l, _ := newTestLeader(t, leaderOpts{})
+	fetchOK(t, l, "F1", 8, t0)
+	fetchOK(t, l, "F2", 8, t0)
+	wantHW(t, l, 8)
+	commit := func(want []string) {
+		t.Helper()
+		rd := l.Ready()
+		if rd.ISRProposal == nil || !slices.Equal(rd.ISRProposal.ISR, want) {
+			t.Fatalf("proposal %+v, want ISR %v", rd.ISRProposal, want)
+		}
+		if err := l.ISRCommitted(rd.ISRProposal.ISR, rd.ISRProposal.ELR, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.SetDeadFollowers([]string{"F2"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	commit([]string{"L", "F1"})
+	if err := l.SetReplicas([]string{"L", "F1", "N", "F2"}); err != nil {
+		t.Fatal(err)
+	}
+	fetchOK(t, l, "N", 8, t0)
+	commit([]string{"L", "F1", "N"})
+	target := []string{"L", "F1", "N"}
+
+	// F1 alive: no completion leaves it out.
+	if err := l.ProposeReassignment(target, []string{"F1"}); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("completion leaving out a live F1 = %v, want ErrInvalidInput", err)
+	}
+	if err := l.SetDeadFollowers([]string{"F2", "F1"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	commit([]string{"L", "N"})
+	if err := l.ProposeReassignment(target, nil); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("completion with F1 outside the ISR, not left out = %v, want ErrInvalidInput", err)
+	}
+	for _, out := range [][]string{{"N"}, {"F2"}} {
+		if err := l.ProposeReassignment(target, out); !errors.Is(err, ErrInvalidInput) {
+			t.Fatalf("completion leaving out %v = %v, want ErrInvalidInput", out, err)
+		}
+	}
+	if err := l.ProposeReassignment(target, []string{"F1"}); err != nil {
+		t.Fatal(err)
+	}
+	p := l.Ready().ISRProposal
+	if p == nil || !slices.Equal(p.ISR, []string{"L", "N"}) || len(p.ELR) != 0 || !slices.Equal(p.Replicas, target) {
+		t.Fatalf("completion proposal = %+v, want ISR [L N], no ELR, replicas %v", p, target)
 	}
 }

@@ -53,10 +53,10 @@ func (r *Replica) maybeHeal(now time.Time) {
 	if len(due) == 0 || snap.Index == r.healBusyIndex {
 		return
 	}
-	// A replica dead but not due yet would stay in the target, and the
-	// move would wait for it to join the ISR forever (while in flight it
-	// keeps any other move, this one's re-placing of it too, from
-	// starting): wait until it is due, or alive again. With self-healing
+	// A replica dead but not due yet would stay in the target: the move
+	// would complete without it (reassign.Next), and its re-placing, once
+	// due, take a second move and a second copy. Wait until it is due, or
+	// alive again, so that one move replaces them all. With self-healing
 	// off (replace_dead_after 0) a dead replica is never due: the
 	// partition waits until it is alive again (a liveness change wakes the
 	// leader), or an operator's partition move replaces it.
@@ -311,10 +311,11 @@ func (r *Replica) healWake() time.Time {
 
 // replicaLoad counts the replicas each agent holds in s, and the moves in
 // flight that take one of the cluster's reassign.MaxHealing slots: those
-// that can complete. A move whose target keeps or adds an agent lv says is
-// dead waits for it to join the ISR (a replica it keeps died during the
-// move, a drain's added agent died): counted, two of them stopped every
-// re-placing in the cluster, in the second failure self-healing is for.
+// that can complete. A move that adds an agent lv says is dead waits for it
+// to join the ISR (a drain's added agent died): counted, two of them
+// stopped every re-placing in the cluster, in the second failure
+// self-healing is for. (One that keeps a dead agent completes without it,
+// reassign.Next.)
 func replicaLoad(s *election.Snapshot, lv *election.Liveness) (map[string]int, int) {
 	load, moving := map[string]int{}, 0
 	for _, name := range s.Topics() {
@@ -323,7 +324,7 @@ func replicaLoad(s *election.Snapshot, lv *election.Liveness) (map[string]int, i
 			for _, id := range pm.Replicas {
 				load[id]++
 			}
-			if pm.Reassign != nil && len(lv.DeadAmong(pm.Reassign.Target)) == 0 {
+			if pm.Reassign != nil && len(lv.DeadAmong(pm.Reassign.Adding)) == 0 {
 				moving++
 			}
 		}

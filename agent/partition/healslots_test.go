@@ -7,19 +7,19 @@ import (
 	"time"
 )
 
-// TestMovesWaitingOnADeadAgentTakeNoHealingSlot: two moves in flight keep
-// the dead n3 in their targets (a replica they keep died during them), so
-// they wait for it for ever. They must not take the cluster's two healing
-// slots (reassign.MaxHealing): c/0, whose n3 is due to be re-placed, is
+// TestMovesWaitingOnADeadAgentTakeNoHealingSlot: two moves in flight add
+// the dead n3 (a drain's added agent that died during them), so they wait
+// for it for ever. They must not take the cluster's two healing slots
+// (reassign.MaxHealing): c/0, whose n3 is due to be re-placed, is
 // re-placed. Before, every re-placing in the cluster waited behind them.
 func TestMovesWaitingOnADeadAgentTakeNoHealingSlot(t *testing.T) {
 	_, m, coord := startHealing(t, []string{"n2", "n4", "n5"}, "2s", time.Now) // n3 dead
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, topic := range []string{"a", "b"} {
-		createTopic(t, coord, topic, [][]string{{"n1", "n2", "n3"}}, 1)
+		createTopic(t, coord, topic, [][]string{{"n1", "n2", "n4"}}, 1)
 		waitLeading(t, m, topic)
-		// n2 moves to n4 while n3 stays: the move waits for n3.
+		// n2 moves to the dead n3: the move waits for n3.
 		if _, _, err := coord.StartReassign(ctx, topic, 0, []string{"n1", "n3", "n4"}); err != nil {
 			t.Fatalf("move of %s/0: %v", topic, err)
 		}

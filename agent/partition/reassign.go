@@ -59,6 +59,8 @@ func (r *Replica) driveReassign(now time.Time) {
 		InFlight:    r.leader.InFlight() || r.isrRetry != nil,
 		HandingOver: r.handover != nil,
 		Successors:  r.leader.Successors(),
+		Dead:        r.deadReplicas,
+		MinISR:      r.meta.tc.MinInsyncReplicas,
 	})
 	switch step.Kind {
 	case reassign.HandOver:
@@ -67,11 +69,14 @@ func (r *Replica) driveReassign(now time.Time) {
 		}
 		r.startHandover(&handover{targets: step.To, reassign: true, drainBy: now.Add(moveDrain)})
 	case reassign.Complete:
-		propose := r.leader.ProposeReassignment
+		propose := func(target []string) error { return r.leader.ProposeReassignment(target, step.DeadKept) }
 		if pm.Reassign.Cancelled {
 			// A cancel's way back: back to the original list, whose
 			// members need not all be in the ISR.
 			propose = r.leader.ProposeCancel
+		}
+		if len(step.DeadKept) > 0 {
+			r.log.Info("completing the move without waiting for dead replicas it keeps: they stay outside the ISR", "target", step.Target, "dead", step.DeadKept)
 		}
 		if err := propose(step.Target); err != nil {
 			r.log.Warn("reassignment completion refused by the leader state", "target", step.Target, "error", err)

@@ -3,7 +3,6 @@ package testcluster
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -140,15 +139,7 @@ replication {
 // replicas, full ISR), and the dead agent, started again, deletes the
 // cancelled move's directory as a stray.
 func TestReassignCancelStuck(t *testing.T) {
-	const replaceAfter = 3 * time.Second
-	c := Start(t, Options{Agents: 5, HCL: fmt.Sprintf(`
-replication {
-  reassign_max_bytes_per_second = "256KiB"
-}
-cluster {
-  replace_dead_after = %q
-}
-`, replaceAfter)})
+	c := startSlowHealing(t, 3*time.Second)
 	// Three single-partition topics, placed by moves while they are empty
 	// (nothing to copy, so they complete at once).
 	placed := map[string][]string{"stuck0": {"n1", "n2", "n5"}, "stuck1": {"n1", "n2", "n5"}, "heal": {"n1", "n2", "n3"}}
