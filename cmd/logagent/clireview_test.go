@@ -150,6 +150,23 @@ func TestTimeoutMustBePositive(t *testing.T) {
 	}
 }
 
+// TestFollowWaitMustBePositive: consume -follow -wait 0 fetched each
+// partition in a tight loop, an empty answer straight after another.
+func TestFollowWaitMustBePositive(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.addTopic(threePartitions("t"))
+	for _, wait := range []string{"0s", "-1s"} {
+		for _, group := range [][]string{nil, {"-group", "g"}} {
+			args := append([]string{"consume", "-addr", f.srv.URL, "-topic", "t", "-follow", "-wait", wait}, group...)
+			var stdout, stderr bytes.Buffer
+			code := run(args, &stdout, &stderr)
+			if want := "-wait " + wait + " with -follow: want a positive duration"; code != exitUsage || !strings.Contains(stderr.String(), want) {
+				t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", args, code, stderr.String(), want)
+			}
+		}
+	}
+}
+
 // TestTopicChangeWithoutAnswer: an agent that does not answer a topic
 // change within -timeout may have it and make it all the same (a
 // creation of many partitions takes up to 35 s), so the command must say

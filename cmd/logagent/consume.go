@@ -61,6 +61,12 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *count < 0 || *timeout <= 0 {
 		return fmt.Errorf("%w: -n must not be negative and -timeout must be positive", errUsage)
 	}
+	if *follow && *wait <= 0 {
+		// A fetch answers as soon as records come, so a wait costs no
+		// latency; without one each partition's fetches would follow
+		// each other as fast as the agent answers them.
+		return fmt.Errorf("%w: -wait %v with -follow: want a positive duration (a fetch returns as soon as records come)", errUsage, *wait)
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *group != "" && *count > 0 {
