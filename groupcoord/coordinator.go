@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -1276,22 +1277,24 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 		}
 		fixed = v
 	}
-	targets := make([]int64, n)
+	tps := make([]group.TopicPartition, n)
 	for p := range n {
-		tp := group.TopicPartition{Topic: req.Topic, Partition: p}
-		lso, hw, err := c.cfg.Host.Positions(ctx, tp)
-		if err != nil {
-			return ResetResponse{}, fmt.Errorf("%w: positions of %v: %v", ErrUnavailable, tp, err)
+		tps[p] = group.TopicPartition{Topic: req.Topic, Partition: p}
+	}
+	targets := make([]int64, n)
+	for p, pos := range c.positionsOf(ctx, tps) {
+		if pos.err != nil {
+			return ResetResponse{}, fmt.Errorf("%w: positions of %v: %v", ErrUnavailable, tps[p], pos.err)
 		}
 		switch {
 		case req.To == "earliest":
-			targets[p] = lso
+			targets[p] = pos.logStart
 		case req.To == "latest":
-			targets[p] = hw
+			targets[p] = pos.hw
 		default:
 			// An offset outside a partition's log is clamped into it, as
 			// kafka-consumer-groups does.
-			targets[p] = min(max(fixed, lso), hw)
+			targets[p] = min(max(fixed, pos.logStart), pos.hw)
 		}
 	}
 	s, err := c.shardFor(ctx, groupID)
@@ -1573,27 +1576,61 @@ func (c *Coordinator) Describe(ctx context.Context, groupID, self string) (Descr
 		topics[po.Topic] = true
 	}
 	s.mu.Unlock()
+	var tps []group.TopicPartition
 	for _, t := range slices.Sorted(maps.Keys(topics)) {
 		for p := range c.cfg.Host.Partitions(t) {
-			tp := group.TopicPartition{Topic: t, Partition: p}
-			pd := PartitionDescription{Topic: t, Partition: p, Owner: owners[tp], Committed: -1, HighWatermark: -1, Lag: -1}
-			lso, hw, err := c.cfg.Host.Positions(ctx, tp)
-			off, ok := offsets[tp]
-			if ok {
-				pd.Committed = off
-			}
-			if err == nil {
-				pd.HighWatermark = hw
-				if ok {
-					pd.Lag = max(hw-off, 0)
-				} else {
-					pd.Lag = hw - lso
-				}
-			}
-			d.Partitions = append(d.Partitions, pd)
+			tps = append(tps, group.TopicPartition{Topic: t, Partition: p})
 		}
 	}
+	for i, pos := range c.positionsOf(ctx, tps) {
+		tp := tps[i]
+		pd := PartitionDescription{Topic: tp.Topic, Partition: tp.Partition, Owner: owners[tp], Committed: -1, HighWatermark: -1, Lag: -1}
+		off, ok := offsets[tp]
+		if ok {
+			pd.Committed = off
+		}
+		if pos.err == nil {
+			pd.HighWatermark = pos.hw
+			if ok {
+				pd.Lag = max(pos.hw-off, 0)
+			} else {
+				pd.Lag = pos.hw - pos.logStart
+			}
+		}
+		d.Partitions = append(d.Partitions, pd)
+	}
 	return d, nil
+}
+
+// positionsConcurrency bounds the partitions whose positions a describe or
+// a reset asks for at once: each may be a round trip to the agent that
+// leads the partition, and asked one after another a group over 10,000
+// partitions took seconds for each millisecond of round trip.
+const positionsConcurrency = 32
+
+// positions is a partition's log start and high watermark, or why they
+// are not known.
+type positions struct {
+	logStart, hw int64
+	err          error
+}
+
+// positionsOf asks the host for the positions of tps, at most
+// positionsConcurrency at a time, and returns them in the order of tps.
+func (c *Coordinator) positionsOf(ctx context.Context, tps []group.TopicPartition) []positions {
+	out := make([]positions, len(tps))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(positionsConcurrency, len(tps)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(tps); i = int(next.Add(1) - 1) {
+				p := &out[i]
+				p.logStart, p.hw, p.err = c.cfg.Host.Positions(ctx, tps[i])
+			}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // CommittedOffset is a group's committed offset of one partition.

@@ -185,14 +185,14 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newTestCoordinator(t *testing.T, h Host, s *fakeStore, clock *fakeClock) *Coordinator {
+func newTestCoordinator(t testing.TB, h Host, s *fakeStore, clock *fakeClock) *Coordinator {
 	t.Helper()
 	return newTestCoordinatorWith(t, h, s, clock, func(*Config) {})
 }
 
 // newTestCoordinatorWith is newTestCoordinator's with the changes set
 // makes to its Config.
-func newTestCoordinatorWith(t *testing.T, h Host, s *fakeStore, clock *fakeClock, set func(*Config)) *Coordinator {
+func newTestCoordinatorWith(t testing.TB, h Host, s *fakeStore, clock *fakeClock, set func(*Config)) *Coordinator {
 	t.Helper()
 	cfg := Config{Partitions: 3, Host: h, Store: s, Now: clock.Now, Logger: hclog.NewNullLogger(),
 		TickInterval: time.Hour, Limits: record.Limits{MaxBatchBytes: 1 << 20, MaxRecordBytes: 1 << 20},

@@ -1,0 +1,107 @@
+package groupcoord
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/logagent/logagent/group"
+)
+
+// remoteHost is a fakeHost whose partitions are led elsewhere: each
+// Positions is a round trip of delay. It notes the most calls in flight.
+type remoteHost struct {
+	*fakeHost
+	delay time.Duration
+
+	mu             sync.Mutex
+	inFlight, peak int
+}
+
+func (h *remoteHost) Positions(ctx context.Context, tp group.TopicPartition) (int64, int64, error) {
+	h.mu.Lock()
+	h.inFlight++
+	h.peak = max(h.peak, h.inFlight)
+	h.mu.Unlock()
+	time.Sleep(h.delay)
+	h.mu.Lock()
+	h.inFlight--
+	h.mu.Unlock()
+	_, hw, err := h.fakeHost.Positions(ctx, tp)
+	return int64(tp.Partition), hw, err
+}
+
+// newRemoteHost has topic "big" of n partitions, partition p's log from p
+// to its high watermark 10p + 5.
+func newRemoteHost(n int, delay time.Duration) *remoteHost {
+	h := &remoteHost{fakeHost: newFakeHost(), delay: delay}
+	h.topics["big"] = int32(n)
+	for p := range int32(n) {
+		h.hw[group.TopicPartition{Topic: "big", Partition: p}] = int64(10*p + 5)
+	}
+	return h
+}
+
+// TestPositionsAskedConcurrently: a describe and a reset ask the leaders
+// of a group's partitions for their positions several at a time, never
+// more than positionsConcurrency, each answer in its partition's place.
+// One after another, a group of 10,000 partitions led by other agents
+// took 10 s at a millisecond a round trip, the CLI's whole -timeout.
+func TestPositionsAskedConcurrently(t *testing.T) {
+	const n = 200
+	ctx := context.Background()
+	h := newRemoteHost(n, 2*time.Millisecond)
+	c := newTestCoordinator(t, h, newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)})
+	r, err := c.Reset(ctx, "g", ResetRequest{Topic: "big", To: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Offsets) != n {
+		t.Fatalf("reset committed %d offsets, want %d", len(r.Offsets), n)
+	}
+	for _, o := range r.Offsets {
+		// 7 clamped into [p, 10p+5].
+		if want := min(max(7, int64(o.Partition)), int64(10*o.Partition+5)); o.Offset != want {
+			t.Fatalf("reset big/%d to %d, want %d", o.Partition, o.Offset, want)
+		}
+	}
+	d, err := c.Describe(ctx, "g", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Partitions) != n {
+		t.Fatalf("describe lists %d partitions, want %d", len(d.Partitions), n)
+	}
+	for i, pd := range d.Partitions {
+		if pd.Partition != int32(i) || pd.HighWatermark != int64(10*i+5) || pd.Lag != pd.HighWatermark-pd.Committed {
+			t.Fatalf("partition %d described as %+v", i, pd)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.peak < 2 || h.peak > positionsConcurrency {
+		t.Errorf("at most %d positions asked at once, want 2 to %d", h.peak, positionsConcurrency)
+	}
+}
+
+// BenchmarkDescribeRemotePartitions: the describe of a group over 1,000
+// partitions whose leaders are a 1 ms round trip away.
+func BenchmarkDescribeRemotePartitions(b *testing.B) {
+	for _, n := range []int{1000} {
+		b.Run(fmt.Sprintf("partitions=%d", n), func(b *testing.B) {
+			h := newRemoteHost(n, time.Millisecond)
+			c := newTestCoordinator(b, h, newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)})
+			ctx := context.Background()
+			if _, err := c.Reset(ctx, "g", ResetRequest{Topic: "big", To: "earliest"}); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, err := c.Describe(ctx, "g", "n1"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
