@@ -299,10 +299,7 @@ func TestAlterTopicAfterAHalfDoneAlter(t *testing.T) {
 // allow passes.
 func TestAlterMinISRAboveAMovedPartitionsReplicas(t *testing.T) {
 	t.Parallel()
-	srv := consultest.Start(t)
-	admin := srv.Client()
-	a := newTestClient(t, srv, "a")
-	register(t, a)
+	_, admin, a := startRegistered(t)
 	ctx := context.Background()
 	minISR := func(n int) TopicChange {
 		return func(tc TopicConfig, _ [][]string) (TopicConfig, [][]string, error) {

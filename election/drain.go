@@ -15,11 +15,17 @@ import (
 func (s *Snapshot) Draining() []string { return slices.Sorted(maps.Keys(s.draining)) }
 
 // IsDraining says whether the agent with this node id is being drained.
-func (s *Snapshot) IsDraining(node string) bool { return s.draining[node] }
+func (s *Snapshot) IsDraining(node string) bool { return s.draining[node] > 0 }
+
+// DrainIndex is the ModifyIndex of the agent's drain key, 0 when it is not
+// being drained: a move a drain causes is started guarded by it
+// (DecidedFrom.Draining).
+func (s *Snapshot) DrainIndex(node string) uint64 { return s.draining[node] }
 
 // SetDraining marks the agent with this node id as being drained (on) or
 // no longer (off). The key is a flag: every move it causes is a
-// reassignment with its own guarded start, so setting it needs no guard.
+// reassignment whose start checks the key at the index it was decided
+// from (DecidedFrom.Draining), so setting it needs no guard.
 // A node id that is not one is ErrInvalidTopic.
 func (c *Client) SetDraining(ctx context.Context, node string, on bool) error {
 	if !nodeIDPattern.MatchString(node) {

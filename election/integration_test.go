@@ -55,6 +55,16 @@ func newTestClient(t *testing.T, srv *consultest.Server, node string, opts ...fu
 	return c
 }
 
+// startRegistered starts Consul and agent "a"'s client, registered, and
+// returns them with an admin client of the same Consul.
+func startRegistered(t *testing.T) (*consultest.Server, *api.Client, *Client) {
+	t.Helper()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	register(t, a)
+	return srv, srv.Client(), a
+}
+
 func register(t *testing.T, c *Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/hashicorp/consul/api"
@@ -224,6 +225,12 @@ type DecidedFrom struct {
 	// Healing marks the move as self-healing's re-placing of a dead
 	// replica (Reassignment.Healing).
 	Healing bool
+	// Draining holds the drain keys' ModifyIndexes (Snapshot.DrainIndex)
+	// of the drained agents whose replicas the move re-places, which the
+	// start transaction checks: a drain cancelled after the decision
+	// (logagent node drain -cancel) was followed by the moves of leaders
+	// whose metadata still showed it.
+	Draining map[string]uint64
 }
 
 // StartReassignFrom is StartReassign for a target chosen from the
@@ -231,7 +238,8 @@ type DecidedFrom struct {
 // replicas in from put elsewhere): it is ErrConflict, and writes nothing,
 // unless the topic is still the incarnation from.TopicID and its replicas
 // key still at from.ReplicasIndex, which the start transaction then
-// checks. Without it a start decided from metadata that had moved on (a
+// checks, as it checks the drain keys of from.Draining (a cancelled drain:
+// ErrConflict). Without it a start decided from metadata that had moved on (a
 // move another leader completed, the topic deleted and created again) was
 // written over replicas its decider never saw, and moved a partition off a
 // replica just copied to, or onto agents of another incarnation's choice.
@@ -323,12 +331,19 @@ func (c *Client) startReassign(ctx context.Context, topic string, partition int,
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: replicasKey, Index: replicasPair.ModifyIndex, Value: encodeJSON(m.Union())}},
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: reassignKey, Index: 0, Value: encodeJSON(m)}},
 	}
+	if from != nil {
+		for _, node := range slices.Sorted(maps.Keys(from.Draining)) {
+			// Fails when the key is gone (the drain cancelled) or was
+			// written since (cancelled and set again: decided anew).
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: c.keys.draining(node), Index: from.Draining[node]}})
+		}
+	}
 	ok, resp, err := c.txn(ctx, ops, op, rule)
 	if err != nil {
 		return Reassignment{}, false, err
 	}
 	if !ok {
-		return Reassignment{}, false, fmt.Errorf("%w: %s/%d changed while the move was written: %s", ErrConflict, topic, partition, txnErrors(resp))
+		return Reassignment{}, false, fmt.Errorf("%w: %s/%d, or a drain the move carries out, changed while the move was written: %s", ErrConflict, topic, partition, txnErrors(resp))
 	}
 	c.log.Info("reassignment started", "topic", topic, "partition", partition, "replicas", replicas,
 		"target", m.Target, "adding", m.Adding, "removing", m.Removing)

@@ -69,10 +69,7 @@ func TestReassignmentLists(t *testing.T) {
 // of the keys it decided from.
 func TestReassign(t *testing.T) {
 	t.Parallel()
-	srv := consultest.Start(t)
-	admin := srv.Client()
-	a := newTestClient(t, srv, "a")
-	register(t, a)
+	_, admin, a := startRegistered(t)
 	createTopic(t, a, "mv", [][]string{{"a", "b", "c"}}, func(tc *TopicConfig) { tc.MinInsyncReplicas = 2 })
 	ctx := context.Background()
 	la := campaign(t, a, "mv", 0)
@@ -322,10 +319,7 @@ func moveKey(t *testing.T, admin *api.Client, topic string, partition int) *Reas
 // less what it adds.
 func TestCancelReassign(t *testing.T) {
 	t.Parallel()
-	srv := consultest.Start(t)
-	admin := srv.Client()
-	a := newTestClient(t, srv, "a")
-	register(t, a)
+	_, admin, a := startRegistered(t)
 	createTopic(t, a, "cx", [][]string{{"a", "b", "c"}, {"a", "b", "c"}})
 	ctx := context.Background()
 	la := campaign(t, a, "cx", 0)
@@ -431,10 +425,7 @@ func TestCancelRacesCompletion(t *testing.T) {
 	t.Parallel()
 	const rounds = 32
 	rng := testseed.Rand(t)
-	srv := consultest.Start(t)
-	admin := srv.Client()
-	a := newTestClient(t, srv, "a")
-	register(t, a)
+	_, admin, a := startRegistered(t)
 	assignment := make([][]string, rounds)
 	for i := range assignment {
 		assignment[i] = []string{"a", "b", "c"}
@@ -528,19 +519,10 @@ func TestCancelRacesCompletion(t *testing.T) {
 // from the partition as it is, it starts.
 func TestStartReassignFrom(t *testing.T) {
 	t.Parallel()
-	srv := consultest.Start(t)
-	admin := srv.Client()
-	a := newTestClient(t, srv, "a")
-	register(t, a)
+	_, admin, a := startRegistered(t)
 	ctx := context.Background()
 	createTopic(t, a, "hf", [][]string{{"a", "b", "c"}})
 	decided := decidedFrom(t, a, "hf", func(PartitionMeta) bool { return true })
-	noMove := func(what string) {
-		t.Helper()
-		if pair, _, _ := admin.KV().Get(testPrefix+"topics/hf/0/reassign", nil); pair != nil {
-			t.Fatalf("%s: a move was written: %s", what, pair.Value)
-		}
-	}
 
 	// Replicas moved on: what a move of c to e, completed, leaves.
 	if _, err := admin.KV().Put(&api.KVPair{Key: testPrefix + "topics/hf/0/replicas", Value: []byte(`["a","b","e"]`)}, nil); err != nil {
@@ -549,7 +531,7 @@ func TestStartReassignFrom(t *testing.T) {
 	if _, _, err := a.StartReassignFrom(ctx, "hf", 0, decided, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("a start decided from replicas a,b,c over a,b,e = %v, want ErrConflict", err)
 	}
-	noMove("replicas moved on")
+	noMoveWritten(t, admin, "hf", "replicas moved on")
 
 	// The topic created again, with the same replicas.
 	if err := a.DeleteTopic(ctx, "hf"); err != nil {
@@ -567,7 +549,7 @@ func TestStartReassignFrom(t *testing.T) {
 	if _, _, err := a.StartReassignFrom(ctx, "hf", 0, DecidedFrom{TopicID: decided.TopicID, ReplicasIndex: current.ReplicasIndex}, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("a start naming the deleted topic's id = %v, want ErrConflict", err)
 	}
-	noMove("topic created again")
+	noMoveWritten(t, admin, "hf", "topic created again")
 
 	// Decided from the partition as it is: the move starts.
 	m, done, err := a.StartReassignFrom(ctx, "hf", 0, current, []string{"a", "b", "d"})
@@ -576,6 +558,60 @@ func TestStartReassignFrom(t *testing.T) {
 	}
 	if got := consulReplicas(t, admin, "hf", 0); !slices.Equal(got, []string{"a", "b", "d", "c"}) {
 		t.Fatalf("replicas after the start = %v, want the union", got)
+	}
+}
+
+// TestStartReassignFromACancelledDrain: a move that re-places a drained
+// replica, decided from metadata that shows the drain, is refused and
+// writes nothing once the drain is cancelled (or cancelled and set again:
+// decided anew); decided from the drain as it is, it starts. Before, a
+// leader whose metadata still showed a drain the operator had just
+// cancelled moved the partition off that agent all the same.
+func TestStartReassignFromACancelledDrain(t *testing.T) {
+	t.Parallel()
+	_, admin, a := startRegistered(t)
+	ctx := context.Background()
+	createTopic(t, a, "hd", [][]string{{"a", "b", "c"}})
+	// drained sets the drain of b and decides from the metadata once it
+	// shows a drain key written after index after.
+	drained := func(after uint64) DecidedFrom {
+		t.Helper()
+		if err := a.SetDraining(ctx, "b", true); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the drain of b in the metadata", func() bool { return a.Metadata().DrainIndex("b") > after })
+		d := decidedFrom(t, a, "hd", func(PartitionMeta) bool { return true })
+		d.Draining = map[string]uint64{"b": a.Metadata().DrainIndex("b")}
+		return d
+	}
+	target := []string{"a", "d", "c"}
+
+	decided := drained(0)
+	if err := a.SetDraining(ctx, "b", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.StartReassignFrom(ctx, "hd", 0, decided, target); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a drain's move after the drain was cancelled = %v, want ErrConflict", err)
+	}
+	noMoveWritten(t, admin, "hd", "drain cancelled")
+
+	again := drained(decided.Draining["b"])
+	if _, _, err := a.StartReassignFrom(ctx, "hd", 0, decided, target); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a drain's move decided from the cancelled drain, after a new one = %v, want ErrConflict", err)
+	}
+	noMoveWritten(t, admin, "hd", "drain set again")
+
+	m, done, err := a.StartReassignFrom(ctx, "hd", 0, again, target)
+	if err != nil || done || !slices.Equal(m.Target, target) {
+		t.Fatalf("a drain's move decided from the drain as it is = %+v, done %t, %v", m, done, err)
+	}
+}
+
+// noMoveWritten fails the test if partition 0 of topic has a reassign key.
+func noMoveWritten(t *testing.T, admin *api.Client, topic, what string) {
+	t.Helper()
+	if pair, _, _ := admin.KV().Get(testPrefix+"topics/"+topic+"/0/reassign", nil); pair != nil {
+		t.Fatalf("%s: a move was written: %s", what, pair.Value)
 	}
 }
 
@@ -725,10 +761,7 @@ func TestReassignOfATopicDeletedMeanwhile(t *testing.T) {
 // nothing.
 func TestCancelReassignFrom(t *testing.T) {
 	t.Parallel()
-	srv := consultest.Start(t)
-	admin := srv.Client()
-	a := newTestClient(t, srv, "a")
-	register(t, a)
+	_, admin, a := startRegistered(t)
 	ctx := context.Background()
 	createTopic(t, a, "cf", [][]string{{"a", "b", "c"}})
 	from := decidedFrom(t, a, "cf", func(PartitionMeta) bool { return true })

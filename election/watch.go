@@ -19,8 +19,9 @@ type Snapshot struct {
 	Index   uint64
 	topics  map[string]*TopicMeta
 	deleted map[string]bool // topic IDs with a tombstone
-	// draining holds the node ids of the agents being drained (drain.go).
-	draining map[string]bool
+	// draining holds the node ids of the agents being drained, each with
+	// its drain key's ModifyIndex (drain.go).
+	draining map[string]uint64
 	changed  chan struct{}
 }
 
@@ -118,14 +119,14 @@ func buildSnapshotFrom(prev *Snapshot, keys keyspace, index uint64, pairs api.KV
 	}
 	configs := map[string]*api.KVPair{}
 	parts := map[string]map[int]*partitionKeys{}
-	deleted, draining := map[string]bool{}, map[string]bool{}
+	deleted, draining := map[string]bool{}, map[string]uint64{}
 	for _, pair := range pairs {
 		topic, p, kind := keys.parse(pair.Key)
 		if kind == kindUnknown {
 			continue
 		}
 		if kind == kindDraining {
-			draining[topic] = true
+			draining[topic] = pair.ModifyIndex
 			continue
 		}
 		if kind == kindTombstone {

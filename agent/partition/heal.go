@@ -116,6 +116,14 @@ func (r *Replica) maybeHeal(now time.Time) {
 	// leader cancels if it stalls; one only for a drain is the
 	// operator's, and waits as the operator's own moves do.
 	gen, from := r.gen, election.DecidedFrom{TopicID: r.meta.tc.ID, ReplicasIndex: pm.ReplicasIndex, Healing: len(dead) > 0}
+	for _, id := range due {
+		if !slices.Contains(dead, id) {
+			if from.Draining == nil {
+				from.Draining = map[string]uint64{}
+			}
+			from.Draining[id] = snap.DrainIndex(id)
+		}
+	}
 	r.tasks.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
 		defer cancel()
