@@ -280,7 +280,7 @@ func (a *Agent) replicaDeps(dataDir string) *partition.Deps {
 		Now:             a.now,
 		FS:              a.fs,
 		Durability:      durability(a.cfg.Storage.Durability),
-		ProducerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration},
+		ProducerOptions: producer.Options{Expiration: a.cfg.Producer.IDExpiration, MaxProducers: a.cfg.Producer.MaxPerPartition},
 		Hooks:           partition.Hooks{LeaderElected: a.metrics.LeaderElected, ISRChanged: a.metrics.ISRChanged, LoopWoke: a.metrics.ReplicaLoopWoke},
 		LogOptions:      a.logOptions(),
 	}

@@ -199,6 +199,12 @@ producer {
   # producer.id.expiration.ms). A producer silent for longer starts over:
   # its resend of something older would be appended again.
   id_expiration = "168h"
+  # The most idempotent producers a partition remembers: beyond it, the
+  # least recently active are forgotten first, once a minute (and logged),
+  # as if their id_expiration had passed. A producer takes about 160 bytes
+  # of memory and 67 of the partition's producer snapshot. Clients that make
+  # a producer per request or per process leave one behind each time.
+  max_per_partition = 100000
   # Plain acks=all requests leave the sidecar with one of its own producer
   # ids, so that one whose outcome is unknown (a dropped connection to the
   # leader, a leader that stepped down after appending it) is sent again

@@ -129,6 +129,9 @@ type Producer struct {
 	Linger        time.Duration
 	MaxBatchBytes int64
 	IDExpiration  time.Duration
+	// MaxPerPartition bounds the idempotent producers a partition
+	// remembers (producer.Options.MaxProducers).
+	MaxPerPartition int
 	// SidecarIdempotence sends plain acks=all requests with the sidecar's
 	// own producer ids, so that one whose outcome is unknown is resent.
 	SidecarIdempotence bool

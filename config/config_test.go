@@ -215,6 +215,7 @@ func TestInvalid(t *testing.T) {
 		{"negative partitions", "topic_defaults {\n  partitions = -3\n}\n", 2, "-3 is outside the allowed range"},
 		{"min_insync above rf", "topic_defaults {\n  replication_factor = 2\n  min_insync_replicas = 3\n}\n", 3, "3 is above topic_defaults.replication_factor (2)"},
 		{"zero rf", "topic_defaults {\n  replication_factor = 0\n}\n", 2, "must be at least 1"},
+		{"no producers kept", "producer {\n  max_per_partition = 0\n}\n", 2, "producer.max_per_partition: 0 must be at least 1"},
 		{"bad listen address", "client {\n  address = \"localhost\"\n}\n", 2, `"localhost" is not host:port`},
 		{"bad port", "client {\n  address = \"127.0.0.1:70000\"\n}\n", 2, "not a number from 1 to 65535"},
 		{"bad host", "peer {\n  address = \"bad_host!:7171\"\n}\n", 2, "neither an IP address nor a host name"},

@@ -49,6 +49,7 @@ producer {
   linger              = "1ms"
   max_batch_bytes     = "1MiB"
   id_expiration       = "168h"
+  max_per_partition   = 100000
   sidecar_idempotence = true
 }
 

@@ -93,9 +93,10 @@ type fileReplication struct {
 }
 
 type fileProducer struct {
-	Linger        *string `hcl:"linger,optional"`
-	MaxBatchBytes *string `hcl:"max_batch_bytes,optional"`
-	IDExpiration  *string `hcl:"id_expiration,optional"`
+	Linger          *string `hcl:"linger,optional"`
+	MaxBatchBytes   *string `hcl:"max_batch_bytes,optional"`
+	IDExpiration    *string `hcl:"id_expiration,optional"`
+	MaxPerPartition *int    `hcl:"max_per_partition,optional"`
 	// SidecarIdempotence is a pointer so that its default can be true.
 	SidecarIdempotence *bool `hcl:"sidecar_idempotence,optional"`
 }

@@ -274,6 +274,9 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.Producer.Linger = v.duration("producer.linger", f.Producer.Linger, 0, time.Second)
 	c.Producer.MaxBatchBytes = v.size("producer.max_batch_bytes", f.Producer.MaxBatchBytes, 1<<10, 1<<30)
 	c.Producer.IDExpiration = v.duration("producer.id_expiration", f.Producer.IDExpiration, time.Minute, 0)
+	if c.Producer.MaxPerPartition = intOr(f.Producer.MaxPerPartition); c.Producer.MaxPerPartition < 1 {
+		v.errorf("producer.max_per_partition", "%d must be at least 1", c.Producer.MaxPerPartition)
+	}
 	c.Producer.SidecarIdempotence = f.Producer.SidecarIdempotence == nil || *f.Producer.SidecarIdempotence
 
 	c.Limits.MaxRecordBytes = v.size("limits.max_record_bytes", f.Limits.MaxRecordBytes, 1, 1<<30)

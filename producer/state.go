@@ -1,9 +1,11 @@
 package producer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/logagent/logagent/record"
@@ -25,6 +27,11 @@ const NumBatchesToRetain = 5
 // keeps a week, as the topics' default retention, so a producer silent for
 // a day and a batch resent after it are still told apart.
 const DefaultExpiration = 7 * 24 * time.Hour
+
+// DefaultMaxProducers is the MaxProducers used when Options leaves it
+// zero. A producer takes 150 to 165 bytes of memory and 67 of snapshot
+// (BenchmarkProducerFootprint): 100,000 of them, 15 MB and 7 MB.
+const DefaultMaxProducers = 100_000
 
 // ErrInvalidInput is a call the caller should not have made: a batch no
 // idempotent producer can have written, a batch below one already applied
@@ -64,13 +71,18 @@ type Options struct {
 	// is forgotten by Expire (producer.id_expiration). Zero or less means
 	// DefaultExpiration.
 	Expiration time.Duration
+	// MaxProducers bounds the producers Expire keeps
+	// (producer.max_per_partition). Zero or less means
+	// DefaultMaxProducers.
+	MaxProducers int
 }
 
 // State is the producer state of one partition. It is not safe for
 // concurrent use: one replica loop owns it.
 type State struct {
-	expiration time.Duration
-	producers  map[int64]*entry
+	expiration   time.Duration
+	maxProducers int
+	producers    map[int64]*entry
 	// end is the offset after the last batch applied (or the offset the
 	// state was truncated to, or restored as of): a batch below it is one
 	// the log cannot hold next.
@@ -107,7 +119,11 @@ func New(opts Options) *State {
 	if exp <= 0 {
 		exp = DefaultExpiration
 	}
-	return &State{expiration: exp, producers: make(map[int64]*entry)}
+	maxProducers := opts.MaxProducers
+	if maxProducers <= 0 {
+		maxProducers = DefaultMaxProducers
+	}
+	return &State{expiration: exp, maxProducers: maxProducers, producers: make(map[int64]*entry)}
 }
 
 // Verdict is the leader's decision on a produce request of an idempotent
@@ -360,19 +376,49 @@ func (s *State) RemoveBefore(logStartOffset int64) {
 // records are new: forgotten right after its append, its resend of a
 // batch whose outcome it did not learn was appended again. A forgotten
 // producer's next batch is accepted at any sequence.
-func (s *State) Expire(now time.Time) {
+//
+// Then, beyond MaxProducers, it forgets the least recently active ones
+// (the later of their last batch's MaxTimestamp and Seen; the lower id
+// first among equals), and returns how many: clients that make a producer
+// per request or per process (a script's logagent produce, a serverless
+// function) leave one behind each time, and a week of them took memory
+// and snapshot bytes without bound (Kafka shortened its expiry to a day
+// for the same reason, KIP-854, and has no bound either).
+func (s *State) Expire(now time.Time) (overMax int) {
 	// Subtracting from now rather than from each timestamp cannot overflow
 	// for any batch timestamp, however far in the past a producer put it.
 	cutoff := now.UnixMilli() - s.expiration.Milliseconds()
 	for pid, e := range s.producers {
-		ts := e.lastTimestamp
-		if e.seen != 0 {
-			ts = max(ts, e.seen)
-		}
-		if ts <= cutoff {
+		if e.activeAt() <= cutoff {
 			delete(s.producers, pid)
 		}
 	}
+	overMax = len(s.producers) - s.maxProducers
+	if overMax <= 0 {
+		return 0
+	}
+	type active struct {
+		pid int64
+		at  int64
+	}
+	all := make([]active, 0, len(s.producers))
+	for pid, e := range s.producers {
+		all = append(all, active{pid, e.activeAt()})
+	}
+	slices.SortFunc(all, func(a, b active) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.pid, b.pid)) })
+	for _, a := range all[:overMax] {
+		delete(s.producers, a.pid)
+	}
+	return overMax
+}
+
+// activeAt is when (ms) the producer was last active: its last batch's
+// MaxTimestamp, or when a batch of it was last applied here if later.
+func (e *entry) activeAt() int64 {
+	if e.seen != 0 {
+		return max(e.lastTimestamp, e.seen)
+	}
+	return e.lastTimestamp
 }
 
 // Seen records that producer pid's latest batch was applied at now.

@@ -3,6 +3,8 @@ package producer
 import (
 	"errors"
 	"math"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -392,6 +394,56 @@ func TestExpire(t *testing.T) {
 	check{pid: 1, epoch: 0, seq: 99, count: 1, verdict: Append}.run(t, s)
 }
 
+// TestExpireBeyondMaxProducers: past MaxProducers, Expire forgets the
+// least recently active producers (the later of their last batch's
+// timestamp and Seen, the lower id first among equals) and says how many.
+// A producer per request or per process left one entry each for a week,
+// without bound.
+func TestExpireBeyondMaxProducers(t *testing.T) {
+	batch := func(pid int64, offset, ts int64) Batch {
+		return Batch{ProducerID: pid, RecordCount: 1, BaseOffset: offset, LastOffset: offset, MaxTimestamp: ts}
+	}
+	cases := []struct {
+		name   string
+		max    int
+		ts     []int64 // producer i+1's last batch's timestamp
+		seen   map[int64]int64
+		forgot int
+		kept   []int64
+	}{
+		{"under the bound", 5, []int64{10, 50, 20, 40, 30}, nil, 0, []int64{1, 2, 3, 4, 5}},
+		{"the least recently active go", 3, []int64{10, 50, 20, 40, 30}, nil, 2, []int64{2, 4, 5}},
+		{"a batch applied lately counts, whatever its timestamp", 3, []int64{10, 50, 20, 40, 30}, map[int64]int64{1: 60}, 2, []int64{1, 2, 4}},
+		{"the lower id first among equals", 2, []int64{7, 7, 7}, nil, 1, []int64{2, 3}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Options{Expiration: time.Hour, MaxProducers: tc.max})
+			for i, ts := range tc.ts {
+				mustApply(t, s, batch(int64(i+1), int64(i), ts))
+			}
+			for pid, at := range tc.seen {
+				s.Seen(pid, time.UnixMilli(at))
+			}
+			if got := s.Expire(time.UnixMilli(100)); got != tc.forgot {
+				t.Errorf("Expire forgot %d beyond the bound, want %d", got, tc.forgot)
+			}
+			var kept []int64
+			for pid := range int64(len(tc.ts)) + 1 {
+				if _, ok := s.producers[pid]; ok {
+					kept = append(kept, pid)
+				}
+			}
+			if !slices.Equal(kept, tc.kept) {
+				t.Fatalf("kept producers %v, want %v", kept, tc.kept)
+			}
+		})
+	}
+	if s := New(Options{}); s.maxProducers != DefaultMaxProducers {
+		t.Errorf("zero MaxProducers is %d, want the default %d", s.maxProducers, DefaultMaxProducers)
+	}
+}
+
 // TestRetainsFiveBatches walks a producer through 20 batches, checking after
 // each that exactly its last five are recognised as duplicates.
 func TestRetainsFiveBatches(t *testing.T) {
@@ -407,5 +459,32 @@ func TestRetainsFiveBatches(t *testing.T) {
 			}
 			want.run(t, s)
 		}
+	}
+}
+
+// BenchmarkProducerFootprint reports what one producer of one batch costs
+// the state (heap bytes) and its snapshot (bytes), over 100,000 of them:
+// the figures producer.max_per_partition's documentation gives.
+func BenchmarkProducerFootprint(b *testing.B) {
+	const n = 100_000
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s := New(Options{MaxProducers: n})
+		for i := range int64(n) {
+			if err := s.Apply(Batch{ProducerID: i, RecordCount: 1, BaseOffset: i, LastOffset: i, LeaderEpoch: 1, MaxTimestamp: 1}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		snap, err := s.MarshalSnapshot(nil, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/producer")
+		b.ReportMetric(float64(len(snap))/n, "snapshot-B/producer")
+		runtime.KeepAlive(s)
 	}
 }

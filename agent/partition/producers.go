@@ -115,7 +115,7 @@ func (r *Replica) loadProducers() error {
 		r.log.Error("cannot read the log for its producer state", "from", from, "error", err)
 	}
 	state.RemoveBefore(log.LogStartOffset())
-	state.Expire(r.deps.Now())
+	r.expireProducers(state)
 	r.producers, r.producersDirty = state, kept
 	if state.Len() > 0 || scanned > 0 {
 		r.log.Debug("producer state loaded", "producers", state.Len(), "snapshot_end", from, "batches_scanned", scanned)
@@ -323,7 +323,7 @@ func (r *Replica) maintainProducers() {
 	log := r.CurrentLog()
 	before := r.producers.Len()
 	r.producers.RemoveBefore(log.LogStartOffset())
-	r.producers.Expire(r.deps.Now())
+	r.expireProducers(r.producers)
 	if r.producers.Len() != before || (r.producers.Len() > 0 && r.producerSnapshotEnd < log.LogStartOffset()) {
 		r.producersDirty = true
 	}
@@ -390,4 +390,16 @@ func readFileFS(fsys segstore.FS, name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// expireProducers forgets the producers of state past producer.id_expiration,
+// and the least recently active beyond producer.max_per_partition, which
+// it logs: a resend of theirs after an unknown outcome would be appended
+// again, and so many producers are usually a client that makes one per
+// request or per process.
+func (r *Replica) expireProducers(state *producer.State) {
+	if forgot := state.Expire(r.deps.Now()); forgot > 0 {
+		r.log.Warn("forgot idempotent producers beyond producer.max_per_partition, the least recently active first (a client making a producer per request or per process?)",
+			"forgotten", forgot, "kept", state.Len())
+	}
 }

@@ -20,9 +20,16 @@ import (
 // without starting its loop: the test calls the loop's functions itself.
 func producerTestReplica(t *testing.T, fsys segstore.FS, dir string) *Replica {
 	t.Helper()
+	return producerTestReplicaWith(t, fsys, dir, producer.Options{}, hclog.NewNullLogger())
+}
+
+// producerTestReplicaWith is producerTestReplica with the producer state's
+// options and the replica's logger.
+func producerTestReplicaWith(t *testing.T, fsys segstore.FS, dir string, popts producer.Options, logger hclog.Logger) *Replica {
+	t.Helper()
 	opts := segstore.Options{SegmentBytes: 1 << 20, IndexIntervalBytes: 256, IndexBytes: 4096, Logger: hclog.NewNullLogger()}
 	clock := &fakeNow{t: time.Now()}
-	deps := &Deps{Self: "n1", Log: hclog.NewNullLogger(), Now: clock.now, FS: fsys, LogOptions: opts}
+	deps := &Deps{Self: "n1", Log: logger, Now: clock.now, FS: fsys, LogOptions: opts, ProducerOptions: popts}
 	log, _, err := openPartitionLog(fsys, dir, opts, func() error { return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +239,51 @@ func TestProducerJustAppendedNotExpired(t *testing.T) {
 	base := appendIdempotentAt(t, r, 42, 0, 1, old)
 	r.maintainProducers() // the retention tick, a second later
 	wantDuplicate(t, r, "resend right after the append", 42, 0, 1, base)
+}
+
+// TestProducersBeyondMaxPerPartitionForgotten: five producers of one
+// batch each (a client making a producer per process) on a partition that
+// keeps three: the retention tick forgets the two least recently active,
+// says so, and the snapshot and a restart keep the three. Before, every
+// producer stayed for producer.id_expiration (a week), each about 165
+// bytes of memory and 67 of snapshot, without bound.
+func TestProducersBeyondMaxPerPartitionForgotten(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "t-0")
+	watch := &logWatch{want: "forgot idempotent producers beyond producer.max_per_partition"}
+	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: watch})
+	opts := producer.Options{MaxProducers: 3}
+	r := producerTestReplicaWith(t, segstore.OSFS{}, dir, opts, logger)
+	clock := &fakeNow{t: time.Now()}
+	r.deps.Now = clock.now
+	// Producers 5, 4, ..., 1 write a second apart: 4 and 5 are the least
+	// recently active (the higher ids: a tie broken by id would keep them).
+	bases := map[int64]int64{}
+	for id := int64(5); id >= 1; id-- {
+		clock.t = clock.t.Add(time.Second)
+		bases[id] = appendIdempotentAt(t, r, id, 0, 1, clock.t.UnixMilli())
+	}
+	r.maintainProducers() // the retention tick
+	wantKept := func(what string) {
+		t.Helper()
+		if r.producers.Len() != 3 {
+			t.Fatalf("%s: %d producers kept, want 3", what, r.producers.Len())
+		}
+		for id := int64(1); id <= 3; id++ {
+			wantDuplicate(t, r, what, id, 0, 1, bases[id])
+		}
+		for id := int64(4); id <= 5; id++ {
+			if d := r.producers.Check(id, 0, 7, 1); d.Verdict != producer.Append {
+				t.Fatalf("%s: producer %d, forgotten, at seq 7: %v, want append (a new producer)", what, id, d.Verdict)
+			}
+		}
+	}
+	wantKept("after the tick")
+	if !watch.seen.Load() {
+		t.Error("forgetting producers beyond producer.max_per_partition was not logged")
+	}
+	r.CurrentLog().Close()
+	r = producerTestReplicaWith(t, segstore.OSFS{}, dir, opts, hclog.NewNullLogger())
+	wantKept("after a restart")
 }
 
 // appendOtherTraffic appends plain batches (other producers' traffic) until
