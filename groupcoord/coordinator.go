@@ -1625,7 +1625,11 @@ func (c *Coordinator) positionsOf(ctx context.Context, tps []group.TopicPartitio
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(tps); i = int(next.Add(1) - 1) {
 				p := &out[i]
-				p.logStart, p.hw, p.err = c.cfg.Host.Positions(ctx, tps[i])
+				// Once the caller gave up, the rest are not asked for: a
+				// leader's client call does not watch ctx.
+				if p.err = ctx.Err(); p.err == nil {
+					p.logStart, p.hw, p.err = c.cfg.Host.Positions(ctx, tps[i])
+				}
 			}
 		})
 	}

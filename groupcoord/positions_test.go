@@ -2,6 +2,7 @@ package groupcoord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -16,15 +17,22 @@ type remoteHost struct {
 	*fakeHost
 	delay time.Duration
 
-	mu             sync.Mutex
-	inFlight, peak int
+	mu                    sync.Mutex
+	inFlight, peak, calls int
+	// afterCall, if set, runs after each call is counted.
+	afterCall func(calls int)
 }
 
 func (h *remoteHost) Positions(ctx context.Context, tp group.TopicPartition) (int64, int64, error) {
 	h.mu.Lock()
 	h.inFlight++
+	h.calls++
 	h.peak = max(h.peak, h.inFlight)
+	calls, after := h.calls, h.afterCall
 	h.mu.Unlock()
+	if after != nil {
+		after(calls)
+	}
 	time.Sleep(h.delay)
 	h.mu.Lock()
 	h.inFlight--
@@ -83,6 +91,30 @@ func TestPositionsAskedConcurrently(t *testing.T) {
 	defer h.mu.Unlock()
 	if h.peak < 2 || h.peak > positionsConcurrency {
 		t.Errorf("at most %d positions asked at once, want 2 to %d", h.peak, positionsConcurrency)
+	}
+}
+
+// TestPositionsNotAskedOnceTheCallerGaveUp: a reset whose caller gives up
+// part way asks no more leaders (their client calls do not watch the
+// context, so each would run to its own timeout), and fails.
+func TestPositionsNotAskedOnceTheCallerGaveUp(t *testing.T) {
+	const n, giveUpAfter = 2000, 10
+	h := newRemoteHost(n, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.afterCall = func(calls int) {
+		if calls == giveUpAfter {
+			cancel()
+		}
+	}
+	c := newTestCoordinator(t, h, newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)})
+	if _, err := c.Reset(ctx, "g", ResetRequest{Topic: "big", To: "earliest"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("reset given up on = %v, want ErrUnavailable", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.calls > giveUpAfter+positionsConcurrency {
+		t.Errorf("%d leaders asked after the caller gave up at the %dth, want at most %d in flight then", h.calls, giveUpAfter, positionsConcurrency)
 	}
 }
 
