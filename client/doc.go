@@ -184,8 +184,9 @@
 // partitions move at once. A periodic commit, made when Poll is called
 // again, covers what the Polls before returned; a revocation, which comes
 // while the application may still be processing what the latest Poll
-// returned, commits only up to the first of those records, so that the
-// partition's next owner reads them again. Delivery is at least once: the
+// returned, commits only up to the first of those records (or as far as
+// the application committed them itself), so that the partition's next
+// owner reads them again. Delivery is at least once: the
 // records a member got after its last commit are read again by the
 // partition's next owner. A member that could not process what Poll
 // returned leaves with CloseWithoutCommit, so that those records are read

@@ -486,7 +486,8 @@ func (g *GroupConsumer) commitOwned(ctx context.Context) error {
 
 // commitPartitions commits the positions that moved of only (every owned
 // partition when only is nil). With processedOnly, a partition the latest
-// Poll returned records of is committed at the first of them.
+// Poll returned records of is committed at the first of them, or where the
+// application committed it since, if that is past them.
 func (g *GroupConsumer) commitPartitions(ctx context.Context, only []TopicPartition, processedOnly bool) error {
 	g.commitMu.Lock()
 	defer g.commitMu.Unlock()
@@ -499,6 +500,12 @@ func (g *GroupConsumer) commitPartitions(ctx context.Context, only []TopicPartit
 		offset := p.position
 		if processedOnly && p.inHand >= 0 {
 			offset = p.inHand
+			// What the application committed itself of the records in
+			// hand (Commit, CommitOffsets) it has processed: committing
+			// below it would have the next owner read them again.
+			if p.committed > offset {
+				offset = min(p.committed, p.position)
+			}
 		}
 		if offset >= 0 && offset != p.committed {
 			list = append(list, PartitionOffset{Topic: p.tp.Topic, Partition: p.tp.Partition, Offset: offset})
