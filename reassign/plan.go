@@ -118,35 +118,52 @@ func Next(s State) Step {
 	if s.Move.Cancel {
 		return handOverOrComplete(s)
 	}
-	var waiting, deadKept []string
+	deadKept := DeadKept(s.Move, s.ISR, s.Dead)
+	var waiting []string
 	for _, id := range s.Move.Target {
-		switch {
-		case slices.Contains(s.ISR, id):
-		case slices.Contains(s.Dead, id) && !slices.Contains(s.Move.Adding, id):
-			deadKept = append(deadKept, id)
-		default:
+		if !slices.Contains(s.ISR, id) && !slices.Contains(deadKept, id) {
 			waiting = append(waiting, id)
 		}
 	}
 	if len(waiting) > 0 {
 		return Step{Kind: Wait, Reason: "target replicas are catching up", Waiting: waiting}
 	}
-	if len(deadKept) > 0 {
-		after := 0
-		for _, id := range s.ISR {
-			if slices.Contains(s.Move.Target, id) {
-				after++
-			}
-		}
-		if after < s.MinISR && after < len(s.ISR) {
-			return Step{Kind: Wait, Reason: fmt.Sprintf("completing without the dead kept replicas would leave %d in the ISR, below min_insync_replicas %d", after, s.MinISR), Waiting: deadKept}
-		}
+	if HeldByDeadKept(s.Move, s.ISR, s.Dead, s.MinISR) {
+		return Step{Kind: Wait, Reason: fmt.Sprintf("completing without the dead kept replicas would leave %d in the ISR, below min_insync_replicas %d",
+			len(s.Move.Target)-len(deadKept), s.MinISR), Waiting: deadKept}
 	}
 	step := handOverOrComplete(s)
 	if step.Kind == Complete {
 		step.DeadKept = deadKept
 	}
 	return step
+}
+
+// DeadKept is the target replicas of m outside isr that it keeps (does not
+// add) and that dead says are dead: a completion leaves them out of the
+// ISR. A cancel's way back waits for no target replica: none.
+func DeadKept(m Move, isr, dead []string) []string {
+	if m.Cancel {
+		return nil
+	}
+	var out []string
+	for _, id := range m.Target {
+		if !slices.Contains(isr, id) && slices.Contains(dead, id) && !slices.Contains(m.Adding, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// HeldByDeadKept reports whether m waits for its dead kept replicas
+// (DeadKept) even once every other target replica is in the ISR: leaving
+// them out would take the ISR below minISR while it removes a member of
+// isr. Such a move cannot complete until one comes back (or it is
+// cancelled).
+func HeldByDeadKept(m Move, isr, dead []string, minISR int) bool {
+	kept := DeadKept(m, isr, dead)
+	return len(kept) > 0 && len(m.Target)-len(kept) < minISR &&
+		slices.ContainsFunc(isr, func(id string) bool { return !slices.Contains(m.Target, id) })
 }
 
 // handOverOrComplete is the end of a move once its target may take over:

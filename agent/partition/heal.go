@@ -322,8 +322,10 @@ func (r *Replica) healWake() time.Time {
 // that can complete. A move that adds an agent lv says is dead waits for it
 // to join the ISR (a drain's added agent died): counted, two of them
 // stopped every re-placing in the cluster, in the second failure
-// self-healing is for. (One that keeps a dead agent completes without it,
-// reassign.Next.)
+// self-healing is for. One that keeps a dead agent completes without it
+// (reassign.Next), unless that would take the ISR below
+// min_insync_replicas (reassign.HeldByDeadKept): then it too waits for
+// the agent, and is not counted.
 func replicaLoad(s *election.Snapshot, lv *election.Liveness) (map[string]int, int) {
 	load, moving := map[string]int{}, 0
 	for _, name := range s.Topics() {
@@ -332,7 +334,9 @@ func replicaLoad(s *election.Snapshot, lv *election.Liveness) (map[string]int, i
 			for _, id := range pm.Replicas {
 				load[id]++
 			}
-			if pm.Reassign != nil && len(lv.DeadAmong(pm.Reassign.Adding)) == 0 {
+			if m := pm.Reassign; m != nil && len(lv.DeadAmong(m.Adding)) == 0 &&
+				!reassign.HeldByDeadKept(reassign.Move{Target: m.Target, Adding: m.Adding, Removing: m.Removing, Cancel: m.Cancelled},
+					pm.State.ISR, lv.DeadAmong(m.Target), tm.Config.MinInsyncReplicas) {
 				moving++
 			}
 		}

@@ -127,10 +127,17 @@ func TestDrainWithSelfHealingOffWaitsForTheDeadReplica(t *testing.T) {
 // cluster.replace_dead_after set.
 func startHealing(t *testing.T, alive []string, replaceDeadAfter string, now func() time.Time) (*consultest.Server, *Manager, *election.Client) {
 	t.Helper()
+	return startHealingHCL(t, alive, replaceDeadAfter, "", now)
+}
+
+// startHealingHCL is startHealing with extraHCL added to n1's
+// configuration.
+func startHealingHCL(t *testing.T, alive []string, replaceDeadAfter, extraHCL string, now func() time.Time) (*consultest.Server, *Manager, *election.Client) {
+	t.Helper()
 	srv := consultest.Start(t)
 	for _, n := range alive {
 		startElectionOnly(t, srv, n)
 	}
-	m, coord := startManager(t, srv, "n1", fmt.Sprintf("cluster {\n  replace_dead_after = %q\n}\n", replaceDeadAfter), now)
+	m, coord := startManager(t, srv, "n1", fmt.Sprintf("cluster {\n  replace_dead_after = %q\n}\n", replaceDeadAfter)+extraHCL, now)
 	return srv, m, coord
 }
