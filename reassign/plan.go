@@ -100,9 +100,12 @@ type Step struct {
 // starting. The completion leaves it outside the ISR, as it was before the
 // move ended; it joins again by the join rule if it comes back, or is
 // re-placed like any dead replica. Nothing it removes is needed: the added
-// replicas are in the ISR. Unless the ISR would go below
-// min_insync_replicas where it is not now (a drain's removed replica still
-// in sync), in which case the move waits, as acks=all writes would stop.
+// replicas are in the ISR. Unless (HeldByDeadKept) the ISR left would be
+// below min_insync_replicas and either smaller than now (a drain's removed
+// replica still in sync: acks=all writes would stop) or the leader alone
+// (a shrink with only the leader in sync: its removed replicas may be the
+// eligible leaders, ELR, that hold the committed log beside it); then the
+// move waits for the dead replica, as it did for every one before.
 //
 // A cancel's way back waits for no target replica: its target is the list
 // the partition had, whose members need not all be in the ISR (one may be
@@ -129,7 +132,7 @@ func Next(s State) Step {
 		return Step{Kind: Wait, Reason: "target replicas are catching up", Waiting: waiting}
 	}
 	if HeldByDeadKept(s.Move, s.ISR, s.Dead, s.MinISR) {
-		return Step{Kind: Wait, Reason: fmt.Sprintf("completing without the dead kept replicas would leave %d in the ISR, below min_insync_replicas %d",
+		return Step{Kind: Wait, Reason: fmt.Sprintf("completing without the dead kept replicas would leave %d in the ISR, below min_insync_replicas %d, and fewer than now or the leader alone",
 			len(s.Move.Target)-len(deadKept), s.MinISR), Waiting: deadKept}
 	}
 	step := handOverOrComplete(s)
@@ -156,14 +159,15 @@ func DeadKept(m Move, isr, dead []string) []string {
 }
 
 // HeldByDeadKept reports whether m waits for its dead kept replicas
-// (DeadKept) even once every other target replica is in the ISR: leaving
-// them out would take the ISR below minISR while it removes a member of
-// isr. Such a move cannot complete until one comes back (or it is
-// cancelled).
+// (DeadKept) even once every other target replica is in the ISR: the ISR
+// leaving them out would be below minISR and either remove a member of isr
+// or hold the leader alone. Such a move cannot complete until one comes
+// back (or it is cancelled).
 func HeldByDeadKept(m Move, isr, dead []string, minISR int) bool {
 	kept := DeadKept(m, isr, dead)
-	return len(kept) > 0 && len(m.Target)-len(kept) < minISR &&
-		slices.ContainsFunc(isr, func(id string) bool { return !slices.Contains(m.Target, id) })
+	after := len(m.Target) - len(kept)
+	return len(kept) > 0 && after < minISR &&
+		(after < 2 || slices.ContainsFunc(isr, func(id string) bool { return !slices.Contains(m.Target, id) }))
 }
 
 // handOverOrComplete is the end of a move once its target may take over:

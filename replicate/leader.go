@@ -997,10 +997,13 @@ func (l *Leader) SetReplicas(replicas []string) error {
 // within the replica set and at least min_insync_replicas, and every target
 // replica is in the committed ISR but those of deadKept, which must be
 // target replicas this leader was told are dead (SetDeadFollowers): the
-// replicas the move kept that died during it (reassign.Next), which stay
-// outside the ISR. Every replica the move added is thus in the ISR the
-// change leaves, each admitted by this leader, so that ISR holds the
-// committed log; the ELR it leaves keeps only target replicas.
+// replicas the move kept that died during it, which stay outside the ISR.
+// The leader does not know which replicas a move added: that deadKept
+// names none of them, and when it may leave them out at all
+// (reassign.HeldByDeadKept), is the caller's decision (reassign.Next). The
+// ISR the change leaves is the committed ISR's members in target, each
+// admitted by this leader, so it holds the committed log; the ELR it
+// leaves keeps only target replicas.
 func (l *Leader) ProposeReassignment(target, deadKept []string) error {
 	if err := l.checkLastMoveStep(target); err != nil {
 		return err
