@@ -43,6 +43,14 @@ func (r *Replica) maybeHeal(now time.Time) {
 		return
 	}
 	snap := r.deps.Coord.Metadata()
+	if spm, ok := snap.Partition(r.topic, r.partition); !ok || spm.ReplicasIndex != pm.ReplicasIndex {
+		// The replica's metadata trails the snapshot by a dispatch (the
+		// move it started a moment ago shows in the snapshot, not yet in
+		// it): a start decided from it is refused, and the next try
+		// waits healRetry. Decide once it caught up; the dispatch that
+		// brings it runs reconcile again.
+		return
+	}
 	dead := r.deadSince.Due(pm.Replicas, after, now)
 	due := slices.Clone(dead)
 	for _, id := range pm.Replicas {
