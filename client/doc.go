@@ -44,8 +44,9 @@
 // sequence check keeps them in order; one that is not idempotent has one
 // at a time. The check holds only for a producer id the leader knows: it
 // appends a batch of one it does not know (never seen, or forgotten after
-// producer.id_expiration passed, or known only from batches a restarted
-// leader's log no longer holds) at any sequence. So a partition's first
+// producer.id_expiration passed or as one of the least recently active
+// beyond producer.max_per_partition, or known only from batches a
+// restarted leader's log no longer holds) at any sequence. So a partition's first
 // batch under a producer id, and its first after it was idle (no batch in
 // flight or ready to go), goes alone, and the next ones follow once the
 // leader has acknowledged it. After an attempt that was not written (a

@@ -314,9 +314,11 @@ type partitionQueue struct {
 	// leader that does not know the producer id accepts any sequence, so a
 	// second batch that overtook the first would be written before it. A
 	// leader forgets a producer it knew once the producer has written
-	// nothing for producer.id_expiration (or, restarted without a usable
-	// snapshot, knows only the producers whose batches its log still
-	// holds), so each burst after an idle spell starts with one batch, and
+	// nothing for producer.id_expiration, or once more than
+	// producer.max_per_partition others wrote after it (or, restarted
+	// without a usable snapshot, knows only the producers whose batches
+	// its log still holds), so each burst after an idle spell starts with
+	// one batch, and
 	// the leader knows the producer's sequence again before the next one
 	// leaves. An attempt that was not written (or not known
 	// to be) unsets it too (batch.waitConfirmed).
