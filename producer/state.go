@@ -103,7 +103,8 @@ type entry struct {
 	// lastOffset and lastTimestamp are the LastOffset and MaxTimestamp of
 	// the last retained batch; with no batch left, lastOffset is below the
 	// truncation point and lastTimestamp that of the last truncated batch.
-	// lastTimestamp drives Expire; lastOffset, TruncateTo.
+	// lastTimestamp drives Expire's expiration; lastOffset, TruncateTo
+	// and the order Expire forgets in beyond MaxProducers.
 	lastOffset    int64
 	lastTimestamp int64
 	// seen is when (ms, the replica's clock) a batch of the producer was
@@ -377,9 +378,14 @@ func (s *State) RemoveBefore(logStartOffset int64) {
 // batch whose outcome it did not learn was appended again. A forgotten
 // producer's next batch is accepted at any sequence.
 //
-// Then, beyond MaxProducers, it forgets the least recently active ones
-// (the later of their last batch's MaxTimestamp and Seen; the lower id
-// first among equals), and returns how many: clients that make a producer
+// Then, beyond MaxProducers, it forgets the least recently active ones,
+// those whose last batch is lowest in the log (the lower id first among
+// equals), and returns how many. The log's order is the same on every
+// replica and after a restart, where Seen is not (it is not in the
+// snapshot: a backfill still writing, its timestamps old, was forgotten
+// first after one), and is not the clients' clocks (a producer that wrote
+// once with its clock an hour ahead was kept over one writing now, which
+// was forgotten between its batches). Clients that make a producer
 // per request or per process (a script's logagent produce, a serverless
 // function) leave one behind each time, and a week of them took memory
 // and snapshot bytes without bound (Kafka shortened its expiry to a day
@@ -397,15 +403,15 @@ func (s *State) Expire(now time.Time) (overMax int) {
 	if overMax <= 0 {
 		return 0
 	}
-	type active struct {
-		pid int64
-		at  int64
+	type last struct {
+		pid    int64
+		offset int64
 	}
-	all := make([]active, 0, len(s.producers))
+	all := make([]last, 0, len(s.producers))
 	for pid, e := range s.producers {
-		all = append(all, active{pid, e.activeAt()})
+		all = append(all, last{pid, e.lastOffset})
 	}
-	slices.SortFunc(all, func(a, b active) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.pid, b.pid)) })
+	slices.SortFunc(all, func(a, b last) int { return cmp.Or(cmp.Compare(a.offset, b.offset), cmp.Compare(a.pid, b.pid)) })
 	for _, a := range all[:overMax] {
 		delete(s.producers, a.pid)
 	}

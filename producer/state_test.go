@@ -395,41 +395,61 @@ func TestExpire(t *testing.T) {
 }
 
 // TestExpireBeyondMaxProducers: past MaxProducers, Expire forgets the
-// least recently active producers (the later of their last batch's
-// timestamp and Seen, the lower id first among equals) and says how many.
-// A producer per request or per process left one entry each for a week,
-// without bound.
+// least recently active producers, those whose last batch is lowest in the
+// log (the lower id first among equals), and says how many. A producer per
+// request or per process left one entry each for a week, without bound.
+// The order is the log's, not the clients' clocks nor Seen: a producer
+// that wrote once with its clock an hour ahead was kept over one writing
+// now, and after a restart (Seen is not in the snapshot) a backfill still
+// writing was forgotten before producers idle since.
 func TestExpireBeyondMaxProducers(t *testing.T) {
-	batch := func(pid int64, offset, ts int64) Batch {
-		return Batch{ProducerID: pid, RecordCount: 1, BaseOffset: offset, LastOffset: offset, MaxTimestamp: ts}
-	}
+	type appended struct{ pid, ts int64 }
 	cases := []struct {
-		name   string
-		max    int
-		ts     []int64 // producer i+1's last batch's timestamp
-		seen   map[int64]int64
-		forgot int
-		kept   []int64
+		name     string
+		max      int
+		appends  []appended // one batch each, in log order
+		truncate int64      // TruncateTo this offset after the appends, if not 0
+		restart  bool       // through a snapshot before Expire
+		forgot   int
+		kept     []int64
 	}{
-		{"under the bound", 5, []int64{10, 50, 20, 40, 30}, nil, 0, []int64{1, 2, 3, 4, 5}},
-		{"the least recently active go", 3, []int64{10, 50, 20, 40, 30}, nil, 2, []int64{2, 4, 5}},
-		{"a batch applied lately counts, whatever its timestamp", 3, []int64{10, 50, 20, 40, 30}, map[int64]int64{1: 60}, 2, []int64{1, 2, 4}},
-		{"the lower id first among equals", 2, []int64{7, 7, 7}, nil, 1, []int64{2, 3}},
+		{"under the bound", 5, []appended{{1, 10}, {3, 20}, {5, 30}, {4, 40}, {2, 50}}, 0, false, 0, []int64{1, 2, 3, 4, 5}},
+		{"the least recently active go", 3, []appended{{1, 10}, {3, 20}, {5, 30}, {4, 40}, {2, 50}}, 0, false, 2, []int64{2, 4, 5}},
+		{"the last append counts, whatever its timestamp", 3, []appended{{3, 20}, {5, 30}, {4, 40}, {2, 50}, {1, 10}}, 0, false, 2, []int64{1, 2, 4}},
+		// Now is 100: producer 1 wrote once with its clock an hour ahead,
+		// 2 is writing now.
+		{"a timestamp ahead of the clock is no activity", 1, []appended{{1, 3_600_100}, {2, 10}}, 0, false, 1, []int64{2}},
+		// Producer 2 is a backfill (old timestamps) still writing.
+		{"the same order after a restart", 1, []appended{{1, 90}, {2, 10}}, 0, true, 1, []int64{2}},
+		// Every batch at or above offset 1 cut: 2 and 3 continue from
+		// the truncation point, as 1 does.
+		{"the lower id first among equals", 2, []appended{{1, 10}, {2, 20}, {3, 30}}, 1, false, 1, []int64{2, 3}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(Options{Expiration: time.Hour, MaxProducers: tc.max})
-			for i, ts := range tc.ts {
-				mustApply(t, s, batch(int64(i+1), int64(i), ts))
+			opts := Options{Expiration: time.Hour, MaxProducers: tc.max}
+			s := New(opts)
+			for i, a := range tc.appends {
+				mustApply(t, s, Batch{ProducerID: a.pid, RecordCount: 1, BaseOffset: int64(i), LastOffset: int64(i), MaxTimestamp: a.ts})
+				s.Seen(a.pid, time.UnixMilli(50+int64(i))) // as the replica does, on its clock
 			}
-			for pid, at := range tc.seen {
-				s.Seen(pid, time.UnixMilli(at))
+			if tc.truncate != 0 {
+				s.TruncateTo(tc.truncate)
+			}
+			if tc.restart {
+				b, err := s.MarshalSnapshot(nil, int64(len(tc.appends)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s, _, err = UnmarshalSnapshot(b, opts); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if got := s.Expire(time.UnixMilli(100)); got != tc.forgot {
 				t.Errorf("Expire forgot %d beyond the bound, want %d", got, tc.forgot)
 			}
 			var kept []int64
-			for pid := range int64(len(tc.ts)) + 1 {
+			for pid := range int64(len(tc.appends)) + 1 {
 				if _, ok := s.producers[pid]; ok {
 					kept = append(kept, pid)
 				}
