@@ -201,7 +201,8 @@ producer {
   id_expiration = "168h"
   # The most idempotent producers a partition remembers: beyond it, the
   # least recently active are forgotten first, once a minute (and logged),
-  # as if their id_expiration had passed. A producer takes about 160 bytes
+  # as if their id_expiration had passed; none that wrote within the last 2
+  # minutes (its client may still resend). A producer takes about 160 bytes
   # of memory and 67 of the partition's producer snapshot. Clients that make
   # a producer per request or per process leave one behind each time.
   max_per_partition = 100000

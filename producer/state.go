@@ -28,6 +28,14 @@ const NumBatchesToRetain = 5
 // a day and a batch resent after it are still told apart.
 const DefaultExpiration = 7 * 24 * time.Hour
 
+// ResendWindow is how long after a producer's batch was applied here
+// Expire keeps it whatever MaxProducers says: its client may still resend
+// a batch whose outcome it did not learn (the Go client's default delivery
+// timeout, and Kafka's, is 2 minutes), and a producer forgotten meanwhile
+// had that resend appended again. The bound is exceeded by the producers
+// active within it.
+const ResendWindow = 2 * time.Minute
+
 // DefaultMaxProducers is the MaxProducers used when Options leaves it
 // zero. A producer takes 150 to 165 bytes of memory and 67 of snapshot
 // (BenchmarkProducerFootprint): 100,000 of them, 15 MB and 7 MB.
@@ -403,15 +411,19 @@ func (s *State) Expire(now time.Time) (overMax int) {
 	if overMax <= 0 {
 		return 0
 	}
+	resendFrom := now.UnixMilli() - ResendWindow.Milliseconds()
 	type last struct {
 		pid    int64
 		offset int64
 	}
 	all := make([]last, 0, len(s.producers))
 	for pid, e := range s.producers {
-		all = append(all, last{pid, e.lastOffset})
+		if e.seen == 0 || e.seen < resendFrom {
+			all = append(all, last{pid, e.lastOffset})
+		}
 	}
 	slices.SortFunc(all, func(a, b last) int { return cmp.Or(cmp.Compare(a.offset, b.offset), cmp.Compare(a.pid, b.pid)) })
+	overMax = min(overMax, len(all))
 	for _, a := range all[:overMax] {
 		delete(s.producers, a.pid)
 	}

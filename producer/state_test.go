@@ -410,20 +410,24 @@ func TestExpireBeyondMaxProducers(t *testing.T) {
 		appends  []appended // one batch each, in log order
 		truncate int64      // TruncateTo this offset after the appends, if not 0
 		restart  bool       // through a snapshot before Expire
+		resend   bool       // Expire within ResendWindow of the appends
 		forgot   int
 		kept     []int64
 	}{
-		{"under the bound", 5, []appended{{1, 10}, {3, 20}, {5, 30}, {4, 40}, {2, 50}}, 0, false, 0, []int64{1, 2, 3, 4, 5}},
-		{"the least recently active go", 3, []appended{{1, 10}, {3, 20}, {5, 30}, {4, 40}, {2, 50}}, 0, false, 2, []int64{2, 4, 5}},
-		{"the last append counts, whatever its timestamp", 3, []appended{{3, 20}, {5, 30}, {4, 40}, {2, 50}, {1, 10}}, 0, false, 2, []int64{1, 2, 4}},
-		// Now is 100: producer 1 wrote once with its clock an hour ahead,
+		{"under the bound", 5, []appended{{1, 10}, {3, 20}, {5, 30}, {4, 40}, {2, 50}}, 0, false, false, 0, []int64{1, 2, 3, 4, 5}},
+		{"the least recently active go", 3, []appended{{1, 10}, {3, 20}, {5, 30}, {4, 40}, {2, 50}}, 0, false, false, 2, []int64{2, 4, 5}},
+		{"the last append counts, whatever its timestamp", 3, []appended{{3, 20}, {5, 30}, {4, 40}, {2, 50}, {1, 10}}, 0, false, false, 2, []int64{1, 2, 4}},
+		// Now is 2 min in: producer 1 wrote once with its clock an hour ahead,
 		// 2 is writing now.
-		{"a timestamp ahead of the clock is no activity", 1, []appended{{1, 3_600_100}, {2, 10}}, 0, false, 1, []int64{2}},
+		{"a timestamp ahead of the clock is no activity", 1, []appended{{1, 3_600_100}, {2, 10}}, 0, false, false, 1, []int64{2}},
 		// Producer 2 is a backfill (old timestamps) still writing.
-		{"the same order after a restart", 1, []appended{{1, 90}, {2, 10}}, 0, true, 1, []int64{2}},
+		{"the same order after a restart", 1, []appended{{1, 90}, {2, 10}}, 0, true, false, 1, []int64{2}},
 		// Every batch at or above offset 1 cut: 2 and 3 continue from
 		// the truncation point, as 1 does.
-		{"the lower id first among equals", 2, []appended{{1, 10}, {2, 20}, {3, 30}}, 1, false, 1, []int64{2, 3}},
+		{"the lower id first among equals", 2, []appended{{1, 10}, {2, 20}, {3, 30}}, 1, false, false, 1, []int64{2, 3}},
+		// A producer's client may resend what it appended within
+		// ResendWindow: none is forgotten, whatever the bound.
+		{"appended within the resend window", 1, []appended{{1, 10}, {2, 20}, {3, 30}}, 0, false, true, 0, []int64{1, 2, 3}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -445,7 +449,11 @@ func TestExpireBeyondMaxProducers(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got := s.Expire(time.UnixMilli(100)); got != tc.forgot {
+			now := time.UnixMilli(100).Add(ResendWindow)
+			if tc.resend {
+				now = time.UnixMilli(100)
+			}
+			if got := s.Expire(now); got != tc.forgot {
 				t.Errorf("Expire forgot %d beyond the bound, want %d", got, tc.forgot)
 			}
 			var kept []int64

@@ -262,7 +262,12 @@ func TestProducersBeyondMaxPerPartitionForgotten(t *testing.T) {
 		clock.t = clock.t.Add(time.Second)
 		bases[id] = appendIdempotentAt(t, r, id, 0, 1, clock.t.UnixMilli())
 	}
-	r.maintainProducers() // the retention tick
+	r.maintainProducers() // the retention tick, within producer.ResendWindow
+	if r.producers.Len() != 5 {
+		t.Fatalf("%d producers kept right after they wrote, want all 5 (their clients may resend)", r.producers.Len())
+	}
+	clock.t = clock.t.Add(producer.ResendWindow)
+	r.maintainProducers() // the tick past it
 	wantKept := func(what string) {
 		t.Helper()
 		if r.producers.Len() != 3 {
