@@ -1281,11 +1281,19 @@ func (c *Coordinator) Reset(ctx context.Context, groupID string, req ResetReques
 	for p := range n {
 		tps[p] = group.TopicPartition{Topic: req.Topic, Partition: p}
 	}
-	targets := make([]int64, n)
-	for p, pos := range c.positionsOf(ctx, tps) {
-		if pos.err != nil {
+	// The first partition whose positions cannot be had fails the reset:
+	// the others are not asked for then (each could take a leader's call
+	// timeout), and an answer that was not asked for is not the failure.
+	askCtx, stopAsking := context.WithCancel(ctx)
+	defer stopAsking()
+	all := c.positionsOf(askCtx, tps, stopAsking)
+	for p, pos := range all {
+		if pos.err != nil && (ctx.Err() != nil || !errors.Is(pos.err, context.Canceled)) {
 			return ResetResponse{}, fmt.Errorf("%w: positions of %v: %v", ErrUnavailable, tps[p], pos.err)
 		}
+	}
+	targets := make([]int64, n)
+	for p, pos := range all {
 		switch {
 		case req.To == "earliest":
 			targets[p] = pos.logStart
@@ -1582,7 +1590,7 @@ func (c *Coordinator) Describe(ctx context.Context, groupID, self string) (Descr
 			tps = append(tps, group.TopicPartition{Topic: t, Partition: p})
 		}
 	}
-	for i, pos := range c.positionsOf(ctx, tps) {
+	for i, pos := range c.positionsOf(ctx, tps, nil) {
 		tp := tps[i]
 		pd := PartitionDescription{Topic: tp.Topic, Partition: tp.Partition, Owner: owners[tp], Committed: -1, HighWatermark: -1, Lag: -1}
 		off, ok := offsets[tp]
@@ -1616,8 +1624,9 @@ type positions struct {
 }
 
 // positionsOf asks the host for the positions of tps, at most
-// positionsConcurrency at a time, and returns them in the order of tps.
-func (c *Coordinator) positionsOf(ctx context.Context, tps []group.TopicPartition) []positions {
+// positionsConcurrency at a time, and returns them in the order of tps;
+// failed, if not nil, is called when one cannot be had.
+func (c *Coordinator) positionsOf(ctx context.Context, tps []group.TopicPartition, failed func()) []positions {
 	out := make([]positions, len(tps))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -1629,6 +1638,9 @@ func (c *Coordinator) positionsOf(ctx context.Context, tps []group.TopicPartitio
 				// leader's client call does not watch ctx.
 				if p.err = ctx.Err(); p.err == nil {
 					p.logStart, p.hw, p.err = c.cfg.Host.Positions(ctx, tps[i])
+					if p.err != nil && failed != nil {
+						failed()
+					}
 				}
 			}
 		})

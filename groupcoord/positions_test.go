@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ type remoteHost struct {
 	inFlight, peak, calls int
 	// afterCall, if set, runs after each call is counted.
 	afterCall func(calls int)
+	// noLeader, if set, is the partition whose positions cannot be had.
+	noLeader *int32
 }
 
 func (h *remoteHost) Positions(ctx context.Context, tp group.TopicPartition) (int64, int64, error) {
@@ -37,6 +40,9 @@ func (h *remoteHost) Positions(ctx context.Context, tp group.TopicPartition) (in
 	h.mu.Lock()
 	h.inFlight--
 	h.mu.Unlock()
+	if h.noLeader != nil && tp.Partition == *h.noLeader {
+		return 0, 0, fmt.Errorf("%v has no leader", tp)
+	}
 	_, hw, err := h.fakeHost.Positions(ctx, tp)
 	return int64(tp.Partition), hw, err
 }
@@ -115,6 +121,30 @@ func TestPositionsNotAskedOnceTheCallerGaveUp(t *testing.T) {
 	defer h.mu.Unlock()
 	if h.calls > giveUpAfter+positionsConcurrency {
 		t.Errorf("%d leaders asked after the caller gave up at the %dth, want at most %d in flight then", h.calls, giveUpAfter, positionsConcurrency)
+	}
+}
+
+// TestResetStopsAskingAtTheFirstFailure: a reset fails on a partition
+// whose positions cannot be had, as it did when it asked one after
+// another, without asking the leaders of the rest first (each could take
+// a leader's call timeout), and names that partition, not one it did not
+// ask.
+func TestResetStopsAskingAtTheFirstFailure(t *testing.T) {
+	const n = 2000
+	h := newRemoteHost(n, time.Millisecond)
+	failing := int32(40)
+	h.noLeader = &failing
+	c := newTestCoordinator(t, h, newFakeStore(), &fakeClock{now: time.Unix(1_700_000_000, 0)})
+	_, err := c.Reset(context.Background(), "g", ResetRequest{Topic: "big", To: "earliest"})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "big/40 has no leader") {
+		t.Fatalf("reset with big/40 leaderless = %v, want ErrUnavailable naming big/40", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// Each worker may have taken one more partition, and another after
+	// it, while the failing call returned.
+	if bound := int(failing) + 1 + 2*positionsConcurrency; h.calls > bound {
+		t.Errorf("%d leaders asked, want at most %d: those in flight at the failure, no more", h.calls, bound)
 	}
 }
 
