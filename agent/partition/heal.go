@@ -123,21 +123,31 @@ func (r *Replica) maybeHeal(now time.Time) {
 	// A move that re-places a dead replica is self-healing's, which its
 	// leader cancels if it stalls; one only for a drain is the
 	// operator's, and waits as the operator's own moves do.
-	gen, from := r.gen, election.DecidedFrom{TopicID: r.meta.tc.ID, ReplicasIndex: pm.ReplicasIndex, Healing: len(dead) > 0}
-	for _, id := range due {
-		if !slices.Contains(dead, id) {
-			if from.Draining == nil {
-				from.Draining = map[string]uint64{}
-			}
-			from.Draining[id] = snap.DrainIndex(id)
-		}
-	}
+	gen, from := r.gen, election.DecidedFrom{TopicID: r.meta.tc.ID, ReplicasIndex: pm.ReplicasIndex, Healing: len(dead) > 0,
+		Draining: drainGuards(due, dead, snap.DrainIndex)}
 	r.tasks.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, isrProposalTimeout)
 		defer cancel()
 		_, _, err := r.deps.Coord.StartReassignFrom(ctx, r.topic, r.partition, from, target)
 		r.send(healResult{gen: gen, target: target, err: err})
 	})
+}
+
+// drainGuards is the drain key index (drainIndex) of each replica of due
+// re-placed because its agent is drained: not dead, which is re-placed
+// whether the drain holds or not. The start checks them, so that a drain
+// cancelled after the decision moves nothing (nil when there are none).
+func drainGuards(due, dead []string, drainIndex func(node string) uint64) map[string]uint64 {
+	var guards map[string]uint64
+	for _, id := range due {
+		if !slices.Contains(dead, id) {
+			if guards == nil {
+				guards = map[string]uint64{}
+			}
+			guards[id] = drainIndex(id)
+		}
+	}
+	return guards
 }
 
 func (r *Replica) onHealResult(ev healResult) {

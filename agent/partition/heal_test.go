@@ -2,6 +2,7 @@ package partition
 
 import (
 	"errors"
+	"maps"
 	"testing"
 	"time"
 )
@@ -63,5 +64,29 @@ func TestFailedHealStartOfAnEndedLeadershipFreesTheTurn(t *testing.T) {
 	r.onHealResult(healResult{gen: 1, target: []string{"n1", "n2", "n4"}, err: errors.New("refused")})
 	if !heals.take(replicasIndex, "b", 0, 20, t0.Add(time.Second)) {
 		t.Fatal("a failed start of an ended leadership kept the agent's turn: other partitions wait healHoldMax")
+	}
+}
+
+// TestDrainGuards: a move re-placing drained replicas names their drain
+// keys' indexes for its start to check; a replica dead (drained or not) is
+// re-placed either way and names none.
+func TestDrainGuards(t *testing.T) {
+	index := map[string]uint64{"n2": 7, "n3": 9, "n4": 11}
+	cases := []struct {
+		name      string
+		due, dead []string
+		want      map[string]uint64
+	}{
+		{"drained only", []string{"n2"}, nil, map[string]uint64{"n2": 7}},
+		{"two drained, one dead", []string{"n3", "n2", "n4"}, []string{"n3"}, map[string]uint64{"n2": 7, "n4": 11}},
+		{"dead (its drain key, n3's, is no guard)", []string{"n3"}, []string{"n3"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := drainGuards(c.due, c.dead, func(node string) uint64 { return index[node] })
+			if !maps.Equal(got, c.want) {
+				t.Fatalf("drainGuards(%v, dead %v) = %v, want %v", c.due, c.dead, got, c.want)
+			}
+		})
 	}
 }
