@@ -62,7 +62,8 @@ type reassignProgress struct {
 	LogEndOffset int64 `json:"log_end_offset"`
 	Lag          int64 `json:"lag"`
 	InSync       bool  `json:"in_sync"`
-	// CatchUpBytes is what this leader has sent it while it caught up.
+	// CatchUpBytes is what this agent has sent it while it caught up,
+	// since it opened the partition (over all its leaderships).
 	CatchUpBytes int64 `json:"catch_up_bytes"`
 }
 
