@@ -131,7 +131,7 @@ func Next(s State) Step {
 	if len(waiting) > 0 {
 		return Step{Kind: Wait, Reason: "target replicas are catching up", Waiting: waiting}
 	}
-	if HeldByDeadKept(s.Move, s.ISR, s.Dead, s.MinISR) {
+	if heldByKept(s.Move, s.ISR, deadKept, s.MinISR) {
 		return Step{Kind: Wait, Reason: fmt.Sprintf("completing without the dead kept replicas would leave %d in the ISR, below min_insync_replicas %d, and fewer than now or the leader alone",
 			len(s.Move.Target)-len(deadKept), s.MinISR), Waiting: deadKept}
 	}
@@ -164,7 +164,11 @@ func DeadKept(m Move, isr, dead []string) []string {
 // or hold the leader alone. Such a move cannot complete until one comes
 // back (or it is cancelled).
 func HeldByDeadKept(m Move, isr, dead []string, minISR int) bool {
-	kept := DeadKept(m, isr, dead)
+	return heldByKept(m, isr, DeadKept(m, isr, dead), minISR)
+}
+
+// heldByKept is HeldByDeadKept with m's dead kept replicas known.
+func heldByKept(m Move, isr, kept []string, minISR int) bool {
 	after := len(m.Target) - len(kept)
 	return len(kept) > 0 && after < minISR &&
 		(after < 2 || slices.ContainsFunc(isr, func(id string) bool { return !slices.Contains(m.Target, id) }))

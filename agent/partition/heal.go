@@ -353,8 +353,7 @@ func replicaLoad(s *election.Snapshot, lv *election.Liveness) (map[string]int, i
 				load[id]++
 			}
 			if m := pm.Reassign; m != nil && len(lv.DeadAmong(m.Adding)) == 0 &&
-				!reassign.HeldByDeadKept(reassign.Move{Target: m.Target, Adding: m.Adding, Removing: m.Removing, Cancel: m.Cancelled},
-					pm.State.ISR, lv.DeadAmong(m.Target), tm.Config.MinInsyncReplicas) {
+				!reassign.HeldByDeadKept(planMove(m), pm.State.ISR, lv.DeadAmong(m.Target), tm.Config.MinInsyncReplicas) {
 				moving++
 			}
 		}

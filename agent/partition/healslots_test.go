@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/logagent/logagent/election"
 )
 
 // TestMovesWaitingOnADeadAgentTakeNoHealingSlot: two moves in flight add
@@ -24,20 +26,7 @@ func TestMovesWaitingOnADeadAgentTakeNoHealingSlot(t *testing.T) {
 			t.Fatalf("move of %s/0: %v", topic, err)
 		}
 	}
-	createTopic(t, coord, "c", [][]string{{"n1", "n2", "n3"}}, 1)
-	waitLeading(t, m, "c")
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		pm, _ := coord.Metadata().Partition("c", 0)
-		if pm.Reassign != nil && !slices.Contains(pm.Reassign.Target, "n3") {
-			t.Logf("c/0 moving to %v", pm.Reassign.Target)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("15 s on, c/0 is %v with move %+v: its dead n3 is not re-placed while two moves wait for n3", pm.Replicas, pm.Reassign)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitThirdPartitionHealed(t, m, coord)
 	for _, topic := range []string{"a", "b"} {
 		if pm, _ := coord.Metadata().Partition(topic, 0); pm.Reassign == nil || !slices.Equal(pm.Reassign.Target, []string{"n1", "n3", "n4"}) {
 			t.Errorf("%s/0's move is %+v, want the operator's, still waiting", topic, pm.Reassign)
@@ -66,6 +55,19 @@ func TestMovesWaitingOnADeadKeptReplicaForMinISRTakeNoHealingSlot(t *testing.T) 
 			t.Fatalf("move of %s/0: %v", topic, err)
 		}
 	}
+	waitThirdPartitionHealed(t, m, coord)
+	for _, topic := range []string{"a", "b"} {
+		if pm, _ := coord.Metadata().Partition(topic, 0); pm.Reassign == nil || !slices.Equal(pm.Reassign.Target, []string{"n1", "n3"}) || !slices.Contains(pm.State.ISR, "n2") {
+			t.Errorf("%s/0's move is %+v, ISR %v: want the operator's, still waiting, n2 in the ISR", topic, pm.Reassign, pm.State.ISR)
+		}
+	}
+}
+
+// waitThirdPartitionHealed creates c/0 on n1, n2 and the dead n3, and waits
+// up to 15 s for its n3 to be re-placed while the moves of the test hold
+// whatever slots they hold.
+func waitThirdPartitionHealed(t *testing.T, m *Manager, coord *election.Client) {
+	t.Helper()
 	createTopic(t, coord, "c", [][]string{{"n1", "n2", "n3"}}, 1)
 	waitLeading(t, m, "c")
 	deadline := time.Now().Add(15 * time.Second)
@@ -73,16 +75,11 @@ func TestMovesWaitingOnADeadKeptReplicaForMinISRTakeNoHealingSlot(t *testing.T) 
 		pm, _ := coord.Metadata().Partition("c", 0)
 		if pm.Reassign != nil && !slices.Contains(pm.Reassign.Target, "n3") {
 			t.Logf("c/0 moving to %v", pm.Reassign.Target)
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("15 s on, c/0 is %v with move %+v: its dead n3 is not re-placed while two moves wait for n3", pm.Replicas, pm.Reassign)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	for _, topic := range []string{"a", "b"} {
-		if pm, _ := coord.Metadata().Partition(topic, 0); pm.Reassign == nil || !slices.Equal(pm.Reassign.Target, []string{"n1", "n3"}) || !slices.Contains(pm.State.ISR, "n2") {
-			t.Errorf("%s/0's move is %+v, ISR %v: want the operator's, still waiting, n2 in the ISR", topic, pm.Reassign, pm.State.ISR)
-		}
 	}
 }

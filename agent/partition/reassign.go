@@ -53,7 +53,7 @@ func (r *Replica) driveReassign(now time.Time) {
 	}
 	step := reassign.Next(reassign.State{
 		Self:        r.deps.Self,
-		Move:        reassign.Move{Target: pm.Reassign.Target, Adding: pm.Reassign.Adding, Removing: pm.Reassign.Removing, Cancel: pm.Reassign.Cancelled},
+		Move:        planMove(pm.Reassign),
 		Replicas:    r.leader.Replicas(),
 		ISR:         r.leaderISR,
 		InFlight:    r.leader.InFlight() || r.isrRetry != nil,
@@ -86,6 +86,11 @@ func (r *Replica) driveReassign(now time.Time) {
 		r.reassignIndexes = reassignIndexes{replicas: pm.ReplicasIndex, move: pm.ReassignIndex, m: *pm.Reassign}
 		r.processLeaderReady()
 	}
+}
+
+// planMove is the move m as reassign's plan takes it.
+func planMove(m *election.Reassignment) reassign.Move {
+	return reassign.Move{Target: m.Target, Adding: m.Adding, Removing: m.Removing, Cancel: m.Cancelled}
 }
 
 // reassignIndexes are the keys a completion decided from: its transaction
