@@ -21,15 +21,22 @@ import (
 // session. A warning, or maintenance mode, is not death. A failed read
 // changes nothing: the last good answer stays, so no agent is ever called
 // dead because Consul could not be asked.
+//
+// An agent is placeable when it has a registration whose every check
+// passes, Consul's "passing" filter, which Client.Agents reads too: only
+// those take new replicas. An agent in maintenance mode (its service's or
+// its node's) or with a check in warning is alive, keeps its replicas and
+// leaderships, and takes none.
 type Liveness struct {
 	// Index is the Consul index of the health read; 0 until the first one.
-	Index   uint64
-	alive   map[string]bool
-	changed chan struct{}
+	Index     uint64
+	alive     map[string]bool
+	placeable map[string]bool
+	changed   chan struct{}
 }
 
 func emptyLiveness() *Liveness {
-	return &Liveness{alive: map[string]bool{}, changed: make(chan struct{})}
+	return &Liveness{alive: map[string]bool{}, placeable: map[string]bool{}, changed: make(chan struct{})}
 }
 
 // Loaded reports whether the liveness was read from Consul. Before that
@@ -45,6 +52,16 @@ func (lv *Liveness) Dead(nodeID string) bool { return lv.Loaded() && !lv.alive[n
 // Alive lists the node ids of the agents Consul says are alive, sorted.
 func (lv *Liveness) Alive() []string { return slices.Sorted(maps.Keys(lv.alive)) }
 
+// Placeable lists the node ids of the agents that may take new replicas,
+// sorted: those with a registration whose every check passes.
+func (lv *Liveness) Placeable() []string { return slices.Sorted(maps.Keys(lv.placeable)) }
+
+// NotPassing lists the agents alive but not placeable (maintenance mode, a
+// check in warning), sorted.
+func (lv *Liveness) NotPassing() []string {
+	return slices.DeleteFunc(lv.Alive(), func(id string) bool { return lv.placeable[id] })
+}
+
 // DeadAmong returns the members of ids Consul says are dead, in their order.
 func (lv *Liveness) DeadAmong(ids []string) []string {
 	var dead []string
@@ -57,19 +74,24 @@ func (lv *Liveness) DeadAmong(ids []string) []string {
 }
 
 // buildLiveness reads the health of every registration of the service,
-// passing or not: an agent is alive if any of its registrations is.
+// passing or not: an agent is alive if any of its registrations is, and
+// placeable if any has every check passing.
 func buildLiveness(index uint64, entries []*api.ServiceEntry) *Liveness {
-	lv := &Liveness{Index: index, alive: map[string]bool{}, changed: make(chan struct{})}
+	lv := emptyLiveness()
+	lv.Index = index
 	for _, e := range entries {
-		if e.Service == nil {
+		if e.Service == nil || e.Service.Meta[metaNodeID] == "" {
 			continue
 		}
 		nodeID := e.Service.Meta[metaNodeID]
 		failing := slices.ContainsFunc(e.Checks, func(hc *api.HealthCheck) bool {
 			return hc.Status == api.HealthCritical && linkedToSession(hc, e.Service.ID)
 		})
-		if nodeID != "" && !failing {
+		if !failing {
 			lv.alive[nodeID] = true
+		}
+		if !slices.ContainsFunc(e.Checks, func(hc *api.HealthCheck) bool { return hc.Status != api.HealthPassing }) {
+			lv.placeable[nodeID] = true
 		}
 	}
 	return lv
@@ -131,7 +153,8 @@ func (c *Client) livenessLoop() {
 	})
 }
 
-// logLivenessChange logs the agents that died or came back.
+// logLivenessChange logs the agents that died or came back, and those that
+// went in or out of maintenance mode (or a warning).
 func (c *Client) logLivenessChange(old, lv *Liveness) {
 	var died, back []string
 	for id := range old.alive {
@@ -148,5 +171,8 @@ func (c *Client) logLivenessChange(old, lv *Liveness) {
 		slices.Sort(died)
 		slices.Sort(back)
 		c.log.Info("agent liveness changed", "dead", died, "alive_again", back, "alive", lv.Alive())
+	}
+	if was, now := old.NotPassing(), lv.NotPassing(); !slices.Equal(was, now) {
+		c.log.Info("agents alive but not passing every check (maintenance mode, a warning) take no new replica", "not_passing", now, "before", was)
 	}
 }

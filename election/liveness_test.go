@@ -15,7 +15,7 @@ func TestBuildLiveness(t *testing.T) {
 	entry := func(node string, checks ...*api.HealthCheck) *api.ServiceEntry {
 		id := serviceName + "-" + node
 		for _, hc := range checks {
-			if hc.CheckID != serfHealthCheckID && hc.CheckID != "disk" {
+			if nodeCheck := hc.CheckID == serfHealthCheckID || hc.CheckID == "disk" || hc.CheckID == "_node_maintenance"; !nodeCheck {
 				hc.ServiceID = id
 			}
 		}
@@ -29,47 +29,56 @@ func TestBuildLiveness(t *testing.T) {
 	ttl := func(node, status string) *api.HealthCheck { return check(serviceName+"-"+node+":ab12", status) }
 	serf := func(status string) *api.HealthCheck { return check(serfHealthCheckID, status) }
 	tests := []struct {
-		name    string
-		entries []*api.ServiceEntry
-		dead    []string // among a, b, c
+		name      string
+		entries   []*api.ServiceEntry
+		dead      []string // among a, b, c
+		placeable []string
 	}{
 		{"all passing", []*api.ServiceEntry{
 			entry("a", ttl("a", api.HealthPassing), serf(api.HealthPassing)),
 			entry("b", ttl("b", api.HealthPassing)),
 			entry("c", ttl("c", api.HealthPassing)),
-		}, nil},
+		}, nil, []string{"a", "b", "c"}},
 		{"its ttl check critical", []*api.ServiceEntry{
 			entry("a", ttl("a", api.HealthPassing)),
 			entry("b", ttl("b", api.HealthCritical), serf(api.HealthPassing)),
 			entry("c", ttl("c", api.HealthPassing)),
-		}, []string{"b"}},
+		}, []string{"b"}, []string{"a", "c"}},
 		{"its node's serfHealth critical", []*api.ServiceEntry{
 			entry("a", ttl("a", api.HealthPassing)),
 			entry("b", ttl("b", api.HealthPassing)),
 			entry("c", ttl("c", api.HealthPassing), serf(api.HealthCritical)),
-		}, []string{"c"}},
+		}, []string{"c"}, []string{"a", "b"}},
 		{"registration gone", []*api.ServiceEntry{
 			entry("a", ttl("a", api.HealthPassing)),
 			entry("c", ttl("c", api.HealthPassing)),
-		}, []string{"b"}},
-		{"warning, maintenance and unrelated checks are not death", []*api.ServiceEntry{
+		}, []string{"b"}, []string{"a", "c"}},
+		{"warning, maintenance and unrelated checks are not death, but take no replica", []*api.ServiceEntry{
 			entry("a", ttl("a", api.HealthWarning)),
 			entry("b", ttl("b", api.HealthPassing), check(serviceMaintenancePrefix+"logagent-b", api.HealthCritical)),
 			entry("c", ttl("c", api.HealthPassing), check("disk", api.HealthCritical)), // a node check
-		}, nil},
+		}, nil, nil},
+		{"node maintenance", []*api.ServiceEntry{
+			entry("a", ttl("a", api.HealthPassing), check("_node_maintenance", api.HealthCritical)),
+			entry("b", ttl("b", api.HealthPassing)),
+			entry("c", ttl("c", api.HealthPassing)),
+		}, nil, []string{"b", "c"}},
 		{"alive if any registration is", []*api.ServiceEntry{
 			entry("a", ttl("a", api.HealthCritical)),
 			entry("a", ttl("a", api.HealthPassing)),
 			entry("b", ttl("b", api.HealthPassing)),
 			entry("c", ttl("c", api.HealthPassing)),
 			{Service: &api.AgentService{ID: "logagent-x"}}, // no node id: ignored
-		}, nil},
+		}, nil, []string{"a", "b", "c"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lv := buildLiveness(7, tt.entries)
 			if got := lv.DeadAmong([]string{"a", "b", "c"}); !slices.Equal(got, tt.dead) {
 				t.Fatalf("dead %v, want %v", got, tt.dead)
+			}
+			if got := lv.Placeable(); !slices.Equal(got, tt.placeable) {
+				t.Fatalf("placeable %v, want %v", got, tt.placeable)
 			}
 			if !lv.Dead("never-registered") {
 				t.Error("an agent Consul never heard of is not dead")
@@ -116,8 +125,22 @@ func TestLivenessReportsDeadAgents(t *testing.T) {
 		}
 	}
 	waitLiveness(5*time.Second, "every agent alive", func(lv *Liveness) bool {
-		return lv.Loaded() && len(lv.DeadAmong(nodes)) == 0
+		return lv.Loaded() && len(lv.DeadAmong(nodes)) == 0 && slices.Equal(lv.Placeable(), nodes)
 	})
+
+	// Maintenance mode (consul maint -service): a stays alive (waitLiveness
+	// fails on its death) and takes no new replica until it ends.
+	agentAPI := srv.Client().Agent()
+	if err := agentAPI.EnableServiceMaintenance(serviceName+"-a", "patching"); err != nil {
+		t.Fatal(err)
+	}
+	waitLiveness(5*time.Second, "a not placeable in maintenance", func(lv *Liveness) bool {
+		return slices.Equal(lv.Placeable(), []string{"b", "c"})
+	})
+	if err := agentAPI.DisableServiceMaintenance(serviceName + "-a"); err != nil {
+		t.Fatal(err)
+	}
+	waitLiveness(5*time.Second, "a placeable again", func(lv *Liveness) bool { return slices.Equal(lv.Placeable(), nodes) })
 
 	stopped := time.Now()
 	crash(crashed)

@@ -91,16 +91,19 @@ func (r *Replica) maybeHeal(now time.Time) {
 		r.healBusyIndex = snap.Index
 		return
 	}
-	// An agent being drained takes no replica, nor one whose catch-up
-	// stalled a move of this partition lately (cancelStalledHeal): it
-	// would stall the next one the same way.
+	// An agent being drained takes no replica, nor one in Consul
+	// maintenance mode or with a check in warning (not placeable, as for
+	// a new topic's partitions), nor one whose catch-up stalled a move of
+	// this partition lately (cancelStalledHeal): it would stall the next
+	// one the same way.
 	avoid := r.avoidedAgents(now)
-	alive := slices.DeleteFunc(r.liveness.Alive(), func(id string) bool { return snap.IsDraining(id) || slices.Contains(avoid, id) })
-	target, ok := reassign.Replace(pm.Replicas, due, alive, load)
+	placeable := slices.DeleteFunc(r.liveness.Placeable(), func(id string) bool { return snap.IsDraining(id) || slices.Contains(avoid, id) })
+	target, ok := reassign.Replace(pm.Replicas, due, placeable, load)
 	if !ok {
 		if !r.healWaitLogged {
 			r.healWaitLogged = true
-			r.log.Warn("cannot re-place replicas: no live agent without a replica of the partition", "dead", dead, "draining", snap.Draining(), "replicas", pm.Replicas, "alive", alive, "stalled_lately", avoid)
+			r.log.Warn("cannot re-place replicas: no live agent without a replica of the partition", "dead", dead, "draining", snap.Draining(), "replicas", pm.Replicas,
+				"alive", placeable, "not_passing", r.liveness.NotPassing(), "stalled_lately", avoid)
 		}
 		r.healRetryAt = now.Add(healRetry)
 		return

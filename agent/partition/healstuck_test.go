@@ -90,19 +90,9 @@ func TestDrainWithSelfHealingOffWaitsForTheDeadReplica(t *testing.T) {
 	if err := coord.SetDraining(ctx, "n2", true); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !waiting.seen.Load() {
-		pm, _ := coord.Metadata().Partition("hs0", 0)
-		if pm.Reassign != nil {
-			t.Fatalf("with self-healing off and n3 dead, the drain of n2 started a move to %v: it waits for the dead n3 forever", pm.Reassign.Target)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 s after the drain the leader has neither started a move nor said it waits for the dead n3 (partition %+v)", pm)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if pm, _ := coord.Metadata().Partition("hs0", 0); pm.Reassign != nil || !slices.Equal(pm.Replicas, []string{"n1", "n2", "n3"}) {
-		t.Fatalf("the leader says it waits, yet the partition is %v with move %+v", pm.Replicas, pm.Reassign)
+	waitLoggedWithoutMove(t, coord, "hs0", waiting, "with self-healing off and n3 dead, the drain of n2 (a move that would wait for the dead n3 forever)")
+	if pm, _ := coord.Metadata().Partition("hs0", 0); !slices.Equal(pm.Replicas, []string{"n1", "n2", "n3"}) {
+		t.Fatalf("the leader says it waits, yet the partition is %v", pm.Replicas)
 	}
 
 	// n3 comes back: the drain's move starts, n2 out, n3 kept.
@@ -120,6 +110,27 @@ func TestDrainWithSelfHealingOffWaitsForTheDeadReplica(t *testing.T) {
 		t.Fatalf("the drain's move once n3 is back goes to %v, want n2 replaced and n3 kept", target)
 	}
 	t.Logf("move target %v", target)
+}
+
+// waitLoggedWithoutMove waits up to 20 s for the leader of topic's
+// partition 0 to log waiting.want, failing if the partition gets a move
+// before or has one after: after says what must not start a move.
+func waitLoggedWithoutMove(t *testing.T, coord *election.Client, topic string, waiting *logWatch, after string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !waiting.seen.Load() {
+		pm, _ := coord.Metadata().Partition(topic, 0)
+		if pm.Reassign != nil {
+			t.Fatalf("%s: the leader started a move to %v", after, pm.Reassign.Target)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: 20 s on, the leader has neither started a move nor logged %q (partition %+v)", after, waiting.want, pm)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pm, _ := coord.Metadata().Partition(topic, 0); pm.Reassign != nil {
+		t.Fatalf("%s: the leader logged %q, yet the partition has move %+v", after, waiting.want, pm.Reassign)
+	}
 }
 
 // startHealing starts Consul, an election client for each agent in alive
