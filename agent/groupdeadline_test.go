@@ -181,7 +181,7 @@ type groupStatesCoordinator struct {
 	deadline time.Time
 }
 
-func (c *groupStatesCoordinator) GroupStates(ctx context.Context) ([]string, error) {
+func (c *groupStatesCoordinator) GroupStateValues(ctx context.Context) (map[string][]byte, error) {
 	c.deadline, _ = ctx.Deadline()
 	return nil, nil
 }

@@ -26,7 +26,7 @@ const testPrefix = "logagent-test/"
 
 // newTestClient builds a client for srv, closed gracefully when the test
 // ends.
-func newTestClient(t *testing.T, srv *consultest.Server, node string, opts ...func(*Config)) *Client {
+func newTestClient(t testing.TB, srv *consultest.Server, node string, opts ...func(*Config)) *Client {
 	t.Helper()
 	logger, stopLog := testLogger(t, node)
 	cfg := Config{

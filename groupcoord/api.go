@@ -108,6 +108,8 @@ type Store interface {
 	// index; an error leaves it (election.ErrConflict: it moved).
 	DeleteGroupState(ctx context.Context, group string, index uint64) error
 	GroupStates(ctx context.Context) ([]string, error)
+	// GroupStateValues reads every stored state by group id at once.
+	GroupStateValues(ctx context.Context) (map[string][]byte, error)
 }
 
 // Partition names one partition in requests and answers.

@@ -1686,20 +1686,13 @@ func (c *Coordinator) CommittedOffsets() []CommittedOffset {
 
 // List lists the groups with a stored state.
 func List(ctx context.Context, store Store) (ListResponse, error) {
-	ids, err := store.GroupStates(ctx)
+	states, err := store.GroupStateValues(ctx)
 	if err != nil {
 		return ListResponse{}, fmt.Errorf("%w: list groups: %v", ErrUnavailable, err)
 	}
 	out := ListResponse{Groups: []GroupSummary{}}
-	for _, id := range ids {
-		value, _, err := store.LoadGroupState(ctx, id)
-		if err != nil {
-			return ListResponse{}, fmt.Errorf("%w: load group %q: %v", ErrUnavailable, id, err)
-		}
-		if value == nil {
-			continue
-		}
-		st, err := decodeState(value)
+	for _, id := range slices.Sorted(maps.Keys(states)) {
+		st, err := decodeState(states[id])
 		if err != nil {
 			return ListResponse{}, fmt.Errorf("%w: stored state of group %q: %v", ErrUnavailable, id, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -156,6 +157,12 @@ func (s *fakeStore) DeleteGroupState(_ context.Context, g string, index uint64) 
 	delete(s.index, g)
 	s.writes++
 	return nil
+}
+
+func (s *fakeStore) GroupStateValues(context.Context) (map[string][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.values), nil
 }
 
 func (s *fakeStore) GroupStates(context.Context) ([]string, error) {
