@@ -222,3 +222,30 @@ func TestTopicCreateWaitsLongerForManyPartitions(t *testing.T) {
 		t.Errorf("topicCreateTimeout(1000) = %v, want %v", got, want)
 	}
 }
+
+// TestStatusUnavailableDoesNotNameItself: an agent that serves but cannot
+// tell the cluster's state (Consul out of reach: 503 service_unavailable
+// on /v1/status) made logagent status answer "'logagent status' shows the
+// agents and leaders", the hint every other command gives for it.
+func TestStatusUnavailableDoesNotNameItself(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/health" {
+			fakeJSON(w, http.StatusOK, map[string]any{"status": "ok", "node_id": "n1"})
+			return
+		}
+		fakeError(w, http.StatusServiceUnavailable, client.CodeServiceUnavailable, nil)
+	}))
+	t.Cleanup(srv.Close)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"status", "-addr", srv.URL, "-timeout", "2s"}, &stdout, &stderr)
+	if code != exitFailure || strings.Contains(stderr.String(), "'logagent status'") || !strings.Contains(stderr.String(), "cannot show the cluster now: fake: service_unavailable (service_unavailable); the agent's log says why") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 saying the agent cannot show the cluster, its log says why", code, stderr.String())
+	}
+	// Other commands still send the user to logagent status.
+	stderr.Reset()
+	code = run([]string{"topic", "list", "-addr", srv.URL, "-timeout", "2s"}, &stdout, &stderr)
+	if code != exitFailure || !strings.Contains(stderr.String(), "'logagent status' shows the agents and leaders") {
+		t.Fatalf("topic list: exit %d, stderr %q; want the hint to logagent status", code, stderr.String())
+	}
+}

@@ -88,13 +88,9 @@ func transportCause(err error) string {
 // apiErrorLine is an error answer of the agent: its message, and where it
 // helps, what to look at or do next.
 func apiErrorLine(e *client.Error) string {
-	msg := e.Message
-	if msg == "" {
-		msg = fmt.Sprintf("HTTP %d", e.Status)
-	}
-	code := e.Code
-	if code == "" {
-		code = fmt.Sprintf("HTTP %d", e.Status)
+	msg, code := apiErrorParts(e)
+	if clusterNotReady(e.Code) {
+		return fmt.Sprintf("%s (%s): 'logagent status' shows the agents and leaders; try again once they are up", msg, code)
 	}
 	switch e.Code {
 	case client.CodeUnknownTopic:
@@ -107,10 +103,31 @@ func apiErrorLine(e *client.Error) string {
 		return msg + ": the agent wants its client token: -token-file or $" + TokenEnv
 	case client.CodeOffsetOutOfRange:
 		return msg + ": " + logBounds(e.LogStartOffset, e.HighWatermark)
-	case client.CodeLeaderNotAvailable, client.CodeNotEnoughReplicas, client.CodeServiceUnavailable, client.CodeCoordinatorNotAvailable:
-		return fmt.Sprintf("%s (%s): 'logagent status' shows the agents and leaders; try again once they are up", msg, code)
 	}
 	return fmt.Sprintf("%s (%s)", msg, code)
+}
+
+// apiErrorParts are an error answer's message and code, the HTTP status
+// standing in for either when the answer has none.
+func apiErrorParts(e *client.Error) (msg, code string) {
+	msg, code = e.Message, e.Code
+	if msg == "" {
+		msg = fmt.Sprintf("HTTP %d", e.Status)
+	}
+	if code == "" {
+		code = fmt.Sprintf("HTTP %d", e.Status)
+	}
+	return msg, code
+}
+
+// clusterNotReady says whether an error code means that the agents, a
+// leader or a coordinator are not there yet.
+func clusterNotReady(code string) bool {
+	switch code {
+	case client.CodeLeaderNotAvailable, client.CodeNotEnoughReplicas, client.CodeServiceUnavailable, client.CodeCoordinatorNotAvailable:
+		return true
+	}
+	return false
 }
 
 // logBounds says which offsets a partition holds, from an

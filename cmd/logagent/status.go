@@ -27,6 +27,16 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	defer cancel()
 	st, err := readStatus(ctx, c)
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) && clusterNotReady(apiErr.Code) {
+		// The other commands' hint for this answer is this command.
+		msg, code := apiErrorParts(apiErr)
+		line := fmt.Sprintf("the agent at %s cannot show the cluster now: %s (%s); the agent's log says why", c.Addr(), msg, code)
+		if errors.Is(err, context.DeadlineExceeded) {
+			line = fmt.Sprintf("gave up retrying after -timeout %s: %s", *timeout, line)
+		}
+		return &explained{line: line, err: err}
+	}
 	if err != nil {
 		return explain(err, c.Addr(), *timeout)
 	}
