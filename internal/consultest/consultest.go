@@ -201,8 +201,18 @@ func (s *Server) Stop() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	if err := s.launch("restart"); err != nil {
-		s.t.Fatalf("consultest: restart: %v", err)
+	s.StartAgain()
+}
+
+// StartAgain starts a stopped Consul on the same ports, waiting for a
+// leader, as Restart does; a running one is left as it is.
+func (s *Server) StartAgain() {
+	s.t.Helper()
+	if s.PID() != 0 {
+		return
+	}
+	if err := s.launch("start again"); err != nil {
+		s.t.Fatalf("consultest: start again: %v", err)
 	}
 }
 

@@ -124,9 +124,10 @@ func (e *Env) resume(a *testcluster.Agent) {
 	delete(e.paused, a)
 }
 
-// healAll undoes every fault: resumes paused agents, heals every proxy and
-// restarts stopped agents.
+// healAll undoes every fault: starts a stopped Consul, resumes paused
+// agents, heals every proxy and restarts stopped agents.
 func (e *Env) healAll() {
+	e.Cluster.Consul.StartAgain()
 	for a := range e.paused {
 		e.resume(a)
 	}
@@ -313,6 +314,24 @@ func (PauseLeader) Inject(e *Env) Injected {
 }
 
 func (PauseLeader) Heal(e *Env, in Injected) { e.resume(in.Target) }
+
+// RestartConsul is the Consul server stopped (SIGTERM) for a while and
+// started again on its data, as an upgrade or a reboot of its host does:
+// every agent loses Consul at once, leaders step down at their lease
+// deadline, and the agents campaign again once it is back. Held from 1 s
+// (inside the lease) to the session TTL plus 5 s (sessions Consul restores
+// with their TTL timers started again).
+type RestartConsul struct{}
+
+func (RestartConsul) Name() string { return "restart-consul" }
+
+func (RestartConsul) Inject(e *Env) Injected {
+	hold := between(e.Rng, time.Second, e.sessionTTL()+5*time.Second)
+	e.Cluster.Consul.Stop()
+	return Injected{Detail: fmt.Sprintf("stop the Consul server for %s", hold.Round(time.Millisecond)), Epoch: -1, Hold: hold}
+}
+
+func (RestartConsul) Heal(e *Env, _ Injected) { e.Cluster.Consul.StartAgain() }
 
 // KillAll is scenario (f): every agent killed at once, then all restarted
 // on their data.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/logagent/logagent/internal/checker"
+	"github.com/logagent/logagent/internal/consultest"
 	"github.com/logagent/logagent/internal/testcluster"
 )
 
@@ -32,6 +33,9 @@ type Scenario struct {
 	// others, so each partition's time to its first acknowledgement after
 	// a fault is its own.
 	PinProducers bool
+	// PersistentConsul runs Consul as a server with its data on disk, so
+	// that it can be stopped and started again (RestartConsul).
+	PersistentConsul bool
 	// Producing is what producers do about a write whose outcome they
 	// could not learn; the retrying ones need Proxies. A run of RetryPlain
 	// fails unless the final log holds a duplicate (the checker must see
@@ -185,7 +189,11 @@ func Run(t *testing.T, s Scenario, cfg Config) *Result {
 		os.RemoveAll(dir)
 	})
 
-	c := testcluster.Start(t, testcluster.Options{Agents: agents, Dir: dir, Proxies: s.Proxies, Timing: cfg.Timing})
+	opts := testcluster.Options{Agents: agents, Dir: dir, Proxies: s.Proxies, Timing: cfg.Timing}
+	if s.PersistentConsul {
+		opts.Consul = []consultest.Option{consultest.Persistent()}
+	}
+	c := testcluster.Start(t, opts)
 	t.Logf("jepsen: %s: agents run with the %s", s.Name, c.Timings)
 	// Consul's log lives in a test temporary directory, removed when the
 	// test ends: a failing run keeps a copy. Registered after Start, this

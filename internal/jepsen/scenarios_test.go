@@ -80,6 +80,7 @@ func TestScenarios(t *testing.T) {
 		{Scenario{Name: "isolate-then-kill-leader", Fault: IsolateThenKillLeader{}, Proxies: true, MinInsync: 1}, 2, ""},
 		{Scenario{Name: "random-cuts", Fault: RandomCut{}, Proxies: true}, 4, ""},
 		{Scenario{Name: "wipe-replica", Fault: WipeReplica{}}, 2, ""},
+		{Scenario{Name: "restart-consul", Fault: RestartConsul{}, PersistentConsul: true}, 2, ""},
 		// Three partitions, each written all the time through every agent,
 		// so that each one's wait after the kill is measured.
 		{Scenario{Name: "dead-agent", Fault: DeadAgent{}, Partitions: 3, PinProducers: true}, 2, deadCyclesEnv},
