@@ -239,7 +239,8 @@ type DecidedFrom struct {
 // unless the topic is still the incarnation from.TopicID and its replicas
 // key still at from.ReplicasIndex, which the start transaction then
 // checks, as it checks the drain keys of from.Draining (a cancelled drain:
-// ErrConflict). Without it a start decided from metadata that had moved on (a
+// ErrConflict) and that no agent the move adds is being drained (a drain
+// set after the decision: ErrConflict). Without it a start decided from metadata that had moved on (a
 // move another leader completed, the topic deleted and created again) was
 // written over replicas its decider never saw, and moved a partition off a
 // replica just copied to, or onto agents of another incarnation's choice.
@@ -337,13 +338,19 @@ func (c *Client) startReassign(ctx context.Context, topic string, partition int,
 			// written since (cancelled and set again: decided anew).
 			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: c.keys.draining(node), Index: from.Draining[node]}})
 		}
+		for _, node := range m.Adding {
+			// A target is chosen among agents not being drained: a
+			// drain of one set since would have the partition copied
+			// there, then off it again by the next move.
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: c.keys.draining(node)}})
+		}
 	}
 	ok, resp, err := c.txn(ctx, ops, op, rule)
 	if err != nil {
 		return Reassignment{}, false, err
 	}
 	if !ok {
-		return Reassignment{}, false, fmt.Errorf("%w: %s/%d, or a drain the move carries out, changed while the move was written: %s", ErrConflict, topic, partition, txnErrors(resp))
+		return Reassignment{}, false, fmt.Errorf("%w: %s/%d, a drain the move carries out, or a drain of an agent it adds changed while the move was written: %s", ErrConflict, topic, partition, txnErrors(resp))
 	}
 	c.log.Info("reassignment started", "topic", topic, "partition", partition, "replicas", replicas,
 		"target", m.Target, "adding", m.Adding, "removing", m.Removing)

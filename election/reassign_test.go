@@ -607,6 +607,31 @@ func TestStartReassignFromACancelledDrain(t *testing.T) {
 	}
 }
 
+// TestStartReassignFromOntoAnAgentDrainedSince: a leader re-places a dead
+// replica onto d, chosen among agents not being drained, while an
+// operator drains d (logagent node drain d). The start went through: the
+// partition was copied onto d, then off it again by the drain's move. It
+// is ErrConflict, and the next decision sees the drain.
+func TestStartReassignFromOntoAnAgentDrainedSince(t *testing.T) {
+	t.Parallel()
+	_, admin, a := startRegistered(t)
+	ctx := context.Background()
+	createTopic(t, a, "hn", [][]string{{"a", "b", "c"}})
+	decided := decidedFrom(t, a, "hn", func(PartitionMeta) bool { return true })
+	decided.Healing = true
+	if err := a.SetDraining(ctx, "d", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.StartReassignFrom(ctx, "hn", 0, decided, []string{"a", "b", "d"}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a move onto d decided before d's drain = %v, want ErrConflict", err)
+	}
+	noMoveWritten(t, admin, "hn", "the added agent drained")
+	m, done, err := a.StartReassignFrom(ctx, "hn", 0, decided, []string{"a", "b", "e"})
+	if err != nil || done || !slices.Equal(m.Adding, []string{"e"}) {
+		t.Fatalf("a move onto e, not drained = %+v, done %t, %v", m, done, err)
+	}
+}
+
 // noMoveWritten fails the test if partition 0 of topic has a reassign key.
 func noMoveWritten(t *testing.T, admin *api.Client, topic, what string) {
 	t.Helper()
