@@ -231,7 +231,7 @@ func (a *Agent) placementNodes(ctx context.Context) ([]string, error) {
 	}
 	snap := a.coord.Metadata()
 	var nodes []string
-	for _, ag := range agents {
+	for _, ag := range election.PassingAgents(agents) {
 		if !snap.IsDraining(ag.NodeID) {
 			nodes = append(nodes, ag.NodeID)
 		}

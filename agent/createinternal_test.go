@@ -21,7 +21,7 @@ type creatingCoordinator struct {
 }
 
 func (*creatingCoordinator) Agents(context.Context) ([]election.AgentInfo, error) {
-	return []election.AgentInfo{{NodeID: "a1"}}, nil
+	return []election.AgentInfo{{NodeID: "a1", Passing: true}}, nil
 }
 
 func (c *creatingCoordinator) CreateTopic(_ context.Context, tc election.TopicConfig, _ [][]string) error {

@@ -98,14 +98,20 @@ func (a *Agent) handleStartReassign(ctx *fasthttp.RequestCtx) {
 		reply.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 		return
 	}
+	before, _ := a.coord.Metadata().Partition(topic, p)
 	for _, node := range req.Replicas {
-		if !slices.ContainsFunc(agents, func(ag election.AgentInfo) bool { return ag.NodeID == node }) {
+		i := slices.IndexFunc(agents, func(ag election.AgentInfo) bool { return ag.NodeID == node })
+		if i < 0 {
 			reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
-				fmt.Sprintf("replica %q is not a live agent (Consul's passing logagent services)", node), false)
+				fmt.Sprintf("replica %q is not a live agent (Consul's logagent services)", node), false)
+			return
+		}
+		if !agents[i].Passing && !slices.Contains(before.Replicas, node) {
+			reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+				fmt.Sprintf("replica %q would be added, but its agent does not pass every Consul check (maintenance mode, a warning) and takes no new replica", node), false)
 			return
 		}
 	}
-	before, _ := a.coord.Metadata().Partition(topic, p)
 	// A conflict is the partition's keys changed between the start's read
 	// and its write; read again, as a cancel does: a deletion meanwhile is
 	// then the topic's 404, not a 503 its client retries forever.

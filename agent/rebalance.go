@@ -51,7 +51,7 @@ func (a *Agent) handleRebalancePlan(ctx *fasthttp.RequestCtx) {
 	}
 	snap := a.coord.Metadata()
 	var agents []string
-	for _, ag := range live {
+	for _, ag := range election.PassingAgents(live) {
 		if !snap.IsDraining(ag.NodeID) && !slices.Contains(agents, ag.NodeID) {
 			agents = append(agents, ag.NodeID)
 		}

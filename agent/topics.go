@@ -150,6 +150,7 @@ func (a *Agent) createTopic(req kafkabroker.CreateTopicRequest, storage []byte) 
 	if err != nil {
 		return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
+	agents = election.PassingAgents(agents)
 	tc := a.topicConfig(req, len(agents))
 	tc.Storage = storage
 	nodes := make([]string, len(agents))
@@ -530,6 +531,9 @@ type statusAgent struct {
 	NodeID     string `json:"node_id"`
 	ClientAddr string `json:"client_address"`
 	PeerAddr   string `json:"peer_address"`
+	// NotPassing is set for an agent in Consul maintenance mode or with
+	// a check in warning: alive and serving, it takes no new replica.
+	NotPassing bool `json:"not_passing,omitempty"`
 }
 
 type statusPartition struct {
@@ -576,7 +580,7 @@ func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 		agents = live
 	}
 	for _, info := range agents {
-		st.Agents = append(st.Agents, statusAgent{NodeID: info.NodeID, ClientAddr: info.ClientAddr, PeerAddr: info.PeerAddr})
+		st.Agents = append(st.Agents, statusAgent{NodeID: info.NodeID, ClientAddr: info.ClientAddr, PeerAddr: info.PeerAddr, NotPassing: !info.Passing})
 	}
 	// The replicas exist once the agent has served (the state's store
 	// orders their creation before this read).

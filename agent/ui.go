@@ -96,7 +96,8 @@ func (s *uiSource) addReplica(p *ui.Partition, topic string) {
 
 // agents lists every agent the cluster knows: those registered now, those
 // seen registered before, those the metadata names as replicas, and this
-// one. An agent is up when its Consul check passes; when Consul does not
+// one. An agent is up when Consul reports it alive (in maintenance mode or
+// with a check in warning it is up and not passing); when Consul does not
 // answer, the liveness watch's last word decides, and a warning says so.
 func (s *uiSource) agents(ctx context.Context, snap *election.Snapshot) ([]ui.Agent, []string) {
 	a := s.a
@@ -104,14 +105,16 @@ func (s *uiSource) agents(ctx context.Context, snap *election.Snapshot) ([]ui.Ag
 	callCtx, cancel := context.WithTimeout(ctx, uiAgentsTimeout)
 	live, err := a.coord.Agents(callCtx)
 	cancel()
-	passing := map[string]bool{}
+	alive := map[string]election.AgentInfo{}
 	for _, info := range live {
-		passing[info.NodeID] = true
+		alive[info.NodeID] = info
 	}
-	isUp := func(id string) bool { return passing[id] }
+	isUp := func(id string) bool { _, ok := alive[id]; return ok }
+	notPassing := func(id string) bool { info, ok := alive[id]; return ok && !info.Passing }
 	if err != nil {
 		lv := a.coord.Liveness()
 		isUp = func(id string) bool { return !lv.Dead(id) }
+		notPassing = func(id string) bool { return slices.Contains(lv.NotPassing(), id) }
 		live = a.agents.all()
 		warnings = append(warnings, fmt.Sprintf("Consul did not answer the agents list (%v): up and down as Consul last said, addresses as last seen", err))
 	}
@@ -138,7 +141,7 @@ func (s *uiSource) agents(ctx context.Context, snap *election.Snapshot) ([]ui.Ag
 	out := make([]ui.Agent, 0, len(known))
 	for _, id := range slices.Sorted(maps.Keys(known)) {
 		info := known[id]
-		out = append(out, ui.Agent{NodeID: id, ClientAddress: info.ClientAddr, PeerAddress: info.PeerAddr, Up: isUp(id), Draining: snap.IsDraining(id)})
+		out = append(out, ui.Agent{NodeID: id, ClientAddress: info.ClientAddr, PeerAddress: info.PeerAddr, Up: isUp(id), NotPassing: notPassing(id), Draining: snap.IsDraining(id)})
 	}
 	return out, warnings
 }

@@ -6,8 +6,8 @@ import (
 	"net/http"
 )
 
-// AgentStatus is GET /v1/status: the answering agent and the agents whose
-// Consul checks pass. (The answer's partitions, this agent's replicas, are
+// AgentStatus is GET /v1/status: the answering agent and the agents
+// Consul reports alive. (The answer's partitions, this agent's replicas, are
 // left out: DescribeTopic gives them with the rest of each partition.)
 type AgentStatus struct {
 	NodeID string `json:"node_id"`
@@ -15,8 +15,8 @@ type AgentStatus struct {
 	State         string `json:"state"`
 	ClientAddress string `json:"client_address"`
 	PeerAddress   string `json:"peer_address"`
-	// Agents are the agents whose Consul checks pass, this one included
-	// while it is registered; an agent that is down is not among them.
+	// Agents are the agents Consul reports alive, this one included while
+	// it is registered; an agent that is down is not among them.
 	Agents        []AgentInfo `json:"agents"`
 	MetadataIndex uint64      `json:"metadata_index"`
 }
@@ -26,6 +26,9 @@ type AgentInfo struct {
 	NodeID        string `json:"node_id"`
 	ClientAddress string `json:"client_address"`
 	PeerAddress   string `json:"peer_address"`
+	// NotPassing is set for an agent in Consul maintenance mode or with
+	// a check in warning: alive and serving, it takes no new replica.
+	NotPassing bool `json:"not_passing,omitempty"`
 }
 
 // Status asks the agent about itself and the live agents.

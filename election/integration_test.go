@@ -336,7 +336,7 @@ func TestRegistrationPassesThenGoesCritical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []AgentInfo{{NodeID: "n1", PeerAddr: "127.0.0.1:7200", ClientAddr: "127.0.0.1:7100", ConsulNode: srv.NodeName()}}
+	want := []AgentInfo{{NodeID: "n1", PeerAddr: "127.0.0.1:7200", ClientAddr: "127.0.0.1:7100", ConsulNode: srv.NodeName(), Passing: true}}
 	if !slices.Equal(agents, want) {
 		t.Fatalf("Agents() = %+v, want %+v", agents, want)
 	}

@@ -84,17 +84,29 @@ func buildLiveness(index uint64, entries []*api.ServiceEntry) *Liveness {
 			continue
 		}
 		nodeID := e.Service.Meta[metaNodeID]
-		failing := slices.ContainsFunc(e.Checks, func(hc *api.HealthCheck) bool {
-			return hc.Status == api.HealthCritical && linkedToSession(hc, e.Service.ID)
-		})
-		if !failing {
+		alive, passing := registrationHealth(e)
+		if alive {
 			lv.alive[nodeID] = true
 		}
-		if !slices.ContainsFunc(e.Checks, func(hc *api.HealthCheck) bool { return hc.Status != api.HealthPassing }) {
+		if passing {
 			lv.placeable[nodeID] = true
 		}
 	}
 	return lv
+}
+
+// registrationHealth judges one registration of the service: alive unless
+// it fails a check its session is linked to, passing when every check
+// passes (which implies alive).
+func registrationHealth(e *api.ServiceEntry) (alive, passing bool) {
+	if e.Service == nil {
+		return false, false
+	}
+	alive = !slices.ContainsFunc(e.Checks, func(hc *api.HealthCheck) bool {
+		return hc.Status == api.HealthCritical && linkedToSession(hc, e.Service.ID)
+	})
+	passing = !slices.ContainsFunc(e.Checks, func(hc *api.HealthCheck) bool { return hc.Status != api.HealthPassing })
+	return alive, passing
 }
 
 // serviceMaintenancePrefix starts the check id of Consul's service

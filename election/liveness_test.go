@@ -137,6 +137,11 @@ func TestLivenessReportsDeadAgents(t *testing.T) {
 	waitLiveness(5*time.Second, "a not placeable in maintenance", func(lv *Liveness) bool {
 		return slices.Equal(lv.Placeable(), []string{"b", "c"})
 	})
+	// The agents list keeps it (the others route to it), not passing.
+	agents, err := watcher.Agents(context.Background())
+	if err != nil || len(agents) != 3 || agents[0].NodeID != "a" || agents[0].Passing || !agents[1].Passing || !agents[2].Passing {
+		t.Fatalf("Agents() with a in maintenance = %+v, %v; want a, b, c, only a not passing", agents, err)
+	}
 	if err := agentAPI.DisableServiceMaintenance(serviceName + "-a"); err != nil {
 		t.Fatal(err)
 	}

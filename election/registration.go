@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -22,6 +23,15 @@ type AgentInfo struct {
 	ClientAddr string
 	// ConsulNode is the Consul node the agent registered with.
 	ConsulNode string
+	// Passing: every Consul check of its registration passes, so it may
+	// take new replicas (Liveness.Placeable). An agent alive but in
+	// maintenance mode, or with a check in warning, serves all the same.
+	Passing bool
+}
+
+// PassingAgents are the agents of agents that may take new replicas.
+func PassingAgents(agents []AgentInfo) []AgentInfo {
+	return slices.DeleteFunc(slices.Clone(agents), func(a AgentInfo) bool { return !a.Passing })
 }
 
 // Register registers the agent as service "logagent" (ID
@@ -244,11 +254,14 @@ func (c *Client) Deregister(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Agents lists the registered agents whose checks pass, by node id.
+// Agents lists the agents Consul reports alive, by node id, as Liveness
+// judges them: an agent in maintenance mode or with a check in warning is
+// alive, serves and is listed, with Passing false. Placing new replicas
+// takes PassingAgents of it.
 func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
 	callCtx, cancel := c.callContext(ctx)
 	defer cancel()
-	entries, meta, err := c.api.Health().Service(serviceName, "", true, (&api.QueryOptions{}).WithContext(callCtx))
+	entries, meta, err := c.api.Health().Service(serviceName, "", false, (&api.QueryOptions{}).WithContext(callCtx))
 	const op = "list agents"
 	rule := serviceRule + " and " + nodeRule
 	if err != nil {
@@ -257,19 +270,25 @@ func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
 	if meta.ResultsFilteredByACLs {
 		return nil, &PermissionError{Op: op, Rule: rule, Consul: "results filtered by ACLs"}
 	}
-	agents := make([]AgentInfo, 0, len(entries))
+	byNode := map[string]AgentInfo{}
 	for _, e := range entries {
-		nodeID := e.Service.Meta[metaNodeID]
-		if nodeID == "" {
+		alive, passing := registrationHealth(e)
+		if e.Service == nil || e.Service.Meta[metaNodeID] == "" || !alive {
 			continue
 		}
-		agents = append(agents, AgentInfo{
+		nodeID := e.Service.Meta[metaNodeID]
+		if seen, ok := byNode[nodeID]; ok && (seen.Passing || !passing) {
+			continue // an agent registered twice: a passing registration first
+		}
+		byNode[nodeID] = AgentInfo{
 			NodeID:     nodeID,
 			PeerAddr:   e.Service.Meta[metaPeerAddr],
 			ClientAddr: e.Service.Meta[metaClientAddr],
 			ConsulNode: e.Node.Node,
-		})
+			Passing:    passing,
+		}
 	}
+	agents := slices.Collect(maps.Values(byNode))
 	slices.SortFunc(agents, func(a, b AgentInfo) int { return strings.Compare(a.NodeID, b.NodeID) })
 	return agents, nil
 }

@@ -46,8 +46,11 @@ type Agent struct {
 	// metadata, never seen registered.
 	ClientAddress string `json:"client_address"`
 	PeerAddress   string `json:"peer_address"`
-	// Up is true when the agent's Consul check passes.
+	// Up is true when Consul reports the agent alive.
 	Up bool `json:"up"`
+	// NotPassing is true for an agent up but in Consul maintenance mode or
+	// with a check in warning: it serves, and takes no new replica.
+	NotPassing bool `json:"not_passing"`
 	// Draining is true while the agent is being drained (logagent node
 	// drain, docs/design.md §7.7): its replicas move away.
 	Draining bool `json:"draining"`

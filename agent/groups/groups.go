@@ -414,6 +414,7 @@ func (r *Router) createOffsetsTopic() *reply.APIError {
 	if err != nil {
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable, "cannot list agents: "+err.Error(), true)
 	}
+	agents = election.PassingAgents(agents)
 	rf := r.cfg.OffsetsReplicationFactor
 	partitions := r.cfg.OffsetsPartitions
 	tc := r.s.TopicConfig(kafkabroker.CreateTopicRequest{Name: groupcoord.OffsetsTopic, Partitions: &partitions, ReplicationFactor: &rf}, len(agents))

@@ -252,6 +252,7 @@ func (b *Broker) validateTopic(ctx context.Context, req CreateTopicRequest) erro
 	if err != nil {
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
+	agents = election.PassingAgents(agents)
 	tc := b.s.TopicConfig(req, len(agents))
 	if tc.ReplicationFactor > len(agents) {
 		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf("replication factor %d is above the %d agents", tc.ReplicationFactor, len(agents))}

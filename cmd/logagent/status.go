@@ -55,11 +55,14 @@ type clusterStatus struct {
 	topics []client.TopicInfo
 }
 
-// agentState is an agent and whether it is up: one whose Consul check
-// passes, or down: named as a replica in the metadata but not passing.
+// agentState is an agent and whether it is up: one Consul reports alive,
+// or down: named as a replica in the metadata but not alive.
 type agentState struct {
-	NodeID        string `json:"node_id"`
-	Up            bool   `json:"up"`
+	NodeID string `json:"node_id"`
+	Up     bool   `json:"up"`
+	// NotPassing: up, but in Consul maintenance mode or with a check in
+	// warning, so it takes no new replica.
+	NotPassing    bool   `json:"not_passing,omitempty"`
 	ClientAddress string `json:"client_address"`
 	PeerAddress   string `json:"peer_address"`
 }
@@ -98,12 +101,12 @@ func readStatus(ctx context.Context, c *client.Client) (*clusterStatus, error) {
 		st.topics = append(st.topics, t)
 	}
 	slices.SortFunc(st.topics, func(a, b client.TopicInfo) int { return strings.Compare(a.Name, b.Name) })
-	// The agents whose checks pass, and the replicas the metadata names
-	// that are not among them: those are down.
+	// The agents Consul reports alive, and the replicas the metadata
+	// names that are not among them: those are down.
 	known := map[string]bool{}
 	for _, a := range agentStatus.Agents {
 		known[a.NodeID] = true
-		st.agents = append(st.agents, agentState{NodeID: a.NodeID, Up: true, ClientAddress: a.ClientAddress, PeerAddress: a.PeerAddress})
+		st.agents = append(st.agents, agentState{NodeID: a.NodeID, Up: true, NotPassing: a.NotPassing, ClientAddress: a.ClientAddress, PeerAddress: a.PeerAddress})
 	}
 	for _, t := range st.topics {
 		for _, p := range t.Partitions {
@@ -123,11 +126,14 @@ func (st *clusterStatus) write(w io.Writer) error {
 	fmt.Fprintf(w, "agent %s: node %s, %s\n\n", st.addr, st.health.NodeID, st.health.Status)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tSTATE\tCLIENT-ADDRESS\tPEER-ADDRESS")
-	down := 0
+	down, notPassing := 0, 0
 	for _, a := range st.agents {
 		state := "up"
-		if !a.Up {
+		switch {
+		case !a.Up:
 			state, down = "DOWN", down+1
+		case a.NotPassing:
+			state, notPassing = "up, not-passing", notPassing+1
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.NodeID, state, orDash(a.ClientAddress), orDash(a.PeerAddress))
 	}
@@ -159,6 +165,9 @@ func (st *clusterStatus) write(w io.Writer) error {
 	summary := fmt.Sprintf("\n%d agent(s), %d up", len(st.agents), len(st.agents)-down)
 	if down > 0 {
 		summary += fmt.Sprintf(", %d DOWN", down)
+	}
+	if notPassing > 0 {
+		summary += fmt.Sprintf(", %d not passing every Consul check (maintenance mode, a warning: no new replicas there)", notPassing)
 	}
 	summary += fmt.Sprintf("; %d topic(s), %d partition(s)", len(st.topics), partitions)
 	for _, s := range []string{"offline", "below-min-isr", "under-replicated"} {

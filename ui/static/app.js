@@ -113,13 +113,14 @@
     }
     return el('div', {
       class: 'agent ' + (a.up ? 'up' : 'down') + (a.draining ? ' draining' : ''),
-      'data-node': a.node_id, 'data-up': String(a.up), 'data-draining': String(a.draining),
+      'data-node': a.node_id, 'data-up': String(a.up), 'data-draining': String(a.draining), 'data-not-passing': String(a.not_passing),
     },
       el('div', { class: 'top' },
         el('span', { class: 'node' }, a.node_id,
           a.node_id === st.self.node_id ? el('span', { class: 'you', text: 'this agent' }) : null),
         el('span', {},
           a.draining ? el('span', { class: 'badge drain', title: 'logagent node drain: its replicas move away', text: 'DRAINING' }) : null,
+          a.not_passing ? el('span', { class: 'badge drain', title: 'a Consul check not passing (maintenance mode, a warning): it serves, and takes no new replica', text: 'NOT PASSING' }) : null,
           el('span', { class: 'badge', text: a.up ? 'UP' : 'DOWN' }))),
       el('div', { class: 'addr', text: 'client ' + (a.client_address || dash) + '  ·  peer ' + (a.peer_address || dash) }),
       el('div', { class: 'load', text: 'leads ' + leads + ' · replica of ' + holds }));
