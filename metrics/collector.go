@@ -57,39 +57,162 @@ type GroupLag struct {
 	Records   int64
 }
 
-// collector turns Sources into series at every scrape.
-type collector struct {
-	src Sources
+// The per-partition and per-group families are written straight into the
+// text exposition format at every scrape, not made into client_golang
+// constant metrics: at 10,000 partitions those were 73,000 series, each
+// built, validated, sorted and encoded through the registry's generic
+// path, and one scrape cost an agent half a second of CPU
+// (BenchmarkScrape, docs/benchmarks.md "What partitions cost"). The few
+// families of the instruments still go through the registry.
 
-	hw, leo, lso, isr, underMinISR, leader, epoch *prometheus.Desc
-	followerLag, groupLag                         *prometheus.Desc
-	consulRequests, consulErrors                  *prometheus.Desc
+// family is one gauge family written by seriesWriter.
+type family struct {
+	name, help string
 }
 
-func newCollector(src Sources) *collector {
-	part := []string{"topic", "partition"}
-	return &collector{
-		src: src,
-		hw: prometheus.NewDesc("logagent_partition_high_watermark",
-			"High watermark of this agent's replica: the offset below which records are committed.", part, nil),
-		leo: prometheus.NewDesc("logagent_partition_log_end_offset",
-			"Log end offset of this agent's replica: the offset its next record gets.", part, nil),
-		lso: prometheus.NewDesc("logagent_partition_log_start_offset",
-			"Log start offset of this agent's replica: the first offset it keeps.", part, nil),
-		isr: prometheus.NewDesc("logagent_partition_isr_size",
-			"Replicas in the partition's committed ISR, as the leader sees it on the leader and as Consul says elsewhere.", part, nil),
-		underMinISR: prometheus.NewDesc("logagent_partition_under_min_isr",
-			"1 while the ISR is smaller than the topic's min_insync_replicas: acks=all writes are refused.", part, nil),
-		leader: prometheus.NewDesc("logagent_partition_leader",
-			"1 on the agent that leads the partition, 0 on the others that have a replica.", part, nil),
-		epoch: prometheus.NewDesc("logagent_partition_leader_epoch",
-			"The partition's leader epoch: the one this agent leads at on the leader, Consul's elsewhere.", part, nil),
-		followerLag: prometheus.NewDesc("logagent_follower_lag_records",
-			"On the leader, per follower: the leader's log end offset minus the follower's last fetch offset.",
-			[]string{"topic", "partition", "replica"}, nil),
-		groupLag: prometheus.NewDesc("logagent_group_lag_records",
-			"High watermark minus the group's committed offset, for the groups this agent coordinates.",
-			[]string{"group", "topic", "partition"}, nil),
+var (
+	familyHW = family{"logagent_partition_high_watermark",
+		"High watermark of this agent's replica: the offset below which records are committed."}
+	familyLEO = family{"logagent_partition_log_end_offset",
+		"Log end offset of this agent's replica: the offset its next record gets."}
+	familyLSO = family{"logagent_partition_log_start_offset",
+		"Log start offset of this agent's replica: the first offset it keeps."}
+	familyISR = family{"logagent_partition_isr_size",
+		"Replicas in the partition's committed ISR, as the leader sees it on the leader and as Consul says elsewhere."}
+	familyUnderMinISR = family{"logagent_partition_under_min_isr",
+		"1 while the ISR is smaller than the topic's min_insync_replicas: acks=all writes are refused."}
+	familyLeader = family{"logagent_partition_leader",
+		"1 on the agent that leads the partition, 0 on the others that have a replica."}
+	familyEpoch = family{"logagent_partition_leader_epoch",
+		"The partition's leader epoch: the one this agent leads at on the leader, Consul's elsewhere."}
+	familyFollowerLag = family{"logagent_follower_lag_records",
+		"On the leader, per follower: the leader's log end offset minus the follower's last fetch offset."}
+	familyGroupLag = family{"logagent_group_lag_records",
+		"High watermark minus the group's committed offset, for the groups this agent coordinates."}
+)
+
+// partitionGauges are the per-partition families, in the order written;
+// offlineToo says the family has a series for a replica that could not be
+// opened (one with no positions).
+var partitionGauges = []struct {
+	family
+	offlineToo bool
+	value      func(*Partition) int64
+}{
+	{familyHW, false, func(p *Partition) int64 { return p.HighWatermark }},
+	{familyLEO, false, func(p *Partition) int64 { return p.LogEndOffset }},
+	{familyLSO, false, func(p *Partition) int64 { return p.LogStartOffset }},
+	{familyISR, true, func(p *Partition) int64 { return int64(p.ISR) }},
+	{familyUnderMinISR, true, func(p *Partition) int64 { return bit(p.ISR < p.MinISR) }},
+	{familyLeader, true, func(p *Partition) int64 { return bit(p.Leader) }},
+	{familyEpoch, true, func(p *Partition) int64 { return int64(p.LeaderEpoch) }},
+}
+
+// writeSeries appends the partition and group families of one reading of
+// src to b in the text format (version 0.0.4), each family's HELP and TYPE
+// lines before its series and no family without a series.
+func writeSeries(b []byte, src Sources) []byte {
+	if src.Partitions != nil {
+		parts := src.Partitions()
+		for _, g := range partitionGauges {
+			started := false
+			for i := range parts {
+				if parts[i].Offline && !g.offlineToo {
+					continue
+				}
+				if !started {
+					b, started = appendHeader(b, g.family), true
+				}
+				b = appendPartitionSeries(b, g.name, &parts[i], "", g.value(&parts[i]))
+			}
+		}
+		started := false
+		for i := range parts {
+			for _, f := range parts[i].FollowerLag {
+				if !started {
+					b, started = appendHeader(b, familyFollowerLag), true
+				}
+				b = appendPartitionSeries(b, familyFollowerLag.name, &parts[i], f.Replica, f.Records)
+			}
+		}
+	}
+	if src.GroupLags != nil {
+		for i, g := range src.GroupLags() {
+			if i == 0 {
+				b = appendHeader(b, familyGroupLag)
+			}
+			b = append(b, familyGroupLag.name...)
+			b = appendLabel(b, '{', "group", g.Group)
+			b = append(b, `,partition="`...)
+			b = strconv.AppendInt(b, int64(g.Partition), 10)
+			b = append(b, '"')
+			b = appendLabel(b, ',', "topic", g.Topic)
+			b = append(b, "} "...)
+			b = strconv.AppendInt(b, g.Records, 10)
+			b = append(b, '\n')
+		}
+	}
+	return b
+}
+
+func appendHeader(b []byte, f family) []byte {
+	b = append(b, "# HELP "...)
+	b = append(b, f.name...)
+	b = append(b, ' ')
+	b = append(b, f.help...) // no backslash or newline in these
+	b = append(b, "\n# TYPE "...)
+	b = append(b, f.name...)
+	return append(b, " gauge\n"...)
+}
+
+// appendPartitionSeries appends one series of name for p, with a replica
+// label unless replica is empty. Labels come in name order, as the
+// registry writes them.
+func appendPartitionSeries(b []byte, name string, p *Partition, replica string, v int64) []byte {
+	b = append(b, name...)
+	b = append(b, `{partition="`...)
+	b = strconv.AppendInt(b, int64(p.Partition), 10)
+	b = append(b, '"')
+	if replica != "" {
+		b = appendLabel(b, ',', "replica", replica)
+	}
+	b = appendLabel(b, ',', "topic", p.Topic)
+	b = append(b, "} "...)
+	b = strconv.AppendInt(b, v, 10)
+	return append(b, '\n')
+}
+
+// appendLabel appends sep, name="value" with value escaped as the text
+// format wants: a backslash, a double quote and a newline.
+func appendLabel(b []byte, sep byte, name, value string) []byte {
+	b = append(b, sep)
+	b = append(b, name...)
+	b = append(b, '=', '"')
+	for i := 0; i < len(value); i++ {
+		switch c := value[i]; c {
+		case '\\':
+			b = append(b, '\\', '\\')
+		case '"':
+			b = append(b, '\\', '"')
+		case '\n':
+			b = append(b, '\\', 'n')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// consulCollector serves the Consul request counters through the registry.
+type consulCollector struct {
+	requests func() (requests, errors uint64)
+
+	consulRequests, consulErrors *prometheus.Desc
+}
+
+func newConsulCollector(requests func() (uint64, uint64)) *consulCollector {
+	return &consulCollector{
+		requests: requests,
 		consulRequests: prometheus.NewDesc("logagent_consul_requests_total",
 			"Requests this agent sent to Consul's HTTP API.", nil, nil),
 		consulErrors: prometheus.NewDesc("logagent_consul_request_errors_total",
@@ -97,47 +220,18 @@ func newCollector(src Sources) *collector {
 	}
 }
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.hw, c.leo, c.lso, c.isr, c.underMinISR, c.leader, c.epoch,
-		c.followerLag, c.groupLag, c.consulRequests, c.consulErrors} {
-		ch <- d
-	}
+func (c *consulCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.consulRequests
+	ch <- c.consulErrors
 }
 
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	if c.src.Partitions != nil {
-		for _, p := range c.src.Partitions() {
-			part := strconv.Itoa(p.Partition)
-			if !p.Offline {
-				gauge(c.hw, float64(p.HighWatermark), p.Topic, part)
-				gauge(c.leo, float64(p.LogEndOffset), p.Topic, part)
-				gauge(c.lso, float64(p.LogStartOffset), p.Topic, part)
-			}
-			gauge(c.isr, float64(p.ISR), p.Topic, part)
-			gauge(c.underMinISR, bit(p.ISR < p.MinISR), p.Topic, part)
-			gauge(c.leader, bit(p.Leader), p.Topic, part)
-			gauge(c.epoch, float64(p.LeaderEpoch), p.Topic, part)
-			for _, f := range p.FollowerLag {
-				gauge(c.followerLag, float64(f.Records), p.Topic, part, f.Replica)
-			}
-		}
-	}
-	if c.src.GroupLags != nil {
-		for _, g := range c.src.GroupLags() {
-			gauge(c.groupLag, float64(g.Records), g.Group, g.Topic, strconv.Itoa(g.Partition))
-		}
-	}
-	if c.src.Consul != nil {
-		requests, errors := c.src.Consul()
-		ch <- prometheus.MustNewConstMetric(c.consulRequests, prometheus.CounterValue, float64(requests))
-		ch <- prometheus.MustNewConstMetric(c.consulErrors, prometheus.CounterValue, float64(errors))
-	}
+func (c *consulCollector) Collect(ch chan<- prometheus.Metric) {
+	requests, errors := c.requests()
+	ch <- prometheus.MustNewConstMetric(c.consulRequests, prometheus.CounterValue, float64(requests))
+	ch <- prometheus.MustNewConstMetric(c.consulErrors, prometheus.CounterValue, float64(errors))
 }
 
-func bit(b bool) float64 {
+func bit(b bool) int64 {
 	if b {
 		return 1
 	}

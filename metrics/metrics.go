@@ -1,15 +1,18 @@
 package metrics
 
 import (
+	"bytes"
+	"compress/gzip"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 )
 
 // Acks values, the acks label of the produce duration: what the client
@@ -72,6 +75,9 @@ var (
 // concurrent use.
 type Metrics struct {
 	registry *prometheus.Registry
+	// src is read at every scrape for the partition and group families
+	// (writeSeries) and the Consul counters.
+	src Sources
 
 	produceRecords *prometheus.CounterVec
 	produceBytes   *prometheus.CounterVec
@@ -108,6 +114,7 @@ func New(src Sources) *Metrics {
 	}, []string{"acks", "outcome"})
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
+		src:      src,
 		produceRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "logagent_produce_records_total",
 			Help: "Records of the produce requests this agent's client API answered with success, by topic.",
@@ -161,24 +168,67 @@ func New(src Sources) *Metrics {
 	m.registry.MustRegister(
 		m.produceRecords, m.produceBytes, produceDuration, m.fetchBytes, m.fetchDuration, m.fsyncDuration,
 		m.leaderElections, m.isrChanges, m.replicaWakes, m.replicaFetches, m.errors,
-		newCollector(src),
 		// The scheduler's latencies (go_sched_latencies_seconds): how long
 		// runnable goroutines waited to run. The lease's check passes wait
 		// like the rest (docs/operations.md, "Alerts").
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	if src.Consul != nil {
+		m.registry.MustRegister(newConsulCollector(src.Consul))
+	}
 	return m
 }
 
 // Registry is the agent's registry, for tests and for serving it.
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
-// Handler serves the registry in the Prometheus text format (or a format
-// the scraper asks for), gzipped when the scraper accepts it. A collector
-// that fails leaves its series out rather than failing the scrape.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+// Handler serves the registry and the partition and group families of the
+// Sources in the Prometheus text format (version 0.0.4, which every
+// scraper takes, whatever else it asks for), gzipped when the scraper
+// accepts it. A collector that fails leaves its series out rather than
+// failing the scrape.
+func (m *Metrics) Handler() http.Handler { return http.HandlerFunc(m.serveHTTP) }
+
+// textFormat is the exposition format Handler serves.
+var textFormat = expfmt.NewFormat(expfmt.TypeTextPlain)
+
+func (m *Metrics) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	families, _ := m.registry.Gather() // on error, what was gathered
+	var b, one bytes.Buffer
+	for _, mf := range families {
+		one.Reset()
+		if _, err := expfmt.MetricFamilyToText(&one, mf); err == nil {
+			b.Write(one.Bytes()) // a family that does not encode is left out
+		}
+	}
+	body := writeSeries(b.Bytes(), m.src)
+	w.Header().Set("Content-Type", string(textFormat))
+	if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		_, _ = w.Write(body)
+		return
+	}
+	w.Header().Set("Content-Encoding", "gzip")
+	// BestSpeed: the 5.4 MB of 10,000 partitions compress to 309 KB in
+	// about 10 ms; the default level took 34 ms for 5 % less
+	// (BenchmarkScrape).
+	gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	_, _ = gz.Write(body)
+	_ = gz.Close()
+}
+
+// acceptsGzip says whether an Accept-Encoding header value lists gzip with
+// a non-zero quality.
+func acceptsGzip(header string) bool {
+	for part := range strings.SplitSeq(header, ",") {
+		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if !strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+			continue
+		}
+		q, found := strings.CutPrefix(strings.TrimSpace(params), "q=")
+		return !found || strings.Trim(q, "0.") != ""
+	}
+	return false
 }
 
 func (m *Metrics) topic(topic string) *topicCounters {

@@ -286,3 +286,45 @@ func TestTotals(t *testing.T) {
 		t.Fatalf("totals: %+v, want %+v", got, want)
 	}
 }
+
+// BenchmarkScrape is one GET /metrics of an agent holding a replica of
+// 10,000 partitions, leading a third of them with two followers each (the
+// cost curves' largest point, docs/benchmarks.md): 73,334 partition series.
+func BenchmarkScrape(b *testing.B) {
+	parts := make([]Partition, 10_000)
+	for i := range parts {
+		p := Partition{Topic: "orders", Partition: i, HighWatermark: int64(i) * 1000, LogEndOffset: int64(i)*1000 + 3,
+			LogStartOffset: int64(i), ISR: 3, MinISR: 2, Leader: i%3 == 0, LeaderEpoch: 7}
+		if p.Leader {
+			p.FollowerLag = []FollowerLag{{Replica: "n2", Records: 3}, {Replica: "n3", Records: 0}}
+		}
+		parts[i] = p
+	}
+	m := New(Sources{Partitions: func() []Partition { return parts }})
+	h := m.Handler()
+	for _, encoding := range []string{"identity", "gzip"} {
+		b.Run(encoding, func(b *testing.B) {
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+				req.Header.Set("Accept-Encoding", encoding)
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatal(rec.Code)
+				}
+				b.ReportMetric(float64(rec.Body.Len()), "bytes/scrape")
+			}
+		})
+	}
+}
+
+// TestLabelValuesEscaped: a group id is any string a client sends; the
+// text written for it must parse back to the same label value.
+func TestLabelValuesEscaped(t *testing.T) {
+	const group = "we\"ird\\g\nroup é"
+	m := New(Sources{GroupLags: func() []GroupLag { return []GroupLag{{Group: group, Topic: "orders", Partition: 3, Records: 9}} }})
+	got := scrape(t, m)
+	if v, ok := value(got, "logagent_group_lag_records", "group", group, "topic", "orders", "partition", "3"); !ok || v != 9 {
+		t.Fatalf("group lag of %q = %v (present %v), want 9: %v", group, v, ok, got["logagent_group_lag_records"])
+	}
+}
