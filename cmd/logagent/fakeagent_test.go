@@ -25,8 +25,8 @@ type fakeClientAPI struct {
 	srv *httptest.Server
 
 	mu sync.Mutex
-	// live is the agents whose checks pass (GET /v1/status); n1 unless
-	// a test sets others.
+	// live is the agents Consul reports alive (GET /v1/status), passing
+	// unless NotPassing; n1 unless a test sets others.
 	live []client.AgentInfo
 	// leaderless is how many describes to come show no leaders, as
 	// just after a creation.
@@ -119,9 +119,14 @@ func (f *fakeClientAPI) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// Defaults as an agent's shipped topic_defaults: 3 partitions,
 	// replication factor 3 and min_insync_replicas 2, capped by the live
-	// agents.
+	// agents that pass every Consul check.
 	f.mu.Lock()
-	live := len(f.live)
+	live := 0
+	for _, a := range f.live {
+		if !a.NotPassing {
+			live++
+		}
+	}
 	f.mu.Unlock()
 	if spec.Partitions == 0 {
 		spec.Partitions = 3

@@ -116,10 +116,24 @@ func lowReplication(ctx context.Context, c *client.Client, asked, got int) strin
 	}
 	live := "fewer agents were live"
 	if st, err := c.Status(ctx); err == nil {
-		if asked == 0 && len(st.Agents) > got {
+		// The agent caps the default by the agents that take new replicas:
+		// one in Consul maintenance mode or with a check in warning is
+		// listed, and does not count.
+		passing, notPassing := 0, 0
+		for _, a := range st.Agents {
+			if a.NotPassing {
+				notPassing++
+			} else {
+				passing++
+			}
+		}
+		if asked == 0 && passing > got {
 			return "" // not capped: the agents' topic_defaults ask for this
 		}
-		live = fmt.Sprintf("%d agent(s) were live", len(st.Agents))
+		live = fmt.Sprintf("%d agent(s) were live", passing)
+		if notPassing > 0 {
+			live += fmt.Sprintf(" and passing every Consul check (%d more in maintenance mode or with a check in warning)", notPassing)
+		}
 	}
 	want := asked
 	if want == 0 {
