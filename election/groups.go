@@ -91,8 +91,11 @@ func (c *Client) GroupStateValues(ctx context.Context) (map[string][]byte, error
 	states := make(map[string][]byte, len(pairs))
 	for _, p := range pairs {
 		escaped := strings.TrimPrefix(p.Key, root)
-		if strings.Contains(escaped, "/") {
-			continue // not a group's key: ids are path-escaped
+		if escaped == "" || strings.Contains(escaped, "/") {
+			// Not a group's key: ids are 1 byte or more, path-escaped.
+			// The root's own key is a folder (consul kv put, the UI),
+			// and decoding its empty value failed every listing.
+			continue
 		}
 		id, err := url.PathUnescape(escaped)
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/logagent/logagent/internal/consultest"
 )
 
@@ -73,6 +75,32 @@ func TestGroupStates(t *testing.T) {
 	}
 	if states, err := a.GroupStateValues(ctx); err != nil || len(states) != 1 || states["other"] == nil {
 		t.Fatalf("GroupStateValues after the delete = %q, %v", states, err)
+	}
+}
+
+// TestGroupStateValuesSkipsFolders: a folder key under the groups' root
+// (the Consul UI's "create folder", consul kv put <prefix>groups/) holds
+// no state. The listing took the root's own key for a group with id ""
+// and no value, and every listing of the groups (GET /v1/groups, Kafka's
+// ListGroups) failed decoding it, until someone deleted the key; a
+// nested folder was skipped already.
+func TestGroupStateValuesSkipsFolders(t *testing.T) {
+	t.Parallel()
+	srv := consultest.Start(t)
+	a := newTestClient(t, srv, "a")
+	ctx := context.Background()
+	if _, err := a.SaveGroupState(ctx, "g", []byte(`{"epoch":1}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	root := a.keys.groupsRoot()
+	for _, key := range []string{root, root + "nested/", root + "nested/x"} {
+		if _, err := srv.Client().KV().Put(&api.KVPair{Key: key}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	states, err := a.GroupStateValues(ctx)
+	if err != nil || len(states) != 1 || string(states["g"]) != `{"epoch":1}` {
+		t.Fatalf("GroupStateValues with folder keys = %q, %v; want only g", states, err)
 	}
 }
 
