@@ -249,3 +249,21 @@ func TestStatusUnavailableDoesNotNameItself(t *testing.T) {
 		t.Fatalf("topic list: exit %d, stderr %q; want the hint to logagent status", code, stderr.String())
 	}
 }
+
+// TestStatusOfAStartingAgent: an agent starting or stopping answers its
+// health 503 service_unavailable, which logagent status says as "does not
+// serve yet". The explanation of a 503 of the cluster's state
+// (TestStatusUnavailableDoesNotNameItself) took it over, and the user read
+// that the agent could not show the cluster and should look at its log.
+func TestStatusOfAStartingAgent(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fakeError(w, http.StatusServiceUnavailable, client.CodeServiceUnavailable, nil)
+	}))
+	t.Cleanup(srv.Close)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"status", "-addr", srv.URL, "-timeout", "2s"}, &stdout, &stderr)
+	if want := "does not serve yet: fake: service_unavailable"; code != exitFailure || !strings.Contains(stderr.String(), want) {
+		t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr.String(), want)
+	}
+}

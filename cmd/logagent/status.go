@@ -28,8 +28,10 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	st, err := readStatus(ctx, c)
 	var apiErr *client.Error
-	if errors.As(err, &apiErr) && clusterNotReady(apiErr.Code) {
-		// The other commands' hint for this answer is this command.
+	var done *explained
+	if !errors.As(err, &done) && errors.As(err, &apiErr) && clusterNotReady(apiErr.Code) {
+		// The other commands' hint for this answer is this command. One
+		// readStatus explained already (an agent starting) stays so.
 		msg, code := apiErrorParts(apiErr)
 		line := fmt.Sprintf("the agent at %s cannot show the cluster now: %s (%s); the agent's log says why", c.Addr(), msg, code)
 		if errors.Is(err, context.DeadlineExceeded) {
