@@ -89,7 +89,8 @@ type Coordinator interface {
 	// SetDraining marks an agent as being drained, or no longer
 	// (docs/design.md §7.7).
 	SetDraining(ctx context.Context, node string, on bool) error
-	// Agents lists the agents whose checks pass.
+	// Agents lists the agents Consul reports alive, each marked
+	// passing every check or not (election.Client.Agents).
 	Agents(ctx context.Context) ([]election.AgentInfo, error)
 	// Liveness is the latest word of Consul on which agents are dead (the
 	// watch starts on first use): leaders drop dead replicas from the ISR.

@@ -229,14 +229,7 @@ func (a *Agent) placementNodes(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
-	snap := a.coord.Metadata()
-	var nodes []string
-	for _, ag := range election.PassingAgents(agents) {
-		if !snap.IsDraining(ag.NodeID) {
-			nodes = append(nodes, ag.NodeID)
-		}
-	}
-	return nodes, nil
+	return election.PlacementNodes(agents, a.coord.Metadata()), nil
 }
 
 // decodeTopicStorage reads a topic's storage settings, refusing ones this

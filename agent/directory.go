@@ -13,8 +13,9 @@ import (
 	"github.com/logagent/logagent/election"
 )
 
-// directory maps node ids to the addresses of the agents registered in
-// Consul with a passing check. Metadata names leaders by node id; the peer
+// directory maps node ids to the addresses of the agents Consul reports
+// alive, in maintenance mode too (they still lead and follow). Metadata
+// names leaders by node id; the peer
 // and client addresses come from here. Lookups never wait for Consul: a miss
 // starts a refresh in the background, rate-limited, and the caller retries.
 // The directory owns its background refreshes: stop cancels and waits for

@@ -50,14 +50,7 @@ func (a *Agent) handleRebalancePlan(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	snap := a.coord.Metadata()
-	var agents []string
-	for _, ag := range election.PassingAgents(live) {
-		if !snap.IsDraining(ag.NodeID) && !slices.Contains(agents, ag.NodeID) {
-			agents = append(agents, ag.NodeID)
-		}
-	}
-	slices.Sort(agents)
-	reply.WriteJSON(ctx, fasthttp.StatusOK, planRebalance(snap, agents))
+	reply.WriteJSON(ctx, fasthttp.StatusOK, planRebalance(snap, election.PlacementNodes(live, snap)))
 }
 
 func planRebalance(snap *election.Snapshot, agents []string) rebalancePlan {

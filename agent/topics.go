@@ -146,17 +146,12 @@ func (a *Agent) createTopic(req kafkabroker.CreateTopicRequest, storage []byte) 
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), createTopicTimeout(partitions))
 	defer cancel()
-	agents, err := a.coord.Agents(callCtx)
+	nodes, err := a.placementNodes(callCtx)
 	if err != nil {
-		return election.TopicConfig{}, nil, reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
+		return election.TopicConfig{}, nil, err
 	}
-	agents = election.PassingAgents(agents)
-	tc := a.topicConfig(req, len(agents))
+	tc := a.topicConfig(req, len(nodes))
 	tc.Storage = storage
-	nodes := make([]string, len(agents))
-	for i, ag := range agents {
-		nodes[i] = ag.NodeID
-	}
 	assignment, err := election.AssignReplicas(nodes, tc.Partitions, tc.ReplicationFactor)
 	if err == nil {
 		err = a.coord.CreateTopic(callCtx, tc, assignment)

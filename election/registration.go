@@ -29,9 +29,19 @@ type AgentInfo struct {
 	Passing bool
 }
 
-// PassingAgents are the agents of agents that may take new replicas.
-func PassingAgents(agents []AgentInfo) []AgentInfo {
-	return slices.DeleteFunc(slices.Clone(agents), func(a AgentInfo) bool { return !a.Passing })
+// PlacementNodes are the node ids, sorted, of the agents of agents that
+// new replicas may be placed on: passing every Consul check and not being
+// drained in snap. A new topic's partitions, the offsets topic's, a
+// rebalance's and self-healing's targets are chosen among them.
+func PlacementNodes(agents []AgentInfo, snap *Snapshot) []string {
+	var nodes []string
+	for _, a := range agents {
+		if a.Passing && !snap.IsDraining(a.NodeID) && !slices.Contains(nodes, a.NodeID) {
+			nodes = append(nodes, a.NodeID)
+		}
+	}
+	slices.Sort(nodes)
+	return nodes
 }
 
 // Register registers the agent as service "logagent" (ID
@@ -257,7 +267,7 @@ func (c *Client) Deregister(ctx context.Context) error {
 // Agents lists the agents Consul reports alive, by node id, as Liveness
 // judges them: an agent in maintenance mode or with a check in warning is
 // alive, serves and is listed, with Passing false. Placing new replicas
-// takes PassingAgents of it.
+// takes PlacementNodes of it.
 func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
 	callCtx, cancel := c.callContext(ctx)
 	defer cancel()

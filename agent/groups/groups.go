@@ -414,18 +414,14 @@ func (r *Router) createOffsetsTopic() *reply.APIError {
 	if err != nil {
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable, "cannot list agents: "+err.Error(), true)
 	}
-	agents = election.PassingAgents(agents)
+	nodes := election.PlacementNodes(agents, r.cfg.Coordinator.Metadata())
 	rf := r.cfg.OffsetsReplicationFactor
 	partitions := r.cfg.OffsetsPartitions
-	tc := r.s.TopicConfig(kafkabroker.CreateTopicRequest{Name: groupcoord.OffsetsTopic, Partitions: &partitions, ReplicationFactor: &rf}, len(agents))
+	tc := r.s.TopicConfig(kafkabroker.CreateTopicRequest{Name: groupcoord.OffsetsTopic, Partitions: &partitions, ReplicationFactor: &rf}, len(nodes))
 	// Small segments and no retention: the coordinators' restatements
 	// delete what is superseded, segment by segment, and nothing else may
 	// (retention could take the only record of an offset still committed).
 	tc.Storage, _ = json.Marshal(partition.TopicStorage{SegmentBytes: offsetsSegmentBytes, NoRetention: true})
-	nodes := make([]string, len(agents))
-	for i, ag := range agents {
-		nodes[i] = ag.NodeID
-	}
 	assignment, err := election.AssignReplicas(nodes, tc.Partitions, tc.ReplicationFactor)
 	if err != nil {
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeCoordinatorNotAvailable,

@@ -50,7 +50,8 @@ type Coordinator interface {
 	SyncMetadata(ctx context.Context) (*election.Snapshot, error)
 	// CreateTopic stores a new topic.
 	CreateTopic(ctx context.Context, tc election.TopicConfig, assignment [][]string) error
-	// Agents lists the agents whose checks pass.
+	// Agents lists the agents Consul reports alive, each marked
+	// passing every check or not (election.Client.Agents).
 	Agents(ctx context.Context) ([]election.AgentInfo, error)
 }
 

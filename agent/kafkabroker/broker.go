@@ -252,10 +252,10 @@ func (b *Broker) validateTopic(ctx context.Context, req CreateTopicRequest) erro
 	if err != nil {
 		return reply.NewAPIError(fasthttp.StatusServiceUnavailable, wire.CodeServiceUnavailable, "cannot list agents: "+err.Error(), true)
 	}
-	agents = election.PassingAgents(agents)
-	tc := b.s.TopicConfig(req, len(agents))
-	if tc.ReplicationFactor > len(agents) {
-		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf("replication factor %d is above the %d agents", tc.ReplicationFactor, len(agents))}
+	nodes := election.PlacementNodes(agents, b.coord.Metadata())
+	tc := b.s.TopicConfig(req, len(nodes))
+	if tc.ReplicationFactor > len(nodes) {
+		return &kafka.Error{Code: kerr.InvalidReplicationFactor.Code, Message: fmt.Sprintf("replication factor %d is above the %d agents that take new replicas (alive, passing every Consul check, not being drained)", tc.ReplicationFactor, len(nodes))}
 	}
 	if tc.MinInsyncReplicas > tc.ReplicationFactor {
 		return kafkaConfigError("min.insync.replicas %d is above the replication factor %d", tc.MinInsyncReplicas, tc.ReplicationFactor)

@@ -109,7 +109,8 @@ type Sidecar interface {
 type Coordinator interface {
 	// Metadata is the latest metadata snapshot.
 	Metadata() *election.Snapshot
-	// Agents lists the agents whose checks pass.
+	// Agents lists the agents Consul reports alive, each marked
+	// passing every check or not (election.Client.Agents).
 	Agents(ctx context.Context) ([]election.AgentInfo, error)
 	// AllocateProducerID reserves a new idempotent-producer id, unique in
 	// the cluster, at epoch 0.

@@ -1,0 +1,31 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestNewTopicPlacesNoReplicaOnADrainingAgent: a topic created while n3 is
+// being drained (logagent node drain n3, the host about to be retired)
+// had its partitions spread over n3 too, as if it were not drained, and
+// the drain then moved them off again, a copy each. It places them over
+// the agents that take new replicas, as a partition added to a topic, a
+// rebalance and self-healing already did.
+func TestNewTopicPlacesNoReplicaOnADrainingAgent(t *testing.T) {
+	c := startTestCluster(t, 3, "")
+	n1 := c.agents[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n1.coord.SetDraining(ctx, "n3", true); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(10*time.Second, "n1's metadata to show the drain", func() bool { return n1.coord.Metadata().IsDraining("n3") })
+	c.createTopic(n1, "fresh", 6, 2, 1)
+	for _, p := range n1.describe("fresh").Partitions {
+		if slices.Contains(p.Replicas, "n3") {
+			t.Errorf("partition %d of a topic created while n3 is drained has replicas %v", p.Partition, p.Replicas)
+		}
+	}
+}
