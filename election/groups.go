@@ -84,26 +84,50 @@ func (c *Client) GroupStateValues(ctx context.Context) (map[string][]byte, error
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	root := c.keys.groupsRoot()
-	pairs, _, err := c.api.KV().List(root, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		return nil, consulError(err, "list "+root, keyRule(c.keys.prefix))
+	pairs, meta, err := c.api.KV().List(root, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err := groupListingError(err, meta, root, c.keys.prefix); err != nil {
+		return nil, err
 	}
 	states := make(map[string][]byte, len(pairs))
 	for _, p := range pairs {
-		escaped := strings.TrimPrefix(p.Key, root)
-		if escaped == "" || strings.Contains(escaped, "/") {
-			// Not a group's key: ids are 1 byte or more, path-escaped.
-			// The root's own key is a folder (consul kv put, the UI),
-			// and decoding its empty value failed every listing.
-			continue
-		}
-		id, err := url.PathUnescape(escaped)
+		id, ok, err := groupIDOf(root, p.Key)
 		if err != nil {
-			return nil, fmt.Errorf("%w: group key %s: %v", ErrCorruptMetadata, p.Key, err)
+			return nil, err
 		}
-		states[id] = p.Value
+		if ok {
+			states[id] = p.Value
+		}
 	}
 	return states, nil
+}
+
+// groupListingError is a listing of the groups' keys that failed, or whose
+// results Consul's ACLs filtered: groups missing from it would look
+// deleted.
+func groupListingError(err error, meta *api.QueryMeta, root, prefix string) error {
+	switch {
+	case err != nil:
+		return consulError(err, "list "+root, keyRule(prefix))
+	case meta.ResultsFilteredByACLs:
+		return &PermissionError{Op: "list " + root, Rule: keyRule(prefix), Consul: "results filtered by ACLs"}
+	}
+	return nil
+}
+
+// groupIDOf is the group id a key under root stores the state of; ok is
+// false for a key that stores none: the root's own key or one nested under
+// it, folders the Consul UI or "consul kv put <root>" make (ids are 1 byte
+// or more, path-escaped: no '/'). Decoding the root's empty value as a
+// group's state failed every listing.
+func groupIDOf(root, key string) (id string, ok bool, err error) {
+	escaped := strings.TrimPrefix(key, root)
+	if escaped == "" || strings.Contains(escaped, "/") {
+		return "", false, nil
+	}
+	if id, err = url.PathUnescape(escaped); err != nil {
+		return "", false, fmt.Errorf("%w: group key %s: %v", ErrCorruptMetadata, key, err)
+	}
+	return id, true, nil
 }
 
 // GroupStates lists the ids of the groups with a stored state.
@@ -111,17 +135,19 @@ func (c *Client) GroupStates(ctx context.Context) ([]string, error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	root := c.keys.groupsRoot()
-	keys, _, err := c.api.KV().Keys(root, "/", (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		return nil, consulError(err, "list "+root, keyRule(c.keys.prefix))
+	keys, meta, err := c.api.KV().Keys(root, "/", (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err := groupListingError(err, meta, root, c.keys.prefix); err != nil {
+		return nil, err
 	}
 	var ids []string
 	for _, k := range keys {
-		id, err := url.PathUnescape(strings.TrimPrefix(k, root))
+		id, ok, err := groupIDOf(root, k)
 		if err != nil {
-			return nil, fmt.Errorf("%w: group key %s: %v", ErrCorruptMetadata, k, err)
+			return nil, err
 		}
-		ids = append(ids, id)
+		if ok {
+			ids = append(ids, id)
+		}
 	}
 	return ids, nil
 }

@@ -102,6 +102,10 @@ func TestGroupStateValuesSkipsFolders(t *testing.T) {
 	if err != nil || len(states) != 1 || string(states["g"]) != `{"epoch":1}` {
 		t.Fatalf("GroupStateValues with folder keys = %q, %v; want only g", states, err)
 	}
+	// The expiry check's listing too: it named a group "" for the root.
+	if ids, err := a.GroupStates(ctx); err != nil || !slices.Equal(ids, []string{"g"}) {
+		t.Fatalf("GroupStates with folder keys = %q, %v; want only g", ids, err)
+	}
 }
 
 // BenchmarkGroupStateValues: what listing the groups (GET /v1/groups,

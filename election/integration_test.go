@@ -1175,6 +1175,28 @@ func TestACL(t *testing.T) {
 		t.Logf("list agents: %v", err)
 	})
 
+	t.Run("groups hidden by ACLs fail the groups' listings", func(t *testing.T) {
+		// A group the token cannot read would look deleted: listed,
+		// expired, reported gone.
+		hidden := rules + fmt.Sprintf("\nkey_prefix %q {\n  policy = \"deny\"\n}\n", testPrefix+"groups/hidden")
+		e := newTestClient(t, srv, "e", withToken(token("hidden-group", hidden)))
+		admin := newTestClient(t, srv, "admin-groups")
+		for _, g := range []string{"seen", "hidden"} {
+			if _, err := admin.SaveGroupState(ctx, g, []byte(`{}`), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name, list := range map[string]func() error{
+			"GroupStateValues": func() error { _, err := e.GroupStateValues(ctx); return err },
+			"GroupStates":      func() error { _, err := e.GroupStates(ctx); return err },
+		} {
+			var perm *PermissionError
+			if err := list(); !errors.As(err, &perm) {
+				t.Errorf("%s with a group hidden by ACLs = %v; want a PermissionError", name, err)
+			}
+		}
+	})
+
 	t.Run("no session rule fails the campaign", func(t *testing.T) {
 		noSession := strings.Replace(rules, `session_prefix ""`, `session_prefix "nothing-here"`, 1)
 		b := newTestClient(t, srv, "b", withToken(token("no-session", noSession)))
