@@ -205,7 +205,8 @@ func (s *Server) Restart() {
 }
 
 // StartAgain starts a stopped Consul on the same ports, waiting for a
-// leader, as Restart does; a running one is left as it is.
+// leader, as Restart does; a running one is left as it is. Call it from
+// the test's goroutine: it fails the test on error.
 func (s *Server) StartAgain() {
 	s.t.Helper()
 	if s.PID() != 0 {
