@@ -23,8 +23,8 @@ import (
 // dead because Consul could not be asked.
 //
 // An agent is placeable when it has a registration whose every check
-// passes, Consul's "passing" filter, which Client.Agents reads too: only
-// those take new replicas. An agent in maintenance mode (its service's or
+// passes (Consul's "passing" filter; AgentInfo.Passing in Client.Agents):
+// only those take new replicas. An agent in maintenance mode (its service's or
 // its node's) or with a check in warning is alive, keeps its replicas and
 // leaderships, and takes none.
 type Liveness struct {

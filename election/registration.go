@@ -31,8 +31,9 @@ type AgentInfo struct {
 
 // PlacementNodes are the node ids, sorted, of the agents of agents that
 // new replicas may be placed on: passing every Consul check and not being
-// drained in snap. A new topic's partitions, the offsets topic's, a
-// rebalance's and self-healing's targets are chosen among them.
+// drained in snap. A new topic's partitions, the offsets topic's and a
+// rebalance's moves are placed among them (self-healing applies the same
+// rule to the liveness watch: Liveness.Placeable, less the drained).
 func PlacementNodes(agents []AgentInfo, snap *Snapshot) []string {
 	var nodes []string
 	for _, a := range agents {

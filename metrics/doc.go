@@ -11,8 +11,9 @@
 //     its partitions update as things happen: an atomic add each, with
 //     the label children resolved once (per acks value, per topic);
 //   - per-partition and per-group gauges, which are not kept up to date
-//     at all: a Collector reads them from the agent (Sources) when
-//     Prometheus scrapes, so the produce path pays nothing for them.
+//     at all: they are read from the agent (Sources) when Prometheus
+//     scrapes, and written straight into the text format, so the produce
+//     path pays nothing for them and a scrape of 10,000 partitions little.
 //
 // The package imports nothing of logagent: the agent adapts its replicas,
 // groups and Consul client to Sources.

@@ -104,8 +104,10 @@ type topicCounters struct {
 	produceRecords, produceBytes, fetchBytes prometheus.Counter
 }
 
-// New registers the agent's instruments, the collector of src, and the Go
-// runtime's and the process's collectors on a registry of its own.
+// New registers the agent's instruments, the Consul counters of src, and
+// the Go runtime's and the process's collectors on a registry of its own;
+// the partition and group families of src are written at each scrape
+// (Handler).
 func New(src Sources) *Metrics {
 	produceDuration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "logagent_produce_request_duration_seconds",
