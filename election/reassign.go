@@ -240,10 +240,11 @@ type DecidedFrom struct {
 // key still at from.ReplicasIndex, which the start transaction then
 // checks, as it checks the drain keys of from.Draining (a cancelled drain:
 // ErrConflict) and that no agent the move adds is being drained (a drain
-// set after the decision: ErrConflict). Without it a start decided from metadata that had moved on (a
-// move another leader completed, the topic deleted and created again) was
-// written over replicas its decider never saw, and moved a partition off a
-// replica just copied to, or onto agents of another incarnation's choice.
+// set after the decision: ErrConflict). Without it a start decided from
+// metadata that had moved on (a move another leader completed, the topic
+// deleted and created again) was written over replicas its decider never
+// saw, and moved a partition off a replica just copied to, or onto agents
+// of another incarnation's choice.
 func (c *Client) StartReassignFrom(ctx context.Context, topic string, partition int, from DecidedFrom, target []string) (Reassignment, bool, error) {
 	return c.startReassign(ctx, topic, partition, target, &from)
 }

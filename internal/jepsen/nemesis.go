@@ -319,8 +319,8 @@ func (PauseLeader) Heal(e *Env, in Injected) { e.resume(in.Target) }
 // started again on its data, as an upgrade or a reboot of its host does:
 // every agent loses Consul at once, leaders step down at their lease
 // deadline, and the agents campaign again once it is back. Held from 1 s
-// (inside the lease) to the session TTL plus 5 s (sessions Consul restores
-// with their TTL timers started again).
+// (inside the lease) to the session TTL plus 5 s (longer than any
+// session's TTL).
 type RestartConsul struct{}
 
 func (RestartConsul) Name() string { return "restart-consul" }
