@@ -71,20 +71,6 @@ type family struct {
 }
 
 var (
-	familyHW = family{"logagent_partition_high_watermark",
-		"High watermark of this agent's replica: the offset below which records are committed."}
-	familyLEO = family{"logagent_partition_log_end_offset",
-		"Log end offset of this agent's replica: the offset its next record gets."}
-	familyLSO = family{"logagent_partition_log_start_offset",
-		"Log start offset of this agent's replica: the first offset it keeps."}
-	familyISR = family{"logagent_partition_isr_size",
-		"Replicas in the partition's committed ISR, as the leader sees it on the leader and as Consul says elsewhere."}
-	familyUnderMinISR = family{"logagent_partition_under_min_isr",
-		"1 while the ISR is smaller than the topic's min_insync_replicas: acks=all writes are refused."}
-	familyLeader = family{"logagent_partition_leader",
-		"1 on the agent that leads the partition, 0 on the others that have a replica."}
-	familyEpoch = family{"logagent_partition_leader_epoch",
-		"The partition's leader epoch: the one this agent leads at on the leader, Consul's elsewhere."}
 	familyFollowerLag = family{"logagent_follower_lag_records",
 		"On the leader, per follower: the leader's log end offset minus the follower's last fetch offset."}
 	familyGroupLag = family{"logagent_group_lag_records",
@@ -99,13 +85,27 @@ var partitionGauges = []struct {
 	offlineToo bool
 	value      func(*Partition) int64
 }{
-	{familyHW, false, func(p *Partition) int64 { return p.HighWatermark }},
-	{familyLEO, false, func(p *Partition) int64 { return p.LogEndOffset }},
-	{familyLSO, false, func(p *Partition) int64 { return p.LogStartOffset }},
-	{familyISR, true, func(p *Partition) int64 { return int64(p.ISR) }},
-	{familyUnderMinISR, true, func(p *Partition) int64 { return bit(p.ISR < p.MinISR) }},
-	{familyLeader, true, func(p *Partition) int64 { return bit(p.Leader) }},
-	{familyEpoch, true, func(p *Partition) int64 { return int64(p.LeaderEpoch) }},
+	{family{"logagent_partition_high_watermark",
+		"High watermark of this agent's replica: the offset below which records are committed."},
+		false, func(p *Partition) int64 { return p.HighWatermark }},
+	{family{"logagent_partition_log_end_offset",
+		"Log end offset of this agent's replica: the offset its next record gets."},
+		false, func(p *Partition) int64 { return p.LogEndOffset }},
+	{family{"logagent_partition_log_start_offset",
+		"Log start offset of this agent's replica: the first offset it keeps."},
+		false, func(p *Partition) int64 { return p.LogStartOffset }},
+	{family{"logagent_partition_isr_size",
+		"Replicas in the partition's committed ISR, as the leader sees it on the leader and as Consul says elsewhere."},
+		true, func(p *Partition) int64 { return int64(p.ISR) }},
+	{family{"logagent_partition_under_min_isr",
+		"1 while the ISR is smaller than the topic's min_insync_replicas: acks=all writes are refused."},
+		true, func(p *Partition) int64 { return bit(p.ISR < p.MinISR) }},
+	{family{"logagent_partition_leader",
+		"1 on the agent that leads the partition, 0 on the others that have a replica."},
+		true, func(p *Partition) int64 { return bit(p.Leader) }},
+	{family{"logagent_partition_leader_epoch",
+		"The partition's leader epoch: the one this agent leads at on the leader, Consul's elsewhere."},
+		true, func(p *Partition) int64 { return int64(p.LeaderEpoch) }},
 }
 
 // writeSeries appends the partition and group families of one reading of
