@@ -65,7 +65,7 @@ type GroupLag struct {
 // (BenchmarkScrape, docs/benchmarks.md "What partitions cost"). The few
 // families of the instruments still go through the registry.
 
-// family is one gauge family written by seriesWriter.
+// family is one gauge family writeSeries writes.
 type family struct {
 	name, help string
 }
