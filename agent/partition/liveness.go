@@ -21,8 +21,10 @@ func (r *Replica) applyLiveness() {
 	lv := r.deps.Coord.Liveness()
 	r.liveness = lv
 	dead := lv.DeadAmong(r.meta.pm.Replicas)
+	// The leader itself is never removed: a liveness read while Consul
+	// brings its check back critical after a restart lists it dead.
 	if inISR := slices.DeleteFunc(slices.Clone(dead), func(id string) bool {
-		return !slices.Contains(r.leaderISR, id)
+		return id == r.deps.Self || !slices.Contains(r.leaderISR, id)
 	}); len(inISR) > 0 && !slices.Equal(dead, r.deadReplicas) {
 		r.log.Warn("removing replicas from the ISR: consul reports agent dead", "dead", inISR, "isr", r.leaderISR, "epoch", r.leader.Epoch())
 	}
