@@ -114,7 +114,8 @@ func (s *uiSource) agents(ctx context.Context, snap *election.Snapshot) ([]ui.Ag
 	if err != nil {
 		lv := a.coord.Liveness()
 		isUp = func(id string) bool { return !lv.Dead(id) }
-		notPassing = func(id string) bool { return slices.Contains(lv.NotPassing(), id) }
+		np := lv.NotPassing()
+		notPassing = func(id string) bool { return slices.Contains(np, id) }
 		live = a.agents.all()
 		warnings = append(warnings, fmt.Sprintf("Consul did not answer the agents list (%v): up and down as Consul last said, addresses as last seen", err))
 	}

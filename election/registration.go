@@ -29,19 +29,18 @@ type AgentInfo struct {
 	Passing bool
 }
 
-// PlacementNodes are the node ids, sorted, of the agents of agents that
-// new replicas may be placed on: passing every Consul check and not being
-// drained in snap. A new topic's partitions, the offsets topic's and a
+// PlacementNodes are the node ids, in the order of agents (Agents sorts
+// them, one per node), of the agents that new replicas may be placed on:
+// passing every Consul check and not being drained in snap. A new topic's partitions, the offsets topic's and a
 // rebalance's moves are placed among them (self-healing applies the same
 // rule to the liveness watch: Liveness.Placeable, less the drained).
 func PlacementNodes(agents []AgentInfo, snap *Snapshot) []string {
 	var nodes []string
 	for _, a := range agents {
-		if a.Passing && !snap.IsDraining(a.NodeID) && !slices.Contains(nodes, a.NodeID) {
+		if a.Passing && !snap.IsDraining(a.NodeID) {
 			nodes = append(nodes, a.NodeID)
 		}
 	}
-	slices.Sort(nodes)
 	return nodes
 }
 
@@ -283,11 +282,14 @@ func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
 	}
 	byNode := map[string]AgentInfo{}
 	for _, e := range entries {
-		alive, passing := registrationHealth(e)
-		if e.Service == nil || e.Service.Meta[metaNodeID] == "" || !alive {
+		if e.Service == nil || e.Service.Meta[metaNodeID] == "" {
 			continue
 		}
 		nodeID := e.Service.Meta[metaNodeID]
+		alive, passing := registrationHealth(e)
+		if !alive {
+			continue
+		}
 		if seen, ok := byNode[nodeID]; ok && (seen.Passing || !passing) {
 			continue // an agent registered twice: a passing registration first
 		}
