@@ -12,8 +12,8 @@ import (
 	"github.com/logagent/logagent/wire"
 )
 
-// statusOf reads one partition's entry in GET /v1/status, if it has one.
-func (ta *testAgent) statusOf(topic string, partition int) (statusPartition, bool) {
+// status reads GET /v1/status.
+func (ta *testAgent) status() statusResponse {
 	t := ta.c.t
 	t.Helper()
 	status, body := ta.call("GET", "/v1/status", "", nil)
@@ -24,7 +24,13 @@ func (ta *testAgent) statusOf(topic string, partition int) (statusPartition, boo
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range st.Partitions {
+	return st
+}
+
+// statusOf reads one partition's entry in GET /v1/status, if it has one.
+func (ta *testAgent) statusOf(topic string, partition int) (statusPartition, bool) {
+	ta.c.t.Helper()
+	for _, p := range ta.status().Partitions {
 		if p.Topic == topic && p.Partition == partition {
 			return p, true
 		}

@@ -12,7 +12,9 @@ import (
 // had its partitions spread over n3 too, as if it were not drained, and
 // the drain then moved them off again, a copy each. It places them over
 // the agents that take new replicas, as a partition added to a topic, a
-// rebalance and self-healing already did.
+// rebalance and self-healing already did. GET /v1/status marks n3 as being
+// drained, so that topic create's warning about a capped replication
+// factor can count it out.
 func TestNewTopicPlacesNoReplicaOnADrainingAgent(t *testing.T) {
 	c := startTestCluster(t, 3, "")
 	n1 := c.agents[0]
@@ -27,5 +29,13 @@ func TestNewTopicPlacesNoReplicaOnADrainingAgent(t *testing.T) {
 		if slices.Contains(p.Replicas, "n3") {
 			t.Errorf("partition %d of a topic created while n3 is drained has replicas %v", p.Partition, p.Replicas)
 		}
+	}
+	agents := n1.status().Agents
+	draining := map[string]bool{}
+	for _, a := range agents {
+		draining[a.NodeID] = a.Draining
+	}
+	if len(draining) != 3 || !draining["n3"] || draining["n1"] || draining["n2"] {
+		t.Errorf("GET /v1/status agents: %+v", agents)
 	}
 }

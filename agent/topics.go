@@ -529,6 +529,9 @@ type statusAgent struct {
 	// NotPassing is set for an agent in Consul maintenance mode or with
 	// a check in warning: alive and serving, it takes no new replica.
 	NotPassing bool `json:"not_passing,omitempty"`
+	// Draining is set for an agent being drained (logagent node drain): its
+	// replicas move off and it takes no new one.
+	Draining bool `json:"draining,omitempty"`
 }
 
 type statusPartition struct {
@@ -575,7 +578,8 @@ func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 		agents = live
 	}
 	for _, info := range agents {
-		st.Agents = append(st.Agents, statusAgent{NodeID: info.NodeID, ClientAddr: info.ClientAddr, PeerAddr: info.PeerAddr, NotPassing: !info.Passing})
+		st.Agents = append(st.Agents, statusAgent{NodeID: info.NodeID, ClientAddr: info.ClientAddr, PeerAddr: info.PeerAddr,
+			NotPassing: !info.Passing, Draining: snap.IsDraining(info.NodeID)})
 	}
 	// The replicas exist once the agent has served (the state's store
 	// orders their creation before this read).

@@ -29,6 +29,9 @@ type AgentInfo struct {
 	// NotPassing is set for an agent in Consul maintenance mode or with
 	// a check in warning: alive and serving, it takes no new replica.
 	NotPassing bool `json:"not_passing,omitempty"`
+	// Draining is set for an agent being drained (NodeDrain): its
+	// replicas move off and it takes no new one.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Status asks the agent about itself and the live agents.

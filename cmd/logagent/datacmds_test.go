@@ -117,9 +117,14 @@ func TestTopicCreateSays(t *testing.T) {
 			[]client.AgentInfo{{NodeID: "n1"}, {NodeID: "n2"}}, 0, nil},
 		{cliCase{"defaults capped by an agent in maintenance mode", []string{"topic", "create", "maint"}, 0,
 			[]string{"replication factor 2, min_insync_replicas 2\n"},
-			[]string{"WARNING: replication factor 2, not 3: 2 agent(s) were live and passing every Consul check (1 more in maintenance mode or with a check in warning)",
+			[]string{"WARNING: replication factor 2, not 3: 2 agent(s) were live and taking new replicas (1 more in maintenance mode or with a check in warning)",
 				"WARNING: each record is on 2 agent(s) only"}},
 			[]client.AgentInfo{{NodeID: "n1"}, {NodeID: "n2"}, {NodeID: "n3", NotPassing: true}}, 0, nil},
+		{cliCase{"defaults capped by an agent being drained", []string{"topic", "create", "drained"}, 0,
+			[]string{"replication factor 2, min_insync_replicas 2\n"},
+			[]string{"WARNING: replication factor 2, not 3: 2 agent(s) were live and taking new replicas (1 more being drained)",
+				"WARNING: each record is on 2 agent(s) only"}},
+			[]client.AgentInfo{{NodeID: "n1"}, {NodeID: "n2", Draining: true}, {NodeID: "n3"}}, 0, nil},
 		{cliCase{"defaults with three live agents", []string{"topic", "create", "full"}, 0,
 			[]string{"created topic full: 3 partition(s), replication factor 3, min_insync_replicas 2\n"}, nil},
 			three, 0, []string{"WARNING"}},
@@ -186,10 +191,6 @@ func TestStatusTable(t *testing.T) {
 		{Partition: 1, Leader: "n2", Epoch: 12, Replicas: []string{"n2", "n1"}, ISR: []string{"n2"}, HighWatermark: 1234567},
 		{Partition: 2, Leader: "n2", Epoch: 7, Replicas: []string{"n2"}, ISR: []string{"n2"}, HighWatermark: -1, LogStartOffset: -1},
 	}})
-	var out, errb bytes.Buffer
-	if code := run([]string{"status", "-addr", f.srv.URL}, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
-	}
 	want := "agent " + f.srv.URL + ": node n1, ok\n" + `
 AGENT  STATE  CLIENT-ADDRESS  PEER-ADDRESS
 n1     up     127.0.0.1:7070  127.0.0.1:7171
@@ -207,14 +208,7 @@ b      2          n1      2      n1,n2,n3  n1,n2,n3  0        0          -      
 
 3 agent(s), 2 up, 1 DOWN; 2 topic(s), 6 partition(s), 1 offline, 1 below-min-isr, 1 under-replicated, 1 not led by their preferred replica, 1 being moved
 `
-	if out.String() != want {
-		t.Fatalf("status printed:\n%s\nwant:\n%s", out.String(), want)
-	}
-
-	out.Reset()
-	if code := run([]string{"status", "-addr", f.srv.URL, "-format", "json"}, &out, &errb); code != 0 {
-		t.Fatalf("status -format json: exit %d: %s", code, errb.String())
-	}
+	jsonOut := checkStatus(t, f, want)
 	var st struct {
 		Agent struct {
 			NodeID string `json:"node_id"`
@@ -231,19 +225,69 @@ b      2          n1      2      n1,n2,n3  n1,n2,n3  0        0          -      
 			} `json:"partitions"`
 		} `json:"topics"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
-		t.Fatalf("status -format json: %v\n%s", err, out.String())
+	if err := json.Unmarshal(jsonOut, &st); err != nil {
+		t.Fatalf("status -format json: %v\n%s", err, jsonOut)
 	}
 	if st.Agent.NodeID != "n1" || len(st.Agents) != 3 || !st.Agents[0].Up || st.Agents[2].NodeID != "n3" || st.Agents[2].Up ||
 		len(st.Topics) != 2 || st.Topics[0].Name != "a" || *st.Topics[0].Partitions[0].HighWatermark != 42 ||
 		st.Topics[0].Partitions[2].HighWatermark != nil || st.Topics[1].Partitions[0].State != "offline" {
-		t.Errorf("status -format json:\n%s", out.String())
+		t.Errorf("status -format json:\n%s", jsonOut)
 	}
 
 	empty := newFakeClientAPI(t)
-	out.Reset()
-	if code := run([]string{"status", "-addr", empty.srv.URL}, &out, &errb); code != 0 || !strings.HasSuffix(out.String(), "no topics\n") {
+	var out, errb bytes.Buffer
+	if code := run([]string{"status", "-addr", empty.srv.URL}, &out, &errb); code != 0 || !strings.HasSuffix(out.String(), "\n\n1 agent(s), 1 up; no topics\n") {
 		t.Fatalf("exit %d, stdout %q", code, out.String())
+	}
+}
+
+// checkStatus runs status against f, fails t unless it printed want, and
+// returns what status -format json printed.
+func checkStatus(t *testing.T, f *fakeClientAPI, want string) []byte {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run([]string{"status", "-addr", f.srv.URL}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if out.String() != want {
+		t.Fatalf("status printed:\n%s\nwant:\n%s", out.String(), want)
+	}
+	out.Reset()
+	if code := run([]string{"status", "-addr", f.srv.URL, "-format", "json"}, &out, &errb); code != 0 {
+		t.Fatalf("status -format json: exit %d: %s", code, errb.String())
+	}
+	return out.Bytes()
+}
+
+// TestStatusAgentStates: status marks the agents that take no new replica,
+// in maintenance mode (not passing) or being drained, in the table and the
+// summary, which it prints also when there is no topic.
+func TestStatusAgentStates(t *testing.T) {
+	f := newFakeClientAPI(t)
+	f.live = []client.AgentInfo{{NodeID: "n1"}, {NodeID: "n2", NotPassing: true}, {NodeID: "n3", Draining: true},
+		{NodeID: "n4", NotPassing: true, Draining: true}}
+	want := "agent " + f.srv.URL + ": node n1, ok\n" + `
+AGENT  STATE                      CLIENT-ADDRESS  PEER-ADDRESS
+n1     up                         -               -
+n2     up, not-passing            -               -
+n3     up, draining               -               -
+n4     up, not-passing, draining  -               -
+
+4 agent(s), 4 up, 2 not passing every Consul check (maintenance mode, a warning: no new replicas there), 2 being drained (no new replicas there); no topics
+`
+	jsonOut := checkStatus(t, f, want)
+	var st struct {
+		Agents []struct {
+			NodeID     string `json:"node_id"`
+			NotPassing bool   `json:"not_passing"`
+			Draining   bool   `json:"draining"`
+		} `json:"agents"`
+	}
+	if err := json.Unmarshal(jsonOut, &st); err != nil {
+		t.Fatalf("status -format json: %v\n%s", err, jsonOut)
+	}
+	if len(st.Agents) != 4 || st.Agents[0].Draining || !st.Agents[2].Draining || st.Agents[2].NotPassing || !st.Agents[3].Draining || !st.Agents[3].NotPassing {
+		t.Errorf("status -format json:\n%s", jsonOut)
 	}
 }
 

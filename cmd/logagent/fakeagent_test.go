@@ -26,7 +26,8 @@ type fakeClientAPI struct {
 
 	mu sync.Mutex
 	// live is the agents Consul reports alive (GET /v1/status), passing
-	// unless NotPassing; n1 unless a test sets others.
+	// unless NotPassing, taking new replicas unless that or Draining; n1
+	// unless a test sets others.
 	live []client.AgentInfo
 	// leaderless is how many describes to come show no leaders, as
 	// just after a creation.
@@ -119,11 +120,11 @@ func (f *fakeClientAPI) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// Defaults as an agent's shipped topic_defaults: 3 partitions,
 	// replication factor 3 and min_insync_replicas 2, capped by the live
-	// agents that pass every Consul check.
+	// agents that pass every Consul check and are not being drained.
 	f.mu.Lock()
 	live := 0
 	for _, a := range f.live {
-		if !a.NotPassing {
+		if !a.NotPassing && !a.Draining {
 			live++
 		}
 	}

@@ -64,7 +64,10 @@ type agentState struct {
 	Up     bool   `json:"up"`
 	// NotPassing: up, but in Consul maintenance mode or with a check in
 	// warning, so it takes no new replica.
-	NotPassing    bool   `json:"not_passing,omitempty"`
+	NotPassing bool `json:"not_passing,omitempty"`
+	// Draining: being drained (logagent node drain), so its replicas move
+	// off and it takes no new one.
+	Draining      bool   `json:"draining,omitempty"`
 	ClientAddress string `json:"client_address"`
 	PeerAddress   string `json:"peer_address"`
 }
@@ -108,7 +111,7 @@ func readStatus(ctx context.Context, c *client.Client) (*clusterStatus, error) {
 	known := map[string]bool{}
 	for _, a := range agentStatus.Agents {
 		known[a.NodeID] = true
-		st.agents = append(st.agents, agentState{NodeID: a.NodeID, Up: true, NotPassing: a.NotPassing, ClientAddress: a.ClientAddress, PeerAddress: a.PeerAddress})
+		st.agents = append(st.agents, agentState{NodeID: a.NodeID, Up: true, NotPassing: a.NotPassing, Draining: a.Draining, ClientAddress: a.ClientAddress, PeerAddress: a.PeerAddress})
 	}
 	for _, t := range st.topics {
 		for _, p := range t.Partitions {
@@ -128,7 +131,7 @@ func (st *clusterStatus) write(w io.Writer) error {
 	fmt.Fprintf(w, "agent %s: node %s, %s\n\n", st.addr, st.health.NodeID, st.health.Status)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tSTATE\tCLIENT-ADDRESS\tPEER-ADDRESS")
-	down, notPassing := 0, 0
+	down, notPassing, draining := 0, 0, 0
 	for _, a := range st.agents {
 		state := "up"
 		switch {
@@ -137,14 +140,27 @@ func (st *clusterStatus) write(w io.Writer) error {
 		case a.NotPassing:
 			state, notPassing = "up, not-passing", notPassing+1
 		}
+		if a.Up && a.Draining {
+			state, draining = state+", draining", draining+1
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.NodeID, state, orDash(a.ClientAddress), orDash(a.PeerAddress))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	summary := fmt.Sprintf("\n%d agent(s), %d up", len(st.agents), len(st.agents)-down)
+	if down > 0 {
+		summary += fmt.Sprintf(", %d DOWN", down)
+	}
+	if notPassing > 0 {
+		summary += fmt.Sprintf(", %d not passing every Consul check (maintenance mode, a warning: no new replicas there)", notPassing)
+	}
+	if draining > 0 {
+		summary += fmt.Sprintf(", %d being drained (no new replicas there)", draining)
+	}
 	if len(st.topics) == 0 {
-		fmt.Fprintln(w, "\nno topics")
-		return nil
+		_, err := fmt.Fprintln(w, summary+"; no topics")
+		return err
 	}
 	fmt.Fprintln(w)
 	if err := writePartitionTable(w, st.topics, true); err != nil {
@@ -163,13 +179,6 @@ func (st *clusterStatus) write(w io.Writer) error {
 				moving++
 			}
 		}
-	}
-	summary := fmt.Sprintf("\n%d agent(s), %d up", len(st.agents), len(st.agents)-down)
-	if down > 0 {
-		summary += fmt.Sprintf(", %d DOWN", down)
-	}
-	if notPassing > 0 {
-		summary += fmt.Sprintf(", %d not passing every Consul check (maintenance mode, a warning: no new replicas there)", notPassing)
 	}
 	summary += fmt.Sprintf("; %d topic(s), %d partition(s)", len(st.topics), partitions)
 	for _, s := range []string{"offline", "below-min-isr", "under-replicated"} {

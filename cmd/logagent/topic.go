@@ -116,23 +116,33 @@ func lowReplication(ctx context.Context, c *client.Client, asked, got int) strin
 	}
 	live := "fewer agents were live"
 	if st, err := c.Status(ctx); err == nil {
-		// The agent caps the default by the agents that take new replicas:
-		// one in Consul maintenance mode or with a check in warning is
-		// listed, and does not count.
-		passing, notPassing := 0, 0
+		// The agent caps the default by the agents that take new replicas
+		// (election.PlacementNodes): one in Consul maintenance mode, with a
+		// check in warning or being drained is listed, and does not count.
+		placeable, notPassing, draining := 0, 0, 0
 		for _, a := range st.Agents {
-			if a.NotPassing {
+			switch {
+			case a.NotPassing:
 				notPassing++
-			} else {
-				passing++
+			case a.Draining:
+				draining++
+			default:
+				placeable++
 			}
 		}
-		if asked == 0 && passing > got {
+		if asked == 0 && placeable > got {
 			return "" // not capped: the agents' topic_defaults ask for this
 		}
-		live = fmt.Sprintf("%d agent(s) were live", passing)
+		live = fmt.Sprintf("%d agent(s) were live", placeable)
+		var others []string
 		if notPassing > 0 {
-			live += fmt.Sprintf(" and passing every Consul check (%d more in maintenance mode or with a check in warning)", notPassing)
+			others = append(others, fmt.Sprintf("%d more in maintenance mode or with a check in warning", notPassing))
+		}
+		if draining > 0 {
+			others = append(others, fmt.Sprintf("%d more being drained", draining))
+		}
+		if len(others) > 0 {
+			live += fmt.Sprintf(" and taking new replicas (%s)", strings.Join(others, ", "))
 		}
 	}
 	want := asked
