@@ -24,7 +24,8 @@
 data_dir = "/var/lib/logagent"
 
 # trace, debug, info, warn or error. SIGHUP re-reads the configuration and
-# applies a changed log_level and the TLS files; other changes need a restart.
+# applies a changed log_level and the TLS files; other changes need a restart
+# (a reload logs a warning naming them).
 log_level = "info"
 
 # Log as JSON lines instead of text.

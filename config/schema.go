@@ -87,9 +87,9 @@ type fileReplication struct {
 	FetchMaxWait  *string `hcl:"fetch_max_wait,optional"`
 	FetchMaxBytes *string `hcl:"fetch_max_bytes,optional"`
 	// AutoLeaderRebalance is a pointer so that its default can be true.
-	AutoLeaderRebalance  *bool   `hcl:"auto_leader_rebalance,optional"`
-	LeaderRebalanceDelay *string `hcl:"leader_rebalance_delay,optional"`
-	ReassignMaxBytesPerS *string `hcl:"reassign_max_bytes_per_second,optional"`
+	AutoLeaderRebalance       *bool   `hcl:"auto_leader_rebalance,optional"`
+	LeaderRebalanceDelay      *string `hcl:"leader_rebalance_delay,optional"`
+	ReassignMaxBytesPerSecond *string `hcl:"reassign_max_bytes_per_second,optional"`
 }
 
 type fileProducer struct {

@@ -263,7 +263,7 @@ func validate(f *fileRoot, ranges rangeMap, env Environment) (*Config, hcl.Diagn
 	c.Replication.FetchMaxBytes = v.size("replication.fetch_max_bytes", f.Replication.FetchMaxBytes, 1<<10, 1<<30)
 	c.Replication.AutoLeaderRebalance = f.Replication.AutoLeaderRebalance == nil || *f.Replication.AutoLeaderRebalance
 	c.Replication.LeaderRebalanceDelay = v.duration("replication.leader_rebalance_delay", f.Replication.LeaderRebalanceDelay, time.Second, 24*time.Hour)
-	c.Replication.ReassignMaxBytesPerSecond = v.size("replication.reassign_max_bytes_per_second", f.Replication.ReassignMaxBytesPerS, 0, 1<<40)
+	c.Replication.ReassignMaxBytesPerSecond = v.size("replication.reassign_max_bytes_per_second", f.Replication.ReassignMaxBytesPerSecond, 0, 1<<40)
 	if n := c.Replication.ReassignMaxBytesPerSecond; n > 0 && n < 1<<10 {
 		v.errorf("replication.reassign_max_bytes_per_second", "%s is below the minimum 1KiB (0 turns the bound off)", FormatSize(n))
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -52,7 +53,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	var handler sync.WaitGroup
 	handlerDone := make(chan struct{})
 	handler.Go(func() {
-		handleSignals(signals, handlerDone, cancel, func() { reload(paths, logger, a) }, logger, output.Close)
+		handleSignals(signals, handlerDone, cancel, func() { reload(paths, cfg, logger, a) }, logger, output.Close)
 	})
 	defer handler.Wait()
 	defer close(handlerDone)
@@ -96,8 +97,10 @@ func handleSignals(signals <-chan os.Signal, done <-chan struct{}, stop context.
 // reload re-reads the configuration and applies its log_level and the TLS
 // files it names. A configuration that does not validate (a certificate
 // that does not parse, a key that is not the certificate's) changes
-// nothing.
-func reload(paths []string, logger hclog.Logger, a *agent.Agent) {
+// nothing. The settings it changes from started, the configuration the
+// agent started with, that a reload does not apply are named in a warning:
+// they take effect at the next start.
+func reload(paths []string, started *config.Config, logger hclog.Logger, a *agent.Agent) {
 	cfg, err := config.Load(paths...)
 	if err != nil {
 		logger.Error("reload: configuration invalid; keeping the running one", "error", err)
@@ -105,6 +108,25 @@ func reload(paths []string, logger hclog.Logger, a *agent.Agent) {
 	}
 	applyLogLevel(cfg, logger)
 	a.ReloadTLS(cfg)
+	if ignored := needRestart(started, cfg); len(ignored) > 0 {
+		logger.Warn("reload: settings changed since the start that take effect only after a restart; the agent keeps running with the values it started with",
+			"settings", strings.Join(ignored, ", "))
+	}
+}
+
+// needRestart lists the settings that differ between started and loaded
+// and that reload does not apply: all but log_level and the TLS blocks
+// (whose files ReloadTLS loads, and which warns itself about a block turned
+// on or off).
+func needRestart(started, loaded *config.Config) []string {
+	var out []string
+	for _, key := range config.Changed(started, loaded) {
+		if key == "log_level" || strings.HasPrefix(key, "client.tls") || strings.HasPrefix(key, "peer.tls") {
+			continue
+		}
+		out = append(out, key)
+	}
+	return out
 }
 
 func applyLogLevel(cfg *config.Config, logger hclog.Logger) {

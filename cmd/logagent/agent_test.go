@@ -272,23 +272,41 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	t.Logf("exited %s after the second signal", time.Since(sent).Round(time.Millisecond))
 }
 
+// TestSIGHUPReloadsLogLevel: a SIGHUP applies a changed log_level, and
+// names the changed settings it does not apply (a retention, the ISR's lag
+// bound) instead of ignoring them silently; before, the agent logged only
+// the log level's change, as if the rest had been applied too.
 func TestSIGHUPReloadsLogLevel(t *testing.T) {
 	consul := consultest.Start(t)
 	s := newAgentSetup(t, "n1", consul.HTTPAddr())
 	p, cfg := s.start(t)
 	s.waitHealthy(t, p)
 
-	s.extra = `log_level = "debug"`
-	b, err := os.ReadFile(s.write(t))
-	if err != nil {
-		t.Fatal(err)
+	rewrite := func(extra string) {
+		t.Helper()
+		s.extra = extra
+		b, err := os.ReadFile(s.write(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfg, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p.signal(syscall.SIGHUP)
 	}
-	if err := os.WriteFile(cfg, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p.signal(syscall.SIGHUP)
+	const ignored = "reload: settings changed since the start that take effect only after a restart"
+	rewrite(`log_level = "debug"`)
 	waitUntil(t, 10*time.Second, "reload message", func() bool {
 		return strings.Contains(p.output(), "reload: log level changed: log_level=debug")
+	})
+	if strings.Contains(p.output(), ignored) {
+		t.Errorf("a reload that changed only log_level warned of settings it ignored:\n%s", p.output())
+	}
+
+	rewrite("log_level = \"debug\"\nstorage {\n  retention = \"24h\"\n}\nreplication {\n  lag_time_max = \"20s\"\n}\n")
+	want := ignored + "; the agent keeps running with the values it started with: settings=\"storage.retention, replication.lag_time_max\""
+	waitUntil(t, 10*time.Second, "the settings the reload ignored", func() bool {
+		return strings.Contains(p.output(), want)
 	})
 	if !p.running() {
 		t.Fatal("SIGHUP stopped the agent")
