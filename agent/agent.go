@@ -577,6 +577,15 @@ func (a *Agent) join(ctx context.Context) error {
 // from Consul, besides the reads a lookup miss triggers.
 const agentsRefreshInterval = 10 * time.Second
 
+// The query parameters of the client API's routes that take any
+// (docs/api.md); the others take none.
+var (
+	produceQuery = []string{"partition", "key", "acks", "timeout"}
+	fetchQuery   = []string{"offset", "max_bytes", "wait", "last_fetched_epoch", "group", "member_id", "member_epoch", "reset"}
+	groupQuery   = []string{"timeout"}
+	offsetsQuery = []string{"timeout", "topic"}
+)
+
 func (a *Agent) clientRoutes() *router {
 	rt := &router{onError: a.metrics.Error,
 		guard: requireToken(a.clientToken, "logagent", "client API requests need the token (client.token_file)")}
@@ -584,31 +593,33 @@ func (a *Agent) clientRoutes() *router {
 	// and the answer tells only the agent's state and node id.
 	rt.addOpen(fasthttp.MethodGet, "/v1/health", a.handleHealth)
 	rt.add(fasthttp.MethodGet, "/metrics", a.metricsHandler())
-	rt.add(fasthttp.MethodGet, "/v1/topics", a.handleListTopics)
-	rt.add(fasthttp.MethodPost, "/v1/topics", a.handleCreateTopic)
-	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}", a.handleDescribeTopic)
-	rt.add(fasthttp.MethodDelete, "/v1/topics/{topic}", a.handleDeleteTopic)
-	rt.add(fasthttp.MethodPatch, "/v1/topics/{topic}", a.handleAlterTopic)
-	rt.add(fasthttp.MethodGet, "/v1/status", a.handleStatus)
-	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/records", a.handleProduce)
-	rt.add(fasthttp.MethodPost, "/v1/producers", a.handleInitProducer)
-	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", a.handleFetch)
-	rt.add(fasthttp.MethodPost, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleStartReassign)
-	rt.add(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleGetReassign)
-	rt.add(fasthttp.MethodDelete, "/v1/topics/{topic}/partitions/{partition}/reassignment", a.handleCancelReassign)
-	rt.add(fasthttp.MethodPost, "/v1/nodes/{node}/drain", a.handleDrain(true))
-	rt.add(fasthttp.MethodDelete, "/v1/nodes/{node}/drain", a.handleDrain(false))
-	rt.add(fasthttp.MethodGet, "/v1/nodes/{node}/drain", a.handleGetDrain)
-	rt.add(fasthttp.MethodGet, "/v1/rebalance", a.handleRebalancePlan)
-	rt.add(fasthttp.MethodGet, "/v1/groups", a.handleListGroups)
-	rt.add(fasthttp.MethodGet, "/v1/groups/{group}", a.handleGroupOp("describe"))
-	rt.add(fasthttp.MethodDelete, "/v1/groups/{group}", a.handleGroupOp("delete"))
-	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members", a.handleGroupOp("join"))
-	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/members/{member}/heartbeat", a.handleGroupOp("heartbeat"))
-	rt.add(fasthttp.MethodDelete, "/v1/groups/{group}/members/{member}", a.handleGroupOp("leave"))
-	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/offsets", a.handleGroupOp("commit"))
-	rt.add(fasthttp.MethodGet, "/v1/groups/{group}/offsets", a.handleGroupOp("offsets"))
-	rt.add(fasthttp.MethodPost, "/v1/groups/{group}/offsets/reset", a.handleGroupOp("reset"))
+	rt.addAPI(fasthttp.MethodGet, "/v1/topics", nil, a.handleListTopics)
+	rt.addAPI(fasthttp.MethodPost, "/v1/topics", nil, a.handleCreateTopic)
+	rt.addAPI(fasthttp.MethodGet, "/v1/topics/{topic}", nil, a.handleDescribeTopic)
+	rt.addAPI(fasthttp.MethodDelete, "/v1/topics/{topic}", nil, a.handleDeleteTopic)
+	rt.addAPI(fasthttp.MethodPatch, "/v1/topics/{topic}", nil, a.handleAlterTopic)
+	rt.addAPI(fasthttp.MethodGet, "/v1/status", nil, a.handleStatus)
+	rt.addAPI(fasthttp.MethodPost, "/v1/topics/{topic}/records", produceQuery, a.handleProduce)
+	rt.addAPI(fasthttp.MethodPost, "/v1/producers", nil, a.handleInitProducer)
+	rt.addAPI(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/records", fetchQuery, a.handleFetch)
+	rt.addAPI(fasthttp.MethodPost, "/v1/topics/{topic}/partitions/{partition}/reassignment", nil, a.handleStartReassign)
+	rt.addAPI(fasthttp.MethodGet, "/v1/topics/{topic}/partitions/{partition}/reassignment", nil, a.handleGetReassign)
+	rt.addAPI(fasthttp.MethodDelete, "/v1/topics/{topic}/partitions/{partition}/reassignment", nil, a.handleCancelReassign)
+	rt.addAPI(fasthttp.MethodPost, "/v1/nodes/{node}/drain", nil, a.handleDrain(true))
+	rt.addAPI(fasthttp.MethodDelete, "/v1/nodes/{node}/drain", nil, a.handleDrain(false))
+	rt.addAPI(fasthttp.MethodGet, "/v1/nodes/{node}/drain", nil, a.handleGetDrain)
+	rt.addAPI(fasthttp.MethodGet, "/v1/rebalance", nil, a.handleRebalancePlan)
+	// The Go client sends every group request its deadline as timeout,
+	// the listing's too, which has no use for it.
+	rt.addAPI(fasthttp.MethodGet, "/v1/groups", groupQuery, a.handleListGroups)
+	rt.addAPI(fasthttp.MethodGet, "/v1/groups/{group}", groupQuery, a.handleGroupOp("describe"))
+	rt.addAPI(fasthttp.MethodDelete, "/v1/groups/{group}", groupQuery, a.handleGroupOp("delete"))
+	rt.addAPI(fasthttp.MethodPost, "/v1/groups/{group}/members", groupQuery, a.handleGroupOp("join"))
+	rt.addAPI(fasthttp.MethodPost, "/v1/groups/{group}/members/{member}/heartbeat", groupQuery, a.handleGroupOp("heartbeat"))
+	rt.addAPI(fasthttp.MethodDelete, "/v1/groups/{group}/members/{member}", groupQuery, a.handleGroupOp("leave"))
+	rt.addAPI(fasthttp.MethodPost, "/v1/groups/{group}/offsets", groupQuery, a.handleGroupOp("commit"))
+	rt.addAPI(fasthttp.MethodGet, "/v1/groups/{group}/offsets", offsetsQuery, a.handleGroupOp("offsets"))
+	rt.addAPI(fasthttp.MethodPost, "/v1/groups/{group}/offsets/reset", groupQuery, a.handleGroupOp("reset"))
 	// The status page: the router ignores a trailing slash, so "/ui" takes
 	// "/ui/" too and the page's handler tells them apart; it answers 404
 	// for any file it does not have.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,40 @@ type router struct {
 	// guard, when set, wraps the handler of every route added with add
 	// (the client token check); addOpen adds a route without it.
 	guard func(fasthttp.RequestHandler) fasthttp.RequestHandler
+}
+
+// addAPI adds an API route that takes the query parameters query and no
+// other: an unknown one (a typo, partiton=2, had the record written to
+// another partition, ofset=5 a consumer read from the start) is refused 400
+// invalid_request, after the token check, before the handler runs. Routes
+// whose parameters others define (Prometheus' scrape parameters, pprof's)
+// are added with add and take any.
+func (rt *router) addAPI(method, pattern string, query []string, handler fasthttp.RequestHandler) {
+	rt.add(method, pattern, onlyQuery(method+" "+pattern, query, handler))
+}
+
+// onlyQuery refuses a request with a query parameter not in query before
+// handler sees it.
+func onlyQuery(endpoint string, query []string, handler fasthttp.RequestHandler) fasthttp.RequestHandler {
+	takes := "takes no query parameter"
+	if len(query) > 0 {
+		takes = "takes " + strings.Join(query, ", ")
+	}
+	return func(ctx *fasthttp.RequestCtx) {
+		var unknown []byte
+		for key := range ctx.QueryArgs().All() {
+			if len(key) > 0 && !slices.Contains(query, string(key)) {
+				unknown = key
+				break
+			}
+		}
+		if unknown != nil {
+			reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+				fmt.Sprintf("unknown query parameter %q: %s %s", unknown, endpoint, takes), false)
+			return
+		}
+		handler(ctx)
+	}
 }
 
 func (rt *router) add(method, pattern string, handler fasthttp.RequestHandler) {

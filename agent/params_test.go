@@ -3,11 +3,13 @@ package agent
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/logagent/logagent/agent/reply"
 	"github.com/logagent/logagent/election"
 	"github.com/logagent/logagent/wire"
 )
@@ -108,6 +110,62 @@ func TestFetchParamsCheckedBeforeTheReplica(t *testing.T) {
 		status, body := other.call("GET", tc.path, "", nil)
 		if e := errorCode(t, body); status != tc.status || e.Code != tc.code {
 			t.Errorf("GET %s at %s (no leader): %d %s (%s), want %d %s", tc.path, other.nodeID, status, e.Code, e.Message, tc.status, tc.code)
+		}
+	}
+}
+
+// TestUnknownQueryParameterRefused: every route of the client API but the
+// open and the pass-through ones (health, metrics, the status page, pprof)
+// refuses a query parameter it does not take, 400 invalid_request naming
+// it and what the route takes, before its handler runs. A typo was
+// ignored: partiton=2 had the record written to another partition, ofset=5
+// a consumer read from the log's start. The parameters a route takes
+// reach its handler (here a starting agent's 503).
+func TestUnknownQueryParameterRefused(t *testing.T) {
+	a := unitAgent(t)
+	rt := a.clientRoutes()
+	call := func(method, uri string) (int, reply.APIError) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod(method)
+		ctx.Request.SetRequestURI(uri)
+		rt.handle(&ctx)
+		return ctx.Response.StatusCode(), errorCode(t, ctx.Response.Body())
+	}
+	checked := 0
+	for _, r := range rt.routes {
+		path := "/" + strings.Join(r.pattern, "/")
+		if path == "/v1/health" || !strings.HasPrefix(path, "/v1/") {
+			continue
+		}
+		checked++
+		uri := strings.NewReplacer("{topic}", "orders", "{partition}", "0", "{node}", "n2", "{group}", "g", "{member}", "m").Replace(path)
+		status, e := call(r.method, uri+"?bogus=1")
+		if status != 400 || e.Code != wire.CodeInvalidRequest || !strings.Contains(e.Message, `unknown query parameter "bogus"`) {
+			t.Errorf("%s %s?bogus=1: %d %s %q, want 400 %s naming bogus", r.method, uri, status, e.Code, e.Message, wire.CodeInvalidRequest)
+		}
+	}
+	if checked < 25 {
+		t.Errorf("checked %d routes of the client API, want every /v1 route but health", checked)
+	}
+	for _, tc := range []struct {
+		method, uri string
+		status      int
+		message     string
+	}{
+		{"POST", "/v1/topics/orders/records?partiton=2", 400,
+			`unknown query parameter "partiton": POST /v1/topics/{topic}/records takes partition, key, acks, timeout`},
+		{"GET", "/v1/topics/orders/partitions/0/records?ofset=5", 400, `unknown query parameter "ofset"`},
+		{"GET", "/v1/topics?x", 400, `unknown query parameter "x": GET /v1/topics takes no query parameter`},
+		{"POST", "/v1/topics/orders/records?partition=2&key=k&acks=all&timeout=1s", 503, ""},
+		{"GET", "/v1/topics/orders/partitions/0/records?offset=5&max_bytes=10&wait=1s&last_fetched_epoch=1", 503, ""},
+		{"GET", "/v1/groups/g/offsets?topic=orders&timeout=1s", 503, ""},
+		{"GET", "/v1/groups?timeout=1s", 503, ""},
+		{"GET", "/v1/topics?", 503, ""},
+		{"GET", "/v1/health?probe=1", 503, ""},
+	} {
+		status, e := call(tc.method, tc.uri)
+		if status != tc.status || !strings.Contains(e.Message, tc.message) {
+			t.Errorf("%s %s: %d %s %q, want %d %q", tc.method, tc.uri, status, e.Code, e.Message, tc.status, tc.message)
 		}
 	}
 }
