@@ -176,7 +176,7 @@ func (ta *testAgent) start() {
 		t.Fatal(err)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: ta.nodeID, Level: hclog.LevelFromString(cfg.LogLevel), Output: ta.c.logs})
-	coord, err := NewCoordinator(cfg, logger.Named("election"))
+	coord, err := NewCoordinator(cfg, "test-"+cfg.NodeID, logger.Named("election"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func TestConsulTokenFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		var logs strings.Builder
-		coord, err := NewCoordinator(cfg, hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Trace}))
+		coord, err := NewCoordinator(cfg, "", hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Trace}))
 		if err != nil {
 			t.Fatal(err)
 		}

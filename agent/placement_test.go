@@ -38,4 +38,11 @@ func TestNewTopicPlacesNoReplicaOnADrainingAgent(t *testing.T) {
 	if len(draining) != 3 || !draining["n3"] || draining["n1"] || draining["n2"] {
 		t.Errorf("GET /v1/status agents: %+v", agents)
 	}
+	// Each agent's build, as it registered it (the test cluster's
+	// agents register "test-" and their node id).
+	for _, a := range agents {
+		if a.Version != "test-"+a.NodeID {
+			t.Errorf("GET /v1/status lists %s with version %q, want %q", a.NodeID, a.Version, "test-"+a.NodeID)
+		}
+	}
 }

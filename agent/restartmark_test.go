@@ -152,7 +152,7 @@ func startWaitingForConsul(t *testing.T, cfgPath string) (context.CancelFunc, ch
 		t.Fatal(err)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "n1", Level: hclog.Debug, Output: newTestLogs(t)})
-	coord, err := NewCoordinator(cfg, logger.Named("election"))
+	coord, err := NewCoordinator(cfg, "", logger.Named("election"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -532,6 +532,8 @@ type statusAgent struct {
 	// Draining is set for an agent being drained (logagent node drain): its
 	// replicas move off and it takes no new one.
 	Draining bool `json:"draining,omitempty"`
+	// Version is the build the agent registered in Consul.
+	Version string `json:"version,omitempty"`
 }
 
 type statusPartition struct {
@@ -579,7 +581,7 @@ func (a *Agent) handleStatus(ctx *fasthttp.RequestCtx) {
 	}
 	for _, info := range agents {
 		st.Agents = append(st.Agents, statusAgent{NodeID: info.NodeID, ClientAddr: info.ClientAddr, PeerAddr: info.PeerAddr,
-			NotPassing: !info.Passing, Draining: snap.IsDraining(info.NodeID)})
+			NotPassing: !info.Passing, Draining: snap.IsDraining(info.NodeID), Version: info.Version})
 	}
 	// The replicas exist once the agent has served (the state's store
 	// orders their creation before this read).

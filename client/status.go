@@ -32,6 +32,9 @@ type AgentInfo struct {
 	// Draining is set for an agent being drained (NodeDrain): its
 	// replicas move off and it takes no new one.
 	Draining bool `json:"draining,omitempty"`
+	// Version is the agent's build (logagent version), as it registered
+	// in Consul.
+	Version string `json:"version,omitempty"`
 }
 
 // Status asks the agent about itself and the live agents.

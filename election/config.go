@@ -35,6 +35,7 @@ const (
 	metaNodeID                   = "node_id"
 	metaPeerAddr                 = "peer_addr"
 	metaClientAddr               = "client_addr"
+	metaVersion                  = "version"
 	sessionBehavior              = api.SessionBehaviorRelease
 	maxOpsPerTxn                 = 64
 	heartbeatsPerTTL             = 3
@@ -59,6 +60,11 @@ type Config struct {
 	NodeID     string
 	PeerAddr   string
 	ClientAddr string
+	// Version is the agent's build (logagent version), registered in the
+	// service's meta so that every agent's is listed (AgentInfo.Version):
+	// a rolling upgrade shows which agents still run the old one. Empty
+	// registers none.
+	Version string
 
 	// CheckTTL is the TTL of the agent's health check, passed every third
 	// of it. The session is linked to this check, so a crashed agent loses

@@ -328,7 +328,9 @@ func TestRegistrationPassesThenGoesCritical(t *testing.T) {
 	t.Parallel()
 	srv := consultest.Start(t)
 	admin := srv.Client()
-	c := newTestClient(t, srv, "n1", func(cfg *Config) { cfg.PeerAddr = "127.0.0.1:7200"; cfg.ClientAddr = "127.0.0.1:7100" })
+	c := newTestClient(t, srv, "n1", func(cfg *Config) {
+		cfg.PeerAddr, cfg.ClientAddr, cfg.Version = "127.0.0.1:7200", "127.0.0.1:7100", "v1.2.3"
+	})
 	register(t, c)
 	ctx := context.Background()
 
@@ -336,7 +338,7 @@ func TestRegistrationPassesThenGoesCritical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []AgentInfo{{NodeID: "n1", PeerAddr: "127.0.0.1:7200", ClientAddr: "127.0.0.1:7100", ConsulNode: srv.NodeName(), Passing: true}}
+	want := []AgentInfo{{NodeID: "n1", PeerAddr: "127.0.0.1:7200", ClientAddr: "127.0.0.1:7100", ConsulNode: srv.NodeName(), Passing: true, Version: "v1.2.3"}}
 	if !slices.Equal(agents, want) {
 		t.Fatalf("Agents() = %+v, want %+v", agents, want)
 	}

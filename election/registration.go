@@ -27,6 +27,9 @@ type AgentInfo struct {
 	// take new replicas (Liveness.Placeable). An agent alive but in
 	// maintenance mode, or with a check in warning, serves all the same.
 	Passing bool
+	// Version is the build the agent registered (Config.Version), "" for
+	// one that registered none.
+	Version string
 }
 
 // PlacementNodes are the node ids, in the order of agents (Agents sorts
@@ -113,6 +116,9 @@ func (c *Client) registerService(ctx context.Context) error {
 			Status:                         api.HealthPassing,
 			DeregisterCriticalServiceAfter: c.cfg.DeregisterCriticalAfter.String(),
 		},
+	}
+	if c.cfg.Version != "" {
+		reg.Meta[metaVersion] = c.cfg.Version
 	}
 	// The peer address doubles as the service address for DNS users; meta
 	// keeps the exact strings.
@@ -299,6 +305,7 @@ func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
 			ClientAddr: e.Service.Meta[metaClientAddr],
 			ConsulNode: e.Node.Node,
 			Passing:    passing,
+			Version:    e.Service.Meta[metaVersion],
 		}
 	}
 	agents := slices.Collect(maps.Values(byNode))

@@ -37,7 +37,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	})
 	logger.Info("starting", "version", version, "node_id", cfg.NodeID, "config", cfg.Sources)
 
-	reg, err := agent.NewCoordinator(cfg, logger.Named("election"))
+	reg, err := agent.NewCoordinator(cfg, version, logger.Named("election"))
 	if err != nil {
 		return err
 	}

@@ -261,11 +261,12 @@ func checkStatus(t *testing.T, f *fakeClientAPI, want string) []byte {
 
 // TestStatusAgentStates: status marks the agents that take no new replica,
 // in maintenance mode (not passing) or being drained, in the table and the
-// summary, which it prints also when there is no topic.
+// summary, which it prints also when there is no topic, and says which
+// agents run which build when they run more than one (a rolling upgrade).
 func TestStatusAgentStates(t *testing.T) {
 	f := newFakeClientAPI(t)
-	f.live = []client.AgentInfo{{NodeID: "n1"}, {NodeID: "n2", NotPassing: true}, {NodeID: "n3", Draining: true},
-		{NodeID: "n4", NotPassing: true, Draining: true}}
+	f.live = []client.AgentInfo{{NodeID: "n1", Version: "v2"}, {NodeID: "n2", NotPassing: true, Version: "v2"},
+		{NodeID: "n3", Draining: true, Version: "v1"}, {NodeID: "n4", NotPassing: true, Draining: true}}
 	want := "agent " + f.srv.URL + ": node n1, ok\n" + `
 AGENT  STATE                      CLIENT-ADDRESS  PEER-ADDRESS
 n1     up                         -               -
@@ -273,7 +274,7 @@ n2     up, not-passing            -               -
 n3     up, draining               -               -
 n4     up, not-passing, draining  -               -
 
-4 agent(s), 4 up, 2 not passing every Consul check (maintenance mode, a warning: no new replicas there), 2 being drained (no new replicas there); no topics
+4 agent(s), 4 up, 2 not passing every Consul check (maintenance mode, a warning: no new replicas there), 2 being drained (no new replicas there), 3 versions running (unknown on n4; v1 on n3; v2 on n1,n2); no topics
 `
 	jsonOut := checkStatus(t, f, want)
 	var st struct {
@@ -281,12 +282,14 @@ n4     up, not-passing, draining  -               -
 			NodeID     string `json:"node_id"`
 			NotPassing bool   `json:"not_passing"`
 			Draining   bool   `json:"draining"`
+			Version    string `json:"version"`
 		} `json:"agents"`
 	}
 	if err := json.Unmarshal(jsonOut, &st); err != nil {
 		t.Fatalf("status -format json: %v\n%s", err, jsonOut)
 	}
-	if len(st.Agents) != 4 || st.Agents[0].Draining || !st.Agents[2].Draining || st.Agents[2].NotPassing || !st.Agents[3].Draining || !st.Agents[3].NotPassing {
+	if len(st.Agents) != 4 || st.Agents[0].Draining || !st.Agents[2].Draining || st.Agents[2].NotPassing || !st.Agents[3].Draining || !st.Agents[3].NotPassing ||
+		st.Agents[0].Version != "v2" || st.Agents[3].Version != "" {
 		t.Errorf("status -format json:\n%s", jsonOut)
 	}
 }

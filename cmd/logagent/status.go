@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -67,7 +68,9 @@ type agentState struct {
 	NotPassing bool `json:"not_passing,omitempty"`
 	// Draining: being drained (logagent node drain), so its replicas move
 	// off and it takes no new one.
-	Draining      bool   `json:"draining,omitempty"`
+	Draining bool `json:"draining,omitempty"`
+	// Version: the build it registered ("" for a down agent).
+	Version       string `json:"version,omitempty"`
 	ClientAddress string `json:"client_address"`
 	PeerAddress   string `json:"peer_address"`
 }
@@ -111,7 +114,7 @@ func readStatus(ctx context.Context, c *client.Client) (*clusterStatus, error) {
 	known := map[string]bool{}
 	for _, a := range agentStatus.Agents {
 		known[a.NodeID] = true
-		st.agents = append(st.agents, agentState{NodeID: a.NodeID, Up: true, NotPassing: a.NotPassing, Draining: a.Draining, ClientAddress: a.ClientAddress, PeerAddress: a.PeerAddress})
+		st.agents = append(st.agents, agentState{NodeID: a.NodeID, Up: true, NotPassing: a.NotPassing, Draining: a.Draining, Version: a.Version, ClientAddress: a.ClientAddress, PeerAddress: a.PeerAddress})
 	}
 	for _, t := range st.topics {
 		for _, p := range t.Partitions {
@@ -158,6 +161,7 @@ func (st *clusterStatus) write(w io.Writer) error {
 	if draining > 0 {
 		summary += fmt.Sprintf(", %d being drained (no new replicas there)", draining)
 	}
+	summary += versionsRunning(st.agents)
 	if len(st.topics) == 0 {
 		_, err := fmt.Fprintln(w, summary+"; no topics")
 		return err
@@ -216,6 +220,29 @@ func (st *clusterStatus) json() statusJSON {
 		out.Topics = append(out.Topics, toTopicJSON(t))
 	}
 	return out
+}
+
+// versionsRunning says which agents run which build when the agents up run
+// more than one (a rolling upgrade under way), "" otherwise.
+func versionsRunning(agents []agentState) string {
+	byVersion := map[string][]string{}
+	for _, a := range agents {
+		if a.Up {
+			v := a.Version
+			if v == "" {
+				v = "unknown"
+			}
+			byVersion[v] = append(byVersion[v], a.NodeID)
+		}
+	}
+	if len(byVersion) < 2 {
+		return ""
+	}
+	var parts []string
+	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
+		parts = append(parts, fmt.Sprintf("%s on %s", v, strings.Join(byVersion[v], ",")))
+	}
+	return fmt.Sprintf(", %d versions running (%s)", len(byVersion), strings.Join(parts, "; "))
 }
 
 func orDash(s string) string {
