@@ -1,6 +1,9 @@
 package config
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"os"
 	"reflect"
 	"strings"
 )
@@ -9,7 +12,9 @@ import (
 // as a configuration file spells them ("storage.retention", "client.tls"
 // for a TLS block turned on or off), in the order of the file schema. It
 // compares values, not text: "168h" and "10080m" are the same retention,
-// and a default written out is no change. It names keys only, never their
+// and a default written out is no change. A file the agent reads only at
+// start (a token file, Consul's TLS files) counts as changed when it was
+// rewritten in place between the two loads. It names keys only, never their
 // values (consul.token is a secret).
 //
 // A running agent applies few settings without a restart (docs/operations.md,
@@ -17,14 +22,15 @@ import (
 // was given and ignored, instead of ignoring them silently.
 func Changed(a, b *Config) []string {
 	var out []string
-	changedIn(reflect.TypeFor[fileRoot](), reflect.ValueOf(*a), reflect.ValueOf(*b), "", &out)
+	rewritten := func(key string) bool { return a.startFileDigests[key] != b.startFileDigests[key] }
+	changedIn(reflect.TypeFor[fileRoot](), reflect.ValueOf(*a), reflect.ValueOf(*b), "", rewritten, &out)
 	return out
 }
 
 // changedIn compares a and b, values of a Config struct, over the keys of
 // the schema block type block, appending the names under prefix that
-// differ.
-func changedIn(block reflect.Type, a, b reflect.Value, prefix string, out *[]string) {
+// differ, or whose file was rewritten.
+func changedIn(block reflect.Type, a, b reflect.Value, prefix string, rewritten func(key string) bool, out *[]string) {
 	for i := range block.NumField() {
 		key := block.Field(i)
 		name := prefix + strings.Split(key.Tag.Get("hcl"), ",")[0]
@@ -44,10 +50,10 @@ func changedIn(block reflect.Type, a, b reflect.Value, prefix string, out *[]str
 				}
 				va, vb = va.Elem(), vb.Elem()
 			}
-			changedIn(key.Type.Elem(), va, vb, name+".", out)
+			changedIn(key.Type.Elem(), va, vb, name+".", rewritten, out)
 			continue
 		}
-		if !reflect.DeepEqual(va.Interface(), vb.Interface()) {
+		if !reflect.DeepEqual(va.Interface(), vb.Interface()) || rewritten(name) {
 			*out = append(*out, name)
 		}
 	}
@@ -76,4 +82,39 @@ func settingValue(v reflect.Value, field string) (reflect.Value, bool) {
 		}
 	}
 	return reflect.Value{}, false
+}
+
+// startFiles names the files of c that the agent reads once, at start, by
+// the key that sets them: a reload applies neither a rotated token nor a
+// renewed Consul certificate (peer.tls and client.tls are reloaded, and are
+// not here). consul.token_file and the consul TLS files may come from
+// CONSUL_* variables rather than the consul block.
+func startFiles(c *Config) map[string]string {
+	return map[string]string{
+		"peer.token_file":   c.Peer.TokenFile,
+		"client.token_file": c.Client.TokenFile,
+		"consul.token_file": c.Consul.API.TokenFile,
+		"consul.ca_file":    c.Consul.API.TLSConfig.CAFile,
+		"consul.cert_file":  c.Consul.API.TLSConfig.CertFile,
+		"consul.key_file":   c.Consul.API.TLSConfig.KeyFile,
+	}
+}
+
+// digestStartFiles fingerprints the content of c's start files when the
+// configuration is loaded (the agent reads them a moment later), so that
+// Changed sees one rewritten under the same name. Surrounding white space
+// does not count: the agent and Consul's client trim tokens, and PEM
+// decoding skips it. A file that cannot be read has no digest; loading
+// reports that where it matters.
+func digestStartFiles(c *Config) map[string][sha256.Size]byte {
+	out := map[string][sha256.Size]byte{}
+	for key, path := range startFiles(c) {
+		if path == "" {
+			continue
+		}
+		if b, err := os.ReadFile(path); err == nil {
+			out[key] = sha256.Sum256(bytes.TrimSpace(b))
+		}
+	}
+	return out
 }

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/logagent/logagent/internal/pki"
 )
 
 // TestChanged: Changed names the settings whose values differ, as a file
@@ -94,4 +97,75 @@ func TestChangedKnowsEveryKey(t *testing.T) {
 		}
 	}
 	walk(reflect.TypeFor[fileRoot](), reflect.ValueOf(*cfg), "")
+}
+
+// TestChangedSeesFilesRewritten: a token file or a Consul TLS file
+// rewritten in place under the same name is a change, since the agent reads
+// it only at start; before, a reload after a token rotation named nothing,
+// as if the new token were in use. The files a reload loads (peer.tls,
+// client.tls) and white space around a token are no change.
+func TestChangedSeesFilesRewritten(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
+	f := newTLSFixture(t)
+	original, err := os.ReadFile(f.ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, err := pki.NewCA("another CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCAFile, err := otherCA.WriteCA(t.TempDir(), "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := os.ReadFile(otherCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		body string // %[1]q is the file rewritten, unless env is set
+		env  string // a variable naming the file instead
+		from string // the file's content at the first load
+		to   string // and at the second
+		want []string
+	}{
+		{"peer token", "peer {\n  token_file = %[1]q\n}\n", "", "old", "new", []string{"peer.token_file"}},
+		{"client token", "client {\n  token_file = %[1]q\n}\n", "", "old", "new", []string{"client.token_file"}},
+		{"client token, a newline added", "client {\n  token_file = %[1]q\n}\n", "", "old", "old\n", nil},
+		{"consul token", "consul {\n  token_file = %[1]q\n}\n", "", "old", "new", []string{"consul.token_file"}},
+		{"consul token from CONSUL_HTTP_TOKEN_FILE", "", "CONSUL_HTTP_TOKEN_FILE", "old", "new", []string{"consul.token_file"}},
+		{"consul CA", "consul {\n  scheme = \"https\"\n  ca_file = %[1]q\n}\n", "",
+			string(original), string(renewed), []string{"consul.ca_file"}},
+		{"peer TLS CA, which a reload loads",
+			fmt.Sprintf("peer {\n  tls {\n    cert_file = %q\n    key_file = %q\n    ca_file = %%[1]q\n  }\n}\n", f.cert, f.key), "",
+			string(original), string(renewed), nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := writeFile(t, dir, "file", c.from)
+			body := c.body
+			if c.env != "" {
+				t.Setenv(c.env, file)
+			} else {
+				body = fmt.Sprintf(body, file)
+			}
+			config := writeFile(t, dir, "agent.hcl", body)
+			started, err := LoadWith(testEnv(), config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, dir, "file", c.to)
+			reloaded, err := LoadWith(testEnv(), config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := Changed(started, reloaded); !slices.Equal(got, c.want) {
+				t.Errorf("Changed: %q, want %q", got, c.want)
+			}
+		})
+	}
 }

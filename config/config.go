@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -28,6 +29,10 @@ type Config struct {
 
 	// Sources lists the files merged to make this configuration, in order.
 	Sources []string
+
+	// startFileDigests holds a digest of each file the agent reads only at
+	// start (digestStartFiles), by its key, for Changed.
+	startFileDigests map[string][sha256.Size]byte
 }
 
 // Client is the listener applications use (the sidecar API).

@@ -92,6 +92,7 @@ func LoadWith(env Environment, paths ...string) (*Config, error) {
 		return nil, &DiagnosticsError{Diags: diags}
 	}
 	cfg.Sources = files
+	cfg.startFileDigests = digestStartFiles(cfg)
 	return cfg, nil
 }
 
