@@ -142,7 +142,7 @@ func (s *uiSource) agents(ctx context.Context, snap *election.Snapshot) ([]ui.Ag
 	out := make([]ui.Agent, 0, len(known))
 	for _, id := range slices.Sorted(maps.Keys(known)) {
 		info := known[id]
-		out = append(out, ui.Agent{NodeID: id, ClientAddress: info.ClientAddr, PeerAddress: info.PeerAddr, Up: isUp(id), NotPassing: notPassing(id), Draining: snap.IsDraining(id)})
+		out = append(out, ui.Agent{NodeID: id, ClientAddress: info.ClientAddr, PeerAddress: info.PeerAddr, Up: isUp(id), NotPassing: notPassing(id), Draining: snap.IsDraining(id), Version: info.Version})
 	}
 	return out, warnings
 }

@@ -98,8 +98,8 @@ func TestUIState(t *testing.T) {
 
 // TestUIStateMove: a move in flight is on the status page's state of every
 // agent, with its target and phase, and with the added replica's progress
-// on the leader only; an agent being drained is marked; the totals count
-// both. The move adds "n9", an agent that never runs (written past the
+// on the leader only; an agent being drained is marked; every agent
+// registered shows its build; the totals count both. The move adds "n9", an agent that never runs (written past the
 // API, which would refuse it), so it stays in flight for the test.
 func TestUIStateMove(t *testing.T) {
 	c := startTestCluster(t, 2, "")
@@ -145,6 +145,15 @@ func TestUIStateMove(t *testing.T) {
 		for _, a := range st.Agents {
 			if a.Draining != (a.NodeID == "n2") {
 				t.Errorf("%s: agent %s draining %v", ta.nodeID, a.NodeID, a.Draining)
+			}
+			// The build each registered; none for n9, known only from
+			// the move's target.
+			wantVersion := "test-" + a.NodeID
+			if a.ClientAddress == "" {
+				wantVersion = ""
+			}
+			if a.Version != wantVersion {
+				t.Errorf("%s: agent %s version %q, want %q", ta.nodeID, a.NodeID, a.Version, wantVersion)
 			}
 		}
 		wantProgress := "[]"

@@ -215,7 +215,7 @@ func TestStateJSON(t *testing.T) {
 		t.Errorf("counters %v, want null when the source keeps none", doc["counters"])
 	}
 	agent := doc["agents"].([]any)[0].(map[string]any)
-	if got, want := keys(agent), "client_address,draining,node_id,not_passing,peer_address,up"; got != want {
+	if got, want := keys(agent), "client_address,draining,node_id,not_passing,peer_address,up,version"; got != want {
 		t.Errorf("agent keys %s, want %s", got, want)
 	}
 	topic := doc["topics"].([]any)[0].(map[string]any)

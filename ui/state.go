@@ -54,6 +54,10 @@ type Agent struct {
 	// Draining is true while the agent is being drained (logagent node
 	// drain, docs/design.md §7.7): its replicas move away.
 	Draining bool `json:"draining"`
+	// Version is the build the agent registered (logagent version), ""
+	// when it registered none: a rolling upgrade shows as agents of two
+	// builds.
+	Version string `json:"version"`
 }
 
 // Topic is one topic and its partitions.

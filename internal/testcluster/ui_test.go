@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,8 +16,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/valyala/fasthttp"
 
 	"github.com/logagent/logagent/internal/testenv"
+	"github.com/logagent/logagent/ui"
 )
 
 // chromiumNames are the browser commands looked for on PATH when
@@ -152,7 +155,7 @@ func agentShows(node string, up bool) string {
 }
 
 // TestStatusPage (issue 16): agent n1's /ui/ in headless Chromium shows the
-// three agents up and the partitions of an RF 3 topic with their leaders,
+// three agents up with the build they run and the partitions of an RF 3 topic with their leaders,
 // full ISR and positions; after kill -9 of n3 it shows n3 DOWN within 5 s,
 // then the partitions under-replicated with n3 out of their ISR; after n1
 // itself is killed, the page says it is not answering instead of showing
@@ -200,11 +203,15 @@ func TestStatusPage(t *testing.T) {
 	stopWriter := sync.OnceFunc(func() { close(stop); writer.Wait() })
 	defer stopWriter()
 
+	version := binaryVersion(t)
 	pg := openPage(t, browser, "http://"+n1.ClientAddr+"/ui/")
 	allUp := agentShows("n1", true) + " && " + agentShows("n2", true) + " && " + agentShows("n3", true)
-	pg.waitFor(30*time.Second, "three agents UP, the partitions led with a full ISR, a produce rate and n1's byte rates", fmt.Sprintf(`(() => {
+	pg.waitFor(30*time.Second, "three agents UP with their build, the partitions led with a full ISR, a produce rate and n1's byte rates", fmt.Sprintf(`(() => {
   if (!(%s)) return false;
   if (document.querySelectorAll('.agent').length !== 3) return false;
+  for (const b of document.querySelectorAll('.agent .build')) {
+    if (b.textContent !== 'build ' + %q || b.classList.contains('mixed')) return false;
+  }
   const rows = document.querySelectorAll('section.topic[data-topic=%q] tbody tr');
   if (rows.length !== %d) return false;
   for (const r of rows) {
@@ -221,7 +228,7 @@ func TestStatusPage(t *testing.T) {
     /^[1-9][0-9.]* (B|KiB|MiB)\/s$/.test(document.getElementById('t-produce-bytes').textContent) &&
     /^[1-9][0-9.]* (B|KiB|MiB)\/s$/.test(document.getElementById('t-fetch-bytes').textContent) &&
     document.getElementById('banner').hidden;
-})()`, allUp, topic, partitions, partitions))
+})()`, allUp, version, topic, partitions, partitions))
 	pg.screenshot("1-all-up.png")
 
 	killed := time.Now()
@@ -360,6 +367,68 @@ func (st uiState) agentsLine() string {
 	return strings.Join(parts, " ")
 }
 
+// fixedState is a status page source that always answers the same state.
+type fixedState ui.State
+
+func (f fixedState) State(context.Context) (ui.State, error) {
+	st := ui.State(f)
+	st.TimeUnixMilli = time.Now().UnixMilli()
+	return st, nil
+}
+
+// TestStatusPageMarksMixedBuilds: while the agents up run more than one
+// build, every card's build line is marked (a rolling upgrade under way, or
+// an agent left behind); a down agent's older build does not count, and an
+// agent that registered none shows a dash. The
+// page's script is what is tested: it is served by the status page's own
+// handler, over a state fixed here, since the cluster's agents all run
+// this one binary.
+func TestStatusPageMarksMixedBuilds(t *testing.T) {
+	browser := findChromium(t)
+	agents := []ui.Agent{
+		{NodeID: "n1", ClientAddress: "127.0.0.1:7070", PeerAddress: "127.0.0.1:7171", Up: true, Version: "v2"},
+		{NodeID: "n2", ClientAddress: "127.0.0.1:7071", PeerAddress: "127.0.0.1:7172", Up: true, Version: "v2"},
+		{NodeID: "n3", ClientAddress: "127.0.0.1:7072", PeerAddress: "127.0.0.1:7173", Up: false, Version: "v1"},
+		{NodeID: "n4", Up: false},
+	}
+	cases := []struct {
+		name  string
+		n3Up  bool
+		mixed bool
+	}{
+		{"one build up, an older one down", false, false},
+		{"two builds up", true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			state := fixedState{Self: ui.Self{NodeID: "n1", State: "serving"}, Agents: slices.Clone(agents)}
+			state.Agents[2].Up = c.n3Up
+			srv := &fasthttp.Server{Handler: ui.New(state).Serve}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var serving sync.WaitGroup
+			serving.Go(func() { _ = srv.Serve(ln) })
+			t.Cleanup(func() {
+				_ = srv.Shutdown()
+				serving.Wait()
+			})
+
+			pg := openPage(t, browser, "http://"+ln.Addr().String()+"/ui/")
+			pg.waitFor(10*time.Second, "each agent's build line", fmt.Sprintf(`(() => {
+  const line = (n) => document.querySelector('.agent[data-node="' + n + '"] .build');
+  const want = {n1: 'build v2', n2: 'build v2', n3: 'build v1', n4: 'build –'};
+  for (const [n, text] of Object.entries(want)) {
+    const b = line(n);
+    if (b === null || b.textContent !== text || b.classList.contains('mixed') !== %t) return false;
+  }
+  return true;
+})()`, c.mixed))
+		})
+	}
+}
+
 // TestStatusStateWithoutConsul: when its agent cannot reach Consul, the
 // status page's state still lists every agent, with the addresses last
 // seen and up or down as Consul last said, and a warning that says so;
@@ -472,4 +541,18 @@ replication {
 	if err := leader.do(http.MethodDelete, leader.url("/v1/nodes/n3/drain", nil), "", nil, nil); err != nil {
 		t.Fatalf("cancel the drain of n3: %v", err)
 	}
+}
+
+// binaryVersion is the build the agents run, as `logagent version` prints it.
+func binaryVersion(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(Binary(t), "version").Output()
+	if err != nil {
+		t.Fatalf("logagent version: %v", err)
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) != 2 || fields[0] != "logagent" {
+		t.Fatalf("logagent version printed %q, want \"logagent <version>\"", out)
+	}
+	return fields[1]
 }

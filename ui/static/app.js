@@ -114,6 +114,7 @@
     return el('div', {
       class: 'agent ' + (a.up ? 'up' : 'down') + (a.draining ? ' draining' : ''),
       'data-node': a.node_id, 'data-up': String(a.up), 'data-draining': String(a.draining), 'data-not-passing': String(a.not_passing),
+      'data-version': a.version,
     },
       el('div', { class: 'top' },
         el('span', { class: 'node' }, a.node_id,
@@ -123,7 +124,20 @@
           a.not_passing ? el('span', { class: 'badge drain', title: 'a Consul check not passing (maintenance mode, a warning): it serves, and takes no new replica', text: 'NOT PASSING' }) : null,
           el('span', { class: 'badge', text: a.up ? 'UP' : 'DOWN' }))),
       el('div', { class: 'addr', text: 'client ' + (a.client_address || dash) + '  ·  peer ' + (a.peer_address || dash) }),
-      el('div', { class: 'load', text: 'leads ' + leads + ' · replica of ' + holds }));
+      el('div', { class: 'load', text: 'leads ' + leads + ' · replica of ' + holds }),
+      buildLine(a, st));
+  }
+
+  // buildLine names the agent's build, marked while the agents up run more
+  // than one (a rolling upgrade under way, or one left behind).
+  function buildLine(a, st) {
+    const builds = new Set(st.agents.filter((b) => b.up).map((b) => b.version || '?'));
+    const mixed = builds.size > 1;
+    return el('div', {
+      class: 'build' + (mixed ? ' mixed' : ''),
+      title: mixed ? 'the agents up run ' + builds.size + ' builds (logagent version): a rolling upgrade under way, or one left behind' : 'the build the agent registered (logagent version)',
+      text: 'build ' + (a.version || dash),
+    });
   }
 
   function partitionStatus(t, p) {
