@@ -66,17 +66,12 @@ func onlyQuery(endpoint string, query []string, handler fasthttp.RequestHandler)
 		takes = "takes " + strings.Join(query, ", ")
 	}
 	return func(ctx *fasthttp.RequestCtx) {
-		var unknown []byte
 		for key := range ctx.QueryArgs().All() {
 			if len(key) > 0 && !slices.Contains(query, string(key)) {
-				unknown = key
-				break
+				reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
+					fmt.Sprintf("unknown query parameter %q: %s %s", key, endpoint, takes), false)
+				return
 			}
-		}
-		if unknown != nil {
-			reply.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest,
-				fmt.Sprintf("unknown query parameter %q: %s %s", unknown, endpoint, takes), false)
-			return
 		}
 		handler(ctx)
 	}

@@ -102,7 +102,7 @@
     return out;
   }
 
-  function agentCard(a, st) {
+  function agentCard(a, st, builds) {
     let leads = 0;
     let holds = 0;
     for (const t of st.topics) {
@@ -125,17 +125,22 @@
           el('span', { class: 'badge', text: a.up ? 'UP' : 'DOWN' }))),
       el('div', { class: 'addr', text: 'client ' + (a.client_address || dash) + '  ·  peer ' + (a.peer_address || dash) }),
       el('div', { class: 'load', text: 'leads ' + leads + ' · replica of ' + holds }),
-      buildLine(a, st));
+      buildLine(a, builds));
+  }
+
+  // runningBuilds counts the builds the agents up run (one that registered
+  // none counts as one more).
+  function runningBuilds(agents) {
+    return new Set(agents.filter((a) => a.up).map((a) => a.version || '?')).size;
   }
 
   // buildLine names the agent's build, marked while the agents up run more
   // than one (a rolling upgrade under way, or one left behind).
-  function buildLine(a, st) {
-    const builds = new Set(st.agents.filter((b) => b.up).map((b) => b.version || '?'));
-    const mixed = builds.size > 1;
+  function buildLine(a, builds) {
+    const mixed = builds > 1;
     return el('div', {
       class: 'build' + (mixed ? ' mixed' : ''),
-      title: mixed ? 'the agents up run ' + builds.size + ' builds (logagent version): a rolling upgrade under way, or one left behind' : 'the build the agent registered (logagent version)',
+      title: mixed ? 'the agents up run ' + builds + ' builds (logagent version): a rolling upgrade under way, or one left behind' : 'the build the agent registered (logagent version)',
       text: 'build ' + (a.version || dash),
     });
   }
@@ -246,7 +251,8 @@
     setText('t-produce', fmtRate(rs.produce) + ' rec/s');
     setText('t-produce-bytes', fmtBytesRate(rs.produceBytes));
     setText('t-fetch-bytes', fmtBytesRate(rs.fetchBytes));
-    document.getElementById('agents').replaceChildren(...st.agents.map((a) => agentCard(a, st)));
+    const builds = runningBuilds(st.agents);
+    document.getElementById('agents').replaceChildren(...st.agents.map((a) => agentCard(a, st, builds)));
     const topics = st.topics.map((t) => topicSection(t, up, rs));
     if (topics.length === 0) topics.push(el('p', { class: 'none', text: 'No topics.' }));
     document.getElementById('topics').replaceChildren(...topics);
